@@ -1,0 +1,302 @@
+// libtorch binding of the graph preprocessing runtime; see graph_preprocess_torch.h.
+
+#include "graph_preprocess_torch.h"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <climits>
+#include <sstream>
+
+#include "hectorgen/graph.h"
+
+namespace hectorgen::runtime {
+namespace {
+
+// Largest N or E: offsets arrays have count + 1 entries and their values must fit int32.
+constexpr int64_t kMaxCount = INT32_MAX - 1;
+
+#define HG_CUDA_CHECK(expr, what)                                                                  \
+  do {                                                                                             \
+    const cudaError_t hg_status_ = (expr);                                                         \
+    TORCH_CHECK(hg_status_ == cudaSuccess, "hectorgen preprocess: ", what, " failed: ",            \
+                cudaGetErrorName(hg_status_), " (", cudaGetErrorString(hg_status_), ")");          \
+  } while (0)
+
+enum LayoutBit : unsigned {
+  kEtypeSortedCoo = 1u << 0,
+  kCsrByDst = 1u << 1,
+  kCsrBySrc = 1u << 2,
+  kCompactSrcEtype = 1u << 3,
+  kCompactDstEtype = 1u << 4,
+  kInvRelationInDegree = 1u << 5,
+  kNtypePtr = 1u << 6,
+};
+
+struct LayoutEntry {
+  const char* name;
+  LayoutBit bit;
+};
+
+constexpr LayoutEntry kLayouts[] = {
+    {"etype_sorted_coo", kEtypeSortedCoo},
+    {"csr_by_dst", kCsrByDst},
+    {"csr_by_src", kCsrBySrc},
+    {"compact_src_etype", kCompactSrcEtype},
+    {"compact_dst_etype", kCompactDstEtype},
+    {"inv_relation_in_degree", kInvRelationInDegree},
+    {"ntype_ptr", kNtypePtr},
+};
+
+// Every layout except ntype_ptr is defined on the etype-sorted COO.
+constexpr unsigned kNeedsSortedCoo =
+    kEtypeSortedCoo | kCsrByDst | kCsrBySrc | kCompactSrcEtype | kCompactDstEtype | kInvRelationInDegree;
+
+unsigned parse_layouts(const std::vector<std::string>& layouts) {
+  unsigned bits = 0;
+  for (const std::string& name : layouts) {
+    unsigned bit = 0;
+    for (const LayoutEntry& entry : kLayouts) {
+      if (name == entry.name) {
+        bit = entry.bit;
+      }
+    }
+    if (bit == 0) {
+      std::ostringstream known;
+      for (const LayoutEntry& entry : kLayouts) {
+        known << (&entry == kLayouts ? "" : ", ") << entry.name;
+      }
+      TORCH_CHECK(false, "hectorgen preprocess: unknown layout '", name, "'; known layouts: ", known.str());
+    }
+    bits |= bit;
+  }
+  return bits;
+}
+
+// Temporaries of the core functions come from PyTorch's caching allocator, ordered on the given stream.
+cudaError_t torch_allocate(void* /*context*/, void** ptr, std::size_t bytes, cudaStream_t stream) {
+  try {
+    *ptr = c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, stream);
+    return cudaSuccess;
+  } catch (...) {  // the core API is exception-free; an allocation failure becomes an error code
+    *ptr = nullptr;
+    return cudaErrorMemoryAllocation;
+  }
+}
+
+void torch_deallocate(void* /*context*/, void* ptr, cudaStream_t /*stream*/) {
+  try {
+    c10::cuda::CUDACachingAllocator::raw_delete(ptr);
+  } catch (...) {  // must not throw through the core; a failure here leaks one cached block at worst
+  }
+}
+
+void check_index_tensor(const at::Tensor& t, const char* name, const at::Device& device, int64_t length) {
+  TORCH_CHECK(t.is_cuda(), "hectorgen preprocess: ", name, " must be a CUDA tensor, got one on ", t.device());
+  TORCH_CHECK(t.device() == device, "hectorgen preprocess: ", name, " is on ", t.device(),
+              " but src is on ", device, "; all inputs must be on one device");
+  TORCH_CHECK(t.dim() == 1, "hectorgen preprocess: ", name, " must be 1-D, got shape ", t.sizes());
+  TORCH_CHECK(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, "hectorgen preprocess: ", name,
+              " must be int32 or int64, got ", t.scalar_type());
+  TORCH_CHECK(t.is_contiguous(), "hectorgen preprocess: ", name, " must be contiguous (call .contiguous())");
+  TORCH_CHECK(t.numel() == length, "hectorgen preprocess: ", name, " has ", t.numel(), " entries, expected ",
+              length);
+}
+
+int32_t* i32(const at::Tensor& t) { return t.data_ptr<int32_t>(); }
+
+// The int32 view of an index tensor: int32 input is used as is; int64 input is narrowed on the device, with
+// entries outside [0, bound) turned into -1 so that validation reports them.
+at::Tensor as_int32(const at::Tensor& t, int64_t bound, cudaStream_t stream) {
+  if (t.scalar_type() == at::kInt) {
+    return t;
+  }
+  at::Tensor out = at::empty({t.numel()}, t.options().dtype(at::kInt));
+  HG_CUDA_CHECK(narrow_indices_to_int32(t.data_ptr<int64_t>(), i32(out), static_cast<int32_t>(t.numel()), bound,
+                                        stream),
+                "narrow_indices_to_int32");
+  return out;
+}
+
+at::Tensor new_int32(int64_t length, const at::TensorOptions& options) {
+  return at::empty({length}, options.dtype(at::kInt));
+}
+
+std::string describe_errors(uint32_t word) {
+  std::ostringstream message;
+  for (uint32_t bit = 1; bit != 0; bit <<= 1) {
+    if ((word & bit) != 0) {
+      message << "\n  - " << graph_error_string(bit);
+    }
+  }
+  return message.str();
+}
+
+// A compact mapping of one endpoint, still holding the capacity-E unique-node buffer.
+struct PendingCompact {
+  const char* node_key;
+  at::Tensor unique_node_capacity;
+  at::Tensor unique_etype_ptr;
+};
+
+}  // namespace
+
+const std::vector<std::string>& layout_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> result;
+    for (const LayoutEntry& entry : kLayouts) {
+      result.emplace_back(entry.name);
+    }
+    return result;
+  }();
+  return names;
+}
+
+std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& etype,
+                                             int64_t num_nodes, int64_t num_etypes,
+                                             const std::optional<at::Tensor>& ntype,
+                                             const std::vector<std::string>& layouts, int64_t num_ntypes,
+                                             bool validate) {
+  const unsigned wanted = parse_layouts(layouts);
+
+  // Argument checks.
+  const int64_t num_edges = src.numel();
+  TORCH_CHECK(0 <= num_nodes && num_nodes <= kMaxCount, "hectorgen preprocess: num_nodes must be in [0, ",
+              kMaxCount, "] (int32 indices), got ", num_nodes);
+  TORCH_CHECK(num_edges <= kMaxCount, "hectorgen preprocess: the number of edges must be at most ", kMaxCount,
+              " (int32 indices), got ", num_edges);
+  TORCH_CHECK(1 <= num_etypes && num_etypes <= kMaxCount, "hectorgen preprocess: num_etypes must be in [1, ",
+              kMaxCount, "], got ", num_etypes);
+  const at::Device device = src.device();
+  check_index_tensor(src, "src", device, num_edges);
+  check_index_tensor(dst, "dst", device, num_edges);
+  check_index_tensor(etype, "etype", device, num_edges);
+  if ((wanted & kNtypePtr) != 0) {
+    TORCH_CHECK(ntype.has_value(), "hectorgen preprocess: layout 'ntype_ptr' needs the ntype tensor");
+    check_index_tensor(*ntype, "ntype", device, num_nodes);
+    TORCH_CHECK(num_ntypes == -1 || (1 <= num_ntypes && num_ntypes <= kMaxCount),
+                "hectorgen preprocess: num_ntypes must be -1 (derive) or in [1, ", kMaxCount, "], got ",
+                num_ntypes);
+  }
+
+  const c10::cuda::CUDAGuard device_guard(device);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
+  const DeviceAllocator allocator{nullptr, &torch_allocate, &torch_deallocate};
+  const at::TensorOptions options = src.options();
+  const auto n = static_cast<int32_t>(num_nodes);
+  const auto e = static_cast<int32_t>(num_edges);
+  const auto r = static_cast<int32_t>(num_etypes);
+
+  std::map<std::string, at::Tensor> result;
+  std::vector<PendingCompact> pending;
+  const at::Tensor error_word = at::zeros({1}, options.dtype(at::kInt));
+  auto* error_bits = reinterpret_cast<uint32_t*>(i32(error_word));
+
+  if ((wanted & kNeedsSortedCoo) != 0) {
+    const at::Tensor src32 = as_int32(src, num_nodes, stream);
+    const at::Tensor dst32 = as_int32(dst, num_nodes, stream);
+    const at::Tensor etype32 = as_int32(etype, num_etypes, stream);
+    if (validate) {
+      HG_CUDA_CHECK(validate_coo(i32(src32), i32(dst32), i32(etype32), e, n, r, error_bits, stream), "validate_coo");
+    }
+
+    const at::Tensor perm = new_int32(e, options);
+    const at::Tensor sorted_src = new_int32(e, options);
+    const at::Tensor sorted_dst = new_int32(e, options);
+    const at::Tensor sorted_etype = new_int32(e, options);
+    const at::Tensor etype_ptr = new_int32(num_etypes + 1, options);
+    HG_CUDA_CHECK(sort_edges_by_etype(i32(src32), i32(dst32), i32(etype32), e, r,
+                                      EtypeSortedCoo{i32(perm), i32(sorted_src), i32(sorted_dst), i32(sorted_etype),
+                                                     i32(etype_ptr)},
+                                      stream, &allocator),
+                  "sort_edges_by_etype");
+    if ((wanted & kEtypeSortedCoo) != 0) {
+      result["perm"] = perm;
+      result["sorted_src"] = sorted_src;
+      result["sorted_dst"] = sorted_dst;
+      result["sorted_etype"] = sorted_etype;
+      result["etype_ptr"] = etype_ptr;
+    }
+
+    SortedCooView graph;
+    graph.num_nodes = n;
+    graph.num_edges = e;
+    graph.num_etypes = r;
+    graph.src = i32(sorted_src);
+    graph.dst = i32(sorted_dst);
+    graph.etype = i32(sorted_etype);
+
+    // CSR by dst (incoming edges) and by src (outgoing edges).
+    for (const bool by_dst : {true, false}) {
+      if ((wanted & (by_dst ? kCsrByDst : kCsrBySrc)) == 0) {
+        continue;
+      }
+      const std::string prefix = by_dst ? "in_" : "out_";
+      const at::Tensor row_ptr = new_int32(num_nodes + 1, options);
+      const at::Tensor col_idx = new_int32(e, options);
+      const at::Tensor col_eid = new_int32(e, options);
+      const at::Tensor col_etype = new_int32(e, options);
+      const Csr csr{i32(row_ptr), i32(col_idx), i32(col_eid), i32(col_etype)};
+      HG_CUDA_CHECK(by_dst ? build_csr_by_dst(graph, csr, stream, &allocator)
+                           : build_csr_by_src(graph, csr, stream, &allocator),
+                    by_dst ? "build_csr_by_dst" : "build_csr_by_src");
+      result[prefix + "row_ptr"] = row_ptr;
+      result[prefix + (by_dst ? "col_src" : "col_dst")] = col_idx;
+      result[prefix + "col_eid"] = col_eid;
+      result[prefix + "col_etype"] = col_etype;
+    }
+
+    // Compact materialization mappings; the unique-node arrays are trimmed to U after the read-back below.
+    for (const bool by_src : {true, false}) {
+      if ((wanted & (by_src ? kCompactSrcEtype : kCompactDstEtype)) == 0) {
+        continue;
+      }
+      const std::string node = by_src ? "src" : "dst";
+      const at::Tensor unique_node = new_int32(e, options);
+      const at::Tensor unique_etype_ptr = new_int32(num_etypes + 1, options);
+      const at::Tensor edge_to_unique = new_int32(e, options);
+      HG_CUDA_CHECK(build_compact_mapping(graph, by_src ? Endpoint::kSrc : Endpoint::kDst,
+                                          CompactMapping{i32(unique_node), i32(unique_etype_ptr), i32(edge_to_unique)},
+                                          stream, &allocator),
+                    "build_compact_mapping");
+      result["unique_" + node + "_etype_ptr"] = unique_etype_ptr;
+      result["edge_to_unique_" + node] = edge_to_unique;
+      pending.push_back({by_src ? "unique_src" : "unique_dst", unique_node, unique_etype_ptr});
+    }
+
+    if ((wanted & kInvRelationInDegree) != 0) {
+      const at::Tensor inv_relation_in_degree = at::empty({num_edges}, options.dtype(at::kFloat));
+      HG_CUDA_CHECK(build_inv_relation_in_degree(graph, inv_relation_in_degree.data_ptr<float>(), stream, &allocator),
+                    "build_inv_relation_in_degree");
+      result["inv_relation_in_degree"] = inv_relation_in_degree;
+    }
+
+  }
+
+  // Node type segments are queued last: deriving num_ntypes may synchronise.
+  if ((wanted & kNtypePtr) != 0) {
+    const at::Tensor ntype32 = as_int32(*ntype, INT32_MAX, stream);
+    if (num_ntypes == -1) {
+      num_ntypes = num_nodes > 0 ? std::max<int64_t>(ntype32.max().item<int32_t>() + int64_t{1}, 1) : 1;  // host sync
+    }
+    const at::Tensor ntype_ptr = new_int32(num_ntypes + 1, options);
+    HG_CUDA_CHECK(build_ntype_ptr(i32(ntype32), n, static_cast<int32_t>(num_ntypes), i32(ntype_ptr),
+                                  validate ? error_bits : nullptr, stream),
+                  "build_ntype_ptr");
+    result["ntype_ptr"] = ntype_ptr;
+  }
+
+  if (validate) {
+    const auto word = static_cast<uint32_t>(error_word.item<int32_t>());  // host sync
+    TORCH_CHECK(word == 0, "hectorgen preprocess: invalid graph:", describe_errors(word));
+  }
+  for (const PendingCompact& compact : pending) {
+    const int64_t num_unique = compact.unique_etype_ptr[num_etypes].item<int32_t>();  // host sync
+    result[compact.node_key] = compact.unique_node_capacity.narrow(0, 0, num_unique).clone();
+  }
+  return result;
+}
+
+}  // namespace hectorgen::runtime

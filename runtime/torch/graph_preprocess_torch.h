@@ -1,0 +1,45 @@
+// libtorch binding of the graph preprocessing runtime (hectorgen/graph.h): builds the layouts that a generated
+// module needs from a typed COO graph given as CUDA tensors, on the current CUDA stream, with temporaries and
+// results allocated through PyTorch's caching allocator.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hectorgen::runtime {
+
+// Layout names accepted by preprocess(), and the result keys each one produces (all int32 except
+// inv_relation_in_degree, which is float32). Positions p refer to the etype-sorted edge order.
+//
+//   "etype_sorted_coo"        perm [E], sorted_src [E], sorted_dst [E], sorted_etype [E], etype_ptr [R+1]
+//   "csr_by_dst"              in_row_ptr [N+1], in_col_src [E], in_col_eid [E], in_col_etype [E]
+//   "csr_by_src"              out_row_ptr [N+1], out_col_dst [E], out_col_eid [E], out_col_etype [E]
+//   "compact_src_etype"       unique_src [U], unique_src_etype_ptr [R+1], edge_to_unique_src [E]
+//   "compact_dst_etype"       unique_dst [U'], unique_dst_etype_ptr [R+1], edge_to_unique_dst [E]
+//   "inv_relation_in_degree"  inv_relation_in_degree [E] (float32)
+//   "ntype_ptr"               ntype_ptr [T+1]   (needs ntype)
+const std::vector<std::string>& layout_names();
+
+// Builds exactly the requested `layouts` and returns them by key (see above).
+//   src, dst, etype  1-D contiguous CUDA tensors of length E on one device, int32 or int64; E < 2^31 - 1.
+//   num_nodes        N, 0 <= N < 2^31 - 1;  num_etypes: R, 1 <= R < 2^31 - 1.
+//   ntype            std::nullopt, or a 1-D contiguous int32/int64 CUDA tensor of length N with nodes sorted by
+//                    type; only used by "ntype_ptr".
+//   num_ntypes       T; -1 derives it as max(ntype) + 1 (one host synchronisation).
+//   validate         check index ranges and ntype order on the device and raise on violations (one host
+//                    synchronisation at the end). Without it, invalid input gives unspecified values.
+// Host synchronisations: only the `validate` read-back, the num_ntypes derivation, and one read-back of the
+// number of unique pairs per requested compact layout (to size unique_src / unique_dst). All are issued after
+// every kernel has been queued. Errors are raised as c10::Error (TORCH_CHECK).
+std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& etype,
+                                             int64_t num_nodes, int64_t num_etypes,
+                                             const std::optional<at::Tensor>& ntype,
+                                             const std::vector<std::string>& layouts, int64_t num_ntypes = -1,
+                                             bool validate = true);
+
+}  // namespace hectorgen::runtime

@@ -1,0 +1,65 @@
+#include "diag/diagnostics.h"
+
+#include <fmt/format.h>
+
+#include <ostream>
+
+namespace hectorgen {
+
+void Diagnostics::error(SourceLoc loc, std::string kind, std::string message) {
+  ++error_count_;
+  if (error_count_ > kMaxErrors) return;
+  diags_.push_back({Severity::Error, loc, std::move(message), std::move(kind)});
+}
+
+void Diagnostics::warning(SourceLoc loc, std::string kind, std::string message) {
+  diags_.push_back({Severity::Warning, loc, std::move(message), std::move(kind)});
+}
+
+void Diagnostics::note(SourceLoc loc, std::string message) {
+  diags_.push_back({Severity::Note, loc, std::move(message), {}});
+}
+
+static const char* severity_name(Severity s) {
+  switch (s) {
+    case Severity::Error: return "error";
+    case Severity::Warning: return "warning";
+    case Severity::Note: return "note";
+  }
+  return "error";
+}
+
+std::string Diagnostics::format(const Diagnostic& d) {
+  std::string out;
+  if (d.loc.valid())
+    out = fmt::format("{}:{}:{}: ", d.loc.file->path(), d.loc.line, d.loc.col);
+  else if (d.loc.file)
+    out = fmt::format("{}: ", d.loc.file->path());
+  else
+    out = "hectorgen: ";
+  out += fmt::format("{}: {}", severity_name(d.severity), d.message);
+  if (!d.kind.empty()) out += fmt::format(" [{}]", d.kind);
+  out += '\n';
+  if (d.loc.valid()) {
+    std::string_view text = d.loc.file->line(d.loc.line);
+    std::string gutter = fmt::format("{:>5} | ", d.loc.line);
+    out += gutter;
+    out += text;
+    out += '\n';
+    // The caret line keeps tabs so the caret lines up under the same character.
+    std::string pad(gutter.size() - 2, ' ');
+    pad += "| ";
+    for (int i = 1; i < d.loc.col && i - 1 < static_cast<int>(text.size()); ++i)
+      pad += text[i - 1] == '\t' ? '\t' : ' ';
+    out += pad + "^\n";
+  }
+  return out;
+}
+
+void Diagnostics::render(std::ostream& out) const {
+  for (const auto& d : diags_) out << format(d);
+  if (error_count_ > kMaxErrors)
+    out << fmt::format("hectorgen: note: {} more errors not shown\n", error_count_ - kMaxErrors);
+}
+
+}  // namespace hectorgen

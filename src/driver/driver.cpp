@@ -1,0 +1,109 @@
+#include "driver/driver.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <fstream>
+#include <ostream>
+#include <sstream>
+
+#include "ir/inter/printer.h"
+#include "ir/inter/verifier.h"
+#include "passes/passes.h"
+#include "spec/loader.h"
+
+namespace hectorgen::driver {
+
+const std::vector<std::string>& pass_names() {
+  static const std::vector<std::string> names = {"parse", "inline-functions", "verify"};
+  return names;
+}
+
+namespace {
+
+// Prints the IR after a pass when --print-ir-after names it (or "all"), and logs pass timing.
+class PassLog {
+ public:
+  PassLog(const Options& o, std::ostream& log) : o_(o), log_(log) {}
+  void after(const std::string& pass, const inter::Module& m, const inter::Analysis* a = nullptr) {
+    auto now = std::chrono::steady_clock::now();
+    spdlog::debug("pass {:<18} {:8.3f} ms", pass, std::chrono::duration<double, std::milli>(now - last_).count());
+    last_ = now;
+    if (o_.print_ir_after == pass || o_.print_ir_after == "all") {
+      log_ << "# ---- IR after " << pass << " ----\n" << print(m, a);
+    }
+  }
+  static std::string print(const inter::Module& m, const inter::Analysis* a) {
+    if (!a) return inter::print_module(m);
+    return inter::print_module(m, [a](const inter::Stmt& s) -> std::string {
+      auto it = a->assigned.find(&s);
+      return it == a->assigned.end() ? "" : it->second.str();
+    });
+  }
+
+ private:
+  const Options& o_;
+  std::ostream& log_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+std::optional<inter::Module> frontend(const SourceFile& spec, Diagnostics& diags, const Options& opts,
+                                      std::ostream& log) {
+  PassLog passes(opts, log);
+  auto parsed = spec::load_module(spec, diags);
+  if (!parsed) return std::nullopt;
+  passes.after("parse", *parsed);
+  inter::Module m = passes::inline_functions(*parsed, diags);
+  if (diags.has_errors()) return std::nullopt;
+  passes.after("inline-functions", m);
+  inter::Analysis analysis;
+  if (!inter::verify(m, diags, &analysis)) return std::nullopt;
+  passes.after("verify", m, &analysis);
+  return m;
+}
+
+int run(const Options& opts, std::ostream& out, std::ostream& err) {
+  if (opts.verbose) spdlog::set_level(spdlog::level::debug);
+  if (!opts.print_ir_after.empty() && opts.print_ir_after != "all" &&
+      std::find(pass_names().begin(), pass_names().end(), opts.print_ir_after) == pass_names().end()) {
+    std::string list;
+    for (const auto& p : pass_names()) list += " " + p;
+    err << fmt::format("hectorgen: error: unknown pass '{}' for --print-ir-after (passes:{} all)\n", opts.print_ir_after, list);
+    return 1;
+  }
+  std::ifstream in(opts.spec_path, std::ios::binary);
+  if (!in) {
+    err << fmt::format("hectorgen: error: cannot read '{}': {}\n", opts.spec_path, std::strerror(errno));
+    return 1;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  SourceFile spec(opts.spec_path, text.str());
+
+  Diagnostics diags;
+  auto m = frontend(spec, diags, opts, out);
+  diags.render(err);
+  if (!m) return 1;
+
+  inter::Analysis analysis;
+  inter::verify(*m, diags, &analysis);
+  OutputSet files;
+  if (opts.emit == "inter-ir" || opts.emit == "all")
+    files.add(m->decl.name + ".inter.ir", PassLog::print(*m, &analysis));
+
+  if (opts.out_dir.empty() || opts.out_dir == "-") {
+    for (const auto& [_, content] : files.files()) out << content;
+    return 0;
+  }
+  if (std::string e = files.commit(opts.out_dir); !e.empty()) {
+    err << "hectorgen: error: " << e << "\n";
+    return 1;
+  }
+  spdlog::debug("wrote {} file(s) to {}", files.files().size(), opts.out_dir);
+  return 0;
+}
+
+}  // namespace hectorgen::driver

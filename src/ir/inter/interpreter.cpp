@@ -1,0 +1,441 @@
+#include "ir/inter/interpreter.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <functional>
+#include <stdexcept>
+#include <variant>
+
+#include "dsl/parser.h"
+#include "ir/inter/verifier.h"
+
+namespace hectorgen::inter {
+
+int64_t Tensor64::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Tensor64 Tensor64::zeros(std::vector<int64_t> shape) {
+  Tensor64 t;
+  t.shape = std::move(shape);
+  t.data.assign(static_cast<size_t>(t.numel()), 0.0);
+  return t;
+}
+
+std::vector<int64_t> full_shape(const TensorDecl& t, const HeteroGraph& g) {
+  std::vector<int64_t> s;
+  switch (t.per) {
+    case Per::Node: s.push_back(g.num_nodes); break;
+    case Per::Edge: s.push_back(g.num_edges()); break;
+    case Per::Etype: s.push_back(g.num_etypes); break;
+    case Per::Ntype: s.push_back(g.num_ntypes); break;
+    case Per::None: break;
+  }
+  s.insert(s.end(), t.shape.begin(), t.shape.end());
+  return s;
+}
+
+Tensor64 inv_relation_in_degree(const HeteroGraph& g) {
+  std::map<std::pair<int64_t, int>, int64_t> count;
+  for (int64_t e = 0; e < g.num_edges(); ++e) ++count[{g.dst[e], g.etype[e]}];
+  Tensor64 t = Tensor64::zeros({g.num_edges()});
+  for (int64_t e = 0; e < g.num_edges(); ++e) t.data[e] = 1.0 / static_cast<double>(count[{g.dst[e], g.etype[e]}]);
+  return t;
+}
+
+namespace {
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A value per element: shape + data.
+struct V {
+  std::vector<int64_t> shape;
+  std::vector<double> d;
+  static V scalar(double x) { return V{{}, {x}}; }
+};
+
+struct EdgeIdx { int64_t e; };
+struct NodeIdx { int64_t n; };
+struct TypeIdxV { int t; };
+struct WeightV { const TensorDecl* decl; int64_t slice; };  // slice -1: per none
+struct StrV { std::string s; };
+using Val = std::variant<V, EdgeIdx, NodeIdx, TypeIdxV, WeightV, StrV>;
+
+int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t x : s) n *= x;
+  return n;
+}
+
+class Interpreter {
+ public:
+  Interpreter(const Module& m, const HeteroGraph& g, const TensorMap& t, const Analysis& a)
+      : m_(m), g_(g), t_(t), a_(a) {}
+
+  InterpretResult run() {
+    InterpretResult r;
+    try {
+      check_inputs();
+      build_adjacency();
+      for (const StmtP& s : m_.body) top_loop(*s);
+      for (const TensorDecl& o : m_.decl.outputs) {
+        auto& fields = o.per == Per::Edge ? edge_fields_ : node_fields_;
+        auto it = fields.find(o.name);
+        if (it == fields.end()) throw Error(fmt::format("output '{}' was not written", o.name));
+        r.outputs[o.name] = it->second;
+      }
+      for (auto& [k, v] : node_fields_) r.fields[k] = v;
+      for (auto& [k, v] : edge_fields_) r.fields[k] = v;
+      r.ok = true;
+    } catch (const Error& e) {
+      r.error = e.what();
+    }
+    return r;
+  }
+
+ private:
+  void check_inputs() {
+    if (static_cast<int64_t>(g_.ntype.size()) != g_.num_nodes) throw Error("graph: ntype must have num_nodes entries");
+    if (g_.dst.size() != g_.src.size() || g_.etype.size() != g_.src.size())
+      throw Error("graph: src, dst and etype must have the same length");
+    for (int64_t e = 0; e < g_.num_edges(); ++e) {
+      if (g_.src[e] < 0 || g_.src[e] >= g_.num_nodes || g_.dst[e] < 0 || g_.dst[e] >= g_.num_nodes)
+        throw Error(fmt::format("graph: edge {} has an endpoint out of range", e));
+      if (g_.etype[e] < 0 || g_.etype[e] >= g_.num_etypes) throw Error(fmt::format("graph: edge {} has a bad type", e));
+    }
+    for (int t : g_.ntype)
+      if (t < 0 || t >= g_.num_ntypes) throw Error("graph: node type out of range");
+    auto need = [&](const TensorDecl& d) {
+      auto it = t_.find(d.name);
+      if (it == t_.end()) {
+        if (d.from_graph == "inv_relation_in_degree") {
+          derived_[d.name] = inv_relation_in_degree(g_);
+          if (!d.shape.empty()) throw Error(fmt::format("'{}' from the graph must be a scalar per edge", d.name));
+          return;
+        }
+        throw Error(fmt::format("missing tensor '{}'", d.name));
+      }
+      auto want = full_shape(d, g_);
+      if (it->second.shape != want)
+        throw Error(fmt::format("tensor '{}' has shape {}, expected {}", d.name, shape_str(it->second.shape), shape_str(want)));
+      if (static_cast<int64_t>(it->second.data.size()) != numel(want))
+        throw Error(fmt::format("tensor '{}' has {} values, expected {}", d.name, it->second.data.size(), numel(want)));
+    };
+    for (const auto& d : m_.decl.inputs) need(d);
+    for (const auto& d : m_.decl.weights) need(d);
+  }
+
+  const Tensor64& tensor(const std::string& name) const {
+    if (auto it = derived_.find(name); it != derived_.end()) return it->second;
+    return t_.at(name);
+  }
+
+  void build_adjacency() {
+    incoming_.assign(static_cast<size_t>(g_.num_nodes), {});
+    outgoing_.assign(static_cast<size_t>(g_.num_nodes), {});
+    for (int64_t e = 0; e < g_.num_edges(); ++e) {
+      incoming_[g_.dst[e]].push_back(e);
+      outgoing_[g_.src[e]].push_back(e);
+    }
+  }
+
+  // ---- statements -----------------------------------------------------------------------------
+  struct Binding { std::string var; bool edge; int64_t idx; };
+  struct Env {
+    std::vector<Binding> loops;
+    std::vector<std::map<std::string, V>> scopes;
+  };
+
+  void top_loop(const Stmt& s) {
+    Env env;
+    if (is_edge_loop(s.loop)) {
+      for (int64_t e = 0; e < g_.num_edges(); ++e) iterate(s, env, true, e);
+    } else {
+      for (int64_t n = 0; n < g_.num_nodes; ++n) iterate(s, env, false, n);
+    }
+  }
+
+  void iterate(const Stmt& loop, Env& env, bool edge, int64_t idx) {
+    env.loops.push_back({loop.var, edge, idx});
+    env.scopes.emplace_back();
+    for (const StmtP& s : loop.body) exec(*s, env);
+    env.scopes.pop_back();
+    env.loops.pop_back();
+  }
+
+  void exec(const Stmt& s, Env& env) {
+    if (s.kind == StmtKind::For) {
+      int64_t n = lookup_loop(env, s.parent).idx;
+      for (int64_t e : (s.loop == LoopKind::IncomingEdges ? incoming_ : outgoing_)[n]) iterate(s, env, true, e);
+      return;
+    }
+    if (s.kind != StmtKind::Assign) throw Error("unexpected call statement (run the inliner first)");
+    V value = as_v(eval(s.value, env));
+    const Expr& t = *s.target;
+    if (t.kind == ExprKind::Name) {
+      if (s.op == AssignOp::Set) {
+        env.scopes.back()[t.name] = value;
+        return;
+      }
+      for (auto it = env.scopes.rbegin(); it != env.scopes.rend(); ++it)
+        if (auto f = it->find(t.name); f != it->end()) {
+          f->second = combine(f->second, value, s.op);
+          return;
+        }
+      throw Error(fmt::format("local '{}' updated before assignment", t.name));
+    }
+    Val base = eval(t.args[0], env);
+    const std::string& field = t.args[1]->name;
+    bool on_edge = std::holds_alternative<EdgeIdx>(base);
+    int64_t idx = on_edge ? std::get<EdgeIdx>(base).e : std::get<NodeIdx>(base).n;
+    auto& fields = on_edge ? edge_fields_ : node_fields_;
+    auto& info = on_edge ? a_.edge_fields : a_.node_fields;
+    auto it = fields.find(field);
+    const std::vector<int64_t>& fshape = info.at(field).shape;
+    if (it == fields.end()) {
+      std::vector<int64_t> shape{on_edge ? g_.num_edges() : g_.num_nodes};
+      shape.insert(shape.end(), fshape.begin(), fshape.end());
+      it = fields.emplace(field, Tensor64::zeros(shape)).first;
+    }
+    int64_t n = numel(fshape);
+    double* row = it->second.data.data() + idx * n;
+    V current{fshape, std::vector<double>(row, row + n)};
+    V result = s.op == AssignOp::Set ? broadcast_to(value, fshape) : combine(current, value, s.op);
+    if (result.shape != fshape) result = broadcast_to(result, fshape);
+    std::copy(result.d.begin(), result.d.end(), row);
+  }
+
+  V combine(const V& a, const V& b, AssignOp op) {
+    switch (op) {
+      case AssignOp::Add: return elementwise(a, b, BinOp::Add);
+      case AssignOp::Sub: return elementwise(a, b, BinOp::Sub);
+      case AssignOp::Mul: return elementwise(a, b, BinOp::Mul);
+      case AssignOp::Div: return elementwise(a, b, BinOp::Div);
+      case AssignOp::Set: return b;
+    }
+    return b;
+  }
+
+  const Binding& lookup_loop(const Env& env, const std::string& var) const {
+    for (const Binding& b : env.loops)
+      if (b.var == var) return b;
+    throw Error(fmt::format("unknown loop variable '{}'", var));
+  }
+
+  // ---- expressions ----------------------------------------------------------------------------
+  V as_v(const Val& v) const {
+    if (auto* x = std::get_if<V>(&v)) return *x;
+    if (auto* w = std::get_if<WeightV>(&v)) {
+      const Tensor64& t = tensor(w->decl->name);
+      int64_t n = numel(w->decl->shape);
+      int64_t off = w->slice < 0 ? 0 : w->slice * n;
+      return V{w->decl->shape, std::vector<double>(t.data.begin() + off, t.data.begin() + off + n)};
+    }
+    throw Error("expected a tensor value");
+  }
+
+  double constant(const ExprP& e) const {
+    Diagnostics scratch;
+    auto v = dsl::eval_constant(e, m_.decl, scratch);
+    if (!v) throw Error("expected a constant");
+    return *v;
+  }
+
+  V node_input(const TensorDecl& d, int64_t n) const {
+    const Tensor64& t = tensor(d.name);
+    int64_t k = numel(d.shape);
+    return V{d.shape, std::vector<double>(t.data.begin() + n * k, t.data.begin() + (n + 1) * k)};
+  }
+
+  Val eval(const ExprP& e, Env& env) {
+    switch (e->kind) {
+      case ExprKind::Number: return V::scalar(e->number);
+      case ExprKind::String: return StrV{e->name};
+      case ExprKind::Name: {
+        for (auto it = env.scopes.rbegin(); it != env.scopes.rend(); ++it)
+          if (auto f = it->find(e->name); f != it->end()) return f->second;
+        for (const Binding& b : env.loops)
+          if (b.var == e->name) return b.edge ? Val{EdgeIdx{b.idx}} : Val{NodeIdx{b.idx}};
+        if (const HyperParam* h = m_.decl.find_hyper(e->name)) return V::scalar(h->value);
+        if (const TensorDecl* w = m_.decl.find_weight(e->name)) return WeightV{w, -1};
+        throw Error(fmt::format("undefined name '{}'", e->name));
+      }
+      case ExprKind::Attr: {
+        Val base = eval(e->args[0], env);
+        const std::string& a = e->name;
+        if (auto* er = std::get_if<EdgeIdx>(&base)) {
+          if (a == "src") return NodeIdx{g_.src[er->e]};
+          if (a == "dst") return NodeIdx{g_.dst[er->e]};
+          if (a == "etype") return TypeIdxV{g_.etype[er->e]};
+          return node_input(*m_.decl.find_input(a), er->e);  // edge input: same row layout
+        }
+        auto& nr = std::get<NodeIdx>(base);
+        if (a == "ntype") return TypeIdxV{g_.ntype[nr.n]};
+        return node_input(*m_.decl.find_input(a), nr.n);
+      }
+      case ExprKind::Index: {
+        Val base = eval(e->args[0], env);
+        if (auto* w = std::get_if<WeightV>(&base)) {
+          Val idx = eval(e->args[1], env);
+          return WeightV{w->decl, std::get<TypeIdxV>(idx).t};
+        }
+        bool on_edge = std::holds_alternative<EdgeIdx>(base);
+        int64_t idx = on_edge ? std::get<EdgeIdx>(base).e : std::get<NodeIdx>(base).n;
+        const auto& fields = on_edge ? edge_fields_ : node_fields_;
+        auto it = fields.find(e->args[1]->name);
+        if (it == fields.end()) throw Error(fmt::format("field '{}' read before written", e->args[1]->name));
+        std::vector<int64_t> shape(it->second.shape.begin() + 1, it->second.shape.end());
+        int64_t n = numel(shape);
+        return V{shape, std::vector<double>(it->second.data.begin() + idx * n, it->second.data.begin() + (idx + 1) * n)};
+      }
+      case ExprKind::Neg: {
+        V x = as_v(eval(e->args[0], env));
+        for (double& v : x.d) v = -v;
+        return x;
+      }
+      case ExprKind::Binary: {
+        Val l = eval(e->args[0], env);
+        Val r = eval(e->args[1], env);
+        if (e->op == BinOp::Mul) {
+          if (auto* w = std::get_if<WeightV>(&r); w && w->decl->shape.size() >= 2) return linear(as_v(l), *w);
+        }
+        return elementwise(as_v(l), as_v(r), e->op);
+      }
+      case ExprKind::Call: return call(e, env);
+    }
+    throw Error("unknown expression");
+  }
+
+  V linear(const V& x, const WeightV& w) const {
+    V wv = as_v(w);
+    const auto& ws = wv.shape;
+    if (ws.size() == 2) {
+      int64_t K = ws[0], N = ws[1], rows = numel(x.shape) / K;
+      V y{x.shape, std::vector<double>(static_cast<size_t>(rows * N), 0.0)};
+      y.shape.back() = N;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t n = 0; n < N; ++n) y.d[r * N + n] += x.d[r * K + k] * wv.d[k * N + n];
+      return y;
+    }
+    int64_t H = ws[0], K = ws[1], N = ws[2];
+    V y{{H, N}, std::vector<double>(static_cast<size_t>(H * N), 0.0)};
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < N; ++n) y.d[h * N + n] += x.d[h * K + k] * wv.d[(h * K + k) * N + n];
+    return y;
+  }
+
+  static V broadcast_to(const V& a, const std::vector<int64_t>& shape) {
+    if (a.shape == shape) return a;
+    int64_t n = numel(shape), inner = n / static_cast<int64_t>(a.d.size());
+    V out{shape, std::vector<double>(static_cast<size_t>(n))};
+    for (int64_t i = 0; i < n; ++i) out.d[i] = a.d[i / inner];
+    return out;
+  }
+
+  static V elementwise(const V& a, const V& b, BinOp op) {
+    const V& big = a.d.size() >= b.d.size() ? a : b;
+    V x = broadcast_to(a, big.shape), y = broadcast_to(b, big.shape);
+    V out{big.shape, std::vector<double>(x.d.size())};
+    for (size_t i = 0; i < x.d.size(); ++i) {
+      switch (op) {
+        case BinOp::Add: out.d[i] = x.d[i] + y.d[i]; break;
+        case BinOp::Sub: out.d[i] = x.d[i] - y.d[i]; break;
+        case BinOp::Mul: out.d[i] = x.d[i] * y.d[i]; break;
+        case BinOp::Div: out.d[i] = x.d[i] / y.d[i]; break;
+      }
+    }
+    return out;
+  }
+
+  static V map(V x, const std::function<double(double)>& f) {
+    for (double& v : x.d) v = f(v);
+    return x;
+  }
+
+  Val call(const ExprP& e, Env& env) {
+    const std::string& f = e->name;
+    auto arg = [&](size_t i) { return as_v(eval(e->args[i], env)); };
+    if (f == "exp") return map(arg(0), [](double v) { return std::exp(v); });
+    if (f == "relu") return map(arg(0), [](double v) { return v > 0 ? v : 0.0; });
+    if (f == "tanh") return map(arg(0), [](double v) { return std::tanh(v); });
+    if (f == "sigmoid") return map(arg(0), [](double v) { return 1.0 / (1.0 + std::exp(-v)); });
+    if (f == "sqrt") return map(arg(0), [](double v) { return std::sqrt(v); });
+    if (f == "leakyrelu") {
+      double slope = e->args.size() > 1 ? constant(e->args[1]) : 0.01;
+      return map(arg(0), [slope](double v) { return v > 0 ? v : slope * v; });
+    }
+    if (f == "linear") {
+      Val w = eval(e->args[1], env);
+      return linear(arg(0), std::get<WeightV>(w));
+    }
+    if (f == "dot") {
+      V a = arg(0), b = arg(1);
+      int64_t D = a.shape.back(), rows = numel(a.shape) / D;
+      V out{std::vector<int64_t>(a.shape.begin(), a.shape.end() - 1), std::vector<double>(static_cast<size_t>(rows), 0.0)};
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < D; ++k) out.d[r] += a.d[r * D + k] * b.d[r * D + k];
+      return out;
+    }
+    if (f == "outer") {
+      V a = arg(0), b = arg(1);
+      int64_t M = a.shape.back(), N = b.shape.back(), rows = numel(a.shape) / M;
+      V out{a.shape, std::vector<double>(static_cast<size_t>(rows * M * N))};
+      out.shape.push_back(N);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) out.d[(r * M + i) * N + j] = a.d[r * M + i] * b.d[r * N + j];
+      return out;
+    }
+    if (f == "concat") {
+      std::vector<V> parts;
+      for (size_t i = 0; i < e->args.size(); ++i) parts.push_back(arg(i));
+      int64_t rows = numel(parts[0].shape) / parts[0].shape.back(), width = 0;
+      for (const V& p : parts) width += p.shape.back();
+      V out{parts[0].shape, {}};
+      out.shape.back() = width;
+      for (int64_t r = 0; r < rows; ++r)
+        for (const V& p : parts) {
+          int64_t w = p.shape.back();
+          out.d.insert(out.d.end(), p.d.begin() + r * w, p.d.begin() + (r + 1) * w);
+        }
+      return out;
+    }
+    if (f == "reshape") {
+      V x = arg(0);
+      x.shape.clear();
+      for (size_t i = 1; i < e->args.size(); ++i) x.shape.push_back(static_cast<int64_t>(constant(e->args[i])));
+      return x;
+    }
+    throw Error(fmt::format("unknown function '{}'", f));
+  }
+
+  const Module& m_;
+  const HeteroGraph& g_;
+  const TensorMap& t_;
+  const Analysis& a_;
+  TensorMap derived_;
+  TensorMap node_fields_, edge_fields_;
+  std::vector<std::vector<int64_t>> incoming_, outgoing_;
+};
+
+}  // namespace
+
+InterpretResult interpret(const Module& m, const HeteroGraph& g, const TensorMap& tensors) {
+  Diagnostics diags;
+  Analysis analysis;
+  if (!verify(m, diags, &analysis)) {
+    InterpretResult r;
+    r.error = "the module does not verify";
+    return r;
+  }
+  return Interpreter(m, g, tensors, analysis).run();
+}
+
+}  // namespace hectorgen::inter

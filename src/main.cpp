@@ -1,0 +1,39 @@
+// hectorgen: compiles a relational GNN model spec into CUDA kernels, host stubs and a Python module.
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <exception>
+#include <iostream>
+
+#include "driver/driver.h"
+
+int main(int argc, char** argv) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("hectorgen"));
+  spdlog::set_pattern("hectorgen: %l: %v");
+  spdlog::set_level(spdlog::level::warn);
+
+  hectorgen::driver::Options opts;
+  CLI::App app{"hectorgen: a compiler for relational graph neural networks (RGCN, RGAT, HGT) to CUDA"};
+  app.set_version_flag("--version", std::string("hectorgen ") + HECTORGEN_VERSION);
+  app.add_option("spec", opts.spec_path, "model spec (.yaml, .yml or .json)")->required();
+  app.add_option("-o,--output", opts.out_dir, "output directory ('-' or omitted: print to stdout)");
+  app.add_option("--emit", opts.emit, "what to emit")->check(CLI::IsMember({"all", "inter-ir"}));
+  app.add_option("--print-ir-after", opts.print_ir_after, "print the IR after a pass (or 'all') to stdout");
+  app.add_flag("-v,--verbose", opts.verbose, "log pipeline steps and pass timing to stderr");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 1;
+  }
+  try {
+    return hectorgen::driver::run(opts, std::cout, std::cerr);
+  } catch (const std::exception& e) {
+    std::cerr << "hectorgen: internal error: " << e.what() << "\n";
+    return 2;
+  } catch (...) {
+    std::cerr << "hectorgen: internal error\n";
+    return 2;
+  }
+}

@@ -1,0 +1,386 @@
+#include "spec/loader.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "dsl/parser.h"
+
+namespace hectorgen::spec {
+
+using namespace inter;
+
+Format detect_format(const std::string& path, const std::string& text) {
+  auto ends_with = [&](std::string_view suffix) {
+    return path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends_with(".json")) return Format::Json;
+  if (ends_with(".yaml") || ends_with(".yml")) return Format::Yaml;
+  size_t first = text.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && text[first] == '{' ? Format::Json : Format::Yaml;
+}
+
+namespace {
+
+class SchemaReader {
+ public:
+  SchemaReader(const SourceFile& f, Diagnostics& d) : f_(f), d_(d) {}
+
+  SourceLoc loc(const YAML::Node& n) const {
+    YAML::Mark m = n.Mark();
+    if (m.line < 0) return {&f_, 0, 0};
+    return {&f_, m.line + 1, m.column + 1};
+  }
+  SourceLoc key_loc(const YAML::const_iterator::value_type& kv) const { return loc(kv.first); }
+
+  void error(const YAML::Node& n, const char* kind, std::string msg) { d_.error(loc(n), kind, std::move(msg)); }
+
+  static const char* type_name(const YAML::Node& n) {
+    switch (n.Type()) {
+      case YAML::NodeType::Null: return "null";
+      case YAML::NodeType::Scalar: return "a scalar";
+      case YAML::NodeType::Sequence: return "a list";
+      case YAML::NodeType::Map: return "a mapping";
+      default: return "nothing";
+    }
+  }
+
+  bool expect_type(const YAML::Node& n, YAML::NodeType::value t, std::string_view what) {
+    if (n.Type() == t) return true;
+    const char* want = t == YAML::NodeType::Map ? "a mapping" : t == YAML::NodeType::Sequence ? "a list" : "a scalar";
+    error(n, "wrong-type", fmt::format("{} must be {}, got {}", what, want, type_name(n)));
+    return false;
+  }
+
+  // Iterates a mapping, rejecting duplicate and unknown keys.
+  template <class F>
+  void for_each_key(const YAML::Node& map, std::string_view what, std::initializer_list<std::string_view> known, F&& f) {
+    std::set<std::string> seen;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (!it->first.IsScalar()) {
+        error(it->first, "wrong-type", fmt::format("keys of {} must be names", what));
+        continue;
+      }
+      std::string key = it->first.Scalar();
+      if (!seen.insert(key).second) {
+        error(it->first, "duplicate-key", fmt::format("duplicate key '{}' in {}", key, what));
+        continue;
+      }
+      if (known.size() && std::find(known.begin(), known.end(), key) == known.end()) {
+        std::string list;
+        for (auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+        error(it->first, "unknown-key", fmt::format("unknown key '{}' in {} (expected one of: {})", key, what, list));
+        continue;
+      }
+      f(key, it->first, it->second);
+    }
+  }
+
+  std::optional<std::string> string_value(const YAML::Node& n, std::string_view what) {
+    if (!expect_type(n, YAML::NodeType::Scalar, what)) return std::nullopt;
+    return n.Scalar();
+  }
+
+  std::optional<bool> bool_value(const YAML::Node& n, std::string_view what) {
+    if (!expect_type(n, YAML::NodeType::Scalar, what)) return std::nullopt;
+    const std::string& s = n.Scalar();
+    if (s == "true" || s == "on" || s == "yes") return true;
+    if (s == "false" || s == "off" || s == "no") return false;
+    error(n, "wrong-type", fmt::format("{} must be true/false (or on/off), got '{}'", what, s));
+    return std::nullopt;
+  }
+
+  std::optional<int> int_value(const YAML::Node& n, std::string_view what, int lo, int hi) {
+    if (!expect_type(n, YAML::NodeType::Scalar, what)) return std::nullopt;
+    const std::string& s = n.Scalar();
+    char* end = nullptr;
+    long v = std::strtol(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0') {
+      error(n, "wrong-type", fmt::format("{} must be an integer, got '{}'", what, s));
+      return std::nullopt;
+    }
+    if (v < lo || v > hi) {
+      error(n, "bad-value", fmt::format("{} must be between {} and {}, got {}", what, lo, hi, v));
+      return std::nullopt;
+    }
+    return static_cast<int>(v);
+  }
+
+  // A scalar holding a number or a constant expression, parsed with the DSL's expression grammar.
+  ExprP expr_value(const YAML::Node& n, std::string_view what) {
+    if (!expect_type(n, YAML::NodeType::Scalar, what)) return nullptr;
+    dsl::ProgramText text;
+    text.text = n.Scalar();
+    text.file = &f_;
+    SourceLoc l = loc(n);
+    int quote = (n.Tag() == "!" ? 1 : 0);  // quoted scalars start one column later
+    text.origins.push_back({l.line, l.col - 1 + quote});
+    if (text.text.find('\n') != std::string::npos) {
+      error(n, "bad-value", fmt::format("{} must be on one line", what));
+      return nullptr;
+    }
+    return dsl::parse_expression(text, d_);
+  }
+
+  TensorDecl tensor(const std::string& name, const YAML::Node& key, const YAML::Node& n, std::string_view section,
+                    std::initializer_list<Per> allowed) {
+    TensorDecl t;
+    t.name = name;
+    t.loc = loc(key);
+    std::string what = fmt::format("{} '{}'", section, name);
+    if (!expect_type(n, YAML::NodeType::Map, what)) return t;
+    bool is_weight = section == "weight", is_input = section == "input";
+    bool has_per = false, has_shape = false;
+    std::initializer_list<std::string_view> known_input = {"per", "shape", "from_graph", "requires_grad", "doc"};
+    std::initializer_list<std::string_view> known_weight = {"per", "shape", "init", "requires_grad", "doc"};
+    std::initializer_list<std::string_view> known_output = {"per", "shape", "doc"};
+    for_each_key(n, what, is_input ? known_input : is_weight ? known_weight : known_output,
+                 [&](const std::string& k, const YAML::Node&, const YAML::Node& v) {
+      if (k == "per") {
+        has_per = true;
+        auto s = string_value(v, "'per'");
+        if (!s) return;
+        auto p = parse_per(*s);
+        if (!p || std::find(allowed.begin(), allowed.end(), *p) == allowed.end()) {
+          std::string list;
+          for (Per a : allowed) list += (list.empty() ? "" : ", ") + std::string(to_string(a));
+          error(v, "bad-value", fmt::format("{}: 'per' must be one of {}, got '{}'", what, list, *s));
+          return;
+        }
+        t.per = *p;
+      } else if (k == "shape") {
+        has_shape = true;
+        if (!expect_type(v, YAML::NodeType::Sequence, "'shape'")) return;
+        for (const YAML::Node& dim : v)
+          if (ExprP e = expr_value(dim, "a shape entry")) t.shape_exprs.push_back(e);
+      } else if (k == "from_graph") {
+        auto s = string_value(v, "'from_graph'");
+        if (!s) return;
+        if (*s != "inv_relation_in_degree") {
+          error(v, "bad-value", fmt::format("unknown graph quantity '{}' (known: inv_relation_in_degree)", *s));
+          return;
+        }
+        t.from_graph = *s;
+      } else if (k == "requires_grad") {
+        if (auto b = bool_value(v, "'requires_grad'")) t.requires_grad = *b;
+      } else if (k == "init") {
+        auto s = string_value(v, "'init'");
+        if (s && *s != "glorot" && *s != "ones" && *s != "zeros") {
+          error(v, "bad-value", fmt::format("'init' must be glorot, ones or zeros, got '{}'", *s));
+          return;
+        }
+        if (s) t.init = *s;
+      }
+    });
+    if (!has_per) d_.error(t.loc, "missing-field", fmt::format("{} is missing 'per'", what));
+    if (!has_shape) d_.error(t.loc, "missing-field", fmt::format("{} is missing 'shape'", what));
+    if (is_weight && t.init.empty()) t.init = "glorot";
+    return t;
+  }
+
+  void options(const YAML::Node& n, Options& o) {
+    if (!expect_type(n, YAML::NodeType::Map, "'options'")) return;
+    for_each_key(n, "'options'", {"materialization", "reorder", "dtype", "schedule"},
+                 [&](const std::string& k, const YAML::Node&, const YAML::Node& v) {
+      if (k == "materialization") {
+        auto s = string_value(v, "'materialization'");
+        if (!s) return;
+        if (auto m = parse_materialization(*s)) o.materialization = *m;
+        else error(v, "bad-value", fmt::format("'materialization' must be vanilla, compact or auto, got '{}'", *s));
+      } else if (k == "reorder") {
+        if (auto b = bool_value(v, "'reorder'")) o.reorder = *b;
+      } else if (k == "dtype") {
+        auto s = string_value(v, "'dtype'");
+        if (!s) return;
+        if (auto dt = parse_dtype(*s)) o.dtype = *dt;
+        else error(v, "bad-value", fmt::format("'dtype' must be fp32, tf32, bf16 or fp16, got '{}'", *s));
+      } else if (k == "schedule") {
+        if (!expect_type(v, YAML::NodeType::Map, "'schedule'")) return;
+        for_each_key(v, "'schedule'", {"gemm", "traversal"},
+                     [&](const std::string& sk, const YAML::Node&, const YAML::Node& sv) {
+          if (!expect_type(sv, YAML::NodeType::Map, fmt::format("'schedule.{}'", sk))) return;
+          if (sk == "gemm") {
+            for_each_key(sv, "'schedule.gemm'", {"tile", "coarsen", "launch_bounds"},
+                         [&](const std::string& gk, const YAML::Node&, const YAML::Node& gv) {
+              if (gk == "tile") {
+                if (auto t = int_value(gv, "'tile'", 8, 64)) {
+                  if (*t != 8 && *t != 16 && *t != 32 && *t != 64)
+                    error(gv, "bad-value", fmt::format("'tile' must be 8, 16, 32 or 64, got {}", *t));
+                  else o.schedule.gemm_tile = *t;
+                }
+              } else if (gk == "coarsen") {
+                if (auto c = int_value(gv, "'coarsen'", 1, 4)) {
+                  if (*c == 3) error(gv, "bad-value", "'coarsen' must be 1, 2 or 4, got 3");
+                  else o.schedule.gemm_coarsen = *c;
+                }
+              } else if (gk == "launch_bounds") {
+                if (auto b = int_value(gv, "'launch_bounds'", 1, 32)) o.schedule.launch_bounds = *b;
+              }
+            });
+          } else {
+            for_each_key(sv, "'schedule.traversal'", {"threads"},
+                         [&](const std::string&, const YAML::Node&, const YAML::Node& tv) {
+              if (auto t = int_value(tv, "'threads'", 32, 1024)) {
+                if (*t % 32) error(tv, "bad-value", "'threads' must be a multiple of 32");
+                else o.schedule.traversal_threads = *t;
+              }
+            });
+          }
+        });
+      }
+    });
+  }
+
+  // The program: a YAML block scalar (lines map 1:1 into the file), a string, or a list of line strings.
+  std::optional<dsl::ProgramText> program(const YAML::Node& n) {
+    dsl::ProgramText p;
+    p.file = &f_;
+    if (n.IsSequence()) {
+      for (const YAML::Node& line : n) {
+        if (!expect_type(line, YAML::NodeType::Scalar, "each line of 'program'")) return std::nullopt;
+        if (line.Scalar().find('\n') != std::string::npos) {
+          error(line, "bad-value", "a line of 'program' must not contain a newline");
+          return std::nullopt;
+        }
+        SourceLoc l = loc(line);
+        p.text += line.Scalar() + "\n";
+        p.origins.push_back({l.line, l.col});  // the opening quote takes one column
+      }
+      return p;
+    }
+    if (!expect_type(n, YAML::NodeType::Scalar, "'program'")) return std::nullopt;
+    p.text = n.Scalar();
+    SourceLoc l = loc(n);
+    std::string_view head = f_.line(l.line);
+    bool block = l.col - 1 < static_cast<int>(head.size()) && (head[l.col - 1] == '|' || head[l.col - 1] == '>');
+    int nlines = 1 + static_cast<int>(std::count(p.text.begin(), p.text.end(), '\n'));
+    if (block) {
+      // Block scalar: content starts on the next line; its indentation is that of the first non-blank line.
+      int indent = -1;
+      for (int fl = l.line + 1; fl <= f_.line_count() && indent < 0; ++fl) {
+        std::string_view s = f_.line(fl);
+        size_t first = s.find_first_not_of(' ');
+        if (first != std::string_view::npos) indent = static_cast<int>(first);
+      }
+      if (indent < 0) indent = 0;
+      for (int i = 0; i < nlines; ++i) p.origins.push_back({l.line + 1 + i, indent});
+    } else {
+      // Flow scalar: positions inside it are approximate (escapes); point into the string's line.
+      int quote = (n.Tag() == "!" ? 1 : 0);
+      for (int i = 0; i < nlines; ++i) p.origins.push_back({l.line, l.col - 1 + quote});
+    }
+    return p;
+  }
+
+  std::optional<LoadedSpec> run(const YAML::Node& root) {
+    LoadedSpec out;
+    out.decl.loc = {&f_, 1, 1};
+    if (!root.IsMap()) {
+      d_.error(root.IsDefined() && !root.IsNull() ? loc(root) : SourceLoc{&f_, 1, 1}, "wrong-type",
+               "a model spec must be a mapping with keys such as 'model', 'weights' and 'program'");
+      return std::nullopt;
+    }
+    bool has_model = false, has_program = false;
+    for_each_key(root, "the spec",
+                 {"model", "description", "hyper", "inputs", "weights", "outputs", "options", "program"},
+                 [&](const std::string& k, const YAML::Node& key, const YAML::Node& v) {
+      if (k == "model") {
+        has_model = true;
+        auto s = string_value(v, "'model'");
+        if (!s) return;
+        bool ident = !s->empty() && !std::isdigit(static_cast<unsigned char>((*s)[0])) &&
+                     std::all_of(s->begin(), s->end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+        if (!ident) error(v, "bad-value", fmt::format("model name '{}' must be an identifier ([A-Za-z_][A-Za-z0-9_]*)", *s));
+        out.decl.name = *s;
+        out.decl.loc = loc(key);
+      } else if (k == "description") {
+        string_value(v, "'description'");
+      } else if (k == "hyper") {
+        if (!expect_type(v, YAML::NodeType::Map, "'hyper'")) return;
+        for_each_key(v, "'hyper'", {}, [&](const std::string& name, const YAML::Node& hk, const YAML::Node& hv) {
+          HyperParam h;
+          h.name = name;
+          h.loc = loc(hk);
+          h.expr = expr_value(hv, fmt::format("hyper-parameter '{}'", name));
+          if (h.expr) out.decl.hyper.push_back(std::move(h));
+        });
+      } else if (k == "inputs" || k == "weights" || k == "outputs") {
+        if (!expect_type(v, YAML::NodeType::Map, fmt::format("'{}'", k))) return;
+        std::string section = k.substr(0, k.size() - 1);
+        auto& list = k == "inputs" ? out.decl.inputs : k == "weights" ? out.decl.weights : out.decl.outputs;
+        std::initializer_list<Per> allowed_data = {Per::Node, Per::Edge};
+        std::initializer_list<Per> allowed_weight = {Per::Etype, Per::Ntype, Per::None};
+        for_each_key(v, fmt::format("'{}'", k), {}, [&](const std::string& name, const YAML::Node& tk, const YAML::Node& tv) {
+          list.push_back(tensor(name, tk, tv, section, k == "weights" ? allowed_weight : allowed_data));
+        });
+      } else if (k == "options") {
+        options(v, out.decl.options);
+      } else if (k == "program") {
+        has_program = true;
+        if (auto p = program(v)) out.program = std::move(*p);
+      }
+    });
+    if (!has_model) d_.error({&f_, 1, 1}, "missing-field", "the spec is missing 'model'");
+    if (!has_program) d_.error({&f_, 1, 1}, "missing-field", "the spec is missing 'program'");
+    if (out.decl.outputs.empty() && has_program)
+      d_.error({&f_, 1, 1}, "missing-field", "the spec declares no 'outputs'");
+    if (d_.has_errors()) return std::nullopt;
+    if (!dsl::evaluate_declarations(out.decl, d_)) return std::nullopt;
+    return out;
+  }
+
+ private:
+  const SourceFile& f_;
+  Diagnostics& d_;
+};
+
+// JSON is checked with a strict JSON parser first (YAML would accept more than JSON allows).
+bool check_json_syntax(const SourceFile& file, Diagnostics& diags) {
+  try {
+    [[maybe_unused]] auto doc = nlohmann::json::parse(file.text());
+    return true;
+  } catch (const nlohmann::json::parse_error& e) {
+    auto [line, col] = file.position(e.byte > 0 ? e.byte - 1 : 0);
+    std::string msg = e.what();
+    // nlohmann's message: "[json.exception.parse_error.101] parse error at line 3, column 5: <detail>"
+    size_t colon = msg.find(": ", msg.find("parse error"));
+    std::string detail = colon != std::string::npos ? msg.substr(colon + 2) : msg;
+    diags.error({&file, line, col}, "json-syntax", detail);
+    return false;
+  }
+}
+
+}  // namespace
+
+std::optional<LoadedSpec> load_spec(const SourceFile& file, Diagnostics& diags) {
+  Format fmt = detect_format(file.path(), file.text());
+  if (fmt == Format::Json && !check_json_syntax(file, diags)) return std::nullopt;
+  YAML::Node root;
+  try {
+    root = YAML::Load(file.text());
+  } catch (const YAML::Exception& e) {
+    SourceLoc l{&file, e.mark.line >= 0 ? e.mark.line + 1 : 1, e.mark.column >= 0 ? e.mark.column + 1 : 1};
+    if (l.line > file.line_count()) l = {&file, file.line_count(), 1};
+    diags.error(l, fmt == Format::Json ? "json-syntax" : "yaml-syntax", e.msg);
+    return std::nullopt;
+  }
+  try {
+    return SchemaReader(file, diags).run(root);
+  } catch (const YAML::Exception& e) {  // defensive: yaml-cpp throws on some malformed nodes
+    diags.error({&file, e.mark.line + 1, e.mark.column + 1}, "yaml-syntax", e.msg);
+    return std::nullopt;
+  }
+}
+
+std::optional<Module> load_module(const SourceFile& file, Diagnostics& diags) {
+  auto spec = load_spec(file, diags);
+  if (!spec) return std::nullopt;
+  Module m;
+  m.decl = std::move(spec->decl);
+  if (!dsl::parse_program(spec->program, m, diags)) return std::nullopt;
+  return m;
+}
+
+}  // namespace hectorgen::spec
