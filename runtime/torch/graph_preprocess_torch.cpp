@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <climits>
 #include <sstream>
 
@@ -272,14 +273,15 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
                     "build_inv_relation_in_degree");
       result["inv_relation_in_degree"] = inv_relation_in_degree;
     }
-
   }
 
   // Node type segments are queued last: deriving num_ntypes may synchronise.
   if ((wanted & kNtypePtr) != 0) {
     const at::Tensor ntype32 = as_int32(*ntype, INT32_MAX, stream);
     if (num_ntypes == -1) {
-      num_ntypes = num_nodes > 0 ? std::max<int64_t>(ntype32.max().item<int32_t>() + int64_t{1}, 1) : 1;  // host sync
+      // One host synchronisation. Out-of-range entries (negative here) are reported by validation.
+      num_ntypes = num_nodes > 0 ? std::max<int64_t>(ntype32.max().item<int32_t>() + int64_t{1}, 1) : 1;
+      TORCH_CHECK(num_ntypes <= kMaxCount, "hectorgen preprocess: derived num_ntypes ", num_ntypes, " is too large");
     }
     const at::Tensor ntype_ptr = new_int32(num_ntypes + 1, options);
     HG_CUDA_CHECK(build_ntype_ptr(i32(ntype32), n, static_cast<int32_t>(num_ntypes), i32(ntype_ptr),

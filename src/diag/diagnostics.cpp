@@ -7,6 +7,11 @@
 namespace hectorgen {
 
 void Diagnostics::error(SourceLoc loc, std::string kind, std::string message) {
+  // The same error at the same place (e.g. from a function inlined twice) is reported once.
+  for (const auto& d : diags_)
+    if (d.severity == Severity::Error && d.loc.file == loc.file && d.loc.line == loc.line && d.loc.col == loc.col &&
+        d.message == message)
+      return;
   ++error_count_;
   if (error_count_ > kMaxErrors) return;
   diags_.push_back({Severity::Error, loc, std::move(message), std::move(kind)});

@@ -1,0 +1,176 @@
+#include <catch2/catch.hpp>
+
+#include "dsl/parser.h"
+#include "helpers.h"
+#include "ir/inter/printer.h"
+#include "ir/inter/verifier.h"
+#include "passes/passes.h"
+#include "spec/loader.h"
+
+using namespace hectorgen;
+using namespace hectorgen::test;
+
+TEST_CASE("bundled specs compile without diagnostics", "[frontend]") {
+  for (const char* spec : {"rgcn.yaml", "rgat.yaml", "hgt.yaml", "rgcn.json"}) {
+    CAPTURE(spec);
+    auto c = compile_spec(spec);
+    INFO(c->rendered());
+    REQUIRE(c->module);
+    CHECK(c->diags.all().empty());
+  }
+}
+
+TEST_CASE("printed IR parses back to the same IR, byte for byte", "[frontend][roundtrip]") {
+  for (const char* spec : {"rgcn.yaml", "rgat.yaml", "hgt.yaml"}) {
+    CAPTURE(spec);
+    // Before inlining (functions kept) and after the front end (inlined, verified).
+    SourceFile file(spec_path(spec), read_file(spec_path(spec)));
+    Diagnostics diags;
+    auto parsed = spec::load_module(file, diags);
+    REQUIRE(parsed);
+    auto inlined = compile_spec(spec);
+    REQUIRE(inlined->module);
+    for (const inter::Module* m : {&*parsed, &*inlined->module}) {
+      std::string first = inter::print_module(*m);
+      SourceFile printed("<printed>", first);
+      dsl::ProgramText text{first, &printed, {}};
+      Diagnostics d2;
+      auto reparsed = dsl::parse_module(text, d2);
+      std::ostringstream err;
+      d2.render(err);
+      INFO(err.str());
+      REQUIRE(reparsed);
+      CHECK(inter::print_module(*reparsed) == first);
+      REQUIRE(reparsed->body.size() == m->body.size());
+      for (size_t i = 0; i < m->body.size(); ++i) CHECK(inter::equal(reparsed->body[i], m->body[i]));
+    }
+  }
+}
+
+TEST_CASE("the JSON and YAML front ends build the same IR", "[frontend]") {
+  auto yaml = compile_spec("rgcn.yaml");
+  auto json = compile_spec("rgcn.json");
+  REQUIRE(yaml->module);
+  REQUIRE(json->module);
+  CHECK(inter::print_module(*yaml->module) == inter::print_module(*json->module));
+}
+
+TEST_CASE("the verifier infers domains and shapes", "[verifier]") {
+  auto c = compile_spec("rgat.yaml");
+  REQUIRE(c->module);
+  inter::Analysis a;
+  Diagnostics d;
+  REQUIRE(inter::verify(*c->module, d, &a));
+  const auto& first_loop = c->module->body[0];
+  // hs depends only on the source node and the edge type: compact-materialisable.
+  CHECK(a.assigned.at(first_loop->body[0].get()).str() == "src_etype[1, 64]");
+  CHECK(a.assigned.at(first_loop->body[1].get()).str() == "edge[1, 64]");
+  CHECK(a.assigned.at(first_loop->body[3].get()).str() == "edge[1]");
+  CHECK(a.node_fields.at("h").shape == std::vector<int64_t>{1, 64});
+  CHECK(a.edge_fields.at("att").shape == std::vector<int64_t>{1});
+}
+
+// Each case: a text edit to a bundled spec, and the diagnostic it must produce (kind and position).
+struct Rejection {
+  const char* spec;
+  const char* from;
+  const char* to;
+  const char* kind;
+  int line;
+  int col;
+};
+
+TEST_CASE("the verifier rejects ill-formed programs at the right position", "[verifier][diagnostics]") {
+  const Rejection cases[] = {
+      // undefined names
+      {"rgcn.yaml", "e.src.feature * W[e.etype]", "e.src.feature * Wx[e.etype]", "undefined-name", 25, 47},
+      {"rgat.yaml", "e[\"msg\"] = hs", "e[\"msg\"] = hz", "undefined-name", 38, 18},
+      // shape mismatches
+      {"rgat.yaml", "dot(hs, w_s[e.etype])", "dot(e.src.feature, w_s[e.etype])", "shape-mismatch", 39, 28},
+      {"rgcn.yaml", "n[\"h\"] = n.feature * W0", "n[\"h\"] = concat(n.feature, n.feature) * W0", "shape-mismatch", 23, 45},
+      // an edge value in a node loop without aggregation
+      {"rgcn.yaml", "n[\"h\"] += e.norm", "n[\"h\"] = e.norm", "needs-aggregation", 25, 11},
+      {"hgt.yaml", "n[\"h\"] = reshape(n[\"agg\"]", "n[\"h\"] = e[\"msg\"] + reshape(n[\"agg\"]", "undefined-name", 48, 16},
+      // wrong weight indexing
+      {"rgcn.yaml", "W[e.etype]", "W[e.src.ntype]", "weight-indexing", 25, 55},
+      {"rgcn.yaml", "n.feature * W0", "n.feature * W0[n.ntype]", "weight-indexing", 23, 30},
+      {"rgcn.yaml", "* W[e.etype]", "* W", "weight-indexing", 25, 47},
+      // unknown functions
+      {"rgat.yaml", "exp(e[att])", "expo(e[att])", "unknown-function", 27, 20},
+      // misc
+      {"rgcn.yaml", "n.incoming_edges()", "n.incoming()", "unknown-iterator", 24, 18},
+      {"rgat.yaml", "edge_softmax(g, \"att\")", "edge_softmax(g)", "wrong-arguments", 40, 3},
+  };
+  for (const Rejection& r : cases) {
+    CAPTURE(r.spec, r.to);
+    auto c = compile_text(spec_path(r.spec), replace(read_file(spec_path(r.spec)), r.from, r.to));
+    INFO(c->rendered());
+    REQUIRE_FALSE(c->module);
+    REQUIRE(c->diags.has_errors());
+    const Diagnostic& d = c->diags.all().front();
+    CHECK(d.kind == r.kind);
+    CHECK(d.loc.line == r.line);
+    CHECK(d.loc.col == r.col);
+  }
+}
+
+TEST_CASE("edge values in node loops need aggregation", "[verifier]") {
+  std::string text = read_file(spec_path("hgt.yaml"));
+  // Use an edge local outside the inner edge loop.
+  text = replace(text, "      n[\"h\"] = reshape(n[\"agg\"], heads * d_k) * W_a[n.ntype]",
+                 "      n[\"h\"] = reshape(n[\"agg\"], heads * d_k) * W_a[n.ntype]\n"
+                 "  for n in g.dst_nodes():\n"
+                 "      for e in n.incoming_edges():\n"
+                 "          m = e[\"msg\"]\n"
+                 "      n[\"z\"] = m");
+  auto c = compile_text("hgt_bad.yaml", text);
+  REQUIRE_FALSE(c->module);
+  CHECK(c->diags.all().front().kind == "undefined-name");  // m is scoped to the edge loop
+
+  std::string text2 = replace(read_file(spec_path("rgat.yaml")), "          n[\"h\"] += e[\"att\"] * e[\"msg\"]",
+                              "          n[\"h\"] += e[\"att\"] * e[\"msg\"]\n      n[\"bad\"] = n.feature * W[n.ntype]");
+  auto c2 = compile_text("rgat_bad.yaml", text2);
+  REQUIRE_FALSE(c2->module);
+  CHECK(c2->diags.all().front().kind == "weight-indexing");
+}
+
+TEST_CASE("schema errors point at the key or value", "[spec][diagnostics]") {
+  struct Case {
+    const char* from;
+    const char* to;
+    const char* kind;
+    int line;
+    int col;
+  };
+  const Case cases[] = {
+      {"  materialization: vanilla", "  materialisation: vanilla", "unknown-key", 18, 3},
+      {"  dtype: fp32", "  dtype: fp64", "bad-value", 20, 10},
+      {"  W: {per: etype, shape: [in_dim, out_dim]}", "  W: {per: etype}", "missing-field", 14, 3},
+      {"  in_dim: 64", "  in_dim: [64]", "wrong-type", 6, 11},
+      {"  out_dim: 64", "  out_dim: in_dim / 0", "division-by-zero", 7, 19},
+      {"shape: [in_dim, out_dim]}\noutputs", "shape: [in_dim, -3]}\noutputs", "bad-shape", 14, 35},
+      {"model: rgcn", "model: 3rgcn", "bad-value", 4, 8},
+      {"program: |", "programme: |", "unknown-key", 21, 1},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(k.to);
+    auto c = compile_text("specs/rgcn.yaml", replace(read_file(spec_path("rgcn.yaml")), k.from, k.to));
+    INFO(c->rendered());
+    REQUIRE_FALSE(c->module);
+    const Diagnostic& d = c->diags.all().front();
+    CHECK(d.kind == k.kind);
+    CHECK(d.loc.line == k.line);
+    CHECK(d.loc.col == k.col);
+  }
+}
+
+TEST_CASE("DSL positions map to the real line and column in the spec file", "[spec][diagnostics]") {
+  auto c = compile_text("specs/rgat.yaml", replace(read_file(spec_path("rgat.yaml")), "ht = reshape(", "ht = reshape($"));
+  REQUIRE_FALSE(c->module);
+  const Diagnostic& d = c->diags.all().front();
+  CHECK(d.kind == "bad-character");
+  CHECK(d.loc.line == 37);
+  CHECK(d.loc.col == 20);
+  CHECK(c->rendered().find("specs/rgat.yaml:37:20: error: unexpected character '$' [bad-character]\n"
+                           "   37 |       ht = reshape($e.dst.feature") != std::string::npos);
+}

@@ -5,21 +5,20 @@
 // *etype-sorted edge order*: edge position p in [0, E) of the stably etype-sorted COO. Generated kernels
 // store per-edge data in that order, and `perm` maps it back to the caller's edge ids.
 //
-//   layout                  arrays (length)                                  meaning
-//   etype-sorted COO        perm [E]                                         caller edge id at sorted position p
-//                           src, dst, etype [E]                              endpoints / type at position p
-//                           etype_ptr [R+1]                                  positions of relation r: [ptr[r], ptr[r+1])
-//   CSR by destination      row_ptr [N+1]                                    incoming edges of node v: [ptr[v], ptr[v+1])
-//   (incoming edges)        col_idx [E]   = src of the edge                  rows ordered by (etype, p)
-//                           col_eid [E]   = p (position in etype-sorted order)
-//                           col_etype [E]
-//   CSR by source           same arrays, row = src, col_idx = dst            outgoing edges of node u
-//   compact mapping         unique_node [U]                                  unique (node, etype) pairs, ordered by
-//   (compact                unique_etype_ptr [R+1]                           (etype, node); node is src (or dst);
-//    materialization)       edge_to_unique [E]                               row of edge p in the compact tensor
-//   inverse relation        inv_relation_in_degree [E] (float)               1 / |{e': dst[e']==dst[p], etype[e']==etype[p]}|
-//   in-degree                                                                (RGCN's 1/c_{v,r})
-//   node type segments      ntype_ptr [T+1]                                  nodes of type t: [ptr[t], ptr[t+1])
+//   etype-sorted COO    perm [E]                 caller edge id at sorted position p
+//                       src, dst, etype [E]      endpoints and type at position p (etype non-decreasing)
+//                       etype_ptr [R+1]          relation r occupies positions [etype_ptr[r], etype_ptr[r+1])
+//   CSR by destination  row_ptr [N+1]            incoming edges of node v: [row_ptr[v], row_ptr[v+1])
+//   (incoming edges)    col_idx [E]              src of each edge; a row is ordered by (etype, p)
+//                       col_eid [E]              p, the edge's position in the etype-sorted order
+//                       col_etype [E]            etype of each edge
+//   CSR by source       same arrays with row = src and col_idx = dst (outgoing edges)
+//   compact mapping     unique_node [U]          the unique (node, etype) pairs ordered by (etype, node), where
+//   (Hector's compact   unique_etype_ptr [R+1]   node is the src (or the dst) of an edge; relation r owns rows
+//    materialization)   edge_to_unique [E]       [unique_etype_ptr[r], unique_etype_ptr[r+1]); row of edge p
+//   inverse relation    inv_relation_in_degree   [E] float: 1 / |{e : dst[e] == dst[p], etype[e] == etype[p]}|,
+//   in-degree                                    RGCN's 1/c_{v,r}
+//   node type segments  ntype_ptr [T+1]          nodes of type t: [ntype_ptr[t], ntype_ptr[t+1])
 //
 // Conventions shared by every function below:
 //   * All pointers are device pointers; all indices are int32. Counts must satisfy

@@ -82,6 +82,10 @@ class Interpreter {
     try {
       check_inputs();
       build_adjacency();
+      // Every field starts at zero: `+=` into a field accumulates from 0, and a node without incoming
+      // edges keeps 0 in what its edges would have aggregated.
+      for (const auto& [name, f] : a_.node_fields) node_fields_[name] = Tensor64::zeros(rows(g_.num_nodes, f.shape));
+      for (const auto& [name, f] : a_.edge_fields) edge_fields_[name] = Tensor64::zeros(rows(g_.num_edges(), f.shape));
       for (const StmtP& s : m_.body) top_loop(*s);
       for (const TensorDecl& o : m_.decl.outputs) {
         auto& fields = o.per == Per::Edge ? edge_fields_ : node_fields_;
@@ -128,6 +132,12 @@ class Interpreter {
     };
     for (const auto& d : m_.decl.inputs) need(d);
     for (const auto& d : m_.decl.weights) need(d);
+  }
+
+  static std::vector<int64_t> rows(int64_t n, const std::vector<int64_t>& shape) {
+    std::vector<int64_t> s{n};
+    s.insert(s.end(), shape.begin(), shape.end());
+    return s;
   }
 
   const Tensor64& tensor(const std::string& name) const {

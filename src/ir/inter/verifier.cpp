@@ -60,7 +60,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 std::string suggest(const std::string& name, const std::vector<std::string>& candidates) {
   std::string best;
-  size_t best_d = 3;
+  size_t best_d = std::max<size_t>(1, name.size() / 3) + 1;
   for (const auto& c : candidates) {
     size_t d = edit_distance(name, c);
     if (d < best_d) { best_d = d; best = c; }
@@ -95,6 +95,7 @@ class Verifier {
   bool run() {
     int before = d_.error_count();
     for (const StmtP& s : m_.body) stmt(*s);
+    if (d_.error_count() != before) return false;  // later checks would only echo earlier errors
     for (const TensorDecl& o : m_.decl.outputs) {
       auto& fields = o.per == Per::Edge ? a_.edge_fields : a_.node_fields;
       auto it = fields.find(o.name);
@@ -106,6 +107,7 @@ class Verifier {
         d_.error(o.loc, "output-mismatch", fmt::format("output '{}' is declared with shape {}, but the program computes shape {}",
                                                        o.name, shape_str(o.shape), shape_str(it->second.shape)));
     }
+    if (d_.error_count() != before) return false;  // unused/unwritten follow from earlier errors
     for (const TensorDecl& w : m_.decl.weights)
       if (!used_.count(w.name)) d_.warning(w.loc, "unused", fmt::format("weight '{}' is never used", w.name));
     for (const TensorDecl& i : m_.decl.inputs)
@@ -176,8 +178,13 @@ class Verifier {
       return;
     }
     std::optional<Type> value = tensor(s.value, "the assigned value");
-    if (!value) return;
     const Expr& t = *s.target;
+    if (!value) {
+      // Remember the failed definition so its uses do not report again.
+      if (t.kind == ExprKind::Name) poisoned_.insert(t.name);
+      if (t.kind == ExprKind::Index && t.args[1]->kind == ExprKind::String) poisoned_.insert("\"" + t.args[1]->name);
+      return;
+    }
     if (t.kind == ExprKind::Name) return assign_local(s, t, *value);
     if (t.kind == ExprKind::Attr) {
       d_.error(t.loc, "read-only", fmt::format("'{}' is read-only; produced data are written as x[\"name\"]", print_target(t)));
@@ -360,6 +367,7 @@ class Verifier {
   std::optional<Val> name(const ExprP& e) {
     const std::string& n = e->name;
     if (Type* t = find_local(n)) return Val{*t};
+    if (poisoned_.count(n)) return std::nullopt;
     if (const Loop* l = find_loop(n)) {
       if (l->edge()) return Val{EdgeRef{n}};
       return Val{NodeRef{NodeRole::Loop, n}};
@@ -463,6 +471,7 @@ class Verifier {
       }
       auto& fields = is_edge ? a_.edge_fields : a_.node_fields;
       auto it = fields.find(key->name);
+      if (it == fields.end() && poisoned_.count("\"" + key->name)) return std::nullopt;
       if (it == fields.end()) {
         auto& other = is_edge ? a_.node_fields : a_.edge_fields;
         if (other.count(key->name))
@@ -753,6 +762,7 @@ class Verifier {
   std::vector<std::set<std::string>> aggregating_;  // per loop: node fields scattered into
   std::set<std::string> used_;
   std::set<std::string> read_;
+  std::set<std::string> poisoned_;  // locals (name) and fields ("\"name") whose definition failed
 };
 
 }  // namespace
