@@ -8,6 +8,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "driver/reference_io.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
 #include "passes/passes.h"
@@ -87,6 +88,14 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
   auto m = frontend(spec, diags, opts, out);
   diags.render(err);
   if (!m) return 1;
+
+  if (!opts.reference_dir.empty()) {
+    if (std::string e = run_reference(*m, opts.reference_dir); !e.empty()) {
+      err << "hectorgen: error: reference: " << e << "\n";
+      return 1;
+    }
+    return 0;
+  }
 
   inter::Analysis analysis;
   inter::verify(*m, diags, &analysis);
