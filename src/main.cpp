@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("hectorgen ") + HECTORGEN_VERSION);
   app.add_option("spec", opts.spec_path, "model spec (.yaml, .yml or .json)")->required();
   app.add_option("-o,--output", opts.out_dir, "output directory ('-' or omitted: print to stdout)");
-  app.add_option("--emit", opts.emit, "what to emit")->check(CLI::IsMember({"all", "inter-ir"}));
+  app.add_option("--emit", opts.emit, "what to emit")->check(CLI::IsMember({"all", "inter-ir", "intra-ir"}));
   app.add_option("--print-ir-after", opts.print_ir_after, "print the IR after a pass (or 'all') to stdout");
   app.add_option("--reference", opts.reference_dir,
                  "run the float64 CPU reference on DIR/meta.json (see driver/reference_io.h) instead of generating");

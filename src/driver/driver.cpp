@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "driver/reference_io.h"
+#include "emit/emit.h"
+#include "emit/printer.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
 #include "passes/passes.h"
@@ -17,7 +19,7 @@
 namespace hectorgen::driver {
 
 const std::vector<std::string>& pass_names() {
-  static const std::vector<std::string> names = {"parse", "inline-functions", "verify"};
+  static const std::vector<std::string> names = {"parse", "inline-functions", "verify", "fuse-loops", "lower"};
   return names;
 }
 
@@ -97,11 +99,37 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
     return 0;
   }
 
+  // ---- optimisation and lowering ---------------------------------------------------------------
+  PassLog passes(opts, out);
+  inter::Module fused = passes::fuse_loops(*m);
   inter::Analysis analysis;
-  inter::verify(*m, diags, &analysis);
+  if (!inter::verify(fused, diags, &analysis)) {
+    diags.render(err);
+    err << "hectorgen: internal error: the IR does not verify after fuse-loops\n";
+    return 2;
+  }
+  passes.after("fuse-loops", fused, &analysis);
   OutputSet files;
-  if (opts.emit == "inter-ir" || opts.emit == "all")
-    files.add(m->decl.name + ".inter.ir", PassLog::print(*m, &analysis));
+  files.add(m->decl.name + ".inter.ir", PassLog::print(fused, &analysis));
+  if (opts.emit != "inter-ir") {
+    Diagnostics lower_diags;
+    auto program = passes::lower(fused, analysis, lower_diags);
+    lower_diags.render(err);
+    if (!program) return 1;
+    if (std::string e = intra::verify_program(*program); !e.empty()) {
+      err << "hectorgen: internal error: intra-operator IR: " << e << "\n";
+      return 2;
+    }
+    if (opts.print_ir_after == "lower" || opts.print_ir_after == "all")
+      out << "# ---- IR after lower ----\n" << intra::print_program(*program);
+    emit::EmitContext ctx{opts.spec_path, HECTORGEN_VERSION};
+    if (opts.emit == "intra-ir") {
+      files = OutputSet{};
+      files.add(m->decl.name + ".intra.ir", intra::print_program(*program));
+    } else {
+      emit::emit_all(*program, ctx, files);
+    }
+  }
 
   if (opts.out_dir.empty() || opts.out_dir == "-") {
     for (const auto& [_, content] : files.files()) out << content;

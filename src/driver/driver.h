@@ -15,7 +15,7 @@ namespace hectorgen::driver {
 struct Options {
   std::string spec_path;
   std::string out_dir;           // empty or "-": print the single emitted file to stdout
-  std::string emit = "all";      // all | inter-ir
+  std::string emit = "all";      // all | inter-ir | intra-ir
   std::string print_ir_after;    // a pass name, or "all"
   std::string reference_dir;     // run the float64 CPU reference on tensors in this directory
   bool verbose = false;

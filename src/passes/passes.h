@@ -13,3 +13,23 @@ namespace hectorgen::passes {
 inter::Module inline_functions(const inter::Module& m, Diagnostics& diags);
 
 }  // namespace hectorgen::passes
+
+#include <optional>
+
+#include "ir/inter/verifier.h"
+#include "ir/intra/intra.h"
+
+namespace hectorgen::passes {
+
+// Lowers a verified module to kernels, greedily by preference: linear transforms become GEMM instances
+// (fusing a following per-row scale and scatter-aggregation into the GEMM when the statement has that
+// shape), the remaining statements of each loop nest become one traversal instance (split only where a
+// GEMM needs a value the loop computes). Locals used inside one instance stay in registers.
+std::optional<intra::Program> lower(const inter::Module& m, const inter::Analysis& a, Diagnostics& diags);
+
+// Canonicalises loops with the graph-semantic rule (an edge loop is a loop over the destination nodes'
+// incoming edges) and fuses adjacent loop nests when no element reads what another element of the
+// same loop writes. Returns the rewritten module (verified by the caller).
+inter::Module fuse_loops(const inter::Module& m);
+
+}  // namespace hectorgen::passes

@@ -1,0 +1,32 @@
+// Emitters: from the intra-operator IR to the files of docs/generated_api.md.
+#pragma once
+
+#include <string>
+
+#include "driver/output.h"
+#include "ir/intra/intra.h"
+
+namespace hectorgen::emit {
+
+struct EmitContext {
+  std::string spec_name;  // as shown in banners (the spec's path as given)
+  std::string version;
+};
+
+// Adds every generated file for `p` to `out`: kernels (.cu/.h), host stubs, Python module, CMakeLists,
+// manifest. Throws TemplateError/logic_error on internal inconsistencies (exit code 2).
+void emit_all(const intra::Program& p, const EmitContext& ctx, driver::OutputSet& out);
+
+// Individual emitters (used by emit_all and the tests).
+std::string emit_kernels_cu(const intra::Program& p, const EmitContext& ctx);
+std::string emit_kernels_h(const intra::Program& p, const EmitContext& ctx);
+std::string emit_host_cpp(const intra::Program& p, const EmitContext& ctx);
+std::string emit_python(const intra::Program& p, const EmitContext& ctx);
+std::string emit_cmake(const intra::Program& p, const EmitContext& ctx);
+std::string emit_manifest(const intra::Program& p, const EmitContext& ctx);
+
+// Graph arrays (struct fields / op arguments) the program needs, in a fixed order.
+std::vector<std::string> graph_arrays(const intra::Program& p);
+std::string capitalize(const std::string& s);
+
+}  // namespace hectorgen::emit

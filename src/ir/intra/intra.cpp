@@ -1,0 +1,90 @@
+#include <fmt/format.h>
+
+#include <set>
+
+#include "ir/inter/printer.h"
+#include "ir/inter/verifier.h"
+#include "ir/intra/intra.h"
+
+namespace hectorgen::intra {
+
+const TensorInfo* Program::find(const std::string& name) const {
+  for (const TensorInfo& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+static const char* role_name(Role r) {
+  switch (r) {
+    case Role::Input: return "input";
+    case Role::Weight: return "weight";
+    case Role::Output: return "output";
+    case Role::Field: return "field";
+    case Role::Temp: return "temp";
+  }
+  return "?";
+}
+
+std::string print_program(const Program& p) {
+  std::string out = fmt::format("# hectorgen intra-operator IR\nmodel {}\n", p.model);
+  std::string lay;
+  for (const auto& l : p.layouts) lay += (lay.empty() ? "" : ", ") + l;
+  out += fmt::format("layouts {}\n", lay);
+  for (const TensorInfo& t : p.tensors)
+    out += fmt::format("tensor {}: {} {}{}{}\n", t.name, role_name(t.role), inter::to_string(t.per), inter::shape_str(t.shape),
+                       t.zero_init ? " zero_init" : "");
+  for (const Kernel& k : p.kernels) {
+    out += "\n";
+    if (k.kind == Kernel::Kind::Gemm) {
+      const GemmInstance& g = k.gemm;
+      const char* gather = g.gather == Gather::None ? "" : g.gather == Gather::Src ? "src" : "dst";
+      const char* seg = g.segments == Segments::None ? "-" : g.segments == Segments::Etype ? "etype" : "ntype";
+      std::string x = g.gather == Gather::None ? fmt::format("{}[row]", g.x) : fmt::format("{}[{}[row]]", g.x, gather);
+      std::string y = g.scatter_dst ? fmt::format("{}[dst[row]] +=", g.y) : fmt::format("{}[row] =", g.y);
+      out += fmt::format("gemm {}:  {} {} · {}[{}]{}\n", g.name, y, x, g.w, seg,
+                         g.row_scalar.empty() ? "" : fmt::format(" * {}[row]", g.row_scalar));
+      out += fmt::format("    rows={} heads={} k={} n={} tile={} coarsen={}{}{}\n", g.edge_rows ? "edges" : "nodes", g.heads,
+                         g.k, g.n, g.tile, g.coarsen, g.scatter_dst ? " store=atomic" : " store=plain",
+                         g.launch_bounds ? fmt::format(" launch_bounds={}", *g.launch_bounds) : "");
+      out += fmt::format("    from: {}\n", g.source);
+    } else {
+      const TraversalInstance& t = k.trav;
+      out += fmt::format("traversal {}:  threads={} one warp per {}\n", t.name, t.threads,
+                         inter::is_edge_loop(t.loop->loop) ? "edge" : "node");
+      for (const auto& [local, tensor] : t.materialized) out += fmt::format("    local {} -> {}\n", local, tensor);
+      for (const auto& [field, tensor] : t.field_tensor) out += fmt::format("    field {} -> {}\n", field, tensor);
+      inter::Module tmp;
+      tmp.body.push_back(t.loop);
+      std::string body = inter::print_module(tmp);
+      body = body.substr(body.find("program:\n") + 9);
+      size_t start = 0;
+      while (start < body.size()) {
+        size_t end = body.find('\n', start);
+        out += "    " + body.substr(start, end - start) + "\n";
+        start = end + 1;
+      }
+    }
+  }
+  return out;
+}
+
+std::string verify_program(const Program& p) {
+  std::set<std::string> names, kernels;
+  for (const TensorInfo& t : p.tensors)
+    if (!names.insert(t.name).second) return fmt::format("tensor '{}' is defined twice", t.name);
+  for (const Kernel& k : p.kernels) {
+    if (!kernels.insert(k.name()).second) return fmt::format("kernel '{}' is defined twice", k.name());
+    if (k.kind != Kernel::Kind::Gemm) continue;
+    const GemmInstance& g = k.gemm;
+    for (const std::string& t : {g.x, g.w, g.y})
+      if (!p.find(t)) return fmt::format("{}: unknown tensor '{}'", g.name, t);
+    if (g.tile % g.coarsen) return fmt::format("{}: tile {} is not a multiple of coarsening {}", g.name, g.tile, g.coarsen);
+    if (p.find(g.x)->row_numel() != g.heads * g.k)
+      return fmt::format("{}: input rows of {} have {} elements, expected {} x {}", g.name, g.x, p.find(g.x)->row_numel(), g.heads, g.k);
+    if (p.find(g.y)->row_numel() != g.heads * g.n)
+      return fmt::format("{}: output rows of {} have {} elements, expected {} x {}", g.name, g.y, p.find(g.y)->row_numel(), g.heads, g.n);
+  }
+  return {};
+}
+
+}  // namespace hectorgen::intra

@@ -1,0 +1,98 @@
+// The intra-operator IR: the kernels of one model, each an instance of one of two templates.
+//
+//   GEMM instance       Y[S] = X[G] · W[T]  over the rows of a node or edge loop:
+//                       G gathers input rows (the edge's source or destination node), T selects each row's
+//                       weight (rows are grouped in per-type segments: edges sorted by edge type, nodes by
+//                       node type), S scatters output rows (atomically, into the edge's destination node);
+//                       an optional per-row scalar scales the output tile before it is stored.
+//   traversal instance  a loop nest over edges, or over nodes and their incoming/outgoing edges, holding the
+//                       fused element-wise statements of the inter-operator IR (dot products, exp, softmax
+//                       pieces, aggregations); one warp per row, features across lanes, node aggregates in
+//                       registers (no atomics) when the loop is node-centric.
+//
+// Edge rows are always in edge-type-sorted order; node rows in the caller's order (sorted by node type).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir/inter/ir.h"
+
+namespace hectorgen::intra {
+
+enum class Role { Input, Weight, Output, Field, Temp };
+
+struct TensorInfo {
+  std::string name;            // C identifier in generated code
+  Role role = Role::Temp;
+  inter::Per per = inter::Per::Node;  // rows: node/edge data; etype/ntype/none: weights
+  std::vector<int64_t> shape;  // per-row shape
+  bool zero_init = false;      // its first write accumulates: allocate zeroed
+  std::string from_graph;      // inputs computed by graph preprocessing
+  int64_t row_numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+enum class Gather { None, Src, Dst };
+enum class Segments { None, Etype, Ntype };
+
+struct GemmInstance {
+  std::string name;
+  std::string x, w, y;  // tensors
+  bool edge_rows = false;
+  Gather gather = Gather::None;
+  Segments segments = Segments::None;
+  bool scatter_dst = false;  // atomically add each output row into y[dst[e]]
+  std::string row_scalar;    // tensor with one scalar per row, or empty
+  int64_t heads = 1, k = 0, n = 0;
+  int tile = 16, coarsen = 1;
+  std::optional<int> launch_bounds;
+  std::string source;  // the inter-IR statement it implements, for comments
+};
+
+struct TraversalInstance {
+  std::string name;
+  inter::StmtP loop;  // the (rewritten) loop nest: statements read materialised tensors by name
+  std::map<std::string, std::string> materialized;  // local name -> tensor it is read from / stored to
+  std::map<std::string, std::string> field_tensor;  // field name -> tensor (aliases)
+  int threads = 256;
+};
+
+struct Kernel {
+  enum class Kind { Gemm, Traversal } kind;
+  GemmInstance gemm;
+  TraversalInstance trav;
+  const std::string& name() const { return kind == Kind::Gemm ? gemm.name : trav.name; }
+};
+
+struct Program {
+  std::string model;
+  inter::ModelDecl decl;
+  std::vector<TensorInfo> tensors;  // inputs, weights, outputs, then fields and temporaries
+  std::vector<Kernel> kernels;      // in execution order
+  std::set<std::string> layouts;    // graph layouts the kernels need (see runtime/)
+
+  const TensorInfo* find(const std::string& name) const;
+};
+
+// Graph layout names (the keys of the runtime's preprocessing).
+namespace layout {
+inline constexpr const char* kSortedCoo = "etype_sorted_coo";  // src, dst, etype sorted by etype + etype_ptr
+inline constexpr const char* kCsrByDst = "csr_by_dst";         // incoming edges per node
+inline constexpr const char* kCsrBySrc = "csr_by_src";         // outgoing edges per node
+inline constexpr const char* kNtypePtr = "ntype_ptr";          // node-type segments (nodes sorted by type)
+inline constexpr const char* kInvRelInDegree = "inv_relation_in_degree";
+}  // namespace layout
+
+std::string print_program(const Program& p);
+// Checks the invariants the emitters rely on; returns an error message, empty if valid.
+std::string verify_program(const Program& p);
+
+}  // namespace hectorgen::intra

@@ -1,0 +1,481 @@
+// Lowering from the inter-operator IR to GEMM and traversal instances (see passes.h and ir/intra/intra.h).
+#include <fmt/format.h>
+
+#include <functional>
+#include <set>
+
+#include "ir/inter/printer.h"
+#include "passes/passes.h"
+
+namespace hectorgen::passes {
+
+using namespace inter;
+using intra::GemmInstance;
+using intra::Kernel;
+using intra::Role;
+using intra::TensorInfo;
+using intra::TraversalInstance;
+
+namespace {
+
+// Strips reshape(): it does not move data.
+const ExprP& strip_reshape(const ExprP& e) {
+  return e->kind == ExprKind::Call && e->name == "reshape" ? strip_reshape(e->args[0]) : e;
+}
+
+bool is_linear(const ExprP& e, const Module& m) {
+  if (e->kind == ExprKind::Call && e->name == "linear") return true;
+  if (e->kind != ExprKind::Binary || e->op != BinOp::Mul) return false;
+  const ExprP& w = e->args[1];
+  const ExprP& wn = w->kind == ExprKind::Index ? w->args[0] : w;
+  if (wn->kind != ExprKind::Name) return false;
+  const TensorDecl* d = m.decl.find_weight(wn->name);
+  return d && d->shape.size() >= 2;
+}
+
+void collect_names(const ExprP& e, std::set<std::string>& out) {
+  if (e->kind == ExprKind::Name) out.insert(e->name);
+  for (const ExprP& a : e->args) collect_names(a, out);
+}
+
+void collect_names(const StmtP& s, std::set<std::string>& out) {
+  if (s->target) collect_names(s->target, out);
+  if (s->value) collect_names(s->value, out);
+  if (s->kind == StmtKind::For) out.insert(s->parent);
+  for (const StmtP& b : s->body) collect_names(b, out);
+}
+
+// A field access: base is a loop variable or e.src / e.dst; key a string.
+struct FieldRef {
+  std::string field;
+  bool on_edge = false;
+  std::string node_role;  // "", "src", "dst" (node fields: via the loop node or an edge endpoint)
+};
+
+std::optional<FieldRef> field_ref(const ExprP& e, const std::set<std::string>& edge_vars) {
+  if (e->kind != ExprKind::Index || e->args[1]->kind != ExprKind::String) return std::nullopt;
+  const ExprP& base = e->args[0];
+  if (base->kind == ExprKind::Name) return FieldRef{e->args[1]->name, edge_vars.count(base->name) > 0, ""};
+  if (base->kind == ExprKind::Attr && (base->name == "src" || base->name == "dst"))
+    return FieldRef{e->args[1]->name, false, base->name};
+  return std::nullopt;
+}
+
+class Lowering {
+ public:
+  Lowering(const Module& m, const Analysis& a, Diagnostics& d) : m_(m), a_(a), d_(d) {}
+
+  std::optional<intra::Program> run() {
+    p_.model = m_.decl.name;
+    p_.decl = m_.decl;
+    for (const TensorDecl& t : m_.decl.inputs) add_tensor({t.name, Role::Input, t.per, t.shape, false, t.from_graph});
+    for (const TensorDecl& t : m_.decl.weights) add_tensor({t.name, Role::Weight, t.per, t.shape, false, ""});
+    for (const TensorDecl& t : m_.decl.outputs) add_tensor({t.name, Role::Output, t.per, t.shape, false, ""});
+    for (const auto& [name, f] : a_.node_fields)
+      if (!p_.find(name)) add_tensor({name, Role::Field, Per::Node, f.shape, false, ""});
+    for (const auto& [name, f] : a_.edge_fields)
+      if (!p_.find(name)) add_tensor({name, Role::Field, Per::Edge, f.shape, false, ""});
+    count_writes(m_.body);
+    p_.layouts.insert(intra::layout::kSortedCoo);
+    for (const TensorDecl& t : m_.decl.inputs)
+      if (!t.from_graph.empty()) p_.layouts.insert(t.from_graph);
+    for (const StmtP& s : m_.body) lower_loop(s);
+    if (d_.has_errors()) return std::nullopt;
+    // Drop fields that became aliases of temporaries.
+    std::vector<TensorInfo> kept;
+    for (TensorInfo& t : p_.tensors)
+      if (!aliased_.count(t.name)) kept.push_back(t);
+    p_.tensors = kept;
+    return std::move(p_);
+  }
+
+ private:
+  // ---- bookkeeping ----------------------------------------------------------------------------
+  void add_tensor(TensorInfo t) { p_.tensors.push_back(std::move(t)); }
+  TensorInfo& tensor(const std::string& n) {
+    for (TensorInfo& t : p_.tensors)
+      if (t.name == n) return t;
+    throw std::logic_error("lowering: unknown tensor " + n);
+  }
+  std::string field_tensor(const std::string& f) const {
+    auto it = alias_.find(f);
+    return it == alias_.end() ? f : it->second;
+  }
+  void count_writes(const std::vector<StmtP>& body) {
+    for (const StmtP& s : body) {
+      if (s->kind == StmtKind::For) count_writes(s->body);
+      if (s->kind == StmtKind::Assign && s->target->kind == ExprKind::Index && s->target->args[1]->kind == ExprKind::String)
+        ++writes_[s->target->args[1]->name];
+    }
+  }
+  // The first write of a field decides whether its tensor must start at zero.
+  void note_write(const std::string& tensor_name, bool accumulates) {
+    if (written_.insert(tensor_name).second && accumulates) tensor(tensor_name).zero_init = true;
+  }
+  std::string unique(const std::string& base) {
+    std::string n = base;
+    for (int i = 2; used_names_.count(n); ++i) n = fmt::format("{}_{}", base, i);
+    used_names_.insert(n);
+    return n;
+  }
+
+  // ---- the open traversal stage of the current loop -----------------------------------------------
+  struct Stage {
+    std::vector<StmtP> top;              // top-level statements (inner loops rebuilt)
+    std::set<std::string> reads, writes;  // tensors
+    std::set<std::string> reg_locals;     // locals computed in registers by this stage
+    bool empty() const { return top.empty(); }
+  };
+
+  struct LoopCtx {
+    const Stmt* loop;
+    bool node_loop;
+    std::set<std::string> edge_vars;
+    std::map<std::string, std::string> materialized;  // local -> tensor, for this loop
+    size_t position = 0;                               // index of the top-level statement being lowered
+  };
+
+  void lower_loop(const StmtP& L) {
+    LoopCtx ctx{L.get(), !is_edge_loop(L->loop), {}, {}, 0};
+    if (!ctx.node_loop) ctx.edge_vars.insert(L->var);
+    Stage stage;
+    for (size_t i = 0; i < L->body.size(); ++i) {
+      ctx.position = i;
+      const StmtP& s = L->body[i];
+      if (s->kind == StmtKind::For) {
+        ctx.edge_vars.insert(s->var);
+        std::vector<StmtP> inner;
+        for (const StmtP& t : s->body)
+          if (StmtP r = lower_stmt(t, ctx, stage, s.get(), &inner)) inner.push_back(r);
+        if (!inner.empty()) stage.top.push_back(Stmt::for_loop(s->var, s->loop, s->parent, inner, s->loc));
+        ctx.edge_vars.erase(s->var);
+      } else if (StmtP r = lower_stmt(s, ctx, stage, nullptr, nullptr)) {
+        stage.top.push_back(r);
+      }
+    }
+    ctx.position = L->body.size();
+    flush(ctx, stage);
+  }
+
+  // Emits the open stage as one traversal instance.
+  void flush(LoopCtx& ctx, Stage& stage) {
+    if (stage.empty()) return;
+    const Stmt& L = *ctx.loop;
+    TraversalInstance t;
+    t.loop = Stmt::for_loop(L.var, L.loop, L.parent, stage.top, L.loc);
+    t.threads = m_.decl.options.schedule.traversal_threads;
+    // Locals of this stage that later statements of the loop use must be stored.
+    std::set<std::string> later;
+    for (size_t i = ctx.position; i < L.body.size(); ++i) collect_names(L.body[i], later);
+    for (const std::string& local : stage.reg_locals) {
+      if (!later.count(local)) continue;
+      std::string tn = unique("t_" + local);
+      const Type& ty = local_types_.at(local);
+      add_tensor({tn, Role::Temp, ctx.node_loop ? Per::Node : Per::Edge, ty.shape, false, ""});
+      ctx.materialized[local] = tn;
+      stage.writes.insert(tn);
+      written_.insert(tn);
+    }
+    t.materialized = ctx.materialized;
+    t.field_tensor = alias_;
+    for (const std::string& w : stage.writes) note_write(w, false);
+    bool edge = !ctx.node_loop;
+    std::string first = first_target(stage.top);
+    t.name = unique(fmt::format("{}_fw_{}_{}", p_.model, edge ? "edges" : "nodes", first.empty() ? "loop" : first));
+    for (const StmtP& s : stage.top)
+      if (s->kind == StmtKind::For) p_.layouts.insert(s->loop == LoopKind::OutgoingEdges ? intra::layout::kCsrBySrc : intra::layout::kCsrByDst);
+    Kernel k{Kernel::Kind::Traversal, {}, t};
+    p_.kernels.push_back(std::move(k));
+    stage = Stage{};
+  }
+
+  static std::string first_target(const std::vector<StmtP>& body) {
+    for (const StmtP& s : body) {
+      if (s->kind == StmtKind::For) {
+        std::string f = first_target(s->body);
+        if (!f.empty()) return f;
+      }
+      if (s->kind == StmtKind::Assign && s->target->kind == ExprKind::Index && s->target->args[1]->kind == ExprKind::String)
+        return s->target->args[1]->name;
+    }
+    return "";
+  }
+
+  // ---- statements -------------------------------------------------------------------------------
+  // Lowers one statement: may emit GEMMs, returns what remains for the traversal (or null).
+  StmtP lower_stmt(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner, std::vector<StmtP>* inner_body) {
+    if (s->kind != StmtKind::Assign) {
+      d_.error(s->loc, "unsupported", "the code generator supports only assignments inside loops");
+      return nullptr;
+    }
+    bool can_flush = !inner || inner_body->empty();
+    // (1) n["f"] += [scalar *] (x * W[e.etype]) [* scalar] inside an incoming-edge loop: one GEMM that
+    //     scales each row and scatters it atomically into the destination node.
+    if (inner && inner->loop == LoopKind::IncomingEdges && s->op == AssignOp::Add) {
+      if (auto g = fused_scatter_gemm(*s, ctx, stage, can_flush)) return nullptr;
+    }
+    // (2) target = [reshape](x * W): the GEMM writes the target directly.
+    const ExprP& rhs = strip_reshape(s->value);
+    if (s->op == AssignOp::Set && is_linear(rhs, m_)) {
+      const Expr& t = *s->target;
+      if (t.kind == ExprKind::Name) {
+        std::string tn = unique("t_" + t.name);
+        const Type& ty = a_.assigned.at(s.get());
+        local_types_[t.name] = ty;
+        add_tensor({tn, Role::Temp, inner || !ctx.node_loop ? Per::Edge : Per::Node, ty.shape, false, ""});
+        if (emit_gemm(rhs, tn, ctx, stage, inner, can_flush, s)) {
+          ctx.materialized[t.name] = tn;
+          return nullptr;
+        }
+      } else if (auto f = field_ref(s->target, ctx.edge_vars); f && f->node_role.empty()) {
+        if (emit_gemm(rhs, field_tensor(f->field), ctx, stage, inner, can_flush, s)) return nullptr;
+      }
+    }
+    // (3) e["f"] = local, where the local is a GEMM result and f is written nowhere else: alias, no copy.
+    if (s->op == AssignOp::Set && s->value->kind == ExprKind::Name && ctx.materialized.count(s->value->name)) {
+      if (auto f = field_ref(s->target, ctx.edge_vars); f && f->node_role.empty() && writes_[f->field] == 1 &&
+                                                     tensor(f->field).role == Role::Field && !stage.reads.count(f->field)) {
+        alias_[f->field] = ctx.materialized.at(s->value->name);
+        aliased_.insert(f->field);
+        return nullptr;
+      }
+    }
+    // (4) Everything else stays in the traversal; linear sub-expressions become GEMMs into temporaries.
+    ExprP value = extract_linears(s->value, ctx, stage, inner, can_flush, s);
+    if (!value) return nullptr;
+    StmtP out = Stmt::assign(s->target, s->op, value, s->loc);
+    record_access(out, ctx, stage);
+    if (s->target->kind == ExprKind::Name && s->op == AssignOp::Set) {
+      stage.reg_locals.insert(s->target->name);
+      local_types_[s->target->name] = a_.assigned.at(s.get());
+    }
+    return out;
+  }
+
+  void record_access(const StmtP& s, const LoopCtx& ctx, Stage& stage) {
+    std::function<void(const ExprP&)> reads = [&](const ExprP& e) {
+      if (auto f = field_ref(e, ctx.edge_vars)) stage.reads.insert(field_tensor(f->field));
+      if (e->kind == ExprKind::Name) {
+        if (auto it = ctx.materialized.find(e->name); it != ctx.materialized.end()) stage.reads.insert(it->second);
+        if (m_.decl.find_weight(e->name)) stage.reads.insert(e->name);
+      }
+      if (e->kind == ExprKind::Attr && m_.decl.find_input(e->name)) stage.reads.insert(e->name);
+      for (const ExprP& a : e->args) reads(a);
+    };
+    reads(s->value);
+    if (auto f = field_ref(s->target, ctx.edge_vars)) {
+      std::string tn = field_tensor(f->field);
+      if (s->op != AssignOp::Set) stage.reads.insert(tn);
+      stage.writes.insert(tn);
+      // An edge loop scattering into a node field accumulates from zero.
+      bool scatter = !f->node_role.empty();
+      if (scatter) note_write(tn, true);
+    }
+  }
+
+  ExprP extract_linears(const ExprP& e, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush, const StmtP& s) {
+    if (is_linear(e, m_)) {
+      std::string tn = unique(fmt::format("t_lin_{}", p_.kernels.size()));
+      Type ty = linear_type(e);
+      add_tensor({tn, Role::Temp, inner || !ctx.node_loop ? Per::Edge : Per::Node, ty.shape, false, ""});
+      if (!emit_gemm(e, tn, ctx, stage, inner, can_flush, s)) return nullptr;
+      std::string local = "__" + tn;
+      ctx.materialized[local] = tn;
+      local_types_[local] = ty;
+      return Expr::name_ref(local, e->loc);
+    }
+    if (e->args.empty()) return e;
+    std::vector<ExprP> args;
+    for (const ExprP& a : e->args) {
+      ExprP r = extract_linears(a, ctx, stage, inner, can_flush, s);
+      if (!r) return nullptr;
+      args.push_back(r);
+    }
+    auto copy = std::make_shared<Expr>(*e);
+    copy->args = std::move(args);
+    return copy;
+  }
+
+  Type linear_type(const ExprP& e) {
+    const ExprP& w = e->kind == ExprKind::Call ? e->args[1] : e->args[1];
+    const ExprP& wn = w->kind == ExprKind::Index ? w->args[0] : w;
+    const TensorDecl* d = m_.decl.find_weight(wn->name);
+    Type t;
+    t.domain = Domain::Edge;
+    t.shape = {d->shape.size() == 3 ? d->shape[0] : 1, d->shape.back()};
+    if (d->shape.size() == 2) t.shape = {d->shape[1]};
+    return t;
+  }
+
+  // The GEMM's input rows: which tensor, gathered how. Null when the input is not a plain row read.
+  struct Input {
+    std::string tensor;
+    intra::Gather gather = intra::Gather::None;
+    std::vector<int64_t> shape;
+  };
+
+  std::optional<Input> gemm_input(const ExprP& x0, const LoopCtx& ctx, bool edge_rows) {
+    const ExprP& x = strip_reshape(x0);
+    auto node_gather = [&](const ExprP& base) -> std::optional<intra::Gather> {
+      if (base->kind == ExprKind::Name && !ctx.edge_vars.count(base->name)) {
+        if (!edge_rows) return intra::Gather::None;
+        return intra::Gather::Dst;  // the loop node of an incoming-edge loop is each edge's destination
+      }
+      if (base->kind == ExprKind::Attr && edge_rows) return base->name == "src" ? intra::Gather::Src : intra::Gather::Dst;
+      return std::nullopt;
+    };
+    if (x->kind == ExprKind::Attr) {
+      const TensorDecl* in = m_.decl.find_input(x->name);
+      if (!in) return std::nullopt;
+      if (in->per == Per::Edge) return Input{in->name, intra::Gather::None, in->shape};
+      auto g = node_gather(x->args[0]);
+      if (!g) return std::nullopt;
+      return Input{in->name, *g, in->shape};
+    }
+    if (auto f = field_ref(x, ctx.edge_vars)) {
+      std::string tn = field_tensor(f->field);
+      if (f->on_edge) return Input{tn, intra::Gather::None, tensor(tn).shape};
+      auto g = node_gather(x->args[0]);
+      if (!g) return std::nullopt;
+      return Input{tn, *g, tensor(tn).shape};
+    }
+    if (x->kind == ExprKind::Name) {
+      auto it = ctx.materialized.find(x->name);
+      if (it != ctx.materialized.end()) return Input{it->second, intra::Gather::None, tensor(it->second).shape};
+    }
+    return std::nullopt;
+  }
+
+  bool hazard(const Stage& stage, const std::set<std::string>& reads, const std::string& write) {
+    for (const auto& r : reads)
+      if (stage.writes.count(r)) return true;
+    return stage.writes.count(write) || stage.reads.count(write);
+  }
+
+  // Emits `y = x * W` (or the scatter form) as a GEMM instance. Returns false after reporting when the
+  // input cannot be read as rows.
+  bool emit_gemm(const ExprP& lin, const std::string& y, LoopCtx& ctx, Stage& stage, const Stmt* inner,
+                 bool can_flush, const StmtP& s, const std::string& scalar = "", bool scatter = false) {
+    const ExprP& x = lin->kind == ExprKind::Call ? lin->args[0] : lin->args[0];
+    const ExprP& w = lin->args[1];
+    bool edge_rows = inner || !ctx.node_loop;
+    std::optional<Input> in = gemm_input(x, ctx, edge_rows);
+    if (!in) {
+      d_.error(x->loc, "unsupported",
+               "the code generator needs the input of a linear transform to be a node or edge tensor read "
+               "(an input, a field, or a local computed by a linear transform); assign it to a field first");
+      return false;
+    }
+    const ExprP& wn = w->kind == ExprKind::Index ? w->args[0] : w;
+    const TensorDecl* wd = m_.decl.find_weight(wn->name);
+    GemmInstance g;
+    g.x = in->tensor;
+    g.w = wd->name;
+    g.y = y;
+    g.edge_rows = edge_rows;
+    g.gather = in->gather;
+    g.scatter_dst = scatter;
+    g.row_scalar = scalar;
+    if (wd->per == Per::Etype) {
+      if (!edge_rows) {
+        d_.error(w->loc, "unsupported", "a per-edge-type weight needs an edge loop");
+        return false;
+      }
+      g.segments = intra::Segments::Etype;
+    } else if (wd->per == Per::Ntype) {
+      const ExprP& sel = w->args[1];  // X.ntype
+      bool loop_node = sel->args[0]->kind == ExprKind::Name && !ctx.edge_vars.count(sel->args[0]->name);
+      if (edge_rows || !loop_node) {
+        d_.error(w->loc, "unsupported",
+                 "the code generator supports per-node-type weights only in node loops, indexed by the loop node "
+                 "(compute the projection in a node loop and read the field through e.src / e.dst)");
+        return false;
+      }
+      g.segments = intra::Segments::Ntype;
+      p_.layouts.insert(intra::layout::kNtypePtr);
+    }
+    int64_t in_numel = 1;
+    for (int64_t d : in->shape) in_numel *= d;
+    if (wd->shape.size() == 3) {
+      g.heads = wd->shape[0];
+      g.k = wd->shape[1];
+      g.n = wd->shape[2];
+    } else {
+      g.k = wd->shape[0];
+      g.n = wd->shape[1];
+      g.heads = in_numel / g.k;  // the same weight applied to each of the row's sub-vectors
+    }
+    const auto& sched = m_.decl.options.schedule;
+    g.tile = sched.gemm_tile;
+    g.coarsen = sched.gemm_coarsen;
+    g.launch_bounds = sched.launch_bounds;
+    g.source = print_expr(s->target) + " " + to_string(s->op) + " " + print_expr(s->value);
+    std::set<std::string> reads{g.x, g.w};
+    if (!scalar.empty()) reads.insert(scalar);
+    if (scatter) reads.insert(y);
+    if (hazard(stage, reads, y)) {
+      if (!can_flush) {
+        d_.error(s->loc, "unsupported", "this linear transform depends on a value computed earlier in the same "
+                                        "inner edge loop; split the loop");
+        return false;
+      }
+      flush(ctx, stage);
+    }
+    note_write(y, scatter);
+    g.name = unique(fmt::format("{}_fw_gemm_{}", p_.model, y.rfind("t_", 0) == 0 ? y.substr(2) : y));
+    Kernel k{Kernel::Kind::Gemm, g, {}};
+    p_.kernels.push_back(std::move(k));
+    return true;
+  }
+
+  // n["f"] += [s *] lin [* s]  in `for e in n.incoming_edges()`, s a per-edge scalar input or field.
+  bool fused_scatter_gemm(const Stmt& s, LoopCtx& ctx, Stage& stage, bool can_flush) {
+    auto target = field_ref(s.target, ctx.edge_vars);
+    if (!target || target->on_edge || !target->node_role.empty()) return false;
+    ExprP lin, scalar;
+    const ExprP& v = s.value;
+    if (is_linear(v, m_)) {
+      lin = v;
+    } else if (v->kind == ExprKind::Binary && v->op == BinOp::Mul) {
+      if (is_linear(v->args[1], m_)) { scalar = v->args[0]; lin = v->args[1]; }
+      else if (is_linear(v->args[0], m_)) { lin = v->args[0]; scalar = v->args[1]; }
+    }
+    if (!lin) return false;
+    std::string scalar_tensor;
+    if (scalar) {
+      if (scalar->kind == ExprKind::Attr && ctx.edge_vars.count(scalar->args[0]->kind == ExprKind::Name ? scalar->args[0]->name : "")) {
+        const TensorDecl* in = m_.decl.find_input(scalar->name);
+        if (!in || in->per != Per::Edge || !in->shape.empty()) return false;
+        scalar_tensor = in->name;
+      } else if (auto f = field_ref(scalar, ctx.edge_vars); f && f->on_edge && tensor(field_tensor(f->field)).shape.empty()) {
+        scalar_tensor = field_tensor(f->field);
+      } else {
+        return false;
+      }
+    }
+    // The scatter GEMM needs the linear's output shape to be the field's.
+    if (linear_type(lin).shape != tensor(field_tensor(target->field)).shape) return false;
+    if (!gemm_input(lin->args[0], ctx, true)) return false;
+    StmtP sp = std::make_shared<Stmt>(s);
+    return emit_gemm(lin, field_tensor(target->field), ctx, stage, ctx.loop, can_flush, sp, scalar_tensor, true);
+  }
+
+  const Module& m_;
+  const Analysis& a_;
+  Diagnostics& d_;
+  intra::Program p_;
+  std::map<std::string, int> writes_;
+  std::set<std::string> written_;
+  std::set<std::string> used_names_;
+  std::map<std::string, std::string> alias_;  // field -> tensor
+  std::set<std::string> aliased_;
+  std::map<std::string, Type> local_types_;
+};
+
+}  // namespace
+
+std::optional<intra::Program> lower(const Module& m, const Analysis& a, Diagnostics& diags) {
+  return Lowering(m, a, diags).run();
+}
+
+}  // namespace hectorgen::passes
