@@ -6,7 +6,22 @@
 
 namespace hectorgen {
 
+// Positions past the end of a line or file (errors at end of input) point just past its last character.
+static SourceLoc clamp(SourceLoc loc) {
+  if (!loc.valid()) return loc;
+  int lines = loc.file->line_count();
+  if (loc.line > lines) {
+    loc.line = lines;
+    loc.col = static_cast<int>(loc.file->line(lines).size()) + 1;
+  }
+  int width = static_cast<int>(loc.file->line(loc.line).size()) + 1;
+  if (loc.col > width) loc.col = width;
+  if (loc.col < 1) loc.col = 1;
+  return loc;
+}
+
 void Diagnostics::error(SourceLoc loc, std::string kind, std::string message) {
+  loc = clamp(loc);
   // The same error at the same place (e.g. from a function inlined twice) is reported once.
   for (const auto& d : diags_)
     if (d.severity == Severity::Error && d.loc.file == loc.file && d.loc.line == loc.line && d.loc.col == loc.col &&
@@ -18,6 +33,7 @@ void Diagnostics::error(SourceLoc loc, std::string kind, std::string message) {
 }
 
 void Diagnostics::warning(SourceLoc loc, std::string kind, std::string message) {
+  loc = clamp(loc);
   diags_.push_back({Severity::Warning, loc, std::move(message), std::move(kind)});
 }
 

@@ -314,8 +314,8 @@ class TraversalEmitter {
                  const std::string& csr_other = "") {
     auto need = [&](const char* a) { return mentions_attr(*loop, e, a); };
     auto declare_node = [&](const char* which, const std::string& expr) {
-      bool is_node_var = expr == node_var_;
-      if (!is_node_var) {
+      if (expr == node_var_) return;  // the loop node itself: row_expr() names it directly
+      {
         std::string arr = expr.substr(0, expr.find('['));
         graph_used_.insert(arr == csr_other ? csr_other : arr);
       }

@@ -1,7 +1,247 @@
+// Loop canonicalisation and fusion on the inter-operator IR (thesis: "graph-semantic-aware loop
+// transformation"). Rules, applied until nothing changes:
+//   1. adjacent edge loops fuse when the second reads no node data the first scatters into;
+//   2. an edge loop without linear transforms that sits next to a node loop is rewritten with the graph
+//      rule  `for e in g.edges()`  ==  `for n in g.dst_nodes(): for e in n.incoming_edges()`, and
+//   3. adjacent node loops fuse when neither reads, through another node, a node field the other writes,
+//      nor reads an edge field the other writes over a different edge set;
+//   4. adjacent inner edge loops of one node loop fuse when the second does not read a node field the
+//      first aggregates (it would see a partial sum).
+#include <fmt/format.h>
+
+#include <functional>
+#include <set>
+
 #include "passes/passes.h"
 
 namespace hectorgen::passes {
 
-inter::Module fuse_loops(const inter::Module& m) { return m; }
+using namespace inter;
+
+namespace {
+
+bool is_graph_node_loop(const Stmt& s) {
+  return s.kind == StmtKind::For && (s.loop == LoopKind::DstNodes || s.loop == LoopKind::SrcNodes);
+}
+bool is_graph_edge_loop(const Stmt& s) { return s.kind == StmtKind::For && s.loop == LoopKind::Edges; }
+
+ExprP rename_expr(const ExprP& e, const std::string& from, const std::string& to) {
+  if (e->kind == ExprKind::Name) return e->name == from ? Expr::name_ref(to, e->loc) : e;
+  if (e->args.empty()) return e;
+  auto copy = std::make_shared<Expr>(*e);
+  for (ExprP& a : copy->args) a = rename_expr(a, from, to);
+  return copy;
+}
+
+StmtP rename_stmt(const StmtP& s, const std::string& from, const std::string& to) {
+  if (s->kind == StmtKind::For) {
+    std::vector<StmtP> body;
+    for (const StmtP& b : s->body) body.push_back(rename_stmt(b, from, to));
+    return Stmt::for_loop(s->var == from ? to : s->var, s->loop, s->parent == from ? to : s->parent, body, s->loc);
+  }
+  auto copy = std::make_shared<Stmt>(*s);
+  if (copy->target) copy->target = rename_expr(copy->target, from, to);
+  if (copy->value) copy->value = rename_expr(copy->value, from, to);
+  return copy;
+}
+
+// What a top-level loop reads and writes, split by how it reaches the data.
+struct Access {
+  std::set<std::string> node_writes_own, node_writes_other;  // loop node's fields / other nodes' (scatter)
+  std::set<std::string> node_reads_own, node_reads_other;
+  std::set<std::string> edge_writes, edge_reads;
+  std::set<LoopKind> edge_sets;  // how the edges are reached: Edges, IncomingEdges, OutgoingEdges
+  bool has_linear = false;
+  std::set<std::string> locals;
+};
+
+class Analyzer {
+ public:
+  Analyzer(const Module& m) : m_(m) {}
+
+  Access run(const Stmt& loop) {
+    Access a;
+    loop_ = &loop;
+    node_var_ = is_graph_node_loop(loop) ? loop.var : "";
+    if (is_graph_edge_loop(loop)) a.edge_sets.insert(LoopKind::Edges);
+    walk(loop.body, a, nullptr);
+    return a;
+  }
+
+ private:
+  void walk(const std::vector<StmtP>& body, Access& a, const Stmt* inner) {
+    for (const StmtP& s : body) {
+      if (s->kind == StmtKind::For) {
+        a.edge_sets.insert(s->loop);
+        walk(s->body, a, s.get());
+        continue;
+      }
+      if (s->kind != StmtKind::Assign) continue;
+      expr(s->value, a, inner);
+      const Expr& t = *s->target;
+      if (t.kind == ExprKind::Name) {
+        a.locals.insert(t.name);
+        continue;
+      }
+      if (t.kind == ExprKind::Index && t.args[1]->kind == ExprKind::String) {
+        const std::string& f = t.args[1]->name;
+        switch (classify(t.args[0], inner)) {
+          case Ref::Edge: a.edge_writes.insert(f); break;
+          case Ref::OwnNode: a.node_writes_own.insert(f); break;
+          case Ref::OtherNode: a.node_writes_other.insert(f); break;
+        }
+        if (s->op != AssignOp::Set) expr(s->target, a, inner);
+      }
+    }
+  }
+
+  enum class Ref { Edge, OwnNode, OtherNode };
+
+  Ref classify(const ExprP& base, const Stmt* inner) const {
+    if (base->kind == ExprKind::Name) return base->name == node_var_ ? Ref::OwnNode : node_var_.empty() || inner ? (is_edge(base->name, inner) ? Ref::Edge : Ref::OwnNode) : Ref::OwnNode;
+    // e.src / e.dst
+    if (inner && ((inner->loop == LoopKind::IncomingEdges && base->name == "dst") ||
+                  (inner->loop == LoopKind::OutgoingEdges && base->name == "src")))
+      return Ref::OwnNode;
+    return Ref::OtherNode;
+  }
+  bool is_edge(const std::string& var, const Stmt* inner) const {
+    return (inner && inner->var == var) || (is_graph_edge_loop(*loop_) && loop_->var == var);
+  }
+
+  void expr(const ExprP& e, Access& a, const Stmt* inner) {
+    if (e->kind == ExprKind::Index && e->args[1]->kind == ExprKind::String) {
+      const std::string& f = e->args[1]->name;
+      switch (classify(e->args[0], inner)) {
+        case Ref::Edge: a.edge_reads.insert(f); break;
+        case Ref::OwnNode: a.node_reads_own.insert(f); break;
+        case Ref::OtherNode: a.node_reads_other.insert(f); break;
+      }
+      return;
+    }
+    if (e->kind == ExprKind::Binary && e->op == BinOp::Mul) {
+      const ExprP& w = e->args[1]->kind == ExprKind::Index ? e->args[1]->args[0] : e->args[1];
+      if (w->kind == ExprKind::Name) {
+        const TensorDecl* d = m_.decl.find_weight(w->name);
+        if (d && d->shape.size() >= 2) a.has_linear = true;
+      }
+    }
+    if (e->kind == ExprKind::Call && e->name == "linear") a.has_linear = true;
+    for (const ExprP& x : e->args) expr(x, a, inner);
+  }
+
+  const Module& m_;
+  const Stmt* loop_ = nullptr;
+  std::string node_var_;
+};
+
+bool intersects(const std::set<std::string>& a, const std::set<std::string>& b) {
+  for (const auto& x : a)
+    if (b.count(x)) return true;
+  return false;
+}
+
+std::set<std::string> unite(const std::set<std::string>& a, const std::set<std::string>& b) {
+  std::set<std::string> r = a;
+  r.insert(b.begin(), b.end());
+  return r;
+}
+
+// Can loops A then B (same kind) run as one loop, element by element?
+bool can_fuse(const Access& a, const Access& b) {
+  std::set<std::string> a_node_writes = unite(a.node_writes_own, a.node_writes_other);
+  std::set<std::string> b_node_writes = unite(b.node_writes_own, b.node_writes_other);
+  // Reading another node's field that the other loop writes (it may not be written yet, or already be
+  // overwritten); scatters (writes to other nodes) conflict with every read of that field.
+  if (intersects(b.node_reads_other, a_node_writes) || intersects(a.node_reads_other, b_node_writes)) return false;
+  if (intersects(unite(b.node_reads_own, b_node_writes), a.node_writes_other)) return false;
+  if (intersects(unite(a.node_reads_own, a_node_writes), b.node_writes_other)) return false;
+  // Edge data is shared safely only when both loops reach the edges the same way.
+  if (a.edge_sets != b.edge_sets && !a.edge_sets.empty() && !b.edge_sets.empty() &&
+      (intersects(b.edge_reads, a.edge_writes) || intersects(a.edge_reads, b.edge_writes) ||
+       intersects(a.edge_writes, b.edge_writes)))
+    return false;
+  // Locals live per loop; fusing must not merge two different locals of one name.
+  if (intersects(a.locals, b.locals)) return false;
+  return true;
+}
+
+StmtP fuse(const StmtP& a, const StmtP& b) {
+  std::vector<StmtP> body = a->body;
+  StmtP rb = b->var == a->var ? b : rename_stmt(b, b->var, a->var);
+  body.insert(body.end(), rb->body.begin(), rb->body.end());
+  return Stmt::for_loop(a->var, a->loop, a->parent, body, a->loc);
+}
+
+// for e in g.edges(): B   ->   for n in g.dst_nodes(): for e in n.incoming_edges(): B
+StmtP to_node_form(const StmtP& edge_loop, const std::string& node_var) {
+  StmtP inner = Stmt::for_loop(edge_loop->var, LoopKind::IncomingEdges, node_var, edge_loop->body, edge_loop->loc);
+  return Stmt::for_loop(node_var, LoopKind::DstNodes, "g", {inner}, edge_loop->loc);
+}
+
+// Fuses adjacent inner loops of a node loop where rule 4 allows.
+StmtP fuse_inner(const StmtP& node_loop, const Module& m) {
+  std::vector<StmtP> body;
+  Analyzer an(m);
+  for (const StmtP& s : node_loop->body) {
+    if (!body.empty() && s->kind == StmtKind::For && body.back()->kind == StmtKind::For && s->loop == body.back()->loop) {
+      // Wrap each inner loop in a node loop to reuse the access analysis.
+      Access a = an.run(*Stmt::for_loop(node_loop->var, node_loop->loop, "g", {body.back()}));
+      Access b = an.run(*Stmt::for_loop(node_loop->var, node_loop->loop, "g", {s}));
+      bool reads_partial = intersects(unite(b.node_reads_own, b.node_reads_other), unite(a.node_writes_own, a.node_writes_other));
+      bool writes_read = intersects(unite(b.node_writes_own, b.node_writes_other), unite(a.node_reads_own, a.node_reads_other));
+      if (!reads_partial && !writes_read && !intersects(a.locals, b.locals)) {
+        body.back() = fuse(body.back(), s);
+        continue;
+      }
+    }
+    body.push_back(s);
+  }
+  return Stmt::for_loop(node_loop->var, node_loop->loop, node_loop->parent, body, node_loop->loc);
+}
+
+}  // namespace
+
+Module fuse_loops(const Module& m) {
+  std::vector<StmtP> loops = m.body;
+  Analyzer an(m);
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (size_t i = 0; i + 1 < loops.size() && !changed; ++i) {
+      const StmtP& a = loops[i];
+      const StmtP& b = loops[i + 1];
+      Access aa = an.run(*a), ba = an.run(*b);
+      bool both_edges = is_graph_edge_loop(*a) && is_graph_edge_loop(*b);
+      bool both_nodes = is_graph_node_loop(*a) && is_graph_node_loop(*b);
+      if ((both_edges || both_nodes) && can_fuse(aa, ba)) {
+        loops[i] = fuse(a, b);
+        loops.erase(loops.begin() + static_cast<long>(i) + 1);
+        changed = true;
+        continue;
+      }
+      // Rule 2: an edge loop without GEMM work joins a neighbouring node loop.
+      for (int side = 0; side < 2 && !changed; ++side) {
+        const StmtP& edge = side == 0 ? a : b;
+        const StmtP& node = side == 0 ? b : a;
+        if (!is_graph_edge_loop(*edge) || !is_graph_node_loop(*node)) continue;
+        Access ea = side == 0 ? aa : ba;
+        if (ea.has_linear || !ea.node_writes_other.empty()) continue;
+        StmtP converted = to_node_form(edge, node->var);
+        Access ca = an.run(*converted);
+        Access na = side == 0 ? ba : aa;
+        if (side == 0 ? !can_fuse(ca, na) : !can_fuse(na, ca)) continue;
+        loops[i] = side == 0 ? fuse(converted, node) : fuse(node, converted);
+        loops.erase(loops.begin() + static_cast<long>(i) + 1);
+        changed = true;
+      }
+    }
+  }
+  Module out;
+  out.decl = m.decl;
+  out.functions = m.functions;
+  for (const StmtP& s : loops) out.body.push_back(is_graph_node_loop(*s) ? fuse_inner(s, m) : s);
+  return out;
+}
 
 }  // namespace hectorgen::passes

@@ -402,10 +402,12 @@ ProcOutcome run_subprocess(const std::string& spec, const std::string& out_dir, 
   return r;
 }
 
-void save_failure(const std::string& name, const std::string& text) {
+// Saves a failing input (and appends its description to robustness-failures/failures.txt).
+void save_failure(const std::string& name, const std::string& text, const std::string& description) {
   std::error_code ec;
   fs::create_directories("robustness-failures", ec);
   std::ofstream(fs::path("robustness-failures") / name, std::ios::binary) << text;
+  std::ofstream(fs::path("robustness-failures") / "failures.txt", std::ios::app) << description << "\n";
 }
 
 }  // namespace
@@ -471,10 +473,10 @@ TEST_CASE("mutated specs never crash and fail with a well-formed diagnostic", "[
       }
 
       if (!problem.empty()) {
-        std::string saved = std::to_string(si) + "-" + std::to_string(i) + "-" + name;
-        save_failure(saved, m.text);
+        std::string saved = std::to_string(seed) + "-" + std::to_string(i) + "-" + name;
         failures.push_back(name + " #" + std::to_string(i) + " [" + m.what + "] (saved as robustness-failures/" +
                            saved + "): " + problem);
+        save_failure(saved, m.text, failures.back());
       }
     }
   }

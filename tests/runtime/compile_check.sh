@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Compile check of the graph preprocessing runtime; needs no GPU. Runnable from any directory.
+#   1. runtime/src/graph_preprocess.cu with nvcc for sm_80 and sm_90 (-c), every warning an error;
+#   2. the public header hectorgen/graph.h as plain C++17 (no nvcc, no CUB);
+#   3. when Python can import torch: the libtorch binding runtime/torch/*.cpp (syntax only).
+# Environment: NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc), CXX (default c++), PYTHON (python3).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+runtime="$root/runtime"
+
+nvcc="${NVCC:-}"
+if [[ -z "$nvcc" ]]; then
+  if command -v nvcc >/dev/null 2>&1; then
+    nvcc="$(command -v nvcc)"
+  elif [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    nvcc=/usr/local/cuda/bin/nvcc
+  else
+    echo "compile_check: nvcc not found (set NVCC)" >&2
+    exit 1
+  fi
+fi
+cuda_include="$(cd "$(dirname "$(readlink -f "$nvcc")")/.." && pwd)/include"
+cxx="${CXX:-c++}"
+python="${PYTHON:-python3}"
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+for arch in 80 90; do
+  "$nvcc" -std=c++17 -O2 -arch="sm_$arch" -I"$runtime/include" \
+    -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
+    -c "$runtime/src/graph_preprocess.cu" -o "$tmp/graph_preprocess_sm$arch.o"
+  echo "compile_check: ok  graph_preprocess.cu for sm_$arch"
+done
+
+printf '#include "hectorgen/graph.h"\nint main() { return 0; }\n' >"$tmp/header_check.cpp"
+"$cxx" -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I"$runtime/include" -I"$cuda_include" "$tmp/header_check.cpp"
+echo "compile_check: ok  hectorgen/graph.h as plain C++17"
+
+torch_query='from torch.utils.cpp_extension import include_paths; print(" ".join(include_paths()))'
+if torch_includes="$("$python" -c "$torch_query" 2>/dev/null)"; then
+  python_include="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+  flags=(-std=c++20 -Wall -Wextra -Werror -fsyntax-only -DTORCH_EXTENSION_NAME=hectorgen_runtime_C
+         -I"$runtime/include" -I"$runtime/torch" -isystem "$cuda_include" -isystem "$python_include")
+  for dir in $torch_includes; do flags+=(-isystem "$dir"); done
+  for source in "$runtime/torch/graph_preprocess_torch.cpp" "$runtime/torch/python_module.cpp"; do
+    "$cxx" "${flags[@]}" "$source"
+    echo "compile_check: ok  $(basename "$source") (libtorch binding)"
+  done
+else
+  echo "compile_check: skip libtorch binding (torch not importable by $python)"
+fi

@@ -1,0 +1,336 @@
+"""Tests of the graph preprocessing runtime (runtime/).
+
+Without torch everything is skipped. With torch but no CUDA GPU, the pure-PyTorch reference (the oracle) is
+checked against a hand-computed graph and structural invariants. With a GPU, the CUDA extension is JIT-built on
+first use (runtime/python/build_ext.py can prebuild it) and every layout is compared bit for bit with the
+reference on random graphs, for determinism, argument checking and the current-stream contract.
+"""
+
+import pathlib
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "runtime" / "python"))
+import hectorgen_runtime as hr  # noqa: E402
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+ALL_LAYOUTS = list(hr.LAYOUTS)
+
+# ---------------------------------------------------------------------------------------------------------------
+# Helpers
+
+
+def sorted_ntype(num_nodes, num_ntypes, generator):
+    return torch.sort(torch.randint(0, num_ntypes, (num_nodes,), generator=generator)).values
+
+
+def random_graph(num_nodes, num_edges, num_etypes, seed, used_etypes=None, max_node=None):
+    """A random typed COO graph on the CPU (int64). used_etypes restricts the relations that occur (so others are
+    empty); max_node restricts endpoints to [0, max_node) (so the rest of the nodes are isolated)."""
+    g = torch.Generator().manual_seed(seed)
+    high = num_nodes if max_node is None else max_node
+    src = torch.randint(0, max(high, 1), (num_edges,), generator=g)
+    dst = torch.randint(0, max(high, 1), (num_edges,), generator=g)
+    if used_etypes is None:
+        etype = torch.randint(0, num_etypes, (num_edges,), generator=g)
+    else:
+        choices = torch.tensor(sorted(used_etypes))
+        etype = choices[torch.randint(0, len(choices), (num_edges,), generator=g)]
+    ntype = sorted_ntype(num_nodes, 3, g)
+    return src, dst, etype, ntype
+
+
+def check_invariants(out, src, dst, etype, num_nodes, num_etypes):
+    """Structural properties that any correct result has, independent of how it was computed (CPU tensors)."""
+    num_edges = src.numel()
+    src, dst, etype = src.long(), dst.long(), etype.long()
+    for key, value in out.items():
+        expected = torch.float32 if key == "inv_relation_in_degree" else torch.int32
+        assert value.dtype == expected, key
+    perm = out["perm"].long()
+    assert torch.equal(torch.sort(perm).values, torch.arange(num_edges))
+    s_src, s_dst, s_etype = out["sorted_src"].long(), out["sorted_dst"].long(), out["sorted_etype"].long()
+    assert torch.equal(s_src, src[perm]) and torch.equal(s_dst, dst[perm]) and torch.equal(s_etype, etype[perm])
+    assert bool((s_etype[1:] >= s_etype[:-1]).all())
+    etype_ptr = out["etype_ptr"].long()
+    assert etype_ptr.numel() == num_etypes + 1 and int(etype_ptr[0]) == 0 and int(etype_ptr[-1]) == num_edges
+    for r in range(min(num_etypes, 64)):
+        assert bool((s_etype[etype_ptr[r] : etype_ptr[r + 1]] == r).all())
+    # Stability: inside one relation the caller's edge order is kept.
+    same = s_etype[1:] == s_etype[:-1]
+    assert bool((perm[1:][same] > perm[:-1][same]).all())
+
+    for prefix, row, col, col_key in (("in_", s_dst, s_src, "col_src"), ("out_", s_src, s_dst, "col_dst")):
+        row_ptr, eid = out[prefix + "row_ptr"].long(), out[prefix + "col_eid"].long()
+        assert row_ptr.numel() == num_nodes + 1 and int(row_ptr[-1]) == num_edges
+        assert torch.equal(torch.sort(eid).values, torch.arange(num_edges))
+        rows = torch.repeat_interleave(torch.arange(num_nodes), row_ptr[1:] - row_ptr[:-1])
+        assert torch.equal(row[eid], rows)
+        assert torch.equal(out[prefix + col_key].long(), col[eid])
+        assert torch.equal(out[prefix + "col_etype"].long(), s_etype[eid])
+        # Inside a row: ordered by (etype, position).
+        same_row = rows[1:] == rows[:-1]
+        key = s_etype[eid] * (num_edges + 1) + eid
+        assert bool((key[1:][same_row] > key[:-1][same_row]).all())
+
+    for name, node in (("src", s_src), ("dst", s_dst)):
+        unique, ptr = out["unique_" + name].long(), out["unique_" + name + "_etype_ptr"].long()
+        to_unique = out["edge_to_unique_" + name].long()
+        assert int(ptr[0]) == 0 and int(ptr[-1]) == unique.numel()
+        unique_etype = torch.repeat_interleave(torch.arange(num_etypes), ptr[1:] - ptr[:-1])
+        pair = unique_etype * max(num_nodes, 1) + unique
+        assert bool((pair[1:] > pair[:-1]).all())  # strictly increasing: unique and ordered by (etype, node)
+        assert torch.equal(unique[to_unique], node) and torch.equal(unique_etype[to_unique], s_etype)
+        assert torch.equal(torch.unique(to_unique), torch.arange(unique.numel()))  # every row is used
+
+    inv = out["inv_relation_in_degree"]
+    for p in range(0, num_edges, max(num_edges // 50, 1)):
+        count = int(((s_dst == s_dst[p]) & (s_etype == s_etype[p])).sum())
+        assert float(inv[p]) == float(torch.tensor(1.0 / count, dtype=torch.float32))
+
+
+def assert_same(actual, expected, context=""):
+    assert sorted(actual) == sorted(expected), context
+    for key in expected:
+        a, e = actual[key].cpu(), expected[key].cpu()
+        assert a.dtype == e.dtype, f"{context} {key}: dtype {a.dtype} != {e.dtype}"
+        assert a.shape == e.shape, f"{context} {key}: shape {tuple(a.shape)} != {tuple(e.shape)}"
+        if a.dtype == torch.float32:  # bitwise
+            a, e = a.view(torch.int32), e.view(torch.int32)
+        if not torch.equal(a, e):
+            bad = (a != e).nonzero().flatten()[:5].tolist()
+            raise AssertionError(f"{context} {key}: differs at {bad}: {a[bad].tolist()} != {e[bad].tolist()}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The reference (oracle), on the CPU
+
+# A 7-edge graph on 4 nodes with 3 relations (relation 2 empty, node 3 without in-edges, edges 2 and 6 share
+# (src, etype)), with every layout computed by hand.
+HAND_SRC = [0, 1, 2, 0, 1, 3, 0]
+HAND_DST = [1, 2, 1, 1, 0, 1, 2]
+HAND_ETYPE = [1, 0, 1, 0, 1, 1, 1]
+HAND_EXPECTED = {
+    "perm": [1, 3, 0, 2, 4, 5, 6],
+    "sorted_src": [1, 0, 0, 2, 1, 3, 0],
+    "sorted_dst": [2, 1, 1, 1, 0, 1, 2],
+    "sorted_etype": [0, 0, 1, 1, 1, 1, 1],
+    "etype_ptr": [0, 2, 7, 7],
+    "in_row_ptr": [0, 1, 5, 7, 7],
+    "in_col_src": [1, 0, 0, 2, 3, 1, 0],
+    "in_col_eid": [4, 1, 2, 3, 5, 0, 6],
+    "in_col_etype": [1, 0, 1, 1, 1, 0, 1],
+    "out_row_ptr": [0, 3, 5, 6, 7],
+    "out_col_dst": [1, 1, 2, 2, 0, 1, 1],
+    "out_col_eid": [1, 2, 6, 0, 4, 3, 5],
+    "out_col_etype": [0, 1, 1, 0, 1, 1, 1],
+    "unique_src": [0, 1, 0, 1, 2, 3],
+    "unique_src_etype_ptr": [0, 2, 6, 6],
+    "edge_to_unique_src": [1, 0, 2, 4, 3, 5, 2],
+    "unique_dst": [1, 2, 0, 1, 2],
+    "unique_dst_etype_ptr": [0, 2, 5, 5],
+    "edge_to_unique_dst": [1, 0, 3, 3, 2, 3, 4],
+    "inv_relation_in_degree": [1.0, 1.0, 1 / 3, 1 / 3, 1.0, 1 / 3, 1.0],
+    "ntype_ptr": [0, 2, 2, 4],
+}
+HAND_NTYPE = [0, 0, 2, 2]
+
+
+def hand_graph(device="cpu", dtype=torch.int64):
+    return tuple(torch.tensor(v, dtype=dtype, device=device) for v in (HAND_SRC, HAND_DST, HAND_ETYPE, HAND_NTYPE))
+
+
+def hand_expected():
+    return {
+        key: torch.tensor(v, dtype=torch.float32 if key == "inv_relation_in_degree" else torch.int32)
+        for key, v in HAND_EXPECTED.items()
+    }
+
+
+def test_reference_matches_hand_computed_layouts():
+    src, dst, etype, ntype = hand_graph()
+    out = hr.reference_preprocess(src, dst, etype, 4, 3, ntype, ALL_LAYOUTS, num_ntypes=3)
+    assert_same(out, hand_expected(), "reference")
+
+
+@pytest.mark.parametrize("case", ["tiny", "duplicates", "empty_relations", "isolated", "no_edges", "one_relation"])
+def test_reference_invariants(case):
+    params = {
+        "tiny": dict(num_nodes=5, num_edges=9, num_etypes=3, seed=1),
+        "duplicates": dict(num_nodes=4, num_edges=200, num_etypes=2, seed=2),
+        "empty_relations": dict(num_nodes=30, num_edges=150, num_etypes=8, seed=3, used_etypes={1, 4, 7}),
+        "isolated": dict(num_nodes=300, num_edges=20, num_etypes=3, seed=4, max_node=40),
+        "no_edges": dict(num_nodes=6, num_edges=0, num_etypes=2, seed=5),
+        "one_relation": dict(num_nodes=40, num_edges=300, num_etypes=1, seed=6),
+    }[case]
+    src, dst, etype, _ = random_graph(**params)
+    out = hr.reference_preprocess(src, dst, etype, params["num_nodes"], params["num_etypes"], None, ALL_LAYOUTS[:-1])
+    check_invariants(out, src, dst, etype, params["num_nodes"], params["num_etypes"])
+
+
+def test_reference_rejects_invalid_input():
+    src, dst, etype, ntype = hand_graph()
+    with pytest.raises(ValueError, match="src out of range"):
+        hr.reference_preprocess(src, dst, etype, 3, 3)
+    with pytest.raises(ValueError, match="etype out of range"):
+        hr.reference_preprocess(src, dst, etype, 4, 1)
+    with pytest.raises(ValueError, match="not sorted"):
+        hr.reference_preprocess(src, dst, etype, 4, 3, ntype.flip(0), ["ntype_ptr"])
+    with pytest.raises(ValueError, match="unknown layout"):
+        hr.reference_preprocess(src, dst, etype, 4, 3, None, ["csr"])
+
+
+def test_python_api_on_cpu_uses_the_reference():
+    src, dst, etype, ntype = hand_graph()
+    out = hr.preprocess(src, dst, etype, 4, 3, ntype)  # default layouts: all, ntype_ptr since ntype is given
+    assert_same(out, hand_expected(), "preprocess(cpu)")
+    graph = hr.Graph.from_coo(src, dst, etype, 4, 3, ntype, layouts=["csr_by_dst", "ntype_ptr"])
+    assert graph.num_edges == 7 and graph.num_ntypes == 3 and graph.perm is None
+    assert sorted(graph.tensors()) == sorted(hr.LAYOUT_KEYS["csr_by_dst"] + hr.LAYOUT_KEYS["ntype_ptr"])
+
+
+def test_graph_dataclass_covers_every_key():
+    fields = {f.name for f in hr.Graph.__dataclass_fields__.values()}
+    keys = {key for keys in hr.LAYOUT_KEYS.values() for key in keys}
+    assert keys <= fields
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The CUDA extension against the reference
+
+
+@pytest.fixture(scope="module")
+def ext():
+    return hr.load_extension()
+
+
+# name: (num_nodes, num_edges, num_etypes, extra random_graph arguments)
+CASES = {
+    "tiny": (5, 7, 3, {}),
+    "empty_relations": (50, 400, 10, {"used_etypes": {1, 4, 9}}),
+    "isolated_nodes": (1000, 60, 4, {"max_node": 100}),
+    "no_edges": (20, 0, 3, {}),
+    "no_nodes_no_edges": (0, 0, 1, {}),
+    "one_relation": (300, 5000, 1, {}),
+    "dense_duplicates": (8, 3000, 3, {}),
+    "many_empty_relations": (100, 10, 100_000, {}),
+    "medium": (20_000, 300_000, 37, {}),
+    "wide_keys": (2**21, 100_000, 4096, {}),  # num_etypes * num_nodes > 2^32: 64-bit composite sort keys
+}
+
+
+def run_cuda(ext, src, dst, etype, num_nodes, num_etypes, ntype, layouts=ALL_LAYOUTS, **kwargs):
+    return ext.preprocess(src, dst, etype, num_nodes, num_etypes, ntype, layouts, **kwargs)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_cuda_matches_reference(ext, case, dtype):
+    num_nodes, num_edges, num_etypes, extra = CASES[case]
+    src, dst, etype, ntype = random_graph(num_nodes, num_edges, num_etypes, seed=sum(map(ord, case)), **extra)
+    expected = hr.reference_preprocess(src, dst, etype, num_nodes, num_etypes, ntype, ALL_LAYOUTS, num_ntypes=3)
+    cuda = [t.to(device="cuda", dtype=dtype) for t in (src, dst, etype, ntype)]
+    actual = run_cuda(ext, *cuda[:3], num_nodes, num_etypes, cuda[3], num_ntypes=3)
+    assert all(t.is_cuda for t in actual.values())
+    assert_same(actual, expected, case)
+    if num_edges <= 5000:
+        check_invariants({k: v.cpu() for k, v in actual.items()}, src, dst, etype, num_nodes, num_etypes)
+
+
+@needs_cuda
+def test_cuda_matches_hand_computed_layouts(ext):
+    src, dst, etype, ntype = hand_graph("cuda", torch.int32)
+    assert_same(run_cuda(ext, src, dst, etype, 4, 3, ntype), hand_expected(), "cuda")
+
+
+@needs_cuda
+def test_cuda_is_deterministic(ext):
+    src, dst, etype, ntype = (t.cuda() for t in random_graph(5000, 200_000, 13, seed=7))
+    first = run_cuda(ext, src, dst, etype, 5000, 13, ntype)
+    for _ in range(2):
+        assert_same(run_cuda(ext, src, dst, etype, 5000, 13, ntype), first, "rerun")
+
+
+@needs_cuda
+@pytest.mark.parametrize("layout", ALL_LAYOUTS)
+def test_cuda_builds_exactly_the_requested_layout(ext, layout):
+    src, dst, etype, ntype = hand_graph("cuda")
+    out = run_cuda(ext, src, dst, etype, 4, 3, ntype, [layout])
+    assert sorted(out) == sorted(hr.LAYOUT_KEYS[layout])
+    assert_same(out, {k: v for k, v in hand_expected().items() if k in out}, layout)
+
+
+@needs_cuda
+def test_cuda_derives_num_ntypes_and_skips_validation_on_request(ext):
+    src, dst, etype, ntype = hand_graph("cuda")
+    derived = run_cuda(ext, src, dst, etype, 4, 3, ntype, ["ntype_ptr"])  # num_ntypes = max + 1 = 3
+    assert derived["ntype_ptr"].tolist() == HAND_EXPECTED["ntype_ptr"]
+    unchecked = run_cuda(ext, src, dst, etype, 4, 3, ntype, validate=False)
+    assert_same(unchecked, hand_expected(), "validate=False")
+
+
+@needs_cuda
+def test_cuda_uses_the_current_stream(ext):
+    src, dst, etype, ntype = (t.cuda() for t in random_graph(3000, 100_000, 7, seed=11))
+    expected = run_cuda(ext, src, dst, etype, 3000, 7, ntype)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        actual = run_cuda(ext, src, dst, etype, 3000, 7, ntype)
+    torch.cuda.current_stream().wait_stream(stream)
+    assert_same(actual, expected, "side stream")
+
+
+@needs_cuda
+def test_python_api_on_cuda(ext):
+    src, dst, etype, ntype = hand_graph("cuda")
+    graph = hr.Graph.from_coo(src, dst, etype, 4, 3, ntype, backend="cuda")
+    assert_same(graph.tensors(), hand_expected(), "Graph.from_coo")
+    assert graph.num_unique_src == 6 and graph.num_unique_dst == 5 and graph.num_ntypes == 3
+
+
+@needs_cuda
+def test_cuda_reports_invalid_graphs(ext):
+    src, dst, etype, ntype = hand_graph("cuda")
+    with pytest.raises(RuntimeError, match="src index out of range"):
+        run_cuda(ext, src, dst, etype, 3, 3, None, ["csr_by_dst"])  # node 3 is a src
+    with pytest.raises(RuntimeError, match="etype out of range"):
+        run_cuda(ext, src, dst, etype, 4, 1, None, ["etype_sorted_coo"])
+    with pytest.raises(RuntimeError, match="dst index out of range"):
+        run_cuda(ext, src, dst - 1, etype, 4, 3, None, ["etype_sorted_coo"])
+    big = src.clone()
+    big[0] = 2**31 + 1  # does not fit int32: must be reported, not wrapped around
+    with pytest.raises(RuntimeError, match="src index out of range"):
+        run_cuda(ext, big, dst, etype, 4, 3, None, ["etype_sorted_coo"])
+    with pytest.raises(RuntimeError, match="not sorted by ntype"):
+        run_cuda(ext, src, dst, etype, 4, 3, ntype.flip(0), ["ntype_ptr"])
+    with pytest.raises(RuntimeError, match="ntype out of range"):
+        run_cuda(ext, src, dst, etype, 4, 3, ntype, ["ntype_ptr"], num_ntypes=2)
+
+
+@needs_cuda
+def test_cuda_checks_arguments(ext):
+    src, dst, etype, ntype = hand_graph("cuda")
+    with pytest.raises(RuntimeError, match="unknown layout 'csr'"):
+        run_cuda(ext, src, dst, etype, 4, 3, None, ["csr"])
+    with pytest.raises(RuntimeError, match="src must be a CUDA tensor"):
+        run_cuda(ext, src.cpu(), dst, etype, 4, 3, None)
+    with pytest.raises(RuntimeError, match="etype must be int32 or int64"):
+        run_cuda(ext, src, dst, etype.float(), 4, 3, None)
+    with pytest.raises(RuntimeError, match="dst has 6 entries, expected 7"):
+        run_cuda(ext, src, dst[:6], etype, 4, 3, None)
+    with pytest.raises(RuntimeError, match="must be 1-D"):
+        run_cuda(ext, src, dst.view(7, 1), etype, 4, 3, None)
+    with pytest.raises(RuntimeError, match="must be contiguous"):
+        run_cuda(ext, src, torch.stack([dst, dst], 1)[:, 0], etype, 4, 3, None)
+    with pytest.raises(RuntimeError, match="needs the ntype tensor"):
+        run_cuda(ext, src, dst, etype, 4, 3, None, ["ntype_ptr"])
+    with pytest.raises(RuntimeError, match="num_nodes must be in"):
+        run_cuda(ext, src, dst, etype, 2**31, 3, None)
+    with pytest.raises(RuntimeError, match="num_etypes must be in"):
+        run_cuda(ext, src, dst, etype, 4, 0, None)
