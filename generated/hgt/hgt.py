@@ -100,13 +100,13 @@ class Hgt(torch.nn.Module):
         super().__init__()
         self.num_etypes = num_etypes
         self.num_ntypes = num_ntypes
-        self.W_k = torch.nn.Parameter(torch.empty((num_ntypes, 64, 64,), device=device, dtype=dtype))
-        self.W_q = torch.nn.Parameter(torch.empty((num_ntypes, 64, 64,), device=device, dtype=dtype))
-        self.W_v = torch.nn.Parameter(torch.empty((num_ntypes, 64, 64,), device=device, dtype=dtype))
-        self.W_att = torch.nn.Parameter(torch.empty((num_etypes, 1, 64, 64,), device=device, dtype=dtype))
-        self.W_msg = torch.nn.Parameter(torch.empty((num_etypes, 1, 64, 64,), device=device, dtype=dtype))
-        self.mu = torch.nn.Parameter(torch.empty((num_etypes, 1,), device=device, dtype=dtype))
-        self.W_a = torch.nn.Parameter(torch.empty((num_ntypes, 64, 64,), device=device, dtype=dtype))
+        self.W_k = torch.nn.Parameter(torch.empty((num_ntypes, 64, 64), device=device, dtype=dtype))
+        self.W_q = torch.nn.Parameter(torch.empty((num_ntypes, 64, 64), device=device, dtype=dtype))
+        self.W_v = torch.nn.Parameter(torch.empty((num_ntypes, 64, 64), device=device, dtype=dtype))
+        self.W_att = torch.nn.Parameter(torch.empty((num_etypes, 1, 64, 64), device=device, dtype=dtype))
+        self.W_msg = torch.nn.Parameter(torch.empty((num_etypes, 1, 64, 64), device=device, dtype=dtype))
+        self.mu = torch.nn.Parameter(torch.empty((num_etypes, 1), device=device, dtype=dtype))
+        self.W_a = torch.nn.Parameter(torch.empty((num_ntypes, 64, 64), device=device, dtype=dtype))
         self.reset_parameters()
 
     def reset_parameters(self):

@@ -49,7 +49,7 @@ std::vector<at::Tensor> hgt_forward(
     const at::Tensor& W_msg,
     const at::Tensor& mu,
     const at::Tensor& W_a) {
-  const at::Device device = W_a.device();
+  const at::Device device = feature.device();
   TORCH_CHECK(device.is_cuda(), "hgt: tensors must be on a CUDA device, got ", device);
   TORCH_CHECK(num_nodes >= 0 && num_etypes >= 1 && num_ntypes >= 1, "hgt: bad graph sizes");
   const c10::cuda::CUDAGuard guard(device);
@@ -72,7 +72,7 @@ std::vector<at::Tensor> hgt_forward(
   check(W_msg, "weight 'W_msg'", at::kFloat, {num_etypes, 1, 64, 64}, device);
   check(mu, "weight 'mu'", at::kFloat, {num_etypes, 1}, device);
   check(W_a, "weight 'W_a'", at::kFloat, {num_ntypes, 64, 64}, device);
-  const auto options = W_a.options();
+  const auto options = feature.options();
   at::Tensor h = at::empty({num_nodes, 64}, options);
   at::Tensor agg = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor att_sum = at::empty({num_nodes, 1}, options);  // field
@@ -144,7 +144,7 @@ std::vector<at::Tensor> hgt_forward_meta(
     const at::Tensor& W_msg,
     const at::Tensor& mu,
     const at::Tensor& W_a) {
-  at::Tensor h = at::empty({num_nodes, 64}, W_a.options());
+  at::Tensor h = at::empty({num_nodes, 64}, feature.options());
   return {h};
 }
 

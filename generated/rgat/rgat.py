@@ -97,9 +97,9 @@ class Rgat(torch.nn.Module):
         super().__init__()
         self.num_etypes = num_etypes
         self.num_ntypes = num_ntypes
-        self.W = torch.nn.Parameter(torch.empty((num_etypes, 64, 64,), device=device, dtype=dtype))
-        self.w_s = torch.nn.Parameter(torch.empty((num_etypes, 1, 64,), device=device, dtype=dtype))
-        self.w_t = torch.nn.Parameter(torch.empty((num_etypes, 1, 64,), device=device, dtype=dtype))
+        self.W = torch.nn.Parameter(torch.empty((num_etypes, 64, 64), device=device, dtype=dtype))
+        self.w_s = torch.nn.Parameter(torch.empty((num_etypes, 1, 64), device=device, dtype=dtype))
+        self.w_t = torch.nn.Parameter(torch.empty((num_etypes, 1, 64), device=device, dtype=dtype))
         self.reset_parameters()
 
     def reset_parameters(self):

@@ -42,7 +42,7 @@ std::vector<at::Tensor> rgat_forward(
     const at::Tensor& W,
     const at::Tensor& w_s,
     const at::Tensor& w_t) {
-  const at::Device device = w_t.device();
+  const at::Device device = feature.device();
   TORCH_CHECK(device.is_cuda(), "rgat: tensors must be on a CUDA device, got ", device);
   TORCH_CHECK(num_nodes >= 0 && num_etypes >= 1 && num_ntypes >= 1, "rgat: bad graph sizes");
   const c10::cuda::CUDAGuard guard(device);
@@ -58,7 +58,7 @@ std::vector<at::Tensor> rgat_forward(
   check(W, "weight 'W'", at::kFloat, {num_etypes, 64, 64}, device);
   check(w_s, "weight 'w_s'", at::kFloat, {num_etypes, 1, 64}, device);
   check(w_t, "weight 'w_t'", at::kFloat, {num_etypes, 1, 64}, device);
-  const auto options = w_t.options();
+  const auto options = feature.options();
   at::Tensor h = at::empty({num_nodes, 1, 64}, options);
   at::Tensor att_sum = at::empty({num_nodes, 1}, options);  // field
   at::Tensor att = at::empty({num_edges, 1}, options);  // field
@@ -108,7 +108,7 @@ std::vector<at::Tensor> rgat_forward_meta(
     const at::Tensor& W,
     const at::Tensor& w_s,
     const at::Tensor& w_t) {
-  at::Tensor h = at::empty({num_nodes, 1, 64}, w_t.options());
+  at::Tensor h = at::empty({num_nodes, 1, 64}, feature.options());
   return {h};
 }
 

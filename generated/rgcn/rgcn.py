@@ -95,8 +95,8 @@ class Rgcn(torch.nn.Module):
         super().__init__()
         self.num_etypes = num_etypes
         self.num_ntypes = num_ntypes
-        self.W0 = torch.nn.Parameter(torch.empty((64, 64,), device=device, dtype=dtype))
-        self.W = torch.nn.Parameter(torch.empty((num_etypes, 64, 64,), device=device, dtype=dtype))
+        self.W0 = torch.nn.Parameter(torch.empty((64, 64), device=device, dtype=dtype))
+        self.W = torch.nn.Parameter(torch.empty((num_etypes, 64, 64), device=device, dtype=dtype))
         self.reset_parameters()
 
     def reset_parameters(self):

@@ -39,7 +39,7 @@ std::vector<at::Tensor> rgcn_forward(
     const at::Tensor& feature,
     const at::Tensor& W0,
     const at::Tensor& W) {
-  const at::Device device = W.device();
+  const at::Device device = feature.device();
   TORCH_CHECK(device.is_cuda(), "rgcn: tensors must be on a CUDA device, got ", device);
   TORCH_CHECK(num_nodes >= 0 && num_etypes >= 1 && num_ntypes >= 1, "rgcn: bad graph sizes");
   const c10::cuda::CUDAGuard guard(device);
@@ -52,7 +52,7 @@ std::vector<at::Tensor> rgcn_forward(
   check(feature, "input 'feature'", at::kFloat, {num_nodes, 64}, device);
   check(W0, "weight 'W0'", at::kFloat, {64, 64}, device);
   check(W, "weight 'W'", at::kFloat, {num_etypes, 64, 64}, device);
-  const auto options = W.options();
+  const auto options = feature.options();
   at::Tensor h = at::empty({num_nodes, 64}, options);
   RgcnForwardArgs a;
   a.num_nodes = num_nodes;
@@ -88,7 +88,7 @@ std::vector<at::Tensor> rgcn_forward_meta(
     const at::Tensor& feature,
     const at::Tensor& W0,
     const at::Tensor& W) {
-  at::Tensor h = at::empty({num_nodes, 64}, W.options());
+  at::Tensor h = at::empty({num_nodes, 64}, feature.options());
   return {h};
 }
 

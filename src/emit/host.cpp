@@ -82,7 +82,14 @@ std::string emit_host_cpp(const Program& p, const EmitContext& ctx) {
   std::string sch;
   for (size_t i = 0; i < schema.size(); ++i) sch += (i ? ", " : "") + schema[i];
   v["schema"] = sch;
-  v["first_input"] = tensors.empty() ? graph_arrays(p).front() : tensors.back()->name;
+  // The device and options of the results follow the first user input (else the first tensor argument).
+  std::string device_from = tensors.empty() ? graph_arrays(p).front() : tensors.front()->name;
+  for (const TensorDecl* t : tensors)
+    if (t->from_graph.empty()) {
+      device_from = t->name;
+      break;
+    }
+  v["first_input"] = device_from;
   std::string checks;
   for (const std::string& g : graph_arrays(p))
     checks += fmt::format("  check({}, \"graph array '{}'\", at::kInt, {{{}}}, device);\n", g, g, graph_array_rows(g));
@@ -199,7 +206,8 @@ std::string emit_python(const Program& p, const EmitContext& ctx) {
     if (!rows.empty()) dims.push_back(rows);
     for (int64_t d : w.shape) dims.push_back(std::to_string(d));
     wdoc += (wdoc.empty() ? "" : ", ") + fmt::format("{} [{}]", w.name, join(dims, ", "));
-    init += fmt::format("        self.{} = torch.nn.Parameter(torch.empty(({},), device=device, dtype=dtype))\n", w.name, join(dims, ", "));
+    std::string tuple = dims.size() == 1 ? dims[0] + "," : join(dims, ", ");
+    init += fmt::format("        self.{} = torch.nn.Parameter(torch.empty(({}), device=device, dtype=dtype))\n", w.name, tuple);
     if (w.init == "ones") reset += fmt::format("        torch.nn.init.ones_(self.{})\n", w.name);
     else if (w.init == "zeros") reset += fmt::format("        torch.nn.init.zeros_(self.{})\n", w.name);
     else {
