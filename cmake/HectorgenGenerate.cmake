@@ -32,17 +32,20 @@
 #
 # Which hectorgen: the HECTORGEN_EXECUTABLE argument; else the HECTORGEN_EXECUTABLE variable; else the
 # `hectorgen` target of this build (inside the hectorgen repository); else the imported `hectorgen::hectorgen`
-# (from find_package(hectorgen)); else `hectorgen` found on PATH. The tool is a dependency: rebuilding it
-# regenerates.
+# (from find_package(hectorgen)); else `hectorgen` on PATH (cached as HECTORGEN_PROGRAM). The tool is a
+# dependency: rebuilding it regenerates.
 #
-# Incremental builds: the command's only OUTPUT is a stamp file; the generated files are BYPRODUCTS. hectorgen
-# rewrites a file only when its content changed, so editing the spec (or rebuilding hectorgen) reruns hectorgen
-# but, with Ninja (restat), recompiles only what actually changed. Makefile generators recompile the kernels
-# after every regeneration. A build with nothing changed runs nothing. OUTPUT_DIR belongs to the build: `clean`
-# deletes the generated files, so do not point it at committed sources.
+# Incremental builds: the command's only OUTPUT is a stamp file (<target>.hectorgen-stamp in the current binary
+# dir); the generated files are BYPRODUCTS. hectorgen rewrites a file only when its content changed, so editing
+# the spec (or rebuilding hectorgen) reruns hectorgen but recompiles only what actually changed, and a build with
+# nothing changed runs nothing. With Ninja a deleted generated file is regenerated; with Makefile generators
+# delete the stamp to force that. OUTPUT_DIR belongs to the build (`clean` deletes the generated files), so do not
+# point it at committed sources.
 
 include_guard(GLOBAL)
-cmake_minimum_required(VERSION 3.20)  # BYPRODUCTS visible across directories (CMP0118), cmake_path()
+if(CMAKE_VERSION VERSION_LESS 3.20)
+  message(FATAL_ERROR "HectorgenGenerate.cmake needs CMake 3.20 or newer (cmake_path)")
+endif()
 
 function(_hectorgen_resolve_tool explicit out_command out_depends)
   if(explicit)

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <ostream>
 #include <sstream>
@@ -122,7 +123,11 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
     }
     if (opts.print_ir_after == "lower" || opts.print_ir_after == "all")
       out << "# ---- IR after lower ----\n" << intra::print_program(*program);
-    emit::EmitContext ctx{opts.spec_path, HECTORGEN_VERSION};
+    // Banners name the spec as given when relative (specs/rgat.yaml), by file name when absolute, so the
+    // output does not depend on where the repository sits.
+    std::filesystem::path spec_path(opts.spec_path);
+    std::string shown = spec_path.is_absolute() ? spec_path.filename().string() : spec_path.lexically_normal().string();
+    emit::EmitContext ctx{shown, HECTORGEN_VERSION};
     if (opts.emit == "intra-ir") {
       files = OutputSet{};
       files.add(m->decl.name + ".intra.ir", intra::print_program(*program));
