@@ -7,8 +7,8 @@
 #                                      that has no fmt/spdlog/yaml-cpp/CLI11 packages
 #
 # Steps (each logged; the whole run is kept under GPU_CHECK_BUDGET_S seconds, default 470):
-#   1. hectorgen: $HECTORGEN, else build/hg_bundle/hectorgen, else build/hectorgen (first one that runs, with the
-#      bundled libraries on LD_LIBRARY_PATH if needed), else a fresh build into build-gpu/ (needs the -dev packages).
+#   1. hectorgen: $HECTORGEN, else build/hectorgen, else build/hg_bundle/hectorgen (first one that runs, with the
+#      libraries of build/hg_bundle/lib on LD_LIBRARY_PATH if needed), else a fresh build into build-gpu/ (needs the -dev packages).
 #      Without any: the bundled generated/ is tested and the CPU-reference rows FAIL.
 #   2. regenerates rgcn, rgat, hgt (specs/) and rgat4 (tests/gpu/specs/rgat4.yaml) into $HG_GEN_DIR/generated/
 #      (default /tmp/hg_gen; a mirror of the repo layout, so relative paths in the output match), and diffs
@@ -120,7 +120,7 @@ try_hectorgen() { # try_hectorgen BIN [LIBPATH...]: the first library path it ru
   for libs in "$@"; do
     make_wrapper "$bin" "$libs"
     if "$HGW" --version >> "$GEN_LOG" 2>&1; then
-      log "hectorgen: $bin${libs:+ (LD_LIBRARY_PATH=$libs)}: $("$HGW" --version)"
+      log "hectorgen: $bin${libs:+ (LD_LIBRARY_PATH=$libs)}: $("$HGW" --version), $(date -r "$bin" '+%F %T' 2>/dev/null || true), sha256 $(sha256sum "$bin" | cut -c1-12)"
       return 0
     fi
   done
@@ -130,14 +130,14 @@ HG=""
 B="$ROOT/build/hg_bundle"
 if [[ -n "${HECTORGEN:-}" ]] && try_hectorgen "$HECTORGEN" ""; then
   HG="$HGW"
-elif try_hectorgen "$B/hectorgen" "" "$B/lib" "$B/lib:$B/lib/std"; then
-  HG="$HGW"
 elif try_hectorgen "$ROOT/build/hectorgen" "" "$B/lib" "$B/lib:$B/lib/std"; then
+  HG="$HGW"
+elif try_hectorgen "$B/hectorgen" "" "$B/lib" "$B/lib:$B/lib/std"; then
   HG="$HGW"
 else
   log "hectorgen: no prebuilt binary runs here; building it into build-gpu/ (log: gen.log)"
   # shellcheck disable=SC2016  # $1 expands in the inner shell
-  if timeout "$(cap 240 300)" bash -c 'cmake -S "$1" -B "$1/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  if timeout -k 10 "$(cap 240 300)" bash -c 'cmake -S "$1" -B "$1/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DHECTORGEN_BUILD_TESTS=OFF && cmake --build "$1/build-gpu" --target hectorgen' _ "$ROOT" >> "$GEN_LOG" 2>&1 &&
       try_hectorgen "$ROOT/build-gpu/hectorgen" ""; then
     HG="$HGW"
@@ -189,7 +189,7 @@ for s in "${GEN_STATUS[@]}"; do log "generate: $s"; done
 t=$(cap 330 140)
 log "building extensions (timeout ${t}s; log: build.log)"
 build_rc=0
-timeout "$t" python3 tests/gpu/gpu_check.py --build-only --generated "$GEN_DIR" --models "$MODELS" --out "$OUT" \
+timeout -k 10 "$t" python3 tests/gpu/gpu_check.py --build-only --generated "$GEN_DIR" --models "$MODELS" --out "$OUT" \
   --build-timeout "$((t - 5))" || build_rc=$?
 log "extension builds: rc=$build_rc"
 
@@ -197,8 +197,9 @@ log "extension builds: rc=$build_rc"
 t=$(cap 240 100)
 log "gpu_check.py (timeout ${t}s)"
 check_rc=0
-timeout "$t" python3 tests/gpu/gpu_check.py --hectorgen "${HG:-}" --generated "$GEN_DIR" --out "$OUT" \
-  --models "$MODELS" --graphs "$GRAPHS" --no-build ${SEED:+--seed "$SEED"} || check_rc=$?
+timeout -k 10 "$t" python3 tests/gpu/gpu_check.py --hectorgen "${HG:-}" --generated "$GEN_DIR" --out "$OUT" \
+  --models "$MODELS" --graphs "$GRAPHS" --no-build --child-timeout "$((t / 3 > 60 ? t / 3 : 60))" \
+  ${SEED:+--seed "$SEED"} || check_rc=$?
 log "gpu_check.py: rc=$check_rc"
 
 # ---- 5. compute-sanitizer memcheck ---------------------------------------------------------------------------
@@ -223,7 +224,7 @@ else
   t=$(cap 300 8)
   log "compute-sanitizer --tool memcheck (timeout ${t}s; log: sanitizer.log)"
   # shellcheck disable=SC2086  # SANITIZER_FLAGS: extra options, e.g. "--report-api-errors no"
-  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$t" "$SAN" --tool memcheck --error-exitcode 1 ${SANITIZER_FLAGS:-} \
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 10 "$t" "$SAN" --tool memcheck --error-exitcode 1 ${SANITIZER_FLAGS:-} \
     python3 tests/gpu/gpu_check.py --sanitizer-run --generated "$GEN_DIR" --models "$MODELS" \
     > "$SAN_LOG" 2>&1 || san_rc=$?
   summary_line="$({ grep -E 'ERROR SUMMARY' "$SAN_LOG" || true; } | tail -1 | sed 's/^=* *//')"

@@ -25,7 +25,7 @@ void check(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntA
 
 }  // namespace
 
-std::vector<at::Tensor> hgt_forward(
+std::vector<at::Tensor> hgt_forward_op(
     const at::Tensor& src,
     const at::Tensor& dst,
     const at::Tensor& etype,
@@ -151,12 +151,12 @@ std::vector<at::Tensor> hgt_forward_meta(
 TORCH_LIBRARY(hectorgen_hgt, m) {
   m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
 }
-TORCH_LIBRARY_IMPL(hectorgen_hgt, CUDA, m) { m.impl("forward", &hgt_forward); }
+TORCH_LIBRARY_IMPL(hectorgen_hgt, CUDA, m) { m.impl("forward", &hgt_forward_op); }
 TORCH_LIBRARY_IMPL(hectorgen_hgt, Meta, m) { m.impl("forward", &hgt_forward_meta); }
 
 PYBIND11_MODULE(hgt_ext, m) {
   m.doc() = "hectorgen-generated hgt layer (specs/hgt.yaml)";
-  m.def("forward", &hgt_forward, "Runs the hgt forward pass; see hgt.py");
+  m.def("forward", &hgt_forward_op, "Runs the hgt forward pass; see hgt.py");
   m.def("preprocess", &hectorgen::runtime::preprocess, "Builds graph layouts (hectorgen runtime)",
         pybind11::arg("src"), pybind11::arg("dst"), pybind11::arg("etype"), pybind11::arg("num_nodes"),
         pybind11::arg("num_etypes"), pybind11::arg("ntype"), pybind11::arg("layouts"),

@@ -25,7 +25,7 @@ void check(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntA
 
 }  // namespace
 
-std::vector<at::Tensor> rgat_forward(
+std::vector<at::Tensor> rgat_forward_op(
     const at::Tensor& src,
     const at::Tensor& dst,
     const at::Tensor& etype,
@@ -115,12 +115,12 @@ std::vector<at::Tensor> rgat_forward_meta(
 TORCH_LIBRARY(hectorgen_rgat, m) {
   m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
 }
-TORCH_LIBRARY_IMPL(hectorgen_rgat, CUDA, m) { m.impl("forward", &rgat_forward); }
+TORCH_LIBRARY_IMPL(hectorgen_rgat, CUDA, m) { m.impl("forward", &rgat_forward_op); }
 TORCH_LIBRARY_IMPL(hectorgen_rgat, Meta, m) { m.impl("forward", &rgat_forward_meta); }
 
 PYBIND11_MODULE(rgat_ext, m) {
   m.doc() = "hectorgen-generated rgat layer (specs/rgat.yaml)";
-  m.def("forward", &rgat_forward, "Runs the rgat forward pass; see rgat.py");
+  m.def("forward", &rgat_forward_op, "Runs the rgat forward pass; see rgat.py");
   m.def("preprocess", &hectorgen::runtime::preprocess, "Builds graph layouts (hectorgen runtime)",
         pybind11::arg("src"), pybind11::arg("dst"), pybind11::arg("etype"), pybind11::arg("num_nodes"),
         pybind11::arg("num_etypes"), pybind11::arg("ntype"), pybind11::arg("layouts"),

@@ -25,7 +25,7 @@ void check(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntA
 
 }  // namespace
 
-std::vector<at::Tensor> rgcn_forward(
+std::vector<at::Tensor> rgcn_forward_op(
     const at::Tensor& src,
     const at::Tensor& dst,
     const at::Tensor& etype,
@@ -95,12 +95,12 @@ std::vector<at::Tensor> rgcn_forward_meta(
 TORCH_LIBRARY(hectorgen_rgcn, m) {
   m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor W0, Tensor W) -> Tensor[]");
 }
-TORCH_LIBRARY_IMPL(hectorgen_rgcn, CUDA, m) { m.impl("forward", &rgcn_forward); }
+TORCH_LIBRARY_IMPL(hectorgen_rgcn, CUDA, m) { m.impl("forward", &rgcn_forward_op); }
 TORCH_LIBRARY_IMPL(hectorgen_rgcn, Meta, m) { m.impl("forward", &rgcn_forward_meta); }
 
 PYBIND11_MODULE(rgcn_ext, m) {
   m.doc() = "hectorgen-generated rgcn layer (specs/rgcn.yaml)";
-  m.def("forward", &rgcn_forward, "Runs the rgcn forward pass; see rgcn.py");
+  m.def("forward", &rgcn_forward_op, "Runs the rgcn forward pass; see rgcn.py");
   m.def("preprocess", &hectorgen::runtime::preprocess, "Builds graph layouts (hectorgen runtime)",
         pybind11::arg("src"), pybind11::arg("dst"), pybind11::arg("etype"), pybind11::arg("num_nodes"),
         pybind11::arg("num_etypes"), pybind11::arg("ntype"), pybind11::arg("layouts"),

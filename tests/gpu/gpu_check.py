@@ -30,6 +30,9 @@ Results: the table (compare.print_table) is the LAST thing printed; it and the t
 go to OUTDIR/gpu_check.md, every number to OUTDIR/gpu_check.json. Exit status 0 iff
 every check passed.
 
+Each variant runs in a child process of its own (unless --no-isolate), so a sticky CUDA
+error or a crash in one model's kernels costs only that model's rows.
+
 --sanitizer-run: one forward per variant on the tiny graph (no build, no CPU reference,
 no timing), for ``compute-sanitizer --tool memcheck``; exits non-zero on any error.
 --build-only: build the selected extensions in parallel and exit (logs in OUTDIR/build.log).
@@ -477,6 +480,14 @@ class Checker:
         self.errors: list = []
         self.timings: list = []
         self.cases: list = []
+        self.dump_path = None  # child mode: results rewritten here after every row, in case the process dies
+
+    def dump(self):
+        if self.dump_path:
+            data = {"rows": self.rows, "errors": self.errors, "timings": self.timings, "cases": self.cases}
+            tmp = Path(str(self.dump_path) + ".tmp")
+            tmp.write_text(json.dumps(_jsonable(data)) + "\n")
+            os.replace(tmp, self.dump_path)
 
     # -- bookkeeping ------------------------------------------------------------------------
     def row(self, model, graph, check, err, tol, note=""):
@@ -487,6 +498,7 @@ class Checker:
         flag = "PASS" if r["ok"] else "FAIL"
         print(f"[{model}/{graph}] {check}: {err:.3e} (tol {tol:.0e}) {flag}" + (f"  -- {note}" if note else ""),
               flush=True)
+        self.dump()
         return r
 
     def fail(self, model, graph, check, exc, tol=None):
@@ -690,6 +702,48 @@ class Checker:
                 torch.cuda.empty_cache()
 
 
+def run_isolated(checker: Checker, args, variants, base_seed: int) -> None:
+    """Runs each variant in a child process (same arguments, --models NAME, --child-json FILE) and
+    merges the results; a child that crashes or times out gives a FAIL row."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        for vi, v in enumerate(variants):
+            part = Path(tmp) / f"{v.name}.json"
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--hectorgen", args.hectorgen or "",
+                   "--generated", str(args.generated), "--out", str(args.out), "--models", v.name,
+                   "--graphs", args.graphs, "--graph-seed", str(args.graph_seed), "--seed", str(base_seed + 1000 * vi),
+                   "--tol", repr(args.tol), "--timing-iters", str(args.timing_iters),
+                   "--timing-warmup", str(args.timing_warmup), "--child-json", str(part)]
+            if args.no_build:
+                cmd.append("--no-build")
+            t0 = time.perf_counter()
+            try:
+                rc = subprocess.run(cmd, timeout=args.child_timeout).returncode
+                why = f"child process exited with {rc}"
+            except subprocess.TimeoutExpired:
+                rc, why = "timeout", f"child process timed out after {args.child_timeout:.0f} s"
+            print(f"[{v.name}] child done in {time.perf_counter() - t0:.1f} s (rc={rc})", flush=True)
+            data = None
+            if part.is_file():
+                try:
+                    data = json.loads(part.read_text())
+                except ValueError:
+                    data = None
+            if data is not None:
+                for r in data["rows"]:
+                    r["err"], r["tol"] = float(r["err"]), float(r["tol"])
+                    checker.rows.append(r)
+                checker.errors += data["errors"]
+                checker.timings += data["timings"]
+                checker.cases += data["cases"]
+            if rc != 0:  # crashed or timed out: say so (after whatever rows it had recorded)
+                done = len(data["rows"]) if data else 0
+                checker.errors.append({"model": v.name, "graph": "-", "check": "child process", "error": why,
+                                       "traceback": "(see the child's output above)\n"})
+                checker.row(v.name, "-", "child process", math.inf, TOL, f"{why} after {done} row(s)")
+
+
 def _env_info() -> dict:
     import torch
     info = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
@@ -803,6 +857,11 @@ def main(argv=None) -> int:
     p.add_argument("--no-build", action="store_true", help="do not run CMake (use what DIR/<model>/build holds)")
     p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs per extension build")
     p.add_argument("--build-timeout", type=float, default=None, help="seconds per extension build")
+    p.add_argument("--no-isolate", action="store_true",
+                   help="check all models in this process (default: one child process per model, so a sticky "
+                        "CUDA error or a crash in one model's kernels does not take the others down)")
+    p.add_argument("--child-timeout", type=float, default=180, help="seconds per model child process")
+    p.add_argument("--child-json", default=None, help=argparse.SUPPRESS)  # internal: child writes its results here
     args = p.parse_args(argv)
 
     names = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -842,7 +901,15 @@ def main(argv=None) -> int:
           f"torch {meta['torch']}", flush=True)
     t0 = time.perf_counter()
     checker = Checker(args)
-    checker.run(variants, graph_names, base_seed)
+    if args.child_json:
+        checker.dump_path = Path(args.child_json)
+        checker.run(variants, graph_names, base_seed)
+        checker.dump()
+        return 0
+    if args.no_isolate or len(variants) == 1:
+        checker.run(variants, graph_names, base_seed)
+    else:
+        run_isolated(checker, args, variants, base_seed)
     meta["elapsed_s"] = round(time.perf_counter() - t0, 1)
     write_reports(checker, out_dir, meta)
 
