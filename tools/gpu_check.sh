@@ -33,6 +33,7 @@ spec_of() {
     rgat) echo specs/rgat.yaml ;;
     rgat4) echo tests/gpu/specs/rgat4.yaml ;;
     hgt) echo specs/hgt.yaml ;;
+    rgat_concat) echo tests/gpu/specs/rgat_concat.yaml ;;
     *) return 1 ;;
   esac
 }
@@ -65,7 +66,7 @@ OUT="${OUT:-$ROOT/out/gpu_check}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 GEN_ROOT="${HG_GEN_DIR:-/tmp/hg_gen}"
-MODELS="${MODELS:-rgcn,rgat,rgat4,hgt}"
+MODELS="${MODELS:-rgcn,rgat,rgat4,hgt,rgat_concat}"
 GRAPHS="${GRAPHS:-tiny,medium}"
 BUDGET="${GPU_CHECK_BUDGET_S:-470}"
 IFS=',' read -r -a MODEL_LIST <<< "$MODELS"

@@ -115,7 +115,15 @@ std::vector<at::Tensor> hgt_forward_op(
   a.att = att.data_ptr<float>();
   a.msg = msg.data_ptr<float>();
   a.t_lin_3 = t_lin_3.data_ptr<float>();
-  C10_CUDA_CHECK(hgt_forward(a, at::cuda::getCurrentCUDAStream()));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  C10_CUDA_CHECK(launch_hgt_fw_gemm_k(a, stream));
+  C10_CUDA_CHECK(launch_hgt_fw_gemm_q(a, stream));
+  C10_CUDA_CHECK(launch_hgt_fw_gemm_v(a, stream));
+  C10_CUDA_CHECK(launch_hgt_fw_gemm_lin_3(a, stream));
+  C10_CUDA_CHECK(launch_hgt_fw_gemm_msg(a, stream));
+  C10_CUDA_CHECK(launch_hgt_fw_edges_att(a, stream));
+  C10_CUDA_CHECK(launch_hgt_fw_nodes_att_sum(a, stream));
+  C10_CUDA_CHECK(launch_hgt_fw_gemm_h(a, stream));
   return {h};
 }
 

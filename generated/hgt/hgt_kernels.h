@@ -45,7 +45,17 @@ struct HgtForwardArgs {
   float* t_lin_3 = nullptr;  // [num_edges, 1, 64]
 };
 
-// Launches every kernel of the forward pass on `stream`. Returns the first launch error.
+// One launcher per kernel instance, in execution order; each returns the launch error, if any.
+cudaError_t launch_hgt_fw_gemm_k(const HgtForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_fw_gemm_q(const HgtForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_fw_gemm_v(const HgtForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_fw_gemm_lin_3(const HgtForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_fw_gemm_msg(const HgtForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_fw_edges_att(const HgtForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_fw_nodes_att_sum(const HgtForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_fw_gemm_h(const HgtForwardArgs& args, cudaStream_t stream);
+
+// Launches every kernel of the forward pass on `stream`, in order. Returns the first launch error.
 cudaError_t hgt_forward(const HgtForwardArgs& args, cudaStream_t stream);
 
 // Grid sizes used by the GEMM instances depend on this tile size (runtime tile pointers must match).

@@ -86,7 +86,11 @@ std::vector<at::Tensor> rgat_forward_op(
   a.att = att.data_ptr<float>();
   a.t_hs = t_hs.data_ptr<float>();
   a.t_ht = t_ht.data_ptr<float>();
-  C10_CUDA_CHECK(rgat_forward(a, at::cuda::getCurrentCUDAStream()));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  C10_CUDA_CHECK(launch_rgat_fw_gemm_hs(a, stream));
+  C10_CUDA_CHECK(launch_rgat_fw_gemm_ht(a, stream));
+  C10_CUDA_CHECK(launch_rgat_fw_edges_att(a, stream));
+  C10_CUDA_CHECK(launch_rgat_fw_nodes_att_sum(a, stream));
   return {h};
 }
 

@@ -34,7 +34,13 @@ struct RgatForwardArgs {
   float* t_ht = nullptr;  // [num_edges, 1, 64]
 };
 
-// Launches every kernel of the forward pass on `stream`. Returns the first launch error.
+// One launcher per kernel instance, in execution order; each returns the launch error, if any.
+cudaError_t launch_rgat_fw_gemm_hs(const RgatForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_fw_gemm_ht(const RgatForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_fw_edges_att(const RgatForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_fw_nodes_att_sum(const RgatForwardArgs& args, cudaStream_t stream);
+
+// Launches every kernel of the forward pass on `stream`, in order. Returns the first launch error.
 cudaError_t rgat_forward(const RgatForwardArgs& args, cudaStream_t stream);
 
 // Grid sizes used by the GEMM instances depend on this tile size (runtime tile pointers must match).

@@ -27,7 +27,11 @@ struct RgcnForwardArgs {
   float* h = nullptr;  // [num_nodes, 64]
 };
 
-// Launches every kernel of the forward pass on `stream`. Returns the first launch error.
+// One launcher per kernel instance, in execution order; each returns the launch error, if any.
+cudaError_t launch_rgcn_fw_gemm_h(const RgcnForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgcn_fw_gemm_h_2(const RgcnForwardArgs& args, cudaStream_t stream);
+
+// Launches every kernel of the forward pass on `stream`, in order. Returns the first launch error.
 cudaError_t rgcn_forward(const RgcnForwardArgs& args, cudaStream_t stream);
 
 // Grid sizes used by the GEMM instances depend on this tile size (runtime tile pointers must match).

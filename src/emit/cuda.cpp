@@ -763,28 +763,45 @@ class TraversalEmitter {
 
 }  // namespace
 
+static std::string launcher_function(const Program& p, const std::string& kernel, const std::string& body) {
+  return fmt::format("cudaError_t launch_{}(const {}ForwardArgs& a, cudaStream_t stream) {{\n{}  return cudaSuccess;\n}}\n",
+                     kernel, capitalize(p.model), body);
+}
+
+static bool has_torch_fallback(const Program& p) {
+  for (const auto& k : p.kernels)
+    if (k.kind == intra::Kernel::Kind::Torch) return true;
+  return false;
+}
+
 std::string emit_kernels_cu(const Program& p, const EmitContext& ctx) {
-  std::string kernels, launchers;
+  std::string kernels, launchers, forward;
   bool warp_sum = false;
   int gemms = 0, travs = 0;
   std::set<std::string> written;
   for (const TensorInfo& t : p.tensors)
     if (t.role == intra::Role::Input || t.role == intra::Role::Weight) written.insert(t.name);
   for (const auto& k : p.kernels) {
+    std::string body;
     if (k.kind == intra::Kernel::Kind::Gemm) {
       GemmCode c = emit_gemm(p, k.gemm);
       kernels += "\n" + c.kernel;
-      launchers += c.launcher;
+      body = c.launcher;
       written.insert(k.gemm.y);
       ++gemms;
-    } else {
+    } else if (k.kind == intra::Kernel::Kind::Traversal) {
       TraversalEmitter::Result r = TraversalEmitter(p, k.trav, written).run();
       kernels += "\n" + r.kernel;
-      launchers += r.launcher;
+      body = r.launcher;
       warp_sum |= r.uses_warp_sum;
-      ++travs;
       written.insert(r.written.begin(), r.written.end());
+      ++travs;
+    } else {
+      written.insert(k.trav.torch_target);
+      continue;  // runs in the host code
     }
+    launchers += "\n" + launcher_function(p, k.name(), body);
+    forward += fmt::format("  if (cudaError_t err = launch_{}(a, stream); err != cudaSuccess) return err;\n", k.name());
   }
   Vars v;
   v["version"] = ctx.version;
@@ -800,8 +817,10 @@ std::string emit_kernels_cu(const Program& p, const EmitContext& ctx) {
                             "}\n"
                           : "";
   v["kernels"] = kernels;
-  v["launchers"] = fmt::format("cudaError_t {}_forward(const {}ForwardArgs& a, cudaStream_t stream) {{\n{}  return cudaSuccess;\n}}",
-                               p.model, capitalize(p.model), launchers);
+  if (!has_torch_fallback(p))
+    launchers += fmt::format("\ncudaError_t {}_forward(const {}ForwardArgs& a, cudaStream_t stream) {{\n{}  return cudaSuccess;\n}}",
+                             p.model, capitalize(p.model), forward);
+  v["launchers"] = launchers.substr(1);
   return render_template("cuda/kernels.cu.in", v);
 }
 
@@ -826,6 +845,15 @@ std::string emit_kernels_h(const Program& p, const EmitContext& ctx) {
   for (const auto& k : p.kernels)
     if (k.kind == intra::Kernel::Kind::Gemm) tile = k.gemm.tile;
   v["tile"] = std::to_string(tile);
+  std::string decls;
+  for (const auto& k : p.kernels)
+    if (k.kind != intra::Kernel::Kind::Torch)
+      decls += fmt::format("cudaError_t launch_{}(const {}ForwardArgs& args, cudaStream_t stream);\n", k.name(), capitalize(p.model));
+  v["launcher_decls"] = decls.substr(0, decls.size() - 1);
+  v["forward_decl"] = has_torch_fallback(p)
+      ? fmt::format("// Parts of this model run as PyTorch calls ({}_host.cpp), so there is no torch-free {}_forward().", p.model, p.model)
+      : fmt::format("// Launches every kernel of the forward pass on `stream`, in order. Returns the first launch error.\n"
+                    "cudaError_t {}_forward(const {}ForwardArgs& args, cudaStream_t stream);", p.model, capitalize(p.model));
   return render_template("cuda/kernels.h.in", v);
 }
 

@@ -25,6 +25,9 @@ std::string emit_python(const intra::Program& p, const EmitContext& ctx);
 std::string emit_cmake(const intra::Program& p, const EmitContext& ctx);
 std::string emit_manifest(const intra::Program& p, const EmitContext& ctx);
 
+// The ATen code (for the host function) of a PyTorch-fallback instance.
+std::string emit_torch_block(const intra::Program& p, const intra::TorchInstance& t);
+
 // Graph arrays (struct fields / op arguments) the program needs, in a fixed order.
 std::vector<std::string> graph_arrays(const intra::Program& p);
 std::string capitalize(const std::string& s);

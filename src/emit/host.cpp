@@ -115,6 +115,12 @@ std::string emit_host_cpp(const Program& p, const EmitContext& ctx) {
   for (const TensorInfo& t : p.tensors) assign += fmt::format("  a.{} = {}.data_ptr<float>();\n", t.name, t.name);
   v["assignments"] = assign.substr(0, assign.size() - 1);
   v["outputs"] = outs;
+  std::string launches;
+  for (const auto& k : p.kernels) {
+    if (k.kind == intra::Kernel::Kind::Torch) launches += emit_torch_block(p, k.trav);
+    else launches += fmt::format("  C10_CUDA_CHECK(launch_{}(a, stream));\n", k.name());
+  }
+  v["launches"] = launches.substr(0, launches.size() - 1);
   return render_template("host/host.cpp.in", v);
 }
 

@@ -212,7 +212,7 @@ class Lowering {
     // (1) n["f"] += [scalar *] (x * W[e.etype]) [* scalar] inside an incoming-edge loop: one GEMM that
     //     scales each row and scatters it atomically into the destination node.
     if (inner && inner->loop == LoopKind::IncomingEdges && s->op == AssignOp::Add) {
-      if (auto g = fused_scatter_gemm(*s, ctx, stage, can_flush)) return nullptr;
+      if (fused_scatter_gemm(*s, ctx, stage, can_flush)) return nullptr;
     }
     // (2) target = [reshape](x * W): the GEMM writes the target directly.
     const ExprP& rhs = strip_reshape(s->value);
@@ -244,12 +244,51 @@ class Lowering {
     ExprP value = extract_linears(s->value, ctx, stage, inner, can_flush, s);
     if (!value) return nullptr;
     StmtP out = Stmt::assign(s->target, s->op, value, s->loc);
+    // (5) What the traversal template cannot express falls back to PyTorch calls.
+    if (!intra::traversal_supports(value)) {
+      torch_fallback(out, s.get(), ctx, stage, inner, inner_body);
+      return nullptr;
+    }
     record_access(out, ctx, stage);
     if (s->target->kind == ExprKind::Name && s->op == AssignOp::Set) {
       stage.reg_locals.insert(s->target->name);
       local_types_[s->target->name] = a_.assigned.at(s.get());
     }
     return out;
+  }
+
+  // Emits one statement as a PyTorch instance, after the statements before it.
+  void torch_fallback(const StmtP& s, const Stmt* original, LoopCtx& ctx, Stage& stage, const Stmt* inner, std::vector<StmtP>* inner_body) {
+    if (inner && (!inner_body->empty() || inner->body.size() != 1)) {
+      d_.error(s->loc, "unsupported",
+               "this operation needs the PyTorch fallback, which supports it only alone in its inner edge loop; "
+               "move it to its own loop");
+      return;
+    }
+    flush(ctx, stage);  // stores the locals this statement reads
+    const Stmt& L = *ctx.loop;
+    StmtP body = inner ? Stmt::for_loop(inner->var, inner->loop, inner->parent, {s}, inner->loc) : s;
+    TraversalInstance t;
+    t.loop = Stmt::for_loop(L.var, L.loop, L.parent, {body}, L.loc);
+    const Expr& target = *s->target;
+    std::string written;
+    if (target.kind == ExprKind::Name) {
+      written = unique("t_" + target.name);
+      const Type& ty = a_.assigned.at(original);
+      local_types_[target.name] = ty;
+      add_tensor({written, Role::Temp, inner || !ctx.node_loop ? Per::Edge : Per::Node, ty.shape, false, ""});
+      ctx.materialized[target.name] = written;
+    } else if (auto f = field_ref(s->target, ctx.edge_vars)) {
+      written = field_tensor(f->field);
+      bool aggregates = s->op != AssignOp::Set && (inner || !f->node_role.empty());
+      note_write(written, aggregates);
+    }
+    written_.insert(written);
+    t.torch_target = written;
+    t.materialized = ctx.materialized;
+    t.field_tensor = alias_;
+    t.name = unique(fmt::format("{}_fw_torch_{}", p_.model, written.rfind("t_", 0) == 0 ? written.substr(2) : written));
+    p_.kernels.push_back(Kernel{Kernel::Kind::Torch, {}, t});
   }
 
   void record_access(const StmtP& s, const LoopCtx& ctx, Stage& stage) {

@@ -25,6 +25,18 @@ static const char* role_name(Role r) {
   return "?";
 }
 
+bool traversal_supports(const inter::ExprP& e) {
+  using inter::ExprKind;
+  if (e->kind == ExprKind::Call) {
+    static const std::set<std::string> kSupported = {"exp", "sqrt", "tanh", "relu", "sigmoid", "leakyrelu", "dot", "reshape"};
+    if (!kSupported.count(e->name)) return false;
+    if (e->name == "leakyrelu" || e->name == "reshape") return traversal_supports(e->args[0]);
+  }
+  for (const auto& a : e->args)
+    if (!traversal_supports(a)) return false;
+  return true;
+}
+
 std::string print_program(const Program& p) {
   std::string out = fmt::format("# hectorgen intra-operator IR\nmodel {}\n", p.model);
   std::string lay;
@@ -49,8 +61,11 @@ std::string print_program(const Program& p) {
       out += fmt::format("    from: {}\n", g.source);
     } else {
       const TraversalInstance& t = k.trav;
-      out += fmt::format("traversal {}:  threads={} one warp per {}\n", t.name, t.threads,
-                         inter::is_edge_loop(t.loop->loop) ? "edge" : "node");
+      if (k.kind == Kernel::Kind::Torch)
+        out += fmt::format("torch {}:  PyTorch calls over all {}s\n", t.name, inter::is_edge_loop(t.loop->loop) ? "edge" : "node");
+      else
+        out += fmt::format("traversal {}:  threads={} one warp per {}\n", t.name, t.threads,
+                           inter::is_edge_loop(t.loop->loop) ? "edge" : "node");
       for (const auto& [local, tensor] : t.materialized) out += fmt::format("    local {} -> {}\n", local, tensor);
       for (const auto& [field, tensor] : t.field_tensor) out += fmt::format("    field {} -> {}\n", field, tensor);
       inter::Module tmp;

@@ -63,14 +63,22 @@ struct TraversalInstance {
   std::map<std::string, std::string> materialized;  // local name -> tensor it is read from / stored to
   std::map<std::string, std::string> field_tensor;  // field name -> tensor (aliases)
   int threads = 256;
+  std::string torch_target;  // Torch instances: the tensor the statement writes
 };
 
+// The lowest preference level: a loop nest the two templates cannot express (e.g. concat, outer), run
+// as vectorised PyTorch (ATen) calls from the host code. Same fields as a traversal instance.
+using TorchInstance = TraversalInstance;
+
 struct Kernel {
-  enum class Kind { Gemm, Traversal } kind;
+  enum class Kind { Gemm, Traversal, Torch } kind;
   GemmInstance gemm;
-  TraversalInstance trav;
+  TraversalInstance trav;  // Traversal and Torch
   const std::string& name() const { return kind == Kind::Gemm ? gemm.name : trav.name; }
 };
+
+// True when the traversal template can emit `e` (else the statement falls back to PyTorch calls).
+bool traversal_supports(const inter::ExprP& e);
 
 struct Program {
   std::string model;

@@ -1,0 +1,272 @@
+// The lowest lowering level: a statement the two templates cannot express runs as vectorised ATen calls
+// over all rows of its loop (edges in edge-type-sorted order, or nodes), placed in the host function
+// between kernel launches. Node data read through an edge is gathered with index_select; aggregation
+// into nodes uses index_add_.
+#include <fmt/format.h>
+
+#include <set>
+#include <stdexcept>
+
+#include "emit/emit.h"
+#include "emit/printer.h"
+#include "ir/inter/printer.h"
+
+namespace hectorgen::emit {
+
+using namespace inter;
+
+namespace {
+
+struct TV {
+  std::string code;
+  std::vector<int64_t> shape;  // per row
+  bool rows = true;            // has the leading row dimension (false: weights without index, constants)
+};
+
+std::string dims(const std::vector<int64_t>& shape) {
+  std::string s;
+  for (int64_t d : shape) s += ", " + std::to_string(d);
+  return s;
+}
+
+class TorchEmitter {
+ public:
+  TorchEmitter(const intra::Program& p, const intra::TorchInstance& t) : p_(p), t_(t) {}
+
+  std::string run() {
+    const Stmt& L = *t_.loop;
+    top_ = &L;
+    const Stmt* s = L.body.front().get();
+    if (s->kind == StmtKind::For) {
+      inner_ = s;
+      s = s->body.front().get();
+    }
+    edge_rows_ = is_edge_loop(L.loop) || inner_;
+    std::string body = assign(*s);
+    CodeWriter w;
+    CodeWriter::Indent i(w);
+    w.line(fmt::format("{{  // {}: PyTorch fallback over all {}", t_.name, edge_rows_ ? "edges" : "nodes"));
+    {
+      CodeWriter::Indent j(w);
+      Module tmp;
+      tmp.body.push_back(t_.loop);
+      std::string printed = print_module(tmp);
+      printed = printed.substr(printed.find("program:\n") + 9);
+      size_t start = 0;
+      while (start < printed.size()) {
+        size_t end = printed.find('\n', start);
+        w.line("//   " + printed.substr(start, end - start));
+        start = end + 1;
+      }
+      for (const std::string& idx : indices_) w.line(fmt::format("const at::Tensor {0}_l = {0}.to(at::kLong);", idx));
+      w.block(body);
+    }
+    w.line("}");
+    return w.str();
+  }
+
+ private:
+  std::string assign(const Stmt& s) {
+    TV v = expr(s.value);
+    const Expr& t = *s.target;
+    std::string tensor, index;
+    std::vector<int64_t> shape;
+    if (t.kind == ExprKind::Name) {
+      tensor = t_.materialized.at(t.name);
+    } else {
+      std::string field = t.args[1]->name;
+      tensor = field_tensor(field);
+      const ExprP& base = t.args[0];
+      bool own_row = base->kind == ExprKind::Name && (edge_rows_ ? is_edge_var(base->name) : true);
+      if (!own_row) index = gather_index(base);  // aggregation into nodes
+    }
+    shape = find(tensor).shape;
+    std::string value = expand(v, shape);
+    if (!index.empty()) {
+      if (s.op != AssignOp::Add && s.op != AssignOp::Sub)
+        throw std::logic_error("torch fallback: only += / -= aggregate into nodes");
+      return fmt::format("{}.index_add_(0, {}, {}{});", tensor, index, s.op == AssignOp::Sub ? "-" : "", value);
+    }
+    switch (s.op) {
+      case AssignOp::Set: return fmt::format("{}.copy_({});", tensor, value);
+      case AssignOp::Add: return fmt::format("{}.add_({});", tensor, value);
+      case AssignOp::Sub: return fmt::format("{}.sub_({});", tensor, value);
+      case AssignOp::Mul: return fmt::format("{}.mul_({});", tensor, value);
+      case AssignOp::Div: return fmt::format("{}.div_({});", tensor, value);
+    }
+    return "";
+  }
+
+  // A value as a full [rows, *shape] tensor.
+  std::string expand(const TV& v, const std::vector<int64_t>& shape) {
+    std::string c = v.code;
+    if (!v.rows && v.shape.empty()) return fmt::format("at::full({{{}{}}}, {}, options)", rows(), dims(shape), c);
+    TV b = align(v, shape.size());
+    return fmt::format("{}.expand({{{}{}}})", b.code, rows(), dims(shape));
+  }
+
+  std::string rows() const { return edge_rows_ ? "num_edges" : "num_nodes"; }
+
+  // Adds trailing unit dimensions (prefix broadcasting) and a leading one for row-less values.
+  TV align(const TV& v, size_t rank) {
+    TV r = v;
+    if (!r.rows) r.code = "(" + r.code + ").unsqueeze(0)";
+    for (size_t i = v.shape.size(); i < rank; ++i) r.code = "(" + r.code + ").unsqueeze(-1)";
+    r.rows = true;
+    return r;
+  }
+
+  TV expr(const ExprP& e) {
+    switch (e->kind) {
+      case ExprKind::Number: return TV{fmt::format("{}", e->number) + (e->is_integer ? ".0" : ""), {}, false};
+      case ExprKind::String: throw std::logic_error("torch fallback: string value");
+      case ExprKind::Name: {
+        if (auto it = t_.materialized.find(e->name); it != t_.materialized.end())
+          return TV{it->second, find(it->second).shape, true};
+        if (const HyperParam* h = p_.decl.find_hyper(e->name)) return TV{fmt::format("{}", h->value), {}, false};
+        if (const TensorDecl* w = p_.decl.find_weight(e->name)) return TV{w->name, w->shape, false};
+        throw std::logic_error("torch fallback: unknown name " + e->name);
+      }
+      case ExprKind::Attr: {
+        const TensorDecl* in = p_.decl.find_input(e->name);
+        if (in->per == Per::Edge) return TV{in->name, in->shape, true};
+        return TV{gathered(in->name, e->args[0]), in->shape, true};
+      }
+      case ExprKind::Index: {
+        const ExprP& base = e->args[0];
+        if (base->kind == ExprKind::Name && p_.decl.find_weight(base->name)) {
+          const TensorDecl* w = p_.decl.find_weight(base->name);
+          const ExprP& sel = e->args[1];
+          std::string idx;
+          if (sel->name == "etype") idx = use("etype");
+          else {
+            if (!has_array("ntype")) throw std::runtime_error("torch fallback: per-node-type weights need the ntype layout");
+            idx = edge_rows_ ? fmt::format("{}.index_select(0, {})", use("ntype"), gather_index(sel->args[0])) : use("ntype");
+          }
+          return TV{fmt::format("{}.index_select(0, {})", w->name, idx), w->shape, true};
+        }
+        std::string tensor = field_tensor(e->args[1]->name);
+        const intra::TensorInfo& ti = find(tensor);
+        if (ti.per == Per::Edge) return TV{tensor, ti.shape, true};
+        return TV{gathered(tensor, base), ti.shape, true};
+      }
+      case ExprKind::Neg: {
+        TV x = expr(e->args[0]);
+        return TV{"(-" + x.code + ")", x.shape, x.rows};
+      }
+      case ExprKind::Binary: {
+        TV a = expr(e->args[0]), b = expr(e->args[1]);
+        std::vector<int64_t> shape = a.shape.size() >= b.shape.size() ? a.shape : b.shape;
+        bool rows = a.rows || b.rows;
+        if (rows) {
+          if (!a.shape.empty() || a.rows) a = align(a, shape.size());
+          if (!b.shape.empty() || b.rows) b = align(b, shape.size());
+        }
+        return TV{fmt::format("({} {} {})", a.code, to_string(e->op), b.code), shape, rows};
+      }
+      case ExprKind::Call: return call(e);
+    }
+    throw std::logic_error("torch fallback: unknown expression");
+  }
+
+  TV call(const ExprP& e) {
+    const std::string& f = e->name;
+    auto unary = [&](const char* fn) {
+      TV x = expr(e->args[0]);
+      return TV{fmt::format("at::{}({})", fn, x.code), x.shape, x.rows};
+    };
+    if (f == "exp") return unary("exp");
+    if (f == "relu") return unary("relu");
+    if (f == "tanh") return unary("tanh");
+    if (f == "sigmoid") return unary("sigmoid");
+    if (f == "sqrt") return unary("sqrt");
+    if (f == "leakyrelu") {
+      TV x = expr(e->args[0]);
+      std::string slope = e->args.size() > 1 ? expr(e->args[1]).code : "0.01";
+      return TV{fmt::format("at::leaky_relu({}, {})", x.code, slope), x.shape, x.rows};
+    }
+    if (f == "dot") {
+      TV a = full(expr(e->args[0])), b = full(expr(e->args[1]));
+      std::vector<int64_t> shape(a.shape.begin(), a.shape.end() - 1);
+      return TV{fmt::format("({} * {}).sum(-1)", a.code, b.code), shape, true};
+    }
+    if (f == "outer") {
+      TV a = full(expr(e->args[0])), b = full(expr(e->args[1]));
+      std::vector<int64_t> shape = a.shape;
+      shape.push_back(b.shape.back());
+      return TV{fmt::format("({}.unsqueeze(-1) * {}.unsqueeze(-2))", a.code, b.code), shape, true};
+    }
+    if (f == "concat") {
+      std::string parts;
+      std::vector<int64_t> shape;
+      for (const ExprP& arg : e->args) {
+        TV x = full(expr(arg));
+        if (shape.empty()) shape = x.shape;
+        else shape.back() += x.shape.back();
+        parts += (parts.empty() ? "" : ", ") + x.code;
+      }
+      return TV{fmt::format("at::cat({{{}}}, -1)", parts), shape, true};
+    }
+    if (f == "reshape") {
+      TV x = full(expr(e->args[0]));
+      std::vector<int64_t> shape;
+      for (size_t i = 1; i < e->args.size(); ++i) shape.push_back(static_cast<int64_t>(std::stod(expr(e->args[i]).code)));
+      return TV{fmt::format("{}.reshape({{{}{}}})", x.code, rows(), dims(shape)), shape, true};
+    }
+    throw std::runtime_error(fmt::format("the PyTorch fallback does not support '{}'", f));
+  }
+
+  // A value with its row dimension materialised (for ops that need aligned operands).
+  TV full(const TV& v) {
+    if (v.rows) return v;
+    return TV{expand(v, v.shape), v.shape, true};
+  }
+
+  // Node data read through `base` (a node loop variable, or e.src / e.dst), one row per loop row.
+  std::string gathered(const std::string& tensor, const ExprP& base) {
+    if (!edge_rows_) return tensor;
+    return fmt::format("{}.index_select(0, {})", tensor, gather_index(base));
+  }
+
+  std::string gather_index(const ExprP& base) {
+    if (base->kind == ExprKind::Name) {  // the node loop variable inside an inner loop
+      return use(inner_ && inner_->loop == LoopKind::OutgoingEdges ? "src" : "dst");
+    }
+    return use(base->name);  // "src" / "dst"
+  }
+
+  std::string use(const std::string& array) {
+    indices_.insert(array);
+    return array + "_l";
+  }
+  bool has_array(const std::string& a) const {
+    for (const auto& g : graph_arrays(p_))
+      if (g == a) return true;
+    return false;
+  }
+  bool is_edge_var(const std::string& n) const {
+    return (inner_ && inner_->var == n) || (is_edge_loop(top_->loop) && top_->var == n);
+  }
+  std::string field_tensor(const std::string& f) const {
+    auto it = t_.field_tensor.find(f);
+    return it == t_.field_tensor.end() ? f : it->second;
+  }
+  const intra::TensorInfo& find(const std::string& n) const {
+    const intra::TensorInfo* t = p_.find(n);
+    if (!t) throw std::logic_error("torch fallback: unknown tensor " + n);
+    return *t;
+  }
+
+  const intra::Program& p_;
+  const intra::TorchInstance& t_;
+  const Stmt* top_ = nullptr;
+  const Stmt* inner_ = nullptr;
+  bool edge_rows_ = false;
+  std::set<std::string> indices_;
+};
+
+}  // namespace
+
+std::string emit_torch_block(const intra::Program& p, const intra::TorchInstance& t) { return TorchEmitter(p, t).run(); }
+
+}  // namespace hectorgen::emit
