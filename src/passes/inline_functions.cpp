@@ -110,9 +110,7 @@ Module inline_functions(const Module& m, Diagnostics& diags) {
   for (const FuncDef& f : m.functions) {
     if (!names.insert(f.name).second)
       diags.error(f.loc, "duplicate-name", fmt::format("function '{}' is defined twice", f.name));
-    static const std::set<std::string> kBuiltins = {"exp", "relu", "tanh", "sigmoid", "sqrt", "leakyrelu",
-                                                    "dot", "outer", "linear", "concat", "reshape"};
-    if (kBuiltins.count(f.name))
+    if (builtin_functions().count(f.name))
       diags.error(f.loc, "duplicate-name", fmt::format("function '{}' has the name of a built-in", f.name));
     std::set<std::string> params;
     for (const auto& p : f.params)

@@ -33,3 +33,21 @@ std::optional<intra::Program> lower(const inter::Module& m, const inter::Analysi
 inter::Module fuse_loops(const inter::Module& m);
 
 }  // namespace hectorgen::passes
+
+namespace hectorgen::passes {
+
+// Autodiff at the inter-operator level (thesis: "Backward Propagation").
+//   forward   the training forward: locals become fields (so the backward can read them) and every field
+//             is in SSA form (a re-assigned field gets a new version `f__k`; the last keeps the name);
+//   backward  reads the forward's saved fields as inputs (`e.att`) and the output gradients (`n.d_h`),
+//             accumulates gradient fields `d_f`, and writes the gradients of node/edge inputs (`d_feature`)
+//             and of weights (`d_W[e.etype] += ...`). Gradients of inputs marked requires_grad: false are
+//             never computed; statements whose target gets no gradient are dropped.
+struct TrainingModules {
+  inter::Module forward;
+  inter::Module backward;
+  std::vector<std::string> saved;  // forward fields the backward reads (its extra inputs)
+};
+std::optional<TrainingModules> autodiff(const inter::Module& m, Diagnostics& diags);
+
+}  // namespace hectorgen::passes

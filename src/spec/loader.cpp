@@ -312,8 +312,11 @@ class SchemaReader {
         auto& list = k == "inputs" ? out.decl.inputs : k == "weights" ? out.decl.weights : out.decl.outputs;
         std::initializer_list<Per> allowed_data = {Per::Node, Per::Edge};
         std::initializer_list<Per> allowed_weight = {Per::Etype, Per::Ntype, Per::None};
+        // Outputs may also be per type (weight gradients, written as d_W[e.etype] += ...).
+        std::initializer_list<Per> allowed_output = {Per::Node, Per::Edge, Per::Etype, Per::Ntype, Per::None};
         for_each_key(v, fmt::format("'{}'", k), {}, [&](const std::string& name, const YAML::Node& tk, const YAML::Node& tv) {
-          list.push_back(tensor(name, tk, tv, section, k == "weights" ? allowed_weight : allowed_data));
+          list.push_back(tensor(name, tk, tv, section,
+                                k == "weights" ? allowed_weight : k == "outputs" ? allowed_output : allowed_data));
         });
       } else if (k == "options") {
         options(v, out.decl.options);

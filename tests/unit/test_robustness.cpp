@@ -122,6 +122,27 @@ const std::vector<std::string> kNumbers = {"0",   "-1",  "1e9", "3.5", "1",  "2"
                                            "1e400", "-0", "0.0", ".5",  "1e", "0x10", "99999999999999999999",
                                            "-3.5e-9", "nan", "inf", "1_000", "007"};
 
+// DSL statements spliced into programs: the bundled programs' own lines and a few more.
+const std::vector<std::string> kStatements = {
+    "for n in g.dst_nodes():", "for n in g.src_nodes():", "for e in g.edges():", "for e in n.incoming_edges():",
+    "for e in n.outgoing_edges():", "def edge_softmax(g, att):", "def f(g):", "edge_softmax(g, \"att\")",
+    "edge_softmax(g, \"msg\")", "f(g)", "n[\"h\"] = n.feature * W0", "n[\"h\"] += e.norm * (e.src.feature * W[e.etype])",
+    "n[\"h\"] += e[\"att\"] * e[\"msg\"]", "n[\"h\"] -= e.src.feature * W[e.etype]", "n[\"h\"] *= 2.0",
+    "n[\"h\"] /= sqrt(out_dim)", "n[\"h\"] = n[\"h\"] + n.feature * W0", "n[\"h\"] = relu(n.feature * W0)",
+    "n[\"h\"] = linear(n.feature, W0)", "n[\"h\"] = concat(n.feature, n.feature)", "n[\"att_sum\"] = 0.0",
+    "n[\"att_sum\"] += e[att]", "e[att] = exp(e[att])", "e[att] = e[att] / e.dst[\"att_sum\"]",
+    "e[\"att\"] = exp(-e[\"att\"])", "e[\"att\"] = sigmoid(dot(e.src.feature, e.dst.feature))",
+    "e[\"z\"] = outer(e.src.feature, e.dst.feature)", "e[\"msg\"] = e.src.feature * W[e.etype] * e.norm",
+    "hs = reshape(e.src.feature * W[e.etype], heads, out_dim)", "ht = reshape(e.dst.feature * W[e.etype], heads, out_dim)",
+    "hs = tanh(e.src.feature)", "e[\"msg\"] = hs", "e[\"msg\"] = relu(hs)",
+    "e[\"att\"] = leakyrelu(dot(hs, w_s[e.etype]) + dot(ht, w_t[e.etype]), negative_slope)",
+    "n[\"k\"] = reshape(n.feature * W_k[n.ntype], heads, d_k)", "n[\"q\"] = reshape(n.feature * W_q[n.ntype], heads, d_k)",
+    "n[\"v\"] = reshape(n.feature * W_v[n.ntype], heads, d_k)",
+    "e[\"att\"] = dot(e.src[\"k\"] * W_att[e.etype], e.dst[\"q\"]) * mu[e.etype] / sqrt(d_k)",
+    "e[\"msg\"] = e.src[\"v\"] * W_msg[e.etype]", "n[\"agg\"] += e[\"att\"] * e[\"msg\"]",
+    "n[\"h\"] = reshape(n[\"agg\"], heads * d_k) * W_a[n.ntype]", "n[\"h\"] = n[\"agg\"]", "x = 1.0",
+    "e[\"w\"] = e.norm * 2.0 - 1.0", "n[\"h\"] += e[\"w\"] * e.src.feature"};
+
 std::vector<std::string> split_lines(const std::string& text) {  // each keeps its '\n'
   std::vector<std::string> lines;
   size_t b = 0;
@@ -156,7 +177,7 @@ class Mutator {
  public:
   explicit Mutator(Rng& r) : r_(r) {}
 
-  static constexpr int kKinds = 11;
+  static constexpr int kKinds = 12;
 
   // Applies mutation `kind` (0 .. kKinds-1; the last one stacks 2-4 random mutations).
   void apply(int kind, Mutant& m) {
@@ -267,6 +288,35 @@ class Mutator {
         const std::string& to = r_.pick(kNumbers);
         note(m, "number@" + std::to_string(b) + " '" + t.substr(b, n) + "'->'" + to + "'");
         t.replace(b, n, to);
+        return;
+      }
+      case 10: {  // splice a DSL statement (often valid: reaches the verifier, lowering and emitters)
+        auto lines = split_lines(t);
+        size_t first = program_first_line(lines);
+        if (first == 0 || first >= lines.size()) return apply(8, m);
+        size_t i = first + r_.below(lines.size() - first);
+        const std::string& target = lines[i];
+        size_t lead_end = target.find_first_not_of(" \t");
+        if (lead_end == std::string::npos) lead_end = 0;
+        bool json = lead_end < target.size() && target[lead_end] == '"';
+        size_t indent_begin = json ? lead_end + 1 : 0;
+        size_t indent_end = target.find_first_not_of(" \t", indent_begin);
+        if (indent_end == std::string::npos) indent_end = indent_begin;
+        std::string indent = target.substr(indent_begin, indent_end - indent_begin);
+        if (r_.chance(20)) indent += "    ";
+        std::string stmt = r_.pick(kStatements);
+        if (json) {
+          std::string escaped;
+          for (char c : stmt) escaped += c == '"' ? std::string("\\\"") : std::string(1, c);
+          stmt = target.substr(0, lead_end) + "\"" + indent + escaped + "\",\n";
+        } else {
+          stmt = indent + stmt + "\n";
+        }
+        bool insert = r_.chance(50);
+        if (insert) lines.insert(lines.begin() + static_cast<long>(i), stmt);
+        else lines[i] = stmt;
+        t = join_lines(lines);
+        note(m, std::string(insert ? "insert" : "replace") + " line " + std::to_string(i + 1) + " '" + printable(stmt) + "'");
         return;
       }
       default: {  // a stack of 2-4 mutations
@@ -663,25 +713,25 @@ TEST_CASE("known bug: deeply nested DSL expressions overflow the parser's stack"
           "[robustness][known-bug][!shouldfail]") {
   // src/dsl/parser.cpp: expression -> term -> unary -> postfix -> atom recursion has no depth limit.
   check_no_crash("parens.yaml", replace(spec_text("rgcn.yaml"), "n[\"h\"] = n.feature * W0",
-                                        "n[\"h\"] = " + repeat("(", 10000) + "n.feature" + repeat(")", 10000) + " * W0"));
+                                        "n[\"h\"] = " + repeat("(", 100000) + "n.feature" + repeat(")", 100000) + " * W0"));
 }
 
 TEST_CASE("known bug: a long sum overflows the verifier's stack", "[robustness][known-bug][!shouldfail]") {
   // src/ir/inter/verifier.cpp: eval() <-> binary() recurse along the left-deep tree of a + b + c + ...
   check_no_crash("sum.yaml", replace(spec_text("rgcn.yaml"), "n[\"h\"] = n.feature * W0",
-                                     "n[\"h\"] = n.feature * W0" + repeat(" + n.feature * W0", 10000)));
+                                     "n[\"h\"] = n.feature * W0" + repeat(" + n.feature * W0", 30000)));
 }
 
 TEST_CASE("known bug: a long constant expression overflows eval_constant's stack",
           "[robustness][known-bug][!shouldfail]") {
   // src/dsl/parser.cpp: eval_constant() recurses along the left-deep tree of 1 + 1 + ... + 63.
-  check_no_crash("hyper.yaml", replace(spec_text("rgcn.yaml"), "  in_dim: 64", "  in_dim: " + repeat("1+", 10000) + "63"));
+  check_no_crash("hyper.yaml", replace(spec_text("rgcn.yaml"), "  in_dim: 64", "  in_dim: " + repeat("1+", 100000) + "63"));
 }
 
 TEST_CASE("known bug: a deep chain of function calls overflows the inliner's stack",
           "[robustness][known-bug][!shouldfail]") {
   // src/passes/inline_functions.cpp: block() <-> expand() recurse once per nested call.
-  const int n = 10000;
+  const int n = 30000;
   std::string defs;
   for (int i = 0; i < n; ++i) defs += "  def f" + std::to_string(i) + "(g):\n      f" + std::to_string(i + 1) + "(g)\n";
   defs += "  def f" + std::to_string(n) + "(g):\n      for e in g.edges():\n          e[\"x\"] = 1.0\n";

@@ -82,12 +82,18 @@ class Interpreter {
     try {
       check_inputs();
       build_adjacency();
+      for (const TensorDecl& o : m_.decl.outputs)
+        if (o.per != Per::Node && o.per != Per::Edge) weight_grads_[o.name] = Tensor64::zeros(full_shape(o, g_));
       // Every field starts at zero: `+=` into a field accumulates from 0, and a node without incoming
       // edges keeps 0 in what its edges would have aggregated.
       for (const auto& [name, f] : a_.node_fields) node_fields_[name] = Tensor64::zeros(rows(g_.num_nodes, f.shape));
       for (const auto& [name, f] : a_.edge_fields) edge_fields_[name] = Tensor64::zeros(rows(g_.num_edges(), f.shape));
       for (const StmtP& s : m_.body) top_loop(*s);
       for (const TensorDecl& o : m_.decl.outputs) {
+        if (weight_grads_.count(o.name)) {
+          r.outputs[o.name] = weight_grads_.at(o.name);
+          continue;
+        }
         auto& fields = o.per == Per::Edge ? edge_fields_ : node_fields_;
         auto it = fields.find(o.name);
         if (it == fields.end()) throw Error(fmt::format("output '{}' was not written", o.name));
@@ -187,6 +193,13 @@ class Interpreter {
     if (s.kind != StmtKind::Assign) throw Error("unexpected call statement (run the inliner first)");
     V value = as_v(eval(s.value, env));
     const Expr& t = *s.target;
+    const std::string& wg_name = t.kind == ExprKind::Name ? t.name : t.kind == ExprKind::Index && t.args[0]->kind == ExprKind::Name ? t.args[0]->name : "";
+    if (auto wg = weight_grads_.find(wg_name); wg != weight_grads_.end()) {
+      int64_t slice = t.kind == ExprKind::Index ? std::get<TypeIdxV>(eval(t.args[1], env)).t : 0;
+      int64_t n = static_cast<int64_t>(value.d.size());
+      for (int64_t i = 0; i < n; ++i) wg->second.data[slice * n + i] += value.d[i];
+      return;
+    }
     if (t.kind == ExprKind::Name) {
       if (s.op == AssignOp::Set) {
         env.scopes.back()[t.name] = value;
@@ -341,6 +354,27 @@ class Interpreter {
     return y;
   }
 
+  // y * W^T: y [.., N] with W [K, N] -> [.., K]; y [H, N] with W [H, K, N] -> [H, K].
+  V linear_t(const V& y, const WeightV& w) const {
+    V wv = as_v(w);
+    const auto& ws = wv.shape;
+    if (ws.size() == 2) {
+      int64_t K = ws[0], N = ws[1], rows = numel(y.shape) / N;
+      V x{y.shape, std::vector<double>(static_cast<size_t>(rows * K), 0.0)};
+      x.shape.back() = K;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t n = 0; n < N; ++n) x.d[r * K + k] += y.d[r * N + n] * wv.d[k * N + n];
+      return x;
+    }
+    int64_t H = ws[0], K = ws[1], N = ws[2];
+    V x{{H, K}, std::vector<double>(static_cast<size_t>(H * K), 0.0)};
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < N; ++n) x.d[h * K + k] += y.d[h * N + n] * wv.d[(h * K + k) * N + n];
+    return x;
+  }
+
   static V broadcast_to(const V& a, const std::vector<int64_t>& shape) {
     if (a.shape == shape) return a;
     int64_t n = numel(shape), inner = n / static_cast<int64_t>(a.d.size());
@@ -384,6 +418,22 @@ class Interpreter {
     if (f == "linear") {
       Val w = eval(e->args[1], env);
       return linear(arg(0), std::get<WeightV>(w));
+    }
+    if (f == "linear_t") {
+      Val w = eval(e->args[1], env);
+      return linear_t(arg(0), std::get<WeightV>(w));
+    }
+    if (f == "leakyrelu_grad") {
+      double slope = e->args.size() > 1 ? constant(e->args[1]) : 0.01;
+      return map(arg(0), [slope](double v) { return v > 0 ? 1.0 : slope; });
+    }
+    if (f == "sum") {
+      V a = arg(0);
+      int64_t D = a.shape.back(), rows = numel(a.shape) / D;
+      V out{std::vector<int64_t>(a.shape.begin(), a.shape.end() - 1), std::vector<double>(static_cast<size_t>(rows), 0.0)};
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < D; ++k) out.d[r] += a.d[r * D + k];
+      return out;
     }
     if (f == "dot") {
       V a = arg(0), b = arg(1);
@@ -432,6 +482,7 @@ class Interpreter {
   const Analysis& a_;
   TensorMap derived_;
   TensorMap node_fields_, edge_fields_;
+  TensorMap weight_grads_;
   std::vector<std::vector<int64_t>> incoming_, outgoing_;
 };
 

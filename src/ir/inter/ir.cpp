@@ -166,6 +166,13 @@ std::optional<DType> parse_dtype(std::string_view s) {
   return std::nullopt;
 }
 
+const std::set<std::string, std::less<>>& builtin_functions() {
+  static const std::set<std::string, std::less<>> names = {
+      "exp", "relu", "tanh", "sigmoid", "sqrt", "leakyrelu", "dot", "outer", "linear", "concat", "reshape",
+      "sum", "linear_t", "leakyrelu_grad"};
+  return names;
+}
+
 bool equal(const ExprP& a, const ExprP& b) {
   if (a == b) return true;
   if (!a || !b) return false;

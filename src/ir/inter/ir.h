@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -167,6 +168,10 @@ std::optional<DType> parse_dtype(std::string_view s);
 inline bool is_edge_loop(LoopKind k) {
   return k == LoopKind::Edges || k == LoopKind::IncomingEdges || k == LoopKind::OutgoingEdges;
 }
+
+// Names of the built-in functions of the DSL (the last three mostly appear in generated backward code:
+// sum reduces the last axis, linear_t(y, W) is y times W transposed, leakyrelu_grad(x, s) is 1 or s).
+const std::set<std::string, std::less<>>& builtin_functions();
 
 // Structural equality (ignores source locations).
 bool equal(const ExprP& a, const ExprP& b);

@@ -97,6 +97,11 @@ class Verifier {
     for (const StmtP& s : m_.body) stmt(*s);
     if (d_.error_count() != before) return false;  // later checks would only echo earlier errors
     for (const TensorDecl& o : m_.decl.outputs) {
+      if (o.per != Per::Node && o.per != Per::Edge) {
+        if (!weight_grads_written_.count(o.name))
+          d_.warning(o.loc, "unwritten-output", fmt::format("weight gradient '{}' is never accumulated (it stays zero)", o.name));
+        continue;
+      }
       auto& fields = o.per == Per::Edge ? a_.edge_fields : a_.node_fields;
       auto it = fields.find(o.name);
       if (it == fields.end())
@@ -179,6 +184,7 @@ class Verifier {
     }
     std::optional<Type> value = tensor(s.value, "the assigned value");
     const Expr& t = *s.target;
+    if (value && is_weight_grad_target(t)) return assign_weight_grad(s, t, *value);
     if (!value) {
       // Remember the failed definition so its uses do not report again.
       if (t.kind == ExprKind::Name) poisoned_.insert(t.name);
@@ -201,6 +207,46 @@ class Verifier {
     if (auto* e = std::get_if<EdgeRef>(&*base)) return assign_edge_field(s, field, *e, *value);
     if (auto* n = std::get_if<NodeRef>(&*base)) return assign_node_field(s, field, *n, *value);
     d_.error(t.loc, "bad-assign-target", "only locals, e[\"field\"] and n[\"field\"] can be assigned");
+  }
+
+  // Outputs declared per etype / ntype / none are weight gradients: only `d_W[sel] += v` writes them.
+  const TensorDecl* weight_grad_output(const std::string& n) const {
+    const TensorDecl* o = m_.decl.find_output(n);
+    return o && o->per != Per::Node && o->per != Per::Edge ? o : nullptr;
+  }
+  bool is_weight_grad_target(const Expr& t) const {
+    if (t.kind == ExprKind::Name) return weight_grad_output(t.name) != nullptr;
+    return t.kind == ExprKind::Index && t.args[0]->kind == ExprKind::Name && weight_grad_output(t.args[0]->name);
+  }
+
+  void assign_weight_grad(const Stmt& s, const Expr& t, const Type& value) {
+    const std::string& name = t.kind == ExprKind::Name ? t.name : t.args[0]->name;
+    const TensorDecl* o = weight_grad_output(name);
+    if (s.op != AssignOp::Add) {
+      d_.error(s.loc, "needs-aggregation", fmt::format("weight gradient '{}' can only be accumulated with '+='", name));
+      return;
+    }
+    if ((t.kind == ExprKind::Name) != (o->per == Per::None)) {
+      d_.error(t.loc, "weight-indexing", fmt::format("weight gradient '{}' is per {}", name, to_string(o->per)));
+      return;
+    }
+    if (t.kind == ExprKind::Index) {
+      std::optional<Val> idx = eval(t.args[1]);
+      if (!idx) return;
+      auto* ti = std::get_if<TypeIdx>(&*idx);
+      if (!ti || ti->etype != (o->per == Per::Etype)) {
+        d_.error(t.args[1]->loc, "weight-indexing", fmt::format("weight gradient '{}' is per {}; index it with {}", name,
+                                                                to_string(o->per), o->per == Per::Etype ? "e.etype" : "n.ntype"));
+        return;
+      }
+    }
+    if (value.shape != o->shape) {
+      d_.error(s.loc, "shape-mismatch", fmt::format("weight gradient '{}' has shape {}, but a value of shape {} is accumulated",
+                                                    name, shape_str(o->shape), shape_str(value.shape)));
+      return;
+    }
+    weight_grads_written_.insert(name);
+    a_.assigned[&s] = value;
   }
 
   void assign_local(const Stmt& s, const Expr& t, Type value) {
@@ -374,6 +420,10 @@ class Verifier {
     }
     if (n == "g") return Val{GraphRef{}};
     if (m_.decl.find_hyper(n)) return Val{Type{}};
+    if (weight_grad_output(n)) {
+      d_.error(e->loc, "read-only", fmt::format("weight gradient '{}' can only be accumulated, not read", n));
+      return std::nullopt;
+    }
     if (const TensorDecl* w = m_.decl.find_weight(n)) {
       used_.insert(n);
       return Val{WeightRef{w, false, of(Domain::Weight)}};
@@ -568,11 +618,7 @@ class Verifier {
     return Val{t};
   }
 
-  static bool is_builtin(const std::string& f) {
-    static const std::set<std::string, std::less<>> kBuiltins = {
-        "exp", "relu", "tanh", "sigmoid", "sqrt", "leakyrelu", "dot", "outer", "linear", "concat", "reshape"};
-    return kBuiltins.count(f) > 0;
-  }
+  static bool is_builtin(const std::string& f) { return builtin_functions().count(f) > 0; }
 
   bool arity(const ExprP& e, size_t lo, size_t hi) {
     if (e->args.size() >= lo && e->args.size() <= hi) return true;
@@ -590,7 +636,7 @@ class Verifier {
       else
         d_.error(e->loc, "unknown-function",
                  fmt::format("unknown function '{}'{}", f,
-                             suggest(f, {"exp", "relu", "tanh", "sigmoid", "sqrt", "leakyrelu", "dot", "outer", "linear", "concat", "reshape"})));
+                             suggest(f, std::vector<std::string>(builtin_functions().begin(), builtin_functions().end()))));
       return std::nullopt;
     }
     if (f == "exp" || f == "relu" || f == "tanh" || f == "sigmoid" || f == "sqrt") {
@@ -599,9 +645,46 @@ class Verifier {
       if (!t) return std::nullopt;
       return Val{*t};
     }
-    if (f == "leakyrelu") {
+    if (f == "sum") {
+      if (!arity(e, 1, 1)) return std::nullopt;
+      auto t = tensor(e->args[0], "the argument of 'sum'");
+      if (!t) return std::nullopt;
+      if (t->shape.empty()) {
+        d_.error(e->loc, "shape-mismatch", "'sum' reduces the last axis; got a scalar");
+        return std::nullopt;
+      }
+      t->shape.pop_back();
+      return Val{*t};
+    }
+    if (f == "linear_t") {
+      if (!arity(e, 2, 2)) return std::nullopt;
+      auto y = tensor(e->args[0], "the input of 'linear_t'");
+      if (!y) return std::nullopt;
+      std::optional<Val> w = eval(e->args[1]);
+      if (!w) return std::nullopt;
+      auto* wr = std::get_if<WeightRef>(&*w);
+      if (!wr || !check_selected(*wr, e->args[1])) {
+        if (!wr) d_.error(e->args[1]->loc, "type-mismatch", "the second argument of 'linear_t' must be a weight");
+        return std::nullopt;
+      }
+      const auto& ws = wr->decl->shape;
+      Type t = join(*y, wr->dep);
+      if (ws.size() == 2 && !y->shape.empty() && y->shape.back() == ws[1]) {
+        t.shape = y->shape;
+        t.shape.back() = ws[0];
+        return Val{t};
+      }
+      if (ws.size() == 3 && y->shape.size() == 2 && y->shape[0] == ws[0] && y->shape[1] == ws[2]) {
+        t.shape = {ws[0], ws[1]};
+        return Val{t};
+      }
+      d_.error(e->loc, "shape-mismatch", fmt::format("cannot multiply a value of shape {} by the transpose of '{}' of shape {}",
+                                                     shape_str(y->shape), wr->decl->name, shape_str(ws)));
+      return std::nullopt;
+    }
+    if (f == "leakyrelu" || f == "leakyrelu_grad") {
       if (!arity(e, 1, 2)) return std::nullopt;
-      auto t = tensor(e->args[0], "the argument of 'leakyrelu'");
+      auto t = tensor(e->args[0], fmt::format("the argument of '{}'", f));
       if (!t) return std::nullopt;
       if (e->args.size() == 2) {
         Diagnostics scratch;
@@ -762,7 +845,8 @@ class Verifier {
   std::vector<std::set<std::string>> aggregating_;  // per loop: node fields scattered into
   std::set<std::string> used_;
   std::set<std::string> read_;
-  std::set<std::string> poisoned_;  // locals (name) and fields ("\"name") whose definition failed
+  std::set<std::string> poisoned_;
+  std::set<std::string> weight_grads_written_;  // locals (name) and fields ("\"name") whose definition failed
 };
 
 }  // namespace
