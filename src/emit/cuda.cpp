@@ -71,10 +71,12 @@ GemmCode emit_gemm(const Program& p, const GemmInstance& g) {
                      : g.gather == intra::Gather::Src ? "static_cast<int64_t>(src[row])"
                                                       : "static_cast<int64_t>(dst[row])";
   std::string seg = g.segments == intra::Segments::Etype ? "etype" : g.segments == intra::Segments::Ntype ? "ntype" : "";
-  std::string formula = fmt::format("{}{}[{}] {}= {}[{}] * {}[{}]{}", g.y, "", g.scatter_dst ? "dst[e]" : "row",
-                                    g.scatter_dst ? "+" : "", g.x,
+  const char* scat = g.scatter == intra::Gather::Src ? "src[row]" : g.scatter == intra::Gather::Dst ? "dst[row]" : "row";
+  std::string formula = fmt::format("{}[{}] {}= {}[{}] * {}[{}]{}{}", g.y, scat,
+                                    g.scatter != intra::Gather::None || g.accumulate ? "+" : "", g.x,
                                     g.gather == intra::Gather::None ? "row" : g.gather == intra::Gather::Src ? "src[e]" : "dst[e]",
-                                    g.w, seg.empty() ? "-" : seg, g.row_scalar.empty() ? "" : " * " + g.row_scalar + "[row]");
+                                    g.w, seg.empty() ? "-" : seg, g.transpose_w ? "^T" : "",
+                                    g.row_scalar.empty() ? "" : " * " + g.row_scalar + "[row]");
   v["formula"] = formula;
   v["source"] = g.source;
   int threads = g.tile * g.tile / g.coarsen;
@@ -87,8 +89,8 @@ GemmCode emit_gemm(const Program& p, const GemmInstance& g) {
   v["heads"] = std::to_string(g.heads);
   std::string params;
   std::vector<std::string> args;
-  if (g.gather == intra::Gather::Src) { params += "\n    const int32_t* __restrict__ src,"; args.push_back("a.src"); }
-  if (g.gather == intra::Gather::Dst || g.scatter_dst) { params += "\n    const int32_t* __restrict__ dst,"; args.push_back("a.dst"); }
+  if (g.gather == intra::Gather::Src || g.scatter == intra::Gather::Src) { params += "\n    const int32_t* __restrict__ src,"; args.push_back("a.src"); }
+  if (g.gather == intra::Gather::Dst || g.scatter == intra::Gather::Dst) { params += "\n    const int32_t* __restrict__ dst,"; args.push_back("a.dst"); }
   if (!g.row_scalar.empty()) { params += "\n    const float* __restrict__ row_scalar,"; args.push_back("a." + g.row_scalar); }
   if (!seg.empty()) {
     params += fmt::format("\n    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,");
@@ -125,10 +127,12 @@ GemmCode emit_gemm(const Program& p, const GemmInstance& g) {
   if (seg.empty() && !per_head_w) v["w_offset"] = "0";
   if (seg.empty() && per_head_w) v["w_offset"] = fmt::format("static_cast<int64_t>(head) * {}", g.k * g.n);
   std::string value = g.row_scalar.empty() ? "acc[c]" : "acc[c] * row_scalar[row]";
-  if (g.scatter_dst)
-    v["store"] = fmt::format("atomicAdd(&y[static_cast<int64_t>(dst[row]) * (kHeads * kN) + head * kN + col], {});", value);
+  v["w_index"] = g.transpose_w ? "wn * kK + wk" : "wk * kN + wn";
+  if (g.scatter != intra::Gather::None)
+    v["store"] = fmt::format("atomicAdd(&y[static_cast<int64_t>({}[row]) * (kHeads * kN) + head * kN + col], {});",
+                             g.scatter == intra::Gather::Src ? "src" : "dst", value);
   else
-    v["store"] = fmt::format("y[row * (kHeads * kN) + head * kN + col] = {};", value);
+    v["store"] = fmt::format("y[row * (kHeads * kN) + head * kN + col] {}= {};", g.accumulate ? "+" : "", value);
   GemmCode code;
   code.kernel = render_template("cuda/gemm.cu.in", v);
   std::string rows = g.edge_rows ? "a.num_edges" : "a.num_nodes";
@@ -436,7 +440,10 @@ class TraversalEmitter {
       if (it == edge_regs_.end()) {
         CVal v = declare(ti.shape);
         v.fresh = false;
-        if (s.op != AssignOp::Set) load_row(v, tn, base->name);
+        if (s.op != AssignOp::Set) {
+          if (written_before_.count(tn) || ti.zero_init) load_row(v, tn, base->name);
+          else fill(v, "0.f");
+        }
         it = edge_regs_.emplace(field, v).first;
       }
       if (s.op == AssignOp::Set) assign_into(it->second, value);
@@ -768,6 +775,83 @@ static std::string launcher_function(const Program& p, const std::string& kernel
                      kernel, capitalize(p.model), body);
 }
 
+// Rows [row_begin, row_end) of this block's segment (`type`), or all rows.
+std::string segment_rows(const std::string& seg) {
+  if (seg.empty()) return "const int64_t row_begin = 0, row_end = num_rows;";
+  return "const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];\n(void)num_rows;";
+}
+
+std::string gather_row(intra::Gather g) {
+  return g == intra::Gather::None ? "row" : g == intra::Gather::Src ? "static_cast<int64_t>(src[row])" : "static_cast<int64_t>(dst[row])";
+}
+
+GemmCode emit_wgrad(const Program& p, const intra::WeightGradInstance& w) {
+  (void)p;
+  Vars v;
+  std::string seg = w.segments == intra::Segments::Etype ? "etype" : w.segments == intra::Segments::Ntype ? "ntype" : "";
+  v["name"] = w.name;
+  v["source"] = w.source;
+  v["formula"] = fmt::format("{}[{}] += sum_row {}[{}]^T * {}[{}]{}", w.dw, seg.empty() ? "-" : seg, w.x, gather_row(w.x_gather),
+                             w.dy, gather_row(w.dy_gather), w.row_scalar.empty() ? "" : " * " + w.row_scalar + "[row]");
+  v["tile"] = std::to_string(w.tile);
+  v["k"] = std::to_string(w.k);
+  v["n"] = std::to_string(w.n);
+  v["heads"] = std::to_string(w.heads);
+  std::string params;
+  std::vector<std::string> args;
+  bool src = w.x_gather == intra::Gather::Src || w.dy_gather == intra::Gather::Src;
+  bool dst = w.x_gather == intra::Gather::Dst || w.dy_gather == intra::Gather::Dst;
+  if (src) { params += "\n    const int32_t* __restrict__ src,"; args.push_back("a.src"); }
+  if (dst) { params += "\n    const int32_t* __restrict__ dst,"; args.push_back("a.dst"); }
+  if (!w.row_scalar.empty()) { params += "\n    const float* __restrict__ row_scalar,"; args.push_back("a." + w.row_scalar); }
+  if (!seg.empty()) { params += "\n    const int32_t* __restrict__ seg_ptr,"; args.push_back(fmt::format("a.{}_ptr", seg)); }
+  v["extra_params"] = params;
+  v["row_range"] = segment_rows(seg);
+  v["x_row"] = gather_row(w.x_gather);
+  v["dy_row"] = gather_row(w.dy_gather);
+  v["scale"] = w.row_scalar.empty() ? "" : " * row_scalar[row]";
+  GemmCode c;
+  c.kernel = render_template("cuda/wgrad.cu.in", v);
+  std::string segs = seg == "etype" ? "a.num_etypes" : seg == "ntype" ? "a.num_ntypes" : "1";
+  std::string arglist = fmt::format("a.{}, a.{}, a.{}", w.x, w.dy, w.dw);
+  for (const auto& a : args) arglist += ", " + a;
+  c.launcher = fmt::format(
+      "  {{  // {name}\n"
+      "    const dim3 grid({kt}, {nt}, static_cast<unsigned>({segs} * {heads}));\n"
+      "    {name}<<<grid, {threads}, 0, stream>>>({args}, {rows});\n"
+      "    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;\n"
+      "  }}\n",
+      fmt::arg("name", w.name), fmt::arg("kt", (w.k + w.tile - 1) / w.tile), fmt::arg("nt", (w.n + w.tile - 1) / w.tile),
+      fmt::arg("segs", segs), fmt::arg("heads", w.heads), fmt::arg("threads", w.tile * w.tile), fmt::arg("args", arglist),
+      fmt::arg("rows", w.edge_rows ? "a.num_edges" : "a.num_nodes"));
+  c.kernel = std::string(c.kernel).replace(c.kernel.find("kWgradThreads"), 13, std::to_string(w.tile * w.tile));
+  return c;
+}
+
+GemmCode emit_segsum(const Program& p, const intra::SegmentSumInstance& ss) {
+  (void)p;
+  Vars v;
+  std::string seg = ss.segments == intra::Segments::Etype ? "etype" : ss.segments == intra::Segments::Ntype ? "ntype" : "";
+  v["name"] = ss.name;
+  v["source"] = ss.source;
+  v["formula"] = fmt::format("{}[{}] += sum_row {}[row]", ss.dw, seg.empty() ? "-" : seg, ss.v);
+  v["numel"] = std::to_string(ss.numel);
+  v["extra_params"] = seg.empty() ? "" : "\n    const int32_t* __restrict__ seg_ptr,";
+  v["row_range"] = segment_rows(seg);
+  GemmCode c;
+  c.kernel = render_template("cuda/segsum.cu.in", v);
+  std::string segs = seg == "etype" ? "a.num_etypes" : seg == "ntype" ? "a.num_ntypes" : "1";
+  c.launcher = fmt::format(
+      "  {{  // {name}\n"
+      "    const dim3 grid({numel}, static_cast<unsigned>({segs}));\n"
+      "    {name}<<<grid, 256, 0, stream>>>(a.{v}, a.{dw}{seg_arg}, {rows});\n"
+      "    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;\n"
+      "  }}\n",
+      fmt::arg("name", ss.name), fmt::arg("numel", ss.numel), fmt::arg("segs", segs), fmt::arg("v", ss.v), fmt::arg("dw", ss.dw),
+      fmt::arg("seg_arg", seg.empty() ? "" : fmt::format(", a.{}_ptr", seg)), fmt::arg("rows", ss.edge_rows ? "a.num_edges" : "a.num_nodes"));
+  return c;
+}
+
 static bool has_torch_fallback(const Program& p) {
   for (const auto& k : p.kernels)
     if (k.kind == intra::Kernel::Kind::Torch) return true;
@@ -789,6 +873,16 @@ std::string emit_kernels_cu(const Program& p, const EmitContext& ctx) {
       body = c.launcher;
       written.insert(k.gemm.y);
       ++gemms;
+    } else if (k.kind == intra::Kernel::Kind::WeightGrad) {
+      GemmCode c = emit_wgrad(p, k.wgrad);
+      kernels += "\n" + c.kernel;
+      body = c.launcher;
+      written.insert(k.wgrad.dw);
+    } else if (k.kind == intra::Kernel::Kind::SegmentSum) {
+      GemmCode c = emit_segsum(p, k.segsum);
+      kernels += "\n" + c.kernel;
+      body = c.launcher;
+      written.insert(k.segsum.dw);
     } else if (k.kind == intra::Kernel::Kind::Traversal) {
       TraversalEmitter::Result r = TraversalEmitter(p, k.trav, written).run();
       kernels += "\n" + r.kernel;

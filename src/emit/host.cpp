@@ -274,7 +274,8 @@ std::string emit_manifest(const Program& p, const EmitContext& ctx) {
       x["y"] = g.y;
       x["gather"] = g.gather == intra::Gather::None ? "none" : g.gather == intra::Gather::Src ? "src" : "dst";
       x["segments"] = g.segments == intra::Segments::None ? "none" : g.segments == intra::Segments::Etype ? "etype" : "ntype";
-      x["scatter"] = g.scatter_dst ? "dst_atomic" : "none";
+      x["scatter"] = g.scatter == intra::Gather::None ? (g.accumulate ? "accumulate" : "none") : g.scatter == intra::Gather::Src ? "src_atomic" : "dst_atomic";
+      if (g.transpose_w) x["transpose_w"] = true;
       if (!g.row_scalar.empty()) x["row_scalar"] = g.row_scalar;
       x["heads"] = g.heads;
       x["k"] = g.k;

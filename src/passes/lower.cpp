@@ -63,10 +63,14 @@ std::optional<FieldRef> field_ref(const ExprP& e, const std::set<std::string>& e
 
 class Lowering {
  public:
-  Lowering(const Module& m, const Analysis& a, Diagnostics& d) : m_(m), a_(a), d_(d) {}
+  Lowering(const Module& m, const Analysis& a, Diagnostics& d, std::string phase)
+      : m_(m), a_(a), d_(d), phase_(std::move(phase)) {
+    prefix_ = m.decl.name + "_" + (phase_ == "forward" ? "fw" : phase_ == "forward_train" ? "fwt" : "bw");
+  }
 
   std::optional<intra::Program> run() {
     p_.model = m_.decl.name;
+    p_.phase = phase_;
     p_.decl = m_.decl;
     for (const TensorDecl& t : m_.decl.inputs) add_tensor({t.name, Role::Input, t.per, t.shape, false, t.from_graph});
     for (const TensorDecl& t : m_.decl.weights) add_tensor({t.name, Role::Weight, t.per, t.shape, false, ""});
@@ -86,6 +90,7 @@ class Lowering {
     for (TensorInfo& t : p_.tensors)
       if (!aliased_.count(t.name)) kept.push_back(t);
     p_.tensors = kept;
+    p_.aliases = alias_;
     return std::move(p_);
   }
 
@@ -168,7 +173,7 @@ class Lowering {
     std::set<std::string> later;
     for (size_t i = ctx.position; i < L.body.size(); ++i) collect_names(L.body[i], later);
     for (const std::string& local : stage.reg_locals) {
-      if (!later.count(local)) continue;
+      if (!later.count(local) && !force_materialize_.count(local)) continue;
       std::string tn = unique("t_" + local);
       const Type& ty = local_types_.at(local);
       add_tensor({tn, Role::Temp, ctx.node_loop ? Per::Node : Per::Edge, ty.shape, false, ""});
@@ -181,12 +186,19 @@ class Lowering {
     for (const std::string& w : stage.writes) note_write(w, false);
     bool edge = !ctx.node_loop;
     std::string first = first_target(stage.top);
-    t.name = unique(fmt::format("{}_fw_{}_{}", p_.model, edge ? "edges" : "nodes", first.empty() ? "loop" : first));
+    t.name = unique(fmt::format("{}_{}_{}", prefix_, edge ? "edges" : "nodes", first.empty() ? "loop" : first));
     for (const StmtP& s : stage.top)
       if (s->kind == StmtKind::For) p_.layouts.insert(s->loop == LoopKind::OutgoingEdges ? intra::layout::kCsrBySrc : intra::layout::kCsrByDst);
     Kernel k{Kernel::Kind::Traversal, {}, t};
     p_.kernels.push_back(std::move(k));
     stage = Stage{};
+    for (auto& ss : pending_segment_sums_) {
+      ss.v = ctx.materialized.at(ss.v);
+      Kernel sk{Kernel::Kind::SegmentSum};
+      sk.segsum = ss;
+      p_.kernels.push_back(sk);
+    }
+    pending_segment_sums_.clear();
   }
 
   static std::string first_target(const std::vector<StmtP>& body) {
@@ -229,6 +241,25 @@ class Lowering {
         }
       } else if (auto f = field_ref(s->target, ctx.edge_vars); f && f->node_role.empty()) {
         if (emit_gemm(rhs, field_tensor(f->field), ctx, stage, inner, can_flush, s)) return nullptr;
+      }
+    }
+    // (3') e["f"] = e["g"] (a plain copy of another field of the same element, written once): alias.
+    if (s->op == AssignOp::Set && is_field_of_own_element(s->value, ctx) && is_field_of_own_element(s->target, ctx)) {
+      auto f = field_ref(s->target, ctx.edge_vars);
+      auto src = field_ref(s->value, ctx.edge_vars);
+      if (f && src && f->on_edge == src->on_edge && writes_[f->field] == 1 && tensor(f->field).role == Role::Field &&
+          !stage.writes.count(field_tensor(src->field)) && !stage.reads.count(f->field)) {
+        alias_[f->field] = field_tensor(src->field);
+        aliased_.insert(f->field);
+        return nullptr;
+      }
+    }
+    // Backward patterns: input gradients through transposed weights, and weight gradients.
+    if (s->op == AssignOp::Add) {
+      if (lower_linear_t(s, ctx, stage, inner, can_flush)) return nullptr;
+      if (weight_grad_target(*s->target)) {
+        if (lower_weight_grad(s, ctx, stage, inner, can_flush)) return nullptr;
+        return segment_sum(s, ctx, stage, inner);
       }
     }
     // (3) e["f"] = local, where the local is a GEMM result and f is written nowhere else: alias, no copy.
@@ -287,8 +318,210 @@ class Lowering {
     t.torch_target = written;
     t.materialized = ctx.materialized;
     t.field_tensor = alias_;
-    t.name = unique(fmt::format("{}_fw_torch_{}", p_.model, written.rfind("t_", 0) == 0 ? written.substr(2) : written));
+    t.name = unique(fmt::format("{}_torch_{}", prefix_, written.rfind("t_", 0) == 0 ? written.substr(2) : written));
     p_.kernels.push_back(Kernel{Kernel::Kind::Torch, {}, t});
+  }
+
+  bool is_field_of_own_element(const ExprP& e, const LoopCtx& ctx) {
+    auto f = field_ref(e, ctx.edge_vars);
+    if (!f || !f->node_role.empty()) return false;
+    return true;
+  }
+
+  // A per-row scalar factor: an edge (or, in node loops, node) input or field of shape [].
+  std::string row_scalar_tensor(const ExprP& e, const LoopCtx& ctx, bool edge_rows) {
+    if (e->kind == ExprKind::Attr && e->args[0]->kind == ExprKind::Name) {
+      const TensorDecl* in = m_.decl.find_input(e->name);
+      bool own = edge_rows ? ctx.edge_vars.count(e->args[0]->name) > 0 : !ctx.edge_vars.count(e->args[0]->name);
+      if (in && own && in->shape.empty() && in->per == (edge_rows ? Per::Edge : Per::Node)) return in->name;
+    }
+    if (auto f = field_ref(e, ctx.edge_vars); f && f->node_role.empty() && f->on_edge == edge_rows &&
+                                           tensor(field_tensor(f->field)).shape.empty())
+      return field_tensor(f->field);
+    return "";
+  }
+
+  // Splits `a * s` / `s * a` into (a, s) when s is a per-row scalar.
+  std::pair<ExprP, std::string> split_scalar(const ExprP& e, const LoopCtx& ctx, bool edge_rows) {
+    const ExprP& x = strip_reshape(e);
+    if (x->kind == ExprKind::Binary && x->op == BinOp::Mul) {
+      if (std::string s = row_scalar_tensor(x->args[1], ctx, edge_rows); !s.empty()) return {x->args[0], s};
+      if (std::string s = row_scalar_tensor(x->args[0], ctx, edge_rows); !s.empty()) return {x->args[1], s};
+    }
+    return {e, ""};
+  }
+
+  // Where a GEMM over the loop's rows writes `target`: (tensor, scatter) or nullopt.
+  std::optional<std::pair<std::string, intra::Gather>> gemm_target(const ExprP& target, const LoopCtx& ctx, const Stmt* inner) {
+    auto f = field_ref(target, ctx.edge_vars);
+    if (!f) return std::nullopt;
+    std::string tn = field_tensor(f->field);
+    bool edge_rows = inner || !ctx.node_loop;
+    if (f->on_edge) return edge_rows ? std::optional(std::pair{tn, intra::Gather::None}) : std::nullopt;
+    if (!edge_rows) return f->node_role.empty() ? std::optional(std::pair{tn, intra::Gather::None}) : std::nullopt;
+    if (!f->node_role.empty()) return std::pair{tn, f->node_role == "src" ? intra::Gather::Src : intra::Gather::Dst};
+    // the loop node inside an inner loop: the edge's destination (incoming) or source (outgoing)
+    return std::pair{tn, inner && inner->loop == LoopKind::OutgoingEdges ? intra::Gather::Src : intra::Gather::Dst};
+  }
+
+  // target += linear_t(Y [* s], W[sel]): a GEMM with the weight transposed.
+  bool lower_linear_t(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush) {
+    const ExprP& v = strip_reshape(s->value);
+    if (v->kind != ExprKind::Call || v->name != "linear_t") return false;
+    bool edge_rows = inner || !ctx.node_loop;
+    auto target = gemm_target(s->target, ctx, inner);
+    if (!target) return false;
+    auto [y, scalar] = split_scalar(v->args[0], ctx, edge_rows);
+    std::optional<Input> in = gemm_input(y, ctx, edge_rows);
+    if (!in) return false;
+    const ExprP& w = v->args[1];
+    const ExprP& wn = w->kind == ExprKind::Index ? w->args[0] : w;
+    const TensorDecl* wd = m_.decl.find_weight(wn->name);
+    GemmInstance g;
+    g.x = in->tensor;
+    g.w = wd->name;
+    g.y = target->first;
+    g.edge_rows = edge_rows;
+    g.gather = in->gather;
+    g.scatter = target->second;
+    g.accumulate = true;
+    g.transpose_w = true;
+    g.row_scalar = scalar;
+    if (!segments_for(wd, w, ctx, edge_rows, g.segments)) return false;
+    if (wd->shape.size() == 3) {
+      g.heads = wd->shape[0];
+      g.k = wd->shape[2];
+      g.n = wd->shape[1];
+    } else {
+      g.k = wd->shape[1];
+      g.n = wd->shape[0];
+      g.heads = 1;
+    }
+    if (tensor(g.x).row_numel() != g.heads * g.k || tensor(g.y).row_numel() != g.heads * g.n) return false;
+    return push_gemm(g, s, ctx, stage, can_flush);
+  }
+
+  bool segments_for(const TensorDecl* wd, const ExprP& w, const LoopCtx& ctx, bool edge_rows, intra::Segments& out) {
+    out = intra::Segments::None;
+    if (wd->per == Per::Etype) {
+      if (!edge_rows) return false;
+      out = intra::Segments::Etype;
+    } else if (wd->per == Per::Ntype) {
+      const ExprP& sel = w->args[1];
+      bool loop_node = sel->args[0]->kind == ExprKind::Name && !ctx.edge_vars.count(sel->args[0]->name);
+      if (edge_rows || !loop_node) return false;
+      out = intra::Segments::Ntype;
+      p_.layouts.insert(intra::layout::kNtypePtr);
+    }
+    return true;
+  }
+
+  bool push_gemm(GemmInstance& g, const StmtP& s, LoopCtx& ctx, Stage& stage, bool can_flush) {
+    const auto& sched = m_.decl.options.schedule;
+    g.tile = sched.gemm_tile;
+    g.coarsen = sched.gemm_coarsen;
+    g.launch_bounds = sched.launch_bounds;
+    g.source = print_expr(s->target) + " " + to_string(s->op) + " " + print_expr(s->value);
+    std::set<std::string> reads{g.x, g.w, g.y};
+    if (!g.row_scalar.empty()) reads.insert(g.row_scalar);
+    if (hazard(stage, reads, g.y)) {
+      if (!can_flush) return false;
+      flush(ctx, stage);
+    }
+    note_write(g.y, g.accumulate || g.scatter != intra::Gather::None);
+    g.name = unique(fmt::format("{}_gemm_{}", prefix_, g.y.rfind("t_", 0) == 0 ? g.y.substr(2) : g.y));
+    p_.kernels.push_back(Kernel{Kernel::Kind::Gemm, g, {}});
+    return true;
+  }
+
+  const TensorDecl* weight_grad_target(const Expr& t) const {
+    const std::string& n = t.kind == ExprKind::Name ? t.name : t.kind == ExprKind::Index && t.args[0]->kind == ExprKind::Name ? t.args[0]->name : "";
+    const TensorDecl* o = m_.decl.find_output(n);
+    return o && o->per != Per::Node && o->per != Per::Edge ? o : nullptr;
+  }
+
+  intra::Segments weight_grad_segments(const TensorDecl* o) {
+    if (o->per == Per::Etype) return intra::Segments::Etype;
+    if (o->per == Per::Ntype) {
+      p_.layouts.insert(intra::layout::kNtypePtr);
+      return intra::Segments::Ntype;
+    }
+    return intra::Segments::None;
+  }
+
+  // d_W[sel] += outer(X, DY [* s]): a grouped weight-gradient GEMM.
+  bool lower_weight_grad(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush) {
+    const TensorDecl* o = weight_grad_target(*s->target);
+    const ExprP& v = s->value;
+    if (v->kind != ExprKind::Call || v->name != "outer" || o->shape.size() < 2) return false;
+    bool edge_rows = inner || !ctx.node_loop;
+    if ((o->per == Per::Etype) != edge_rows && o->per != Per::None) return false;
+    if (o->per == Per::Ntype && edge_rows) return false;
+    auto x = gemm_input(v->args[0], ctx, edge_rows);
+    auto [dy_expr, scalar] = split_scalar(v->args[1], ctx, edge_rows);
+    auto dy = gemm_input(dy_expr, ctx, edge_rows);
+    if (!x || !dy) return false;
+    intra::WeightGradInstance w;
+    w.x = x->tensor;
+    w.x_gather = x->gather;
+    w.dy = dy->tensor;
+    w.dy_gather = dy->gather;
+    w.row_scalar = scalar;
+    w.dw = o->name;
+    w.edge_rows = edge_rows;
+    w.segments = weight_grad_segments(o);
+    if (o->shape.size() == 3) {
+      w.heads = o->shape[0];
+      w.k = o->shape[1];
+      w.n = o->shape[2];
+    } else {
+      w.k = o->shape[0];
+      w.n = o->shape[1];
+    }
+    if (tensor(w.x).row_numel() != w.heads * w.k || tensor(w.dy).row_numel() != w.heads * w.n) return false;
+    w.tile = m_.decl.options.schedule.gemm_tile;
+    w.source = print_expr(s->target) + " += " + print_expr(s->value);
+    std::set<std::string> reads{w.x, w.dy};
+    if (!scalar.empty()) reads.insert(scalar);
+    if (hazard(stage, reads, w.dw)) {
+      if (!can_flush) return false;
+      flush(ctx, stage);
+    }
+    w.name = unique(fmt::format("{}_wgrad_{}", prefix_, o->name));
+    if (w.segments == intra::Segments::Etype) p_.layouts.insert(intra::layout::kSortedCoo);
+    Kernel k{Kernel::Kind::WeightGrad};
+    k.wgrad = w;
+    p_.kernels.push_back(k);
+    return true;
+  }
+
+  // d_W[sel] += v (any per-row value): the traversal stores v per row; a segment sum reduces it.
+  StmtP segment_sum(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner) {
+    const TensorDecl* o = weight_grad_target(*s->target);
+    if (inner) {
+      d_.error(s->loc, "unsupported", "weight gradients accumulated inside an inner edge loop are not supported yet");
+      return nullptr;
+    }
+    std::string local = fmt::format("__wg{}", wg_count_++);
+    Type ty = a_.assigned.at(s.get());
+    local_types_[local] = ty;
+    force_materialize_.insert(local);
+    intra::SegmentSumInstance ss;
+    ss.v = local;  // resolved to the materialised tensor at flush
+    ss.dw = o->name;
+    ss.edge_rows = !ctx.node_loop;
+    ss.segments = weight_grad_segments(o);
+    ss.numel = 1;
+    for (int64_t d : o->shape) ss.numel *= d;
+    ss.name = unique(fmt::format("{}_segsum_{}", prefix_, o->name));
+    ss.source = print_expr(s->target) + " += " + print_expr(s->value);
+    pending_segment_sums_.push_back(ss);
+    ExprP value = extract_linears(s->value, ctx, stage, inner, true, s);
+    if (!value) return nullptr;
+    StmtP out = Stmt::assign(Expr::name_ref(local, s->loc), AssignOp::Set, value, s->loc);
+    record_access(out, ctx, stage);
+    stage.reg_locals.insert(local);
+    return out;
   }
 
   void record_access(const StmtP& s, const LoopCtx& ctx, Stage& stage) {
@@ -413,7 +646,7 @@ class Lowering {
     g.y = y;
     g.edge_rows = edge_rows;
     g.gather = in->gather;
-    g.scatter_dst = scatter;
+    g.scatter = scatter ? intra::Gather::Dst : intra::Gather::None;
     g.row_scalar = scalar;
     if (wd->per == Per::Etype) {
       if (!edge_rows) {
@@ -461,7 +694,7 @@ class Lowering {
       flush(ctx, stage);
     }
     note_write(y, scatter);
-    g.name = unique(fmt::format("{}_fw_gemm_{}", p_.model, y.rfind("t_", 0) == 0 ? y.substr(2) : y));
+    g.name = unique(fmt::format("{}_gemm_{}", prefix_, y.rfind("t_", 0) == 0 ? y.substr(2) : y));
     Kernel k{Kernel::Kind::Gemm, g, {}};
     p_.kernels.push_back(std::move(k));
     return true;
@@ -502,6 +735,7 @@ class Lowering {
   const Module& m_;
   const Analysis& a_;
   Diagnostics& d_;
+  std::string phase_, prefix_;
   intra::Program p_;
   std::map<std::string, int> writes_;
   std::set<std::string> written_;
@@ -509,12 +743,15 @@ class Lowering {
   std::map<std::string, std::string> alias_;  // field -> tensor
   std::set<std::string> aliased_;
   std::map<std::string, Type> local_types_;
+  std::set<std::string> force_materialize_;
+  std::vector<intra::SegmentSumInstance> pending_segment_sums_;
+  int wg_count_ = 0;
 };
 
 }  // namespace
 
-std::optional<intra::Program> lower(const Module& m, const Analysis& a, Diagnostics& diags) {
-  return Lowering(m, a, diags).run();
+std::optional<intra::Program> lower(const Module& m, const Analysis& a, Diagnostics& diags, const std::string& phase) {
+  return Lowering(m, a, diags, phase).run();
 }
 
 }  // namespace hectorgen::passes

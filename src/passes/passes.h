@@ -25,7 +25,9 @@ namespace hectorgen::passes {
 // (fusing a following per-row scale and scatter-aggregation into the GEMM when the statement has that
 // shape), the remaining statements of each loop nest become one traversal instance (split only where a
 // GEMM needs a value the loop computes). Locals used inside one instance stay in registers.
-std::optional<intra::Program> lower(const inter::Module& m, const inter::Analysis& a, Diagnostics& diags);
+// `phase` (forward | forward_train | backward) names the kernels: <model>_fw_*, <model>_fwt_*, <model>_bw_*.
+std::optional<intra::Program> lower(const inter::Module& m, const inter::Analysis& a, Diagnostics& diags,
+                                    const std::string& phase = "forward");
 
 // Canonicalises loops with the graph-semantic rule (an edge loop is a loop over the destination nodes'
 // incoming edges) and fuses adjacent loop nests when no element reads what another element of the

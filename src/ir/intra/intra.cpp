@@ -47,16 +47,33 @@ std::string print_program(const Program& p) {
                        t.zero_init ? " zero_init" : "");
   for (const Kernel& k : p.kernels) {
     out += "\n";
+    if (k.kind == Kernel::Kind::WeightGrad) {
+      const WeightGradInstance& w = k.wgrad;
+      auto gather = [](Gather g) { return g == Gather::None ? "row" : g == Gather::Src ? "src[row]" : "dst[row]"; };
+      out += fmt::format("wgrad {}:  {}[{}] += sum over rows {}[{}]^T · {}[{}]{}\n", w.name, w.dw,
+                         w.segments == Segments::None ? "-" : w.segments == Segments::Etype ? "etype" : "ntype", w.x, gather(w.x_gather),
+                         w.dy, gather(w.dy_gather), w.row_scalar.empty() ? "" : fmt::format(" * {}[row]", w.row_scalar));
+      out += fmt::format("    rows={} heads={} k={} n={} tile={} deterministic\n    from: {}\n", w.edge_rows ? "edges" : "nodes",
+                         w.heads, w.k, w.n, w.tile, w.source);
+      continue;
+    }
+    if (k.kind == Kernel::Kind::SegmentSum) {
+      const SegmentSumInstance& ss = k.segsum;
+      out += fmt::format("segsum {}:  {}[{}] += sum over rows {}[row]  numel={} deterministic\n    from: {}\n", ss.name, ss.dw,
+                         ss.segments == Segments::None ? "-" : ss.segments == Segments::Etype ? "etype" : "ntype", ss.v, ss.numel, ss.source);
+      continue;
+    }
     if (k.kind == Kernel::Kind::Gemm) {
       const GemmInstance& g = k.gemm;
       const char* gather = g.gather == Gather::None ? "" : g.gather == Gather::Src ? "src" : "dst";
       const char* seg = g.segments == Segments::None ? "-" : g.segments == Segments::Etype ? "etype" : "ntype";
       std::string x = g.gather == Gather::None ? fmt::format("{}[row]", g.x) : fmt::format("{}[{}[row]]", g.x, gather);
-      std::string y = g.scatter_dst ? fmt::format("{}[dst[row]] +=", g.y) : fmt::format("{}[row] =", g.y);
-      out += fmt::format("gemm {}:  {} {} · {}[{}]{}\n", g.name, y, x, g.w, seg,
+      std::string y = g.scatter != Gather::None ? fmt::format("{}[{}[row]] +=", g.y, g.scatter == Gather::Src ? "src" : "dst")
+                      : fmt::format("{}[row] {}=", g.y, g.accumulate ? "+" : "");
+      out += fmt::format("gemm {}:  {} {} · {}[{}]{}{}\n", g.name, y, x, g.w, seg, g.transpose_w ? "^T" : "",
                          g.row_scalar.empty() ? "" : fmt::format(" * {}[row]", g.row_scalar));
       out += fmt::format("    rows={} heads={} k={} n={} tile={} coarsen={}{}{}\n", g.edge_rows ? "edges" : "nodes", g.heads,
-                         g.k, g.n, g.tile, g.coarsen, g.scatter_dst ? " store=atomic" : " store=plain",
+                         g.k, g.n, g.tile, g.coarsen, g.scatter != Gather::None ? " store=atomic" : g.accumulate ? " store=add" : " store=plain",
                          g.launch_bounds ? fmt::format(" launch_bounds={}", *g.launch_bounds) : "");
       out += fmt::format("    from: {}\n", g.source);
     } else {

@@ -49,7 +49,9 @@ struct GemmInstance {
   bool edge_rows = false;
   Gather gather = Gather::None;
   Segments segments = Segments::None;
-  bool scatter_dst = false;  // atomically add each output row into y[dst[e]]
+  Gather scatter = Gather::None;  // Src/Dst: atomically add each output row into y[src[e]] / y[dst[e]]
+  bool accumulate = false;        // y[row] += (rows are distinct: no atomics needed)
+  bool transpose_w = false;       // Y = X · W^T (backward: input gradients)
   std::string row_scalar;    // tensor with one scalar per row, or empty
   int64_t heads = 1, k = 0, n = 0;
   int tile = 16, coarsen = 1;
@@ -66,15 +68,50 @@ struct TraversalInstance {
   std::string torch_target;  // Torch instances: the tensor the statement writes
 };
 
+// A weight gradient as a grouped GEMM: dW[t] += sum over the rows r of segment t of X[G(r)]^T · (s_r DY[G'(r)]).
+// One block owns each (type, head, tile of dW) and walks its segment's rows in order: no atomics, so two
+// runs give bit-identical gradients.
+struct WeightGradInstance {
+  std::string name;
+  std::string x, dy, dw;
+  Gather x_gather = Gather::None, dy_gather = Gather::None;
+  std::string row_scalar;  // scales DY rows, or empty
+  bool edge_rows = false;
+  Segments segments = Segments::None;
+  int64_t heads = 1, k = 0, n = 0;  // dW slice per head: k x n
+  int tile = 16;
+  std::string source;
+};
+
+// dW[t] += sum over the rows r of segment t of V[r] (a per-row value a traversal stored); one thread per
+// element of dW walks the rows in order (deterministic).
+struct SegmentSumInstance {
+  std::string name;
+  std::string v, dw;
+  bool edge_rows = false;
+  Segments segments = Segments::None;
+  int64_t numel = 1;
+  std::string source;
+};
+
 // The lowest preference level: a loop nest the two templates cannot express (e.g. concat, outer), run
 // as vectorised PyTorch (ATen) calls from the host code. Same fields as a traversal instance.
 using TorchInstance = TraversalInstance;
 
 struct Kernel {
-  enum class Kind { Gemm, Traversal, Torch } kind;
+  enum class Kind { Gemm, Traversal, Torch, WeightGrad, SegmentSum } kind;
   GemmInstance gemm;
   TraversalInstance trav;  // Traversal and Torch
-  const std::string& name() const { return kind == Kind::Gemm ? gemm.name : trav.name; }
+  WeightGradInstance wgrad;
+  SegmentSumInstance segsum;
+  const std::string& name() const {
+    switch (kind) {
+      case Kind::Gemm: return gemm.name;
+      case Kind::WeightGrad: return wgrad.name;
+      case Kind::SegmentSum: return segsum.name;
+      default: return trav.name;
+    }
+  }
 };
 
 // True when the traversal template can emit `e` (else the statement falls back to PyTorch calls).
@@ -82,10 +119,13 @@ bool traversal_supports(const inter::ExprP& e);
 
 struct Program {
   std::string model;
+  std::string phase = "forward";  // forward | forward_train | backward: names the kernels and the op
   inter::ModelDecl decl;
   std::vector<TensorInfo> tensors;  // inputs, weights, outputs, then fields and temporaries
   std::vector<Kernel> kernels;      // in execution order
   std::set<std::string> layouts;    // graph layouts the kernels need (see runtime/)
+  std::vector<std::string> saved;   // forward_train: fields returned for the backward (after the outputs)
+  std::map<std::string, std::string> aliases;  // field -> the tensor that holds it
 
   const TensorInfo* find(const std::string& name) const;
 };
