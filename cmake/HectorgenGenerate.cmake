@@ -11,7 +11,7 @@
 # At build time this runs `hectorgen <SPEC> -o <OUTPUT_DIR> <OPTIONS...>`, which writes the fixed set of files
 # described in docs/generated_api.md:
 #   <model>_kernels.cu  <model>_kernels.h  <model>_host.cpp  <model>.py  CMakeLists.txt  manifest.json
-#   <model>.inter.ir  <model>.intra.ir
+#   <model>.inter.ir  <model>.backward.inter.ir  <model>.intra.ir
 # and defines
 #   <target>            STATIC library: <model>_kernels.cu compiled as CUDA (torch-free), with OUTPUT_DIR as a
 #                       PUBLIC include directory (for <model>_kernels.h) and the CUDA headers for C++ users.
@@ -151,7 +151,8 @@ function(hectorgen_generate target)
   set(h "${out}/${model}_kernels.h")
   set(generated
     "${cu}" "${h}" "${out}/${model}_host.cpp" "${out}/${model}.py" "${out}/CMakeLists.txt"
-    "${out}/manifest.json" "${out}/${model}.inter.ir" "${out}/${model}.intra.ir")
+    "${out}/manifest.json" "${out}/${model}.inter.ir" "${out}/${model}.backward.inter.ir"
+    "${out}/${model}.intra.ir")
   set(stamp "${CMAKE_CURRENT_BINARY_DIR}/${target}.hectorgen-stamp")
 
   add_custom_command(

@@ -77,14 +77,59 @@ def prepare_graph(src, dst, etype, num_nodes, num_etypes, ntype=None, num_ntypes
     return Graph(int(num_nodes), int(src.numel()), int(num_etypes), int(num_ntypes), a, got["perm"], got["inv_relation_in_degree"])
 
 
+def _graph_args(g):
+    return [*[g.arrays[k] for k in GRAPH_ARRAYS], g.num_nodes, g.num_edges, g.num_etypes, g.num_ntypes]
+
+
+TRAINABLE = True
+_NUM_OUTPUTS = 1
+_NUM_INPUTS = 1  # user inputs, then weights
+_GRAD_SLOTS = ((0, 0), (1, 1), (2, 2), )  # (backward result, argument) pairs
+SAVED_FOR_BACKWARD = ()  # forward fields the backward reads
+
+
+class _Function(torch.autograd.Function):
+    """Pairs the generated forward_train kernels with the generated backward kernels."""
+
+    @staticmethod
+    def forward(ctx, g, *tensors):
+        res = torch.ops.hectorgen_rgcn.forward_train(*_graph_args(g), g.norm, *[t.contiguous() for t in tensors])
+        outs, saved = res[:_NUM_OUTPUTS], res[_NUM_OUTPUTS:]
+        ctx.graph = g
+        ctx.out_shapes = [o.shape for o in outs]  # for outputs that get no gradient
+        ctx.save_for_backward(*tensors, *saved)
+        return outs[0] if _NUM_OUTPUTS == 1 else tuple(outs)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *grads):
+        g = ctx.graph
+        stored = ctx.saved_tensors
+        tensors, saved = stored[:3], stored[3:]
+        device = tensors[0].device
+        d_outs = [torch.zeros(s, device=device) if d is None else d.contiguous() for d, s in zip(grads, ctx.out_shapes)]
+        res = torch.ops.hectorgen_rgcn.backward(
+            *_graph_args(g), g.norm, *[t.contiguous() for t in tensors[:_NUM_INPUTS]],
+            *saved, *d_outs, *[t.contiguous() for t in tensors[_NUM_INPUTS:]])
+        result = [None] * 3
+        for r, i in _GRAD_SLOTS:
+            if ctx.needs_input_grad[1 + i]:
+                result[i] = res[r]
+        return (None, *result)
+
+
 def forward(g, feature, W0, W):
-    """The functional form: inputs then weights, in the spec's order."""
+    """The functional form: inputs then weights, in the spec's order. Differentiable (through the generated
+    backward kernels) when gradients are enabled and any argument requires them."""
     load_extension()
     if not isinstance(g, Graph):
         raise TypeError("rgcn.forward: the first argument must be a Graph from prepare_graph()")
-    outs = torch.ops.hectorgen_rgcn.forward(
-        *[g.arrays[k] for k in GRAPH_ARRAYS], g.num_nodes, g.num_edges, g.num_etypes, g.num_ntypes,
-        g.norm, feature.contiguous(), W0.contiguous(), W.contiguous())
+    tensors = [feature, W0, W]
+    if TRAINABLE and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        outs = _Function.apply(g, *tensors)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+    else:
+        outs = torch.ops.hectorgen_rgcn.forward(*_graph_args(g), g.norm, *[t.contiguous() for t in tensors])
     return outs[0]
 
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <ostream>
 #include <sstream>
@@ -20,7 +21,7 @@
 namespace hectorgen::driver {
 
 const std::vector<std::string>& pass_names() {
-  static const std::vector<std::string> names = {"parse", "inline-functions", "verify", "fuse-loops", "lower"};
+  static const std::vector<std::string> names = {"parse", "inline-functions", "verify", "fuse-loops", "autodiff", "lower"};
   return names;
 }
 
@@ -112,17 +113,66 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
   passes.after("fuse-loops", fused, &analysis);
   OutputSet files;
   files.add(m->decl.name + ".inter.ir", PassLog::print(fused, &analysis));
-  if (opts.emit != "inter-ir") {
-    Diagnostics lower_diags;
-    auto program = passes::lower(fused, analysis, lower_diags);
-    lower_diags.render(err);
-    if (!program) return 1;
-    if (std::string e = intra::verify_program(*program); !e.empty()) {
-      err << "hectorgen: internal error: intra-operator IR: " << e << "\n";
-      return 2;
+  // ---- training: autodiff, then the same fusion and lowering for the training forward and backward ----
+  std::optional<passes::TrainingModules> training;
+  {
+    Diagnostics ad_diags;
+    training = passes::autodiff(*m, ad_diags);
+    if (!training) {
+      // Not differentiable yet: still generate inference code, and say why there is no training code.
+      for (const auto& d : ad_diags.all())
+        err << Diagnostics::format({Severity::Warning, d.loc, "no backward pass generated: " + d.message, d.kind});
     }
+  }
+  std::vector<std::pair<std::string, inter::Module>> phases = {{"forward", fused}};
+  if (training) {
+    phases.push_back({"forward_train", passes::fuse_loops(training->forward)});
+    phases.push_back({"backward", passes::fuse_loops(training->backward)});
+    inter::Analysis ta;
+    Diagnostics td;
+    for (size_t i = 1; i < phases.size(); ++i)
+      if (!inter::verify(phases[i].second, td, &ta)) {
+        td.render(err);
+        err << "hectorgen: internal error: the " << phases[i].first << " IR does not verify\n";
+        return 2;
+      }
+    std::string bw = PassLog::print(phases[2].second, nullptr);
+    files.add(m->decl.name + ".backward.inter.ir", bw);
+    passes.after("autodiff", phases[2].second);
+  }
+  if (opts.emit != "inter-ir") {
+    std::vector<intra::Program> programs;
+    Diagnostics lower_diags;
+    for (auto& [phase, module] : phases) {
+      inter::Analysis pa;
+      inter::verify(module, lower_diags, &pa);
+      auto program = passes::lower(module, pa, lower_diags, phase);
+      if (!program) {
+        if (phase == "forward") {
+          lower_diags.render(err);
+          return 1;
+        }
+        for (const auto& d : lower_diags.all())
+          err << Diagnostics::format({Severity::Warning, d.loc, "backward: " + d.message, d.kind});
+        lower_diags = Diagnostics{};
+        err << "hectorgen: warning: no training code generated (the " << phase << " pass does not lower)\n";
+        programs.resize(1);
+        break;
+      }
+      if (phase == "forward_train") program->saved = training->saved;
+      if (std::string e = intra::verify_program(*program); !e.empty()) {
+        err << "hectorgen: internal error: intra-operator IR (" << phase << "): " << e << "\n";
+        return 2;
+      }
+      programs.push_back(std::move(*program));
+    }
+    lower_diags.render(err);
+    // One preprocessing serves every phase: all share the union of their graph layouts.
+    std::set<std::string> layouts;
+    for (const auto& pr : programs) layouts.insert(pr.layouts.begin(), pr.layouts.end());
+    for (auto& pr : programs) pr.layouts = layouts;
     if (opts.print_ir_after == "lower" || opts.print_ir_after == "all")
-      out << "# ---- IR after lower ----\n" << intra::print_program(*program);
+      for (const auto& pr : programs) out << "# ---- IR after lower (" << pr.phase << ") ----\n" << intra::print_program(pr);
     // Banners name the spec as given when relative (specs/rgat.yaml), by file name when absolute, so the
     // output does not depend on where the repository sits.
     std::filesystem::path spec_path(opts.spec_path);
@@ -130,9 +180,11 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
     emit::EmitContext ctx{shown, HECTORGEN_VERSION};
     if (opts.emit == "intra-ir") {
       files = OutputSet{};
-      files.add(m->decl.name + ".intra.ir", intra::print_program(*program));
+      std::string text;
+      for (const auto& pr : programs) text += (text.empty() ? "" : "\n") + intra::print_program(pr);
+      files.add(m->decl.name + ".intra.ir", text);
     } else {
-      emit::emit_all(*program, ctx, files);
+      emit::emit_all(programs, ctx, files);
     }
   }
 

@@ -25,24 +25,29 @@ std::string capitalize(const std::string& s) {
   return r;
 }
 
-static bool uses_segments(const Program& p, intra::Segments s) {
-  for (const auto& k : p.kernels)
-    if (k.kind == intra::Kernel::Kind::Gemm && k.gemm.segments == s) return true;
-  return false;
+std::string camel(const std::string& s) {
+  std::string r;
+  bool up = true;
+  for (char c : s) {
+    if (c == '_') { up = true; continue; }
+    r += up ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    up = false;
+  }
+  return r;
 }
+
+std::string args_struct(const Program& p) { return capitalize(p.model) + camel(p.phase) + "Args"; }
 
 std::vector<std::string> graph_arrays(const Program& p) {
   std::vector<std::string> v;
   auto has = [&](const char* l) { return p.layouts.count(l) > 0; };
   if (has(intra::layout::kSortedCoo)) {
-    v.insert(v.end(), {"src", "dst", "etype", "etype_ptr"});
-    if (uses_segments(p, intra::Segments::Etype)) v.push_back("etype_tile_ptr");
+    v.insert(v.end(), {"src", "dst", "etype", "etype_ptr", "etype_tile_ptr"});
   }
   if (has(intra::layout::kCsrByDst)) v.insert(v.end(), {"in_ptr", "in_eid", "in_src"});
   if (has(intra::layout::kCsrBySrc)) v.insert(v.end(), {"out_ptr", "out_eid", "out_dst"});
   if (has(intra::layout::kNtypePtr)) {
-    v.insert(v.end(), {"ntype", "ntype_ptr"});
-    if (uses_segments(p, intra::Segments::Ntype)) v.push_back("ntype_tile_ptr");
+    v.insert(v.end(), {"ntype", "ntype_ptr", "ntype_tile_ptr"});
   }
   return v;
 }
@@ -74,7 +79,7 @@ GemmCode emit_gemm(const Program& p, const GemmInstance& g) {
   const char* scat = g.scatter == intra::Gather::Src ? "src[row]" : g.scatter == intra::Gather::Dst ? "dst[row]" : "row";
   std::string formula = fmt::format("{}[{}] {}= {}[{}] * {}[{}]{}{}", g.y, scat,
                                     g.scatter != intra::Gather::None || g.accumulate ? "+" : "", g.x,
-                                    g.gather == intra::Gather::None ? "row" : g.gather == intra::Gather::Src ? "src[e]" : "dst[e]",
+                                    g.gather == intra::Gather::None ? "row" : g.gather == intra::Gather::Src ? "src[row]" : "dst[row]",
                                     g.w, seg.empty() ? "-" : seg, g.transpose_w ? "^T" : "",
                                     g.row_scalar.empty() ? "" : " * " + g.row_scalar + "[row]");
   v["formula"] = formula;
@@ -559,6 +564,11 @@ class TraversalEmitter {
       return out;
     }
     if (f == "dot") return dot(expr(e->args[0]), expr(e->args[1]), e);
+    if (f == "sum") return dot(expr(e->args[0]), literal("1.f"), e);
+    if (f == "leakyrelu_grad") {
+      std::string slope = e->args.size() > 1 ? flt(constant(e->args[1])) : "0.01f";
+      return unary(expr(e->args[0]), [slope](const std::string& x) { return "(" + x + " > 0.f ? 1.f : " + slope + ")"; });
+    }
     throw std::runtime_error(fmt::format("the code generator does not support '{}' inside a traversal yet", f));
   }
 
@@ -579,6 +589,7 @@ class TraversalEmitter {
     throw std::logic_error("traversal: not a constant");
   }
 
+  // Reduces the last axis of a * b (b may be a literal, for sum()).
   CVal dot(const CVal& a, const CVal& b, const ExprP& e) {
     int64_t d = a.shape.back();
     std::vector<int64_t> shape(a.shape.begin(), a.shape.end() - 1);
@@ -771,8 +782,8 @@ class TraversalEmitter {
 }  // namespace
 
 static std::string launcher_function(const Program& p, const std::string& kernel, const std::string& body) {
-  return fmt::format("cudaError_t launch_{}(const {}ForwardArgs& a, cudaStream_t stream) {{\n{}  return cudaSuccess;\n}}\n",
-                     kernel, capitalize(p.model), body);
+  return fmt::format("cudaError_t launch_{}(const {}& a, cudaStream_t stream) {{\n{}  return cudaSuccess;\n}}\n",
+                     kernel, args_struct(p), body);
 }
 
 // Rows [row_begin, row_end) of this block's segment (`type`), or all rows.
@@ -858,7 +869,13 @@ static bool has_torch_fallback(const Program& p) {
   return false;
 }
 
-std::string emit_kernels_cu(const Program& p, const EmitContext& ctx) {
+struct KernelsCode {
+  std::string kernels, launchers;
+  bool warp_sum = false;
+  int gemms = 0, travs = 0;
+};
+
+static KernelsCode phase_kernels(const Program& p) {
   std::string kernels, launchers, forward;
   bool warp_sum = false;
   int gemms = 0, travs = 0;
@@ -878,6 +895,7 @@ std::string emit_kernels_cu(const Program& p, const EmitContext& ctx) {
       kernels += "\n" + c.kernel;
       body = c.launcher;
       written.insert(k.wgrad.dw);
+      ++gemms;
     } else if (k.kind == intra::Kernel::Kind::SegmentSum) {
       GemmCode c = emit_segsum(p, k.segsum);
       kernels += "\n" + c.kernel;
@@ -897,57 +915,91 @@ std::string emit_kernels_cu(const Program& p, const EmitContext& ctx) {
     launchers += "\n" + launcher_function(p, k.name(), body);
     forward += fmt::format("  if (cudaError_t err = launch_{}(a, stream); err != cudaSuccess) return err;\n", k.name());
   }
+  if (!has_torch_fallback(p))
+    launchers += fmt::format("\ncudaError_t {}_{}(const {}& a, cudaStream_t stream) {{\n{}  return cudaSuccess;\n}}\n",
+                             p.model, p.phase, args_struct(p), forward);
+  return KernelsCode{kernels, launchers, warp_sum, gemms, travs};
+}
+
+std::string emit_kernels_cu(const std::vector<Program>& phases, const EmitContext& ctx) {
+  const Program& p = phases.front();
+  KernelsCode all;
+  std::string phase_names;
+  for (const Program& ph : phases) {
+    KernelsCode c = phase_kernels(ph);
+    all.kernels += fmt::format("\n// ==== {} ====\n", ph.phase) + c.kernels;
+    all.launchers += c.launchers;
+    all.warp_sum |= c.warp_sum;
+    all.gemms += c.gemms;
+    all.travs += c.travs;
+    phase_names += (phase_names.empty() ? "" : ", ") + ph.phase;
+  }
   Vars v;
   v["version"] = ctx.version;
   v["spec"] = ctx.spec_name;
   v["model"] = p.model;
-  v["num_gemm"] = std::to_string(gemms);
-  v["num_traversal"] = std::to_string(travs);
-  v["helpers"] = warp_sum ? "// Sum of `v` over the 32 lanes of the warp, returned to every lane.\n"
-                            "__device__ __forceinline__ float warp_sum(float v) {\n"
-                            "#pragma unroll\n"
-                            "  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);\n"
-                            "  return v;\n"
-                            "}\n"
-                          : "";
-  v["kernels"] = kernels;
-  if (!has_torch_fallback(p))
-    launchers += fmt::format("\ncudaError_t {}_forward(const {}ForwardArgs& a, cudaStream_t stream) {{\n{}  return cudaSuccess;\n}}",
-                             p.model, capitalize(p.model), forward);
-  v["launchers"] = launchers.substr(1);
+  v["phases"] = phase_names;
+  v["num_gemm"] = std::to_string(all.gemms);
+  v["num_traversal"] = std::to_string(all.travs);
+  v["helpers"] = all.warp_sum ? "// Sum of `v` over the 32 lanes of the warp, returned to every lane.\n"
+                                "__device__ __forceinline__ float warp_sum(float v) {\n"
+                                "#pragma unroll\n"
+                                "  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);\n"
+                                "  return v;\n"
+                                "}\n"
+                              : "";
+  v["kernels"] = all.kernels;
+  v["launchers"] = all.launchers.substr(1);
   return render_template("cuda/kernels.cu.in", v);
 }
 
-std::string emit_kernels_h(const Program& p, const EmitContext& ctx) {
+std::string emit_kernels_h(const std::vector<Program>& phases, const EmitContext& ctx) {
+  const Program& p = phases.front();
   Vars v;
   v["version"] = ctx.version;
   v["spec"] = ctx.spec_name;
   v["model"] = p.model;
   v["Model"] = capitalize(p.model);
-  std::string graph;
-  for (const std::string& g : graph_arrays(p)) graph += fmt::format("  const int32_t* {} = nullptr;\n", g);
-  v["graph_fields"] = graph.empty() ? "" : graph.substr(0, graph.size() - 1);
-  std::string fields;
-  for (const TensorInfo& t : p.tensors) {
-    std::string rows = t.per == Per::Node ? "num_nodes" : t.per == Per::Edge ? "num_edges" : t.per == Per::Etype ? "num_etypes"
-                       : t.per == Per::Ntype ? "num_ntypes" : "1";
-    fields += fmt::format("  {}float* {} = nullptr;  // [{}{}]\n", is_const_tensor(t) ? "const " : "", t.name, rows,
-                          t.shape.empty() ? "" : ", " + inter::shape_str(t.shape).substr(1, inter::shape_str(t.shape).size() - 2));
+  std::string structs;
+  for (const Program& ph : phases) {
+    CodeWriter w;
+    w.line(fmt::format("// Everything the {} pass reads and writes. Graph arrays come from the runtime's preprocessing.", ph.phase));
+    w.line(fmt::format("struct {} {{", args_struct(ph)));
+    {
+      CodeWriter::Indent i(w);
+      w.line("int64_t num_nodes = 0;");
+      w.line("int64_t num_edges = 0;");
+      w.line("int num_etypes = 0;");
+      w.line("int num_ntypes = 1;");
+      for (const std::string& g : graph_arrays(ph)) w.line(fmt::format("const int32_t* {} = nullptr;", g));
+      for (const TensorInfo& t : ph.tensors) {
+        std::string rows = t.per == Per::Node ? "num_nodes" : t.per == Per::Edge ? "num_edges" : t.per == Per::Etype ? "num_etypes"
+                           : t.per == Per::Ntype ? "num_ntypes" : "";
+        std::string dims = rows;
+        for (int64_t d : t.shape) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+        w.line(fmt::format("{}float* {} = nullptr;  // [{}]", is_const_tensor(t) ? "const " : "", t.name, dims));
+      }
+    }
+    w.line("};");
+    w.line();
+    w.line("// One launcher per kernel instance, in execution order; each returns the launch error, if any.");
+    for (const auto& k : ph.kernels)
+      if (k.kind != intra::Kernel::Kind::Torch)
+        w.line(fmt::format("cudaError_t launch_{}(const {}& args, cudaStream_t stream);", k.name(), args_struct(ph)));
+    if (has_torch_fallback(ph)) {
+      w.line(fmt::format("// Parts of the {} pass run as PyTorch calls ({}_host.cpp): there is no torch-free {}_{}().", ph.phase,
+                         ph.model, ph.model, ph.phase));
+    } else {
+      w.line(fmt::format("// Runs the whole {} pass on `stream`, in order. Returns the first launch error.", ph.phase));
+      w.line(fmt::format("cudaError_t {}_{}(const {}& args, cudaStream_t stream);", ph.model, ph.phase, args_struct(ph)));
+    }
+    structs += w.str() + "\n";
   }
-  v["tensor_fields"] = fields.substr(0, fields.size() - 1);
+  v["structs"] = structs.substr(0, structs.size() - 2);
   int tile = 16;
   for (const auto& k : p.kernels)
     if (k.kind == intra::Kernel::Kind::Gemm) tile = k.gemm.tile;
   v["tile"] = std::to_string(tile);
-  std::string decls;
-  for (const auto& k : p.kernels)
-    if (k.kind != intra::Kernel::Kind::Torch)
-      decls += fmt::format("cudaError_t launch_{}(const {}ForwardArgs& args, cudaStream_t stream);\n", k.name(), capitalize(p.model));
-  v["launcher_decls"] = decls.substr(0, decls.size() - 1);
-  v["forward_decl"] = has_torch_fallback(p)
-      ? fmt::format("// Parts of this model run as PyTorch calls ({}_host.cpp), so there is no torch-free {}_forward().", p.model, p.model)
-      : fmt::format("// Launches every kernel of the forward pass on `stream`, in order. Returns the first launch error.\n"
-                    "cudaError_t {}_forward(const {}ForwardArgs& args, cudaStream_t stream);", p.model, capitalize(p.model));
   return render_template("cuda/kernels.h.in", v);
 }
 

@@ -15,15 +15,17 @@ struct EmitContext {
 
 // Adds every generated file for `p` to `out`: kernels (.cu/.h), host stubs, Python module, CMakeLists,
 // manifest. Throws TemplateError/logic_error on internal inconsistencies (exit code 2).
-void emit_all(const intra::Program& p, const EmitContext& ctx, driver::OutputSet& out);
+// `phases` starts with the forward; when the model is trainable forward_train and backward follow.
+void emit_all(const std::vector<intra::Program>& phases, const EmitContext& ctx, driver::OutputSet& out);
 
 // Individual emitters (used by emit_all and the tests).
-std::string emit_kernels_cu(const intra::Program& p, const EmitContext& ctx);
-std::string emit_kernels_h(const intra::Program& p, const EmitContext& ctx);
-std::string emit_host_cpp(const intra::Program& p, const EmitContext& ctx);
-std::string emit_python(const intra::Program& p, const EmitContext& ctx);
+std::string emit_kernels_cu(const std::vector<intra::Program>& phases, const EmitContext& ctx);
+std::string emit_kernels_h(const std::vector<intra::Program>& phases, const EmitContext& ctx);
+std::string emit_host_cpp(const std::vector<intra::Program>& phases, const EmitContext& ctx);
+std::string emit_python(const std::vector<intra::Program>& phases, const EmitContext& ctx);
 std::string emit_cmake(const intra::Program& p, const EmitContext& ctx);
-std::string emit_manifest(const intra::Program& p, const EmitContext& ctx);
+std::string emit_manifest(const std::vector<intra::Program>& phases, const EmitContext& ctx);
+std::string args_struct(const intra::Program& p);
 
 // The ATen code (for the host function) of a PyTorch-fallback instance.
 std::string emit_torch_block(const intra::Program& p, const intra::TorchInstance& t);

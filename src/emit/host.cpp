@@ -56,33 +56,31 @@ std::vector<const TensorDecl*> op_tensors(const Program& p) {
 
 }  // namespace
 
-std::string emit_host_cpp(const Program& p, const EmitContext& ctx) {
+// The tensors an op returns: its outputs, then (forward_train) the saved fields.
+std::vector<std::string> op_results(const Program& p) {
+  std::vector<std::string> r;
+  for (const TensorInfo& t : p.tensors)
+    if (t.role == Role::Output) r.push_back(t.name);
+  for (const std::string& f : p.saved) {
+    auto it = p.aliases.find(f);
+    r.push_back(it == p.aliases.end() ? f : it->second);
+  }
+  return r;
+}
+
+static std::string emit_op(const Program& p, const EmitContext& ctx) {
   Vars v;
-  v["version"] = ctx.version;
-  v["spec"] = ctx.spec_name;
   v["model"] = p.model;
-  v["Model"] = capitalize(p.model);
-  std::vector<std::string> params, schema;
-  for (const std::string& g : graph_arrays(p)) {
-    params.push_back("const at::Tensor& " + g);
-    schema.push_back("Tensor " + g);
-  }
-  for (const char* n : {"num_nodes", "num_edges", "num_etypes", "num_ntypes"}) {
-    params.push_back(fmt::format("int64_t {}", n));
-    schema.push_back(fmt::format("int {}", n));
-  }
+  v["phase"] = p.phase;
+  v["Args"] = args_struct(p);
+  std::vector<std::string> params;
+  for (const std::string& g : graph_arrays(p)) params.push_back("const at::Tensor& " + g);
+  for (const char* n : {"num_nodes", "num_edges", "num_etypes", "num_ntypes"}) params.push_back(fmt::format("int64_t {}", n));
   auto tensors = op_tensors(p);
-  for (const TensorDecl* t : tensors) {
-    params.push_back("const at::Tensor& " + t->name);
-    schema.push_back("Tensor " + t->name);
-  }
+  for (const TensorDecl* t : tensors) params.push_back("const at::Tensor& " + t->name);
   std::string plist;
   for (size_t i = 0; i < params.size(); ++i) plist += "    " + params[i] + (i + 1 < params.size() ? ",\n" : "");
   v["params"] = plist;
-  std::string sch;
-  for (size_t i = 0; i < schema.size(); ++i) sch += (i ? ", " : "") + schema[i];
-  v["schema"] = sch;
-  // The device and options of the results follow the first user input (else the first tensor argument).
   std::string device_from = tensors.empty() ? graph_arrays(p).front() : tensors.front()->name;
   for (const TensorDecl* t : tensors)
     if (t->from_graph.empty()) {
@@ -95,36 +93,79 @@ std::string emit_host_cpp(const Program& p, const EmitContext& ctx) {
     checks += fmt::format("  check({}, \"graph array '{}'\", at::kInt, {{{}}}, device);\n", g, g, graph_array_rows(g));
   for (const TensorDecl* t : tensors) {
     const TensorInfo* ti = p.find(t->name);
+    std::vector<int64_t> shape = t->shape;
+    TensorInfo info = ti ? *ti : TensorInfo{t->name, Role::Input, t->per, shape, false, ""};
     checks += fmt::format("  check({}, \"{} '{}'\", at::kFloat, {}, device);\n", t->name,
-                          ti->role == Role::Weight ? "weight" : "input", t->name, shape_list(*ti));
+                          info.role == Role::Weight ? "weight" : "input", t->name, shape_list(info));
   }
   v["checks"] = checks.substr(0, checks.size() - 1);
-  std::string alloc, meta, assign, outs;
+  std::string alloc, meta, assign;
+  std::vector<std::string> results = op_results(p);
   for (const TensorInfo& t : p.tensors) {
     if (t.role == Role::Input || t.role == Role::Weight) continue;
     alloc += fmt::format("  at::Tensor {} = at::{}({}, options);{}\n", t.name, t.zero_init ? "zeros" : "empty", shape_list(t),
                          t.role == Role::Output ? "" : t.role == Role::Field ? "  // field" : "  // intermediate");
-    if (t.role == Role::Output) {
-      meta += fmt::format("  at::Tensor {} = at::empty({}, {}.options());\n", t.name, shape_list(t), v["first_input"]);
-      outs += (outs.empty() ? "" : ", ") + t.name;
-    }
+    if (std::find(results.begin(), results.end(), t.name) != results.end())
+      meta += fmt::format("  at::Tensor {} = at::empty({}, {}.options());\n", t.name, shape_list(t), device_from);
   }
   v["allocations"] = alloc.substr(0, alloc.size() - 1);
   v["meta_allocations"] = meta.substr(0, meta.size() - 1);
   for (const std::string& g : graph_arrays(p)) assign += fmt::format("  a.{} = {}.data_ptr<int32_t>();\n", g, g);
   for (const TensorInfo& t : p.tensors) assign += fmt::format("  a.{} = {}.data_ptr<float>();\n", t.name, t.name);
   v["assignments"] = assign.substr(0, assign.size() - 1);
-  v["outputs"] = outs;
+  std::string res;
+  for (const auto& r : results) res += (res.empty() ? "" : ", ") + r;
+  v["results"] = res;
+  v["returns"] = p.saved.empty() ? "the outputs" : "the outputs, then the tensors the backward pass needs";
   std::string launches;
   for (const auto& k : p.kernels) {
     if (k.kind == intra::Kernel::Kind::Torch) launches += emit_torch_block(p, k.trav);
     else launches += fmt::format("  C10_CUDA_CHECK(launch_{}(a, stream));\n", k.name());
   }
   v["launches"] = launches.substr(0, launches.size() - 1);
+  (void)ctx;
+  return render_template("host/op.cpp.in", v);
+}
+
+static std::string op_schema(const Program& p) {
+  std::vector<std::string> schema;
+  for (const std::string& g : graph_arrays(p)) schema.push_back("Tensor " + g);
+  for (const char* n : {"num_nodes", "num_edges", "num_etypes", "num_ntypes"}) schema.push_back(fmt::format("int {}", n));
+  for (const TensorDecl* t : op_tensors(p)) schema.push_back("Tensor " + t->name);
+  std::string sch;
+  for (size_t i = 0; i < schema.size(); ++i) sch += (i ? ", " : "") + schema[i];
+  return sch;
+}
+
+std::string emit_host_cpp(const std::vector<Program>& phases, const EmitContext& ctx) {
+  const Program& p = phases.front();
+  Vars v;
+  v["version"] = ctx.version;
+  v["spec"] = ctx.spec_name;
+  v["model"] = p.model;
+  std::string functions, defs, cuda, meta, pyb, names;
+  for (const Program& ph : phases) {
+    functions += emit_op(ph, ctx);
+    defs += fmt::format("  m.def(\"{}({}) -> Tensor[]\");\n", ph.phase, op_schema(ph));
+    cuda += fmt::format("  m.impl(\"{}\", &{}_{}_op);\n", ph.phase, ph.model, ph.phase);
+    meta += fmt::format("  m.impl(\"{}\", &{}_{}_meta);\n", ph.phase, ph.model, ph.phase);
+    pyb += fmt::format("  m.def(\"{0}\", &{1}_{0}_op, \"Runs the {0} pass; see {1}.py\");\n", ph.phase, ph.model);
+    names += (names.empty() ? "" : ", ") + ph.phase;
+  }
+  v["phases"] = names;
+  v["functions"] = functions;
+  v["defs"] = defs.substr(0, defs.size() - 1);
+  v["cuda_impls"] = cuda.substr(0, cuda.size() - 1);
+  v["meta_impls"] = meta.substr(0, meta.size() - 1);
+  v["pybind_defs"] = pyb.substr(0, pyb.size() - 1);
   return render_template("host/host.cpp.in", v);
 }
 
-std::string emit_python(const Program& p, const EmitContext& ctx) {
+std::string python_training(const std::vector<Program>& phases, const std::vector<std::string>& user_inputs,
+                            const std::vector<std::string>& weights, const std::string& from_graph_args);
+
+std::string emit_python(const std::vector<Program>& phases, const EmitContext& ctx) {
+  const Program& p = phases.front();
   Vars v;
   v["version"] = ctx.version;
   v["spec"] = ctx.spec_name;
@@ -188,12 +229,14 @@ std::string emit_python(const Program& p, const EmitContext& ctx) {
     if (t.from_graph.empty() && t.per == Per::Edge)
       perm += fmt::format("    {0} = {0}.index_select(0, g.perm)  # edge rows in edge-type-sorted order\n", t.name);
   v["edge_input_perm"] = perm;
-  std::vector<std::string> op_args;
+  std::vector<std::string> tensor_args = user_inputs;
+  tensor_args.insert(tensor_args.end(), weights.begin(), weights.end());
+  v["tensor_args"] = join(tensor_args, ", ");
+  std::string fg;
   for (const auto& t : p.decl.inputs)
-    if (!t.from_graph.empty()) op_args.push_back("g." + t.name);
-  for (const auto& n : user_inputs) op_args.push_back(n + ".contiguous()");
-  for (const auto& n : weights) op_args.push_back(n + ".contiguous()");
-  v["op_args"] = join(op_args, ", ");
+    if (!t.from_graph.empty()) fg += "g." + t.name + ", ";
+  v["from_graph_args"] = fg;
+  v["training"] = python_training(phases, user_inputs, weights, fg);
   std::vector<std::string> outs;
   std::string ret;
   for (size_t i = 0; i < p.decl.outputs.size(); ++i) {
@@ -233,6 +276,70 @@ std::string emit_python(const Program& p, const EmitContext& ctx) {
   return render_template("python/module.py.in", v);
 }
 
+// The autograd.Function that pairs the forward_train op with the backward op.
+std::string python_training(const std::vector<Program>& phases, const std::vector<std::string>& user_inputs,
+                            const std::vector<std::string>& weights, const std::string& from_graph_args) {
+  if (phases.size() < 3) return "TRAINABLE = False  # the autodiff pass does not support this model yet (see the hectorgen warning)";
+  const Program& f = phases[0];
+  const Program& t = phases[1];
+  const Program& b = phases[2];
+  size_t n_out = 0;
+  for (const TensorInfo& x : f.tensors)
+    if (x.role == Role::Output) ++n_out;
+  size_t n_in = user_inputs.size(), n_t = user_inputs.size() + weights.size();
+  // Which backward result is the gradient of which Function argument.
+  std::vector<std::string> grad_slots;
+  size_t result = 0;
+  for (const TensorInfo& x : b.tensors) {
+    if (x.role != Role::Output) continue;
+    std::string of = x.name.substr(2);
+    for (size_t i = 0; i < n_t; ++i) {
+      std::string name = i < n_in ? user_inputs[i] : weights[i - n_in];
+      if (name == of) grad_slots.push_back(fmt::format("({}, {})", result, i));
+    }
+    ++result;
+  }
+  std::string slots;
+  for (const auto& s : grad_slots) slots += s + ", ";
+  std::string out;
+  out += "TRAINABLE = True\n";
+  out += fmt::format("_NUM_OUTPUTS = {}\n", n_out);
+  out += fmt::format("_NUM_INPUTS = {}  # user inputs, then weights\n", n_in);
+  out += fmt::format("_GRAD_SLOTS = ({})  # (backward result, argument) pairs\n", slots);
+  out += fmt::format("SAVED_FOR_BACKWARD = ({})  # forward fields the backward reads\n\n\n", [&] {
+    std::string s;
+    for (const auto& x : t.saved) s += "\"" + x + "\", ";
+    return s;
+  }());
+  out += "class _Function(torch.autograd.Function):\n";
+  out += "    \"\"\"Pairs the generated forward_train kernels with the generated backward kernels.\"\"\"\n\n";
+  out += "    @staticmethod\n";
+  out += "    def forward(ctx, g, *tensors):\n";
+  out += fmt::format("        res = torch.ops.hectorgen_{}.forward_train(*_graph_args(g), {}*[t.contiguous() for t in tensors])\n",
+                     f.model, from_graph_args);
+  out += "        outs, saved = res[:_NUM_OUTPUTS], res[_NUM_OUTPUTS:]\n";
+  out += "        ctx.graph = g\n";
+  out += "        ctx.out_shapes = [o.shape for o in outs]  # for outputs that get no gradient\n";
+  out += "        ctx.save_for_backward(*tensors, *saved)\n";
+  out += "        return outs[0] if _NUM_OUTPUTS == 1 else tuple(outs)\n\n";
+  out += "    @staticmethod\n";
+  out += "    @torch.autograd.function.once_differentiable\n";
+  out += "    def backward(ctx, *grads):\n";
+  out += "        g = ctx.graph\n";
+  out += fmt::format("        stored = ctx.saved_tensors\n        tensors, saved = stored[:{}], stored[{}:]\n", n_t, n_t);
+  out += "        device = tensors[0].device\n";
+  out += "        d_outs = [torch.zeros(s, device=device) if d is None else d.contiguous() for d, s in zip(grads, ctx.out_shapes)]\n";
+  out += fmt::format("        res = torch.ops.hectorgen_{}.backward(\n            *_graph_args(g), {}*[t.contiguous() for t in tensors[:_NUM_INPUTS]],\n"
+                     "            *saved, *d_outs, *[t.contiguous() for t in tensors[_NUM_INPUTS:]])\n",
+                     b.model, from_graph_args);
+  out += fmt::format("        result = [None] * {}\n", n_t);
+  out += "        for r, i in _GRAD_SLOTS:\n";
+  out += "            if ctx.needs_input_grad[1 + i]:\n";
+  out += "                result[i] = res[r]\n";
+  out += "        return (None, *result)";
+  return out;
+}
+
 std::string emit_cmake(const Program& p, const EmitContext& ctx) {
   Vars v;
   v["version"] = ctx.version;
@@ -241,13 +348,15 @@ std::string emit_cmake(const Program& p, const EmitContext& ctx) {
   return render_template("cmake/CMakeLists.txt.in", v);
 }
 
-std::string emit_manifest(const Program& p, const EmitContext& ctx) {
+std::string emit_manifest(const std::vector<Program>& phases, const EmitContext& ctx) {
+  const Program& p = phases.front();
   nlohmann::ordered_json j;
   j["generator"] = "hectorgen " + ctx.version;
   j["spec"] = ctx.spec_name;
   j["model"] = p.model;
   j["files"] = {p.model + "_kernels.cu", p.model + "_kernels.h", p.model + "_host.cpp", p.model + ".py",
                 "CMakeLists.txt", "manifest.json", p.model + ".inter.ir", p.model + ".intra.ir"};
+  if (phases.size() > 1) j["files"].push_back(p.model + ".backward.inter.ir");
   j["graph_layouts"] = std::vector<std::string>(p.layouts.begin(), p.layouts.end());
   j["graph_arrays"] = graph_arrays(p);
   for (const TensorInfo& t : p.tensors) {
@@ -262,9 +371,11 @@ std::string emit_manifest(const Program& p, const EmitContext& ctx) {
     if (!t.from_graph.empty()) x["from_graph"] = t.from_graph;
     j["tensors"].push_back(x);
   }
-  for (const auto& k : p.kernels) {
+  for (const Program& ph : phases)
+  for (const auto& k : ph.kernels) {
     nlohmann::ordered_json x;
     x["name"] = k.name();
+    x["phase"] = ph.phase;
     if (k.kind == intra::Kernel::Kind::Gemm) {
       const auto& g = k.gemm;
       x["template"] = "gemm";
@@ -282,8 +393,14 @@ std::string emit_manifest(const Program& p, const EmitContext& ctx) {
       x["n"] = g.n;
       x["tile"] = g.tile;
       x["coarsen"] = g.coarsen;
+    } else if (k.kind == intra::Kernel::Kind::WeightGrad) {
+      x["template"] = "weight_grad";
+      x["dw"] = k.wgrad.dw;
+    } else if (k.kind == intra::Kernel::Kind::SegmentSum) {
+      x["template"] = "segment_sum";
+      x["dw"] = k.segsum.dw;
     } else {
-      x["template"] = "traversal";
+      x["template"] = k.kind == intra::Kernel::Kind::Torch ? "pytorch" : "traversal";
       x["rows"] = is_edge_loop(k.trav.loop->loop) ? "edges" : "nodes";
       x["threads"] = k.trav.threads;
     }
@@ -292,14 +409,17 @@ std::string emit_manifest(const Program& p, const EmitContext& ctx) {
   return j.dump(2) + "\n";
 }
 
-void emit_all(const Program& p, const EmitContext& ctx, driver::OutputSet& out) {
-  out.add(p.model + "_kernels.cu", emit_kernels_cu(p, ctx));
-  out.add(p.model + "_kernels.h", emit_kernels_h(p, ctx));
-  out.add(p.model + "_host.cpp", emit_host_cpp(p, ctx));
-  out.add(p.model + ".py", emit_python(p, ctx));
+void emit_all(const std::vector<Program>& phases, const EmitContext& ctx, driver::OutputSet& out) {
+  const Program& p = phases.front();
+  out.add(p.model + "_kernels.cu", emit_kernels_cu(phases, ctx));
+  out.add(p.model + "_kernels.h", emit_kernels_h(phases, ctx));
+  out.add(p.model + "_host.cpp", emit_host_cpp(phases, ctx));
+  out.add(p.model + ".py", emit_python(phases, ctx));
   out.add("CMakeLists.txt", emit_cmake(p, ctx));
-  out.add("manifest.json", emit_manifest(p, ctx));
-  out.add(p.model + ".intra.ir", intra::print_program(p));
+  out.add("manifest.json", emit_manifest(phases, ctx));
+  std::string intra;
+  for (const Program& ph : phases) intra += (intra.empty() ? "" : "\n") + fmt::format("# ==== {} ====\n", ph.phase) + intra::print_program(ph);
+  out.add(p.model + ".intra.ir", intra);
 }
 
 }  // namespace hectorgen::emit

@@ -185,6 +185,16 @@ class TorchEmitter {
       std::string slope = e->args.size() > 1 ? expr(e->args[1]).code : "0.01";
       return TV{fmt::format("at::leaky_relu({}, {})", x.code, slope), x.shape, x.rows};
     }
+    if (f == "sum") {
+      TV x = full(expr(e->args[0]));
+      std::vector<int64_t> shape(x.shape.begin(), x.shape.end() - 1);
+      return TV{fmt::format("{}.sum(-1)", x.code), shape, true};
+    }
+    if (f == "leakyrelu_grad") {
+      TV x = expr(e->args[0]);
+      std::string slope = e->args.size() > 1 ? expr(e->args[1]).code : "0.01";
+      return TV{fmt::format("at::where({} > 0, 1.0, {})", x.code, slope), x.shape, x.rows};
+    }
     if (f == "dot") {
       TV a = full(expr(e->args[0])), b = full(expr(e->args[1]));
       std::vector<int64_t> shape(a.shape.begin(), a.shape.end() - 1);

@@ -4,6 +4,7 @@
 #include <functional>
 #include <set>
 
+#include "dsl/parser.h"
 #include "ir/inter/printer.h"
 #include "passes/passes.h"
 
@@ -143,6 +144,7 @@ class Lowering {
   void lower_loop(const StmtP& L) {
     LoopCtx ctx{L.get(), !is_edge_loop(L->loop), {}, {}, 0};
     if (!ctx.node_loop) ctx.edge_vars.insert(L->var);
+    ctx_edge_vars_ = ctx.edge_vars;
     Stage stage;
     for (size_t i = 0; i < L->body.size(); ++i) {
       ctx.position = i;
@@ -189,14 +191,11 @@ class Lowering {
     t.name = unique(fmt::format("{}_{}_{}", prefix_, edge ? "edges" : "nodes", first.empty() ? "loop" : first));
     for (const StmtP& s : stage.top)
       if (s->kind == StmtKind::For) p_.layouts.insert(s->loop == LoopKind::OutgoingEdges ? intra::layout::kCsrBySrc : intra::layout::kCsrByDst);
-    Kernel k{Kernel::Kind::Traversal, {}, t};
-    p_.kernels.push_back(std::move(k));
+    p_.kernels.push_back(Kernel::of(Kernel::Kind::Traversal, t));
     stage = Stage{};
     for (auto& ss : pending_segment_sums_) {
       ss.v = ctx.materialized.at(ss.v);
-      Kernel sk{Kernel::Kind::SegmentSum};
-      sk.segsum = ss;
-      p_.kernels.push_back(sk);
+      p_.kernels.push_back(Kernel::of(ss));
     }
     pending_segment_sums_.clear();
   }
@@ -319,7 +318,7 @@ class Lowering {
     t.materialized = ctx.materialized;
     t.field_tensor = alias_;
     t.name = unique(fmt::format("{}_torch_{}", prefix_, written.rfind("t_", 0) == 0 ? written.substr(2) : written));
-    p_.kernels.push_back(Kernel{Kernel::Kind::Torch, {}, t});
+    p_.kernels.push_back(Kernel::of(Kernel::Kind::Torch, t));
   }
 
   bool is_field_of_own_element(const ExprP& e, const LoopCtx& ctx) {
@@ -372,6 +371,10 @@ class Lowering {
     auto target = gemm_target(s->target, ctx, inner);
     if (!target) return false;
     auto [y, scalar] = split_scalar(v->args[0], ctx, edge_rows);
+    if (!gemm_input(y, ctx, edge_rows)) {
+      y = materialize_operand(y, ctx, stage, inner, s);
+      if (!y) return false;
+    }
     std::optional<Input> in = gemm_input(y, ctx, edge_rows);
     if (!in) return false;
     const ExprP& w = v->args[1];
@@ -430,7 +433,7 @@ class Lowering {
     }
     note_write(g.y, g.accumulate || g.scatter != intra::Gather::None);
     g.name = unique(fmt::format("{}_gemm_{}", prefix_, g.y.rfind("t_", 0) == 0 ? g.y.substr(2) : g.y));
-    p_.kernels.push_back(Kernel{Kernel::Kind::Gemm, g, {}});
+    p_.kernels.push_back(Kernel::of(g));
     return true;
   }
 
@@ -457,8 +460,13 @@ class Lowering {
     bool edge_rows = inner || !ctx.node_loop;
     if ((o->per == Per::Etype) != edge_rows && o->per != Per::None) return false;
     if (o->per == Per::Ntype && edge_rows) return false;
-    auto x = gemm_input(v->args[0], ctx, edge_rows);
+    ExprP x_expr = v->args[0];
     auto [dy_expr, scalar] = split_scalar(v->args[1], ctx, edge_rows);
+    // Operands that are not plain row reads are computed by the traversal into temporaries first.
+    if (!gemm_input(x_expr, ctx, edge_rows)) x_expr = materialize_operand(x_expr, ctx, stage, inner, s);
+    if (!gemm_input(dy_expr, ctx, edge_rows)) dy_expr = materialize_operand(dy_expr, ctx, stage, inner, s);
+    if (!x_expr || !dy_expr) return false;
+    auto x = gemm_input(x_expr, ctx, edge_rows);
     auto dy = gemm_input(dy_expr, ctx, edge_rows);
     if (!x || !dy) return false;
     intra::WeightGradInstance w;
@@ -489,10 +497,77 @@ class Lowering {
     }
     w.name = unique(fmt::format("{}_wgrad_{}", prefix_, o->name));
     if (w.segments == intra::Segments::Etype) p_.layouts.insert(intra::layout::kSortedCoo);
-    Kernel k{Kernel::Kind::WeightGrad};
-    k.wgrad = w;
-    p_.kernels.push_back(k);
+    p_.kernels.push_back(Kernel::of(w));
     return true;
+  }
+
+  // Computes `e` per row in the open traversal stage, stores it, and closes the stage; returns a read of it.
+  ExprP materialize_operand(const ExprP& e, LoopCtx& ctx, Stage& stage, const Stmt* inner, const StmtP& s) {
+    if (inner) return nullptr;
+    std::string local = fmt::format("__op{}", wg_count_++);
+    Type ty;
+    ty.domain = ctx.node_loop ? Domain::Node : Domain::Edge;
+    ty.shape = operand_shape(e);
+    local_types_[local] = ty;
+    force_materialize_.insert(local);
+    ExprP value = extract_linears(e, ctx, stage, inner, true, s);
+    if (!value) return nullptr;
+    StmtP def = Stmt::assign(Expr::name_ref(local, e->loc), AssignOp::Set, value, e->loc);
+    record_access(def, ctx, stage);
+    stage.reg_locals.insert(local);
+    stage.top.push_back(def);
+    flush(ctx, stage);
+    return Expr::name_ref(local, e->loc);
+  }
+
+  // The shape of an operand of a weight gradient: the weight's trailing dims decide it.
+  std::vector<int64_t> operand_shape(const ExprP& e) {
+    Module tmp;
+    (void)tmp;
+    // outer(x, dy) operands of d_W: their shapes are the weight's K (x) or N (dy) per head; recover them by
+    // type-checking the expression in a scratch verifier run is heavy, so use the field shapes it reads.
+    std::function<std::vector<int64_t>(const ExprP&)> shape = [&](const ExprP& x) -> std::vector<int64_t> {
+      switch (x->kind) {
+        case ExprKind::Number: return {};
+        case ExprKind::Name: {
+          if (const HyperParam* h = m_.decl.find_hyper(x->name)) { (void)h; return {}; }
+          if (auto it = local_types_.find(x->name); it != local_types_.end()) return it->second.shape;
+          return {};
+        }
+        case ExprKind::Attr: {
+          if (const TensorDecl* in = m_.decl.find_input(x->name)) return in->shape;
+          return {};
+        }
+        case ExprKind::Index: {
+          if (x->args[0]->kind == ExprKind::Name && m_.decl.find_weight(x->args[0]->name)) return m_.decl.find_weight(x->args[0]->name)->shape;
+          if (auto f = field_ref(x, ctx_edge_vars_)) return tensor(field_tensor(f->field)).shape;
+          return {};
+        }
+        case ExprKind::Call: {
+          if (x->name == "reshape") {
+            std::vector<int64_t> r;
+            Diagnostics scratch;
+            for (size_t i = 1; i < x->args.size(); ++i) r.push_back(static_cast<int64_t>(*dsl::eval_constant(x->args[i], m_.decl, scratch)));
+            return r;
+          }
+          if (x->name == "dot" || x->name == "sum") {
+            auto a = shape(x->args[0]);
+            if (!a.empty()) a.pop_back();
+            return a;
+          }
+          return shape(x->args[0]);
+        }
+        default: {
+          std::vector<int64_t> best;
+          for (const ExprP& a : x->args) {
+            auto sa = shape(a);
+            if (sa.size() > best.size()) best = sa;
+          }
+          return best;
+        }
+      }
+    };
+    return shape(e);
   }
 
   // d_W[sel] += v (any per-row value): the traversal stores v per row; a segment sum reduces it.
@@ -695,8 +770,7 @@ class Lowering {
     }
     note_write(y, scatter);
     g.name = unique(fmt::format("{}_gemm_{}", prefix_, y.rfind("t_", 0) == 0 ? y.substr(2) : y));
-    Kernel k{Kernel::Kind::Gemm, g, {}};
-    p_.kernels.push_back(std::move(k));
+    p_.kernels.push_back(Kernel::of(g));
     return true;
   }
 
@@ -744,6 +818,7 @@ class Lowering {
   std::set<std::string> aliased_;
   std::map<std::string, Type> local_types_;
   std::set<std::string> force_materialize_;
+  std::set<std::string> ctx_edge_vars_;  // edge variables of the loop being lowered
   std::vector<intra::SegmentSumInstance> pending_segment_sums_;
   int wg_count_ = 0;
 };

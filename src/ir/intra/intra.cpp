@@ -28,9 +28,10 @@ static const char* role_name(Role r) {
 bool traversal_supports(const inter::ExprP& e) {
   using inter::ExprKind;
   if (e->kind == ExprKind::Call) {
-    static const std::set<std::string> kSupported = {"exp", "sqrt", "tanh", "relu", "sigmoid", "leakyrelu", "dot", "reshape"};
+    static const std::set<std::string> kSupported = {"exp", "sqrt", "tanh", "relu", "sigmoid", "leakyrelu",
+                                                      "leakyrelu_grad", "dot", "sum", "reshape"};
     if (!kSupported.count(e->name)) return false;
-    if (e->name == "leakyrelu" || e->name == "reshape") return traversal_supports(e->args[0]);
+    if (e->name == "leakyrelu" || e->name == "leakyrelu_grad" || e->name == "reshape") return traversal_supports(e->args[0]);
   }
   for (const auto& a : e->args)
     if (!traversal_supports(a)) return false;

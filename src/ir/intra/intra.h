@@ -104,6 +104,10 @@ struct Kernel {
   TraversalInstance trav;  // Traversal and Torch
   WeightGradInstance wgrad;
   SegmentSumInstance segsum;
+  static Kernel of(GemmInstance g) { Kernel k{Kind::Gemm, std::move(g), {}, {}, {}}; return k; }
+  static Kernel of(Kind kind, TraversalInstance t) { Kernel k{kind, {}, std::move(t), {}, {}}; return k; }
+  static Kernel of(WeightGradInstance w) { Kernel k{Kind::WeightGrad, {}, {}, std::move(w), {}}; return k; }
+  static Kernel of(SegmentSumInstance s) { Kernel k{Kind::SegmentSum, {}, {}, {}, std::move(s)}; return k; }
   const std::string& name() const {
     switch (kind) {
       case Kind::Gemm: return gemm.name;
