@@ -242,6 +242,18 @@ else
   fi
 fi
 log "$SAN_LINE"
+# racecheck on the same runs (shared-memory hazards in the GEMM/weight-gradient/segment-sum kernels)
+if [[ -n "${SAN:-}" && -x "${SAN:-/nonexistent}" ]] && (($(left) > 60)); then
+  t=$(cap 200 8)
+  race_rc=0
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 10 "$t" "$SAN" --tool racecheck --error-exitcode 1 ${SANITIZER_FLAGS:-} \
+    python3 tests/gpu/gpu_check.py --sanitizer-run --generated "$GEN_DIR" --models "$MODELS" \
+    > "$OUT/racecheck.log" 2>&1 || race_rc=$?
+  race_summary="$({ grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" || true; } | tail -1 | sed 's/^=* *//')"
+  if ((race_rc == 0)); then RACE_LINE="racecheck PASS (${race_summary:-no summary})"; else RACE_LINE="racecheck FAIL (rc=$race_rc; ${race_summary:-no summary})"; san_rc=1; fi
+  SAN_LINE="$SAN_LINE; $RACE_LINE"
+  log "$RACE_LINE"
+fi
 
 # ---- 6. summary ----------------------------------------------------------------------------------------------
 python3 - "$OUT/gpu_check.json" "$OUT/summary.txt" "$SAN_LINE" "$build_rc" "$check_rc" "${GEN_STATUS[@]}" <<'PY' || true

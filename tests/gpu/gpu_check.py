@@ -92,6 +92,7 @@ VARIANTS = {v.name: v for v in (
 TOL = 1e-5          # generated fp32 vs float64 references
 TOL_ORACLES = 1e-10  # PyTorch float64 reference vs the float64 interpreter
 ROW_TOL = 1e-4       # worst single row (denominator floored at 0.1 x median row norm)
+TOL_GRAD = 1e-4      # generated fp32 gradients vs PyTorch autograd on the float64 reference
 
 
 class SetupError(RuntimeError):
@@ -634,6 +635,10 @@ class Checker:
             self.guarded(model, gname, "worst row", worst)
         del out2
 
+        # 5) gradients through the generated backward pass (autograd.Function), determinism.
+        if getattr(mod, "TRAINABLE", False):
+            self.gradient_checks(variant, spec, layer, hg, args, inp, ghost if tiny else gdev, model, gname, case)
+
         # 4) timing (non-tiny graphs).
         if not tiny and a.timing_iters > 0:
             try:
@@ -667,6 +672,56 @@ class Checker:
                 print(f"[{model}/{gname}] timing: ERROR {e}", flush=True)
         del layer, hg, inp, inp64, ref
         torch.cuda.synchronize()
+
+    def gradient_checks(self, variant, spec, layer, hg, args, inp, graph, model, gname, case):
+        """Gradients of every weight and of the inputs, generated (fp32) vs PyTorch autograd on the float64
+        reference model; then a second identical backward must give bit-identical weight gradients."""
+        import torch
+        from compare import rel_err
+
+        names = [d.name for d in spec.inputs if not d.from_graph]
+        gen = torch.Generator(device="cuda").manual_seed(int(case["seed"]) + 1)
+
+        def generated_grads():
+            xs = [a.detach().clone().requires_grad_(True) for a in args]
+            layer.zero_grad(set_to_none=True)
+            outs = as_output_dict(layer(hg, *xs), spec)
+            if not douts:
+                for k, v in outs.items():
+                    douts[k] = torch.randn(v.shape, device="cuda", generator=gen)
+            torch.autograd.backward([outs[k] for k in douts], [douts[k] for k in douts])
+            torch.cuda.synchronize()
+            got = {f"d_{n}": x.grad for n, x in zip(names, xs)}
+            for d in spec.weights:
+                got[f"d_{d.name}"] = getattr(layer, d.name).grad
+            return got
+
+        douts = {}
+        try:
+            got = generated_grads()
+        except Exception as e:  # noqa: BLE001
+            self.fail(model, gname, "backward (generated)", e)
+            return
+        dev = graph.src.device
+        inp64 = {k: v.detach().to(dev, torch.float64).requires_grad_(True) for k, v in inp.items()}
+        ref = torch_reference(variant.family, graph, inp64, spec)
+        loss = sum((ref[k] * douts[k].to(dev, torch.float64)).sum() for k in douts)
+        loss.backward()
+        worst = 0.0
+        for name, g in got.items():
+            base = name[2:]
+            if g is None or base not in inp64 or inp64[base].grad is None:
+                continue
+            err = rel_err(g.detach().to(dev, torch.float64), inp64[base].grad)
+            worst = max(worst, err)
+            self.row(model, gname, f"grad {name}", err, TOL_GRAD)
+        case["max_grad_rel_err"] = worst
+        # Determinism: the same backward again gives bit-identical weight gradients.
+        first = {k: v.detach().clone() for k, v in got.items() if v is not None and k[2:] in {d.name for d in spec.weights}}
+        again = generated_grads()
+        same = all(torch.equal(first[k], again[k]) for k in first)
+        self.row(model, gname, "weight grads bit-identical (2 runs)", 0.0 if same else math.inf, 0.0,
+                 f"{len(first)} weight gradients")
 
     # -- everything -------------------------------------------------------------------------
     def run(self, variants, graph_names, base_seed):
@@ -818,6 +873,12 @@ def sanitizer_run(args, variants) -> int:
                     getattr(layer, d.name).copy_(inp[d.name])
                 out = as_output_dict(layer(hg, *call_inputs(spec, inp)), spec)
             torch.cuda.synchronize()
+            if getattr(mod, "TRAINABLE", False):  # one backward through the generated kernels too
+                xs = [t.detach().clone().requires_grad_(True) for t in call_inputs(spec, inp)]
+                outs = as_output_dict(layer(hg, *xs), spec)
+                torch.autograd.backward(list(outs.values()), [torch.ones_like(o) for o in outs.values()])
+                torch.cuda.synchronize()
+                print(f"sanitizer-run {v.name} tiny: backward ran", flush=True)
             inp64 = {k: t.detach().to("cpu", torch.float64) for k, t in inp.items()}
             ref = torch_reference(v.family, g, inp64, spec)
             out_cpu = {k: t.detach().cpu() for k, t in out.items()}
