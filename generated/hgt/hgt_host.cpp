@@ -372,13 +372,13 @@ std::vector<at::Tensor> hgt_backward_op(
   check(W_a, "weight 'W_a'", at::kFloat, {num_ntypes, 64, 64}, device);
   const auto options = feature.options();
   at::Tensor d_feature = at::zeros({num_nodes, 64}, options);
-  at::Tensor d_W_k = at::empty({num_ntypes, 64, 64}, options);
-  at::Tensor d_W_q = at::empty({num_ntypes, 64, 64}, options);
-  at::Tensor d_W_v = at::empty({num_ntypes, 64, 64}, options);
-  at::Tensor d_W_att = at::empty({num_etypes, 1, 64, 64}, options);
-  at::Tensor d_W_msg = at::empty({num_etypes, 1, 64, 64}, options);
-  at::Tensor d_mu = at::empty({num_etypes, 1}, options);
-  at::Tensor d_W_a = at::empty({num_ntypes, 64, 64}, options);
+  at::Tensor d_W_k = at::zeros({num_ntypes, 64, 64}, options);
+  at::Tensor d_W_q = at::zeros({num_ntypes, 64, 64}, options);
+  at::Tensor d_W_v = at::zeros({num_ntypes, 64, 64}, options);
+  at::Tensor d_W_att = at::zeros({num_etypes, 1, 64, 64}, options);
+  at::Tensor d_W_msg = at::zeros({num_etypes, 1, 64, 64}, options);
+  at::Tensor d_mu = at::zeros({num_etypes, 1}, options);
+  at::Tensor d_W_a = at::zeros({num_ntypes, 64, 64}, options);
   at::Tensor d_agg = at::zeros({num_nodes, 1, 64}, options);  // field
   at::Tensor d_att_sum = at::zeros({num_nodes, 1}, options);  // field
   at::Tensor d_k = at::zeros({num_nodes, 1, 64}, options);  // field

@@ -271,9 +271,9 @@ std::vector<at::Tensor> rgat_backward_op(
   check(w_t, "weight 'w_t'", at::kFloat, {num_etypes, 1, 64}, device);
   const auto options = feature.options();
   at::Tensor d_feature = at::zeros({num_nodes, 64}, options);
-  at::Tensor d_W = at::empty({num_etypes, 64, 64}, options);
-  at::Tensor d_w_s = at::empty({num_etypes, 1, 64}, options);
-  at::Tensor d_w_t = at::empty({num_etypes, 1, 64}, options);
+  at::Tensor d_W = at::zeros({num_etypes, 64, 64}, options);
+  at::Tensor d_w_s = at::zeros({num_etypes, 1, 64}, options);
+  at::Tensor d_w_t = at::zeros({num_etypes, 1, 64}, options);
   at::Tensor d_att_sum = at::zeros({num_nodes, 1}, options);  // field
   at::Tensor d_att = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_att__0 = at::empty({num_edges, 1}, options);  // field

@@ -197,8 +197,8 @@ std::vector<at::Tensor> rgcn_backward_op(
   check(W, "weight 'W'", at::kFloat, {num_etypes, 64, 64}, device);
   const auto options = feature.options();
   at::Tensor d_feature = at::zeros({num_nodes, 64}, options);
-  at::Tensor d_W0 = at::empty({64, 64}, options);
-  at::Tensor d_W = at::empty({num_etypes, 64, 64}, options);
+  at::Tensor d_W0 = at::zeros({64, 64}, options);
+  at::Tensor d_W = at::zeros({num_etypes, 64, 64}, options);
   RgcnBackwardArgs a;
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;

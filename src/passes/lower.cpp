@@ -495,6 +495,7 @@ class Lowering {
       if (!can_flush) return false;
       flush(ctx, stage);
     }
+    note_write(w.dw, /*accumulates=*/true);  // the kernel adds into dW: it must start at zero
     w.name = unique(fmt::format("{}_wgrad_{}", prefix_, o->name));
     if (w.segments == intra::Segments::Etype) p_.layouts.insert(intra::layout::kSortedCoo);
     p_.kernels.push_back(Kernel::of(w));
@@ -588,6 +589,7 @@ class Lowering {
     ss.segments = weight_grad_segments(o);
     ss.numel = 1;
     for (int64_t d : o->shape) ss.numel *= d;
+    note_write(o->name, /*accumulates=*/true);
     ss.name = unique(fmt::format("{}_segsum_{}", prefix_, o->name));
     ss.source = print_expr(s->target) + " += " + print_expr(s->value);
     pending_segment_sums_.push_back(ss);

@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdint>
@@ -40,7 +41,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
-#include <regex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -379,9 +380,49 @@ std::string gutter(long line) {
 // Diagnostic kinds about the whole file that may come without a position.
 const std::set<std::string> kFileLevelKinds = {"missing-field", "wrong-type", "yaml-syntax", "json-syntax"};
 
-const std::regex& positioned_header() {
-  static const std::regex r(R"(^:(\d+):(\d+): error: (.+) \[([a-z-]+)\]$)");
-  return r;
+bool is_kind(const std::string& k) {
+  return !k.empty() && std::all_of(k.begin(), k.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '-'; });
+}
+
+bool has_control_chars(const std::string& s) {
+  return std::any_of(s.begin(), s.end(), [](char c) {
+    return (static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f;
+  });
+}
+
+// The parts of a diagnostic header after the path: `:<line>:<col>: error: <message> [<kind>]`, or
+// `: error: <message> [<kind>]` (line = col = 0). No regex: libstdc++'s recursive matcher can overflow
+// the stack on long lines.
+struct Header {
+  long line = 0, col = 0;
+  std::string message, kind;
+};
+
+std::optional<Header> parse_header(const std::string& rest) {
+  Header h;
+  size_t p = 0;
+  auto number = [&](long& out) {
+    size_t b = p;
+    while (p < rest.size() && std::isdigit(static_cast<unsigned char>(rest[p]))) ++p;
+    if (p == b || p - b > 9) return false;
+    out = std::stol(rest.substr(b, p - b));
+    return true;
+  };
+  if (rest.compare(0, 1, ":") != 0) return std::nullopt;
+  if (rest.compare(0, 9, ": error: ") != 0) {
+    ++p;
+    if (!number(h.line) || rest.compare(p, 1, ":") != 0) return std::nullopt;
+    ++p;
+    if (!number(h.col) || rest.compare(p, 9, ": error: ") != 0) return std::nullopt;
+  }
+  p += 9;
+  if (rest.empty() || rest.back() != ']') return std::nullopt;
+  size_t open = rest.rfind(" [");
+  if (open == std::string::npos || open <= p) return std::nullopt;
+  h.kind = rest.substr(open + 2, rest.size() - open - 3);
+  h.message = rest.substr(p, open - p);
+  if (!is_kind(h.kind) || h.message.empty()) return std::nullopt;
+  return h;
 }
 
 // Checks the rendered diagnostics of a failed run; returns a description of the problem or "".
@@ -391,17 +432,15 @@ std::string check_stderr(const std::string& err, const std::string& path, const 
   if (nl == std::string::npos) return "stderr does not end its first line";
   std::string first = err.substr(0, nl);
   if (first.rfind(path, 0) != 0) return "first line does not start with the spec path: " + printable(first, 200);
-  std::string rest = first.substr(path.size());
-  static const std::regex kFileLevel(R"(^: error: (.+) \[([a-z-]+)\]$)");
-  std::smatch m;
-  if (std::regex_match(rest, m, kFileLevel)) {
-    if (!kFileLevelKinds.count(m[2].str())) return "diagnostic without a position: " + printable(first, 200);
+  std::optional<Header> h = parse_header(first.substr(path.size()));
+  if (!h || has_control_chars(h->message)) return "malformed first line: " + printable(first, 200);
+  if (h->line == 0) {
+    if (!kFileLevelKinds.count(h->kind)) return "diagnostic without a position: " + printable(first, 200);
     return "";
   }
-  if (!std::regex_match(rest, m, positioned_header())) return "malformed first line: " + printable(first, 200);
-  long line = std::stol(m[1].str()), col = std::stol(m[2].str());
   // The quoted source line and the caret.
   std::vector<std::string> lines = source_lines(text);
+  const long line = h->line, col = h->col;
   if (line < 1 || line > static_cast<long>(lines.size()))
     return "line " + std::to_string(line) + " is outside the file (" + std::to_string(lines.size()) +
            " lines): " + printable(first, 200);
@@ -411,6 +450,14 @@ std::string check_stderr(const std::string& err, const std::string& path, const 
   if (col < 1 || col > static_cast<long>(src.size()) + 1)
     return "column " + std::to_string(col) + " is outside line " + std::to_string(line) + " (" +
            std::to_string(src.size()) + " characters): " + printable(first, 200);
+  // Later diagnostics must name the file too (a SourceLoc without a file renders as "hectorgen: error:").
+  for (size_t b = 0; b < err.size();) {
+    size_t e = err.find('\n', b);
+    if (e == std::string::npos) e = err.size();
+    if (err.compare(b, 17, "hectorgen: error:") == 0 || err.compare(b, 19, "hectorgen: warning:") == 0)
+      return "a diagnostic without a file: " + printable(err.substr(b, e - b), 200);
+    b = e + 1;
+  }
   return "";
 }
 
@@ -484,16 +531,18 @@ ProcOutcome run_subprocess(const std::vector<std::string>& args, const fs::path&
 }
 
 // ---- known bugs (see the header comment) ----------------------------------------------------------
-// The header of the first diagnostic when its message contains control characters (which break the
-// one-line format), or "" when it does not.
+// True when the message of the first diagnostic contains control characters (CR, LF, ESC, NUL, ...),
+// which break its one-line `path:line:col: error: message [kind]` header.
 bool message_has_control_chars(const std::string& err, const std::string& path) {
   if (err.rfind(path, 0) != 0) return false;
-  static const std::regex kLoose(R"(^:(\d+):(\d+): error: ([\s\S]*?) \[([a-z-]+)\]\n)");
-  std::smatch m;
-  std::string rest = err.substr(path.size());
-  if (!std::regex_search(rest, m, kLoose)) return false;
-  for (char c : m[3].str())
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
+  // The header ends at the first "]\n" that closes a " [kind" (the message itself may hold newlines).
+  for (size_t end = err.find("]\n"); end != std::string::npos; end = err.find("]\n", end + 1)) {
+    size_t open = err.rfind(" [", end);
+    if (open == std::string::npos || open < path.size()) return false;
+    if (!is_kind(err.substr(open + 2, end - open - 2))) continue;
+    std::optional<Header> h = parse_header(err.substr(path.size(), end + 1 - path.size()));
+    return h && has_control_chars(h->message);
+  }
   return false;
 }
 
