@@ -16,8 +16,8 @@ import torch
 
 MODEL = "hgt"
 # Graph layouts the generated kernels read (built by the hectorgen runtime) and the arrays passed to them.
-GRAPH_LAYOUTS = ("csr_by_dst", "etype_sorted_coo", "ntype_ptr", )
-GRAPH_ARRAYS = ("src", "dst", "etype", "etype_ptr", "etype_tile_ptr", "in_ptr", "in_eid", "in_src", "ntype", "ntype_ptr", "ntype_tile_ptr", )
+GRAPH_LAYOUTS = ("csr_by_dst", "csr_by_src", "etype_sorted_coo", "ntype_ptr", )
+GRAPH_ARRAYS = ("src", "dst", "etype", "etype_ptr", "etype_tile_ptr", "in_ptr", "in_eid", "in_src", "out_ptr", "out_eid", "out_dst", "ntype", "ntype_ptr", "ntype_tile_ptr", )
 GEMM_TILE = 16
 
 _ext = None
@@ -76,6 +76,9 @@ def prepare_graph(src, dst, etype, num_nodes, num_etypes, ntype=None, num_ntypes
     a["in_ptr"] = got["in_row_ptr"]
     a["in_eid"] = got["in_col_eid"]
     a["in_src"] = got["in_col_src"]
+    a["out_ptr"] = got["out_row_ptr"]
+    a["out_eid"] = got["out_col_eid"]
+    a["out_dst"] = got["out_col_dst"]
     a["ntype"] = ntype.to(torch.int32).contiguous()
     a["ntype_ptr"] = got["ntype_ptr"]
     a["ntype_tile_ptr"] = _tile_ptr(got["ntype_ptr"])

@@ -35,6 +35,9 @@ std::vector<at::Tensor> hgt_forward_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     const at::Tensor& ntype,
     const at::Tensor& ntype_ptr,
     const at::Tensor& ntype_tile_ptr,
@@ -62,6 +65,9 @@ std::vector<at::Tensor> hgt_forward_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
+  check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
+  check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
   check(ntype, "graph array 'ntype'", at::kInt, {num_nodes}, device);
   check(ntype_ptr, "graph array 'ntype_ptr'", at::kInt, {num_ntypes + 1}, device);
   check(ntype_tile_ptr, "graph array 'ntype_tile_ptr'", at::kInt, {num_ntypes + 1}, device);
@@ -96,6 +102,9 @@ std::vector<at::Tensor> hgt_forward_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.out_ptr = out_ptr.data_ptr<int32_t>();
+  a.out_eid = out_eid.data_ptr<int32_t>();
+  a.out_dst = out_dst.data_ptr<int32_t>();
   a.ntype = ntype.data_ptr<int32_t>();
   a.ntype_ptr = ntype_ptr.data_ptr<int32_t>();
   a.ntype_tile_ptr = ntype_tile_ptr.data_ptr<int32_t>();
@@ -138,6 +147,9 @@ std::vector<at::Tensor> hgt_forward_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     const at::Tensor& ntype,
     const at::Tensor& ntype_ptr,
     const at::Tensor& ntype_tile_ptr,
@@ -167,6 +179,9 @@ std::vector<at::Tensor> hgt_forward_train_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     const at::Tensor& ntype,
     const at::Tensor& ntype_ptr,
     const at::Tensor& ntype_tile_ptr,
@@ -194,6 +209,9 @@ std::vector<at::Tensor> hgt_forward_train_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
+  check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
+  check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
   check(ntype, "graph array 'ntype'", at::kInt, {num_nodes}, device);
   check(ntype_ptr, "graph array 'ntype_ptr'", at::kInt, {num_ntypes + 1}, device);
   check(ntype_tile_ptr, "graph array 'ntype_tile_ptr'", at::kInt, {num_ntypes + 1}, device);
@@ -230,6 +248,9 @@ std::vector<at::Tensor> hgt_forward_train_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.out_ptr = out_ptr.data_ptr<int32_t>();
+  a.out_eid = out_eid.data_ptr<int32_t>();
+  a.out_dst = out_dst.data_ptr<int32_t>();
   a.ntype = ntype.data_ptr<int32_t>();
   a.ntype_ptr = ntype_ptr.data_ptr<int32_t>();
   a.ntype_tile_ptr = ntype_tile_ptr.data_ptr<int32_t>();
@@ -274,6 +295,9 @@ std::vector<at::Tensor> hgt_forward_train_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     const at::Tensor& ntype,
     const at::Tensor& ntype_ptr,
     const at::Tensor& ntype_tile_ptr,
@@ -312,6 +336,9 @@ std::vector<at::Tensor> hgt_backward_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     const at::Tensor& ntype,
     const at::Tensor& ntype_ptr,
     const at::Tensor& ntype_tile_ptr,
@@ -349,6 +376,9 @@ std::vector<at::Tensor> hgt_backward_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
+  check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
+  check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
   check(ntype, "graph array 'ntype'", at::kInt, {num_nodes}, device);
   check(ntype_ptr, "graph array 'ntype_ptr'", at::kInt, {num_ntypes + 1}, device);
   check(ntype_tile_ptr, "graph array 'ntype_tile_ptr'", at::kInt, {num_ntypes + 1}, device);
@@ -380,19 +410,23 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor d_mu = at::zeros({num_etypes, 1}, options);
   at::Tensor d_W_a = at::zeros({num_ntypes, 64, 64}, options);
   at::Tensor d_agg = at::zeros({num_nodes, 1, 64}, options);  // field
-  at::Tensor d_att_sum = at::zeros({num_nodes, 1}, options);  // field
-  at::Tensor d_k = at::zeros({num_nodes, 1, 64}, options);  // field
-  at::Tensor d_q = at::zeros({num_nodes, 1, 64}, options);  // field
-  at::Tensor d_v = at::zeros({num_nodes, 1, 64}, options);  // field
+  at::Tensor d_att_sum = at::empty({num_nodes, 1}, options);  // field
+  at::Tensor d_k = at::empty({num_nodes, 1, 64}, options);  // field
+  at::Tensor d_q = at::empty({num_nodes, 1, 64}, options);  // field
+  at::Tensor d_v = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor d_att = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_att__0 = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_att__1 = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_msg = at::empty({num_edges, 1, 64}, options);  // field
-  at::Tensor t___op0 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t___sc0 = at::empty({num_edges, 1}, options);  // intermediate
+  at::Tensor t_d_v_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t___op1 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_lin_11 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_lin_12 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___wg2 = at::empty({num_edges, 1}, options);  // intermediate
+  at::Tensor t_d_k_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t___op2 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_lin_14 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_lin_15 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t___sc3 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t___wg4 = at::empty({num_edges, 1}, options);  // intermediate
   HgtBackwardArgs a;
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -406,6 +440,9 @@ std::vector<at::Tensor> hgt_backward_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.out_ptr = out_ptr.data_ptr<int32_t>();
+  a.out_eid = out_eid.data_ptr<int32_t>();
+  a.out_dst = out_dst.data_ptr<int32_t>();
   a.ntype = ntype.data_ptr<int32_t>();
   a.ntype_ptr = ntype_ptr.data_ptr<int32_t>();
   a.ntype_tile_ptr = ntype_tile_ptr.data_ptr<int32_t>();
@@ -444,27 +481,35 @@ std::vector<at::Tensor> hgt_backward_op(
   a.d_att__0 = d_att__0.data_ptr<float>();
   a.d_att__1 = d_att__1.data_ptr<float>();
   a.d_msg = d_msg.data_ptr<float>();
-  a.t___op0 = t___op0.data_ptr<float>();
+  a.t___sc0 = t___sc0.data_ptr<float>();
+  a.t_d_v_edges = t_d_v_edges.data_ptr<float>();
   a.t___op1 = t___op1.data_ptr<float>();
-  a.t_lin_11 = t_lin_11.data_ptr<float>();
-  a.t_lin_12 = t_lin_12.data_ptr<float>();
-  a.t___wg2 = t___wg2.data_ptr<float>();
+  a.t_d_k_edges = t_d_k_edges.data_ptr<float>();
+  a.t___op2 = t___op2.data_ptr<float>();
+  a.t_lin_14 = t_lin_14.data_ptr<float>();
+  a.t_lin_15 = t_lin_15.data_ptr<float>();
+  a.t___sc3 = t___sc3.data_ptr<float>();
+  a.t___wg4 = t___wg4.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_agg(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_a(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_nodes_d_att(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_edges_d_att__1(a, stream));
+  C10_CUDA_CHECK(launch_hgt_bw_sum_d_att_sum(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_nodes_d_att__1(a, stream));
-  C10_CUDA_CHECK(launch_hgt_bw_gemm_d_v(a, stream));
+  C10_CUDA_CHECK(launch_hgt_bw_gemm_d_v_edges(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_msg(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_edges_loop(a, stream));
-  C10_CUDA_CHECK(launch_hgt_bw_gemm_d_k(a, stream));
+  C10_CUDA_CHECK(launch_hgt_bw_sum_d_v(a, stream));
+  C10_CUDA_CHECK(launch_hgt_bw_gemm_d_k_edges(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_edges_loop_2(a, stream));
+  C10_CUDA_CHECK(launch_hgt_bw_sum_d_k(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_att(a, stream));
-  C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_11(a, stream));
-  C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_12(a, stream));
-  C10_CUDA_CHECK(launch_hgt_bw_edges_d_q(a, stream));
+  C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_14(a, stream));
+  C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_15(a, stream));
+  C10_CUDA_CHECK(launch_hgt_bw_edges_loop_3(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_segsum_d_mu(a, stream));
+  C10_CUDA_CHECK(launch_hgt_bw_sum_d_q(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_v(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature_2(a, stream));
@@ -484,6 +529,9 @@ std::vector<at::Tensor> hgt_backward_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     const at::Tensor& ntype,
     const at::Tensor& ntype_ptr,
     const at::Tensor& ntype_tile_ptr,
@@ -521,9 +569,9 @@ std::vector<at::Tensor> hgt_backward_meta(
 }
 
 TORCH_LIBRARY(hectorgen_hgt, m) {
-  m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
-  m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__1, Tensor att_sum, Tensor k, Tensor msg, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
+  m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
+  m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__1, Tensor att_sum, Tensor k, Tensor msg, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_hgt, CUDA, m) {
   m.impl("forward", &hgt_forward_op);

@@ -16,8 +16,8 @@ import torch
 
 MODEL = "rgat"
 # Graph layouts the generated kernels read (built by the hectorgen runtime) and the arrays passed to them.
-GRAPH_LAYOUTS = ("csr_by_dst", "etype_sorted_coo", )
-GRAPH_ARRAYS = ("src", "dst", "etype", "etype_ptr", "etype_tile_ptr", "in_ptr", "in_eid", "in_src", )
+GRAPH_LAYOUTS = ("csr_by_dst", "csr_by_src", "etype_sorted_coo", )
+GRAPH_ARRAYS = ("src", "dst", "etype", "etype_ptr", "etype_tile_ptr", "in_ptr", "in_eid", "in_src", "out_ptr", "out_eid", "out_dst", )
 GEMM_TILE = 16
 
 _ext = None
@@ -76,6 +76,9 @@ def prepare_graph(src, dst, etype, num_nodes, num_etypes, ntype=None, num_ntypes
     a["in_ptr"] = got["in_row_ptr"]
     a["in_eid"] = got["in_col_eid"]
     a["in_src"] = got["in_col_src"]
+    a["out_ptr"] = got["out_row_ptr"]
+    a["out_eid"] = got["out_col_eid"]
+    a["out_dst"] = got["out_col_dst"]
     return Graph(int(num_nodes), int(src.numel()), int(num_etypes), int(num_ntypes), a, got["perm"])
 
 

@@ -35,6 +35,9 @@ std::vector<at::Tensor> rgat_forward_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -55,6 +58,9 @@ std::vector<at::Tensor> rgat_forward_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
+  check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
+  check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
   check(feature, "input 'feature'", at::kFloat, {num_nodes, 64}, device);
   check(W, "weight 'W'", at::kFloat, {num_etypes, 64, 64}, device);
   check(w_s, "weight 'w_s'", at::kFloat, {num_etypes, 1, 64}, device);
@@ -78,6 +84,9 @@ std::vector<at::Tensor> rgat_forward_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.out_ptr = out_ptr.data_ptr<int32_t>();
+  a.out_eid = out_eid.data_ptr<int32_t>();
+  a.out_dst = out_dst.data_ptr<int32_t>();
   a.feature = feature.data_ptr<float>();
   a.W = W.data_ptr<float>();
   a.w_s = w_s.data_ptr<float>();
@@ -105,6 +114,9 @@ std::vector<at::Tensor> rgat_forward_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -127,6 +139,9 @@ std::vector<at::Tensor> rgat_forward_train_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -147,6 +162,9 @@ std::vector<at::Tensor> rgat_forward_train_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
+  check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
+  check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
   check(feature, "input 'feature'", at::kFloat, {num_nodes, 64}, device);
   check(W, "weight 'W'", at::kFloat, {num_etypes, 64, 64}, device);
   check(w_s, "weight 'w_s'", at::kFloat, {num_etypes, 1, 64}, device);
@@ -172,6 +190,9 @@ std::vector<at::Tensor> rgat_forward_train_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.out_ptr = out_ptr.data_ptr<int32_t>();
+  a.out_eid = out_eid.data_ptr<int32_t>();
+  a.out_dst = out_dst.data_ptr<int32_t>();
   a.feature = feature.data_ptr<float>();
   a.W = W.data_ptr<float>();
   a.w_s = w_s.data_ptr<float>();
@@ -201,6 +222,9 @@ std::vector<at::Tensor> rgat_forward_train_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -229,6 +253,9 @@ std::vector<at::Tensor> rgat_backward_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -257,6 +284,9 @@ std::vector<at::Tensor> rgat_backward_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
+  check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
+  check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
   check(feature, "input 'feature'", at::kFloat, {num_nodes, 64}, device);
   check(att, "input 'att'", at::kFloat, {num_edges, 1}, device);
   check(att__0, "input 'att__0'", at::kFloat, {num_edges, 1}, device);
@@ -274,15 +304,18 @@ std::vector<at::Tensor> rgat_backward_op(
   at::Tensor d_W = at::zeros({num_etypes, 64, 64}, options);
   at::Tensor d_w_s = at::zeros({num_etypes, 1, 64}, options);
   at::Tensor d_w_t = at::zeros({num_etypes, 1, 64}, options);
-  at::Tensor d_att_sum = at::zeros({num_nodes, 1}, options);  // field
+  at::Tensor d_att_sum = at::empty({num_nodes, 1}, options);  // field
   at::Tensor d_att = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_att__0 = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_att__1 = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_hs = at::empty({num_edges, 1, 64}, options);  // field
   at::Tensor d_ht = at::empty({num_edges, 1, 64}, options);  // field
   at::Tensor d_msg = at::empty({num_edges, 1, 64}, options);  // field
-  at::Tensor t___wg0 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t___sc0 = at::empty({num_edges, 1}, options);  // intermediate
   at::Tensor t___wg1 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t___wg2 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_d_feature_edges = at::empty({num_edges, 64}, options);  // intermediate
+  at::Tensor t_d_feature_edges_2 = at::empty({num_edges, 64}, options);  // intermediate
   RgatBackwardArgs a;
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -296,6 +329,9 @@ std::vector<at::Tensor> rgat_backward_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.out_ptr = out_ptr.data_ptr<int32_t>();
+  a.out_eid = out_eid.data_ptr<int32_t>();
+  a.out_dst = out_dst.data_ptr<int32_t>();
   a.feature = feature.data_ptr<float>();
   a.att = att.data_ptr<float>();
   a.att__0 = att__0.data_ptr<float>();
@@ -319,19 +355,25 @@ std::vector<at::Tensor> rgat_backward_op(
   a.d_hs = d_hs.data_ptr<float>();
   a.d_ht = d_ht.data_ptr<float>();
   a.d_msg = d_msg.data_ptr<float>();
-  a.t___wg0 = t___wg0.data_ptr<float>();
+  a.t___sc0 = t___sc0.data_ptr<float>();
   a.t___wg1 = t___wg1.data_ptr<float>();
+  a.t___wg2 = t___wg2.data_ptr<float>();
+  a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
+  a.t_d_feature_edges_2 = t_d_feature_edges_2.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_rgat_bw_nodes_d_att(a, stream));
   C10_CUDA_CHECK(launch_rgat_bw_edges_d_att__1(a, stream));
+  C10_CUDA_CHECK(launch_rgat_bw_sum_d_att_sum(a, stream));
   C10_CUDA_CHECK(launch_rgat_bw_nodes_d_att__1(a, stream));
   C10_CUDA_CHECK(launch_rgat_bw_edges_d_hs(a, stream));
   C10_CUDA_CHECK(launch_rgat_bw_segsum_d_w_s(a, stream));
   C10_CUDA_CHECK(launch_rgat_bw_segsum_d_w_t(a, stream));
-  C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature(a, stream));
+  C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges(a, stream));
   C10_CUDA_CHECK(launch_rgat_bw_wgrad_d_W(a, stream));
-  C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_2(a, stream));
+  C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges_2(a, stream));
   C10_CUDA_CHECK(launch_rgat_bw_wgrad_d_W_2(a, stream));
+  C10_CUDA_CHECK(launch_rgat_bw_sum_d_feature(a, stream));
+  C10_CUDA_CHECK(launch_rgat_bw_sum_d_feature_2(a, stream));
   return {d_feature, d_W, d_w_s, d_w_t};
 }
 
@@ -345,6 +387,9 @@ std::vector<at::Tensor> rgat_backward_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -369,9 +414,9 @@ std::vector<at::Tensor> rgat_backward_meta(
 }
 
 TORCH_LIBRARY(hectorgen_rgat, m) {
-  m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
-  m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor att, Tensor att__0, Tensor att__1, Tensor att_sum, Tensor hs, Tensor ht, Tensor msg, Tensor d_h, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
+  m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
+  m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor att, Tensor att__0, Tensor att__1, Tensor att_sum, Tensor hs, Tensor ht, Tensor msg, Tensor d_h, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_rgat, CUDA, m) {
   m.impl("forward", &rgat_forward_op);

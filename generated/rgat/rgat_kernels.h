@@ -21,6 +21,9 @@ struct RgatForwardArgs {
   const int32_t* in_ptr = nullptr;
   const int32_t* in_eid = nullptr;
   const int32_t* in_src = nullptr;
+  const int32_t* out_ptr = nullptr;
+  const int32_t* out_eid = nullptr;
+  const int32_t* out_dst = nullptr;
   const float* feature = nullptr;  // [num_nodes, 64]
   const float* W = nullptr;  // [num_etypes, 64, 64]
   const float* w_s = nullptr;  // [num_etypes, 1, 64]
@@ -54,6 +57,9 @@ struct RgatForwardTrainArgs {
   const int32_t* in_ptr = nullptr;
   const int32_t* in_eid = nullptr;
   const int32_t* in_src = nullptr;
+  const int32_t* out_ptr = nullptr;
+  const int32_t* out_eid = nullptr;
+  const int32_t* out_dst = nullptr;
   const float* feature = nullptr;  // [num_nodes, 64]
   const float* W = nullptr;  // [num_etypes, 64, 64]
   const float* w_s = nullptr;  // [num_etypes, 1, 64]
@@ -89,6 +95,9 @@ struct RgatBackwardArgs {
   const int32_t* in_ptr = nullptr;
   const int32_t* in_eid = nullptr;
   const int32_t* in_src = nullptr;
+  const int32_t* out_ptr = nullptr;
+  const int32_t* out_eid = nullptr;
+  const int32_t* out_dst = nullptr;
   const float* feature = nullptr;  // [num_nodes, 64]
   const float* att = nullptr;  // [num_edges, 1]
   const float* att__0 = nullptr;  // [num_edges, 1]
@@ -112,21 +121,27 @@ struct RgatBackwardArgs {
   float* d_hs = nullptr;  // [num_edges, 1, 64]
   float* d_ht = nullptr;  // [num_edges, 1, 64]
   float* d_msg = nullptr;  // [num_edges, 1, 64]
-  float* t___wg0 = nullptr;  // [num_edges, 1, 64]
+  float* t___sc0 = nullptr;  // [num_edges, 1]
   float* t___wg1 = nullptr;  // [num_edges, 1, 64]
+  float* t___wg2 = nullptr;  // [num_edges, 1, 64]
+  float* t_d_feature_edges = nullptr;  // [num_edges, 64]
+  float* t_d_feature_edges_2 = nullptr;  // [num_edges, 64]
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
 cudaError_t launch_rgat_bw_nodes_d_att(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_edges_d_att__1(const RgatBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_bw_sum_d_att_sum(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_nodes_d_att__1(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_segsum_d_w_s(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_segsum_d_w_t(const RgatBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_rgat_bw_gemm_d_feature(const RgatBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_bw_gemm_d_feature_edges(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_wgrad_d_W(const RgatBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_rgat_bw_gemm_d_feature_2(const RgatBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_bw_gemm_d_feature_edges_2(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_wgrad_d_W_2(const RgatBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_bw_sum_d_feature(const RgatBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_bw_sum_d_feature_2(const RgatBackwardArgs& args, cudaStream_t stream);
 // Runs the whole backward pass on `stream`, in order. Returns the first launch error.
 cudaError_t rgat_backward(const RgatBackwardArgs& args, cudaStream_t stream);
 

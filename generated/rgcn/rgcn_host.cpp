@@ -32,6 +32,12 @@ std::vector<at::Tensor> rgcn_forward_op(
     const at::Tensor& etype,
     const at::Tensor& etype_ptr,
     const at::Tensor& etype_tile_ptr,
+    const at::Tensor& in_ptr,
+    const at::Tensor& in_eid,
+    const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -49,6 +55,12 @@ std::vector<at::Tensor> rgcn_forward_op(
   check(etype, "graph array 'etype'", at::kInt, {num_edges}, device);
   check(etype_ptr, "graph array 'etype_ptr'", at::kInt, {num_etypes + 1}, device);
   check(etype_tile_ptr, "graph array 'etype_tile_ptr'", at::kInt, {num_etypes + 1}, device);
+  check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
+  check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
+  check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
+  check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
+  check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
   check(norm, "input 'norm'", at::kFloat, {num_edges}, device);
   check(feature, "input 'feature'", at::kFloat, {num_nodes, 64}, device);
   check(W0, "weight 'W0'", at::kFloat, {64, 64}, device);
@@ -65,6 +77,12 @@ std::vector<at::Tensor> rgcn_forward_op(
   a.etype = etype.data_ptr<int32_t>();
   a.etype_ptr = etype_ptr.data_ptr<int32_t>();
   a.etype_tile_ptr = etype_tile_ptr.data_ptr<int32_t>();
+  a.in_ptr = in_ptr.data_ptr<int32_t>();
+  a.in_eid = in_eid.data_ptr<int32_t>();
+  a.in_src = in_src.data_ptr<int32_t>();
+  a.out_ptr = out_ptr.data_ptr<int32_t>();
+  a.out_eid = out_eid.data_ptr<int32_t>();
+  a.out_dst = out_dst.data_ptr<int32_t>();
   a.feature = feature.data_ptr<float>();
   a.norm = norm.data_ptr<float>();
   a.W0 = W0.data_ptr<float>();
@@ -83,6 +101,12 @@ std::vector<at::Tensor> rgcn_forward_meta(
     const at::Tensor& etype,
     const at::Tensor& etype_ptr,
     const at::Tensor& etype_tile_ptr,
+    const at::Tensor& in_ptr,
+    const at::Tensor& in_eid,
+    const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -102,6 +126,12 @@ std::vector<at::Tensor> rgcn_forward_train_op(
     const at::Tensor& etype,
     const at::Tensor& etype_ptr,
     const at::Tensor& etype_tile_ptr,
+    const at::Tensor& in_ptr,
+    const at::Tensor& in_eid,
+    const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -119,12 +149,19 @@ std::vector<at::Tensor> rgcn_forward_train_op(
   check(etype, "graph array 'etype'", at::kInt, {num_edges}, device);
   check(etype_ptr, "graph array 'etype_ptr'", at::kInt, {num_etypes + 1}, device);
   check(etype_tile_ptr, "graph array 'etype_tile_ptr'", at::kInt, {num_etypes + 1}, device);
+  check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
+  check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
+  check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
+  check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
+  check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
   check(norm, "input 'norm'", at::kFloat, {num_edges}, device);
   check(feature, "input 'feature'", at::kFloat, {num_nodes, 64}, device);
   check(W0, "weight 'W0'", at::kFloat, {64, 64}, device);
   check(W, "weight 'W'", at::kFloat, {num_etypes, 64, 64}, device);
   const auto options = feature.options();
   at::Tensor h = at::empty({num_nodes, 64}, options);
+  at::Tensor t_h_edges = at::empty({num_edges, 64}, options);  // intermediate
   RgcnForwardTrainArgs a;
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -135,14 +172,22 @@ std::vector<at::Tensor> rgcn_forward_train_op(
   a.etype = etype.data_ptr<int32_t>();
   a.etype_ptr = etype_ptr.data_ptr<int32_t>();
   a.etype_tile_ptr = etype_tile_ptr.data_ptr<int32_t>();
+  a.in_ptr = in_ptr.data_ptr<int32_t>();
+  a.in_eid = in_eid.data_ptr<int32_t>();
+  a.in_src = in_src.data_ptr<int32_t>();
+  a.out_ptr = out_ptr.data_ptr<int32_t>();
+  a.out_eid = out_eid.data_ptr<int32_t>();
+  a.out_dst = out_dst.data_ptr<int32_t>();
   a.feature = feature.data_ptr<float>();
   a.norm = norm.data_ptr<float>();
   a.W0 = W0.data_ptr<float>();
   a.W = W.data_ptr<float>();
   a.h = h.data_ptr<float>();
+  a.t_h_edges = t_h_edges.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_rgcn_fwt_gemm_h(a, stream));
-  C10_CUDA_CHECK(launch_rgcn_fwt_gemm_h_2(a, stream));
+  C10_CUDA_CHECK(launch_rgcn_fwt_gemm_h_edges(a, stream));
+  C10_CUDA_CHECK(launch_rgcn_fwt_sum_h(a, stream));
   return {h};
 }
 
@@ -153,6 +198,12 @@ std::vector<at::Tensor> rgcn_forward_train_meta(
     const at::Tensor& etype,
     const at::Tensor& etype_ptr,
     const at::Tensor& etype_tile_ptr,
+    const at::Tensor& in_ptr,
+    const at::Tensor& in_eid,
+    const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -172,6 +223,12 @@ std::vector<at::Tensor> rgcn_backward_op(
     const at::Tensor& etype,
     const at::Tensor& etype_ptr,
     const at::Tensor& etype_tile_ptr,
+    const at::Tensor& in_ptr,
+    const at::Tensor& in_eid,
+    const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -190,6 +247,12 @@ std::vector<at::Tensor> rgcn_backward_op(
   check(etype, "graph array 'etype'", at::kInt, {num_edges}, device);
   check(etype_ptr, "graph array 'etype_ptr'", at::kInt, {num_etypes + 1}, device);
   check(etype_tile_ptr, "graph array 'etype_tile_ptr'", at::kInt, {num_etypes + 1}, device);
+  check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
+  check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
+  check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
+  check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
+  check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
   check(norm, "input 'norm'", at::kFloat, {num_edges}, device);
   check(feature, "input 'feature'", at::kFloat, {num_nodes, 64}, device);
   check(d_h, "input 'd_h'", at::kFloat, {num_nodes, 64}, device);
@@ -199,6 +262,7 @@ std::vector<at::Tensor> rgcn_backward_op(
   at::Tensor d_feature = at::zeros({num_nodes, 64}, options);
   at::Tensor d_W0 = at::zeros({64, 64}, options);
   at::Tensor d_W = at::zeros({num_etypes, 64, 64}, options);
+  at::Tensor t_d_feature_edges = at::empty({num_edges, 64}, options);  // intermediate
   RgcnBackwardArgs a;
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -209,6 +273,12 @@ std::vector<at::Tensor> rgcn_backward_op(
   a.etype = etype.data_ptr<int32_t>();
   a.etype_ptr = etype_ptr.data_ptr<int32_t>();
   a.etype_tile_ptr = etype_tile_ptr.data_ptr<int32_t>();
+  a.in_ptr = in_ptr.data_ptr<int32_t>();
+  a.in_eid = in_eid.data_ptr<int32_t>();
+  a.in_src = in_src.data_ptr<int32_t>();
+  a.out_ptr = out_ptr.data_ptr<int32_t>();
+  a.out_eid = out_eid.data_ptr<int32_t>();
+  a.out_dst = out_dst.data_ptr<int32_t>();
   a.feature = feature.data_ptr<float>();
   a.norm = norm.data_ptr<float>();
   a.d_h = d_h.data_ptr<float>();
@@ -217,11 +287,13 @@ std::vector<at::Tensor> rgcn_backward_op(
   a.d_feature = d_feature.data_ptr<float>();
   a.d_W0 = d_W0.data_ptr<float>();
   a.d_W = d_W.data_ptr<float>();
+  a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  C10_CUDA_CHECK(launch_rgcn_bw_gemm_d_feature(a, stream));
+  C10_CUDA_CHECK(launch_rgcn_bw_gemm_d_feature_edges(a, stream));
   C10_CUDA_CHECK(launch_rgcn_bw_wgrad_d_W(a, stream));
-  C10_CUDA_CHECK(launch_rgcn_bw_gemm_d_feature_2(a, stream));
+  C10_CUDA_CHECK(launch_rgcn_bw_gemm_d_feature(a, stream));
   C10_CUDA_CHECK(launch_rgcn_bw_wgrad_d_W0(a, stream));
+  C10_CUDA_CHECK(launch_rgcn_bw_sum_d_feature(a, stream));
   return {d_feature, d_W0, d_W};
 }
 
@@ -232,6 +304,12 @@ std::vector<at::Tensor> rgcn_backward_meta(
     const at::Tensor& etype,
     const at::Tensor& etype_ptr,
     const at::Tensor& etype_tile_ptr,
+    const at::Tensor& in_ptr,
+    const at::Tensor& in_eid,
+    const at::Tensor& in_src,
+    const at::Tensor& out_ptr,
+    const at::Tensor& out_eid,
+    const at::Tensor& out_dst,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -248,9 +326,9 @@ std::vector<at::Tensor> rgcn_backward_meta(
 }
 
 TORCH_LIBRARY(hectorgen_rgcn, m) {
-  m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor W0, Tensor W) -> Tensor[]");
-  m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor W0, Tensor W) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor d_h, Tensor W0, Tensor W) -> Tensor[]");
+  m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor W0, Tensor W) -> Tensor[]");
+  m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor W0, Tensor W) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor d_h, Tensor W0, Tensor W) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_rgcn, CUDA, m) {
   m.impl("forward", &rgcn_forward_op);

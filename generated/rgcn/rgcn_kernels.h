@@ -18,6 +18,12 @@ struct RgcnForwardArgs {
   const int32_t* etype = nullptr;
   const int32_t* etype_ptr = nullptr;
   const int32_t* etype_tile_ptr = nullptr;
+  const int32_t* in_ptr = nullptr;
+  const int32_t* in_eid = nullptr;
+  const int32_t* in_src = nullptr;
+  const int32_t* out_ptr = nullptr;
+  const int32_t* out_eid = nullptr;
+  const int32_t* out_dst = nullptr;
   const float* feature = nullptr;  // [num_nodes, 64]
   const float* norm = nullptr;  // [num_edges]
   const float* W0 = nullptr;  // [64, 64]
@@ -42,16 +48,24 @@ struct RgcnForwardTrainArgs {
   const int32_t* etype = nullptr;
   const int32_t* etype_ptr = nullptr;
   const int32_t* etype_tile_ptr = nullptr;
+  const int32_t* in_ptr = nullptr;
+  const int32_t* in_eid = nullptr;
+  const int32_t* in_src = nullptr;
+  const int32_t* out_ptr = nullptr;
+  const int32_t* out_eid = nullptr;
+  const int32_t* out_dst = nullptr;
   const float* feature = nullptr;  // [num_nodes, 64]
   const float* norm = nullptr;  // [num_edges]
   const float* W0 = nullptr;  // [64, 64]
   const float* W = nullptr;  // [num_etypes, 64, 64]
   float* h = nullptr;  // [num_nodes, 64]
+  float* t_h_edges = nullptr;  // [num_edges, 64]
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
 cudaError_t launch_rgcn_fwt_gemm_h(const RgcnForwardTrainArgs& args, cudaStream_t stream);
-cudaError_t launch_rgcn_fwt_gemm_h_2(const RgcnForwardTrainArgs& args, cudaStream_t stream);
+cudaError_t launch_rgcn_fwt_gemm_h_edges(const RgcnForwardTrainArgs& args, cudaStream_t stream);
+cudaError_t launch_rgcn_fwt_sum_h(const RgcnForwardTrainArgs& args, cudaStream_t stream);
 // Runs the whole forward_train pass on `stream`, in order. Returns the first launch error.
 cudaError_t rgcn_forward_train(const RgcnForwardTrainArgs& args, cudaStream_t stream);
 
@@ -66,6 +80,12 @@ struct RgcnBackwardArgs {
   const int32_t* etype = nullptr;
   const int32_t* etype_ptr = nullptr;
   const int32_t* etype_tile_ptr = nullptr;
+  const int32_t* in_ptr = nullptr;
+  const int32_t* in_eid = nullptr;
+  const int32_t* in_src = nullptr;
+  const int32_t* out_ptr = nullptr;
+  const int32_t* out_eid = nullptr;
+  const int32_t* out_dst = nullptr;
   const float* feature = nullptr;  // [num_nodes, 64]
   const float* norm = nullptr;  // [num_edges]
   const float* d_h = nullptr;  // [num_nodes, 64]
@@ -74,13 +94,15 @@ struct RgcnBackwardArgs {
   float* d_feature = nullptr;  // [num_nodes, 64]
   float* d_W0 = nullptr;  // [64, 64]
   float* d_W = nullptr;  // [num_etypes, 64, 64]
+  float* t_d_feature_edges = nullptr;  // [num_edges, 64]
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
-cudaError_t launch_rgcn_bw_gemm_d_feature(const RgcnBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgcn_bw_gemm_d_feature_edges(const RgcnBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgcn_bw_wgrad_d_W(const RgcnBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_rgcn_bw_gemm_d_feature_2(const RgcnBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgcn_bw_gemm_d_feature(const RgcnBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgcn_bw_wgrad_d_W0(const RgcnBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgcn_bw_sum_d_feature(const RgcnBackwardArgs& args, cudaStream_t stream);
 // Runs the whole backward pass on `stream`, in order. Returns the first launch error.
 cudaError_t rgcn_backward(const RgcnBackwardArgs& args, cudaStream_t stream);
 

@@ -67,6 +67,8 @@ class Lowering {
   Lowering(const Module& m, const Analysis& a, Diagnostics& d, std::string phase)
       : m_(m), a_(a), d_(d), phase_(std::move(phase)) {
     prefix_ = m.decl.name + "_" + (phase_ == "forward" ? "fw" : phase_ == "forward_train" ? "fwt" : "bw");
+    // Training is bit-reproducible: no atomic scatters (per-edge temporaries + node-centric sums instead).
+    deterministic_ = phase_ != "forward";
   }
 
   std::optional<intra::Program> run() {
@@ -162,6 +164,7 @@ class Lowering {
     }
     ctx.position = L->body.size();
     flush(ctx, stage);
+    emit_gather_sums(ctx);
   }
 
   // Emits the open stage as one traversal instance.
@@ -198,6 +201,30 @@ class Lowering {
       p_.kernels.push_back(Kernel::of(ss));
     }
     pending_segment_sums_.clear();
+    emit_gather_sums(ctx);
+  }
+
+  // Node-centric sums of per-edge temporaries, in CSR order: the deterministic replacement of scatters.
+  void emit_gather_sums(LoopCtx& ctx) {
+    for (GatherSum& gs : pending_gather_sums_) {
+      std::string edges = gs.is_local ? ctx.materialized.at(gs.edges) : gs.edges;
+      TraversalInstance t;
+      std::string local = "__scatter";
+      ExprP add = Stmt::assign(Expr::index(Expr::name_ref("n"), Expr::string_lit(gs.field)), AssignOp::Add,
+                               Expr::name_ref(local))->target;
+      StmtP body = Stmt::assign(add, AssignOp::Add, Expr::name_ref(local));
+      StmtP inner = Stmt::for_loop("e", gs.via_src ? LoopKind::OutgoingEdges : LoopKind::IncomingEdges, "n", {body});
+      t.loop = Stmt::for_loop("n", gs.via_src ? LoopKind::SrcNodes : LoopKind::DstNodes, "g", {inner});
+      t.materialized = {{local, edges}};
+      t.field_tensor = alias_;
+      t.threads = m_.decl.options.schedule.traversal_threads;
+      t.name = unique(fmt::format("{}_sum_{}", prefix_, gs.field));
+      p_.layouts.insert(gs.via_src ? intra::layout::kCsrBySrc : intra::layout::kCsrByDst);
+      note_write(gs.field, true);
+      p_.kernels.push_back(Kernel::of(Kernel::Kind::Traversal, t));
+    }
+    pending_gather_sums_.clear();
+    (void)ctx;
   }
 
   static std::string first_target(const std::vector<StmtP>& body) {
@@ -274,6 +301,28 @@ class Lowering {
     ExprP value = extract_linears(s->value, ctx, stage, inner, can_flush, s);
     if (!value) return nullptr;
     StmtP out = Stmt::assign(s->target, s->op, value, s->loc);
+    // (4') Training: a traversal statement adding into another node's field stores its value per edge; a
+    //      node-centric sum adds the values up after the loop (no atomics).
+    if (deterministic_ && (s->op == AssignOp::Add || s->op == AssignOp::Sub)) {
+      auto f = field_ref(s->target, ctx.edge_vars);
+      bool other_node = f && !f->on_edge &&
+                        (!f->node_role.empty() && !(inner && ((inner->loop == LoopKind::IncomingEdges && f->node_role == "dst") ||
+                                                               (inner->loop == LoopKind::OutgoingEdges && f->node_role == "src"))));
+      if (other_node && !inner) {
+        std::string local = fmt::format("__sc{}", wg_count_++);
+        Type ty = a_.assigned.at(s.get());
+        ty.shape = tensor(field_tensor(f->field)).shape;
+        local_types_[local] = ty;
+        force_materialize_.insert(local);
+        ExprP v = s->op == AssignOp::Sub ? Expr::neg(value) : value;
+        StmtP def = Stmt::assign(Expr::name_ref(local, s->loc), AssignOp::Set, v, s->loc);
+        record_access(def, ctx, stage);
+        stage.reg_locals.insert(local);
+        stage.writes.insert(field_tensor(f->field));
+        pending_gather_sums_.push_back({field_tensor(f->field), local, f->node_role == "src", true});
+        return def;
+      }
+    }
     // (5) What the traversal template cannot express falls back to PyTorch calls.
     if (!intra::traversal_supports(value)) {
       torch_fallback(out, s.get(), ctx, stage, inner, inner_body);
@@ -430,6 +479,16 @@ class Lowering {
     if (hazard(stage, reads, g.y)) {
       if (!can_flush) return false;
       flush(ctx, stage);
+    }
+    if (deterministic_ && g.scatter != intra::Gather::None) {
+      // The GEMM stores one row per edge; a node-centric sum (after this loop's stage) adds them up.
+      std::string tn = unique("t_" + g.y + "_edges");
+      add_tensor({tn, Role::Temp, Per::Edge, tensor(g.y).shape, false, ""});
+      pending_gather_sums_.push_back({g.y, tn, g.scatter == intra::Gather::Src, false});
+      stage.writes.insert(g.y);  // later readers of the node field wait for the sum
+      g.y = tn;
+      g.scatter = intra::Gather::None;
+      g.accumulate = false;
     }
     note_write(g.y, g.accumulate || g.scatter != intra::Gather::None);
     g.name = unique(fmt::format("{}_gemm_{}", prefix_, g.y.rfind("t_", 0) == 0 ? g.y.substr(2) : g.y));
@@ -770,8 +829,17 @@ class Lowering {
       }
       flush(ctx, stage);
     }
-    note_write(y, scatter);
-    g.name = unique(fmt::format("{}_gemm_{}", prefix_, y.rfind("t_", 0) == 0 ? y.substr(2) : y));
+    if (deterministic_ && scatter) {
+      std::string tn = unique("t_" + y + "_edges");
+      add_tensor({tn, Role::Temp, Per::Edge, tensor(y).shape, false, ""});
+      pending_gather_sums_.push_back({y, tn, false, false});
+      stage.writes.insert(y);
+      g.y = tn;
+      g.scatter = intra::Gather::None;
+    } else {
+      note_write(y, scatter);
+    }
+    g.name = unique(fmt::format("{}_gemm_{}", prefix_, g.y.rfind("t_", 0) == 0 ? g.y.substr(2) : g.y));
     p_.kernels.push_back(Kernel::of(g));
     return true;
   }
@@ -812,6 +880,14 @@ class Lowering {
   const Analysis& a_;
   Diagnostics& d_;
   std::string phase_, prefix_;
+  bool deterministic_ = false;
+  struct GatherSum {
+    std::string field;   // node tensor accumulated into
+    std::string edges;   // edge temporary (tensor), or a local to be materialised
+    bool via_src = false;  // sum over outgoing edges (scatter to src) rather than incoming (dst)
+    bool is_local = false;
+  };
+  std::vector<GatherSum> pending_gather_sums_;
   intra::Program p_;
   std::map<std::string, int> writes_;
   std::set<std::string> written_;
