@@ -102,9 +102,9 @@ log "repo $ROOT, OUT $OUT, scratch $GEN_ROOT, models $MODELS, graphs $GRAPHS, bu
   cmake --version | head -1; echo "ninja $(ninja --version 2>/dev/null || echo n/a)"; } | sed 's/^/  /'
 
 # ---- 1. hectorgen -------------------------------------------------------------------------------------------
-GEN_LOG="$OUT/gen.log"
-: > "$GEN_LOG"
 mkdir -p "$GEN_ROOT/bin"
+GEN_LOG="$GEN_ROOT/gen.log"   # appended to gpu_check.log at the end ($OUT brings back at most 8 files)
+: > "$GEN_LOG"
 HGW="$GEN_ROOT/bin/hectorgen"   # wrapper: the binary with its library path
 make_wrapper() {
   {
@@ -203,6 +203,33 @@ timeout -k 10 "$t" python3 tests/gpu/gpu_check.py --hectorgen "${HG:-}" --genera
   ${SEED:+--seed "$SEED"} || check_rc=$?
 log "gpu_check.py: rc=$check_rc"
 
+# ---- 4b. training example: 2 generated layers + a linear head, loss must go down (train.log, train_loss.png)
+TRAIN_LINE="training: skipped"
+train_rc=0
+if [[ "${SKIP_TRAIN:-0}" != 1 ]] && (($(left) > 120)); then
+  : > "$OUT/train.log"
+  for m in ${TRAIN_MODELS:-rgcn rgat hgt}; do
+    timeout -k 5 "$(cap 60 4)" python3 tools/train_example.py --model "$m" --generated "$GEN_DIR" \
+      --epochs "${TRAIN_EPOCHS:-60}" --out "$GEN_ROOT/train" >> "$OUT/train.log" 2>&1 || train_rc=1
+  done
+  python3 - "$GEN_ROOT/train" "$OUT/train_loss.png" <<'PY' || true
+import json, sys, pathlib
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+runs = sorted(pathlib.Path(sys.argv[1]).glob("train_*.json"))
+fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
+for r in runs:
+    d = json.loads(r.read_text())
+    ax.plot(d["losses"], label=f'{d["model"]} (test acc {d["test_acc"]:.2f}, {d["median_step_ms"]:.1f} ms/step)')
+ax.set_xlabel("epoch"); ax.set_ylabel("cross-entropy loss"); ax.legend(fontsize=7)
+ax.set_title(f'2-layer classifiers on generated layers ({d["device"]})', fontsize=9)
+fig.tight_layout(); fig.savefig(sys.argv[2])
+PY
+  TRAIN_LINE="training: $(grep -c ': PASS (loss' "$OUT/train.log" || true) model(s) PASS; $(grep -E '^[a-z0-9_]+: loss ' "$OUT/train.log" | tr '\n' ';')"
+fi
+log "$TRAIN_LINE"
+
 # ---- 5. compute-sanitizer memcheck ---------------------------------------------------------------------------
 SAN_LOG="$OUT/sanitizer.log"
 SAN=""
@@ -248,17 +275,18 @@ if [[ -n "${SAN:-}" && -x "${SAN:-/nonexistent}" ]] && (($(left) > 60)); then
   race_rc=0
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 10 "$t" "$SAN" --tool racecheck --error-exitcode 1 ${SANITIZER_FLAGS:-} \
     python3 tests/gpu/gpu_check.py --sanitizer-run --generated "$GEN_DIR" --models "$MODELS" \
-    > "$OUT/racecheck.log" 2>&1 || race_rc=$?
-  race_summary="$({ grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" || true; } | tail -1 | sed 's/^=* *//')"
+    > "$GEN_ROOT/racecheck.log" 2>&1 || race_rc=$?
+  race_summary="$({ grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$GEN_ROOT/racecheck.log" || true; } | tail -1 | sed 's/^=* *//')"
+  { echo "===== racecheck"; cat "$GEN_ROOT/racecheck.log"; } >> "$SAN_LOG"
   if ((race_rc == 0)); then RACE_LINE="racecheck PASS (${race_summary:-no summary})"; else RACE_LINE="racecheck FAIL (rc=$race_rc; ${race_summary:-no summary})"; san_rc=1; fi
   SAN_LINE="$SAN_LINE; $RACE_LINE"
   log "$RACE_LINE"
 fi
 
 # ---- 6. summary ----------------------------------------------------------------------------------------------
-python3 - "$OUT/gpu_check.json" "$OUT/summary.txt" "$SAN_LINE" "$build_rc" "$check_rc" "${GEN_STATUS[@]}" <<'PY' || true
+python3 - "$OUT/gpu_check.json" "$OUT/summary.txt" "$SAN_LINE" "$build_rc" "$check_rc" "$TRAIN_LINE" "${GEN_STATUS[@]}" <<'PY' || true
 import json, math, sys
-path, out, san, build_rc, check_rc, *gen = sys.argv[1:]
+path, out, san, build_rc, check_rc, train, *gen = sys.argv[1:]
 lines = []
 try:
     data = json.load(open(path))
@@ -289,14 +317,16 @@ if data:
 lines.append(f"extension builds: {'OK' if build_rc == '0' else 'FAILED (build.log)'}")
 lines += [f"generate: {s}" for s in gen]
 lines.append(san)
+lines.append(train)
 text = "\n".join(lines)
 open(out, "w").write(text + "\n")
 print("\n===== summary =====\n" + text)
 PY
 
-if ((check_rc == 0 && san_rc == 0 && build_rc == 0)); then
+{ echo "===== generation log"; cat "$GEN_LOG"; } >> "$OUT/gpu_check.log" 2>/dev/null || true
+if ((check_rc == 0 && san_rc == 0 && build_rc == 0 && train_rc == 0)); then
   log "ALL PASS"
   exit 0
 fi
-log "FAILED (build rc=$build_rc, gpu_check rc=$check_rc, sanitizer rc=$san_rc)"
+log "FAILED (build rc=$build_rc, gpu_check rc=$check_rc, sanitizer rc=$san_rc, training rc=$train_rc)"
 exit 1
