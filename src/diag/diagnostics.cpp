@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ostream>
 
 namespace hectorgen {
@@ -50,28 +51,99 @@ static const char* severity_name(Severity s) {
   return "error";
 }
 
+// Length of the valid UTF-8 sequence starting at s[i] (2-4 bytes), or 0 when there is none.
+static size_t utf8_length(std::string_view s, size_t i) {
+  unsigned char c = static_cast<unsigned char>(s[i]);
+  size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
+  unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
+  if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 > 0x9f) || (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 > 0x8f))
+    return 0;  // overlong, surrogate or past U+10FFFF
+  return n;
+}
+
+// True for U+0080..U+009F (C1 controls; U+009B is a terminal's CSI), encoded as C2 80..C2 9F.
+static bool is_c1_control(std::string_view s, size_t i) {
+  return static_cast<unsigned char>(s[i]) == 0xc2 && (static_cast<unsigned char>(s[i + 1]) & 0xe0) == 0x80;
+}
+
+std::string Diagnostics::escape_message(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += s[i++];
+      continue;
+    }
+    if (c == '\n' || c == '\t' || c == '\r') {
+      out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : "\\r";
+      ++i;
+      continue;
+    }
+    size_t n = c >= 0x80 ? utf8_length(s, i) : 0;
+    if (n > 0 && !(n == 2 && is_c1_control(s, i))) {
+      out.append(s.substr(i, n));
+      i += n;
+      continue;
+    }
+    // Other control bytes, C1 controls and bytes that are not valid UTF-8: \xNN each.
+    for (size_t k = 0; k < std::max<size_t>(n, 1); ++k)
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(s[i + k]));
+    i += std::max<size_t>(n, 1);
+  }
+  return out;
+}
+
+std::string Diagnostics::printable_source_line(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if ((c >= 0x20 && c < 0x7f) || c == '\t') {
+      out += s[i++];
+      continue;
+    }
+    size_t n = c >= 0x80 ? utf8_length(s, i) : 0;
+    if (n > 0 && !(n == 2 && is_c1_control(s, i))) {
+      out.append(s.substr(i, n));
+      i += n;
+      continue;
+    }
+    out.append(std::max<size_t>(n, 1), '?');  // one '?' per byte keeps the caret's column
+    i += std::max<size_t>(n, 1);
+  }
+  return out;
+}
+
 std::string Diagnostics::format(const Diagnostic& d) {
   std::string out;
   if (d.loc.valid())
-    out = fmt::format("{}:{}:{}: ", d.loc.file->path(), d.loc.line, d.loc.col);
+    out = fmt::format("{}:{}:{}: ", escape_message(d.loc.file->path()), d.loc.line, d.loc.col);
   else if (d.loc.file)
-    out = fmt::format("{}: ", d.loc.file->path());
+    out = fmt::format("{}: ", escape_message(d.loc.file->path()));
   else
     out = "hectorgen: ";
-  out += fmt::format("{}: {}", severity_name(d.severity), d.message);
+  out += fmt::format("{}: {}", severity_name(d.severity), escape_message(d.message));
   if (!d.kind.empty()) out += fmt::format(" [{}]", d.kind);
   out += '\n';
   if (d.loc.valid()) {
-    std::string_view text = d.loc.file->line(d.loc.line);
+    std::string text = printable_source_line(d.loc.file->line(d.loc.line));
     std::string gutter = fmt::format("{:>5} | ", d.loc.line);
     out += gutter;
     out += text;
     out += '\n';
-    // The caret line keeps tabs so the caret lines up under the same character.
+    // The caret line keeps tabs so the caret lines up under the same character; a multi-byte UTF-8
+    // character takes one column.
     std::string pad(gutter.size() - 2, ' ');
     pad += "| ";
-    for (int i = 1; i < d.loc.col && i - 1 < static_cast<int>(text.size()); ++i)
-      pad += text[i - 1] == '\t' ? '\t' : ' ';
+    for (int i = 1; i < d.loc.col && i - 1 < static_cast<int>(text.size()); ++i) {
+      unsigned char c = static_cast<unsigned char>(text[i - 1]);
+      if ((c & 0xc0) == 0x80) continue;  // a continuation byte (text is valid UTF-8 now)
+      pad += c == '\t' ? '\t' : ' ';
+    }
     out += pad + "^\n";
   }
   return out;

@@ -9,6 +9,7 @@
 
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "diag/source.h"
@@ -37,6 +38,11 @@ class Diagnostics {
   // Renders every diagnostic in report order, clang style, to `out`.
   void render(std::ostream& out) const;
   static std::string format(const Diagnostic& d);
+  // The message as one printable line: control bytes (CR, LF, ESC, NUL, DEL, ...), C1 controls and
+  // bytes that are not valid UTF-8 become \n, \t, \r or \xNN; valid UTF-8 stays as it is.
+  static std::string escape_message(std::string_view message);
+  // A source line for quoting: the same bytes become '?' (one per byte, so columns still line up).
+  static std::string printable_source_line(std::string_view line);
 
   // Errors past this many are counted but not stored (one bad line can cascade).
   static constexpr int kMaxErrors = 20;

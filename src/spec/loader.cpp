@@ -339,20 +339,71 @@ class SchemaReader {
   Diagnostics& d_;
 };
 
-// JSON is checked with a strict JSON parser first (YAML would accept more than JSON allows).
-bool check_json_syntax(const SourceFile& file, Diagnostics& diags) {
-  try {
-    [[maybe_unused]] auto doc = nlohmann::json::parse(file.text());
-    return true;
-  } catch (const nlohmann::json::parse_error& e) {
-    auto [line, col] = file.position(e.byte > 0 ? e.byte - 1 : 0);
-    std::string msg = e.what();
-    // nlohmann's message: "[json.exception.parse_error.101] parse error at line 3, column 5: <detail>"
-    size_t colon = msg.find(": ", msg.find("parse error"));
-    std::string detail = colon != std::string::npos ? msg.substr(colon + 2) : msg;
-    diags.error({&file, line, col}, "json-syntax", detail);
+// Records the first error of a strict JSON parse, with the byte offset where it was detected.
+struct JsonErrorSax : nlohmann::json::json_sax_t {
+  bool failed = false;
+  size_t position = 0;
+  std::string last_token, message;
+  int id = 0;
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t pos, const std::string& token, const nlohmann::detail::exception& e) override {
+    failed = true;
+    position = pos;
+    last_token = token;
+    message = e.what();
+    id = e.id;
     return false;
   }
+};
+
+// Bytes of the source that nlohmann's token string stands for (it shows control bytes as <U+XXXX>).
+size_t raw_token_length(const std::string& token) {
+  size_t n = 0;
+  for (size_t i = 0; i < token.size(); ++n) {
+    bool escaped = token.compare(i, 3, "<U+") == 0 && i + 8 <= token.size() && token[i + 7] == '>';
+    i += escaped ? 8 : 1;
+  }
+  return n;
+}
+
+// JSON is checked with a strict JSON parser first (YAML would accept more than JSON allows).
+bool check_json_syntax(const SourceFile& file, Diagnostics& diags) {
+  JsonErrorSax sax;
+  try {
+    nlohmann::json::sax_parse(file.text(), &sax);
+  } catch (const nlohmann::json::exception& e) {  // defensive: the SAX interface reports, not throws
+    sax.failed = true;
+    sax.position = 0;
+    sax.message = e.what();
+  }
+  if (!sax.failed) return true;
+  // The error is detected at the end of the offending token: point at its first byte.
+  size_t end = std::min(sax.position, file.text().size());
+  size_t len = raw_token_length(sax.last_token);
+  size_t at = len > 0 && len <= end ? end - len : end > 0 ? end - 1 : 0;
+  auto [line, col] = file.position(at);
+  // nlohmann's messages: "[json.exception.parse_error.101] parse error at line 3, column 5: <detail>",
+  // "[json.exception.out_of_range.406] number overflow parsing '1e400'".
+  std::string detail = sax.message;
+  if (size_t p = detail.find("] "); detail.rfind("[json.exception.", 0) == 0 && p != std::string::npos)
+    detail = detail.substr(p + 2);
+  if (size_t p = detail.find(": "); detail.rfind("parse error", 0) == 0 && p != std::string::npos)
+    detail = detail.substr(p + 2);
+  if (sax.id == 406) detail = fmt::format("number {} is out of range (JSON numbers must fit in a double)", sax.last_token);
+  diags.error({&file, line, col}, "json-syntax", detail);
+  return false;
 }
 
 }  // namespace
