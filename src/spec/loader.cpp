@@ -368,14 +368,30 @@ struct JsonErrorSax : nlohmann::json::json_sax_t {
   }
 };
 
-// Bytes of the source that nlohmann's token string stands for (it shows control bytes as <U+XXXX>).
-size_t raw_token_length(const std::string& token) {
-  size_t n = 0;
-  for (size_t i = 0; i < token.size(); ++n) {
-    bool escaped = token.compare(i, 3, "<U+") == 0 && i + 8 <= token.size() && token[i + 7] == '>';
-    i += escaped ? 8 : 1;
+// The first byte of the token that ends at `last` (the byte where nlohmann detected the error), for the
+// kinds of errors whose token is known: strings, numbers and literals. Otherwise `last` itself.
+size_t token_start(const std::string& text, size_t last, const std::string& message) {
+  auto is_number = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E'; };
+  size_t b = last;
+  if (message.find("unexpected string literal") != std::string::npos && text[last] == '"') {
+    // Back to the opening quote: a '"' preceded by an even number of backslashes.
+    for (size_t j = last; j-- > 0;) {
+      if (text[j] == '\n') break;
+      size_t slashes = 0;
+      while (slashes < j && text[j - 1 - slashes] == '\\') ++slashes;
+      if (text[j] == '"' && slashes % 2 == 0) return j;
+    }
+    return last;
   }
-  return n;
+  if (message.find("number") != std::string::npos) {
+    while (b > 0 && is_number(text[b - 1]) && is_number(text[b])) --b;
+    return b;
+  }
+  if (message.find("invalid literal") != std::string::npos) {
+    while (b > 0 && std::isalpha(static_cast<unsigned char>(text[b - 1]))) --b;
+    return b;
+  }
+  return last;
 }
 
 // JSON is checked with a strict JSON parser first (YAML would accept more than JSON allows).
@@ -389,10 +405,10 @@ bool check_json_syntax(const SourceFile& file, Diagnostics& diags) {
     sax.message = e.what();
   }
   if (!sax.failed) return true;
-  // The error is detected at the end of the offending token: point at its first byte.
-  size_t end = std::min(sax.position, file.text().size());
-  size_t len = raw_token_length(sax.last_token);
-  size_t at = len > 0 && len <= end ? end - len : end > 0 ? end - 1 : 0;
+  // The error is detected at the last byte read: point at the first byte of the offending token.
+  const std::string& text = file.text();
+  size_t at = 0;
+  if (!text.empty()) at = token_start(text, std::min(sax.position > 0 ? sax.position - 1 : 0, text.size() - 1), sax.message);
   auto [line, col] = file.position(at);
   // nlohmann's messages: "[json.exception.parse_error.101] parse error at line 3, column 5: <detail>",
   // "[json.exception.out_of_range.406] number overflow parsing '1e400'".
