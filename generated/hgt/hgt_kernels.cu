@@ -73,175 +73,9 @@ __global__ void __launch_bounds__(256) hgt_fw_gemm_k(
   }
 }
 
-// hgt_fw_gemm_q: GEMM instance  q[row] = feature[row] * W_q[ntype]
-//   from: n["q"] = reshape(n.feature * W_q[n.ntype], heads, d_k)
-__global__ void __launch_bounds__(256) hgt_fw_gemm_q(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all ntype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
-// hgt_fw_gemm_v: GEMM instance  v[row] = feature[row] * W_v[ntype]
-//   from: n["v"] = reshape(n.feature * W_v[n.ntype], heads, d_k)
-__global__ void __launch_bounds__(256) hgt_fw_gemm_v(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all ntype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
 // hgt_fw_gemm_lin_3: GEMM instance  t_lin_3[row] = k[src[row]] * W_att[etype]
 //   from: e["att"] = dot(e.src["k"] * W_att[e.etype], e.dst["q"]) * mu[e.etype] / sqrt(d_k)
 __global__ void __launch_bounds__(256) hgt_fw_gemm_lin_3(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ src,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096 + static_cast<int64_t>(head) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
-// hgt_fw_gemm_msg: GEMM instance  msg[row] = v[src[row]] * W_msg[etype]
-//   from: e["msg"] = e.src["v"] * W_msg[e.etype]
-__global__ void __launch_bounds__(256) hgt_fw_gemm_msg(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
     const int32_t* __restrict__ src,
     const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
@@ -407,339 +241,7 @@ __global__ void __launch_bounds__(256) hgt_fw_nodes_att_sum(
   }
 }
 
-// hgt_fw_gemm_h: GEMM instance  h[row] = agg[row] * W_a[ntype]
-//   from: n["h"] = reshape(n["agg"], heads * d_k) * W_a[n.ntype]
-__global__ void __launch_bounds__(256) hgt_fw_gemm_h(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all ntype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
 // ==== forward_train ====
-
-// hgt_fwt_gemm_k: GEMM instance  k[row] = feature[row] * W_k[ntype]
-//   from: n["k"] = reshape(n.feature * W_k[n.ntype], heads, d_k)
-__global__ void __launch_bounds__(256) hgt_fwt_gemm_k(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all ntype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
-// hgt_fwt_gemm_q: GEMM instance  q[row] = feature[row] * W_q[ntype]
-//   from: n["q"] = reshape(n.feature * W_q[n.ntype], heads, d_k)
-__global__ void __launch_bounds__(256) hgt_fwt_gemm_q(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all ntype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
-// hgt_fwt_gemm_v: GEMM instance  v[row] = feature[row] * W_v[ntype]
-//   from: n["v"] = reshape(n.feature * W_v[n.ntype], heads, d_k)
-__global__ void __launch_bounds__(256) hgt_fwt_gemm_v(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all ntype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
-// hgt_fwt_gemm_lin_3: GEMM instance  t_lin_3[row] = k[src[row]] * W_att[etype]
-//   from: e["att__0"] = dot(e.src["k"] * W_att[e.etype], e.dst["q"]) * mu[e.etype] / sqrt(d_k)
-__global__ void __launch_bounds__(256) hgt_fwt_gemm_lin_3(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ src,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096 + static_cast<int64_t>(head) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
-// hgt_fwt_gemm_msg: GEMM instance  msg[row] = v[src[row]] * W_msg[etype]
-//   from: e["msg"] = e.src["v"] * W_msg[e.etype]
-__global__ void __launch_bounds__(256) hgt_fwt_gemm_msg(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ src,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096 + static_cast<int64_t>(head) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
 
 // hgt_fwt_edges_att__0: traversal instance, one warp per edge
 //   for e in g.edges():
@@ -853,61 +355,6 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_sum(
     if (lane == 0) att_sum[n] = f_att_sum[0];
     #pragma unroll
     for (int j = 0; j < 2; ++j) agg[n * 64 + lane + 32 * j] = f_agg[j];
-  }
-}
-
-// hgt_fwt_gemm_h: GEMM instance  h[row] = agg[row] * W_a[ntype]
-//   from: n["h"] = reshape(n["agg"], heads * d_k) * W_a[n.ntype]
-__global__ void __launch_bounds__(256) hgt_fwt_gemm_h(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all ntype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
   }
 }
 
@@ -1344,61 +791,6 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
   }
 }
 
-// hgt_bw_gemm_d_k_edges: GEMM instance  t_d_k_edges[row] = t___op1[row] * W_att[etype]^T
-//   from: e.src["d_k"] += linear_t(e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q, W_att[e.etype])
-__global__ void __launch_bounds__(256) hgt_bw_gemm_d_k_edges(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096 + static_cast<int64_t>(head) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wn * kK + wk] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
 // hgt_bw_edges_loop_2: traversal instance, one warp per edge
 //   for e in g.edges():
 //       __op2 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
@@ -1464,154 +856,6 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_k[n * 64 + lane + 32 * j] = f_d_k[j];
-  }
-}
-
-// hgt_bw_wgrad_d_W_att: weight-gradient instance  d_W_att[etype] += sum_row k[static_cast<int64_t>(src[row])]^T * t___op2[row]
-//   from: d_W_att[e.etype] += outer(e.src.k, e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q)
-// One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
-__global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_att(
-    const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
-    const int32_t* __restrict__ src,
-    const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows) {
-  constexpr int kTile = 16;
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];  // [row][k]
-  __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  const int type = blockIdx.z / kHeads;
-  const int head = blockIdx.z % kHeads;
-  const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-  (void)num_rows;
-  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile, n0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  float acc = 0.f;
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = r0 + r;
-      const bool in_range = row < row_end;
-      xs[r][c] = in_range && k0 + c < kK ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-      ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < kTile; ++r) acc += xs[r][tk] * ds[r][tn];
-    __syncthreads();
-  }
-  if (k0 + tk < kK && n0 + tn < kN)
-    dw[(static_cast<int64_t>(type) * kHeads + head) * kK * kN + (k0 + tk) * kN + n0 + tn] += acc;
-}
-
-// hgt_bw_gemm_lin_14: GEMM instance  t_lin_14[row] = k[src[row]] * W_att[etype]
-//   from: e.dst["d_q"] += e["d_att__0"] / sqrt(d_k) * mu[e.etype] * (e.src.k * W_att[e.etype])
-__global__ void __launch_bounds__(256) hgt_bw_gemm_lin_14(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ src,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096 + static_cast<int64_t>(head) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
-// hgt_bw_gemm_lin_15: GEMM instance  t_lin_15[row] = k[src[row]] * W_att[etype]
-//   from: d_mu[e.etype] += e["d_att__0"] / sqrt(d_k) * dot(e.src.k * W_att[e.etype], e.dst.q)
-__global__ void __launch_bounds__(256) hgt_bw_gemm_lin_15(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ src,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096 + static_cast<int64_t>(head) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
   }
 }
 
@@ -1737,276 +981,6 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
   }
 }
 
-// hgt_bw_gemm_d_feature: GEMM instance  d_feature[row] += d_v[row] * W_v[ntype]^T
-//   from: n["d_feature"] += linear_t(reshape(n["d_v"], 64), W_v[n.ntype])
-__global__ void __launch_bounds__(256) hgt_bw_gemm_d_feature(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all ntype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wn * kK + wk] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] += acc[c];
-    }
-  }
-}
-
-// hgt_bw_wgrad_d_W_v: weight-gradient instance  d_W_v[ntype] += sum_row feature[row]^T * d_v[row]
-//   from: d_W_v[n.ntype] += outer(n.feature, reshape(n["d_v"], 64))
-// One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
-__global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_v(
-    const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
-    const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows) {
-  constexpr int kTile = 16;
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];  // [row][k]
-  __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  const int type = blockIdx.z / kHeads;
-  const int head = blockIdx.z % kHeads;
-  const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-  (void)num_rows;
-  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile, n0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  float acc = 0.f;
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = r0 + r;
-      const bool in_range = row < row_end;
-      xs[r][c] = in_range && k0 + c < kK ? x[row * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-      ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < kTile; ++r) acc += xs[r][tk] * ds[r][tn];
-    __syncthreads();
-  }
-  if (k0 + tk < kK && n0 + tn < kN)
-    dw[(static_cast<int64_t>(type) * kHeads + head) * kK * kN + (k0 + tk) * kN + n0 + tn] += acc;
-}
-
-// hgt_bw_gemm_d_feature_2: GEMM instance  d_feature[row] += d_q[row] * W_q[ntype]^T
-//   from: n["d_feature"] += linear_t(reshape(n["d_q"], 64), W_q[n.ntype])
-__global__ void __launch_bounds__(256) hgt_bw_gemm_d_feature_2(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all ntype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wn * kK + wk] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] += acc[c];
-    }
-  }
-}
-
-// hgt_bw_wgrad_d_W_q: weight-gradient instance  d_W_q[ntype] += sum_row feature[row]^T * d_q[row]
-//   from: d_W_q[n.ntype] += outer(n.feature, reshape(n["d_q"], 64))
-// One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
-__global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_q(
-    const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
-    const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows) {
-  constexpr int kTile = 16;
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];  // [row][k]
-  __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  const int type = blockIdx.z / kHeads;
-  const int head = blockIdx.z % kHeads;
-  const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-  (void)num_rows;
-  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile, n0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  float acc = 0.f;
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = r0 + r;
-      const bool in_range = row < row_end;
-      xs[r][c] = in_range && k0 + c < kK ? x[row * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-      ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < kTile; ++r) acc += xs[r][tk] * ds[r][tn];
-    __syncthreads();
-  }
-  if (k0 + tk < kK && n0 + tn < kN)
-    dw[(static_cast<int64_t>(type) * kHeads + head) * kK * kN + (k0 + tk) * kN + n0 + tn] += acc;
-}
-
-// hgt_bw_gemm_d_feature_3: GEMM instance  d_feature[row] += d_k[row] * W_k[ntype]^T
-//   from: n["d_feature"] += linear_t(reshape(n["d_k"], 64), W_k[n.ntype])
-__global__ void __launch_bounds__(256) hgt_bw_gemm_d_feature_3(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all ntype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wn * kK + wk] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] += acc[c];
-    }
-  }
-}
-
-// hgt_bw_wgrad_d_W_k: weight-gradient instance  d_W_k[ntype] += sum_row feature[row]^T * d_k[row]
-//   from: d_W_k[n.ntype] += outer(n.feature, reshape(n["d_k"], 64))
-// One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
-__global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_k(
-    const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
-    const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows) {
-  constexpr int kTile = 16;
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];  // [row][k]
-  __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  const int type = blockIdx.z / kHeads;
-  const int head = blockIdx.z % kHeads;
-  const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-  (void)num_rows;
-  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile, n0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  float acc = 0.f;
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = r0 + r;
-      const bool in_range = row < row_end;
-      xs[r][c] = in_range && k0 + c < kK ? x[row * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-      ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < kTile; ++r) acc += xs[r][tk] * ds[r][tn];
-    __syncthreads();
-  }
-  if (k0 + tk < kK && n0 + tn < kN)
-    dw[(static_cast<int64_t>(type) * kHeads + head) * kK * kN + (k0 + tk) * kN + n0 + tn] += acc;
-}
-
 }  // namespace
 
 cudaError_t launch_hgt_fw_gemm_k(const HgtForwardArgs& a, cudaStream_t stream) {
@@ -2019,18 +993,20 @@ cudaError_t launch_hgt_fw_gemm_k(const HgtForwardArgs& a, cudaStream_t stream) {
 }
 
 cudaError_t launch_hgt_fw_gemm_q(const HgtForwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fw_gemm_q
     const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
-    hgt_fw_gemm_q<<<grid, 256, 0, stream>>>(a.feature, a.W_q, a.q, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_q, a.q, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_fw_gemm_v(const HgtForwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fw_gemm_v
     const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
-    hgt_fw_gemm_v<<<grid, 256, 0, stream>>>(a.feature, a.W_v, a.v, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_v, a.v, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -2046,9 +1022,10 @@ cudaError_t launch_hgt_fw_gemm_lin_3(const HgtForwardArgs& a, cudaStream_t strea
 }
 
 cudaError_t launch_hgt_fw_gemm_msg(const HgtForwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_fw_gemm_msg
     const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
-    hgt_fw_gemm_msg<<<grid, 256, 0, stream>>>(a.v, a.W_msg, a.msg, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.v, a.W_msg, a.msg, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -2073,9 +1050,10 @@ cudaError_t launch_hgt_fw_nodes_att_sum(const HgtForwardArgs& a, cudaStream_t st
 }
 
 cudaError_t launch_hgt_fw_gemm_h(const HgtForwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fw_gemm_h
     const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
-    hgt_fw_gemm_h<<<grid, 256, 0, stream>>>(a.agg, a.W_a, a.h, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.agg, a.W_a, a.h, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -2094,45 +1072,50 @@ cudaError_t hgt_forward(const HgtForwardArgs& a, cudaStream_t stream) {
 }
 
 cudaError_t launch_hgt_fwt_gemm_k(const HgtForwardTrainArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fwt_gemm_k
     const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
-    hgt_fwt_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_fwt_gemm_q(const HgtForwardTrainArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fwt_gemm_q
     const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
-    hgt_fwt_gemm_q<<<grid, 256, 0, stream>>>(a.feature, a.W_q, a.q, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_q, a.q, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_fwt_gemm_v(const HgtForwardTrainArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fwt_gemm_v
     const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
-    hgt_fwt_gemm_v<<<grid, 256, 0, stream>>>(a.feature, a.W_v, a.v, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_v, a.v, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_fwt_gemm_lin_3(const HgtForwardTrainArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_fwt_gemm_lin_3
     const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
-    hgt_fwt_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_fwt_gemm_msg(const HgtForwardTrainArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_fwt_gemm_msg
     const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
-    hgt_fwt_gemm_msg<<<grid, 256, 0, stream>>>(a.v, a.W_msg, a.msg, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.v, a.W_msg, a.msg, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -2157,9 +1140,10 @@ cudaError_t launch_hgt_fwt_nodes_att_sum(const HgtForwardTrainArgs& a, cudaStrea
 }
 
 cudaError_t launch_hgt_fwt_gemm_h(const HgtForwardTrainArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fwt_gemm_h
     const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
-    hgt_fwt_gemm_h<<<grid, 256, 0, stream>>>(a.agg, a.W_a, a.h, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.agg, a.W_a, a.h, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -2268,9 +1252,10 @@ cudaError_t launch_hgt_bw_sum_d_v(const HgtBackwardArgs& a, cudaStream_t stream)
 }
 
 cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_bw_gemm_d_v_edges
   if (a.num_edges > 0) {  // hgt_bw_gemm_d_k_edges
     const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
-    hgt_bw_gemm_d_k_edges<<<grid, 256, 0, stream>>>(a.t___op1, a.W_att, a.t_d_k_edges, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_bw_gemm_d_v_edges<<<grid, 256, 0, stream>>>(a.t___op1, a.W_att, a.t_d_k_edges, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -2295,27 +1280,30 @@ cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& a, cudaStream_t stream)
 }
 
 cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_bw_wgrad_d_W_msg
   {  // hgt_bw_wgrad_d_W_att
     const dim3 grid(4, 4, static_cast<unsigned>(a.num_etypes * 1));
-    hgt_bw_wgrad_d_W_att<<<grid, 256, 0, stream>>>(a.k, a.t___op2, a.d_W_att, a.src, a.etype_ptr, a.num_edges);
+    hgt_bw_wgrad_d_W_msg<<<grid, 256, 0, stream>>>(a.k, a.t___op2, a.d_W_att, a.src, a.etype_ptr, a.num_edges);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_bw_gemm_lin_14(const HgtBackwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_bw_gemm_lin_14
     const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
-    hgt_bw_gemm_lin_14<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_14, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_14, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_bw_gemm_lin_15(const HgtBackwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_bw_gemm_lin_15
     const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
-    hgt_bw_gemm_lin_15<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_15, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_15, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -2349,54 +1337,60 @@ cudaError_t launch_hgt_bw_sum_d_q(const HgtBackwardArgs& a, cudaStream_t stream)
 }
 
 cudaError_t launch_hgt_bw_gemm_d_feature(const HgtBackwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_bw_gemm_d_agg
   if (a.num_nodes > 0) {  // hgt_bw_gemm_d_feature
     const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
-    hgt_bw_gemm_d_feature<<<grid, 256, 0, stream>>>(a.d_v, a.W_v, a.d_feature, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_bw_gemm_d_agg<<<grid, 256, 0, stream>>>(a.d_v, a.W_v, a.d_feature, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_bw_wgrad_d_W_v(const HgtBackwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_bw_wgrad_d_W_a
   {  // hgt_bw_wgrad_d_W_v
     const dim3 grid(4, 4, static_cast<unsigned>(a.num_ntypes * 1));
-    hgt_bw_wgrad_d_W_v<<<grid, 256, 0, stream>>>(a.feature, a.d_v, a.d_W_v, a.ntype_ptr, a.num_nodes);
+    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.feature, a.d_v, a.d_W_v, a.ntype_ptr, a.num_nodes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_bw_gemm_d_feature_2(const HgtBackwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_bw_gemm_d_agg
   if (a.num_nodes > 0) {  // hgt_bw_gemm_d_feature_2
     const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
-    hgt_bw_gemm_d_feature_2<<<grid, 256, 0, stream>>>(a.d_q, a.W_q, a.d_feature, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_bw_gemm_d_agg<<<grid, 256, 0, stream>>>(a.d_q, a.W_q, a.d_feature, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_bw_wgrad_d_W_q(const HgtBackwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_bw_wgrad_d_W_a
   {  // hgt_bw_wgrad_d_W_q
     const dim3 grid(4, 4, static_cast<unsigned>(a.num_ntypes * 1));
-    hgt_bw_wgrad_d_W_q<<<grid, 256, 0, stream>>>(a.feature, a.d_q, a.d_W_q, a.ntype_ptr, a.num_nodes);
+    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.feature, a.d_q, a.d_W_q, a.ntype_ptr, a.num_nodes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_bw_gemm_d_feature_3(const HgtBackwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_bw_gemm_d_agg
   if (a.num_nodes > 0) {  // hgt_bw_gemm_d_feature_3
     const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
-    hgt_bw_gemm_d_feature_3<<<grid, 256, 0, stream>>>(a.d_k, a.W_k, a.d_feature, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_bw_gemm_d_agg<<<grid, 256, 0, stream>>>(a.d_k, a.W_k, a.d_feature, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_bw_wgrad_d_W_k(const HgtBackwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_bw_wgrad_d_W_a
   {  // hgt_bw_wgrad_d_W_k
     const dim3 grid(4, 4, static_cast<unsigned>(a.num_ntypes * 1));
-    hgt_bw_wgrad_d_W_k<<<grid, 256, 0, stream>>>(a.feature, a.d_k, a.d_W_k, a.ntype_ptr, a.num_nodes);
+    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.feature, a.d_k, a.d_W_k, a.ntype_ptr, a.num_nodes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

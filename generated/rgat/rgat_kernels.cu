@@ -258,118 +258,6 @@ __global__ void __launch_bounds__(256) rgat_fw_nodes_att_sum(
 
 // ==== forward_train ====
 
-// rgat_fwt_gemm_hs: GEMM instance  hs[row] = feature[src[row]] * W[etype]
-//   from: e["hs"] = reshape(e.src.feature * W[e.etype], heads, out_dim)
-__global__ void __launch_bounds__(256) rgat_fwt_gemm_hs(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ src,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
-// rgat_fwt_gemm_ht: GEMM instance  ht[row] = feature[dst[row]] * W[etype]
-//   from: e["ht"] = reshape(e.dst.feature * W[e.etype], heads, out_dim)
-__global__ void __launch_bounds__(256) rgat_fwt_gemm_ht(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ dst,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(dst[row]) * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
 // rgat_fwt_edges_att__0: traversal instance, one warp per edge
 //   for e in g.edges():
 //       e["att__0"] = leakyrelu(dot(e["hs"], w_s[e.etype]) + dot(e["ht"], w_t[e.etype]), negative_slope)
@@ -958,31 +846,6 @@ __global__ void __launch_bounds__(256) rgat_bw_segsum_d_w_s(
   if (threadIdx.x == 0) dw[static_cast<int64_t>(type) * kNumel + j] += partial[0];
 }
 
-// rgat_bw_segsum_d_w_t: segment sum  d_w_t[etype] += sum_row t___wg2[row]
-//   from: d_w_t[e.etype] += e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.ht
-// One block per (element of dW, segment): a fixed assignment of rows to threads and a fixed reduction
-// tree, so the result is bit-identical from run to run.
-__global__ void __launch_bounds__(256) rgat_bw_segsum_d_w_t(
-    const float* __restrict__ v, float* __restrict__ dw,
-    const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows) {
-  constexpr int64_t kNumel = 64;
-  __shared__ float partial[256];
-  const int64_t j = blockIdx.x;
-  const int type = blockIdx.y;
-  const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-  (void)num_rows;
-  float acc = 0.f;
-  for (int64_t r = row_begin + threadIdx.x; r < row_end; r += blockDim.x) acc += v[r * kNumel + j];
-  partial[threadIdx.x] = acc;
-  __syncthreads();
-  for (int width = blockDim.x / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) dw[static_cast<int64_t>(type) * kNumel + j] += partial[0];
-}
-
 // rgat_bw_gemm_d_feature_edges: GEMM instance  t_d_feature_edges[row] = d_ht[row] * W[etype]^T
 //   from: e.dst["d_feature"] += linear_t(reshape(e["d_ht"], 64), W[e.etype])
 __global__ void __launch_bounds__(256) rgat_bw_gemm_d_feature_edges(
@@ -1072,61 +935,6 @@ __global__ void __launch_bounds__(256) rgat_bw_wgrad_d_W(
   }
   if (k0 + tk < kK && n0 + tn < kN)
     dw[(static_cast<int64_t>(type) * kHeads + head) * kK * kN + (k0 + tk) * kN + n0 + tn] += acc;
-}
-
-// rgat_bw_gemm_d_feature_edges_2: GEMM instance  t_d_feature_edges_2[row] = d_hs[row] * W[etype]^T
-//   from: e.src["d_feature"] += linear_t(reshape(e["d_hs"], 64), W[e.etype])
-__global__ void __launch_bounds__(256) rgat_bw_gemm_d_feature_edges_2(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wn * kK + wk] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
 }
 
 // rgat_bw_wgrad_d_W_2: weight-gradient instance  d_W[etype] += sum_row feature[static_cast<int64_t>(src[row])]^T * d_hs[row]
@@ -1274,18 +1082,20 @@ cudaError_t rgat_forward(const RgatForwardArgs& a, cudaStream_t stream) {
 }
 
 cudaError_t launch_rgat_fwt_gemm_hs(const RgatForwardTrainArgs& a, cudaStream_t stream) {
+  // same kernel as rgat_fw_gemm_hs
   if (a.num_edges > 0) {  // rgat_fwt_gemm_hs
     const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
-    rgat_fwt_gemm_hs<<<grid, 256, 0, stream>>>(a.feature, a.W, a.hs, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    rgat_fw_gemm_hs<<<grid, 256, 0, stream>>>(a.feature, a.W, a.hs, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_rgat_fwt_gemm_ht(const RgatForwardTrainArgs& a, cudaStream_t stream) {
+  // same kernel as rgat_fw_gemm_ht
   if (a.num_edges > 0) {  // rgat_fwt_gemm_ht
     const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
-    rgat_fwt_gemm_ht<<<grid, 256, 0, stream>>>(a.feature, a.W, a.ht, a.dst, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    rgat_fw_gemm_ht<<<grid, 256, 0, stream>>>(a.feature, a.W, a.ht, a.dst, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1372,9 +1182,10 @@ cudaError_t launch_rgat_bw_segsum_d_w_s(const RgatBackwardArgs& a, cudaStream_t 
 }
 
 cudaError_t launch_rgat_bw_segsum_d_w_t(const RgatBackwardArgs& a, cudaStream_t stream) {
+  // same kernel as rgat_bw_segsum_d_w_s
   {  // rgat_bw_segsum_d_w_t
     const dim3 grid(64, static_cast<unsigned>(a.num_etypes));
-    rgat_bw_segsum_d_w_t<<<grid, 256, 0, stream>>>(a.t___wg2, a.d_w_t, a.etype_ptr, a.num_edges);
+    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t___wg2, a.d_w_t, a.etype_ptr, a.num_edges);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1399,9 +1210,10 @@ cudaError_t launch_rgat_bw_wgrad_d_W(const RgatBackwardArgs& a, cudaStream_t str
 }
 
 cudaError_t launch_rgat_bw_gemm_d_feature_edges_2(const RgatBackwardArgs& a, cudaStream_t stream) {
+  // same kernel as rgat_bw_gemm_d_feature_edges
   if (a.num_edges > 0) {  // rgat_bw_gemm_d_feature_edges_2
     const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
-    rgat_bw_gemm_d_feature_edges_2<<<grid, 256, 0, stream>>>(a.d_hs, a.W, a.t_d_feature_edges_2, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    rgat_bw_gemm_d_feature_edges<<<grid, 256, 0, stream>>>(a.d_hs, a.W, a.t_d_feature_edges_2, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -117,51 +117,6 @@ __global__ void __launch_bounds__(256) rgcn_fw_gemm_h_2(
 
 // ==== forward_train ====
 
-// rgcn_fwt_gemm_h: GEMM instance  h[row] = feature[row] * W0[-]
-//   from: n["h"] = n.feature * W0
-__global__ void __launch_bounds__(256) rgcn_fwt_gemm_h(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  const int64_t row_begin = static_cast<int64_t>(blockIdx.x) * kTile;
-  const int64_t row_end = row_begin + kTile < num_rows ? row_begin + kTile : num_rows;
-  (void)num_segments;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + 0;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
 // rgcn_fwt_gemm_h_edges: GEMM instance  t_h_edges[row] = feature[src[row]] * W[etype] * norm[row]
 //   from: n["h"] += e.norm * (e.src.feature * W[e.etype])
 __global__ void __launch_bounds__(256) rgcn_fwt_gemm_h_edges(
@@ -483,9 +438,10 @@ cudaError_t rgcn_forward(const RgcnForwardArgs& a, cudaStream_t stream) {
 }
 
 cudaError_t launch_rgcn_fwt_gemm_h(const RgcnForwardTrainArgs& a, cudaStream_t stream) {
+  // same kernel as rgcn_fw_gemm_h
   if (a.num_nodes > 0) {  // rgcn_fwt_gemm_h
     const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16), 4, 1);
-    rgcn_fwt_gemm_h<<<grid, 256, 0, stream>>>(a.feature, a.W0, a.h, a.num_nodes, 1);
+    rgcn_fw_gemm_h<<<grid, 256, 0, stream>>>(a.feature, a.W0, a.h, a.num_nodes, 1);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

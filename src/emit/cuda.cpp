@@ -875,7 +875,24 @@ struct KernelsCode {
   int gemms = 0, travs = 0;
 };
 
-static KernelsCode phase_kernels(const Program& p) {
+// A kernel's code without comments and with its own name replaced: identical instances (often the forward
+// and the training forward) are emitted once.
+static std::string kernel_identity(const std::string& code, const std::string& name) {
+  std::string out;
+  size_t start = 0;
+  while (start < code.size()) {
+    size_t end = code.find('\n', start);
+    if (end == std::string::npos) end = code.size();
+    std::string line = code.substr(start, end - start);
+    size_t first = line.find_first_not_of(' ');
+    if (first != std::string::npos && line.compare(first, 2, "//") != 0) out += line + "\n";
+    start = end + 1;
+  }
+  for (size_t at = out.find(name); at != std::string::npos; at = out.find(name, at)) out.replace(at, name.size(), "$KERNEL$");
+  return out;
+}
+
+static KernelsCode phase_kernels(const Program& p, std::map<std::string, std::string>& emitted) {
   std::string kernels, launchers, forward;
   bool warp_sum = false;
   int gemms = 0, travs = 0;
@@ -884,6 +901,7 @@ static KernelsCode phase_kernels(const Program& p) {
     if (t.role == intra::Role::Input || t.role == intra::Role::Weight) written.insert(t.name);
   for (const auto& k : p.kernels) {
     std::string body;
+    const size_t kernel_mark = kernels.size();
     if (k.kind == intra::Kernel::Kind::Gemm) {
       GemmCode c = emit_gemm(p, k.gemm);
       kernels += "\n" + c.kernel;
@@ -912,6 +930,17 @@ static KernelsCode phase_kernels(const Program& p) {
       written.insert(k.trav.torch_target);
       continue;  // runs in the host code
     }
+    // Reuse an identical kernel emitted earlier (the launcher calls it instead).
+    std::string kernel_code = kernels.substr(kernel_mark);
+    std::string identity = kernel_identity(kernel_code, k.name());
+    if (auto it = emitted.find(identity); it != emitted.end()) {
+      kernels.resize(kernel_mark);
+      for (size_t at = body.find(k.name() + "<<<"); at != std::string::npos; at = body.find(k.name() + "<<<", at))
+        body.replace(at, k.name().size(), it->second);
+      body = fmt::format("  // same kernel as {}\n", it->second) + body;
+    } else {
+      emitted.emplace(identity, k.name());
+    }
     launchers += "\n" + launcher_function(p, k.name(), body);
     forward += fmt::format("  if (cudaError_t err = launch_{}(a, stream); err != cudaSuccess) return err;\n", k.name());
   }
@@ -925,8 +954,9 @@ std::string emit_kernels_cu(const std::vector<Program>& phases, const EmitContex
   const Program& p = phases.front();
   KernelsCode all;
   std::string phase_names;
+  std::map<std::string, std::string> emitted;  // kernel identity -> name of its first instance
   for (const Program& ph : phases) {
-    KernelsCode c = phase_kernels(ph);
+    KernelsCode c = phase_kernels(ph, emitted);
     all.kernels += fmt::format("\n// ==== {} ====\n", ph.phase) + c.kernels;
     all.launchers += c.launchers;
     all.warp_sum |= c.warp_sum;
