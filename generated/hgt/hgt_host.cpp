@@ -410,7 +410,7 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor d_mu = at::zeros({num_etypes, 1}, options);
   at::Tensor d_W_a = at::zeros({num_ntypes, 64, 64}, options);
   at::Tensor d_agg = at::zeros({num_nodes, 1, 64}, options);  // field
-  at::Tensor d_att_sum = at::empty({num_nodes, 1}, options);  // field
+  at::Tensor d_att_sum = at::zeros({num_nodes, 1}, options);  // field
   at::Tensor d_k = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor d_q = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor d_v = at::empty({num_nodes, 1, 64}, options);  // field
@@ -418,15 +418,14 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor d_att__0 = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_att__1 = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_msg = at::empty({num_edges, 1, 64}, options);  // field
-  at::Tensor t___sc0 = at::empty({num_edges, 1}, options);  // intermediate
   at::Tensor t_d_v_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___op1 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t___op0 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_d_k_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___op2 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_lin_14 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_lin_15 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___sc3 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___wg4 = at::empty({num_edges, 1}, options);  // intermediate
+  at::Tensor t___op1 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_lin_11 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_lin_12 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t___sc2 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t___wg3 = at::empty({num_edges, 1}, options);  // intermediate
   HgtBackwardArgs a;
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -481,22 +480,18 @@ std::vector<at::Tensor> hgt_backward_op(
   a.d_att__0 = d_att__0.data_ptr<float>();
   a.d_att__1 = d_att__1.data_ptr<float>();
   a.d_msg = d_msg.data_ptr<float>();
-  a.t___sc0 = t___sc0.data_ptr<float>();
   a.t_d_v_edges = t_d_v_edges.data_ptr<float>();
-  a.t___op1 = t___op1.data_ptr<float>();
+  a.t___op0 = t___op0.data_ptr<float>();
   a.t_d_k_edges = t_d_k_edges.data_ptr<float>();
-  a.t___op2 = t___op2.data_ptr<float>();
-  a.t_lin_14 = t_lin_14.data_ptr<float>();
-  a.t_lin_15 = t_lin_15.data_ptr<float>();
-  a.t___sc3 = t___sc3.data_ptr<float>();
-  a.t___wg4 = t___wg4.data_ptr<float>();
+  a.t___op1 = t___op1.data_ptr<float>();
+  a.t_lin_11 = t_lin_11.data_ptr<float>();
+  a.t_lin_12 = t_lin_12.data_ptr<float>();
+  a.t___sc2 = t___sc2.data_ptr<float>();
+  a.t___wg3 = t___wg3.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_agg(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_a(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_nodes_d_att(a, stream));
-  C10_CUDA_CHECK(launch_hgt_bw_edges_d_att__1(a, stream));
-  C10_CUDA_CHECK(launch_hgt_bw_sum_d_att_sum(a, stream));
-  C10_CUDA_CHECK(launch_hgt_bw_nodes_d_att__1(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_v_edges(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_msg(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_edges_loop(a, stream));
@@ -505,8 +500,8 @@ std::vector<at::Tensor> hgt_backward_op(
   C10_CUDA_CHECK(launch_hgt_bw_edges_loop_2(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_sum_d_k(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_att(a, stream));
-  C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_14(a, stream));
-  C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_15(a, stream));
+  C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_11(a, stream));
+  C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_12(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_edges_loop_3(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_segsum_d_mu(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_sum_d_q(a, stream));

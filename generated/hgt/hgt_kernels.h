@@ -166,24 +166,20 @@ struct HgtBackwardArgs {
   float* d_att__0 = nullptr;  // [num_edges, 1]
   float* d_att__1 = nullptr;  // [num_edges, 1]
   float* d_msg = nullptr;  // [num_edges, 1, 64]
-  float* t___sc0 = nullptr;  // [num_edges, 1]
   float* t_d_v_edges = nullptr;  // [num_edges, 1, 64]
-  float* t___op1 = nullptr;  // [num_edges, 1, 64]
+  float* t___op0 = nullptr;  // [num_edges, 1, 64]
   float* t_d_k_edges = nullptr;  // [num_edges, 1, 64]
-  float* t___op2 = nullptr;  // [num_edges, 1, 64]
-  float* t_lin_14 = nullptr;  // [num_edges, 1, 64]
-  float* t_lin_15 = nullptr;  // [num_edges, 1, 64]
-  float* t___sc3 = nullptr;  // [num_edges, 1, 64]
-  float* t___wg4 = nullptr;  // [num_edges, 1]
+  float* t___op1 = nullptr;  // [num_edges, 1, 64]
+  float* t_lin_11 = nullptr;  // [num_edges, 1, 64]
+  float* t_lin_12 = nullptr;  // [num_edges, 1, 64]
+  float* t___sc2 = nullptr;  // [num_edges, 1, 64]
+  float* t___wg3 = nullptr;  // [num_edges, 1]
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
 cudaError_t launch_hgt_bw_gemm_d_agg(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_wgrad_d_W_a(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_nodes_d_att(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_edges_d_att__1(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_sum_d_att_sum(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_nodes_d_att__1(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_edges_loop(const HgtBackwardArgs& args, cudaStream_t stream);
@@ -192,8 +188,8 @@ cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& args, cudaStream
 cudaError_t launch_hgt_bw_edges_loop_2(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_gemm_lin_14(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_gemm_lin_15(const HgtBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_bw_gemm_lin_12(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_sum_d_q(const HgtBackwardArgs& args, cudaStream_t stream);

@@ -304,16 +304,15 @@ std::vector<at::Tensor> rgat_backward_op(
   at::Tensor d_W = at::zeros({num_etypes, 64, 64}, options);
   at::Tensor d_w_s = at::zeros({num_etypes, 1, 64}, options);
   at::Tensor d_w_t = at::zeros({num_etypes, 1, 64}, options);
-  at::Tensor d_att_sum = at::empty({num_nodes, 1}, options);  // field
+  at::Tensor d_att_sum = at::zeros({num_nodes, 1}, options);  // field
   at::Tensor d_att = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_att__0 = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_att__1 = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_hs = at::empty({num_edges, 1, 64}, options);  // field
   at::Tensor d_ht = at::empty({num_edges, 1, 64}, options);  // field
   at::Tensor d_msg = at::empty({num_edges, 1, 64}, options);  // field
-  at::Tensor t___sc0 = at::empty({num_edges, 1}, options);  // intermediate
+  at::Tensor t___wg0 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t___wg1 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___wg2 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_d_feature_edges = at::empty({num_edges, 64}, options);  // intermediate
   at::Tensor t_d_feature_edges_2 = at::empty({num_edges, 64}, options);  // intermediate
   RgatBackwardArgs a;
@@ -355,16 +354,12 @@ std::vector<at::Tensor> rgat_backward_op(
   a.d_hs = d_hs.data_ptr<float>();
   a.d_ht = d_ht.data_ptr<float>();
   a.d_msg = d_msg.data_ptr<float>();
-  a.t___sc0 = t___sc0.data_ptr<float>();
+  a.t___wg0 = t___wg0.data_ptr<float>();
   a.t___wg1 = t___wg1.data_ptr<float>();
-  a.t___wg2 = t___wg2.data_ptr<float>();
   a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
   a.t_d_feature_edges_2 = t_d_feature_edges_2.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_rgat_bw_nodes_d_att(a, stream));
-  C10_CUDA_CHECK(launch_rgat_bw_edges_d_att__1(a, stream));
-  C10_CUDA_CHECK(launch_rgat_bw_sum_d_att_sum(a, stream));
-  C10_CUDA_CHECK(launch_rgat_bw_nodes_d_att__1(a, stream));
   C10_CUDA_CHECK(launch_rgat_bw_edges_d_hs(a, stream));
   C10_CUDA_CHECK(launch_rgat_bw_segsum_d_w_s(a, stream));
   C10_CUDA_CHECK(launch_rgat_bw_segsum_d_w_t(a, stream));

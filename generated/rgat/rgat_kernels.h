@@ -121,18 +121,14 @@ struct RgatBackwardArgs {
   float* d_hs = nullptr;  // [num_edges, 1, 64]
   float* d_ht = nullptr;  // [num_edges, 1, 64]
   float* d_msg = nullptr;  // [num_edges, 1, 64]
-  float* t___sc0 = nullptr;  // [num_edges, 1]
+  float* t___wg0 = nullptr;  // [num_edges, 1, 64]
   float* t___wg1 = nullptr;  // [num_edges, 1, 64]
-  float* t___wg2 = nullptr;  // [num_edges, 1, 64]
   float* t_d_feature_edges = nullptr;  // [num_edges, 64]
   float* t_d_feature_edges_2 = nullptr;  // [num_edges, 64]
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
 cudaError_t launch_rgat_bw_nodes_d_att(const RgatBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_rgat_bw_edges_d_att__1(const RgatBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_rgat_bw_sum_d_att_sum(const RgatBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_rgat_bw_nodes_d_att__1(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_segsum_d_w_s(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_segsum_d_w_t(const RgatBackwardArgs& args, cudaStream_t stream);

@@ -48,6 +48,7 @@ StmtP rename_stmt(const StmtP& s, const std::string& from, const std::string& to
 // What a top-level loop reads and writes, split by how it reaches the data.
 struct Access {
   std::set<std::string> node_writes_own, node_writes_other;  // loop node's fields / other nodes' (scatter)
+  bool other_writes_only_via_dst = true;  // every scatter goes to e.dst (the node of its incoming loop)
   std::set<std::string> node_reads_own, node_reads_other;
   std::set<std::string> edge_writes, edge_reads;
   std::set<LoopKind> edge_sets;  // how the edges are reached: Edges, IncomingEdges, OutgoingEdges
@@ -88,7 +89,10 @@ class Analyzer {
         switch (classify(t.args[0], inner)) {
           case Ref::Edge: a.edge_writes.insert(f); break;
           case Ref::OwnNode: a.node_writes_own.insert(f); break;
-          case Ref::OtherNode: a.node_writes_other.insert(f); break;
+          case Ref::OtherNode:
+            a.node_writes_other.insert(f);
+            if (!(t.args[0]->kind == ExprKind::Attr && t.args[0]->name == "dst")) a.other_writes_only_via_dst = false;
+            break;
         }
         if (s->op != AssignOp::Set) expr(s->target, a, inner);
       }
@@ -226,7 +230,8 @@ Module fuse_loops(const Module& m) {
         const StmtP& node = side == 0 ? b : a;
         if (!is_graph_edge_loop(*edge) || !is_graph_node_loop(*node)) continue;
         Access ea = side == 0 ? aa : ba;
-        if (ea.has_linear || !ea.node_writes_other.empty()) continue;
+        // Scatters into e.dst become the loop node's own aggregation in the node form.
+        if (ea.has_linear || !ea.other_writes_only_via_dst) continue;
         StmtP converted = to_node_form(edge, node->var);
         Access ca = an.run(*converted);
         Access na = side == 0 ? ba : aa;
@@ -236,6 +241,13 @@ Module fuse_loops(const Module& m) {
         changed = true;
       }
     }
+  }
+  // Rule 5: an edge loop that scatters into e.dst (and has no GEMM work) runs node-centric: its scatters
+  // become register aggregation, without atomics.
+  for (StmtP& s : loops) {
+    if (!is_graph_edge_loop(*s)) continue;
+    Access a = an.run(*s);
+    if (!a.has_linear && !a.node_writes_other.empty() && a.other_writes_only_via_dst) s = to_node_form(s, "n");
   }
   Module out;
   out.decl = m.decl;
