@@ -554,7 +554,7 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
       const int64_t e = in_eid[i_e];
       // e["d_att__1"] += n["d_att_sum"]
       float v19[1];
-      v19[0] = 0.f;
+      v19[0] = d_att__1[e];
       v19[0] += f_d_att_sum[0];
       if (lane == 0) d_att__1[e] = v19[0];
       // e["d_att__0"] += e["d_att__1"] * exp(e.att__0)

@@ -446,7 +446,8 @@ class TraversalEmitter {
         CVal v = declare(ti.shape);
         v.fresh = false;
         if (s.op != AssignOp::Set) {
-          if (written_before_.count(tn) || ti.zero_init) load_row(v, tn, base->name);
+          // Accumulate onto what earlier kernels, or earlier loops of this kernel, stored.
+          if (written_before_.count(tn) || tensors_written_.count(tn) || ti.zero_init) load_row(v, tn, base->name);
           else fill(v, "0.f");
         }
         it = edge_regs_.emplace(field, v).first;
