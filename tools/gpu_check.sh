@@ -34,6 +34,8 @@ spec_of() {
     rgat4) echo tests/gpu/specs/rgat4.yaml ;;
     hgt) echo specs/hgt.yaml ;;
     rgat_concat) echo tests/gpu/specs/rgat_concat.yaml ;;
+    rgcn_t32c4) echo tests/gpu/specs/rgcn_t32c4.yaml ;;
+    hgt_c2) echo tests/gpu/specs/hgt_c2.yaml ;;
     *) return 1 ;;
   esac
 }
@@ -66,7 +68,7 @@ OUT="${OUT:-$ROOT/out/gpu_check}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 GEN_ROOT="${HG_GEN_DIR:-/tmp/hg_gen}"
-MODELS="${MODELS:-rgcn,rgat,rgat4,hgt,rgat_concat}"
+MODELS="${MODELS:-rgcn,rgat,rgat4,hgt,rgat_concat,rgcn_t32c4,hgt_c2}"
 GRAPHS="${GRAPHS:-tiny,medium}"
 BUDGET="${GPU_CHECK_BUDGET_S:-470}"
 IFS=',' read -r -a MODEL_LIST <<< "$MODELS"

@@ -87,6 +87,8 @@ VARIANTS = {v.name: v for v in (
     Variant("rgat4", "tests/gpu/specs/rgat4.yaml", "rgat", 4),
     Variant("hgt", "specs/hgt.yaml", "hgt", 1),
     Variant("rgat_concat", "tests/gpu/specs/rgat_concat.yaml", "rgat", 1),  # exercises the PyTorch fallback
+    Variant("rgcn_t32c4", "tests/gpu/specs/rgcn_t32c4.yaml", "rgcn", 1),  # GEMM tile 32, coarsening 4
+    Variant("hgt_c2", "tests/gpu/specs/hgt_c2.yaml", "hgt", 1),  # coarsening 2, 128-thread traversals
 )}
 
 TOL = 1e-5          # generated fp32 vs float64 references
@@ -907,7 +909,7 @@ def main(argv=None) -> int:
     p.add_argument("--generated", default=str(REPO / "generated"), help="directory holding <model>/ (default: generated)")
     p.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "out" / "gpu_check"),
                    help="report directory (default: $OUT or out/gpu_check)")
-    p.add_argument("--models", default="rgcn,rgat,rgat4,hgt,rgat_concat", help=f"comma list of {', '.join(VARIANTS)}")
+    p.add_argument("--models", default="rgcn,rgat,rgat4,hgt,rgat_concat,rgcn_t32c4,hgt_c2", help=f"comma list of {', '.join(VARIANTS)}")
     p.add_argument("--graphs", default="tiny,medium", help="comma list: tiny and/or graphs.PRESETS names")
     p.add_argument("--graph-seed", type=int, default=0, help="seed of the synthetic (preset) graphs")
     p.add_argument("--seed", type=int, default=None, help="input/weight seed (default: a fresh one per run)")
