@@ -13,8 +13,8 @@ SourceFile::SourceFile(std::string path, std::string text) : path_(std::move(pat
 std::string_view SourceFile::line(int line) const {
   if (line < 1 || line > line_count()) return {};
   size_t begin = line_starts_[line - 1];
-  size_t end = text_.find('\n', begin);
-  if (end == std::string::npos) end = text_.size();
+  size_t end = line < line_count() ? line_starts_[line] - 1 : text_.size();  // at the '\n' or the end
+  if (line == line_count() && end > begin && text_[end - 1] == '\n') --end;
   if (end > begin && text_[end - 1] == '\r') --end;
   return std::string_view(text_).substr(begin, end - begin);
 }

@@ -3,10 +3,19 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <utility>
 
 namespace hectorgen::dsl {
 
 SourceLoc ProgramText::map(int line, int col) const {
+  if (line >= 1 && line <= static_cast<int>(byte_locs.size()) && !byte_locs[line - 1].empty()) {
+    const std::vector<SourceLoc>& at = byte_locs[line - 1];
+    if (col < 1) col = 1;
+    if (col <= static_cast<int>(at.size())) return at[col - 1];
+    SourceLoc past = at.back();  // past the end of the line: after its last byte
+    past.col += col - static_cast<int>(at.size());
+    return past;
+  }
   if (origins.empty()) return {file, line, col};
   if (line < 1) line = 1;
   if (line > static_cast<int>(origins.size())) {
@@ -62,8 +71,9 @@ class Lexer {
       // ---- start of a logical line: measure indentation, skip blank/comment lines
       size_t line_begin = i;
       int width = 0;
+      bool tab_reported = false;  // once per line
       while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) {
-        if (s[i] == '\t') {
+        if (s[i] == '\t' && !std::exchange(tab_reported, true)) {
           d_.error(p_.map(line, static_cast<int>(i - line_begin) + 1), "tab-indent",
                    "tabs are not allowed in indentation; use spaces");
         }

@@ -19,6 +19,9 @@ struct ProgramText {
     int col_offset;  // added to the 1-based column inside the program line
   };
   std::vector<Origin> origins;  // one per program line; empty: the program *is* the file
+  // Optional, per program line: where each of its bytes sits in `file`. For lines that do not map
+  // column for column (escapes in quoted strings, lines folded into one); takes precedence over origins.
+  std::vector<std::vector<SourceLoc>> byte_locs;
 
   SourceLoc map(int line, int col) const;
 };

@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <set>
+#include <unordered_map>
 
 namespace hectorgen::dsl {
 
@@ -92,6 +94,41 @@ class Parser {
   }
 
  private:
+  // ---- limits ------------------------------------------------------------------------------------
+  // Every later stage walks expressions and blocks recursively: bound what the parser builds so that
+  // none of them can run out of stack. Nesting counts open parentheses, brackets, calls, unary minus
+  // signs and blocks; depth counts the levels of the expression tree (a + b + c is two levels deep).
+  static constexpr int kMaxNesting = 256;
+  static constexpr int kMaxExprDepth = 1000;
+
+  struct Nesting {
+    Parser& p;
+    bool ok;
+    Nesting(Parser& parser, SourceLoc loc) : p(parser), ok(++p.nesting_ <= kMaxNesting) {
+      if (!ok)
+        p.error(loc, "too-deep", fmt::format("nested too deeply (more than {} levels of parentheses, brackets, "
+                                             "calls, unary minus signs or blocks)", kMaxNesting));
+    }
+    ~Nesting() { --p.nesting_; }
+  };
+
+  int depth(const ExprP& e) const {
+    auto it = depth_.find(e);
+    return it == depth_.end() ? 1 : it->second;
+  }
+  // Records the depth of a new node; null (and an error) when it is too deep.
+  ExprP bounded(ExprP e) {
+    int d = 0;
+    for (const ExprP& a : e->args) d = std::max(d, depth(a));
+    if (++d > kMaxExprDepth) {
+      error(e->loc, "too-deep", fmt::format("expression too long or too deeply nested (more than {} levels); split "
+                                            "it into several statements", kMaxExprDepth));
+      return nullptr;
+    }
+    depth_[e] = d;
+    return e;
+  }
+
   // ---- token helpers ---------------------------------------------------------------------------
   const Token& cur() const { return t_[p_]; }
   const Token& peek(int k = 1) const { return t_[std::min(p_ + k, t_.size() - 1)]; }
@@ -158,6 +195,11 @@ class Parser {
     if (!at(Tok::Indent)) {
       error(cur().loc, "bad-indent", "expected an indented block");
       in_error_ = false;
+      return false;
+    }
+    Nesting n(*this, cur().loc);
+    if (!n.ok) {
+      skip_block();
       return false;
     }
     ++p_;
@@ -267,13 +309,15 @@ class Parser {
   // ---- expressions -----------------------------------------------------------------------------
   // expr := term (('+'|'-') term)* ; term := unary (('*'|'/') unary)* ; unary := '-' unary | postfix
   ExprP expression() {
+    Nesting n(*this, cur().loc);
+    if (!n.ok) return nullptr;
     ExprP lhs = term();
     while (lhs && (at(Tok::Plus) || at(Tok::Minus))) {
       Token op = cur();
       ++p_;
       ExprP rhs = term();
       if (!rhs) return nullptr;
-      lhs = Expr::binary(op.kind == Tok::Plus ? BinOp::Add : BinOp::Sub, lhs, rhs, op.loc);
+      lhs = bounded(Expr::binary(op.kind == Tok::Plus ? BinOp::Add : BinOp::Sub, lhs, rhs, op.loc));
     }
     return lhs;
   }
@@ -284,16 +328,18 @@ class Parser {
       ++p_;
       ExprP rhs = unary();
       if (!rhs) return nullptr;
-      lhs = Expr::binary(op.kind == Tok::Star ? BinOp::Mul : BinOp::Div, lhs, rhs, op.loc);
+      lhs = bounded(Expr::binary(op.kind == Tok::Star ? BinOp::Mul : BinOp::Div, lhs, rhs, op.loc));
     }
     return lhs;
   }
   ExprP unary() {
     if (at(Tok::Minus)) {
       SourceLoc loc = cur().loc;
+      Nesting n(*this, loc);
+      if (!n.ok) return nullptr;
       ++p_;
       ExprP x = unary();
-      return x ? Expr::neg(x, loc) : nullptr;
+      return x ? bounded(Expr::neg(x, loc)) : nullptr;
     }
     return postfix();
   }
@@ -309,13 +355,13 @@ class Parser {
           error(cur().loc, "syntax", fmt::format("method call '.{}()' is only allowed as a loop iterator", attr));
           return nullptr;
         }
-        e = Expr::attr(e, attr, loc);
+        e = bounded(Expr::attr(e, attr, loc));
       } else if (at(Tok::LBracket)) {
         SourceLoc loc = cur().loc;
         ++p_;
         ExprP idx = expression();
         if (!idx || !expect(Tok::RBracket, "after the subscript")) return nullptr;
-        e = Expr::index(e, idx, loc);
+        e = bounded(Expr::index(e, idx, loc));
       } else if (at(Tok::LParen)) {
         if (e->kind != ExprKind::Name) {
           error(cur().loc, "syntax", "only named functions can be called");
@@ -330,7 +376,7 @@ class Parser {
           if (!at(Tok::RParen) && !expect(Tok::Comma, "between arguments")) return nullptr;
         }
         ++p_;
-        e = Expr::call(e->name, std::move(args), e->loc);
+        e = bounded(Expr::call(e->name, std::move(args), e->loc));
       } else {
         break;
       }
@@ -451,6 +497,8 @@ class Parser {
   size_t p_ = 0;
   Diagnostics& d_;
   bool in_error_ = false;  // suppresses cascades until the parser resynchronises
+  int nesting_ = 0;
+  std::unordered_map<ExprP, int> depth_;  // of the nodes made by bounded(); leaves are 1 deep
 };
 
 }  // namespace
@@ -547,20 +595,18 @@ static bool is_integer_expr(const ExprP& e, const ModelDecl& decl) {
 
 bool evaluate_declarations(ModelDecl& decl, Diagnostics& diags) {
   int before = diags.error_count();
-  std::vector<HyperParam> done;
+  ModelDecl upto;  // the hyper-parameters evaluated so far: only earlier ones are visible
   std::set<std::string> seen;
   for (HyperParam& h : decl.hyper) {
     if (!seen.insert(h.name).second) {
       diags.error(h.loc, "duplicate-name", fmt::format("hyper-parameter '{}' is defined twice", h.name));
       continue;
     }
-    ModelDecl upto;  // only earlier hyper-parameters are visible
-    upto.hyper = done;
     auto v = eval_constant(h.expr, upto, diags);
     if (!v) continue;
     h.value = *v;
     h.is_integer = is_integer_expr(h.expr, upto) && std::floor(*v) == *v;
-    done.push_back(h);
+    upto.hyper.push_back(h);
   }
   if (diags.error_count() != before) return false;
   auto eval_shapes = [&](std::vector<TensorDecl>& tensors, const char* what) {

@@ -487,6 +487,11 @@ class TraversalEmitter {
           return v;
         }
         if (const HyperParam* h = p_.decl.find_hyper(e->name)) return literal(flt(h->value));
+        if (const TensorDecl* w = p_.decl.find_weight(e->name); w && w->per == Per::None) {
+          CVal v = declare(w->shape);  // a shared weight used element-wise (no linear transform)
+          load_row(v, w->name, "0");
+          return v;
+        }
         throw std::logic_error("traversal: unknown name " + e->name);
       }
       case ExprKind::Attr: {
@@ -595,7 +600,7 @@ class TraversalEmitter {
     int64_t d = a.shape.back();
     std::vector<int64_t> shape(a.shape.begin(), a.shape.end() - 1);
     CVal out = declare(shape);
-    if (out.dist()) throw std::runtime_error(fmt::format("dot over {} rows per element is not supported yet", out.numel()));
+    if (out.dist()) return dot_distributed(a, b, out, d);
     if (!a.dist()) {
       line(fmt::format("for (int m = 0; m < {}; ++m) {{", out.numel()));
       line(fmt::format("  {}[m] = 0.f;", out.var));
@@ -617,6 +622,28 @@ class TraversalEmitter {
                      elem(a, a, "j"), elem(b, a, "j")));
     line("  }");
     line(fmt::format("  {}[m] = warp_sum(partial);", out.var));
+    line("}");
+    return out;
+  }
+
+  // dot() with 32 or more outputs: the output is distributed too (output m in slot m / 32 of lane m % 32).
+  // Output m reduces input elements [m * d, (m + 1) * d), which lie in slots m * d / 32 .. ((m + 1) * d - 1) / 32.
+  CVal dot_distributed(const CVal& a, const CVal& b, const CVal& out, int64_t d) {
+    if (d == 1) {  // nothing to reduce: the same layout, element by element
+      loop_over(out, [&](const std::string& j) { return fmt::format("{}[{}] = {} * {};", out.var, j, elem(a, out, j), elem(b, out, j)); });
+      return out;
+    }
+    uses_warp_sum_ = true;
+    fill(out, "0.f");
+    line("#pragma unroll");
+    line(fmt::format("for (int m = 0; m < {}; ++m) {{  // one warp-wide sum per output element, kept by lane m % 32", out.numel()));
+    line("  float partial = 0.f;");
+    line("#pragma unroll");
+    line(fmt::format("  for (int j = m * {} / 32; j <= (m * {} + {}) / 32; ++j) {{", d, d, d - 1));
+    line(fmt::format("    if ((lane + 32 * j) / {} == m) partial += {} * {};", d, elem(a, a, "j"), elem(b, a, "j")));
+    line("  }");
+    line("  const float total = warp_sum(partial);");
+    line(fmt::format("  if (lane == m % 32) {}[m / 32] = total;", out.var));
     line("}");
     return out;
   }

@@ -406,7 +406,8 @@ std::string emit_manifest(const std::vector<Program>& phases, const EmitContext&
     }
     j["kernels"].push_back(x);
   }
-  return j.dump(2) + "\n";
+  // Names are identifiers (checked by the loader and the verifier); still, never throw on invalid UTF-8.
+  return j.dump(2, ' ', true, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 void emit_all(const std::vector<Program>& phases, const EmitContext& ctx, driver::OutputSet& out) {

@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -63,11 +64,17 @@ class Inliner {
   }
 
  private:
-  const FuncDef* find(const std::string& n) const {
-    for (const FuncDef& f : m_.functions)
-      if (f.name == n) return &f;
-    return nullptr;
+  const FuncDef* find(const std::string& n) {
+    if (by_name_.empty())
+      for (const FuncDef& f : m_.functions) by_name_.emplace(f.name, &f);  // the first definition wins
+    auto it = by_name_.find(n);
+    return it == by_name_.end() ? nullptr : it->second;
   }
+
+  // Calls nested deeper than this, or more expansions than that in all, are reported (the recursion
+  // here and the size of the inlined program stay bounded).
+  static constexpr size_t kMaxDepth = 64;
+  static constexpr size_t kMaxExpansions = 10000;
 
   void expand(const FuncDef& f, const Stmt& call, const Bindings& outer, std::vector<StmtP>& out) {
     const ExprP& c = call.value;
@@ -76,8 +83,18 @@ class Inliner {
                                                       f.params.size() == 1 ? "" : "s", c->args.size()));
       return;
     }
-    if (active_.count(f.name)) {
+    if (std::find(active_.begin(), active_.end(), f.name) != active_.end()) {
       d_.error(c->loc, "recursion", fmt::format("'{}' calls itself; recursion is not supported", f.name));
+      return;
+    }
+    if (active_.size() >= kMaxDepth) {
+      d_.error(c->loc, "too-deep", fmt::format("function calls nested too deeply (more than {} levels) at this call of '{}'",
+                                               kMaxDepth, f.name));
+      return;
+    }
+    if (++expansions_ > kMaxExpansions) {
+      if (expansions_ == kMaxExpansions + 1)
+        d_.error(c->loc, "too-large", fmt::format("too many function calls to inline (more than {} in all)", kMaxExpansions));
       return;
     }
     Bindings b;
@@ -93,14 +110,16 @@ class Inliner {
       }
       b[f.params[i]] = arg;
     }
-    active_.insert(f.name);
+    active_.push_back(f.name);
     for (StmtP& s : block(f.body, b)) out.push_back(std::move(s));
-    active_.erase(f.name);
+    active_.pop_back();
   }
 
   const Module& m_;
   Diagnostics& d_;
-  std::set<std::string> active_;
+  std::vector<std::string> active_;  // the chain of calls being expanded
+  std::map<std::string, const FuncDef*> by_name_;
+  size_t expansions_ = 0;
 };
 
 }  // namespace

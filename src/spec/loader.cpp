@@ -1,10 +1,15 @@
 #include "spec/loader.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 
 #include "dsl/parser.h"
 
@@ -30,12 +35,21 @@ class SchemaReader {
 
   SourceLoc loc(const YAML::Node& n) const {
     YAML::Mark m = n.Mark();
+    // An empty value (`model:` then a newline) is marked where the next token starts, often on a later
+    // line: point at its key instead.
+    if (n.IsNull() && null_key_.valid() && (m.line < 0 || m.line + 1 != null_key_.line)) return null_key_;
     if (m.line < 0) return {&f_, 0, 0};
     return {&f_, m.line + 1, m.column + 1};
   }
   SourceLoc key_loc(const YAML::const_iterator::value_type& kv) const { return loc(kv.first); }
 
   void error(const YAML::Node& n, const char* kind, std::string msg) { d_.error(loc(n), kind, std::move(msg)); }
+
+  // Names become identifiers in the generated code (and the manifest's JSON).
+  void check_name(SourceLoc at, const std::string& what, const std::string& name) {
+    if (std::string why = bad_name_reason(name); !why.empty())
+      d_.error(at, "bad-name", fmt::format("{} '{}' {}", what, name, why));
+  }
 
   static const char* type_name(const YAML::Node& n) {
     switch (n.Type()) {
@@ -74,7 +88,9 @@ class SchemaReader {
         error(it->first, "unknown-key", fmt::format("unknown key '{}' in {} (expected one of: {})", key, what, list));
         continue;
       }
+      SourceLoc outer = std::exchange(null_key_, it->second.IsNull() ? loc(it->first) : SourceLoc{});
       f(key, it->first, it->second);
+      null_key_ = outer;
     }
   }
 
@@ -108,6 +124,85 @@ class SchemaReader {
     return static_cast<int>(v);
   }
 
+  // Where each byte of a scalar's value sits in the file: the scalar's source text from its mark on is
+  // followed through quotes, escapes ("\"", \n, \u00e9, '') and line breaks folded into spaces. Empty
+  // when the source cannot be followed (block scalars, anything unexpected).
+  std::vector<SourceLoc> scalar_byte_locs(const YAML::Node& n) const {
+    const std::string& v = n.Scalar();
+    const std::string& src = f_.text();
+    YAML::Mark m = n.Mark();
+    if (m.line < 0 || m.line + 1 > f_.line_count() || v.empty()) return {};
+    std::string_view first = f_.line(m.line + 1);
+    size_t p = static_cast<size_t>(first.data() - src.data()) + static_cast<size_t>(m.column);
+    if (p >= src.size()) return {};
+    char quote = src[p] == '"' || src[p] == '\'' ? src[p] : 0;
+    if (!quote && (src[p] == '|' || src[p] == '>')) return {};
+    if (quote) ++p;
+    auto at = [&](size_t off) {
+      auto [line, col] = f_.position(off);
+      return SourceLoc{&f_, line, col};
+    };
+    auto hex = [&](size_t b, size_t n, uint32_t& out) {
+      out = 0;
+      for (size_t k = b; k < b + n; ++k) {
+        if (k >= src.size() || !std::isxdigit(static_cast<unsigned char>(src[k]))) return false;
+        out = out * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(src[k])) ? src[k] - '0' : (src[k] | 0x20) - 'a' + 10);
+      }
+      return true;
+    };
+    std::vector<SourceLoc> out;
+    size_t i = 0;
+    while (i < v.size()) {
+      if (p >= src.size()) return {};
+      char c = src[p];
+      // A line break (with the blanks around it) folds into one space, or into n-1 newlines for n breaks.
+      size_t q = p;
+      while (q < src.size() && (src[q] == ' ' || src[q] == '\t')) ++q;
+      if (q < src.size() && (src[q] == '\n' || src[q] == '\r')) {
+        int breaks = 0;
+        size_t brk = q;
+        while (q < src.size() && (src[q] == ' ' || src[q] == '\t' || src[q] == '\n' || src[q] == '\r'))
+          breaks += src[q++] == '\n';
+        std::string folded = breaks <= 1 ? std::string(" ") : std::string(static_cast<size_t>(breaks - 1), '\n');
+        if (breaks == 0 || v.compare(i, folded.size(), folded) != 0) return {};
+        for (size_t k = 0; k < folded.size(); ++k) out.push_back(at(brk));
+        i += folded.size();
+        p = q;
+        continue;
+      }
+      if (quote == '"' && c == '\\') {
+        if (p + 1 >= src.size()) return {};
+        char e = src[p + 1];
+        size_t len = 2, bytes = 1;
+        uint32_t cp = 0;
+        if (e == 'x' || e == 'u' || e == 'U') {
+          size_t digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+          if (!hex(p + 2, digits, cp)) return {};
+          len += digits;
+          bytes = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+        } else if (e == 'N' || e == '_') {
+          bytes = 2;  // U+0085, U+00A0
+        } else if (e == 'L' || e == 'P') {
+          bytes = 3;  // U+2028, U+2029
+        } else if (e == '\n' || e == '\r') {
+          return {};  // an escaped line break: rare, not followed
+        }
+        for (size_t k = 0; k < bytes && i < v.size(); ++k, ++i) out.push_back(at(p));
+        p += len;
+        continue;
+      }
+      if (quote && c == quote) {
+        if (quote == '"' || p + 1 >= src.size() || src[p + 1] != '\'') return {};  // the end of the string
+        ++p;  // '' stands for '
+      }
+      if (src[p] != v[i]) return {};
+      out.push_back(at(p));
+      ++p;
+      ++i;
+    }
+    return out;
+  }
+
   // A scalar holding a number or a constant expression, parsed with the DSL's expression grammar.
   ExprP expr_value(const YAML::Node& n, std::string_view what) {
     if (!expect_type(n, YAML::NodeType::Scalar, what)) return nullptr;
@@ -121,6 +216,7 @@ class SchemaReader {
       error(n, "bad-value", fmt::format("{} must be on one line", what));
       return nullptr;
     }
+    if (auto at = scalar_byte_locs(n); !at.empty()) text.byte_locs.push_back(std::move(at));
     return dsl::parse_expression(text, d_);
   }
 
@@ -129,6 +225,7 @@ class SchemaReader {
     TensorDecl t;
     t.name = name;
     t.loc = loc(key);
+    check_name(t.loc, std::string(section), name);
     std::string what = fmt::format("{} '{}'", section, name);
     if (!expect_type(n, YAML::NodeType::Map, what)) return t;
     bool is_weight = section == "weight", is_input = section == "input";
@@ -247,6 +344,7 @@ class SchemaReader {
         SourceLoc l = loc(line);
         p.text += line.Scalar() + "\n";
         p.origins.push_back({l.line, l.col});  // the opening quote takes one column
+        p.byte_locs.push_back(scalar_byte_locs(line));
       }
       return p;
     }
@@ -267,9 +365,19 @@ class SchemaReader {
       if (indent < 0) indent = 0;
       for (int i = 0; i < nlines; ++i) p.origins.push_back({l.line + 1 + i, indent});
     } else {
-      // Flow scalar: positions inside it are approximate (escapes); point into the string's line.
+      // Flow scalar: every line points into the string's first line, unless the source can be followed.
       int quote = (n.Tag() == "!" ? 1 : 0);
       for (int i = 0; i < nlines; ++i) p.origins.push_back({l.line, l.col - 1 + quote});
+      // Where the source can be followed (escapes, folded lines), each byte maps exactly.
+      std::vector<SourceLoc> at = scalar_byte_locs(n);
+      if (at.size() == p.text.size()) {
+        size_t b = 0;
+        for (int i = 0; i < nlines; ++i) {
+          size_t e = std::min(p.text.find('\n', b), p.text.size());
+          p.byte_locs.emplace_back(at.begin() + static_cast<long>(b), at.begin() + static_cast<long>(e));
+          b = e + 1;
+        }
+      }
     }
     return p;
   }
@@ -290,9 +398,7 @@ class SchemaReader {
         has_model = true;
         auto s = string_value(v, "'model'");
         if (!s) return;
-        bool ident = !s->empty() && !std::isdigit(static_cast<unsigned char>((*s)[0])) &&
-                     std::all_of(s->begin(), s->end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-        if (!ident) error(v, "bad-value", fmt::format("model name '{}' must be an identifier ([A-Za-z_][A-Za-z0-9_]*)", *s));
+        check_name(loc(v), "model name", *s);
         out.decl.name = *s;
         out.decl.loc = loc(key);
       } else if (k == "description") {
@@ -303,6 +409,7 @@ class SchemaReader {
           HyperParam h;
           h.name = name;
           h.loc = loc(hk);
+          check_name(h.loc, "hyper-parameter", name);
           h.expr = expr_value(hv, fmt::format("hyper-parameter '{}'", name));
           if (h.expr) out.decl.hyper.push_back(std::move(h));
         });
@@ -337,6 +444,7 @@ class SchemaReader {
  private:
   const SourceFile& f_;
   Diagnostics& d_;
+  SourceLoc null_key_;  // while reading an empty value: its key
 };
 
 // Records the first error of a strict JSON parse, with the byte offset where it was detected.
@@ -404,7 +512,31 @@ bool check_json_syntax(const SourceFile& file, Diagnostics& diags) {
     sax.position = 0;
     sax.message = e.what();
   }
-  if (!sax.failed) return true;
+  if (!sax.failed) {
+    // The YAML parser that reads the document next gives up on deep nesting without saying where.
+    constexpr int kMaxDepth = 1000;
+    const std::string& text = file.text();
+    int depth = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+      char c = text[i];
+      if (in_string) {
+        if (c == '\\') ++i;
+        else if (c == '"') in_string = false;
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '[' || c == '{') {
+        if (++depth > kMaxDepth) {
+          auto [line, col] = file.position(i);
+          diags.error({&file, line, col}, "too-deep", fmt::format("lists and objects nested too deeply (more than {} levels)", kMaxDepth));
+          return false;
+        }
+      } else if (c == ']' || c == '}') {
+        --depth;
+      }
+    }
+    return true;
+  }
   // The error is detected at the last byte read: point at the first byte of the offending token.
   const std::string& text = file.text();
   size_t at = 0;
@@ -417,6 +549,12 @@ bool check_json_syntax(const SourceFile& file, Diagnostics& diags) {
     detail = detail.substr(p + 2);
   if (size_t p = detail.find(": "); detail.rfind("parse error", 0) == 0 && p != std::string::npos)
     detail = detail.substr(p + 2);
+  // "; last read: '<token>'" shows nlohmann's token buffer, which may hold earlier text: the caret says more.
+  if (size_t lr = detail.find("; last read: '"); lr != std::string::npos) {
+    size_t end = detail.find("'; expected", lr + 14);
+    if (end == std::string::npos && detail.back() == '\'') end = detail.size() - 1;
+    if (end != std::string::npos) detail.erase(lr, end + 1 - lr);
+  }
   if (sax.id == 406) detail = fmt::format("number {} is out of range (JSON numbers must fit in a double)", sax.last_token);
   diags.error({&file, line, col}, "json-syntax", detail);
   return false;
@@ -427,13 +565,22 @@ bool check_json_syntax(const SourceFile& file, Diagnostics& diags) {
 std::optional<LoadedSpec> load_spec(const SourceFile& file, Diagnostics& diags) {
   Format fmt = detect_format(file.path(), file.text());
   if (fmt == Format::Json && !check_json_syntax(file, diags)) return std::nullopt;
+  // YAML allows no NUL bytes; yaml-cpp misreads them (as escapes or the end of the input).
+  if (size_t nul = file.text().find('\0'); fmt == Format::Yaml && nul != std::string::npos) {
+    auto [line, col] = file.position(nul);
+    diags.error({&file, line, col}, "yaml-syntax", "NUL byte (\\x00) in the file; YAML does not allow it");
+    return std::nullopt;
+  }
   YAML::Node root;
   try {
     root = YAML::Load(file.text());
   } catch (const YAML::Exception& e) {
     SourceLoc l{&file, e.mark.line >= 0 ? e.mark.line + 1 : 1, e.mark.column >= 0 ? e.mark.column + 1 : 1};
     if (l.line > file.line_count()) l = {&file, file.line_count(), 1};
-    diags.error(l, fmt == Format::Json ? "json-syntax" : "yaml-syntax", e.msg);
+    if (dynamic_cast<const YAML::DeepRecursion*>(&e))  // yaml-cpp's message is "bad file"
+      diags.error(l, "too-deep", "lists and mappings nested too deeply");
+    else
+      diags.error(l, fmt == Format::Json ? "json-syntax" : "yaml-syntax", e.msg);
     return std::nullopt;
   }
   try {

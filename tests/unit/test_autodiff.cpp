@@ -136,7 +136,7 @@ TEST_CASE("autodiff: the backward program prints and parses back", "[autodiff][r
   REQUIRE(tm);
   std::string text = print_module(tm->backward);
   SourceFile f("<backward>", text);
-  dsl::ProgramText pt{text, &f, {}};
+  dsl::ProgramText pt{text, &f, {}, {}};
   Diagnostics d2;
   auto back = dsl::parse_module(pt, d2);
   REQUIRE(back);

@@ -33,7 +33,7 @@ TEST_CASE("printed IR parses back to the same IR, byte for byte", "[frontend][ro
     for (const inter::Module* m : {&*parsed, &*inlined->module}) {
       std::string first = inter::print_module(*m);
       SourceFile printed("<printed>", first);
-      dsl::ProgramText text{first, &printed, {}};
+      dsl::ProgramText text{first, &printed, {}, {}};
       Diagnostics d2;
       auto reparsed = dsl::parse_module(text, d2);
       std::ostringstream err;
@@ -149,8 +149,17 @@ TEST_CASE("schema errors point at the key or value", "[spec][diagnostics]") {
       {"  in_dim: 64", "  in_dim: [64]", "wrong-type", 6, 11},
       {"  out_dim: 64", "  out_dim: in_dim / 0", "division-by-zero", 7, 19},
       {"shape: [in_dim, out_dim]}\noutputs", "shape: [in_dim, -3]}\noutputs", "bad-shape", 14, 35},
-      {"model: rgcn", "model: 3rgcn", "bad-value", 4, 8},
+      {"model: rgcn", "model: 3rgcn", "bad-name", 4, 8},
       {"program: |", "programme: |", "unknown-key", 21, 1},
+      // An empty value is marked where the next token starts: the error points at its key instead.
+      {"model: rgcn", "model:", "wrong-type", 4, 1},
+      {"  dtype: fp32", "  dtype:", "wrong-type", 20, 3},
+      {"  W0: {per: none, shape: [in_dim, out_dim]}", "  W0:", "wrong-type", 13, 3},
+      // A plain scalar continued on the next line: positions follow the folded lines.
+      {"  in_dim: 64", "  in_dim: 64\n    + foo", "undefined-name", 7, 7},
+      {"  in_dim: 64", "  in_dim: 64 +\n    foo", "undefined-name", 7, 5},
+      // Escapes in a quoted scalar: positions after them stay exact.
+      {"  in_dim: 64", "  in_dim: \"\\x36\\u0034 + foo\"", "undefined-name", 6, 25},
   };
   for (const Case& k : cases) {
     CAPTURE(k.to);
@@ -173,4 +182,66 @@ TEST_CASE("DSL positions map to the real line and column in the spec file", "[sp
   CHECK(d.loc.col == 20);
   CHECK(c->rendered().find("specs/rgat.yaml:37:20: error: unexpected character '$' [bad-character]\n"
                            "   37 |       ht = reshape($e.dst.feature") != std::string::npos);
+}
+
+TEST_CASE("a NUL byte in a YAML spec is reported where it is", "[spec][diagnostics]") {
+  std::string text = replace(read_file(spec_path("rgcn.yaml")), "model: rgcn", std::string("model: rg\0cn", 12));
+  auto c = compile_text("specs/rgcn.yaml", text);
+  REQUIRE_FALSE(c->module);
+  const Diagnostic& d = c->diags.all().front();
+  CHECK(d.kind == "yaml-syntax");
+  CHECK(d.loc.line == 4);
+  CHECK(d.loc.col == 10);
+  CHECK(c->rendered().find("    4 | model: rg?cn\n") != std::string::npos);
+}
+
+TEST_CASE("JSON errors point at the first character of the offending token", "[spec][diagnostics]") {
+  struct Case {
+    const char* text;
+    int col;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"({"a" "b\"c"})", 6, "syntax error while parsing object separator - unexpected string literal; expected ':'"},
+      {R"({"a": [12 345]})", 11, "syntax error while parsing array - unexpected number literal; expected ']'"},
+      {R"({"model": tru, "x": 1})", 11, "syntax error while parsing value - invalid literal"},
+      {R"({"a": -1.5e400 })", 7, "number -1.5e400 is out of range (JSON numbers must fit in a double)"},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(k.text);
+    auto c = compile_text("x.json", k.text);
+    REQUIRE_FALSE(c->module);
+    const Diagnostic& d = c->diags.all().front();
+    CHECK(d.kind == "json-syntax");
+    CHECK(d.loc.line == 1);
+    CHECK(d.loc.col == k.col);
+    CHECK(d.message == k.message);
+  }
+}
+
+TEST_CASE("diagnostics escape control characters in messages and quote source lines printably", "[diagnostics]") {
+  SourceFile f("x.yaml", "name: a\rb\x1b[1m\t\xc3\xa9\xff!\n");
+  Diagnostic d{Severity::Error, {&f, 1, 17}, "bad 'a\rb\x1b[1m\n\t\xc3\xa9\xff\xc2\x9b\x7f'", "bad-name"};
+  CHECK(Diagnostics::format(d) ==
+        "x.yaml:1:17: error: bad 'a\\rb\\x1b[1m\\n\\t\xc3\xa9\\xff\\xc2\\x9b\\x7f' [bad-name]\n"
+        "    1 | name: a?b?[1m\t\xc3\xa9?!\n"
+        "      |              \t ^\n");  // under the \xff: the tab is kept, the two bytes of e acute take one column
+}
+
+TEST_CASE("'did you mean' breaks ties by case, shared prefix, then the innermost scope", "[diagnostics]") {
+  std::string text = read_file(spec_path("rgcn.yaml"));
+  const std::string at = "n[\"h\"] = n.feature * W0";
+  auto message = [&](const std::string& to) {
+    auto c = compile_text("specs/rgcn.yaml", replace(text, at, to));
+    REQUIRE_FALSE(c->module);
+    return c->diags.all().front().message;
+  };
+  // 'w' is one edit from W (case only) and from W0's neighbours; the case-only difference wins.
+  CHECK(message("n[\"h\"] = n.feature * w0") == "undefined name 'w0'; did you mean 'W0'?");
+  // One edit from the local Wa and the weight W0: W0 shares the longer prefix.
+  CHECK(message(at + "\n      Wa = n.feature * W0\n      n[\"h\"] = n.feature * W0a") ==
+        "undefined name 'W0a'; did you mean 'W0'?");
+  // A full tie between the local Wx and the weight W0: the innermost scope (the local) wins.
+  CHECK(message(at + "\n      Wx = n.feature * W0\n      n[\"h\"] = n.feature * W1") ==
+        "undefined name 'W1'; did you mean 'Wx'?");
 }

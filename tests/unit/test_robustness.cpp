@@ -426,6 +426,19 @@ std::optional<Header> parse_header(const std::string& rest) {
   return h;
 }
 
+// True when `quoted` is `gutter` + `src` as Diagnostics::format shows it: byte for byte, except that control
+// bytes (but tabs) and bytes of non-ASCII characters may each be shown as '?', and no control byte is left.
+bool quotes_line(const std::string& quoted, const std::string& gutter, const std::string& src) {
+  if (quoted.size() != gutter.size() + src.size() || quoted.compare(0, gutter.size(), gutter) != 0) return false;
+  for (size_t i = 0; i < src.size(); ++i) {
+    char q = quoted[gutter.size() + i], c = src[i];
+    unsigned char u = static_cast<unsigned char>(c);
+    bool replaceable = (u < 0x20 && c != '\t') || u >= 0x7f;
+    if (q != c && !(q == '?' && replaceable)) return false;
+  }
+  return !has_control_chars(quoted);
+}
+
 // Checks the rendered diagnostics of a failed run; returns a description of the problem or "".
 std::string check_stderr(const std::string& err, const std::string& path, const std::string& text) {
   if (err.empty()) return "exit code 1 with empty stderr";
@@ -446,7 +459,7 @@ std::string check_stderr(const std::string& err, const std::string& path, const 
     return "line " + std::to_string(line) + " is outside the file (" + std::to_string(lines.size()) +
            " lines): " + printable(first, 200);
   const std::string& src = lines[line - 1];
-  if (err.compare(nl + 1, gutter(line).size() + src.size() + 1, gutter(line) + src + "\n") != 0)
+  if (!quotes_line(err.substr(nl + 1, err.find('\n', nl + 1) - nl - 1), gutter(line), src))
     return "the quoted source is not line " + std::to_string(line) + " of the file";
   if (col < 1 || col > static_cast<long>(src.size()) + 1)
     return "column " + std::to_string(col) + " is outside line " + std::to_string(line) + " (" +
@@ -532,54 +545,16 @@ ProcOutcome run_subprocess(const std::vector<std::string>& args, const fs::path&
 }
 
 // ---- known bugs (see the header comment) ----------------------------------------------------------
-// True when the message of the first diagnostic contains control characters (CR, LF, ESC, NUL, ...),
-// which break its one-line `path:line:col: error: message [kind]` header.
-bool message_has_control_chars(const std::string& err, const std::string& path) {
-  if (err.rfind(path, 0) != 0) return false;
-  // The header ends at the first "]\n" that closes a " [kind" (the message itself may hold newlines).
-  for (size_t end = err.find("]\n"); end != std::string::npos; end = err.find("]\n", end + 1)) {
-    size_t open = err.rfind(" [", end);
-    if (open == std::string::npos || open < path.size()) return false;
-    if (!is_kind(err.substr(open + 2, end - open - 2))) continue;
-    std::optional<Header> h = parse_header(err.substr(path.size(), end + 1 - path.size()));
-    return h && has_control_chars(h->message);
-  }
-  return false;
-}
-
 struct KnownIssue {
   const char* id;
   const char* summary;
   std::function<bool(int code, const std::string& err, const std::string& path)> matches;
 };
 
+// None open at present. An entry: {"id", "summary: what goes wrong, where", [](int code, const std::string& err,
+// const std::string& path) { return <whether this failure is that bug>; }}, plus a pinned [!shouldfail] test.
 const std::vector<KnownIssue>& known_issues() {
-  static const std::vector<KnownIssue> issues = {
-      {"json-number-overflow",
-       "a JSON number outside the double range (1e400) escapes check_json_syntax (src/spec/loader.cpp) as "
-       "nlohmann out_of_range.406: internal error, exit 2",
-       [](int code, const std::string& err, const std::string&) {
-         return code == 2 && err.find("json.exception.out_of_range.406") != std::string::npos;
-       }},
-      {"non-utf8-names",
-       "a tensor or field name with invalid UTF-8 makes the manifest's json::dump() throw type_error.316 "
-       "(src/emit/host.cpp): internal error, exit 2",
-       [](int code, const std::string& err, const std::string&) {
-         return code == 2 && err.find("json.exception.type_error.316") != std::string::npos;
-       }},
-      {"dot-rows-unsupported",
-       "dot() over >= 32 rows (e.g. rgat with heads: 32) throws std::runtime_error in src/emit/cuda.cpp: "
-       "internal error, exit 2, instead of a positioned diagnostic",
-       [](int code, const std::string& err, const std::string&) {
-         return code == 2 && err.find("rows per element is not supported yet") != std::string::npos;
-       }},
-      {"control-chars-in-messages",
-       "diagnostic messages echo names and values from the spec raw, so a CR/LF/ESC/NUL in them breaks the "
-       "one-line `path:line:col: error: message [kind]` header",
-       [](int code, const std::string& err, const std::string& path) {
-         return code == 1 && message_has_control_chars(err, path);
-       }},
-  };
+  static const std::vector<KnownIssue> issues = {};
   return issues;
 }
 
@@ -704,30 +679,40 @@ TEST_CASE("mutated specs never crash and fail with a well-formed diagnostic", "[
   CHECK(failures.empty());
 }
 
-// ---- pinned reproducers of the known bugs -----------------------------------------------------------
-// Each asserts the correct behaviour and is expected to fail until its bug is fixed ([!shouldfail]).
+// ---- reproducers of fixed bugs (once pinned as known bugs) -----------------------------------------
 namespace {
 
+struct Run {
+  int code = -1;
+  int signal = 0;
+  std::string err;
+  std::string out_dir;
+};
+
 // Runs `text` (written as `file_name`) in-process and checks exit code 0/1 and, on 1, the diagnostic.
-void check_well_behaved(const std::string& file_name, const std::string& text) {
-  TempDir tmp("known-bug");
+Run check_well_behaved(const std::string& file_name, const std::string& text) {
+  TempDir tmp("fixed-bug");
   const std::string spec = (tmp.path / file_name).string();
   std::ofstream(spec, std::ios::binary) << text;
   Outcome r = run_in_process(spec, (tmp.path / "out").string());
-  INFO(r.err);
+  INFO(printable(r.err, 600));
   CHECK((r.code == 0 || r.code == 1));
   if (r.code == 1) CHECK(check_stderr(r.err, spec, text) == "");
+  // Relative to the spec: "<line>:<col>: error: ..." (the temporary folder's path left out).
+  return {r.code, 0, r.code == 1 ? r.err.substr(spec.size() + 1) : r.err, ""};
 }
 
 // Runs `text` through the binary and checks that it exits with 0 or 1 (no signal, no internal error).
-void check_no_crash(const std::string& file_name, const std::string& text) {
-  TempDir tmp("known-bug");
+Run check_no_crash(const std::string& file_name, const std::string& text) {
+  TempDir tmp("fixed-bug");
   const std::string spec = (tmp.path / file_name).string();
   std::ofstream(spec, std::ios::binary) << text;
   ProcOutcome p = run_subprocess({spec, "-o", (tmp.path / "out").string()}, tmp.path);
   INFO(file_name << ": signal " << p.signal << ", exit code " << p.code << ", stderr: " << printable(p.err, 300));
   CHECK(p.signal == 0);
   CHECK((p.code == 0 || p.code == 1));
+  if (p.code == 1) CHECK(check_stderr(p.err, spec, text) == "");
+  return {p.code, p.signal, p.code == 1 && p.err.size() > spec.size() ? p.err.substr(spec.size() + 1) : p.err, ""};
 }
 
 std::string spec_text(const std::string& name) { return read_file(spec_path(name)); }
@@ -738,53 +723,154 @@ std::string repeat(const std::string& s, int n) {
   return out;
 }
 
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
 }  // namespace
 
-TEST_CASE("known bug: a JSON number out of range is an internal error", "[robustness][known-bug][!shouldfail]") {
-  check_well_behaved("overflow.json", replace(spec_text("rgcn.json"), "\"in_dim\": 64", "\"in_dim\": 1e400"));
+TEST_CASE("a JSON number out of range is a positioned json-syntax error", "[robustness]") {
+  Run r = check_well_behaved("overflow.json", replace(spec_text("rgcn.json"), "\"in_dim\": 64", "\"in_dim\": 1e400"));
+  CHECK(r.code == 1);
+  CHECK(starts_with(r.err, "4:23: error: number 1e400 is out of range (JSON numbers must fit in a double) [json-syntax]\n"));
 }
 
-TEST_CASE("known bug: a name with invalid UTF-8 is an internal error", "[robustness][known-bug][!shouldfail]") {
+TEST_CASE("a name with invalid UTF-8 is a bad-name error, and so is a reserved word", "[robustness]") {
   std::string text = replace(spec_text("rgcn.yaml"), "  h: {per: node", "  h\xff: {per: node");
   text = replace(replace(text, "n[\"h\"] = n.feature", "n[\"h\xff\"] = n.feature"), "n[\"h\"] +=", "n[\"h\xff\"] +=");
-  check_well_behaved("utf8.yaml", text);
+  Run r = check_well_behaved("utf8.yaml", text);
+  CHECK(r.code == 1);
+  CHECK(starts_with(r.err, "16:3: error: output 'h\\xff' is not an identifier ([A-Za-z_][A-Za-z0-9_]*) [bad-name]\n"));
+
+  struct Case {
+    const char* from;
+    const char* to;
+    const char* header;
+  };
+  const Case cases[] = {
+      {"  W0: {per: none", "  int: {per: none", "13:3: error: weight 'int' is a reserved word"},
+      {"  feature: {per: node", "  lambda: {per: node", "9:3: error: input 'lambda' is a reserved word"},
+      {"  in_dim: 64", "  def: 64", "6:3: error: hyper-parameter 'def' is a reserved word"},
+      {"model: rgcn", "model: return", "4:8: error: model name 'return' is a reserved word"},
+      {"model: rgcn", "model: __x", "4:8: error: model name '__x' is reserved"},
+      {"n[\"h\"] = n.feature * W0", "n[\"class\"] = n.feature * W0", "23:9: error: field name 'class' is a reserved word"},
+      {"n[\"h\"] = n.feature * W0", "float = n.feature * W0", "23:7: error: local 'float' is a reserved word"},
+      {"for e in n.incoming_edges():\n          n[\"h\"] += e.norm * (e.src.feature * W[e.etype])",
+       "for threadIdx in n.incoming_edges():\n          n[\"h\"] += threadIdx.norm * (threadIdx.src.feature * W[threadIdx.etype])",
+       "24:7: error: loop variable 'threadIdx' is a reserved word"},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(k.to);
+    Run c = check_well_behaved("names.yaml", replace(spec_text("rgcn.yaml"), k.from, k.to));
+    CHECK(c.code == 1);
+    CHECK(starts_with(c.err, k.header));
+    CHECK(c.err.find("[bad-name]\n") != std::string::npos);
+  }
 }
 
-TEST_CASE("known bug: dot() over 32 heads is an internal error", "[robustness][known-bug][!shouldfail]") {
-  check_well_behaved("heads.yaml", replace(spec_text("rgat.yaml"), "  heads: 1\n", "  heads: 32\n"));
+TEST_CASE("dot() with 32 or more outputs is generated (each lane keeps the outputs it owns)", "[robustness]") {
+  for (const char* heads : {"32", "40"}) {
+    CAPTURE(heads);
+    std::string text = replace(spec_text("rgat.yaml"), "  heads: 1\n", std::string("  heads: ") + heads + "\n");
+    text = replace(text, "  out_dim: 64\n", "  out_dim: 3\n");
+    TempDir tmp("dot-rows");
+    const std::string spec = (tmp.path / "heads.yaml").string();
+    std::ofstream(spec, std::ios::binary) << text;
+    Outcome r = run_in_process(spec, (tmp.path / "out").string());
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    std::string cu = read_file((tmp.path / "out" / "rgat_kernels.cu").string());
+    CHECK(cu.find("kept by lane m % 32") != std::string::npos);
+    CHECK(cu.find("if (lane == m % 32)") != std::string::npos);
+  }
 }
 
-TEST_CASE("known bug: control characters from the spec break the diagnostic header",
-          "[robustness][known-bug][!shouldfail]") {
-  check_well_behaved("cr.yaml", replace(spec_text("rgcn.yaml"), "model: rgcn", "model: \"rg\\rcn\""));
+TEST_CASE("control characters from the spec are escaped in the diagnostic header", "[robustness]") {
+  Run r = check_well_behaved("cr.yaml", replace(spec_text("rgcn.yaml"), "model: rgcn", "model: \"rg\\rcn\""));
+  CHECK(r.code == 1);
+  CHECK(starts_with(r.err, "4:8: error: model name 'rg\\rcn' is not an identifier"));
+
+  // Raw bytes: the message escapes them, the quoted line shows '?' (one per byte, so the caret still lines up).
+  Run raw = check_well_behaved("esc.yaml", replace(spec_text("rgcn.yaml"), "model: rgcn", "model: rg\x1b[2J\x7f\x01" "cn"));
+  CHECK(raw.code == 1);
+  CHECK(starts_with(raw.err, "4:8: error: model name 'rg\\x1b[2J\\x7f\\x01cn' is not an identifier"));
+  CHECK(raw.err.find("    4 | model: rg?[2J??cn\n") != std::string::npos);
 }
 
-TEST_CASE("known bug: deeply nested DSL expressions overflow the parser's stack",
-          "[robustness][known-bug][!shouldfail]") {
-  // src/dsl/parser.cpp: expression -> term -> unary -> postfix -> atom recursion has no depth limit.
-  check_no_crash("parens.yaml", replace(spec_text("rgcn.yaml"), "n[\"h\"] = n.feature * W0",
-                                        "n[\"h\"] = " + repeat("(", 100000) + "n.feature" + repeat(")", 100000) + " * W0"));
+TEST_CASE("deeply nested DSL expressions are a too-deep error, not a stack overflow", "[robustness]") {
+  Run r = check_no_crash("parens.yaml", replace(spec_text("rgcn.yaml"), "n[\"h\"] = n.feature * W0",
+                                                "n[\"h\"] = " + repeat("(", 100000) + "n.feature" + repeat(")", 100000) + " * W0"));
+  CHECK(r.code == 1);
+  CHECK(starts_with(r.err, "23:271: error: nested too deeply (more than 256 levels"));
+  Run neg = check_no_crash("neg.yaml", replace(spec_text("rgcn.yaml"), "n[\"h\"] = n.feature * W0",
+                                               "n[\"h\"] = " + repeat("-", 100000) + "n.feature * W0"));
+  CHECK(neg.code == 1);
+  CHECK(neg.err.find("[too-deep]") != std::string::npos);
+  Run idx = check_no_crash("index.yaml", replace(spec_text("rgcn.yaml"), "n[\"h\"] = n.feature * W0",
+                                                 "n[\"h\"] = n.feature * W0" + repeat("[e.etype]", 5000)));
+  CHECK(idx.code == 1);
+  CHECK(idx.err.find("[too-deep]") != std::string::npos);
 }
 
-TEST_CASE("known bug: a long sum overflows the verifier's stack", "[robustness][known-bug][!shouldfail]") {
-  // src/ir/inter/verifier.cpp: eval() <-> binary() recurse along the left-deep tree of a + b + c + ...
-  check_no_crash("sum.yaml", replace(spec_text("rgcn.yaml"), "n[\"h\"] = n.feature * W0",
-                                     "n[\"h\"] = n.feature * W0" + repeat(" + n.feature * W0", 30000)));
+TEST_CASE("deeply nested blocks are a too-deep error", "[robustness]") {
+  std::string program;
+  for (int i = 0; i < 2000; ++i) program += "  " + std::string(2 * i, ' ') + "for n in g.dst_nodes():\n";
+  program += "  " + std::string(2 * 2000, ' ') + "n[\"h\"] = n.feature * W0\n";
+  std::string text = spec_text("rgcn.yaml");
+  text = text.substr(0, text.find("program: |\n")) + "program: |\n" + program;
+  Run r = check_no_crash("blocks.yaml", text);
+  CHECK(r.code == 1);
+  CHECK(r.err.find("nested too deeply") != std::string::npos);
 }
 
-TEST_CASE("known bug: a long constant expression overflows eval_constant's stack",
-          "[robustness][known-bug][!shouldfail]") {
-  // src/dsl/parser.cpp: eval_constant() recurses along the left-deep tree of 1 + 1 + ... + 63.
-  check_no_crash("hyper.yaml", replace(spec_text("rgcn.yaml"), "  in_dim: 64", "  in_dim: " + repeat("1+", 100000) + "63"));
+TEST_CASE("a long sum is a too-deep error, not a stack overflow in the verifier", "[robustness]") {
+  Run r = check_no_crash("sum.yaml", replace(spec_text("rgcn.yaml"), "n[\"h\"] = n.feature * W0",
+                                             "n[\"h\"] = n.feature * W0" + repeat(" + n.feature * W0", 30000)));
+  CHECK(r.code == 1);
+  CHECK(r.err.find("expression too long or too deeply nested (more than 1000 levels)") != std::string::npos);
+  // Just under the limit (about 1000 levels), the whole pipeline (verifier, autodiff, lowering, emitters) runs.
+  Run ok = check_no_crash("sum_ok.yaml", replace(spec_text("rgcn.yaml"), "n[\"h\"] = n.feature * W0",
+                                                 "n[\"h\"] = n.feature" + repeat(" + n.feature", 990) + " * W0"));
+  CHECK(ok.code == 0);
 }
 
-TEST_CASE("known bug: a deep chain of function calls overflows the inliner's stack",
-          "[robustness][known-bug][!shouldfail]") {
-  // src/passes/inline_functions.cpp: block() <-> expand() recurse once per nested call.
+TEST_CASE("a long constant expression is a too-deep error, not a stack overflow in eval_constant", "[robustness]") {
+  Run r = check_no_crash("hyper.yaml", replace(spec_text("rgcn.yaml"), "  in_dim: 64", "  in_dim: " + repeat("1+", 100000) + "63"));
+  CHECK(r.code == 1);
+  CHECK(r.err.find("[too-deep]") != std::string::npos);
+}
+
+TEST_CASE("a deep chain of function calls is a too-deep error, not a stack overflow in the inliner", "[robustness]") {
   const int n = 30000;
   std::string defs;
   for (int i = 0; i < n; ++i) defs += "  def f" + std::to_string(i) + "(g):\n      f" + std::to_string(i + 1) + "(g)\n";
   defs += "  def f" + std::to_string(n) + "(g):\n      for e in g.edges():\n          e[\"x\"] = 1.0\n";
   std::string text = replace(spec_text("rgcn.yaml"), "program: |\n", "program: |\n" + defs + "  f0(g)\n");
-  check_no_crash("calls.yaml", text);
+  Run r = check_no_crash("calls.yaml", text);
+  CHECK(r.code == 1);
+  CHECK(r.err.find("function calls nested too deeply (more than 64 levels) at this call of 'f64' [too-deep]") !=
+        std::string::npos);
+
+  // Each function calling the next one twice: 2^40 expansions, stopped by the budget.
+  std::string fan;
+  for (int i = 0; i < 40; ++i)
+    fan += "  def f" + std::to_string(i) + "(g):\n      f" + std::to_string(i + 1) + "(g)\n      f" + std::to_string(i + 1) + "(g)\n";
+  fan += "  def f40(g):\n      for e in g.edges():\n          e[\"x\"] = 1.0\n";
+  Run wide = check_no_crash("fan.yaml", replace(spec_text("rgcn.yaml"), "program: |\n", "program: |\n" + fan + "  f0(g)\n"));
+  CHECK(wide.code == 1);
+  CHECK(wide.err.find("too many function calls to inline") != std::string::npos);
+}
+
+TEST_CASE("deeply nested YAML and JSON documents are too-deep errors", "[robustness]") {
+  Run y = check_no_crash("deep.yaml", replace(spec_text("rgcn.yaml"), "  in_dim: 64", "  in_dim: " + repeat("[", 100000) + repeat("]", 100000)));
+  CHECK(y.code == 1);
+  CHECK(y.err.find("lists and mappings nested too deeply [too-deep]") != std::string::npos);
+  Run j = check_no_crash("deep.json", replace(spec_text("rgcn.json"), "\"in_dim\": 64", "\"in_dim\": " + repeat("[", 100000) + repeat("]", 100000)));
+  CHECK(j.code == 1);
+  CHECK(starts_with(j.err, "4:1021: error: lists and objects nested too deeply (more than 1000 levels) [too-deep]"));
+}
+
+TEST_CASE("a shared 1-D weight used element-wise is generated (fuzzer seed 12)", "[robustness]") {
+  // Was: internal error "traversal: unknown name W0" in the CUDA emitter.
+  Run r = check_well_behaved("w1d.yaml", replace(spec_text("rgcn.yaml"), "  W0: {per: none, shape: [in_dim, out_dim]}",
+                                                 "  W0: {per: none, shape: [in_dim, ]}"));
+  CHECK(r.code == 0);
 }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "diag/source.h"
@@ -172,6 +173,10 @@ inline bool is_edge_loop(LoopKind k) {
 // Names of the built-in functions of the DSL (the last three mostly appear in generated backward code:
 // sum reduces the last axis, linear_t(y, W) is y times W transposed, leakyrelu_grad(x, s) is 1 or s).
 const std::set<std::string, std::less<>>& builtin_functions();
+
+// The model's, tensors', fields', locals' and loop variables' names become identifiers in the generated
+// C++, CUDA and Python. Returns "" when `name` can be one, otherwise why not (to follow "'<name>' ").
+std::string bad_name_reason(std::string_view name);
 
 // Structural equality (ignores source locations).
 bool equal(const ExprP& a, const ExprP& b);

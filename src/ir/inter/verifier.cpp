@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <optional>
+#include <cctype>
 #include <set>
+#include <tuple>
 #include <variant>
 
 #include "dsl/parser.h"
@@ -58,14 +60,33 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
+// The closest candidate within a small edit distance, as "; did you mean 'x'?". Ties go to the candidate
+// that differs from `name` only in case, then to the one sharing the longer prefix, then to the one of the
+// closer length, then to the first in `candidates` (callers list the innermost scopes first).
 std::string suggest(const std::string& name, const std::vector<std::string>& candidates) {
-  std::string best;
-  size_t best_d = std::max<size_t>(1, name.size() / 3) + 1;
-  for (const auto& c : candidates) {
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string lname = lower(name);
+  const size_t limit = std::max<size_t>(1, name.size() / 3) + 1;
+  using Rank = std::tuple<size_t, bool, size_t, size_t, size_t>;
+  std::optional<Rank> best;
+  std::string best_name;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const std::string& c = candidates[i];
     size_t d = edit_distance(name, c);
-    if (d < best_d) { best_d = d; best = c; }
+    if (c == name || d >= limit) continue;
+    size_t prefix = 0;
+    while (prefix < c.size() && prefix < name.size() && c[prefix] == name[prefix]) ++prefix;
+    size_t len_diff = c.size() > name.size() ? c.size() - name.size() : name.size() - c.size();
+    Rank r{d, lower(c) != lname, name.size() - prefix, len_diff, i};
+    if (!best || r < *best) {
+      best = r;
+      best_name = c;
+    }
   }
-  return best.empty() ? "" : fmt::format("; did you mean '{}'?", best);
+  return best ? fmt::format("; did you mean '{}'?", best_name) : "";
 }
 
 Type of(Domain d) {
@@ -168,6 +189,7 @@ class Verifier {
         return;
       }
     }
+    if (!check_name(s.var, s.loc, "loop variable")) return;
     loops_.push_back({s.var, s.loop});
     scopes_.emplace_back();
     aggregating_.emplace_back();
@@ -204,6 +226,10 @@ class Verifier {
       return;
     }
     const std::string& field = t.args[1]->name;
+    if (!check_name(field, t.args[1]->loc, "field name")) {
+      poisoned_.insert("\"" + field);
+      return;
+    }
     if (auto* e = std::get_if<EdgeRef>(&*base)) return assign_edge_field(s, field, *e, *value);
     if (auto* n = std::get_if<NodeRef>(&*base)) return assign_node_field(s, field, *n, *value);
     d_.error(t.loc, "bad-assign-target", "only locals, e[\"field\"] and n[\"field\"] can be assigned");
@@ -254,6 +280,10 @@ class Verifier {
     if (s.op == AssignOp::Set) {
       if (!existing && name_taken(t.name)) {
         d_.error(t.loc, "duplicate-name", fmt::format("'{}' is already a {}; choose another local name", t.name, kind_of(t.name)));
+        return;
+      }
+      if (!existing && !check_name(t.name, t.loc, "local")) {
+        poisoned_.insert(t.name);
         return;
       }
       if (value.domain == Domain::Edge && !current_loop().edge()) return edge_in_node_loop(s.value->loc);
@@ -353,6 +383,13 @@ class Verifier {
     Type stored = value;
     stored.shape = it->second.shape;
     a_.assigned[&s] = stored;
+  }
+
+  // Names become identifiers in the generated code.
+  bool check_name(const std::string& n, SourceLoc loc, const char* what) {
+    std::string why = bad_name_reason(n);
+    if (!why.empty()) d_.error(loc, "bad-name", fmt::format("{} '{}' {}", what, n, why));
+    return why.empty();
   }
 
   void edge_in_node_loop(SourceLoc loc) {
@@ -808,13 +845,15 @@ class Verifier {
     if (m_.decl.find_input(n)) return "input";
     return "";
   }
+  // Innermost first: the order in which suggest() breaks ties.
   std::vector<std::string> visible_names() {
-    std::vector<std::string> v{"g"};
-    for (const auto& l : loops_) v.push_back(l.var);
-    for (const auto& s : scopes_)
-      for (const auto& [k, _] : s) v.push_back(k);
-    for (const auto& h : m_.decl.hyper) v.push_back(h.name);
+    std::vector<std::string> v;
+    for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s)
+      for (const auto& [k, _] : *s) v.push_back(k);
+    for (auto l = loops_.rbegin(); l != loops_.rend(); ++l) v.push_back(l->var);
     for (const auto& w : m_.decl.weights) v.push_back(w.name);
+    for (const auto& h : m_.decl.hyper) v.push_back(h.name);
+    v.push_back("g");
     return v;
   }
   static std::vector<std::string> field_names(const std::map<std::string, FieldInfo>& f) {
