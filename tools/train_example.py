@@ -41,10 +41,7 @@ def progress(iterable, total, desc):
 
 
 class Classifier(torch.nn.Module):
-    """layer(graph) -> LayerNorm -> ReLU -> layer(graph) -> LayerNorm -> ReLU -> linear head.
-
-    The LayerNorms keep the attention logits of RGAT/HGT bounded: the bundled specs use the thesis' edge
-    softmax, exp(a) / sum exp(a), without subtracting the maximum, which overflows for large logits."""
+    """layer(graph) -> LayerNorm -> ReLU -> layer(graph) -> LayerNorm -> ReLU -> linear head."""
 
     def __init__(self, cls, num_etypes, num_ntypes, width, num_classes):
         super().__init__()

@@ -82,6 +82,7 @@ std::vector<at::Tensor> hgt_forward_op(
   const auto options = feature.options();
   at::Tensor h = at::empty({num_nodes, 64}, options);
   at::Tensor agg = at::empty({num_nodes, 1, 64}, options);  // field
+  at::Tensor att_max = at::empty({num_nodes, 1}, options);  // field
   at::Tensor att_sum = at::empty({num_nodes, 1}, options);  // field
   at::Tensor k = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor q = at::empty({num_nodes, 1, 64}, options);  // field
@@ -118,6 +119,7 @@ std::vector<at::Tensor> hgt_forward_op(
   a.W_a = W_a.data_ptr<float>();
   a.h = h.data_ptr<float>();
   a.agg = agg.data_ptr<float>();
+  a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
   a.k = k.data_ptr<float>();
   a.q = q.data_ptr<float>();
@@ -132,7 +134,7 @@ std::vector<at::Tensor> hgt_forward_op(
   C10_CUDA_CHECK(launch_hgt_fw_gemm_lin_3(a, stream));
   C10_CUDA_CHECK(launch_hgt_fw_gemm_msg(a, stream));
   C10_CUDA_CHECK(launch_hgt_fw_edges_att(a, stream));
-  C10_CUDA_CHECK(launch_hgt_fw_nodes_att_sum(a, stream));
+  C10_CUDA_CHECK(launch_hgt_fw_nodes_att_max(a, stream));
   C10_CUDA_CHECK(launch_hgt_fw_gemm_h(a, stream));
   return {h};
 }
@@ -226,6 +228,7 @@ std::vector<at::Tensor> hgt_forward_train_op(
   const auto options = feature.options();
   at::Tensor h = at::empty({num_nodes, 64}, options);
   at::Tensor agg = at::empty({num_nodes, 1, 64}, options);  // field
+  at::Tensor att_max = at::empty({num_nodes, 1}, options);  // field
   at::Tensor att_sum = at::empty({num_nodes, 1}, options);  // field
   at::Tensor k = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor q = at::empty({num_nodes, 1, 64}, options);  // field
@@ -264,6 +267,7 @@ std::vector<at::Tensor> hgt_forward_train_op(
   a.W_a = W_a.data_ptr<float>();
   a.h = h.data_ptr<float>();
   a.agg = agg.data_ptr<float>();
+  a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
   a.k = k.data_ptr<float>();
   a.q = q.data_ptr<float>();
@@ -280,9 +284,9 @@ std::vector<at::Tensor> hgt_forward_train_op(
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_lin_3(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_msg(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_edges_att__0(a, stream));
-  C10_CUDA_CHECK(launch_hgt_fwt_nodes_att_sum(a, stream));
+  C10_CUDA_CHECK(launch_hgt_fwt_nodes_att_max(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_h(a, stream));
-  return {h, agg, att, att__0, att__1, att_sum, k, msg, q, v};
+  return {h, agg, att, att__0, att__1, att_max, att_sum, k, msg, q, v};
 }
 
 // Shape-only implementation of the forward_train pass, for tracing and torch.compile.
@@ -315,6 +319,7 @@ std::vector<at::Tensor> hgt_forward_train_meta(
     const at::Tensor& W_a) {
   at::Tensor h = at::empty({num_nodes, 64}, feature.options());
   at::Tensor agg = at::empty({num_nodes, 1, 64}, feature.options());
+  at::Tensor att_max = at::empty({num_nodes, 1}, feature.options());
   at::Tensor att_sum = at::empty({num_nodes, 1}, feature.options());
   at::Tensor k = at::empty({num_nodes, 1, 64}, feature.options());
   at::Tensor q = at::empty({num_nodes, 1, 64}, feature.options());
@@ -323,7 +328,7 @@ std::vector<at::Tensor> hgt_forward_train_meta(
   at::Tensor att__0 = at::empty({num_edges, 1}, feature.options());
   at::Tensor att__1 = at::empty({num_edges, 1}, feature.options());
   at::Tensor msg = at::empty({num_edges, 1, 64}, feature.options());
-  return {h, agg, att, att__0, att__1, att_sum, k, msg, q, v};
+  return {h, agg, att, att__0, att__1, att_max, att_sum, k, msg, q, v};
 }
 
 // The backward pass. Returns the outputs.
@@ -351,6 +356,7 @@ std::vector<at::Tensor> hgt_backward_op(
     const at::Tensor& att,
     const at::Tensor& att__0,
     const at::Tensor& att__1,
+    const at::Tensor& att_max,
     const at::Tensor& att_sum,
     const at::Tensor& k,
     const at::Tensor& msg,
@@ -387,6 +393,7 @@ std::vector<at::Tensor> hgt_backward_op(
   check(att, "input 'att'", at::kFloat, {num_edges, 1}, device);
   check(att__0, "input 'att__0'", at::kFloat, {num_edges, 1}, device);
   check(att__1, "input 'att__1'", at::kFloat, {num_edges, 1}, device);
+  check(att_max, "input 'att_max'", at::kFloat, {num_nodes, 1}, device);
   check(att_sum, "input 'att_sum'", at::kFloat, {num_nodes, 1}, device);
   check(k, "input 'k'", at::kFloat, {num_nodes, 1, 64}, device);
   check(msg, "input 'msg'", at::kFloat, {num_edges, 1, 64}, device);
@@ -410,6 +417,7 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor d_mu = at::zeros({num_etypes, 1}, options);
   at::Tensor d_W_a = at::zeros({num_ntypes, 64, 64}, options);
   at::Tensor d_agg = at::zeros({num_nodes, 1, 64}, options);  // field
+  at::Tensor d_att_max = at::zeros({num_nodes, 1}, options);  // field
   at::Tensor d_att_sum = at::zeros({num_nodes, 1}, options);  // field
   at::Tensor d_k = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor d_q = at::empty({num_nodes, 1, 64}, options);  // field
@@ -450,6 +458,7 @@ std::vector<at::Tensor> hgt_backward_op(
   a.att = att.data_ptr<float>();
   a.att__0 = att__0.data_ptr<float>();
   a.att__1 = att__1.data_ptr<float>();
+  a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
   a.k = k.data_ptr<float>();
   a.msg = msg.data_ptr<float>();
@@ -472,6 +481,7 @@ std::vector<at::Tensor> hgt_backward_op(
   a.d_mu = d_mu.data_ptr<float>();
   a.d_W_a = d_W_a.data_ptr<float>();
   a.d_agg = d_agg.data_ptr<float>();
+  a.d_att_max = d_att_max.data_ptr<float>();
   a.d_att_sum = d_att_sum.data_ptr<float>();
   a.d_k = d_k.data_ptr<float>();
   a.d_q = d_q.data_ptr<float>();
@@ -539,6 +549,7 @@ std::vector<at::Tensor> hgt_backward_meta(
     const at::Tensor& att,
     const at::Tensor& att__0,
     const at::Tensor& att__1,
+    const at::Tensor& att_max,
     const at::Tensor& att_sum,
     const at::Tensor& k,
     const at::Tensor& msg,
@@ -566,7 +577,7 @@ std::vector<at::Tensor> hgt_backward_meta(
 TORCH_LIBRARY(hectorgen_hgt, m) {
   m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
   m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__1, Tensor att_sum, Tensor k, Tensor msg, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor k, Tensor msg, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_hgt, CUDA, m) {
   m.impl("forward", &hgt_forward_op);

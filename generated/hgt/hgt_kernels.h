@@ -37,6 +37,7 @@ struct HgtForwardArgs {
   const float* W_a = nullptr;  // [num_ntypes, 64, 64]
   float* h = nullptr;  // [num_nodes, 64]
   float* agg = nullptr;  // [num_nodes, 1, 64]
+  float* att_max = nullptr;  // [num_nodes, 1]
   float* att_sum = nullptr;  // [num_nodes, 1]
   float* k = nullptr;  // [num_nodes, 1, 64]
   float* q = nullptr;  // [num_nodes, 1, 64]
@@ -53,7 +54,7 @@ cudaError_t launch_hgt_fw_gemm_v(const HgtForwardArgs& args, cudaStream_t stream
 cudaError_t launch_hgt_fw_gemm_lin_3(const HgtForwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fw_gemm_msg(const HgtForwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fw_edges_att(const HgtForwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_fw_nodes_att_sum(const HgtForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_fw_nodes_att_max(const HgtForwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fw_gemm_h(const HgtForwardArgs& args, cudaStream_t stream);
 // Runs the whole forward pass on `stream`, in order. Returns the first launch error.
 cudaError_t hgt_forward(const HgtForwardArgs& args, cudaStream_t stream);
@@ -88,6 +89,7 @@ struct HgtForwardTrainArgs {
   const float* W_a = nullptr;  // [num_ntypes, 64, 64]
   float* h = nullptr;  // [num_nodes, 64]
   float* agg = nullptr;  // [num_nodes, 1, 64]
+  float* att_max = nullptr;  // [num_nodes, 1]
   float* att_sum = nullptr;  // [num_nodes, 1]
   float* k = nullptr;  // [num_nodes, 1, 64]
   float* q = nullptr;  // [num_nodes, 1, 64]
@@ -106,7 +108,7 @@ cudaError_t launch_hgt_fwt_gemm_v(const HgtForwardTrainArgs& args, cudaStream_t 
 cudaError_t launch_hgt_fwt_gemm_lin_3(const HgtForwardTrainArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fwt_gemm_msg(const HgtForwardTrainArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fwt_edges_att__0(const HgtForwardTrainArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_fwt_nodes_att_sum(const HgtForwardTrainArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_fwt_nodes_att_max(const HgtForwardTrainArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fwt_gemm_h(const HgtForwardTrainArgs& args, cudaStream_t stream);
 // Runs the whole forward_train pass on `stream`, in order. Returns the first launch error.
 cudaError_t hgt_forward_train(const HgtForwardTrainArgs& args, cudaStream_t stream);
@@ -136,6 +138,7 @@ struct HgtBackwardArgs {
   const float* att = nullptr;  // [num_edges, 1]
   const float* att__0 = nullptr;  // [num_edges, 1]
   const float* att__1 = nullptr;  // [num_edges, 1]
+  const float* att_max = nullptr;  // [num_nodes, 1]
   const float* att_sum = nullptr;  // [num_nodes, 1]
   const float* k = nullptr;  // [num_nodes, 1, 64]
   const float* msg = nullptr;  // [num_edges, 1, 64]
@@ -158,6 +161,7 @@ struct HgtBackwardArgs {
   float* d_mu = nullptr;  // [num_etypes, 1]
   float* d_W_a = nullptr;  // [num_ntypes, 64, 64]
   float* d_agg = nullptr;  // [num_nodes, 1, 64]
+  float* d_att_max = nullptr;  // [num_nodes, 1]
   float* d_att_sum = nullptr;  // [num_nodes, 1]
   float* d_k = nullptr;  // [num_nodes, 1, 64]
   float* d_q = nullptr;  // [num_nodes, 1, 64]

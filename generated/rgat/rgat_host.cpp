@@ -67,6 +67,7 @@ std::vector<at::Tensor> rgat_forward_op(
   check(w_t, "weight 'w_t'", at::kFloat, {num_etypes, 1, 64}, device);
   const auto options = feature.options();
   at::Tensor h = at::empty({num_nodes, 1, 64}, options);
+  at::Tensor att_max = at::empty({num_nodes, 1}, options);  // field
   at::Tensor att_sum = at::empty({num_nodes, 1}, options);  // field
   at::Tensor att = at::empty({num_edges, 1}, options);  // field
   at::Tensor t_hs = at::empty({num_edges, 1, 64}, options);  // intermediate
@@ -92,6 +93,7 @@ std::vector<at::Tensor> rgat_forward_op(
   a.w_s = w_s.data_ptr<float>();
   a.w_t = w_t.data_ptr<float>();
   a.h = h.data_ptr<float>();
+  a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
   a.att = att.data_ptr<float>();
   a.t_hs = t_hs.data_ptr<float>();
@@ -100,7 +102,7 @@ std::vector<at::Tensor> rgat_forward_op(
   C10_CUDA_CHECK(launch_rgat_fw_gemm_hs(a, stream));
   C10_CUDA_CHECK(launch_rgat_fw_gemm_ht(a, stream));
   C10_CUDA_CHECK(launch_rgat_fw_edges_att(a, stream));
-  C10_CUDA_CHECK(launch_rgat_fw_nodes_att_sum(a, stream));
+  C10_CUDA_CHECK(launch_rgat_fw_nodes_att_max(a, stream));
   return {h};
 }
 
@@ -171,6 +173,7 @@ std::vector<at::Tensor> rgat_forward_train_op(
   check(w_t, "weight 'w_t'", at::kFloat, {num_etypes, 1, 64}, device);
   const auto options = feature.options();
   at::Tensor h = at::empty({num_nodes, 1, 64}, options);
+  at::Tensor att_max = at::empty({num_nodes, 1}, options);  // field
   at::Tensor att_sum = at::empty({num_nodes, 1}, options);  // field
   at::Tensor att = at::empty({num_edges, 1}, options);  // field
   at::Tensor att__0 = at::empty({num_edges, 1}, options);  // field
@@ -198,6 +201,7 @@ std::vector<at::Tensor> rgat_forward_train_op(
   a.w_s = w_s.data_ptr<float>();
   a.w_t = w_t.data_ptr<float>();
   a.h = h.data_ptr<float>();
+  a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
   a.att = att.data_ptr<float>();
   a.att__0 = att__0.data_ptr<float>();
@@ -208,8 +212,8 @@ std::vector<at::Tensor> rgat_forward_train_op(
   C10_CUDA_CHECK(launch_rgat_fwt_gemm_hs(a, stream));
   C10_CUDA_CHECK(launch_rgat_fwt_gemm_ht(a, stream));
   C10_CUDA_CHECK(launch_rgat_fwt_edges_att__0(a, stream));
-  C10_CUDA_CHECK(launch_rgat_fwt_nodes_att_sum(a, stream));
-  return {h, att, att__0, att__1, att_sum, hs, ht, hs};
+  C10_CUDA_CHECK(launch_rgat_fwt_nodes_att_max(a, stream));
+  return {h, att, att__0, att__1, att_max, att_sum, hs, ht, hs};
 }
 
 // Shape-only implementation of the forward_train pass, for tracing and torch.compile.
@@ -234,13 +238,14 @@ std::vector<at::Tensor> rgat_forward_train_meta(
     const at::Tensor& w_s,
     const at::Tensor& w_t) {
   at::Tensor h = at::empty({num_nodes, 1, 64}, feature.options());
+  at::Tensor att_max = at::empty({num_nodes, 1}, feature.options());
   at::Tensor att_sum = at::empty({num_nodes, 1}, feature.options());
   at::Tensor att = at::empty({num_edges, 1}, feature.options());
   at::Tensor att__0 = at::empty({num_edges, 1}, feature.options());
   at::Tensor att__1 = at::empty({num_edges, 1}, feature.options());
   at::Tensor hs = at::empty({num_edges, 1, 64}, feature.options());
   at::Tensor ht = at::empty({num_edges, 1, 64}, feature.options());
-  return {h, att, att__0, att__1, att_sum, hs, ht, hs};
+  return {h, att, att__0, att__1, att_max, att_sum, hs, ht, hs};
 }
 
 // The backward pass. Returns the outputs.
@@ -264,6 +269,7 @@ std::vector<at::Tensor> rgat_backward_op(
     const at::Tensor& att,
     const at::Tensor& att__0,
     const at::Tensor& att__1,
+    const at::Tensor& att_max,
     const at::Tensor& att_sum,
     const at::Tensor& hs,
     const at::Tensor& ht,
@@ -291,6 +297,7 @@ std::vector<at::Tensor> rgat_backward_op(
   check(att, "input 'att'", at::kFloat, {num_edges, 1}, device);
   check(att__0, "input 'att__0'", at::kFloat, {num_edges, 1}, device);
   check(att__1, "input 'att__1'", at::kFloat, {num_edges, 1}, device);
+  check(att_max, "input 'att_max'", at::kFloat, {num_nodes, 1}, device);
   check(att_sum, "input 'att_sum'", at::kFloat, {num_nodes, 1}, device);
   check(hs, "input 'hs'", at::kFloat, {num_edges, 1, 64}, device);
   check(ht, "input 'ht'", at::kFloat, {num_edges, 1, 64}, device);
@@ -304,6 +311,7 @@ std::vector<at::Tensor> rgat_backward_op(
   at::Tensor d_W = at::zeros({num_etypes, 64, 64}, options);
   at::Tensor d_w_s = at::zeros({num_etypes, 1, 64}, options);
   at::Tensor d_w_t = at::zeros({num_etypes, 1, 64}, options);
+  at::Tensor d_att_max = at::zeros({num_nodes, 1}, options);  // field
   at::Tensor d_att_sum = at::zeros({num_nodes, 1}, options);  // field
   at::Tensor d_att = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_att__0 = at::empty({num_edges, 1}, options);  // field
@@ -335,6 +343,7 @@ std::vector<at::Tensor> rgat_backward_op(
   a.att = att.data_ptr<float>();
   a.att__0 = att__0.data_ptr<float>();
   a.att__1 = att__1.data_ptr<float>();
+  a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
   a.hs = hs.data_ptr<float>();
   a.ht = ht.data_ptr<float>();
@@ -347,6 +356,7 @@ std::vector<at::Tensor> rgat_backward_op(
   a.d_W = d_W.data_ptr<float>();
   a.d_w_s = d_w_s.data_ptr<float>();
   a.d_w_t = d_w_t.data_ptr<float>();
+  a.d_att_max = d_att_max.data_ptr<float>();
   a.d_att_sum = d_att_sum.data_ptr<float>();
   a.d_att = d_att.data_ptr<float>();
   a.d_att__0 = d_att__0.data_ptr<float>();
@@ -393,6 +403,7 @@ std::vector<at::Tensor> rgat_backward_meta(
     const at::Tensor& att,
     const at::Tensor& att__0,
     const at::Tensor& att__1,
+    const at::Tensor& att_max,
     const at::Tensor& att_sum,
     const at::Tensor& hs,
     const at::Tensor& ht,
@@ -411,7 +422,7 @@ std::vector<at::Tensor> rgat_backward_meta(
 TORCH_LIBRARY(hectorgen_rgat, m) {
   m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
   m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor att, Tensor att__0, Tensor att__1, Tensor att_sum, Tensor hs, Tensor ht, Tensor msg, Tensor d_h, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor hs, Tensor ht, Tensor msg, Tensor d_h, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_rgat, CUDA, m) {
   m.impl("forward", &rgat_forward_op);

@@ -133,7 +133,6 @@ __global__ void __launch_bounds__(256) rgat_fw_gemm_ht(
 // rgat_fw_edges_att: traversal instance, one warp per edge
 //   for e in g.edges():
 //       e["att"] = leakyrelu(dot(hs, w_s[e.etype]) + dot(ht, w_t[e.etype]), negative_slope)
-//       e["att"] = exp(e["att"])
 __global__ void __launch_bounds__(256) rgat_fw_edges_att(
     int64_t num_rows,
     const int32_t* __restrict__ etype,
@@ -189,27 +188,28 @@ __global__ void __launch_bounds__(256) rgat_fw_edges_att(
     float v8[1];
     v8[0] = v7[0];
     if (lane == 0) att[e] = v8[0];
-    // e["att"] = exp(e["att"])
-    float v9[1];
-    v9[0] = expf(v8[0]);
-    v8[0] = v9[0];
-    if (lane == 0) att[e] = v8[0];
   }
 }
 
-// rgat_fw_nodes_att_sum: traversal instance, one warp per node
+// rgat_fw_nodes_att_max: traversal instance, one warp per node
 //   for n in g.dst_nodes():
+//       n["att_max"] = -1e+30
+//       for e in n.incoming_edges():
+//           n["att_max"] = max(n["att_max"], e["att"])
+//       for e in n.incoming_edges():
+//           e["att"] = exp(e["att"] - e.dst["att_max"])
 //       n["att_sum"] = 0.0
 //       for e in n.incoming_edges():
 //           n["att_sum"] += e["att"]
 //       for e in n.incoming_edges():
 //           e["att"] = e["att"] / e.dst["att_sum"]
 //           n["h"] += e["att"] * e["msg"]
-__global__ void __launch_bounds__(256) rgat_fw_nodes_att_sum(
+__global__ void __launch_bounds__(256) rgat_fw_nodes_att_max(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
     const int32_t* __restrict__ in_eid,
     float* __restrict__ h,
+    float* __restrict__ att_max,
     float* __restrict__ att_sum,
     float* __restrict__ att,
     const float* __restrict__ t_hs) {
@@ -217,39 +217,65 @@ __global__ void __launch_bounds__(256) rgat_fw_nodes_att_sum(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
+    float f_att_max[1];
     float f_att_sum[1];
     float f_h[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) f_h[j] = 0.f;
+    // n["att_max"] = -1e+30
+    f_att_max[0] = (-1e+30f);
+    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+      const int64_t e = in_eid[i_e];
+      // n["att_max"] = max(n["att_max"], e["att"])
+      float v0[1];
+      v0[0] = att[e];
+      float v1[1];
+      v1[0] = fmaxf(f_att_max[0], v0[0]);
+      f_att_max[0] = v1[0];
+    }
+    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+      const int64_t e = in_eid[i_e];
+      // e["att"] = exp(e["att"] - e.dst["att_max"])
+      float v2[1];
+      v2[0] = att[e];
+      float v3[1];
+      v3[0] = v2[0] - f_att_max[0];
+      float v4[1];
+      v4[0] = expf(v3[0]);
+      float v5[1];
+      v5[0] = v4[0];
+      if (lane == 0) att[e] = v5[0];
+    }
     // n["att_sum"] = 0.0
     f_att_sum[0] = 0.0f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // n["att_sum"] += e["att"]
-      float v0[1];
-      v0[0] = att[e];
-      f_att_sum[0] += v0[0];
+      float v6[1];
+      v6[0] = att[e];
+      f_att_sum[0] += v6[0];
     }
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // e["att"] = e["att"] / e.dst["att_sum"]
-      float v1[1];
-      v1[0] = att[e];
-      float v2[1];
-      v2[0] = v1[0] / f_att_sum[0];
-      float v3[1];
-      v3[0] = v2[0];
-      if (lane == 0) att[e] = v3[0];
+      float v7[1];
+      v7[0] = att[e];
+      float v8[1];
+      v8[0] = v7[0] / f_att_sum[0];
+      float v9[1];
+      v9[0] = v8[0];
+      if (lane == 0) att[e] = v9[0];
       // n["h"] += e["att"] * e["msg"]
-      float v4[2];
+      float v10[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v4[j] = t_hs[e * 64 + lane + 32 * j];
-      float v5[2];
+      for (int j = 0; j < 2; ++j) v10[j] = t_hs[e * 64 + lane + 32 * j];
+      float v11[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v5[j] = v3[0] * v4[j];
+      for (int j = 0; j < 2; ++j) v11[j] = v9[0] * v10[j];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) f_h[j] += v5[j];
+      for (int j = 0; j < 2; ++j) f_h[j] += v11[j];
     }
+    if (lane == 0) att_max[n] = f_att_max[0];
     if (lane == 0) att_sum[n] = f_att_sum[0];
     #pragma unroll
     for (int j = 0; j < 2; ++j) h[n * 64 + lane + 32 * j] = f_h[j];
@@ -261,14 +287,12 @@ __global__ void __launch_bounds__(256) rgat_fw_nodes_att_sum(
 // rgat_fwt_edges_att__0: traversal instance, one warp per edge
 //   for e in g.edges():
 //       e["att__0"] = leakyrelu(dot(e["hs"], w_s[e.etype]) + dot(e["ht"], w_t[e.etype]), negative_slope)
-//       e["att__1"] = exp(e["att__0"])
 __global__ void __launch_bounds__(256) rgat_fwt_edges_att__0(
     int64_t num_rows,
     const int32_t* __restrict__ etype,
     const float* __restrict__ w_s,
     const float* __restrict__ w_t,
     float* __restrict__ att__0,
-    float* __restrict__ att__1,
     const float* __restrict__ hs,
     const float* __restrict__ ht) {
   const int lane = threadIdx.x & 31;
@@ -318,69 +342,96 @@ __global__ void __launch_bounds__(256) rgat_fwt_edges_att__0(
     float v8[1];
     v8[0] = v7[0];
     if (lane == 0) att__0[e] = v8[0];
-    // e["att__1"] = exp(e["att__0"])
-    float v9[1];
-    v9[0] = expf(v8[0]);
-    float v10[1];
-    v10[0] = v9[0];
-    if (lane == 0) att__1[e] = v10[0];
   }
 }
 
-// rgat_fwt_nodes_att_sum: traversal instance, one warp per node
+// rgat_fwt_nodes_att_max: traversal instance, one warp per node
 //   for n in g.dst_nodes():
+//       n["att_max"] = -1e+30
+//       for e in n.incoming_edges():
+//           n["att_max"] = max(n["att_max"], e["att__0"])
+//       for e in n.incoming_edges():
+//           e["att__1"] = exp(e["att__0"] - e.dst["att_max"])
 //       n["att_sum"] = 0.0
 //       for e in n.incoming_edges():
 //           n["att_sum"] += e["att__1"]
 //       for e in n.incoming_edges():
 //           e["att"] = e["att__1"] / e.dst["att_sum"]
 //           n["h"] += e["att"] * e["msg"]
-__global__ void __launch_bounds__(256) rgat_fwt_nodes_att_sum(
+__global__ void __launch_bounds__(256) rgat_fwt_nodes_att_max(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
     const int32_t* __restrict__ in_eid,
     float* __restrict__ h,
+    float* __restrict__ att_max,
     float* __restrict__ att_sum,
     float* __restrict__ att,
-    const float* __restrict__ att__1,
+    const float* __restrict__ att__0,
+    float* __restrict__ att__1,
     const float* __restrict__ hs) {
   const int lane = threadIdx.x & 31;
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
+    float f_att_max[1];
     float f_att_sum[1];
     float f_h[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) f_h[j] = 0.f;
+    // n["att_max"] = -1e+30
+    f_att_max[0] = (-1e+30f);
+    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+      const int64_t e = in_eid[i_e];
+      // n["att_max"] = max(n["att_max"], e["att__0"])
+      float v0[1];
+      v0[0] = att__0[e];
+      float v1[1];
+      v1[0] = fmaxf(f_att_max[0], v0[0]);
+      f_att_max[0] = v1[0];
+    }
+    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+      const int64_t e = in_eid[i_e];
+      // e["att__1"] = exp(e["att__0"] - e.dst["att_max"])
+      float v2[1];
+      v2[0] = att__0[e];
+      float v3[1];
+      v3[0] = v2[0] - f_att_max[0];
+      float v4[1];
+      v4[0] = expf(v3[0]);
+      float v5[1];
+      v5[0] = v4[0];
+      if (lane == 0) att__1[e] = v5[0];
+    }
     // n["att_sum"] = 0.0
     f_att_sum[0] = 0.0f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // n["att_sum"] += e["att__1"]
-      float v0[1];
-      v0[0] = att__1[e];
-      f_att_sum[0] += v0[0];
+      float v6[1];
+      v6[0] = att__1[e];
+      f_att_sum[0] += v6[0];
     }
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // e["att"] = e["att__1"] / e.dst["att_sum"]
-      float v1[1];
-      v1[0] = att__1[e];
-      float v2[1];
-      v2[0] = v1[0] / f_att_sum[0];
-      float v3[1];
-      v3[0] = v2[0];
-      if (lane == 0) att[e] = v3[0];
+      float v7[1];
+      v7[0] = att__1[e];
+      float v8[1];
+      v8[0] = v7[0] / f_att_sum[0];
+      float v9[1];
+      v9[0] = v8[0];
+      if (lane == 0) att[e] = v9[0];
       // n["h"] += e["att"] * e["msg"]
-      float v4[2];
+      float v10[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v4[j] = hs[e * 64 + lane + 32 * j];
-      float v5[2];
+      for (int j = 0; j < 2; ++j) v10[j] = hs[e * 64 + lane + 32 * j];
+      float v11[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v5[j] = v3[0] * v4[j];
+      for (int j = 0; j < 2; ++j) v11[j] = v9[0] * v10[j];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) f_h[j] += v5[j];
+      for (int j = 0; j < 2; ++j) f_h[j] += v11[j];
     }
+    if (lane == 0) att_max[n] = f_att_max[0];
     if (lane == 0) att_sum[n] = f_att_sum[0];
     #pragma unroll
     for (int j = 0; j < 2; ++j) h[n * 64 + lane + 32 * j] = f_h[j];
@@ -398,7 +449,10 @@ __global__ void __launch_bounds__(256) rgat_fwt_nodes_att_sum(
 //           e.dst["d_att_sum"] += -(e["d_att"] * e.att__1 / (e.dst.att_sum * e.dst.att_sum))
 //       for e in n.incoming_edges():
 //           e["d_att__1"] += n["d_att_sum"]
-//           e["d_att__0"] += e["d_att__1"] * exp(e.att__0)
+//           e["d_att__0"] += e["d_att__1"] * exp(e.att__0 - e.dst.att_max)
+//           e.dst["d_att_max"] += -(e["d_att__1"] * exp(e.att__0 - e.dst.att_max))
+//       for e in n.incoming_edges():
+//           e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max)
 __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
@@ -406,9 +460,11 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
     const float* __restrict__ att,
     const float* __restrict__ att__0,
     const float* __restrict__ att__1,
+    const float* __restrict__ att_max,
     const float* __restrict__ att_sum,
     const float* __restrict__ msg,
     const float* __restrict__ d_h,
+    float* __restrict__ d_att_max,
     float* __restrict__ d_att_sum,
     float* __restrict__ d_att,
     float* __restrict__ d_att__0,
@@ -420,6 +476,8 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
     float f_d_att_sum[1];
     f_d_att_sum[0] = d_att_sum[n];
+    float f_d_att_max[1];
+    f_d_att_max[0] = d_att_max[n];
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // e["d_att"] += sum(n.d_h * e.msg)
@@ -496,19 +554,54 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
       v19[0] = d_att__1[e];
       v19[0] += f_d_att_sum[0];
       if (lane == 0) d_att__1[e] = v19[0];
-      // e["d_att__0"] += e["d_att__1"] * exp(e.att__0)
+      // e["d_att__0"] += e["d_att__1"] * exp(e.att__0 - e.dst.att_max)
       float v20[1];
       v20[0] = att__0[e];
       float v21[1];
-      v21[0] = expf(v20[0]);
+      v21[0] = att_max[n];
       float v22[1];
-      v22[0] = v19[0] * v21[0];
+      v22[0] = v20[0] - v21[0];
       float v23[1];
-      v23[0] = 0.f;
-      v23[0] += v22[0];
-      if (lane == 0) d_att__0[e] = v23[0];
+      v23[0] = expf(v22[0]);
+      float v24[1];
+      v24[0] = v19[0] * v23[0];
+      float v25[1];
+      v25[0] = 0.f;
+      v25[0] += v24[0];
+      if (lane == 0) d_att__0[e] = v25[0];
+      // e.dst["d_att_max"] += -(e["d_att__1"] * exp(e.att__0 - e.dst.att_max))
+      float v26[1];
+      v26[0] = att__0[e];
+      float v27[1];
+      v27[0] = att_max[n];
+      float v28[1];
+      v28[0] = v26[0] - v27[0];
+      float v29[1];
+      v29[0] = expf(v28[0]);
+      float v30[1];
+      v30[0] = v19[0] * v29[0];
+      float v31[1];
+      v31[0] = -v30[0];
+      f_d_att_max[0] += v31[0];
+    }
+    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+      const int64_t e = in_eid[i_e];
+      // e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max)
+      float v32[1];
+      v32[0] = att_max[n];
+      float v33[1];
+      v33[0] = att__0[e];
+      float v34[1];
+      v34[0] = (v33[0] >= v32[0] ? 1.f : 0.f);
+      float v35[1];
+      v35[0] = f_d_att_max[0] * v34[0];
+      float v36[1];
+      v36[0] = d_att__0[e];
+      v36[0] += v35[0];
+      if (lane == 0) d_att__0[e] = v36[0];
     }
     if (lane == 0) d_att_sum[n] = f_d_att_sum[0];
+    if (lane == 0) d_att_max[n] = f_d_att_max[0];
   }
 }
 
@@ -1005,10 +1098,10 @@ cudaError_t launch_rgat_fw_edges_att(const RgatForwardArgs& a, cudaStream_t stre
   return cudaSuccess;
 }
 
-cudaError_t launch_rgat_fw_nodes_att_sum(const RgatForwardArgs& a, cudaStream_t stream) {
-  if (a.num_nodes > 0) {  // rgat_fw_nodes_att_sum
+cudaError_t launch_rgat_fw_nodes_att_max(const RgatForwardArgs& a, cudaStream_t stream) {
+  if (a.num_nodes > 0) {  // rgat_fw_nodes_att_max
     const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
-    rgat_fw_nodes_att_sum<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.h, a.att_sum, a.att, a.t_hs);
+    rgat_fw_nodes_att_max<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.h, a.att_max, a.att_sum, a.att, a.t_hs);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1018,7 +1111,7 @@ cudaError_t rgat_forward(const RgatForwardArgs& a, cudaStream_t stream) {
   if (cudaError_t err = launch_rgat_fw_gemm_hs(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_rgat_fw_gemm_ht(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_rgat_fw_edges_att(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_rgat_fw_nodes_att_sum(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_rgat_fw_nodes_att_max(a, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
@@ -1045,16 +1138,16 @@ cudaError_t launch_rgat_fwt_gemm_ht(const RgatForwardTrainArgs& a, cudaStream_t 
 cudaError_t launch_rgat_fwt_edges_att__0(const RgatForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // rgat_fwt_edges_att__0
     const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    rgat_fwt_edges_att__0<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.w_s, a.w_t, a.att__0, a.att__1, a.hs, a.ht);
+    rgat_fwt_edges_att__0<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.w_s, a.w_t, a.att__0, a.hs, a.ht);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
-cudaError_t launch_rgat_fwt_nodes_att_sum(const RgatForwardTrainArgs& a, cudaStream_t stream) {
-  if (a.num_nodes > 0) {  // rgat_fwt_nodes_att_sum
+cudaError_t launch_rgat_fwt_nodes_att_max(const RgatForwardTrainArgs& a, cudaStream_t stream) {
+  if (a.num_nodes > 0) {  // rgat_fwt_nodes_att_max
     const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
-    rgat_fwt_nodes_att_sum<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.h, a.att_sum, a.att, a.att__1, a.hs);
+    rgat_fwt_nodes_att_max<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.h, a.att_max, a.att_sum, a.att, a.att__0, a.att__1, a.hs);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1064,14 +1157,14 @@ cudaError_t rgat_forward_train(const RgatForwardTrainArgs& a, cudaStream_t strea
   if (cudaError_t err = launch_rgat_fwt_gemm_hs(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_rgat_fwt_gemm_ht(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_rgat_fwt_edges_att__0(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_rgat_fwt_nodes_att_sum(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_rgat_fwt_nodes_att_max(a, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
 cudaError_t launch_rgat_bw_nodes_d_att(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // rgat_bw_nodes_d_att
     const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
-    rgat_bw_nodes_d_att<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.att, a.att__0, a.att__1, a.att_sum, a.msg, a.d_h, a.d_att_sum, a.d_att, a.d_att__0, a.d_att__1, a.d_msg);
+    rgat_bw_nodes_d_att<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.att, a.att__0, a.att__1, a.att_max, a.att_sum, a.msg, a.d_h, a.d_att_max, a.d_att_sum, a.d_att, a.d_att__0, a.d_att__1, a.d_msg);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -29,6 +29,7 @@ struct RgatForwardArgs {
   const float* w_s = nullptr;  // [num_etypes, 1, 64]
   const float* w_t = nullptr;  // [num_etypes, 1, 64]
   float* h = nullptr;  // [num_nodes, 1, 64]
+  float* att_max = nullptr;  // [num_nodes, 1]
   float* att_sum = nullptr;  // [num_nodes, 1]
   float* att = nullptr;  // [num_edges, 1]
   float* t_hs = nullptr;  // [num_edges, 1, 64]
@@ -39,7 +40,7 @@ struct RgatForwardArgs {
 cudaError_t launch_rgat_fw_gemm_hs(const RgatForwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_fw_gemm_ht(const RgatForwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_fw_edges_att(const RgatForwardArgs& args, cudaStream_t stream);
-cudaError_t launch_rgat_fw_nodes_att_sum(const RgatForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_fw_nodes_att_max(const RgatForwardArgs& args, cudaStream_t stream);
 // Runs the whole forward pass on `stream`, in order. Returns the first launch error.
 cudaError_t rgat_forward(const RgatForwardArgs& args, cudaStream_t stream);
 
@@ -65,6 +66,7 @@ struct RgatForwardTrainArgs {
   const float* w_s = nullptr;  // [num_etypes, 1, 64]
   const float* w_t = nullptr;  // [num_etypes, 1, 64]
   float* h = nullptr;  // [num_nodes, 1, 64]
+  float* att_max = nullptr;  // [num_nodes, 1]
   float* att_sum = nullptr;  // [num_nodes, 1]
   float* att = nullptr;  // [num_edges, 1]
   float* att__0 = nullptr;  // [num_edges, 1]
@@ -77,7 +79,7 @@ struct RgatForwardTrainArgs {
 cudaError_t launch_rgat_fwt_gemm_hs(const RgatForwardTrainArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_fwt_gemm_ht(const RgatForwardTrainArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_fwt_edges_att__0(const RgatForwardTrainArgs& args, cudaStream_t stream);
-cudaError_t launch_rgat_fwt_nodes_att_sum(const RgatForwardTrainArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_fwt_nodes_att_max(const RgatForwardTrainArgs& args, cudaStream_t stream);
 // Runs the whole forward_train pass on `stream`, in order. Returns the first launch error.
 cudaError_t rgat_forward_train(const RgatForwardTrainArgs& args, cudaStream_t stream);
 
@@ -102,6 +104,7 @@ struct RgatBackwardArgs {
   const float* att = nullptr;  // [num_edges, 1]
   const float* att__0 = nullptr;  // [num_edges, 1]
   const float* att__1 = nullptr;  // [num_edges, 1]
+  const float* att_max = nullptr;  // [num_nodes, 1]
   const float* att_sum = nullptr;  // [num_nodes, 1]
   const float* hs = nullptr;  // [num_edges, 1, 64]
   const float* ht = nullptr;  // [num_edges, 1, 64]
@@ -114,6 +117,7 @@ struct RgatBackwardArgs {
   float* d_W = nullptr;  // [num_etypes, 64, 64]
   float* d_w_s = nullptr;  // [num_etypes, 1, 64]
   float* d_w_t = nullptr;  // [num_etypes, 1, 64]
+  float* d_att_max = nullptr;  // [num_nodes, 1]
   float* d_att_sum = nullptr;  // [num_nodes, 1]
   float* d_att = nullptr;  // [num_edges, 1]
   float* d_att__0 = nullptr;  // [num_edges, 1]

@@ -571,6 +571,11 @@ class TraversalEmitter {
     }
     if (f == "dot") return dot(expr(e->args[0]), expr(e->args[1]), e);
     if (f == "sum") return dot(expr(e->args[0]), literal("1.f"), e);
+    if (f == "max")
+      return binary(expr(e->args[0]), expr(e->args[1]), [](const std::string& x, const std::string& y) { return "fmaxf(" + x + ", " + y + ")"; });
+    if (f == "max_grad")
+      return binary(expr(e->args[0]), expr(e->args[1]),
+                    [](const std::string& x, const std::string& y) { return "(" + x + " >= " + y + " ? 1.f : 0.f)"; });
     if (f == "leakyrelu_grad") {
       std::string slope = e->args.size() > 1 ? flt(constant(e->args[1])) : "0.01f";
       return unary(expr(e->args[0]), [slope](const std::string& x) { return "(" + x + " > 0.f ? 1.f : " + slope + ")"; });

@@ -185,6 +185,14 @@ class TorchEmitter {
       std::string slope = e->args.size() > 1 ? expr(e->args[1]).code : "0.01";
       return TV{fmt::format("at::leaky_relu({}, {})", x.code, slope), x.shape, x.rows};
     }
+    if (f == "max" || f == "max_grad") {
+      TV a = full(expr(e->args[0])), b = full(expr(e->args[1]));
+      std::vector<int64_t> shape = a.shape.size() >= b.shape.size() ? a.shape : b.shape;
+      a = align(a, shape.size());
+      b = align(b, shape.size());
+      if (f == "max") return TV{fmt::format("at::maximum({}, {})", a.code, b.code), shape, true};
+      return TV{fmt::format("({} >= {}).to(at::kFloat)", a.code, b.code), shape, true};
+    }
     if (f == "sum") {
       TV x = full(expr(e->args[0]));
       std::vector<int64_t> shape(x.shape.begin(), x.shape.end() - 1);

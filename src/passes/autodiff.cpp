@@ -51,7 +51,8 @@ class Normalizer {
   void count_sets(const std::vector<StmtP>& body) {
     for (const StmtP& s : body) {
       if (s->kind == StmtKind::For) count_sets(s->body);
-      else if (is_field(s->target) && (s->op == AssignOp::Set || s->op == AssignOp::Mul || s->op == AssignOp::Div))
+      else if (is_field(s->target) && !is_max_aggregation(*s) &&
+               (s->op == AssignOp::Set || s->op == AssignOp::Mul || s->op == AssignOp::Div))
         ++sets_[s->target->args[1]->name];
     }
   }
@@ -93,7 +94,8 @@ class Normalizer {
     if (!is_field(s.target)) return Stmt::assign(s.target, s.op, value, s.loc);
     const std::string& f = t.args[1]->name;
     ExprP base = rewrite(t.args[0]);
-    if (s.op == AssignOp::Add || s.op == AssignOp::Sub) return Stmt::assign(field(base, current(f), t.loc), s.op, value, s.loc);
+    if (s.op == AssignOp::Add || s.op == AssignOp::Sub || is_max_aggregation(s))
+      return Stmt::assign(field(base, current(f), t.loc), s.op, value, s.loc);
     ExprP old = field(base, current(f), t.loc);
     bool first = !version_.count(f);
     if (!first) ++version_[f];
@@ -229,6 +231,13 @@ class Differentiator {
     if (!g) return;
     if (s.op == AssignOp::Sub) g = Expr::neg(g);
     std::vector<std::pair<ExprP, ExprP>> contributions;  // (leaf, gradient)
+    if (is_max_aggregation(s)) {
+      // m = max(m, x) over edges: the gradient goes to the x that equal the final maximum.
+      const ExprP& x = s.value->args[1];
+      diff(x, reduce(mul(g, call("max_grad", {saved(x), saved(s.target)})), shape(x)), contributions);
+      for (auto& [leaf, grad] : contributions) accumulate(leaf, grad, s.loc, out);
+      return;
+    }
     diff(s.value, g, contributions);
     for (auto& [leaf, grad] : contributions) accumulate(leaf, grad, s.loc, out);
   }
@@ -310,6 +319,10 @@ class Differentiator {
           auto a = shape(e->args[0]);
           for (size_t i = 1; i < e->args.size(); ++i) a.back() += shape(e->args[i]).back();
           return a;
+        }
+        if (f == "max" || f == "max_grad") {
+          auto a = shape(e->args[0]), b = shape(e->args[1]);
+          return a.size() >= b.size() ? a : b;
         }
         return shape(e->args[0]);  // element-wise
       }
@@ -455,6 +468,12 @@ class Differentiator {
           return diff(x, call("reshape", args), out);
         }
         if (f == "linear") return linear(x, e->args[1], g, out);
+        if (f == "max") {
+          const ExprP& y = e->args[1];
+          diff(x, reduce(mul(g, call("max_grad", {saved(x), saved(y)})), shape(x)), out);
+          diff(y, reduce(mul(g, sub(num(1.0), call("max_grad", {saved(x), saved(y)}))), shape(y)), out);
+          return;
+        }
         throw Unsupported(e->loc, fmt::format("autodiff does not support '{}' yet", f));
       }
     }

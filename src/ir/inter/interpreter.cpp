@@ -427,6 +427,15 @@ class Interpreter {
       double slope = e->args.size() > 1 ? constant(e->args[1]) : 0.01;
       return map(arg(0), [slope](double v) { return v > 0 ? 1.0 : slope; });
     }
+    if (f == "max" || f == "max_grad") {
+      V a = arg(0), b = arg(1);
+      const V& big = a.d.size() >= b.d.size() ? a : b;
+      V x = broadcast_to(a, big.shape), y = broadcast_to(b, big.shape);
+      V out{big.shape, std::vector<double>(x.d.size())};
+      for (size_t i = 0; i < x.d.size(); ++i)
+        out.d[i] = f == "max" ? std::max(x.d[i], y.d[i]) : (x.d[i] >= y.d[i] ? 1.0 : 0.0);
+      return out;
+    }
     if (f == "sum") {
       V a = arg(0);
       int64_t D = a.shape.back(), rows = numel(a.shape) / D;

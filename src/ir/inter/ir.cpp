@@ -171,7 +171,7 @@ std::optional<DType> parse_dtype(std::string_view s) {
 const std::set<std::string, std::less<>>& builtin_functions() {
   static const std::set<std::string, std::less<>> names = {
       "exp", "relu", "tanh", "sigmoid", "sqrt", "leakyrelu", "dot", "outer", "linear", "concat", "reshape",
-      "sum", "linear_t", "leakyrelu_grad"};
+      "sum", "linear_t", "leakyrelu_grad", "max", "max_grad"};
   return names;
 }
 
@@ -199,6 +199,11 @@ std::string bad_name_reason(std::string_view name) {
   if (kReserved.count(name)) return "is a reserved word in C++, CUDA or Python";
   if (name.rfind("__", 0) == 0) return "is reserved (names starting with '__' belong to the compilers)";
   return "";
+}
+
+bool is_max_aggregation(const Stmt& s) {
+  return s.kind == StmtKind::Assign && s.op == AssignOp::Set && s.value->kind == ExprKind::Call &&
+         s.value->name == "max" && s.value->args.size() == 2 && equal(s.value->args[0], s.target);
 }
 
 bool equal(const ExprP& a, const ExprP& b) {

@@ -171,12 +171,16 @@ inline bool is_edge_loop(LoopKind k) {
 }
 
 // Names of the built-in functions of the DSL (the last three mostly appear in generated backward code:
-// sum reduces the last axis, linear_t(y, W) is y times W transposed, leakyrelu_grad(x, s) is 1 or s).
+// sum reduces the last axis, linear_t(y, W) is y times W transposed, leakyrelu_grad(x, s) is 1 or s;
+// max(a, b) is element-wise, max_grad(a, b) is 1 where a >= b, else 0).
 const std::set<std::string, std::less<>>& builtin_functions();
 
 // The model's, tensors', fields', locals' and loop variables' names become identifiers in the generated
 // C++, CUDA and Python. Returns "" when `name` can be one, otherwise why not (to follow "'<name>' ").
 std::string bad_name_reason(std::string_view name);
+
+// `x = max(x, v)`: a max-aggregation (legal where `+=` is: into a node from its edges).
+bool is_max_aggregation(const Stmt& s);
 
 // Structural equality (ignores source locations).
 bool equal(const ExprP& a, const ExprP& b);

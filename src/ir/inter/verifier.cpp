@@ -332,7 +332,7 @@ class Verifier {
     }
     bool through_edge = n.role != NodeRole::Loop;
     bool in_edge_loop = current_loop().edge();
-    bool aggregation = s.op == AssignOp::Add || s.op == AssignOp::Sub;
+    bool aggregation = s.op == AssignOp::Add || s.op == AssignOp::Sub || is_max_aggregation(s);
     if (through_edge || in_edge_loop) {
       // Many edges write to the same node: only an aggregation is well defined.
       if (!aggregation) {
@@ -364,8 +364,9 @@ class Verifier {
       std::vector<int64_t>& shape = it->second.shape;
       if (value.shape != shape) {
         // A field first set from a scalar (e.g. n["s"] = 0.0) takes the shape of what is accumulated into it.
-        bool grow = is_prefix(shape, value.shape) && s.op != AssignOp::Set && !read_.count(name);
-        bool bcast = is_prefix(value.shape, shape) && s.op != AssignOp::Set;
+        bool accumulates = s.op != AssignOp::Set || is_max_aggregation(s);
+        bool grow = is_prefix(shape, value.shape) && accumulates && (is_max_aggregation(s) || !read_.count(name));
+        bool bcast = is_prefix(value.shape, shape) && accumulates;
         if (grow) shape = value.shape;
         else if (!bcast) {
           d_.error(s.loc, "shape-mismatch", fmt::format("field '{}' has shape {}, but a value of shape {} is {}", name,
@@ -675,6 +676,16 @@ class Verifier {
                  fmt::format("unknown function '{}'{}", f,
                              suggest(f, std::vector<std::string>(builtin_functions().begin(), builtin_functions().end()))));
       return std::nullopt;
+    }
+    if (f == "max" || f == "max_grad") {
+      if (!arity(e, 2, 2)) return std::nullopt;
+      auto a = tensor(e->args[0], fmt::format("the first argument of '{}'", f));
+      if (!a) return std::nullopt;
+      auto b = tensor(e->args[1], fmt::format("the second argument of '{}'", f));
+      if (!b) return std::nullopt;
+      Type t = join(*a, *b);
+      if (!combine_shapes(a->shape, b->shape, t.shape, e->loc)) return std::nullopt;
+      return Val{t};
     }
     if (f == "exp" || f == "relu" || f == "tanh" || f == "sigmoid" || f == "sqrt") {
       if (!arity(e, 1, 1)) return std::nullopt;

@@ -29,7 +29,7 @@ bool traversal_supports(const inter::ExprP& e) {
   using inter::ExprKind;
   if (e->kind == ExprKind::Call) {
     static const std::set<std::string> kSupported = {"exp", "sqrt", "tanh", "relu", "sigmoid", "leakyrelu",
-                                                      "leakyrelu_grad", "dot", "sum", "reshape"};
+                                                      "leakyrelu_grad", "dot", "sum", "reshape", "max", "max_grad"};
     if (!kSupported.count(e->name)) return false;
     if (e->name == "leakyrelu" || e->name == "leakyrelu_grad" || e->name == "reshape") return traversal_supports(e->args[0]);
   }
