@@ -43,8 +43,9 @@ def progress(iterable, total, desc):
 class Classifier(torch.nn.Module):
     """layer(graph) -> LayerNorm -> ReLU -> layer(graph) -> LayerNorm -> ReLU -> linear head."""
 
-    def __init__(self, cls, num_etypes, num_ntypes, width, num_classes):
+    def __init__(self, cls, num_etypes, num_ntypes, width, num_classes, norm=True):
         super().__init__()
+        self.use_norm = norm
         self.layer1 = cls(num_etypes, num_ntypes=num_ntypes, device="cuda")
         self.layer2 = cls(num_etypes, num_ntypes=num_ntypes, device="cuda")
         self.norm1 = torch.nn.LayerNorm(width, device="cuda")
@@ -53,8 +54,10 @@ class Classifier(torch.nn.Module):
 
     def forward(self, g, x):
         n = x.shape[0]
-        h = F.relu(self.norm1(self.layer1(g, x).reshape(n, -1)))
-        h = F.relu(self.norm2(self.layer2(g, h).reshape(n, -1)))
+        norm1 = self.norm1 if self.use_norm else (lambda t: t)
+        norm2 = self.norm2 if self.use_norm else (lambda t: t)
+        h = F.relu(norm1(self.layer1(g, x).reshape(n, -1)))
+        h = F.relu(norm2(self.layer2(g, h).reshape(n, -1)))
         return self.head(h)
 
 
@@ -76,6 +79,7 @@ def main(argv=None):
     p.add_argument("--classes", type=int, default=8)
     p.add_argument("--lr", type=float, default=0.005)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-norm", action="store_true", help="no LayerNorm between the layers")
     p.add_argument("--out", default=None, help="folder for the JSON log and the loss plot")
     a = p.parse_args(argv)
 
@@ -100,7 +104,7 @@ def main(argv=None):
     train &= has_in
     test = ~train & has_in
 
-    model = Classifier(cls, R, T, in_dim, a.classes)
+    model = Classifier(cls, R, T, in_dim, a.classes, norm=not a.no_norm)
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     print(f"{a.model}: 2-layer classifier on '{a.graph}' ({N} nodes, {graph.num_edges} edges, {R} relations, "
           f"{T} node types), {sum(p.numel() for p in model.parameters())} parameters, {a.classes} classes")
