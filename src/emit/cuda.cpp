@@ -36,6 +36,10 @@ std::string camel(const std::string& s) {
   return r;
 }
 
+std::map<std::string, std::string> banner_vars(const Program& p, const EmitContext& ctx) {
+  return {{"version", ctx.version}, {"spec", ctx.spec_name}, {"model", p.model}};
+}
+
 std::string args_struct(const Program& p) { return capitalize(p.model) + camel(p.phase) + "Args"; }
 
 std::vector<std::string> graph_arrays(const Program& p) {
@@ -997,10 +1001,7 @@ std::string emit_kernels_cu(const std::vector<Program>& phases, const EmitContex
     all.travs += c.travs;
     phase_names += (phase_names.empty() ? "" : ", ") + ph.phase;
   }
-  Vars v;
-  v["version"] = ctx.version;
-  v["spec"] = ctx.spec_name;
-  v["model"] = p.model;
+  Vars v = banner_vars(p, ctx);
   v["phases"] = phase_names;
   v["num_gemm"] = std::to_string(all.gemms);
   v["num_traversal"] = std::to_string(all.travs);
@@ -1018,10 +1019,7 @@ std::string emit_kernels_cu(const std::vector<Program>& phases, const EmitContex
 
 std::string emit_kernels_h(const std::vector<Program>& phases, const EmitContext& ctx) {
   const Program& p = phases.front();
-  Vars v;
-  v["version"] = ctx.version;
-  v["spec"] = ctx.spec_name;
-  v["model"] = p.model;
+  Vars v = banner_vars(p, ctx);
   v["Model"] = capitalize(p.model);
   std::string structs;
   for (const Program& ph : phases) {

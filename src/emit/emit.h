@@ -1,6 +1,7 @@
 // Emitters: from the intra-operator IR to the files of docs/generated_api.md.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "driver/output.h"
@@ -33,5 +34,8 @@ std::string emit_torch_block(const intra::Program& p, const intra::TorchInstance
 // Graph arrays (struct fields / op arguments) the program needs, in a fixed order.
 std::vector<std::string> graph_arrays(const intra::Program& p);
 std::string capitalize(const std::string& s);
+
+// The variables every file template's banner uses: version, spec, model.
+std::map<std::string, std::string> banner_vars(const intra::Program& p, const EmitContext& ctx);
 
 }  // namespace hectorgen::emit

@@ -139,10 +139,7 @@ static std::string op_schema(const Program& p) {
 
 std::string emit_host_cpp(const std::vector<Program>& phases, const EmitContext& ctx) {
   const Program& p = phases.front();
-  Vars v;
-  v["version"] = ctx.version;
-  v["spec"] = ctx.spec_name;
-  v["model"] = p.model;
+  Vars v = banner_vars(p, ctx);
   std::string functions, defs, cuda, meta, pyb, names;
   for (const Program& ph : phases) {
     functions += emit_op(ph, ctx);
@@ -166,10 +163,7 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
 
 std::string emit_python(const std::vector<Program>& phases, const EmitContext& ctx) {
   const Program& p = phases.front();
-  Vars v;
-  v["version"] = ctx.version;
-  v["spec"] = ctx.spec_name;
-  v["model"] = p.model;
+  Vars v = banner_vars(p, ctx);
   v["Model"] = capitalize(p.model);
   bool ntype = p.layouts.count(intra::layout::kNtypePtr) > 0;
   v["ntype_args_doc"] = ntype ? ", ntype=ntype, num_ntypes=T" : "";
@@ -341,10 +335,7 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
 }
 
 std::string emit_cmake(const Program& p, const EmitContext& ctx) {
-  Vars v;
-  v["version"] = ctx.version;
-  v["spec"] = ctx.spec_name;
-  v["model"] = p.model;
+  Vars v = banner_vars(p, ctx);
   return render_template("cmake/CMakeLists.txt.in", v);
 }
 

@@ -8,6 +8,7 @@
 
 #include "diag/diagnostics.h"
 #include "driver/driver.h"
+#include "ir/inter/interpreter.h"
 #include "ir/inter/ir.h"
 
 namespace hectorgen::test {
@@ -17,6 +18,21 @@ inline std::string read_file(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// The hand-checked graph of the unit tests: 5 nodes (types [0, 1, 1, 1, 1]), 7 edges, 2 relations.
+//   e0: 4->2 r1   e1: 0->1 r0   e2: 2->3 r1   e3: 4->2 r1   e4: 3->1 r1   e5: 0->2 r0   e6: 1->4 r1
+// Node 0 has no incoming edges; node 2 has two parallel r1 edges from node 4.
+inline inter::HeteroGraph tiny_graph() {
+  inter::HeteroGraph g;
+  g.num_nodes = 5;
+  g.num_ntypes = 2;
+  g.num_etypes = 2;
+  g.ntype = {0, 1, 1, 1, 1};
+  g.src = {4, 0, 2, 4, 3, 0, 1};
+  g.dst = {2, 1, 3, 2, 1, 2, 4};
+  g.etype = {1, 0, 1, 1, 1, 0, 1};
+  return g;
 }
 
 inline std::string spec_path(const std::string& name) { return std::string(HECTORGEN_SOURCE_DIR) + "/specs/" + name; }

@@ -18,17 +18,6 @@ using namespace hectorgen::test;
 
 namespace {
 
-HeteroGraph tiny_graph() {
-  HeteroGraph g;
-  g.num_nodes = 5;
-  g.num_ntypes = 2;
-  g.num_etypes = 2;
-  g.ntype = {0, 1, 1, 1, 1};
-  g.src = {4, 0, 2, 4, 3, 0, 1};
-  g.dst = {2, 1, 3, 2, 1, 2, 4};
-  g.etype = {1, 0, 1, 1, 1, 0, 1};
-  return g;
-}
 
 Tensor64 random_tensor(std::vector<int64_t> shape, std::mt19937& rng, double scale) {
   Tensor64 t = Tensor64::zeros(std::move(shape));
