@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 
 MODEL = "hgt"
+# The hyper-parameters the kernels were generated for (dimensions are compile-time constants).
+HYPER = {"in_dim": 64, "out_dim": 64, "heads": 1, "d_k": 64}
 # Graph layouts the generated kernels read (built by the hectorgen runtime) and the arrays passed to them.
 GRAPH_LAYOUTS = ("csr_by_dst", "csr_by_src", "etype_sorted_coo", "ntype_ptr", )
 GRAPH_ARRAYS = ("src", "dst", "etype", "etype_ptr", "etype_tile_ptr", "in_ptr", "in_eid", "in_src", "out_ptr", "out_eid", "out_dst", "ntype", "ntype_ptr", "ntype_tile_ptr", )
@@ -144,8 +146,21 @@ def forward(g, feature, W_k, W_q, W_v, W_att, W_msg, mu, W_a):
 class Hgt(torch.nn.Module):
     """The hgt layer. Parameters are the spec's weights: W_k [num_ntypes, 64, 64], W_q [num_ntypes, 64, 64], W_v [num_ntypes, 64, 64], W_att [num_etypes, 1, 64, 64], W_msg [num_etypes, 1, 64, 64], mu [num_etypes, 1], W_a [num_ntypes, 64, 64]."""
 
-    def __init__(self, num_etypes, num_ntypes=1, device=None, dtype=torch.float32):
+    def __init__(self, num_etypes, num_ntypes=1, device=None, dtype=torch.float32, **hyper):
+        """`hyper` may restate the spec's hyper-parameters (e.g. in_dim=64), PyG style; they are checked
+        against the generated kernels, which are specialised for them."""
         super().__init__()
+        for name, value in hyper.items():
+            if name not in HYPER:
+                raise TypeError(f"Hgt() got an unexpected keyword argument {name!r} (hyper-parameters: "
+                                f"{', '.join(HYPER)})")
+            if value != HYPER[name]:
+                raise ValueError(f"Hgt was generated for {name}={HYPER[name]}, not {value}: change the spec "
+                                 f"(specs/hgt.yaml) and regenerate")
+        if dtype != torch.float32:
+            raise ValueError(f"Hgt kernels are generated for float32, not {dtype}")
+        if num_etypes < 1 or num_ntypes < 1:
+            raise ValueError(f"Hgt needs num_etypes >= 1 and num_ntypes >= 1, got {num_etypes}, {num_ntypes}")
         self.num_etypes = num_etypes
         self.num_ntypes = num_ntypes
         self.W_k = torch.nn.Parameter(torch.empty((num_ntypes, 64, 64), device=device, dtype=dtype))

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 
 MODEL = "rgat"
+# The hyper-parameters the kernels were generated for (dimensions are compile-time constants).
+HYPER = {"in_dim": 64, "out_dim": 64, "heads": 1, "negative_slope": 0.2}
 # Graph layouts the generated kernels read (built by the hectorgen runtime) and the arrays passed to them.
 GRAPH_LAYOUTS = ("csr_by_dst", "csr_by_src", "etype_sorted_coo", )
 GRAPH_ARRAYS = ("src", "dst", "etype", "etype_ptr", "etype_tile_ptr", "in_ptr", "in_eid", "in_src", "out_ptr", "out_eid", "out_dst", )
@@ -141,8 +143,21 @@ def forward(g, feature, W, w_s, w_t):
 class Rgat(torch.nn.Module):
     """The rgat layer. Parameters are the spec's weights: W [num_etypes, 64, 64], w_s [num_etypes, 1, 64], w_t [num_etypes, 1, 64]."""
 
-    def __init__(self, num_etypes, num_ntypes=1, device=None, dtype=torch.float32):
+    def __init__(self, num_etypes, num_ntypes=1, device=None, dtype=torch.float32, **hyper):
+        """`hyper` may restate the spec's hyper-parameters (e.g. in_dim=64), PyG style; they are checked
+        against the generated kernels, which are specialised for them."""
         super().__init__()
+        for name, value in hyper.items():
+            if name not in HYPER:
+                raise TypeError(f"Rgat() got an unexpected keyword argument {name!r} (hyper-parameters: "
+                                f"{', '.join(HYPER)})")
+            if value != HYPER[name]:
+                raise ValueError(f"Rgat was generated for {name}={HYPER[name]}, not {value}: change the spec "
+                                 f"(specs/rgat.yaml) and regenerate")
+        if dtype != torch.float32:
+            raise ValueError(f"Rgat kernels are generated for float32, not {dtype}")
+        if num_etypes < 1 or num_ntypes < 1:
+            raise ValueError(f"Rgat needs num_etypes >= 1 and num_ntypes >= 1, got {num_etypes}, {num_ntypes}")
         self.num_etypes = num_etypes
         self.num_ntypes = num_ntypes
         self.W = torch.nn.Parameter(torch.empty((num_etypes, 64, 64), device=device, dtype=dtype))

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 
 MODEL = "rgcn"
+# The hyper-parameters the kernels were generated for (dimensions are compile-time constants).
+HYPER = {"in_dim": 64, "out_dim": 64}
 # Graph layouts the generated kernels read (built by the hectorgen runtime) and the arrays passed to them.
 GRAPH_LAYOUTS = ("csr_by_dst", "csr_by_src", "etype_sorted_coo", "inv_relation_in_degree", )
 GRAPH_ARRAYS = ("src", "dst", "etype", "etype_ptr", "etype_tile_ptr", "in_ptr", "in_eid", "in_src", "out_ptr", "out_eid", "out_dst", )
@@ -142,8 +144,21 @@ def forward(g, feature, W0, W):
 class Rgcn(torch.nn.Module):
     """The rgcn layer. Parameters are the spec's weights: W0 [64, 64], W [num_etypes, 64, 64]."""
 
-    def __init__(self, num_etypes, num_ntypes=1, device=None, dtype=torch.float32):
+    def __init__(self, num_etypes, num_ntypes=1, device=None, dtype=torch.float32, **hyper):
+        """`hyper` may restate the spec's hyper-parameters (e.g. in_dim=64), PyG style; they are checked
+        against the generated kernels, which are specialised for them."""
         super().__init__()
+        for name, value in hyper.items():
+            if name not in HYPER:
+                raise TypeError(f"Rgcn() got an unexpected keyword argument {name!r} (hyper-parameters: "
+                                f"{', '.join(HYPER)})")
+            if value != HYPER[name]:
+                raise ValueError(f"Rgcn was generated for {name}={HYPER[name]}, not {value}: change the spec "
+                                 f"(specs/rgcn.yaml) and regenerate")
+        if dtype != torch.float32:
+            raise ValueError(f"Rgcn kernels are generated for float32, not {dtype}")
+        if num_etypes < 1 or num_ntypes < 1:
+            raise ValueError(f"Rgcn needs num_etypes >= 1 and num_ntypes >= 1, got {num_etypes}, {num_ntypes}")
         self.num_etypes = num_etypes
         self.num_ntypes = num_ntypes
         self.W0 = torch.nn.Parameter(torch.empty((64, 64), device=device, dtype=dtype))

@@ -181,6 +181,11 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
   std::string dims;
   for (const auto& h : p.decl.hyper) dims += (dims.empty() ? "" : ", ") + fmt::format("{}={}", h.name, h.is_integer ? fmt::format("{}", static_cast<long long>(h.value)) : fmt::format("{}", h.value));
   v["dims_doc"] = dims;
+  std::string hyper_dict;
+  for (const auto& h : p.decl.hyper)
+    hyper_dict += (hyper_dict.empty() ? "" : ", ") +
+                  fmt::format("\"{}\": {}", h.name, h.is_integer ? fmt::format("{}", static_cast<long long>(h.value)) : fmt::format("{}", h.value));
+  v["hyper_dict"] = hyper_dict;
   std::vector<std::string> layouts(p.layouts.begin(), p.layouts.end());
   std::string lay;
   for (const auto& l : layouts) lay += fmt::format("\"{}\", ", l);
