@@ -68,7 +68,7 @@ std::vector<std::string> op_results(const Program& p) {
   return r;
 }
 
-static std::string emit_op(const Program& p, const EmitContext& ctx) {
+static std::string emit_op(const Program& p) {
   Vars v;
   v["model"] = p.model;
   v["phase"] = p.phase;
@@ -123,7 +123,6 @@ static std::string emit_op(const Program& p, const EmitContext& ctx) {
     else launches += fmt::format("  C10_CUDA_CHECK(launch_{}(a, stream));\n", k.name());
   }
   v["launches"] = launches.substr(0, launches.size() - 1);
-  (void)ctx;
   return render_template("host/op.cpp.in", v);
 }
 
@@ -142,7 +141,7 @@ std::string emit_host_cpp(const std::vector<Program>& phases, const EmitContext&
   Vars v = banner_vars(p, ctx);
   std::string functions, defs, cuda, meta, pyb, names;
   for (const Program& ph : phases) {
-    functions += emit_op(ph, ctx);
+    functions += emit_op(ph);
     defs += fmt::format("  m.def(\"{}({}) -> Tensor[]\");\n", ph.phase, op_schema(ph));
     cuda += fmt::format("  m.impl(\"{}\", &{}_{}_op);\n", ph.phase, ph.model, ph.phase);
     meta += fmt::format("  m.impl(\"{}\", &{}_{}_meta);\n", ph.phase, ph.model, ph.phase);
@@ -210,12 +209,11 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
     else setup += fmt::format("    a[\"{}\"] = got[\"{}\"]\n", g, kKeys.at(g));
   }
   v["array_setup"] = setup.substr(0, setup.size() - 1);
-  std::string gfields, gvalues, from_graph_args;
+  std::string gfields, gvalues;
   for (const auto& t : p.decl.inputs)
     if (!t.from_graph.empty()) {
       gfields += fmt::format("    {}: torch.Tensor = None  # {} (edge-type-sorted order)\n", t.name, t.from_graph);
       gvalues += fmt::format(", got[\"{}\"]", t.from_graph);
-      from_graph_args += fmt::format("g.{}, ", t.name);
     }
   v["graph_fields"] = gfields;
   v["graph_values"] = gvalues;
@@ -271,7 +269,6 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
   std::vector<std::string> wargs;
   for (const auto& n : weights) wargs.push_back("self." + n);
   v["weight_args"] = join(wargs, ", ");
-  (void)from_graph_args;
   return render_template("python/module.py.in", v);
 }
 

@@ -42,7 +42,7 @@ class Normalizer {
     Module out;
     out.decl = m_.decl;
     count_sets(m_.body);
-    for (const StmtP& s : m_.body) out.body.push_back(loop(*s, nullptr));
+    for (const StmtP& s : m_.body) out.body.push_back(loop(*s));
     return out;
   }
 
@@ -66,15 +66,14 @@ class Normalizer {
     return version_name(f, it == version_.end() ? 0 : it->second);
   }
 
-  StmtP loop(const Stmt& L, const std::string* element) {
+  StmtP loop(const Stmt& L) {
     scopes_.emplace_back();
     std::vector<StmtP> body;
     for (const StmtP& s : L.body) {
-      if (s->kind == StmtKind::For) body.push_back(loop(*s, &L.var));
+      if (s->kind == StmtKind::For) body.push_back(loop(*s));
       else body.push_back(assign(*s, L));
     }
     scopes_.pop_back();
-    (void)element;
     return Stmt::for_loop(L.var, L.loop, L.parent, body, L.loc);
   }
 
@@ -82,8 +81,8 @@ class Normalizer {
     ExprP value = rewrite(s.value);
     const Expr& t = *s.target;
     if (t.kind == ExprKind::Name) {
-      std::string f = local_field(t.name, L);
-      ExprP target = field(Expr::name_ref(L.var, t.loc), f, t.loc);
+      std::string f = local_field(t.name);
+      ExprP target = field(Expr::name_ref(L.var, t.loc), f, t.loc);  // the innermost loop's element
       if (s.op == AssignOp::Set) {
         scopes_.back()[t.name] = {L.var, f};
         return Stmt::assign(target, AssignOp::Set, value, s.loc);
@@ -111,14 +110,13 @@ class Normalizer {
   }
 
   // A unique field name for a local (locals of different loops may share a name).
-  std::string local_field(const std::string& local, const Stmt& L) {
+  std::string local_field(const std::string& local) {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
       if (auto f = it->find(local); f != it->end()) return f->second.second;
     std::string name = local;
     for (int k = 2; used_.count(name) || m_.decl.find_input(name) || m_.decl.find_output(name) || sets_.count(name); ++k)
       name = fmt::format("{}_{}", local, k);
     used_.insert(name);
-    (void)L;
     return name;
   }
 

@@ -205,14 +205,14 @@ class Lowering {
   }
 
   // Node-centric sums of per-edge temporaries, in CSR order: the deterministic replacement of scatters.
-  void emit_gather_sums(LoopCtx& ctx) {
+  void emit_gather_sums(const LoopCtx& ctx) {
     for (GatherSum& gs : pending_gather_sums_) {
       std::string edges = gs.is_local ? ctx.materialized.at(gs.edges) : gs.edges;
       TraversalInstance t;
       std::string local = "__scatter";
-      ExprP add = Stmt::assign(Expr::index(Expr::name_ref("n"), Expr::string_lit(gs.field)), AssignOp::Add,
-                               Expr::name_ref(local))->target;
-      StmtP body = Stmt::assign(add, AssignOp::Add, Expr::name_ref(local));
+      // for n in g.dst_nodes(): for e in n.incoming_edges(): n[field] += __scatter   (or src / outgoing)
+      StmtP body = Stmt::assign(Expr::index(Expr::name_ref("n"), Expr::string_lit(gs.field)), AssignOp::Add,
+                                Expr::name_ref(local));
       StmtP inner = Stmt::for_loop("e", gs.via_src ? LoopKind::OutgoingEdges : LoopKind::IncomingEdges, "n", {body});
       t.loop = Stmt::for_loop("n", gs.via_src ? LoopKind::SrcNodes : LoopKind::DstNodes, "g", {inner});
       t.materialized = {{local, edges}};
@@ -224,7 +224,6 @@ class Lowering {
       p_.kernels.push_back(Kernel::of(Kernel::Kind::Traversal, t));
     }
     pending_gather_sums_.clear();
-    (void)ctx;
   }
 
   static std::string first_target(const std::vector<StmtP>& body) {
@@ -580,12 +579,9 @@ class Lowering {
     return Expr::name_ref(local, e->loc);
   }
 
-  // The shape of an operand of a weight gradient: the weight's trailing dims decide it.
+  // The per-row shape of an operand expression, from the shapes of what it reads (weights, inputs,
+  // fields, locals) and the shape rules of the operators that can appear in it.
   std::vector<int64_t> operand_shape(const ExprP& e) {
-    Module tmp;
-    (void)tmp;
-    // outer(x, dy) operands of d_W: their shapes are the weight's K (x) or N (dy) per head; recover them by
-    // type-checking the expression in a scratch verifier run is heavy, so use the field shapes it reads.
     std::function<std::vector<int64_t>(const ExprP&)> shape = [&](const ExprP& x) -> std::vector<int64_t> {
       switch (x->kind) {
         case ExprKind::Number: return {};
