@@ -15,11 +15,19 @@
 
 namespace {
 
+// Shapes are formatted with std::to_string: streaming integers into TORCH_CHECK's message from an
+// extension crashed (SIGSEGV in ostream::operator<<(long)) with torch 2.11 + GCC 13.
+std::string shape_str(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+
 void check(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntArrayRef shape, at::Device device) {
   TORCH_CHECK(t.defined(), "hgt: ", name, " is undefined");
   TORCH_CHECK(t.device() == device, "hgt: ", name, " must be on ", device, " (where the inputs are), got ", t.device());
   TORCH_CHECK(t.scalar_type() == dtype, "hgt: ", name, " must be ", dtype, ", got ", t.scalar_type());
-  TORCH_CHECK(t.sizes() == shape, "hgt: ", name, " must have shape ", shape, ", got ", t.sizes());
+  TORCH_CHECK(t.sizes() == shape, "hgt: ", name, " must have shape ", shape_str(shape), ", got ", shape_str(t.sizes()));
   TORCH_CHECK(t.is_contiguous(), "hgt: ", name, " must be contiguous");
 }
 

@@ -19,6 +19,16 @@ namespace {
 // Largest N or E: offsets arrays have count + 1 entries and their values must fit int32.
 constexpr int64_t kMaxCount = INT32_MAX - 1;
 
+// Error messages format numbers with std::to_string: streaming integers into TORCH_CHECK's ostringstream
+// from this extension crashed (SIGSEGV in ostream::operator<<(long)) with torch 2.11 + GCC 13 on the GPU
+// machines, while strings, devices and dtypes stream fine.
+std::string num(int64_t v) { return std::to_string(v); }
+std::string shape(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+
 #define HG_CUDA_CHECK(expr, what)                                                                  \
   do {                                                                                             \
     const cudaError_t hg_status_ = (expr);                                                         \
@@ -98,12 +108,12 @@ void check_index_tensor(const at::Tensor& t, const char* name, const at::Device&
   TORCH_CHECK(t.is_cuda(), "hectorgen preprocess: ", name, " must be a CUDA tensor, got one on ", t.device());
   TORCH_CHECK(t.device() == device, "hectorgen preprocess: ", name, " is on ", t.device(),
               " but src is on ", device, "; all inputs must be on one device");
-  TORCH_CHECK(t.dim() == 1, "hectorgen preprocess: ", name, " must be 1-D, got shape ", t.sizes());
+  TORCH_CHECK(t.dim() == 1, "hectorgen preprocess: ", name, " must be 1-D, got shape ", shape(t.sizes()));
   TORCH_CHECK(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, "hectorgen preprocess: ", name,
               " must be int32 or int64, got ", t.scalar_type());
   TORCH_CHECK(t.is_contiguous(), "hectorgen preprocess: ", name, " must be contiguous (call .contiguous())");
-  TORCH_CHECK(t.numel() == length, "hectorgen preprocess: ", name, " has ", t.numel(), " entries, expected ",
-              length);
+  TORCH_CHECK(t.numel() == length, "hectorgen preprocess: ", name, " has ", num(t.numel()), " entries, expected ",
+              num(length));
 }
 
 int32_t* i32(const at::Tensor& t) { return t.data_ptr<int32_t>(); }
@@ -165,11 +175,11 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
   // Argument checks.
   const int64_t num_edges = src.numel();
   TORCH_CHECK(0 <= num_nodes && num_nodes <= kMaxCount, "hectorgen preprocess: num_nodes must be in [0, ",
-              kMaxCount, "] (int32 indices), got ", num_nodes);
-  TORCH_CHECK(num_edges <= kMaxCount, "hectorgen preprocess: the number of edges must be at most ", kMaxCount,
-              " (int32 indices), got ", num_edges);
+              num(kMaxCount), "] (int32 indices), got ", num(num_nodes));
+  TORCH_CHECK(num_edges <= kMaxCount, "hectorgen preprocess: the number of edges must be at most ", num(kMaxCount),
+              " (int32 indices), got ", num(num_edges));
   TORCH_CHECK(1 <= num_etypes && num_etypes <= kMaxCount, "hectorgen preprocess: num_etypes must be in [1, ",
-              kMaxCount, "], got ", num_etypes);
+              num(kMaxCount), "], got ", num(num_etypes));
   const at::Device device = src.device();
   check_index_tensor(src, "src", device, num_edges);
   check_index_tensor(dst, "dst", device, num_edges);
@@ -178,8 +188,8 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
     TORCH_CHECK(ntype.has_value(), "hectorgen preprocess: layout 'ntype_ptr' needs the ntype tensor");
     check_index_tensor(*ntype, "ntype", device, num_nodes);
     TORCH_CHECK(num_ntypes == -1 || (1 <= num_ntypes && num_ntypes <= kMaxCount),
-                "hectorgen preprocess: num_ntypes must be -1 (derive) or in [1, ", kMaxCount, "], got ",
-                num_ntypes);
+                "hectorgen preprocess: num_ntypes must be -1 (derive) or in [1, ", num(kMaxCount), "], got ",
+                num(num_ntypes));
   }
 
   const c10::cuda::CUDAGuard device_guard(device);
@@ -281,7 +291,7 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
     if (num_ntypes == -1) {
       // One host synchronisation. Out-of-range entries (negative here) are reported by validation.
       num_ntypes = num_nodes > 0 ? std::max<int64_t>(ntype32.max().item<int32_t>() + int64_t{1}, 1) : 1;
-      TORCH_CHECK(num_ntypes <= kMaxCount, "hectorgen preprocess: derived num_ntypes ", num_ntypes, " is too large");
+      TORCH_CHECK(num_ntypes <= kMaxCount, "hectorgen preprocess: derived num_ntypes ", num(num_ntypes), " is too large");
     }
     const at::Tensor ntype_ptr = new_int32(num_ntypes + 1, options);
     HG_CUDA_CHECK(build_ntype_ptr(i32(ntype32), n, static_cast<int32_t>(num_ntypes), i32(ntype_ptr),

@@ -615,6 +615,23 @@ class Checker:
                 return compare_outputs(out, ref)
             self.guarded(model, gname, f"functional vs {ref_label}", functional)
 
+        # 2b) bad inputs raise clear errors (never crash): wrong shape, dtype, device (tiny only).
+        if tiny:
+            def bad_inputs():
+                x = args[0]
+                cases = {"shape": x[:, :-1].contiguous(), "dtype": x.double(), "device": x.cpu()}
+                wrong = []
+                for what, bad in cases.items():
+                    try:
+                        with torch.no_grad():
+                            layer(hg, bad, *args[1:])
+                        wrong.append(f"{what}: no error")
+                    except RuntimeError as e:
+                        if what not in str(e) and "CUDA device" not in str(e) and "Float" not in str(e):
+                            wrong.append(f"{what}: unclear message {str(e).splitlines()[0][:60]!r}")
+                return (0.0 if not wrong else math.inf), 0.0, "; ".join(wrong) or "wrong shape/dtype/device raise RuntimeError"
+            self.guarded(model, gname, "bad inputs raise", bad_inputs)
+
         # 3) re-run on NaN-poisoned allocator blocks, then the row checks on that output.
         out2 = None
 
