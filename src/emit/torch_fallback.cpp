@@ -48,16 +48,7 @@ class TorchEmitter {
     w.line(fmt::format("{{  // {}: PyTorch fallback over all {}", t_.name, edge_rows_ ? "edges" : "nodes"));
     {
       CodeWriter::Indent j(w);
-      Module tmp;
-      tmp.body.push_back(t_.loop);
-      std::string printed = print_module(tmp);
-      printed = printed.substr(printed.find("program:\n") + 9);
-      size_t start = 0;
-      while (start < printed.size()) {
-        size_t end = printed.find('\n', start);
-        w.line("//   " + printed.substr(start, end - start));
-        start = end + 1;
-      }
+      w.block(print_stmt(t_.loop, "//   "));
       for (const std::string& idx : indices_) w.line(fmt::format("const at::Tensor {0}_l = {0}.to(at::kLong);", idx));
       w.block(body);
     }

@@ -87,8 +87,7 @@ class TraversalEmitter {
     r.written = tensors_written_;
     CodeWriter k;
     k.line(fmt::format("// {}: traversal instance, one warp per {}", t_.name, node_loop_ ? "node" : "edge"));
-    std::string printed = print_module_body(L);
-    k.block(printed);
+    k.block(print_stmt(t_.loop, "//   "));
     k.line(fmt::format("__global__ void __launch_bounds__({}) {}(", t_.threads, t_.name));
     for (size_t i = 0; i < params.size(); ++i)
       k.line(fmt::format("    {}{}", params[i], i + 1 < params.size() ? "," : ") {"));
@@ -112,21 +111,6 @@ class TraversalEmitter {
   }
 
  private:
-  static std::string print_module_body(const Stmt& L) {
-    Module tmp;
-    tmp.body.push_back(std::make_shared<Stmt>(L));
-    std::string full = print_module(tmp);
-    std::string body = full.substr(full.find("program:\n") + 9);
-    std::string out;
-    size_t start = 0;
-    while (start < body.size()) {
-      size_t end = body.find('\n', start);
-      out += "//   " + body.substr(start, end - start) + "\n";
-      start = end + 1;
-    }
-    return out;
-  }
-
   // ---- loop structure ---------------------------------------------------------------------------
   void edge_loop(const Stmt& L) {
     edge_vars_.push_back(L.var);

@@ -100,6 +100,19 @@ std::string print_expr(const ExprP& e) {
   return out;
 }
 
+std::string print_stmt(const StmtP& s, const std::string& prefix) {
+  std::string body;
+  print_block({s}, 0, nullptr, body);
+  std::string out;
+  size_t start = 0;
+  while (start < body.size()) {
+    size_t end = body.find('\n', start);
+    out += prefix + body.substr(start, end - start) + "\n";
+    start = end + 1;
+  }
+  return out;
+}
+
 std::string print_module(const Module& m, const Annotator& annotate) {
   const ModelDecl& d = m.decl;
   std::string out = fmt::format("# hectorgen inter-operator IR\nmodel {}\n", d.name);

@@ -15,4 +15,7 @@ using Annotator = std::function<std::string(const Stmt&)>;
 std::string print_expr(const ExprP& e);
 std::string print_module(const Module& m, const Annotator& annotate = nullptr);
 
+// One statement (a loop nest with its body) in DSL form, each line starting with `prefix`.
+std::string print_stmt(const StmtP& s, const std::string& prefix = "");
+
 }  // namespace hectorgen::inter

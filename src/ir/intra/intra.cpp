@@ -86,16 +86,7 @@ std::string print_program(const Program& p) {
                            inter::is_edge_loop(t.loop->loop) ? "edge" : "node");
       for (const auto& [local, tensor] : t.materialized) out += fmt::format("    local {} -> {}\n", local, tensor);
       for (const auto& [field, tensor] : t.field_tensor) out += fmt::format("    field {} -> {}\n", field, tensor);
-      inter::Module tmp;
-      tmp.body.push_back(t.loop);
-      std::string body = inter::print_module(tmp);
-      body = body.substr(body.find("program:\n") + 9);
-      size_t start = 0;
-      while (start < body.size()) {
-        size_t end = body.find('\n', start);
-        out += "    " + body.substr(start, end - start) + "\n";
-        start = end + 1;
-      }
+      out += inter::print_stmt(t.loop, "    ");
     }
   }
   return out;
