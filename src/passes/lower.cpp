@@ -701,7 +701,7 @@ class Lowering {
   }
 
   Type linear_type(const ExprP& e) {
-    const ExprP& w = e->kind == ExprKind::Call ? e->args[1] : e->args[1];
+    const ExprP& w = e->args[1];  // x * W and linear(x, W) alike
     const ExprP& wn = w->kind == ExprKind::Index ? w->args[0] : w;
     const TensorDecl* d = m_.decl.find_weight(wn->name);
     Type t;
@@ -760,7 +760,7 @@ class Lowering {
   // input cannot be read as rows.
   bool emit_gemm(const ExprP& lin, const std::string& y, LoopCtx& ctx, Stage& stage, const Stmt* inner,
                  bool can_flush, const StmtP& s, const std::string& scalar = "", bool scatter = false) {
-    const ExprP& x = lin->kind == ExprKind::Call ? lin->args[0] : lin->args[0];
+    const ExprP& x = lin->args[0];  // x * W and linear(x, W) alike
     const ExprP& w = lin->args[1];
     bool edge_rows = inner || !ctx.node_loop;
     std::optional<Input> in = gemm_input(x, ctx, edge_rows);
@@ -780,23 +780,13 @@ class Lowering {
     g.gather = in->gather;
     g.scatter = scatter ? intra::Gather::Dst : intra::Gather::None;
     g.row_scalar = scalar;
-    if (wd->per == Per::Etype) {
-      if (!edge_rows) {
-        d_.error(w->loc, "unsupported", "a per-edge-type weight needs an edge loop");
-        return false;
-      }
-      g.segments = intra::Segments::Etype;
-    } else if (wd->per == Per::Ntype) {
-      const ExprP& sel = w->args[1];  // X.ntype
-      bool loop_node = sel->args[0]->kind == ExprKind::Name && !ctx.edge_vars.count(sel->args[0]->name);
-      if (edge_rows || !loop_node) {
-        d_.error(w->loc, "unsupported",
-                 "the code generator supports per-node-type weights only in node loops, indexed by the loop node "
-                 "(compute the projection in a node loop and read the field through e.src / e.dst)");
-        return false;
-      }
-      g.segments = intra::Segments::Ntype;
-      p_.layouts.insert(intra::layout::kNtypePtr);
+    if (!segments_for(wd, w, ctx, edge_rows, g.segments)) {
+      d_.error(w->loc, "unsupported",
+               wd->per == Per::Etype
+                   ? "a per-edge-type weight needs an edge loop"
+                   : "the code generator supports per-node-type weights only in node loops, indexed by the loop node "
+                     "(compute the projection in a node loop and read the field through e.src / e.dst)");
+      return false;
     }
     int64_t in_numel = 1;
     for (int64_t d : in->shape) in_numel *= d;
@@ -809,35 +799,10 @@ class Lowering {
       g.n = wd->shape[1];
       g.heads = in_numel / g.k;  // the same weight applied to each of the row's sub-vectors
     }
-    const auto& sched = m_.decl.options.schedule;
-    g.tile = sched.gemm_tile;
-    g.coarsen = sched.gemm_coarsen;
-    g.launch_bounds = sched.launch_bounds;
-    g.source = print_expr(s->target) + " " + to_string(s->op) + " " + print_expr(s->value);
-    std::set<std::string> reads{g.x, g.w};
-    if (!scalar.empty()) reads.insert(scalar);
-    if (scatter) reads.insert(y);
-    if (hazard(stage, reads, y)) {
-      if (!can_flush) {
-        d_.error(s->loc, "unsupported", "this linear transform depends on a value computed earlier in the same "
-                                        "inner edge loop; split the loop");
-        return false;
-      }
-      flush(ctx, stage);
-    }
-    if (deterministic_ && scatter) {
-      std::string tn = unique("t_" + y + "_edges");
-      add_tensor({tn, Role::Temp, Per::Edge, tensor(y).shape, false, ""});
-      pending_gather_sums_.push_back({y, tn, false, false});
-      stage.writes.insert(y);
-      g.y = tn;
-      g.scatter = intra::Gather::None;
-    } else {
-      note_write(y, scatter);
-    }
-    g.name = unique(fmt::format("{}_gemm_{}", prefix_, g.y.rfind("t_", 0) == 0 ? g.y.substr(2) : g.y));
-    p_.kernels.push_back(Kernel::of(g));
-    return true;
+    if (push_gemm(g, s, ctx, stage, can_flush)) return true;
+    d_.error(s->loc, "unsupported", "this linear transform depends on a value computed earlier in the same "
+                                    "inner edge loop; split the loop");
+    return false;
   }
 
   // n["f"] += [s *] lin [* s]  in `for e in n.incoming_edges()`, s a per-edge scalar input or field.
