@@ -68,19 +68,29 @@ std::vector<std::string> op_results(const Program& p) {
   return r;
 }
 
+// An op's arguments, in order: graph arrays, graph sizes, then tensors (see op_tensors).
+struct OpArg {
+  std::string name;
+  bool is_tensor;
+};
+static std::vector<OpArg> op_args(const Program& p) {
+  std::vector<OpArg> args;
+  for (const std::string& g : graph_arrays(p)) args.push_back({g, true});
+  for (const char* n : {"num_nodes", "num_edges", "num_etypes", "num_ntypes"}) args.push_back({n, false});
+  for (const TensorDecl* t : op_tensors(p)) args.push_back({t->name, true});
+  return args;
+}
+
 static std::string emit_op(const Program& p) {
   Vars v;
   v["model"] = p.model;
   v["phase"] = p.phase;
   v["Args"] = args_struct(p);
-  std::vector<std::string> params;
-  for (const std::string& g : graph_arrays(p)) params.push_back("const at::Tensor& " + g);
-  for (const char* n : {"num_nodes", "num_edges", "num_etypes", "num_ntypes"}) params.push_back(fmt::format("int64_t {}", n));
-  auto tensors = op_tensors(p);
-  for (const TensorDecl* t : tensors) params.push_back("const at::Tensor& " + t->name);
   std::string plist;
-  for (size_t i = 0; i < params.size(); ++i) plist += "    " + params[i] + (i + 1 < params.size() ? ",\n" : "");
+  for (const OpArg& a : op_args(p))
+    plist += (plist.empty() ? "    " : ",\n    ") + std::string(a.is_tensor ? "const at::Tensor& " : "int64_t ") + a.name;
   v["params"] = plist;
+  auto tensors = op_tensors(p);
   std::string device_from = tensors.empty() ? graph_arrays(p).front() : tensors.front()->name;
   for (const TensorDecl* t : tensors)
     if (t->from_graph.empty()) {
@@ -127,12 +137,8 @@ static std::string emit_op(const Program& p) {
 }
 
 static std::string op_schema(const Program& p) {
-  std::vector<std::string> schema;
-  for (const std::string& g : graph_arrays(p)) schema.push_back("Tensor " + g);
-  for (const char* n : {"num_nodes", "num_edges", "num_etypes", "num_ntypes"}) schema.push_back(fmt::format("int {}", n));
-  for (const TensorDecl* t : op_tensors(p)) schema.push_back("Tensor " + t->name);
   std::string sch;
-  for (size_t i = 0; i < schema.size(); ++i) sch += (i ? ", " : "") + schema[i];
+  for (const OpArg& a : op_args(p)) sch += (sch.empty() ? "" : ", ") + std::string(a.is_tensor ? "Tensor " : "int ") + a.name;
   return sch;
 }
 

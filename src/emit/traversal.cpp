@@ -31,8 +31,6 @@ std::string float_literal(double v) {
 
 namespace {
 
-std::string flt(double v) { return float_literal(v); }
-
 // A value in registers. Vectors of 32 or more elements are distributed over the warp's lanes (lane l
 // holds elements l, l + 32, ...); smaller ones are replicated in every lane. Constants are literals.
 struct CVal {
@@ -330,7 +328,7 @@ class TraversalEmitter {
   // ---- expressions ------------------------------------------------------------------------------
   CVal expr(const ExprP& e) {
     switch (e->kind) {
-      case ExprKind::Number: return literal(flt(e->number));
+      case ExprKind::Number: return literal(float_literal(e->number));
       case ExprKind::String: throw std::logic_error("traversal: string value");
       case ExprKind::Name: {
         if (CVal* v = find_local(e->name)) return *v;
@@ -340,7 +338,7 @@ class TraversalEmitter {
           load_row(v, ti.name, row_of(ti));
           return v;
         }
-        if (const HyperParam* h = p_.decl.find_hyper(e->name)) return literal(flt(h->value));
+        if (const HyperParam* h = p_.decl.find_hyper(e->name)) return literal(float_literal(h->value));
         if (const TensorDecl* w = p_.decl.find_weight(e->name); w && w->per == Per::None) {
           CVal v = declare(w->shape);  // a shared weight used element-wise (no linear transform)
           load_row(v, w->name, "0");
@@ -414,7 +412,7 @@ class TraversalEmitter {
     if (f == "sigmoid")
       return unary(expr(e->args[0]), [](const std::string& x) { return "1.f / (1.f + expf(-" + x + "))"; });
     if (f == "leakyrelu") {
-      std::string slope = e->args.size() > 1 ? flt(constant(e->args[1])) : "0.01f";
+      std::string slope = e->args.size() > 1 ? float_literal(constant(e->args[1])) : "0.01f";
       CVal x = expr(e->args[0]);
       CVal out = declare(x.shape);
       loop_over(out, [&](const std::string& j) {
@@ -431,7 +429,7 @@ class TraversalEmitter {
       return binary(expr(e->args[0]), expr(e->args[1]),
                     [](const std::string& x, const std::string& y) { return "(" + x + " >= " + y + " ? 1.f : 0.f)"; });
     if (f == "leakyrelu_grad") {
-      std::string slope = e->args.size() > 1 ? flt(constant(e->args[1])) : "0.01f";
+      std::string slope = e->args.size() > 1 ? float_literal(constant(e->args[1])) : "0.01f";
       return unary(expr(e->args[0]), [slope](const std::string& x) { return "(" + x + " > 0.f ? 1.f : " + slope + ")"; });
     }
     throw std::runtime_error(fmt::format("the code generator does not support '{}' inside a traversal yet", f));
