@@ -15,6 +15,7 @@
 #include "emit/printer.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
+#include "ir/intra/launch.h"
 #include "passes/passes.h"
 #include "spec/loader.h"
 
@@ -147,6 +148,7 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
       inter::Analysis pa;
       inter::verify(module, lower_diags, &pa);
       auto program = passes::lower(module, pa, lower_diags, phase);
+      if (program && !intra::check_shape_limits(*program, lower_diags)) program.reset();
       if (!program) {
         if (phase == "forward") {
           lower_diags.render(err);

@@ -546,6 +546,7 @@ class Lowering {
     }
     if (tensor(w.x).row_numel() != w.heads * w.k || tensor(w.dy).row_numel() != w.heads * w.n) return false;
     w.tile = m_.decl.options.schedule.gemm_tile;
+    w.coarsen = m_.decl.options.schedule.gemm_coarsen;
     w.source = print_expr(s->target) + " += " + print_expr(s->value);
     std::set<std::string> reads{w.x, w.dy};
     if (!scalar.empty()) reads.insert(scalar);

@@ -5,6 +5,7 @@
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
 #include "ir/intra/intra.h"
+#include "ir/intra/launch.h"
 
 namespace hectorgen::intra {
 
@@ -54,8 +55,8 @@ std::string print_program(const Program& p) {
       out += fmt::format("wgrad {}:  {}[{}] += sum over rows {}[{}]^T · {}[{}]{}\n", w.name, w.dw,
                          w.segments == Segments::None ? "-" : w.segments == Segments::Etype ? "etype" : "ntype", w.x, gather(w.x_gather),
                          w.dy, gather(w.dy_gather), w.row_scalar.empty() ? "" : fmt::format(" * {}[row]", w.row_scalar));
-      out += fmt::format("    rows={} heads={} k={} n={} tile={} deterministic\n    from: {}\n", w.edge_rows ? "edges" : "nodes",
-                         w.heads, w.k, w.n, w.tile, w.source);
+      out += fmt::format("    rows={} heads={} k={} n={} tile={} coarsen={} deterministic\n    from: {}\n",
+                         w.edge_rows ? "edges" : "nodes", w.heads, w.k, w.n, w.tile, w.coarsen, w.source);
       continue;
     }
     if (k.kind == Kernel::Kind::SegmentSum) {
@@ -96,8 +97,17 @@ std::string verify_program(const Program& p) {
   std::set<std::string> names, kernels;
   for (const TensorInfo& t : p.tensors)
     if (!names.insert(t.name).second) return fmt::format("tensor '{}' is defined twice", t.name);
+  for (const TensorInfo& t : p.tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) {
+      if (d < 1) return fmt::format("tensor '{}' has an empty dimension", t.name);
+      n = n > limits::kRowElements ? n : n * d;  // n <= 2^31 before a product: no overflow
+    }
+    if (n > limits::kRowElements) return fmt::format("tensor '{}' has {} or more elements per row or type", t.name, n);
+  }
   for (const Kernel& k : p.kernels) {
     if (!kernels.insert(k.name()).second) return fmt::format("kernel '{}' is defined twice", k.name());
+    if (std::string e = verify_launch(p, k); !e.empty()) return e;
     if (k.kind != Kernel::Kind::Gemm) continue;
     const GemmInstance& g = k.gemm;
     for (const std::string& t : {g.x, g.w, g.y})

@@ -79,7 +79,7 @@ struct WeightGradInstance {
   bool edge_rows = false;
   Segments segments = Segments::None;
   int64_t heads = 1, k = 0, n = 0;  // dW slice per head: k x n
-  int tile = 16;
+  int tile = 16, coarsen = 1;       // dW tile edge; rows of the dW tile per thread (as GemmInstance)
   std::string source;
 };
 
