@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -309,7 +310,7 @@ class SchemaReader {
     Schedule s = out;
     bool ok = true;
     auto read = [&](const YAML::Node& n, std::string_view what, intra::ScheduleKey key, auto&& set) {
-      if (auto i = int_value(n, what, -(1 << 30), 1 << 30)) {
+      if (auto i = int_value(n, what, INT_MIN, INT_MAX)) {
         set(*i);
         at[key] = n;
       } else {
