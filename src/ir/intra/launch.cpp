@@ -119,52 +119,57 @@ LaunchConfig launch_config(const Program& p, const Kernel& k) {
   return c;
 }
 
+std::string check_launch_limits(const LaunchConfig& c) {
+  if (c.threads < 1 || c.threads > limits::kThreadsPerBlock)
+    return fmt::format("{} threads per block (the limit is {})", c.threads, limits::kThreadsPerBlock);
+  if (c.static_shared_bytes > limits::kStaticSharedBytes)
+    return fmt::format("{} of static shared memory per block (the limit is {})", kib(c.static_shared_bytes),
+                       kib(limits::kStaticSharedBytes));
+  const std::pair<const char*, const GridExtent*> dims[] = {{"x", &c.x}, {"y", &c.y}, {"z", &c.z}};
+  for (const auto& [axis, d] : dims) {
+    const int64_t limit = *axis == 'x' ? limits::kGridX : limits::kGridYZ;
+    if (d->at(1, 1) < 1) return fmt::format("grid {} is empty for a graph of one row", axis);
+    if (int64_t largest = d->largest(); largest > limit)
+      return fmt::format("grid {} reaches {} blocks for {} rows and {} segments (the limit is {})", axis, largest,
+                         limits::kMaxRows, limits::kMaxSegments, limit);
+  }
+  if (const int64_t b = c.min_blocks_per_sm) {
+    if (b < 1 || b > limits::kBlocksPerSm)
+      return fmt::format("__launch_bounds__ asks for {} resident blocks per multiprocessor (the limit is {})", b,
+                         limits::kBlocksPerSm);
+    if (b * c.threads > limits::kThreadsPerSm)
+      return fmt::format("__launch_bounds__ asks for {} resident blocks of {} threads (a multiprocessor holds {})", b,
+                         c.threads, limits::kThreadsPerSm);
+    const int64_t shared = c.static_shared_bytes + limits::kSharedBytesReservedPerBlock;
+    if (b * shared > limits::kSharedBytesPerSm)
+      return fmt::format("__launch_bounds__ asks for {} resident blocks of {} of shared memory (a multiprocessor has {})", b,
+                         kib(shared), kib(limits::kSharedBytesPerSm));
+  }
+  return {};
+}
+
 std::string verify_launch(const Program& p, const Kernel& k) {
   if (k.kind == Kernel::Kind::Torch) return {};
   const std::string& name = k.name();
+  const LaunchConfig c = launch_config(p, k);
+  if (std::string e = check_launch_limits(c); !e.empty()) return fmt::format("{}: {}", name, e);
+  // What each template assumes of its configuration.
+  if (k.kind == Kernel::Kind::Traversal && c.threads % limits::kWarp)
+    return fmt::format("{}: {} threads per block is not a whole number of warps (one warp per row)", name, c.threads);
   auto tile_coarsen = [&](int tile, int coarsen) -> std::string {
     if (!valid_tile(tile)) return fmt::format("{}: tile {} is not one of 8, 16, 32, 64", name, tile);
     if (!valid_coarsen(coarsen) || tile % coarsen)
       return fmt::format("{}: coarsening {} is not 1, 2 or 4, or does not divide tile {}", name, coarsen, tile);
     return {};
   };
-  if (k.kind == Kernel::Kind::Gemm)
-    if (std::string e = tile_coarsen(k.gemm.tile, k.gemm.coarsen); !e.empty()) return e;
-  if (k.kind == Kernel::Kind::WeightGrad)
-    if (std::string e = tile_coarsen(k.wgrad.tile, k.wgrad.coarsen); !e.empty()) return e;
-  const LaunchConfig c = launch_config(p, k);
-  if (c.threads < 1 || c.threads > limits::kThreadsPerBlock)
-    return fmt::format("{}: {} threads per block (the limit is {})", name, c.threads, limits::kThreadsPerBlock);
-  if (k.kind == Kernel::Kind::Traversal && c.threads % limits::kWarp)
-    return fmt::format("{}: {} threads per block is not a whole number of warps", name, c.threads);
-  if (c.static_shared_bytes > limits::kStaticSharedBytes)
-    return fmt::format("{}: {} of static shared memory per block (the limit is {})", name, kib(c.static_shared_bytes),
-                       kib(limits::kStaticSharedBytes));
-  const std::pair<const char*, const GridExtent*> dims[] = {{"x", &c.x}, {"y", &c.y}, {"z", &c.z}};
-  for (const auto& [axis, d] : dims) {
-    const int64_t limit = *axis == 'x' ? limits::kGridX : limits::kGridYZ;
-    if (d->at(1, 1) < 1) return fmt::format("{}: grid {} is empty", name, axis);
-    if (int64_t largest = d->largest(); largest > limit)
-      return fmt::format("{}: grid {} reaches {} blocks for {} rows and {} segments (the limit is {})", name, axis, largest,
-                         limits::kMaxRows, limits::kMaxSegments, limit);
-  }
-  if (c.fold_yz) {
+  if (k.kind == Kernel::Kind::WeightGrad) return tile_coarsen(k.wgrad.tile, k.wgrad.coarsen);
+  if (k.kind == Kernel::Kind::Gemm) {
     const GemmInstance& g = k.gemm;
-    if (c.y.fixed * c.z.fixed < ceil_div(g.n, g.tile) * g.heads)
+    if (std::string e = tile_coarsen(g.tile, g.coarsen); !e.empty()) return e;
+    const int64_t blocks = ceil_div(g.n, g.tile) * g.heads;
+    if (c.y.fixed * c.z.fixed < blocks || (!c.fold_yz && c.z.fixed != g.heads))
       return fmt::format("{}: grid y x z ({} x {}) does not cover {} column tiles x {} heads", name, c.y.fixed, c.z.fixed,
                          ceil_div(g.n, g.tile), g.heads);
-  }
-  if (int b = c.min_blocks_per_sm) {
-    if (b < 1 || b > limits::kBlocksPerSm)
-      return fmt::format("{}: __launch_bounds__ minimum of {} blocks per multiprocessor (the limit is {})", name, b,
-                         limits::kBlocksPerSm);
-    if (b * c.threads > limits::kThreadsPerSm)
-      return fmt::format("{}: __launch_bounds__ asks for {} resident blocks of {} threads (a multiprocessor holds {})", name,
-                         b, c.threads, limits::kThreadsPerSm);
-    if (b * (c.static_shared_bytes + limits::kSharedBytesReservedPerBlock) > limits::kSharedBytesPerSm)
-      return fmt::format("{}: __launch_bounds__ asks for {} resident blocks of {} of shared memory (a multiprocessor has {})",
-                         name, b, kib(c.static_shared_bytes + limits::kSharedBytesReservedPerBlock),
-                         kib(limits::kSharedBytesPerSm));
   }
   return {};
 }

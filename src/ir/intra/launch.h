@@ -80,8 +80,14 @@ struct LaunchConfig {
 // The launch configuration of a kernel instance (Gemm, WeightGrad, SegmentSum, Traversal; not Torch).
 LaunchConfig launch_config(const Program& p, const Kernel& k);
 
-// Checks a kernel's launch configuration against the limits above for every graph the runtime accepts;
-// returns the violated limit, empty if the kernel can always be launched. Part of verify_program.
+// Checks a launch configuration against the limits above for every graph the runtime accepts: threads and static
+// shared memory per block, each grid dimension, and what __launch_bounds__ asks of a multiprocessor (resident
+// blocks, their threads and their shared memory). Returns the violated limit, empty if none.
+std::string check_launch_limits(const LaunchConfig& c);
+
+// check_launch_limits on a kernel's configuration, and what its template assumes of it (whole warps for a
+// traversal, a supported tile and coarsening, a grid covering every tile); returns the problem prefixed with
+// the kernel's name, empty if the kernel can always be launched. Part of verify_program.
 std::string verify_launch(const Program& p, const Kernel& k);
 
 // ---- what a spec can get wrong -----------------------------------------------------------------------------
