@@ -351,6 +351,7 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
 std::string emit_cmake(const Program& p, const EmitContext& ctx) {
   Vars v = banner_vars(p, ctx);
   v["runtime_version"] = runtime_version();
+  v["runtime_major"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MAJOR);
   return render_template("cmake/CMakeLists.txt.in", v);
 }
 
