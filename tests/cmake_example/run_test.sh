@@ -66,7 +66,8 @@ if [[ -n "$INSTALL_FROM" ]]; then
   "$CMAKE" -S "$INSTALL_RUNTIME" -B "$B/runtime" "${common[@]}" -DHECTORGEN_RUNTIME_TORCH=OFF >/dev/null
   "$CMAKE" --build "$B/runtime" >/dev/null
   "$CMAKE" --install "$B/runtime" --prefix "$B/prefix" >/dev/null
-  for f in include/hectorgen/graph.h include/hectorgen/runtime_version.h lib/cmake/hectorgen_runtime/hectorgen_runtimeConfig.cmake; do
+  for f in include/hectorgen/graph.h include/hectorgen/runtime_version.h \
+           lib/cmake/hectorgen_runtime/hectorgen_runtimeConfig.cmake; do
     [[ -f "$B/prefix/$f" ]] || fail "the runtime install lacks $f"
   done
   args+=(-DCMAKE_PREFIX_PATH="$B/prefix")

@@ -128,8 +128,8 @@ class VersionsAgree(unittest.TestCase):
                 self.assertIn(f'RUNTIME_VERSION = "{MAJOR}.{MINOR}"', (d / f"{model}.py").read_text())
                 self.assertIn(f"find_package(hectorgen_runtime {MAJOR}.{MINOR} CONFIG)",
                               (d / "CMakeLists.txt").read_text())
-                self.assertIn(f"HECTORGEN_RUNTIME_VERSION_MAJOR == {MAJOR} && HECTORGEN_RUNTIME_VERSION_MINOR >= {MINOR}",
-                              (d / f"{model}_host.cpp").read_text())
+                self.assertIn(f"HECTORGEN_RUNTIME_VERSION_MAJOR == {MAJOR} && "
+                              f"HECTORGEN_RUNTIME_VERSION_MINOR >= {MINOR}", (d / f"{model}_host.cpp").read_text())
 
     def test_generated_cmake_has_no_relative_runtime_path(self):
         for model in MODELS:
@@ -370,7 +370,7 @@ class GraphArguments(unittest.TestCase):
             src, dst, etype, ntype = hand_graph()
             g = runtime.prepare_graph(src, dst, etype, N, R, layouts=["etype_sorted_coo", "csr_by_dst"],
                                       gemm_tile=16, backend="reference")
-            with self.assertRaisesRegex(ValueError, "no 'out_row_ptr': it was prepared without the layout 'csr_by_src'"):
+            with self.assertRaisesRegex(ValueError, "no 'out_row_ptr': .* without the layout 'csr_by_src'"):
                 g.arrays(["sorted_src", "out_row_ptr"], gemm_tile=16)
             with self.assertRaisesRegex(ValueError, "row tile 16, not 32"):
                 g.arrays(["etype_tile_ptr"], gemm_tile=32)

@@ -87,7 +87,8 @@ def require_version(required: str, requester: str = "this module") -> None:
     try:
         major, minor = (int(part) for part in str(required).split("."))
     except ValueError:
-        raise ValueError(f"{requester}: malformed hectorgen runtime version {required!r}, expected 'MAJOR.MINOR'") from None
+        raise ValueError(f"{requester}: malformed hectorgen runtime version {required!r}, expected 'MAJOR.MINOR'") \
+            from None
     if major == VERSION[0] and minor <= VERSION[1]:
         return
     if (major, minor) > VERSION[:2]:
