@@ -85,8 +85,9 @@ function(_hectorgen_require_runtime target)
   if(NOT hectorgen_runtime_FOUND OR NOT TARGET hectorgen::runtime)
     set(found "")
     if(hectorgen_runtime_CONSIDERED_VERSIONS)
-      set(found " (found unsuitable version(s) ${hectorgen_runtime_CONSIDERED_VERSIONS} in "
-                "${hectorgen_runtime_CONSIDERED_CONFIGS})")
+      list(JOIN hectorgen_runtime_CONSIDERED_VERSIONS ", " versions)
+      list(JOIN hectorgen_runtime_CONSIDERED_CONFIGS ", " configs)
+      set(found " (found only version(s) ${versions}: ${configs})")
     endif()
     message(FATAL_ERROR "hectorgen_generate(${target}): the hectorgen runtime ${HECTORGEN_RUNTIME_REQUIRED_VERSION} "
                         "(any later version of the same major version will do) was not found${found}: "

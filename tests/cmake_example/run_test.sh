@@ -62,6 +62,13 @@ if [[ -n "$INSTALL_FROM" ]]; then
   [[ -n "$INSTALL_RUNTIME" ]] || fail "--install-from needs --install-runtime"
   step "installing $INSTALL_FROM into $B/prefix"
   "$CMAKE" --install "$INSTALL_FROM" --prefix "$B/prefix" >/dev/null
+  step "configure without any hectorgen runtime: expect hectorgen_generate() to say what is missing"
+  if "$CMAKE" -S "$SRC" -B "$B/example-no-runtime" "${common[@]}" -DHECTORGEN_EXAMPLE_SPEC="$SPEC_COPY" \
+       -DCMAKE_PREFIX_PATH="$B/prefix" > "$B/example-no-runtime.log" 2>&1; then
+    fail "hectorgen_generate() configured without any hectorgen runtime"
+  fi
+  grep -q "hectorgen_generate(rgcn_kernels): the hectorgen runtime [0-9]*\.[0-9]*" "$B/example-no-runtime.log" \
+    || { cat "$B/example-no-runtime.log"; fail "hectorgen_generate() did not say that the runtime is missing"; }
   step "building the runtime $INSTALL_RUNTIME (core library) and installing it into $B/prefix"
   "$CMAKE" -S "$INSTALL_RUNTIME" -B "$B/runtime" "${common[@]}" -DHECTORGEN_RUNTIME_TORCH=OFF >/dev/null
   "$CMAKE" --build "$B/runtime" >/dev/null

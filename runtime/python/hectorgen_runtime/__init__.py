@@ -376,7 +376,7 @@ def prepare_graph(
     ntype: Optional[torch.Tensor] = None,
     num_ntypes: Optional[int] = None,
     gemm_tile: Optional[int] = None,
-    backend: str = "auto",
+    backend: str = "cuda",
     caller: str = "prepare_graph",
 ) -> "Graph":
     """Builds exactly `layouts` (and, with gemm_tile, their tile offsets) for a generated module's kernels, once per
@@ -385,8 +385,10 @@ def prepare_graph(
     src, dst, etype: integer tensors [E], a typed COO graph in any edge order, on the GPU (CPU tensors only with
     backend="reference"). ntype: [num_nodes] node types with the nodes sorted by type; needed (and only read) when
     layouts has "ntype_ptr". num_ntypes: the number of node types; derived as max(ntype) + 1 when needed and not
-    given (one host synchronisation), else 1. The work is queued on the current CUDA stream; validation reads back
-    one error word (one host synchronisation per graph, none per forward call). `caller` prefixes error messages.
+    given (one host synchronisation), else 1. backend: as for `preprocess`, but "cuda" by default: the compiled
+    extension, or an ImportError saying why it is unavailable (not a silent fallback). The work is queued on the
+    current CUDA stream; validation reads back one error word (one host synchronisation per graph, none per forward
+    call). `caller` prefixes error messages.
     """
     _check_layouts(layouts)
     if backend != "reference" and not (src.is_cuda and dst.is_cuda and etype.is_cuda):
