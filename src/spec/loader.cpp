@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "dsl/parser.h"
+#include "ir/inter/constant.h"
 
 namespace hectorgen::spec {
 
@@ -437,7 +438,7 @@ class SchemaReader {
     if (out.decl.outputs.empty() && has_program)
       d_.error({&f_, 1, 1}, "missing-field", "the spec declares no 'outputs'");
     if (d_.has_errors()) return std::nullopt;
-    if (!dsl::evaluate_declarations(out.decl, d_)) return std::nullopt;
+    if (!inter::evaluate_declarations(out.decl, d_)) return std::nullopt;
     return out;
   }
 
