@@ -190,7 +190,17 @@ class Differentiator {
     std::vector<StmtP> body;
     for (auto it = f_.body.rbegin(); it != f_.body.rend(); ++it)
       if (StmtP s = loop(**it)) body.push_back(s);
+    zero_unreached_gradients(b, body);
     b.body = body;
+    // Every node and edge gradient is written, with its declared shape (the rules broadcast explicitly).
+    for (const TensorDecl& o : b.decl.outputs) {
+      if (o.per != Per::Node && o.per != Per::Edge) continue;
+      const FieldTable& fields = o.per == Per::Edge ? b.edge_fields : b.node_fields;
+      auto it = fields.find(o.name);
+      if (it == fields.end() || it->second.shape != o.shape)
+        throw std::logic_error(fmt::format("autodiff: gradient '{}' is computed with shape {}, declared {}", o.name,
+                                           it == fields.end() ? "(none)" : shape_str(it->second.shape), shape_str(o.shape)));
+    }
     // Inputs in a fixed order: the forward's, the saved fields (by name), the output gradients.
     std::vector<TensorDecl> inputs = f_.decl.inputs;
     for (const std::string& name : saved_) {
@@ -215,6 +225,25 @@ class Differentiator {
     }
     if (body.empty()) return nullptr;
     return Stmt::for_loop(L.var, L.loop, L.parent, body, L.loc);
+  }
+
+  // The gradient of an input that no value with a gradient depends on is zero: written explicitly, in a
+  // loop of its own (weight gradients start at zero anyway).
+  void zero_unreached_gradients(Module& b, std::vector<StmtP>& body) {
+    for (const TensorDecl& o : b.decl.outputs) {
+      if (o.per != Per::Node && o.per != Per::Edge) continue;
+      bool edge = o.per == Per::Edge;
+      FieldTable& fields = edge ? b.edge_fields : b.node_fields;
+      if (fields.count(o.name)) continue;
+      std::vector<ExprP> args{typed::number(0.0)};
+      for (int64_t d : o.shape) args.push_back(typed::number(static_cast<double>(d), true));
+      ExprP zero = o.shape.empty() ? args[0] : typed::apply(Op::Expand, std::move(args));
+      record_field_write(fields, o.name, edge, /*accumulates=*/false, /*may_grow=*/false, o.shape);
+      const char* var = edge ? "e" : "n";
+      ExprP target = Expr::index(typed::name(var, edge ? Type::edge_var(LoopKind::Edges) : Type::node_var()), typed::string(o.name));
+      StmtP s = typed::assign(target, AssignOp::Set, zero, ctx_);
+      body.push_back(Stmt::for_loop(var, edge ? LoopKind::Edges : LoopKind::DstNodes, "g", {s}));
+    }
   }
 
   // The gradient of the value a statement stores, or null when nothing depends on it.

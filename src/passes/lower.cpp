@@ -84,6 +84,9 @@ class Lowering {
       if (!t.from_graph.empty()) p_.layouts.insert(t.from_graph);
     for (const StmtP& s : m_.body) lower_loop(s);
     if (d_.has_errors()) return std::nullopt;
+    // An output no kernel writes (a weight gradient nothing accumulates into) is zero, not garbage.
+    for (TensorInfo& t : p_.tensors)
+      if (t.role == Role::Output && !written_.count(t.name)) t.zero_init = true;
     // Drop fields that became aliases of temporaries.
     std::vector<TensorInfo> kept;
     for (TensorInfo& t : p_.tensors)
@@ -570,6 +573,10 @@ class Lowering {
     ExprP value = extract_linears(e, ctx, stage, inner, true, s);
     if (!value) return nullptr;
     StmtP def = Stmt::assign(typed::name(local, value_type(value->type), e->loc), AssignOp::Set, value, e->loc);
+    if (!intra::traversal_supports(value)) {
+      torch_fallback(def, def.get(), ctx, stage, inner, nullptr);  // e.g. concat: stored by PyTorch calls
+      return typed::name(local, value_type(e->type), e->loc);
+    }
     record_access(def, ctx, stage);
     stage.reg_locals.insert(local);
     stage.top.push_back(def);

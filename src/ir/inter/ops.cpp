@@ -118,6 +118,23 @@ TypeResult reshape_rule(const OpArgs& a) {
   return t;
 }
 
+// expand(x, d0, d1, ...): x broadcast by prefix to [d0, d1, ...] (x's shape a prefix of it).
+TypeResult expand_rule(const OpArgs& a) {
+  const Type& x = a.types[0];
+  Type t = x;
+  t.shape.clear();
+  for (size_t i = 1; i < a.types.size(); ++i) {
+    const std::optional<double>& v = a.types[i].value;
+    if (!v || *v < 1 || static_cast<double>(static_cast<int64_t>(*v)) != *v)
+      return error(a.args[i]->loc, "bad-shape", "expand dimensions must be positive integer constants");
+    t.shape.push_back(static_cast<int64_t>(*v));
+  }
+  if (!is_prefix(x.shape, t.shape))
+    return error(a.loc, "shape-mismatch", fmt::format("cannot expand {} to {} (the shape must be a prefix of the new one)",
+                                                      shape_str(x.shape), shape_str(t.shape)));
+  return t;
+}
+
 // x [.., K] * W [K, N] -> [.., N];  x [H, K] * W [H, K, N] -> [H, N]
 TypeResult linear_rule(const OpArgs& a) {
   const Type &x = a.types[0], &w = a.types[1];
@@ -228,6 +245,8 @@ Value64 eval_concat(const Args& parts, const Type&) {
 
 Value64 eval_reshape(const Args& a, const Type& result) { return Value64{result.shape, a[0].data}; }
 
+Value64 eval_expand(const Args& a, const Type& result) { return broadcast_to(a[0], result.shape); }
+
 Value64 eval_linear(const Args& a, const Type&) {
   const Value64 &x = a[0], &w = a[1];
   const auto& ws = w.shape;
@@ -311,7 +330,19 @@ std::vector<ExprP> grad_max(const GradArgs& g) {
   return {mul(g.adjoint, fn(Op::MaxGrad, {g.saved(a), g.saved(b)})),
           mul(g.adjoint, sub(num(1.0), fn(Op::MaxGrad, {g.saved(a), g.saved(b)})))};
 }
-std::vector<ExprP> grad_sum(const GradArgs& g) { return {g.adjoint}; }  // broadcast back by prefix
+// The adjoint of every summed element: the result's, broadcast back over the last axis.
+std::vector<ExprP> grad_sum(const GradArgs& g) {
+  std::vector<ExprP> args{g.adjoint};
+  for (int64_t d : value_type(g.call.args[0]->type).shape) args.push_back(typed::number(static_cast<double>(d), true));
+  return {fn(Op::Expand, std::move(args))};
+}
+// The adjoint of x sums the broadcast copies (autodiff sums an adjoint over the axes its operand was
+// broadcast along).
+std::vector<ExprP> grad_expand(const GradArgs& g) {
+  std::vector<ExprP> out(g.call.args.size());
+  out[0] = g.adjoint;
+  return out;
+}
 std::vector<ExprP> grad_dot(const GradArgs& g) {
   const ExprP &a = g.call.args[0], &b = g.call.args[1];
   return {mul(g.adjoint, g.saved(b)), mul(g.adjoint, g.saved(a))};
@@ -343,9 +374,7 @@ Param slope() {
   return Param{ParamKind::Constant, "the slope", 0.01, "not-constant",
                "the slope of 'leakyrelu' must be a constant (a number or a hyper-parameter)"};
 }
-Param dimension() {
-  return Param{ParamKind::Constant, "a dimension", std::nullopt, "bad-shape", "reshape dimensions must be positive integer constants"};
-}
+Param dimension(const char* error) { return Param{ParamKind::Constant, "a dimension", std::nullopt, "bad-shape", error}; }
 
 const std::vector<Param> kOne = {tensor("the argument")};
 const std::vector<Param> kTwo = {tensor("the first argument"), tensor("the second argument")};
@@ -415,8 +444,13 @@ std::vector<OpInfo> make_table() {
        "({0}.unsqueeze(-1) * {1}.unsqueeze(-2))", AtenArgs::Rows});
   row({Op::Concat, "concat", Syntax::Call, {tensor("an argument"), tensor("an argument")}, true, concat_rule, false, eval_concat,
        nullptr, kTorchOnly, Form::None, "", "at::cat({{*}}, -1)", AtenArgs::Rows});
-  row({Op::Reshape, "reshape", Syntax::Call, {tensor("the input"), dimension()}, true, reshape_rule, false, eval_reshape, grad_reshape,
-       kAnywhere, Form::View, "", "{0}.reshape({{rows}{dims}})", AtenArgs::Rows});
+  row({Op::Reshape, "reshape", Syntax::Call,
+       {tensor("the input"), dimension("reshape dimensions must be positive integer constants")}, true, reshape_rule, false,
+       eval_reshape, grad_reshape, kAnywhere, Form::View, "", "{0}.reshape({{rows}{dims}})", AtenArgs::Rows});
+  // Prefix broadcasting made explicit (the derivative of sum; zero gradients of a given shape).
+  row({Op::Expand, "expand", Syntax::Call, {tensor("the input"), dimension("expand dimensions must be positive integer constants")},
+       true, expand_rule, false, eval_expand, grad_expand, kAnywhere, Form::Map, "{0}", "{0}.expand({{rows}{dims}})",
+       AtenArgs::RowsAligned});
 
   row({Op::Linear, "linear", Syntax::Call, {tensor("the input"), weight("the second argument")}, false, linear_rule, false, eval_linear,
        grad_linear, kGemmOnly, Form::None, "", "", AtenArgs::AsIs});

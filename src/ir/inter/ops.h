@@ -28,7 +28,7 @@ enum class Op : uint8_t {
   // element-wise functions
   Exp, Relu, Tanh, Sigmoid, Sqrt, LeakyRelu, LeakyReluGrad, Max, MaxGrad,
   // reductions and shape operators
-  Sum, Dot, Outer, Concat, Reshape,
+  Sum, Dot, Outer, Concat, Reshape, Expand,
   // linear transforms (x * W is Linear once typed)
   Linear, LinearT,
   Count  // not an operator: the number of enum values
@@ -118,7 +118,7 @@ struct OpInfo {
   const char* name = "";  // as written: "exp", "+", "-" (Neg)
   Syntax syntax = Syntax::Call;
   std::vector<Param> params;
-  bool variadic = false;  // the last parameter repeats (concat: 2 or more arguments; reshape: dimensions)
+  bool variadic = false;  // the last parameter repeats (concat: 2 or more arguments; reshape, expand: dimensions)
   TypeRule type = nullptr;
   bool folds = false;  // constant arguments give a constant (arithmetic and sqrt, as in declarations)
   EvalFn eval = nullptr;
