@@ -21,7 +21,8 @@ namespace hectorgen::inter {
 class Visitor {
  public:
   virtual ~Visitor() = default;
-  void visit(const ExprP& e);
+  // Dispatches on the node kind (override to see every expression, then call Visitor::visit).
+  virtual void visit(const ExprP& e);
   void visit(const StmtP& s);
   void visit(const std::vector<StmtP>& body);
 

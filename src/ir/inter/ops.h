@@ -4,8 +4,15 @@
 // parameters, its type rule (domain, shape, dtype of the result; positioned errors), its float64 evaluation
 // (the interpreter), its derivative (autodiff), which templates can compute it (GEMM, traversal, PyTorch
 // fallback) and how the traversal template and the PyTorch fallback spell it. Every consumer reads the
-// table; nobody compares operator names. Adding an operator is one enum value and one row in ops.cpp (plus
-// its tests: tests/unit/test_ops.cpp checks that the table is complete and consistent).
+// table; nobody compares operator names.
+//
+// Adding an operator is one enum value below and one row in make_table() (ops.cpp), plus its tests: the
+// tests that iterate the table (test_ops.cpp: consistency, evaluation, one good and one bad typing case;
+// test_autodiff.cpp: the derivative against finite differences, or "no derivative" reported) fail until the
+// new row is covered. A row without a derivative says so (grad = nullptr: outer, concat, the *_grad helpers
+// for now). The shapes of the rows fit what comes next: a slice is a row with constant parameters (like
+// reshape) and its own evaluation and spellings; a dtype cast is a row whose type rule sets Type::dtype
+// (with a parameter kind for the dtype's name).
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "ir/inter/mutator.h"
 #include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
 
@@ -76,6 +77,7 @@ Type Type::of_kind(ValueKind k) {
 // ---- shared rules ------------------------------------------------------------------------------------------
 Type join(const Type& a, const Type& b) {
   Type t = Type::tensor(std::max(a.domain, b.domain));
+  t.dtype = a.dtype == b.dtype ? a.dtype : DType::FP32;  // mixed element types compute in fp32
   t.dep_src = a.dep_src || b.dep_src;
   t.dep_dst = a.dep_dst || b.dep_dst;
   t.dep_etype = a.dep_etype || b.dep_etype;
@@ -437,22 +439,22 @@ StmtP assign(ExprP target, AssignOp op, ExprP value, const TypeContext& ctx, con
 }  // namespace typed
 
 namespace {
-bool typed_expr(const ExprP& e) {
-  if (!e->type.typed()) return false;
-  for (const ExprP& a : e->args)
-    if (!typed_expr(a)) return false;
-  return true;
-}
-bool typed_body(const std::vector<StmtP>& body) {
-  for (const StmtP& s : body) {
-    if (s->kind == StmtKind::For && !typed_body(s->body)) return false;
-    if (s->target && !typed_expr(s->target)) return false;
-    if (s->value && !typed_expr(s->value)) return false;
+// Finds an expression without a type.
+class UntypedFinder : public Visitor {
+ public:
+  bool found = false;
+  using Visitor::visit;
+  void visit(const ExprP& e) override {
+    found = found || !e->type.typed();
+    Visitor::visit(e);
   }
-  return true;
-}
+};
 }  // namespace
 
-bool is_typed(const Module& m) { return m.functions.empty() && typed_body(m.body); }
+bool is_typed(const Module& m) {
+  UntypedFinder f;
+  f.visit(m.body);
+  return m.functions.empty() && !f.found;
+}
 
 }  // namespace hectorgen::inter
