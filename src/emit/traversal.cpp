@@ -13,8 +13,8 @@
 
 #include "emit/emit.h"
 #include "emit/printer.h"
+#include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
-#include "ir/inter/verifier.h"
 
 namespace hectorgen::emit {
 
@@ -36,7 +36,7 @@ namespace {
 struct CVal {
   std::string var;      // C array name, or empty for a literal
   std::string literal;  // when var is empty
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape;  // the expression's type, or the row shape of the tensor it was loaded from
   bool fresh = true;  // a temporary nobody else refers to (may be adopted without a copy)
   int64_t numel() const {
     int64_t n = 1;
@@ -312,7 +312,7 @@ class TraversalEmitter {
     // e.src["f"] += v / e.dst["f"] += v: scatter into another node's row.
     std::string row = base->args[0]->name + "_" + base->name;
     CVal v = value.shape == ti.shape ? value : copy(value, ti.shape);
-    if (s.op == AssignOp::Sub) v = unary(v, [](const std::string& x) { return "-" + x; });
+    if (s.op == AssignOp::Sub) v = map({v}, op_info(Op::Neg).cuda, v.shape);
     store_row(v, tn, row, true);
   }
 
@@ -381,82 +381,66 @@ class TraversalEmitter {
         load_row(v, ti.name, row_expr(base));
         return v;
       }
-      case ExprKind::Neg: return unary(expr(e->args[0]), [](const std::string& x) { return "-" + x; });
-      case ExprKind::Binary: {
-        CVal a = expr(e->args[0]), b = expr(e->args[1]);
-        const char* op = to_string(e->op);
-        return binary(a, b, [op](const std::string& x, const std::string& y) { return fmt::format("{} {} {}", x, op, y); });
-      }
-      case ExprKind::Call: return call(e);
+      case ExprKind::Neg:
+      case ExprKind::Binary:
+      case ExprKind::Call: return apply(e);
     }
     throw std::logic_error("traversal: unknown expression");
   }
 
-  CVal call(const ExprP& e) {
-    const std::string& f = e->name;
-    if (f == "reshape") {
-      CVal x = expr(e->args[0]);
-      std::vector<int64_t> shape;
-      for (size_t i = 1; i < e->args.size(); ++i) {
-        const ExprP& d = e->args[i];
-        double v = d->kind == ExprKind::Number ? d->number : p_.decl.find_hyper(d->name) ? p_.decl.find_hyper(d->name)->value : constant(d);
-        shape.push_back(static_cast<int64_t>(v));
+  // An operator, as its row in the operator table says the traversal template computes it.
+  CVal apply(const ExprP& e) {
+    const OpInfo& op = op_info(e->fn);
+    switch (op.form) {
+      case Form::View: {  // same elements, same layout (the layout depends on the element count only)
+        CVal x = expr(e->args[0]);
+        x.shape = e->type.shape;
+        return x;
       }
-      x.shape = shape;  // same elements, same layout (the layout depends on the element count only)
-      return x;
+      case Form::ReduceLast: {
+        std::vector<CVal> args = operands(e, op);
+        return dot(args[0], args.size() > 1 ? args[1] : literal("1.f"), e);
+      }
+      case Form::Map: return map(operands(e, op), op.cuda, e->type.shape);
+      case Form::None: break;
     }
-    if (f == "exp") return unary(expr(e->args[0]), [](const std::string& x) { return "expf(" + x + ")"; });
-    if (f == "sqrt") return unary(expr(e->args[0]), [](const std::string& x) { return "sqrtf(" + x + ")"; });
-    if (f == "tanh") return unary(expr(e->args[0]), [](const std::string& x) { return "tanhf(" + x + ")"; });
-    if (f == "relu") return unary(expr(e->args[0]), [](const std::string& x) { return "fmaxf(" + x + ", 0.f)"; });
-    if (f == "sigmoid")
-      return unary(expr(e->args[0]), [](const std::string& x) { return "1.f / (1.f + expf(-" + x + "))"; });
-    if (f == "leakyrelu") {
-      std::string slope = e->args.size() > 1 ? float_literal(constant(e->args[1])) : "0.01f";
-      CVal x = expr(e->args[0]);
-      CVal out = declare(x.shape);
-      loop_over(out, [&](const std::string& j) {
-        std::string v = elem(x, out, j);
-        return fmt::format("{}[{}] = {} > 0.f ? {} : {} * {};", out.var, j, v, v, slope, v);
-      });
-      return out;
-    }
-    if (f == "dot") return dot(expr(e->args[0]), expr(e->args[1]), e);
-    if (f == "sum") return dot(expr(e->args[0]), literal("1.f"), e);
-    if (f == "max")
-      return binary(expr(e->args[0]), expr(e->args[1]), [](const std::string& x, const std::string& y) { return "fmaxf(" + x + ", " + y + ")"; });
-    if (f == "max_grad")
-      return binary(expr(e->args[0]), expr(e->args[1]),
-                    [](const std::string& x, const std::string& y) { return "(" + x + " >= " + y + " ? 1.f : 0.f)"; });
-    if (f == "leakyrelu_grad") {
-      std::string slope = e->args.size() > 1 ? float_literal(constant(e->args[1])) : "0.01f";
-      return unary(expr(e->args[0]), [slope](const std::string& x) { return "(" + x + " > 0.f ? 1.f : " + slope + ")"; });
-    }
-    throw std::runtime_error(fmt::format("the code generator does not support '{}' inside a traversal yet", f));
+    throw std::runtime_error(fmt::format("the code generator does not support '{}' inside a traversal yet", op.name));
   }
 
-  double constant(const ExprP& e) {
-    if (e->kind == ExprKind::Number) return e->number;
-    if (e->kind == ExprKind::Name && p_.decl.find_hyper(e->name)) return p_.decl.find_hyper(e->name)->value;
-    if (e->kind == ExprKind::Neg) return -constant(e->args[0]);
-    if (e->kind == ExprKind::Call && e->name == "sqrt") return std::sqrt(constant(e->args[0]));
-    if (e->kind == ExprKind::Binary) {
-      double a = constant(e->args[0]), b = constant(e->args[1]);
-      switch (e->op) {
-        case BinOp::Add: return a + b;
-        case BinOp::Sub: return a - b;
-        case BinOp::Mul: return a * b;
-        case BinOp::Div: return a / b;
-      }
+  // The arguments: tensors in registers (or literals), constant parameters as float literals (left-out
+  // ones: their defaults). Function arguments are loaded last first (the order the kernels always had).
+  std::vector<CVal> operands(const ExprP& e, const OpInfo& op) {
+    size_t n = std::max(op.params.size(), e->args.size());
+    std::vector<CVal> args(n);
+    for (size_t k = 0; k < n; ++k) {
+      size_t i = op.syntax == Syntax::Call ? n - 1 - k : k;
+      if (i < e->args.size() && op.param(i).kind != ParamKind::Constant) args[i] = expr(e->args[i]);
+      else args[i] = literal(float_literal(i < e->args.size() ? *e->args[i]->type.value : *op.param(i).default_value));
     }
-    throw std::logic_error("traversal: not a constant");
+    return args;
+  }
+
+  // Element by element: out[j] = pattern(args' elements), broadcast by prefix; a literal if all are literals.
+  CVal map(const std::vector<CVal>& args, const char* pattern, const std::vector<int64_t>& shape) {
+    bool literals = std::all_of(args.begin(), args.end(), [](const CVal& a) { return a.var.empty(); });
+    if (literals) {
+      std::vector<std::string> text;
+      for (const CVal& a : args) text.push_back(a.literal);
+      return literal("(" + spell(pattern, text) + ")", shape);
+    }
+    CVal out = declare(shape);
+    loop_over(out, [&](const std::string& j) {
+      std::vector<std::string> text;
+      for (const CVal& a : args) text.push_back(elem(a, out, j));
+      return fmt::format("{}[{}] = {};", out.var, j, spell(pattern, text));
+    });
+    return out;
   }
 
   // Reduces the last axis of a * b (b may be a literal, for sum()).
   CVal dot(const CVal& a, const CVal& b, const ExprP& e) {
-    int64_t d = a.shape.back();
-    std::vector<int64_t> shape(a.shape.begin(), a.shape.end() - 1);
-    CVal out = declare(shape);
+    int64_t d = value_type(e->args[0]->type).shape.back();
+    CVal out = declare(e->type.shape);
     if (out.dist()) return dot_distributed(a, b, out, d);
     if (!a.dist()) {
       line(fmt::format("for (int m = 0; m < {}; ++m) {{", out.numel()));
@@ -466,7 +450,6 @@ class TraversalEmitter {
       line("}");
       return out;
     }
-    (void)e;
     uses_warp_sum_ = true;
     int64_t n = a.numel();
     line("#pragma unroll");
@@ -502,23 +485,6 @@ class TraversalEmitter {
     line("  const float total = warp_sum(partial);");
     line(fmt::format("  if (lane == m % 32) {}[m / 32] = total;", out.var));
     line("}");
-    return out;
-  }
-
-  CVal unary(const CVal& x, const std::function<std::string(const std::string&)>& f) {
-    if (x.var.empty()) return literal("(" + f(x.literal) + ")", x.shape);
-    CVal out = declare(x.shape);
-    loop_over(out, [&](const std::string& j) { return fmt::format("{}[{}] = {};", out.var, j, f(elem(x, out, j))); });
-    return out;
-  }
-
-  CVal binary(const CVal& a, const CVal& b, const std::function<std::string(const std::string&, const std::string&)>& f) {
-    std::vector<int64_t> shape = a.numel() >= b.numel() ? a.shape : b.shape;
-    if (a.var.empty() && b.var.empty()) return literal("(" + f(a.literal, b.literal) + ")", shape);
-    CVal out = declare(shape);
-    loop_over(out, [&](const std::string& j) {
-      return fmt::format("{}[{}] = {};", out.var, j, f(elem(a, out, j), elem(b, out, j)));
-    });
     return out;
   }
 

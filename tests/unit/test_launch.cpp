@@ -268,10 +268,9 @@ std::string lower_forward(const std::string& text, intra::Program* out = nullptr
   INFO(c->rendered());
   REQUIRE(c->module);
   inter::Module fused = passes::fuse_loops(*c->module);
-  inter::Analysis a;
   Diagnostics d;
-  REQUIRE(inter::verify(fused, d, &a));
-  auto p = passes::lower(fused, a, d, "forward");
+  REQUIRE(inter::verify(fused, d));
+  auto p = passes::lower(fused, d, "forward");
   REQUIRE(p);
   bool ok = intra::check_shape_limits(*p, d);
   std::ostringstream s;
