@@ -58,6 +58,8 @@ __all__ = [
     "evaluate",
     "forward_backward",
     "grad_names",
+    "random_inputs",
+    "random_output_grads",
 ]
 
 F64 = torch.float64
@@ -496,9 +498,10 @@ class _Grouping:
 
 
 class _Evaluator:
-    def __init__(self, model: Model, graph, tensors: Mapping[str, torch.Tensor], device):
+    def __init__(self, model: Model, graph, tensors: Mapping[str, torch.Tensor], device, dtype):
         self.m = model
         self.device = device
+        self.dtype = dtype
         g = graph
         get = (lambda k, d=None: g[k] if k in g else d) if isinstance(g, Mapping) else \
             (lambda k, d=None: getattr(g, k, d))
@@ -517,7 +520,7 @@ class _Evaluator:
             want = d.full_shape(self.N, self.E, self.R, self.T)
             if d.name in tensors:
                 t = torch.as_tensor(tensors[d.name])
-                t = t.to(device=device, dtype=F64) if t.dtype != F64 or t.device != torch.device(device) else t
+                t = t.to(device=device, dtype=self.dtype)  # a no-op when already there
                 if tuple(t.shape) != want:
                     raise ValueError(f"tensor {d.name!r} has shape {tuple(t.shape)}, the model wants {want}")
                 self.tensors[d.name] = t
@@ -533,10 +536,10 @@ class _Evaluator:
 
     def _inv_relation_in_degree(self):
         if self.E == 0:
-            return torch.zeros(0, dtype=F64, device=self.device)
+            return torch.zeros(0, dtype=self.dtype, device=self.device)
         key = self.dst * self.R + self.etype
         _, inverse, counts = torch.unique(key, return_inverse=True, return_counts=True)
-        return 1.0 / counts.index_select(0, inverse).to(F64)
+        return 1.0 / counts.index_select(0, inverse).to(self.dtype)
 
     # ---- driver ---------------------------------------------------------------------------------
     def run(self) -> dict:
@@ -551,7 +554,7 @@ class _Evaluator:
             if o.is_weight_grad:
                 full = o.full_shape(self.N, self.E, self.R, self.T)
                 g = self.wgrads[o.name]
-                out[o.name] = torch.zeros(full, dtype=F64, device=self.device) if g is None else g
+                out[o.name] = torch.zeros(full, dtype=self.dtype, device=self.device) if g is None else g
                 continue
             fields = self.node_fields if o.per == "node" else self.edge_fields
             if o.name not in fields:
@@ -639,7 +642,7 @@ class _Evaluator:
         v = self.rows_of(value)
         cur = self.node_fields.get(name)
         if cur is None:  # fields start at zero
-            cur = torch.zeros((self.N,) + tuple(v.shape[1:]), dtype=F64, device=self.device)
+            cur = torch.zeros((self.N,) + tuple(v.shape[1:]), dtype=self.dtype, device=self.device)
         cur, v = self.grow(cur, v)
         self.node_fields[name] = cur.index_add(0, base.idx, v, alpha=1 if op is ast.Add else -1)
 
@@ -647,7 +650,7 @@ class _Evaluator:
         v = self.rows_of(value)
         cur = self.node_fields.get(name)
         if cur is None:  # fields start at zero
-            cur = torch.zeros((self.N,) + tuple(v.shape[1:]), dtype=F64, device=self.device)
+            cur = torch.zeros((self.N,) + tuple(v.shape[1:]), dtype=self.dtype, device=self.device)
         cur, v = self.grow(cur, v)
         index = idx.reshape((-1,) + (1,) * (v.dim() - 1)).expand_as(v)
         self.node_fields[name] = cur.scatter_reduce(0, index, v, reduce="amax", include_self=True)
@@ -679,7 +682,7 @@ class _Evaluator:
         if cur is None:
             if op not in (ast.Add, ast.Sub):
                 raise Unsupported(f"line {stmt.lineno}: field updated before it is assigned")
-            cur = torch.zeros((nrows,) + tuple(v.shape[1:]), dtype=F64, device=self.device)
+            cur = torch.zeros((nrows,) + tuple(v.shape[1:]), dtype=self.dtype, device=self.device)
         cur, v = self.grow(cur, v)
         return _BIN[op](cur, v)
 
@@ -705,7 +708,7 @@ class _Evaluator:
         full = o.full_shape(self.N, self.E, self.R, self.T)
         cur = self.wgrads[name]
         if cur is None:
-            cur = torch.zeros(full, dtype=F64, device=self.device)
+            cur = torch.zeros(full, dtype=self.dtype, device=self.device)
         if o.per == "none":
             if sel is not None:
                 raise Unsupported(f"line {stmt.lineno}: {name!r} is per none")
@@ -755,7 +758,7 @@ class _Evaluator:
             if isinstance(node.value, str):
                 return _Str(node.value)
             if isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-                return _Data(torch.tensor(float(node.value), dtype=F64, device=self.device), False)
+                return _Data(torch.tensor(float(node.value), dtype=self.dtype, device=self.device), False)
             raise Unsupported(f"line {node.lineno}: constant {node.value!r}")
         if isinstance(node, ast.Name):
             return self.name(node)
@@ -784,7 +787,7 @@ class _Evaluator:
                     return _EdgeVar()
                 return self.lift(_NodeVar(None), i)
         if n in self.m.hyper:
-            return _Data(torch.tensor(float(self.m.hyper[n]), dtype=F64, device=self.device), False)
+            return _Data(torch.tensor(float(self.m.hyper[n]), dtype=self.dtype, device=self.device), False)
         w = self.m.weight(n)
         if w is not None:
             return _WSel(w, None, w.per == "none")
@@ -933,7 +936,7 @@ class _Evaluator:
             return self.elementwise(arg(0), arg(1), torch.maximum)
         if f == "max_grad":
             arity(2)
-            return self.elementwise(arg(0), arg(1), lambda a, b: (a >= b).to(F64))
+            return self.elementwise(arg(0), arg(1), lambda a, b: (a >= b).to(self.dtype))
         if f == "sum":
             arity(1)
             x = arg(0)
@@ -986,15 +989,16 @@ class _Evaluator:
         raise Unsupported(f"line {node.lineno}: unknown function {f!r}")
 
 
-def evaluate(model: Model, graph, tensors: Mapping[str, torch.Tensor], device=None, *, fields: dict | None = None):
-    """The model's outputs (float64) on ``graph`` for ``tensors`` (inputs and weights by name, any float dtype;
-    inputs declared ``from_graph: inv_relation_in_degree`` may be left out). Autograd flows from the outputs
-    to every tensor that requires grad. ``device``: default the device of the graph's ``src``. ``fields``:
-    if a dict, filled with every node and edge field the program wrote."""
+def evaluate(model: Model, graph, tensors: Mapping[str, torch.Tensor], device=None, *, fields: dict | None = None,
+             dtype: torch.dtype = F64):
+    """The model's outputs on ``graph`` for ``tensors`` (inputs and weights by name, any float dtype, converted
+    to ``dtype``, float64 by default; inputs declared ``from_graph: inv_relation_in_degree`` may be left out).
+    Autograd flows from the outputs to every tensor that requires grad. ``device``: default the device of the
+    graph's ``src``. ``fields``: if a dict, filled with every node and edge field the program wrote."""
     if device is None:
         src = graph["src"] if isinstance(graph, Mapping) else graph.src
         device = torch.as_tensor(src).device
-    ev = _Evaluator(model, graph, tensors, device)
+    ev = _Evaluator(model, graph, tensors, device, dtype)
     out = ev.run()
     if fields is not None:
         fields.update(ev.fields)
@@ -1008,24 +1012,79 @@ def grad_names(model: Model) -> list:
 
 
 def forward_backward(model: Model, graph, tensors: Mapping[str, torch.Tensor],
-                     out_grads: Mapping[str, torch.Tensor], device=None):
+                     out_grads: Mapping[str, torch.Tensor], device=None, dtype: torch.dtype = F64):
     """(outputs, gradients): the outputs, and the gradient of sum_k <outputs[k], out_grads[k]> with respect to
-    every input/weight of :func:`grad_names`, by name (a tensor that does not reach the outputs gets zeros)."""
+    every input/weight of :func:`grad_names`, by name (a tensor that does not reach the outputs gets zeros).
+    Everything in ``dtype`` (float64 by default)."""
     leaves = {}
     for k, v in tensors.items():
         t = torch.as_tensor(v).detach()
         if device is not None:
             t = t.to(device)
-        leaves[k] = t.to(F64)
+        leaves[k] = t.to(dtype)
     names = [n for n in grad_names(model) if n in leaves]
     for n in names:
         leaves[n].requires_grad_(True)
     with torch.enable_grad():
-        out = evaluate(model, graph, leaves, device)
-        pairs = [(out[k], torch.as_tensor(g).to(out[k].device, F64)) for k, g in out_grads.items()]
+        out = evaluate(model, graph, leaves, device, dtype=dtype)
+        pairs = [(out[k], torch.as_tensor(g).to(out[k].device, dtype)) for k, g in out_grads.items()]
         outs = [o for o, _ in pairs if o.requires_grad]
         gs = [g for o, g in pairs if o.requires_grad]
         inputs = [leaves[n] for n in names]
         grads = torch.autograd.grad(outs, inputs, gs, allow_unused=True) if outs and inputs else [None] * len(inputs)
     res = {n: (g if g is not None else torch.zeros_like(leaves[n])) for n, g in zip(names, grads)}
     return {k: v.detach() for k, v in out.items()}, res
+
+
+def random_inputs(model: Model, graph, seed: int, *, round_to_fp32: bool = True) -> dict:
+    """Fresh random inputs and weights for any model, float64 on the CPU, keyed by name (``from_graph``
+    inputs left out). Drawn from ``torch.Generator().manual_seed(seed)`` in declaration order, so a seed
+    gives the same values everywhere. Scales keep every intermediate O(1) whatever the model:
+
+    * node and edge inputs: N(0, 1);
+    * matrix weights ([.., K, M] per slice): Glorot-uniform with fan_in K, fan_out M;
+    * vector weights ([D] per slice, e.g. attention vectors): uniform with variance 1/D, so a dot product
+      with O(1) data is O(1);
+    * scalar weights ([] per slice, e.g. gates, basis coefficients): uniform in [0.5, 1.5].
+
+    ``round_to_fp32``: round every value to float32 once (still returned as float64), so a float32 run on
+    the GPU and a float64 reference see exactly the same numbers."""
+    N, E, R, T = _graph_dims(graph)
+    gen = torch.Generator().manual_seed(int(seed))
+    out = {}
+    for d in model.inputs + model.weights:
+        if d.from_graph:
+            continue
+        full = d.full_shape(N, E, R, T)
+        if d.role == "input":
+            t = torch.randn(full, generator=gen, dtype=F64)
+        elif len(d.shape) >= 2:
+            a = math.sqrt(6.0 / (d.shape[-2] + d.shape[-1]))
+            t = (torch.rand(full, generator=gen, dtype=F64) * 2 - 1) * a
+        elif len(d.shape) == 1:
+            a = math.sqrt(3.0 / d.shape[0])
+            t = (torch.rand(full, generator=gen, dtype=F64) * 2 - 1) * a
+        else:
+            t = torch.rand(full, generator=gen, dtype=F64) + 0.5
+        out[d.name] = t.float().double() if round_to_fp32 else t
+    return out
+
+
+def random_output_grads(model: Model, graph, seed: int, *, round_to_fp32: bool = True) -> dict:
+    """N(0, 1) gradients for every node/edge output, by name (for :func:`forward_backward`)."""
+    N, E, R, T = _graph_dims(graph)
+    gen = torch.Generator().manual_seed(int(seed) ^ 0x5EED)
+    out = {}
+    for o in model.outputs:
+        if o.is_weight_grad:
+            continue
+        t = torch.randn(o.full_shape(N, E, R, T), generator=gen, dtype=F64)
+        out[o.name] = t.float().double() if round_to_fp32 else t
+    return out
+
+
+def _graph_dims(graph) -> tuple:
+    get = (lambda k, d=None: graph[k] if k in graph else d) if isinstance(graph, Mapping) else \
+        (lambda k, d=None: getattr(graph, k, d))
+    E = int(torch.as_tensor(get("src")).numel())
+    return int(get("num_nodes")), E, int(get("num_etypes")), int(get("num_ntypes", 1) or 1)
