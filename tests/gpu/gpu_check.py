@@ -1325,37 +1325,36 @@ def sanitizer_run(args, variants) -> int:
 
 def parse_sanitizer_log(path) -> dict:
     """{model: (ok, note)} from a compute-sanitizer log of --sanitizer-run: a spec is OK when its run
-    finished OK and no sanitizer report (lines '========= <something>' other than the banner and summary)
-    fell between its BEGIN and END markers; {} when the log is missing."""
+    finished OK and no sanitizer report (a headline '========= Invalid ...', '========= Error: ...', other
+    than the banner and the summary) fell between its BEGIN and END markers; {} when the log is missing.
+    Key '__summary__': the last SUMMARY line."""
     p = Path(path) if path else None
     if not p or not p.is_file():
         return {}
     res, cur, reports, ended = {}, None, [], set()
-    summary = ""
+    summary = []
     for line in p.read_text(errors="replace").splitlines():
         if line.startswith(SAN_BEGIN):
             cur, reports = line[len(SAN_BEGIN):].strip(), []
             continue
         if line.startswith(SAN_END) and cur:
             ok_run = line.rstrip().endswith(" OK")
-            kinds = sorted({r.split(":")[0].split(" at ")[0][:60] for r in reports})
+            kinds = sorted({r[:70] for r in reports})
             note = "clean" if not reports else f"{len(reports)} report(s): {'; '.join(kinds[:3])}"
             res[cur] = (ok_run and not reports, note if ok_run else f"run failed; {note}")
             ended.add(cur)
             cur = None
             continue
-        m = re.match(r"^=+ +(.*)$", line)
+        m = re.match(r"^=+ (\S.*)$", line)  # a report's headline; its details are indented further
         if m:
             text = m.group(1).strip()
-            if re.match(r"(ERROR SUMMARY|RACECHECK SUMMARY|COMPUTE-SANITIZER|LEAK SUMMARY)", text) or not text:
-                summary = text if "SUMMARY" in text else summary
-                continue
-            if cur and re.match(r"(Invalid|Uninitialized|Out-of-range|Misaligned|Address|Race|Error|Warning|"
-                                r"Program hit|Barrier|Malloc|Cuda|Leaked|.*[Hh]azard)", text):
+            if "SUMMARY" in text:
+                summary.append(text)
+            elif cur and not text.startswith("COMPUTE-SANITIZER"):
                 reports.append(text)
     if cur and cur not in ended:
         res[cur] = (False, "did not finish (crash or timeout)")
-    res["__summary__"] = (True, summary)
+    res["__summary__"] = (True, " | ".join(summary))
     return res
 
 

@@ -41,6 +41,7 @@ import json
 import math
 import operator
 import re
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -208,15 +209,35 @@ def _parse_program(text: str) -> list:
     return body
 
 
+def _load_doc(path: Path) -> dict:
+    """The spec as a dict: JSON, YAML through PyYAML, or -- where PyYAML is missing (a bare GPU machine) --
+    reference_bridge's reader of the spec subset plus the ``program: |`` block scalar."""
+    text = path.read_text()
+    if path.suffix.lower() == ".json":
+        return json.loads(text)
+    try:
+        import yaml  # PyYAML
+    except ImportError:
+        from reference_bridge import _mini_yaml
+        doc = _mini_yaml(text)
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            m = re.match(r"^program:\s*\|[-+]?\s*(#.*)?$", line)
+            if m:
+                block = []
+                for ln in lines[i + 1:]:
+                    if ln.strip() and not ln[:1].isspace():
+                        break
+                    block.append(ln)
+                doc["program"] = textwrap.dedent("\n".join(block)) + "\n"
+        return doc
+    return yaml.safe_load(text)
+
+
 def model_from_spec(path, hyper_overrides: Mapping[str, Any] | None = None) -> Model:
     """Reads a spec (YAML or JSON): declarations and program."""
     path = Path(path)
-    text = path.read_text()
-    if path.suffix.lower() == ".json":
-        doc = json.loads(text)
-    else:
-        import yaml  # PyYAML
-        doc = yaml.safe_load(text)
+    doc = _load_doc(path)
     hyper: dict = {}
     raw = dict(doc.get("hyper") or {})
     raw.update(hyper_overrides or {})

@@ -257,3 +257,14 @@ def test_random_inputs_are_fresh_and_fp32_exact():
     assert all(not torch.equal(a[k], b[k]) for k in a)
     assert all(torch.equal(t, t.float().double()) for t in a.values())
     assert a["W_att"].shape == (2, 1, 64, 64) and a["W_k"].shape == (2, 64, 64)
+
+
+@pytest.mark.parametrize("path", SPECS + CASES)
+def test_spec_reader_without_pyyaml(path, monkeypatch):
+    """A GPU machine may lack PyYAML: the fallback reader gives the same model."""
+    a = ir_torch.load_model(REPO / path)
+    monkeypatch.setitem(__import__("sys").modules, "yaml", None)  # `import yaml` raises ImportError
+    b = ir_torch.load_model(REPO / path)
+    import ast
+    assert [ast.dump(s) for s in a.body] == [ast.dump(s) for s in b.body]
+    assert (a.name, a.hyper, a.inputs, a.weights, a.outputs) == (b.name, b.hyper, b.inputs, b.weights, b.outputs)
