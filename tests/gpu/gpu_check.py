@@ -1082,6 +1082,7 @@ class Checker:
         a = self.args
         dev = a.device
         t = {"model": name, "graph": gname, "warmup": a.timing_warmup, "iters": a.timing_iters}
+        inp = {**inp, **ir_torch.graph_inputs(model, gdev, dtype=torch.float32)}  # computed by prepare_graph too
         with torch.no_grad():
             t["generated_ms"], t["generated_samples_ms"] = time_ms(lambda: layer(hg, *args), dev, a.timing_warmup,
                                                                    a.timing_iters)

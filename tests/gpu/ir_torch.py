@@ -61,6 +61,7 @@ __all__ = [
     "grad_names",
     "random_inputs",
     "random_output_grads",
+    "graph_inputs",
 ]
 
 F64 = torch.float64
@@ -1088,6 +1089,23 @@ def random_inputs(model: Model, graph, seed: int, *, round_to_fp32: bool = True)
         else:
             t = torch.rand(full, generator=gen, dtype=F64) + 0.5
         out[d.name] = t.float().double() if round_to_fp32 else t
+    return out
+
+
+def graph_inputs(model: Model, graph, device=None, dtype: torch.dtype = F64) -> dict:
+    """The inputs declared ``from_graph`` (computed once, e.g. to keep them out of a timed region)."""
+    if device is None:
+        src = graph["src"] if isinstance(graph, Mapping) else graph.src
+        device = torch.as_tensor(src).device
+    ev = None
+    out = {}
+    for d in model.inputs:
+        if d.from_graph == "inv_relation_in_degree":
+            if ev is None:
+                ev = _Evaluator(Model(model.name, model.hyper, [], [], [], []), graph, {}, device, dtype)
+            out[d.name] = ev._inv_relation_in_degree()
+        elif d.from_graph:
+            raise Unsupported(f"unknown graph quantity {d.from_graph!r}")
     return out
 
 
