@@ -154,7 +154,7 @@ t=$(cap 240 230)
 log "generating and building (timeout ${t}s; logs: gen.log, build.log)"
 prep_rc=0
 timeout -k 10 "$t" python3 "$CHECK" --prepare "${SPEC_ARGS[@]}" --hectorgen "${HG:-}" --generated "$GEN_DIR" \
-  --out "$OUT" --device "$DEVICE" --build-timeout "$((t - 10))" || prep_rc=$?
+  --out "$OUT" --device "$DEVICE" --build-timeout "$((t > 20 ? t - 10 : t))" || prep_rc=$?
 log "generation and extension builds: rc=$prep_rc"
 
 # ---- 3. the checks -------------------------------------------------------------------------------------------

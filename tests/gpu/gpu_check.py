@@ -197,20 +197,19 @@ def generate(v: Variant, hectorgen: str | None, gen_root: Path) -> GenResult:
             shutil.rmtree(out_dir)
         shutil.copytree(bundled, out_dir, ignore=shutil.ignore_patterns("build"))
         return GenResult(v.name, v.spec, True, "bundled generated/ copy (no hectorgen)", None)
-    spec_arg = v.spec if not Path(v.spec).is_absolute() else v.spec
     if out_dir.exists():
         shutil.rmtree(out_dir, ignore_errors=True)
     try:
-        p = subprocess.run([hectorgen, spec_arg, "-o", f"generated/{v.name}"], cwd=gen_root, capture_output=True,
+        p = subprocess.run([hectorgen, v.spec, "-o", f"generated/{v.name}"], cwd=gen_root, capture_output=True,
                            text=True, timeout=120)
         rc, err = p.returncode, p.stderr
     except subprocess.TimeoutExpired:
         rc, err = "timeout", "hectorgen timed out after 120 s"
-    if rc != 0:
-        first = next((ln for ln in err.splitlines() if "error" in ln), err.strip().splitlines()[0] if err.strip() else "")
-        return GenResult(v.name, v.spec, False, f"GENERATION FAILED (rc={rc}): {first.strip()[:300]}", None, err)
     reasons = [m.group(1) for ln in err.splitlines() if (m := _NO_BACKWARD.search(ln))]
     no_bw = "; ".join(dict.fromkeys(reasons)) or None
+    if rc != 0:
+        first = next((ln for ln in err.splitlines() if "error" in ln), err.strip().splitlines()[0] if err.strip() else "")
+        return GenResult(v.name, v.spec, False, f"GENERATION FAILED (rc={rc}): {first.strip()[:300]}", no_bw, err)
     n = sum(1 for f in out_dir.iterdir() if f.is_file())
     status = f"generated ({n} files)"
     bundled = REPO / "generated" / v.name
@@ -523,7 +522,7 @@ class FakeModule:
             self._calls += 1
             scale = 1.001 if self._bug == "grad" else 1.0 + 1e-7 * self._calls
             w = m.weights[0].name
-            named[w] = _GradScale.apply(named[w], scale)
+            named[w] = _grad_scale(named[w], scale)
         with torch.set_grad_enabled(grad_wanted and self.TRAINABLE or self._bug == "no-raise" and grad_wanted):
             out = self._ir.evaluate(m, g, named, dtype=torch.float32)
         if self._bug == "forward" and self._poisoned:
@@ -535,27 +534,26 @@ class FakeModule:
         return next(iter(outs.values())) if len(outs) == 1 else outs
 
 
-def _grad_scale_fn():
-    import torch
-
-    class GradScale(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, scale):
-            ctx.scale = scale
-            return x.view_as(x)
-
-        @staticmethod
-        def backward(ctx, g):
-            return g * ctx.scale, None
-    return GradScale
+_GRAD_SCALE = None
 
 
-class _LazyGradScale:
-    def apply(self, *a):
-        return _grad_scale_fn().apply(*a)
+def _grad_scale(x, scale: float):
+    """x in the forward; its gradient times ``scale`` in the backward (FakeModule's injected defects)."""
+    global _GRAD_SCALE
+    if _GRAD_SCALE is None:
+        import torch
 
+        class GradScale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, t, k):
+                ctx.k = k
+                return t.view_as(t)
 
-_GradScale = _LazyGradScale()
+            @staticmethod
+            def backward(ctx, g):
+                return g * ctx.k, None
+        _GRAD_SCALE = GradScale
+    return _GRAD_SCALE.apply(x, scale)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1282,12 +1280,13 @@ def sanitizer_run(args, variants) -> int:
     gens = read_generation(Path(args.generated))
     failures = 0
     for vi, v in enumerate(variants):
+        gen = gens.get(v.name)
         print(f"{SAN_BEGIN}{v.name}", flush=True)
+        if gen is not None and not gen.ok:
+            print(f"{SAN_END}{v.name} SKIP (not generated)", flush=True)
+            continue
         ok = False
         try:
-            gen = gens.get(v.name)
-            if gen is not None and not gen.ok:
-                raise SetupError(gen.status)
             model = ir_torch.load_model(REPO / v.spec)
             mod = FakeModule(model, not (gen and gen.no_backward)) if dev == "cpu" else \
                 load_generated(v, Path(args.generated), build=False)
@@ -1339,6 +1338,11 @@ def parse_sanitizer_log(path) -> dict:
             cur, reports = line[len(SAN_BEGIN):].strip(), []
             continue
         if line.startswith(SAN_END) and cur:
+            if " SKIP" in line:
+                res[cur] = (None, "skipped (not generated)")
+                ended.add(cur)
+                cur = None
+                continue
             ok_run = line.rstrip().endswith(" OK")
             kinds = sorted({r[:70] for r in reports})
             note = "clean" if not reports else f"{len(reports)} report(s): {'; '.join(kinds[:3])}"
@@ -1400,11 +1404,11 @@ def summarize(data: dict, memcheck: dict, racecheck: dict, san_state: str = "") 
         s = specs.get(n, {})
         mc = memcheck.get(n)
         rc = racecheck.get(n)
-        mc_s = "-" if mc is None else ("clean" if mc[0] else "FAIL")
-        rc_s = "-" if rc is None else ("clean" if rc[0] else "FAIL")
-        if mc is not None and not mc[0]:
+        mc_s = "-" if mc is None or mc[0] is None else ("clean" if mc[0] else "FAIL")
+        rc_s = "-" if rc is None or rc[0] is None else ("clean" if rc[0] else "FAIL")
+        if mc is not None and mc[0] is False:
             failed.append(f"memcheck: {mc[1]}")
-        if rc is not None and not rc[0]:
+        if rc is not None and rc[0] is False:
             failed.append(f"racecheck: {rc[1]}")
         if san_state and (mc is None or rc is None):
             failed.append(f"sanitizer: {san_state}")
@@ -1412,7 +1416,7 @@ def summarize(data: dict, memcheck: dict, racecheck: dict, san_state: str = "") 
         if status != "PASS":
             all_pass = False
         notes = ", ".join(failed)
-        if status == "FWD-ONLY" or (status == "FAIL" and s.get("trainable") is False):
+        if s.get("no_backward"):
             notes = (notes + "; " if notes else "") + f"no backward: {s.get('no_backward')}"
         t = tim.get(n, {})
 

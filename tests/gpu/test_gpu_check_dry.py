@@ -123,6 +123,8 @@ def test_sanitizer_log_attribution(tmp_path):
         "sanitizer-run BEGIN hgt",
         "sanitizer-run hgt tiny: ERROR RuntimeError: boom",
         "sanitizer-run END hgt FAIL",
+        "sanitizer-run BEGIN simplehgn",
+        "sanitizer-run END simplehgn SKIP (not generated)",
         "sanitizer-run BEGIN gcn_shared",
         "========= ERROR SUMMARY: 1 error",
     ]) + "\n")
@@ -131,6 +133,7 @@ def test_sanitizer_log_attribution(tmp_path):
     assert not res["rgat"][0] and "1 report(s): Invalid __global__ read" in res["rgat"][1]
     assert not res["hgt"][0] and "run failed" in res["hgt"][1]
     assert res["gcn_shared"] == (False, "did not finish (crash or timeout)")
+    assert res["simplehgn"] == (None, "skipped (not generated)")
     assert res["__summary__"][1] == "ERROR SUMMARY: 1 error"
     assert gpu_check.parse_sanitizer_log(tmp_path / "missing.log") == {}
     data = {"rows": [{"model": m, "graph": "tiny", "check": "forward vs interp64", "err": 1e-7, "tol": 1e-5,
@@ -140,6 +143,19 @@ def test_sanitizer_log_attribution(tmp_path):
     lines = {ln.split()[0]: ln for ln in text.splitlines()[1:-1]}
     assert lines["rgcn"].split()[1] == "PASS" and lines["rgat"].split()[1] == "FAIL"
     assert "memcheck: 1 report(s)" in lines["rgat"] and not all_pass
+
+
+@needs_bin
+def test_sanitizer_run_markers(prepared, tmp_path):
+    """--sanitizer-run (the command compute-sanitizer wraps) brackets each spec with markers."""
+    _, gen, _ = prepared
+    p = run(["--sanitizer-run", "rgcn", "simplehgn", "--device", "cpu", "--generated", str(gen)])
+    log = tmp_path / "san.log"
+    log.write_text(p.stdout)
+    res = gpu_check.parse_sanitizer_log(log)
+    assert res["rgcn"] == (True, "clean"), p.stdout[-2000:]
+    assert res["simplehgn"][0] is None
+    assert "forward + backward" in p.stdout and p.returncode == 0
 
 
 def test_default_spec_list():
