@@ -208,7 +208,8 @@ def generate(v: Variant, hectorgen: str | None, gen_root: Path) -> GenResult:
     reasons = [m.group(1) for ln in err.splitlines() if (m := _NO_BACKWARD.search(ln))]
     no_bw = "; ".join(dict.fromkeys(reasons)) or None
     if rc != 0:
-        first = next((ln for ln in err.splitlines() if "error" in ln), err.strip().splitlines()[0] if err.strip() else "")
+        lines = err.strip().splitlines()
+        first = next((ln for ln in lines if "error" in ln), lines[0] if lines else "")
         return GenResult(v.name, v.spec, False, f"GENERATION FAILED (rc={rc}): {first.strip()[:300]}", no_bw, err)
     n = sum(1 for f in out_dir.iterdir() if f.is_file())
     status = f"generated ({n} files)"
@@ -1011,12 +1012,12 @@ class Checker:
 
         if not tiny and a.timing_iters > 0:
             try:
-                self.timing(v, model, ad, layer, hg, args, inp, d_out, gdev, name, gname, trainable and bool(grad_names))
+                self.timing(v, model, ad, layer, hg, args, inp, d_out, gdev, name, gname,
+                            trainable and bool(grad_names))
             except Exception as e:  # noqa: BLE001
                 self.errors.append({"model": name, "graph": gname, "check": "timing",
                                     "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
                 print(f"[{name}/{gname}] timing: ERROR {e}", flush=True)
-        del layer, hg
         sync(dev)
 
     def no_backward_raises(self, ad, layer, hg, args):
@@ -1068,8 +1069,9 @@ class Checker:
             same = [k for k in first if k in ad.weight_names and second.get(k) is not None
                     and torch.equal(first[k], second[k])]
             differ = [k for k in first if k in ad.weight_names and k not in same]
-            self.row(name, gname, "weight grads bit-identical (2nd backward, poisoned)", 0.0 if not differ else math.inf,
-                     0.0, f"differ: {', '.join(differ)}" if differ else f"{len(same)} weight gradient(s)", "grad")
+            self.row(name, gname, "weight grads bit-identical (2nd backward, poisoned)",
+                     0.0 if not differ else math.inf, 0.0,
+                     f"differ: {', '.join(differ)}" if differ else f"{len(same)} weight gradient(s)", "grad")
             return err, tol, f"{nbytes / 2**20:.1f} MiB poisoned" + (f"; {note}" if note else "")
         self.guarded(name, gname, f"poisoned backward vs {label}", again, tol=TOL_GRAD, kind="grad")
 

@@ -141,7 +141,8 @@ def _const(node: ast.AST, hyper: Mapping[str, float]) -> float:
         return -_const(node.operand, hyper)
     if isinstance(node, ast.BinOp) and type(node.op) in _BIN:
         return _BIN[type(node.op)](_const(node.left, hyper), _const(node.right, hyper))
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "sqrt" and len(node.args) == 1:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "sqrt" \
+            and len(node.args) == 1:
         return math.sqrt(_const(node.args[0], hyper))
     raise Unsupported(f"not a constant expression: {ast.unparse(node)}")
 
@@ -369,8 +370,8 @@ def _node_ref(base, edge_var, node_vars, attr_roles):
 
 
 def _accesses(stmt, edge_var, node_vars, attr_roles):
-    """(reads, writes): sets of (kind, role, field) and (kind, role, field, how) of one assignment. The target's own value (read by
-    ``+=`` and by a max-aggregation's first operand) is not counted as a read."""
+    """(reads, writes): sets of (kind, role, field) and (kind, role, field, how) of one assignment. The
+    target's own value (read by ``+=`` and by a max-aggregation's first operand) is not counted as a read."""
     reads, writes = set(), set()
     target = stmt.targets[0] if isinstance(stmt, ast.Assign) else stmt.target
     fa = _field_access(target)
@@ -637,7 +638,8 @@ class _Evaluator:
         wname = None
         if isinstance(target, ast.Name) and target.id in self.wgrads:
             wname, sel = target.id, None
-        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and target.value.id in self.wgrads:
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) \
+                and target.value.id in self.wgrads:
             wname, sel = target.value.id, self.eval(target.slice)
         if wname is not None:
             return self.weight_grad(wname, sel, op, value, stmt)
@@ -710,7 +712,8 @@ class _Evaluator:
 
     def assign_local(self, name, op, value, stmt):
         if op is None:
-            self.frame.locals[name] = value
+            # A local holds a value, never a weight reference: `w = W[e.etype]; x * w` multiplies element-wise.
+            self.frame.locals[name] = self.data(value)
             return
         for i in range(len(self.frames) - 1, -1, -1):
             if name in self.frames[i].locals:

@@ -158,6 +158,34 @@ def test_sanitizer_run_markers(prepared, tmp_path):
     assert "forward + backward" in p.stdout and p.returncode == 0
 
 
+@needs_bin
+def test_adapter_fits_the_generated_modules(prepared):
+    """The real generated Python modules (imported without their extension): the Adapter finds the layer
+    class, and its parameters take the weights of ir_torch.random_inputs (names and shapes of the spec)."""
+    import importlib
+
+    import ir_torch
+    from graphs import tiny_graph
+
+    _, gen, _ = prepared
+    g = tiny_graph()
+    for name in ("rgcn", "rgat_concat"):
+        sys.path.insert(0, str(gen / name))
+        try:
+            mod = importlib.import_module(name)
+        finally:
+            sys.path.remove(str(gen / name))
+        spec = {"rgcn": "specs/rgcn.yaml", "rgat_concat": "tests/gpu/specs/rgat_concat.yaml"}[name]
+        model = ir_torch.load_model(REPO / spec)
+        ad = gpu_check.Adapter(mod, model, "cpu", bool(mod.TRAINABLE))
+        assert ad.cls.__name__ == name.capitalize() and ad.input_names == ["feature"]
+        w = {k: t.float() for k, t in ir_torch.random_inputs(model, g, 1).items() if k in ad.weight_names}
+        layer = ad.layer(g, w)
+        for k in ad.weight_names:
+            assert torch.equal(getattr(layer, k).detach(), w[k]), k
+        assert bool(mod.TRAINABLE) == (name == "rgcn")
+
+
 def test_default_spec_list():
     variants, notes = gpu_check.discover()
     names = [v.name for v in variants]
