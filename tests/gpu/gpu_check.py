@@ -59,6 +59,7 @@ left out) returning a tensor or a dict by output name; ``forward(g, *inputs, *we
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import math
@@ -1122,10 +1123,25 @@ class Checker:
 
         a = self.args
         hosts = {}
+        # Built once, loaded by every spec's process; keyed by graphs.py's content, so a change rebuilds them.
+        cache = Path(a.generated).resolve().parent / "graphs"
+        version = hashlib.sha256((HERE / "graphs.py").read_bytes()).hexdigest()[:12]
         for gname in graph_names:
             t0 = time.perf_counter()
-            hosts[gname] = graph_by_name(gname, seed=a.graph_seed)
-            print(f"graph {hosts[gname].summary()} built in {time.perf_counter() - t0:.1f} s", flush=True)
+            path = cache / f"{gname}_{a.graph_seed}_{version}.pt"
+            try:
+                hosts[gname] = torch.load(path, weights_only=False)
+                how = "loaded"
+            except Exception:  # noqa: BLE001
+                hosts[gname] = graph_by_name(gname, seed=a.graph_seed)
+                how = "built"
+                try:
+                    cache.mkdir(parents=True, exist_ok=True)
+                    torch.save(hosts[gname], str(path) + ".tmp")
+                    os.replace(str(path) + ".tmp", path)
+                except OSError:
+                    pass
+            print(f"graph {hosts[gname].summary()} {how} in {time.perf_counter() - t0:.1f} s", flush=True)
         gens = read_generation(Path(a.generated))
         for vi, v in enumerate(variants):
             gen = gens.get(v.name)
