@@ -109,6 +109,15 @@ class Variant:
     name: str          # the spec's model name = module name = DIR/<name>
     spec: str          # path relative to the repository root when inside it, else absolute
     family: str | None = None  # hand-written reference family, if any
+    graphs: tuple | None = None  # only these graphs (a spec's "# gpu_check: graphs=tiny" line), else all
+
+
+def spec_graphs(path: Path):
+    """The graphs a spec asks to be checked on, from a comment line "# gpu_check: graphs=tiny[,medium]"
+    (a spec too large for the medium graph, e.g. tests/gpu/specs/many_heads.yaml); None: every graph."""
+    import re
+    m = re.search(r"^#\s*gpu_check:\s*graphs\s*=\s*([\w,]+)", Path(path).read_text(), re.M)
+    return tuple(g for g in m.group(1).split(",") if g) if m else None
 
 
 def _rel(p: Path) -> str:
@@ -138,7 +147,7 @@ def discover(entries=None) -> tuple:
             if explicit or by_name[name].spec != _rel(path):
                 notes.append(f"{_rel(path)}: model {name!r} is already checked from {by_name[name].spec}; left out")
             return
-        by_name[name] = Variant(name, _rel(path), FAMILIES.get(name))
+        by_name[name] = Variant(name, _rel(path), FAMILIES.get(name), spec_graphs(path))
 
     if not entries:
         for p in default:
@@ -1187,9 +1196,12 @@ def run_isolated(checker: Checker, args, variants, base_seed: int) -> None:
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         for vi, v in enumerate(variants):
             part = Path(tmp) / f"{v.name}.json"
+            graphs = args.graphs
+            if v.graphs:
+                graphs = ",".join(g for g in args.graphs.split(",") if g.strip() in v.graphs) or v.graphs[0]
             cmd = [sys.executable, str(Path(__file__).resolve()), v.spec, "--hectorgen", args.hectorgen or "",
                    "--generated", str(args.generated), "--out", str(args.out), "--device", args.device,
-                   "--graphs", args.graphs, "--graph-seed", str(args.graph_seed), "--seed", str(base_seed + 1000 * vi),
+                   "--graphs", graphs, "--graph-seed", str(args.graph_seed), "--seed", str(base_seed + 1000 * vi),
                    "--timing-iters", str(args.timing_iters), "--timing-warmup", str(args.timing_warmup),
                    "--child-json", str(part)]
             if args.no_build:
