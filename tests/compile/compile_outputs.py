@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Compiles every file that hectorgen wrote into each output directory; needs no GPU.
+
+    tests/compile/compile_outputs.sh DIR...        (the entry point; it runs this script)
+
+  *.cu    nvcc -c, once for sm_80 and once for sm_90; every warning is an error: nvcc's front end (e.g. #780,
+          a name shadowed), ptxas (e.g. launch bounds out of range) and the host compiler (-Wall -Wextra).
+          And the block sizes written as numbers, in __launch_bounds__(N) and in launches <<<grid, N, ...>>>,
+          must be at most 1024 threads (ptxas accepts __launch_bounds__(2048) without a word).
+  *.cpp   the libtorch host code, syntax only (c++ -fsyntax-only), against torch's headers with the flags that
+          torch.utils.cpp_extension passes (torch's, Python's and CUDA's include directories as system
+          directories, -DTORCH_EXTENSION_NAME, -DTORCH_API_INCLUDE_EXTENSION_H, -D_GLIBCXX_USE_CXX11_ABI, -fPIC)
+          and the C++ standard of the generated CMakeLists.txt; -Wall -Wextra -Werror, except
+          -Wunused-parameter (shape-only Meta kernels take every argument of the op's schema).
+  *.py    python3 -W error -m py_compile (a SyntaxWarning fails too).
+  *.json  parsed as JSON (manifest.json).
+A directory without any of these is a failure. The compile jobs run in parallel (nproc of them, or
+$HECTORGEN_COMPILE_JOBS). One line per file (and architecture), as each finishes:
+    ok   DIR/FILE [WHAT] (SECONDS s)
+    FAIL DIR/FILE [WHAT] (SECONDS s)
+    skip DIR/FILE [WHAT] (REASON)
+a failure followed by the compiler's message, each line indented by four spaces; then one summary line.
+Exit status: 0 when everything compiled, 1 when anything failed (a missing compiler or missing torch headers
+included), 2 on a usage error.
+
+Environment: NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc), CXX (default: c++), HECTORGEN_TORCH_DIR
+(see tools/torch_headers.py: by default the pinned torch's headers that tools/bootstrap.sh installs),
+HECTORGEN_SKIP_NVCC=1 and HECTORGEN_SKIP_HOST_COMPILE=1 skip the .cu / .cpp files, for local use on a machine
+without the CUDA toolkit or torch (CI sets neither, so there a missing tool fails).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import torch_headers  # noqa: E402  (tools/torch_headers.py)
+
+ARCHS = ("sm_80", "sm_90")
+RUNTIME_INCLUDES = (ROOT / "runtime" / "include", ROOT / "runtime" / "torch")
+
+
+@dataclass
+class Job:
+    path: Path  # the file
+    what: str  # e.g. "nvcc sm_80"
+    command: list[str] = field(default_factory=list)  # empty: run `check` instead
+    check: object = None  # a function returning "" or an error message
+    skip: str = ""  # the reason, when skipped
+
+
+def cmake_setting(directory: Path, pattern: str, default: str) -> str:
+    """A value from the generated CMakeLists.txt (e.g. its CXX_STANDARD), or `default`."""
+    cmake = directory / "CMakeLists.txt"
+    found = re.search(pattern, cmake.read_text(errors="replace")) if cmake.is_file() else None
+    return found.group(1) if found else default
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+class Toolchain:
+    """The compilers and the flags common to every output directory."""
+
+    def __init__(self, scratch: Path):
+        self.scratch = scratch
+        self.nvcc = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+        self.nvcc_missing = "" if os.access(self.nvcc, os.X_OK) else f"nvcc not found ({self.nvcc}; set NVCC)"
+        cuda_home = os.environ.get("CUDA_HOME") or (str(Path(os.path.realpath(self.nvcc)).parent.parent)
+                                                    if not self.nvcc_missing else "/usr/local/cuda")
+        self.cuda_include = Path(cuda_home) / "include"
+        self.cxx = os.environ.get("CXX") or "c++"
+        self.torch_missing = ""
+        found = torch_headers.find()
+        if shutil.which(self.cxx) is None:
+            self.torch_missing = f"the C++ compiler {self.cxx} is not found (set CXX)"
+        elif found is None:
+            self.torch_missing = (f"no torch {torch_headers.TORCH_VERSION} headers: run tools/bootstrap.sh (it installs "
+                                  f"them), or set HECTORGEN_TORCH_DIR, or HECTORGEN_SKIP_HOST_COMPILE=1 to skip")
+        elif not self.cuda_include.is_dir():
+            self.torch_missing = f"no CUDA include directory {self.cuda_include} (torch's CUDA headers need it)"
+        self.torch_dir = found[0] if found else None
+        self.python_include = Path(subprocess.run(
+            [sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+            check=True, capture_output=True, text=True).stdout.strip())
+        if not self.torch_missing and not (self.python_include / "Python.h").is_file():
+            self.torch_missing = f"no Python.h in {self.python_include} (Debian: apt-get install python3-dev)"
+
+    def jobs_for(self, directory: Path) -> list[Job]:
+        jobs: list[Job] = []
+        includes = [f"-I{directory}"] + [f"-I{d}" for d in RUNTIME_INCLUDES]
+        for path in sorted(directory.iterdir()):
+            if not path.is_file():
+                continue
+            if path.suffix == ".cu":
+                std = cmake_setting(directory, r"CUDA_STANDARD\s+(\d+)", "17")
+                for arch in ARCHS:
+                    job = Job(path, f"nvcc {arch}")
+                    if env_flag("HECTORGEN_SKIP_NVCC"):
+                        job.skip = "HECTORGEN_SKIP_NVCC is set"
+                    elif self.nvcc_missing:
+                        job.check = lambda reason=self.nvcc_missing: reason
+                    else:
+                        obj = Path(tempfile.mkdtemp(dir=self.scratch)) / f"{path.stem}.{arch}.o"
+                        job.command = [self.nvcc, f"-std=c++{std}", f"-arch={arch}", "-c", str(path), "-o", str(obj),
+                                       *includes, "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror"]
+                    jobs.append(job)
+                jobs.append(Job(path, "block sizes", check=lambda p=path: check_block_sizes(p)))
+            elif path.suffix == ".cpp":
+                std = cmake_setting(directory, r"CXX_STANDARD\s+(\d+)", "17")
+                extension = cmake_setting(directory, r"TORCH_EXTENSION_NAME=(\w+)", f"{directory.name}_ext")
+                job = Job(path, f"{Path(self.cxx).name} -fsyntax-only, torch {torch_headers.TORCH_VERSION} headers")
+                if env_flag("HECTORGEN_SKIP_HOST_COMPILE"):
+                    job.skip = "HECTORGEN_SKIP_HOST_COMPILE is set"
+                elif self.torch_missing:
+                    job.check = lambda reason=self.torch_missing: reason
+                else:
+                    system = [self.torch_dir / "include", self.torch_dir / "include" / "torch" / "csrc" / "api" / "include",
+                              self.python_include, self.cuda_include]
+                    job.command = [self.cxx, f"-std=c++{std}", "-fsyntax-only", "-fPIC", "-Wall", "-Wextra",
+                                   "-Wno-unused-parameter", "-Werror", f"-DTORCH_EXTENSION_NAME={extension}",
+                                   "-DTORCH_API_INCLUDE_EXTENSION_H",
+                                   f"-D_GLIBCXX_USE_CXX11_ABI={torch_headers.GLIBCXX_USE_CXX11_ABI}", *includes,
+                                   *[a for d in system for a in ("-isystem", str(d))], str(path)]
+                jobs.append(job)
+            elif path.suffix == ".py":
+                cache = tempfile.mkdtemp(dir=self.scratch)  # keeps __pycache__ out of DIR
+                jobs.append(Job(path, "py_compile", [sys.executable, "-W", "error", "-X", f"pycache_prefix={cache}",
+                                                     "-m", "py_compile", str(path)]))
+            elif path.suffix == ".json":
+                jobs.append(Job(path, "json", check=lambda p=path: check_json(p)))
+        return jobs
+
+
+MAX_THREADS_PER_BLOCK = 1024  # sm_80 and sm_90
+
+
+def check_block_sizes(path: Path) -> str:
+    """Literal block sizes over the hardware limit: a kernel that cannot launch."""
+    text = path.read_text(errors="replace")
+    problems = []
+    for pattern, what in ((r"__launch_bounds__\(\s*(\d+)", "__launch_bounds__"),
+                          (r"<<<[^,<>]+,\s*(\d+)\s*[,>]", "a launch with")):
+        for found in re.finditer(pattern, text):
+            if int(found.group(1)) > MAX_THREADS_PER_BLOCK:
+                line = text.count("\n", 0, found.start()) + 1
+                problems.append(f"{path}:{line}: {what} {found.group(1)} threads per block "
+                                f"(the limit is {MAX_THREADS_PER_BLOCK})")
+    return "\n".join(problems)
+
+
+def check_json(path: Path) -> str:
+    try:
+        json.loads(path.read_text())
+        return ""
+    except (ValueError, UnicodeDecodeError) as e:
+        return f"{path}: {e}"
+
+
+def run(job: Job) -> tuple[bool, str, float]:
+    started = time.monotonic()
+    if job.command:
+        p = subprocess.run(job.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        ok = p.returncode == 0 and not p.stdout.strip()  # (nvcc prints nothing on success)
+        message = p.stdout if p.returncode == 0 or p.stdout.strip() else f"exit code {p.returncode}"
+        if not ok:
+            message = f"$ {shlex.join(job.command)}\n{message}"
+    else:
+        message = job.check()
+        ok = not message
+    return ok, message, time.monotonic() - started
+
+
+def main(argv: list[str]) -> int:
+    if not argv or any(a.startswith("-") for a in argv):
+        print(__doc__.strip().splitlines()[0] + "\nusage: compile_outputs.sh DIR...", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="hectorgen-compile-") as scratch:
+        tools = Toolchain(Path(scratch))
+        jobs: list[Job] = []
+        for d in argv:
+            directory = Path(d)
+            if not directory.is_dir():
+                print(f"FAIL {d} [directory] (not a directory)")
+                failed += 1
+                continue
+            found = tools.jobs_for(directory)
+            if not found:
+                print(f"FAIL {d} [directory] (no .cu, .cpp, .py or .json file to compile)")
+                failed += 1
+            jobs += found
+        lock = threading.Lock()
+        counts = {"ok": 0, "FAIL": 0, "skip": 0}
+
+        def report(job: Job) -> None:
+            if job.skip:
+                status, line, message = "skip", f"({job.skip})", ""
+            else:
+                ok, message, secs = run(job)
+                status, line = ("ok" if ok else "FAIL"), f"({secs:.1f} s)"
+            with lock:
+                counts[status] += 1
+                print(f"{status:4} {job.path} [{job.what}] {line}", flush=True)
+                if status == "FAIL":
+                    print("".join(f"    {l}\n" for l in message.rstrip().splitlines()), end="", flush=True)
+
+        workers = int(os.environ.get("HECTORGEN_COMPILE_JOBS") or len(os.sched_getaffinity(0)))
+        # The longest jobs (nvcc, then the host code) first, so that the pool finishes together.
+        order = {".cu": 0, ".cpp": 1}
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            list(pool.map(report, sorted(jobs, key=lambda j: order.get(j.path.suffix, 2))))
+        failed += counts["FAIL"]
+    print(f"compile_outputs: {counts['ok']} ok, {failed} failed, {counts['skip']} skipped, "
+          f"{len(argv)} director{'y' if len(argv) == 1 else 'ies'}, {time.monotonic() - started:.0f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
