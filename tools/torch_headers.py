@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -83,6 +84,7 @@ def install() -> Path:
     other = python_torch()
     why = f"{sys.executable} has torch {other[1]}" if other else f"{sys.executable} has no torch"
     print(f"torch headers: {why}; downloading the torch=={TORCH_VERSION} wheel from PyPI for its headers", flush=True)
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".torch-download-") as tmp:
         # The download is the wheel for this interpreter and platform; the headers are the same in all of them.
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
@@ -103,7 +105,8 @@ def install() -> Path:
             if not _has_headers(target / "torch"):  # not another run that finished first
                 shutil.rmtree(target, ignore_errors=True)
                 staged.rename(target)
-    print(f"torch headers: {target / 'torch'} ({len(names)} files from {wheels[0].name})")
+    print(f"torch headers: {target / 'torch'} ({len(names)} files from {wheels[0].name}, "
+          f"{time.monotonic() - started:.0f} s)")
     return target / "torch"
 
 

@@ -40,6 +40,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -107,26 +108,24 @@ class Toolchain:
     def __init__(self, scratch: Path):
         self.scratch = scratch
         self.nvcc = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-        self.nvcc_missing = "" if os.access(self.nvcc, os.X_OK) else f"nvcc not found ({self.nvcc}; set NVCC)"
+        self.nvcc_problem = "" if os.access(self.nvcc, os.X_OK) else f"nvcc not found ({self.nvcc}; set NVCC)"
         cuda_home = os.environ.get("CUDA_HOME") or (str(Path(os.path.realpath(self.nvcc)).parent.parent)
-                                                    if not self.nvcc_missing else "/usr/local/cuda")
+                                                    if not self.nvcc_problem else "/usr/local/cuda")
         self.cuda_include = Path(cuda_home) / "include"
         self.cxx = os.environ.get("CXX") or "c++"
-        self.torch_missing = ""
+        self.host_problem = ""
         found = torch_headers.find()
         if shutil.which(self.cxx) is None:
-            self.torch_missing = f"the C++ compiler {self.cxx} is not found (set CXX)"
+            self.host_problem = f"the C++ compiler {self.cxx} is not found (set CXX)"
         elif found is None:
-            self.torch_missing = (f"no torch {torch_headers.TORCH_VERSION} headers: run tools/bootstrap.sh (it installs "
+            self.host_problem = (f"no torch {torch_headers.TORCH_VERSION} headers: run tools/bootstrap.sh (it installs "
                                   f"them), or set HECTORGEN_TORCH_DIR, or HECTORGEN_SKIP_HOST_COMPILE=1 to skip")
         elif not self.cuda_include.is_dir():
-            self.torch_missing = f"no CUDA include directory {self.cuda_include} (torch's CUDA headers need it)"
+            self.host_problem = f"no CUDA include directory {self.cuda_include} (torch's CUDA headers need it)"
         self.torch_dir = found[0] if found else None
-        self.python_include = Path(subprocess.run(
-            [sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
-            check=True, capture_output=True, text=True).stdout.strip())
-        if not self.torch_missing and not (self.python_include / "Python.h").is_file():
-            self.torch_missing = f"no Python.h in {self.python_include} (Debian: apt-get install python3-dev)"
+        self.python_include = Path(sysconfig.get_paths()["include"])
+        if not self.host_problem and not (self.python_include / "Python.h").is_file():
+            self.host_problem = f"no Python.h in {self.python_include} (Debian: apt-get install python3-dev)"
 
     def jobs_for(self, directory: Path) -> list[Job]:
         jobs: list[Job] = []
@@ -140,8 +139,8 @@ class Toolchain:
                     job = Job(path, f"nvcc {arch}")
                     if env_flag("HECTORGEN_SKIP_NVCC"):
                         job.skip = "HECTORGEN_SKIP_NVCC is set"
-                    elif self.nvcc_missing:
-                        job.check = lambda reason=self.nvcc_missing: reason
+                    elif self.nvcc_problem:
+                        job.check = lambda reason=self.nvcc_problem: reason
                     else:
                         obj = Path(tempfile.mkdtemp(dir=self.scratch)) / f"{path.stem}.{arch}.o"
                         job.command = [self.nvcc, f"-std=c++{std}", f"-arch={arch}", "-c", str(path), "-o", str(obj),
@@ -154,8 +153,8 @@ class Toolchain:
                 job = Job(path, f"{Path(self.cxx).name} -fsyntax-only, torch {torch_headers.TORCH_VERSION} headers")
                 if env_flag("HECTORGEN_SKIP_HOST_COMPILE"):
                     job.skip = "HECTORGEN_SKIP_HOST_COMPILE is set"
-                elif self.torch_missing:
-                    job.check = lambda reason=self.torch_missing: reason
+                elif self.host_problem:
+                    job.check = lambda reason=self.host_problem: reason
                 else:
                     system = [self.torch_dir / "include", self.torch_dir / "include" / "torch" / "csrc" / "api" / "include",
                               self.python_include, self.cuda_include]
@@ -233,7 +232,7 @@ def run(job: Job) -> tuple[bool, str, float]:
     started = time.monotonic()
     if job.command:
         p = subprocess.run(job.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
-        ok = p.returncode == 0 and not p.stdout.strip()  # (nvcc prints nothing on success)
+        ok = p.returncode == 0 and not p.stdout.strip()  # anything printed is a warning
         message = p.stdout if p.returncode == 0 or p.stdout.strip() else f"exit code {p.returncode}"
         if not ok:
             message = f"$ {shlex.join(job.command)}\n{message}"
@@ -279,13 +278,16 @@ def main(argv: list[str]) -> int:
                     print("".join(f"    {l}\n" for l in message.rstrip().splitlines()), end="", flush=True)
 
         workers = int(os.environ.get("HECTORGEN_COMPILE_JOBS") or len(os.sched_getaffinity(0)))
-        # The longest jobs (nvcc, then the host code) first, so that the pool finishes together.
-        order = {".cu": 0, ".cpp": 1}
+        pchs = tools.plan_pchs(jobs)
+        # The longest jobs first, so that the pool finishes together: host code compiled on its own, nvcc (while
+        # the precompiled headers build), host code with a precompiled header, the rest.
+        jobs.sort(key=lambda j: (0 if j.path.suffix == ".cpp" and not j.pch else 1 if j.path.suffix == ".cu"
+                                 else 2 if j.path.suffix == ".cpp" else 3))
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             # The precompiled headers first: a job that waits for one then never waits for a job behind it.
-            for pch in tools.plan_pchs(jobs):
+            for pch in pchs:
                 pch.future = pool.submit(build_pch, pch)
-            list(pool.map(report, sorted(jobs, key=lambda j: order.get(j.path.suffix, 2))))
+            list(pool.map(report, jobs))
         failed += counts["FAIL"]
     print(f"compile_outputs: {counts['ok']} ok, {failed} failed, {counts['skip']} skipped, "
           f"{len(argv)} director{'y' if len(argv) == 1 else 'ies'}, {time.monotonic() - started:.0f} s")
