@@ -24,7 +24,7 @@ trap 'rm -f "$log"' EXIT
 status=0
 (cd "$SAMPLE" && "$COMPILE" "${cases[@]/%//out}") | tee "$log" || status=1
 for c in "${cases[@]}"; do
-  failed="$(grep "^FAIL $c/" "$log" | sed "s|^FAIL $c/out/||" | paste -sd';' -)" || true
+  failed="$(grep "^FAIL $c/" "$log" | sed -e "s|^FAIL $c/out/||" -e 's| ([0-9.]* s)$||' | paste -sd';' -)" || true
   [[ -n "$failed" ]] || continue
   status=1
   description="$(head -n1 "$SAMPLE/$c/mutation.txt"): accepted, but its output does not compile: $failed"
