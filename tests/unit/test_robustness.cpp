@@ -737,9 +737,11 @@ TEST_CASE("mutated specs never crash and fail with a well-formed diagnostic", "[
   WARN(summary.str());
   CHECK(runs >= 600);
   CHECK(subprocess_runs >= 50);
-  // Enough accepted mutants with new code for a full compile sample (a change that makes the mutator useless fails).
-  CHECK(accepted.size() >= compile_sample);
-  if (compile_dir && *compile_dir) CHECK(sampled == std::min(compile_sample, accepted.size()));
+  if (compile_dir && *compile_dir) {
+    // A full sample: enough accepted mutants with new generated code (a mutator gone useless fails here).
+    CHECK(accepted.size() >= compile_sample);
+    CHECK(sampled == compile_sample);
+  }
   for (const std::string& f : failures) FAIL_CHECK(f);
   CHECK(failures.empty());
 }
