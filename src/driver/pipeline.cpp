@@ -214,7 +214,10 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   // does not depend on where the repository sits.
   std::filesystem::path spec_path(spec.path());
   std::string shown = spec_path.is_absolute() ? spec_path.filename().string() : spec_path.lexically_normal().string();
+  auto start = std::chrono::steady_clock::now();
   emit::emit_all(programs, emit::EmitContext{shown, HECTORGEN_VERSION}, files);
+  std::chrono::duration<double, std::milli> emit_time = std::chrono::steady_clock::now() - start;
+  spdlog::debug("{:<23} {:8.3f} ms  ({} files)", "emit", emit_time.count(), files.files().size());
   return 0;
 }
 
