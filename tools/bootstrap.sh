@@ -38,6 +38,19 @@ elif ! python3 "$ROOT/tools/torch_headers.py" install; then
        "(HECTORGEN_SKIP_HOST_COMPILE=1 skips them)" >&2
 fi
 
+# FileCheck (LLVM's, from Debian's llvm-<N>-tools) for the pass tests (tests/passes); the newest packaged one.
+if ! compgen -G "/usr/lib/llvm-*/bin/FileCheck" >/dev/null && ! command -v FileCheck >/dev/null; then
+  tools_pkg="$(apt-cache search --names-only '^llvm-[0-9]+-tools$' 2>/dev/null | cut -d' ' -f1 | sort -V | tail -1)"
+  if [[ -z "$tools_pkg" ]]; then
+    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    tools_pkg="$(apt-cache search --names-only '^llvm-[0-9]+-tools$' | cut -d' ' -f1 | sort -V | tail -1)"
+  fi
+  echo "bootstrap: installing $tools_pkg (FileCheck)"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$tools_pkg" >/dev/null
+fi
+
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then

@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "driver/output.h"
+#include "support/output.h"
 #include "ir/intra/intra.h"
 
 namespace hectorgen::emit {
@@ -17,7 +17,7 @@ struct EmitContext {
 // Adds every generated file for `p` to `out`: kernels (.cu/.h), host stubs, Python module, CMakeLists,
 // manifest. Throws TemplateError/logic_error on internal inconsistencies (exit code 2).
 // `phases` starts with the forward; when the model is trainable forward_train and backward follow.
-void emit_all(const std::vector<intra::Program>& phases, const EmitContext& ctx, driver::OutputSet& out);
+void emit_all(const std::vector<intra::Program>& phases, const EmitContext& ctx, OutputSet& out);
 
 // Individual emitters (used by emit_all and the tests).
 std::string emit_kernels_cu(const std::vector<intra::Program>& phases, const EmitContext& ctx);

@@ -417,7 +417,7 @@ std::string emit_manifest(const std::vector<Program>& phases, const EmitContext&
   return j.dump(2, ' ', true, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-void emit_all(const std::vector<Program>& phases, const EmitContext& ctx, driver::OutputSet& out) {
+void emit_all(const std::vector<Program>& phases, const EmitContext& ctx, OutputSet& out) {
   const Program& p = phases.front();
   out.add(p.model + "_kernels.cu", emit_kernels_cu(phases, ctx));
   out.add(p.model + "_kernels.h", emit_kernels_h(phases, ctx));
