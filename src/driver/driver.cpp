@@ -120,13 +120,19 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
   files.add(m->decl.name + ".inter.ir", PassLog::print(fused, /*types=*/true));
   // ---- training: autodiff, then the same fusion and lowering for the training forward and backward ----
   std::optional<passes::TrainingModules> training;
+  std::string no_training_reason;  // for the generated module's error when a parameter requires grad
+  auto why = [](const Diagnostic& d) {
+    return d.loc.valid() ? fmt::format("{} (spec line {})", d.message, d.loc.line) : d.message;
+  };
   {
     Diagnostics ad_diags;
     training = passes::autodiff(*m, ad_diags);
     if (!training) {
       // Not differentiable yet: still generate inference code, and say why there is no training code.
-      for (const auto& d : ad_diags.all())
+      for (const auto& d : ad_diags.all()) {
         err << Diagnostics::format({Severity::Warning, d.loc, "no backward pass generated: " + d.message, d.kind});
+        if (no_training_reason.empty()) no_training_reason = why(d);
+      }
     }
   }
   std::vector<std::pair<std::string, inter::Module>> phases = {{"forward", fused}};
@@ -152,8 +158,10 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
           lower_diags.render(err);
           return 1;
         }
-        for (const auto& d : lower_diags.all())
+        for (const auto& d : lower_diags.all()) {
           err << Diagnostics::format({Severity::Warning, d.loc, "backward: " + d.message, d.kind});
+          if (no_training_reason.empty()) no_training_reason = "the " + phase + " pass does not lower: " + why(d);
+        }
         lower_diags = Diagnostics{};
         err << "hectorgen: warning: no training code generated (the " << phase << " pass does not lower)\n";
         programs.resize(1);
@@ -177,7 +185,7 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
     // output does not depend on where the repository sits.
     std::filesystem::path spec_path(opts.spec_path);
     std::string shown = spec_path.is_absolute() ? spec_path.filename().string() : spec_path.lexically_normal().string();
-    emit::EmitContext ctx{shown, HECTORGEN_VERSION};
+    emit::EmitContext ctx{shown, HECTORGEN_VERSION, no_training_reason};
     if (opts.emit == "intra-ir") {
       files = OutputSet{};
       std::string text;
