@@ -526,8 +526,9 @@ __global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_a(
 //           e["d_att__1"] += n["d_att_sum"]
 //           e["d_att__0"] += e["d_att__1"] * exp(e.att__0 - e.dst.att_max)
 //           e.dst["d_att_max"] += -(e["d_att__1"] * exp(e.att__0 - e.dst.att_max))
+//           n["att_max__ties"] += max_grad(e.att__0, n.att_max)
 //       for e in n.incoming_edges():
-//           e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max)
+//           e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max) / max(n["att_max__ties"], 1.0)
 __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
@@ -538,6 +539,7 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
     const float* __restrict__ att_max,
     const float* __restrict__ att_sum,
     const float* __restrict__ msg,
+    float* __restrict__ att_max__ties,
     const float* __restrict__ d_agg,
     float* __restrict__ d_att_max,
     float* __restrict__ d_att_sum,
@@ -553,6 +555,8 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
     f_d_att_sum[0] = d_att_sum[n];
     float f_d_att_max[1];
     f_d_att_max[0] = d_att_max[n];
+    float f_att_max__ties[1];
+    f_att_max__ties[0] = 0.f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // e["d_att"] += sum(n["d_agg"] * e.msg)
@@ -658,25 +662,38 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
       float v31[1];
       v31[0] = -v30[0];
       f_d_att_max[0] += v31[0];
-    }
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
-      const int64_t e = in_eid[i_e];
-      // e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max)
+      // n["att_max__ties"] += max_grad(e.att__0, n.att_max)
       float v32[1];
       v32[0] = att_max[n];
       float v33[1];
       v33[0] = att__0[e];
       float v34[1];
       v34[0] = (v33[0] >= v32[0] ? 1.f : 0.f);
+      f_att_max__ties[0] += v34[0];
+    }
+    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+      const int64_t e = in_eid[i_e];
+      // e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max) / max(n["att_max__ties"], 1.0)
       float v35[1];
-      v35[0] = f_d_att_max[0] * v34[0];
+      v35[0] = att_max[n];
       float v36[1];
-      v36[0] = d_att__0[e];
-      v36[0] += v35[0];
-      if (lane == 0) d_att__0[e] = v36[0];
+      v36[0] = att__0[e];
+      float v37[1];
+      v37[0] = (v36[0] >= v35[0] ? 1.f : 0.f);
+      float v38[1];
+      v38[0] = f_d_att_max[0] * v37[0];
+      float v39[1];
+      v39[0] = fmaxf(f_att_max__ties[0], 1.0f);
+      float v40[1];
+      v40[0] = v38[0] / v39[0];
+      float v41[1];
+      v41[0] = d_att__0[e];
+      v41[0] += v40[0];
+      if (lane == 0) d_att__0[e] = v41[0];
     }
     if (lane == 0) d_att_sum[n] = f_d_att_sum[0];
     if (lane == 0) d_att_max[n] = f_d_att_max[0];
+    if (lane == 0) att_max__ties[n] = f_att_max__ties[0];
   }
 }
 
@@ -1245,7 +1262,7 @@ cudaError_t launch_hgt_bw_wgrad_d_W_a(const HgtBackwardArgs& a, cudaStream_t str
 cudaError_t launch_hgt_bw_nodes_d_att(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_bw_nodes_d_att
     const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
-    hgt_bw_nodes_d_att<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.att, a.att__0, a.att__1, a.att_max, a.att_sum, a.msg, a.d_agg, a.d_att_max, a.d_att_sum, a.d_att, a.d_att__0, a.d_att__1, a.d_msg);
+    hgt_bw_nodes_d_att<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.att, a.att__0, a.att__1, a.att_max, a.att_sum, a.msg, a.att_max__ties, a.d_agg, a.d_att_max, a.d_att_sum, a.d_att, a.d_att__0, a.d_att__1, a.d_msg);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -110,14 +110,22 @@ std::optional<inter::Module> run_frontend(const SourceFile& spec, Diagnostics& d
   return typed;
 }
 
+// Why a model has no training code, for the generated module's error when a parameter requires grad.
+std::string reason(const Diagnostic& d) {
+  return d.loc.valid() ? fmt::format("{} (spec line {})", d.message, d.loc.line) : d.message;
+}
+
 // autodiff adds the training forward and the backward after the forward; a model that cannot train keeps only
-// the forward, with a warning saying why.
-void add_training_phases(std::vector<Phase>& phases, std::vector<std::string>& saved, std::ostream& err) {
+// the forward, with a warning saying why (also kept in `no_training`).
+void add_training_phases(std::vector<Phase>& phases, std::vector<std::string>& saved, std::string& no_training,
+                         std::ostream& err) {
   Diagnostics diags;
   std::optional<passes::TrainingModules> training = passes::autodiff(phases.front().module, diags);
   if (!training) {
-    for (const auto& d : diags.all())
+    for (const auto& d : diags.all()) {
       err << Diagnostics::format({Severity::Warning, d.loc, "no backward pass generated: " + d.message, d.kind});
+      if (no_training.empty()) no_training = reason(d);
+    }
     return;
   }
   phases.push_back({"forward_train", std::move(training->forward)});
@@ -128,7 +136,7 @@ void add_training_phases(std::vector<Phase>& phases, std::vector<std::string>& s
 // lower, for each phase. The forward must lower (else a user error); a training phase that does not drops the
 // training code with a warning. Sets `status` on errors.
 std::vector<intra::Program> lower_phases(const std::vector<Phase>& phases, const std::vector<std::string>& saved,
-                                         std::ostream& err, int& status) {
+                                         std::string& no_training, std::ostream& err, int& status) {
   std::vector<intra::Program> programs;
   Diagnostics diags;
   for (const Phase& phase : phases) {
@@ -140,8 +148,10 @@ std::vector<intra::Program> lower_phases(const std::vector<Phase>& phases, const
         status = kUserError;
         return {};
       }
-      for (const auto& d : diags.all())
+      for (const auto& d : diags.all()) {
         err << Diagnostics::format({Severity::Warning, d.loc, "backward: " + d.message, d.kind});
+        if (no_training.empty()) no_training = "the " + phase.name + " pass does not lower: " + reason(d);
+      }
       diags = Diagnostics{};
       err << "hectorgen: warning: no training code generated (the " << phase.name << " pass does not lower)\n";
       programs.resize(1);
@@ -187,7 +197,8 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
 
   std::vector<Phase> phases = {{"forward", std::move(*typed)}};
   std::vector<std::string> saved;  // forward_train fields the backward reads
-  add_training_phases(phases, saved, err);
+  std::string no_training;         // why there is no training code, if there is none
+  add_training_phases(phases, saved, no_training, err);
   if (!log.after("autodiff", phases)) return kInternalError;
 
   for (Phase& p : phases) p.module = passes::fuse_loops(p.module);
@@ -199,7 +210,7 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   if (opts.emit == "inter-ir") return 0;
 
   int status = 0;
-  std::vector<intra::Program> programs = lower_phases(phases, saved, err, status);
+  std::vector<intra::Program> programs = lower_phases(phases, saved, no_training, err, status);
   if (status != 0) return status;
   log.after("lower", programs);
 
@@ -215,7 +226,7 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   std::filesystem::path spec_path(spec.path());
   std::string shown = spec_path.is_absolute() ? spec_path.filename().string() : spec_path.lexically_normal().string();
   auto start = std::chrono::steady_clock::now();
-  emit::emit_all(programs, emit::EmitContext{shown, HECTORGEN_VERSION}, files);
+  emit::emit_all(programs, emit::EmitContext{shown, HECTORGEN_VERSION, no_training}, files);
   std::chrono::duration<double, std::milli> emit_time = std::chrono::steady_clock::now() - start;
   spdlog::debug("{:<23} {:8.3f} ms  ({} files)", "emit", emit_time.count(), files.files().size());
   return 0;

@@ -12,6 +12,9 @@ namespace hectorgen::emit {
 struct EmitContext {
   std::string spec_name;  // as shown in banners (the spec's path as given)
   std::string version;
+  // Why no training code was generated (the generation-time warning), for the module's error when a parameter
+  // requires grad; empty when the model is trainable or no reason is known.
+  std::string no_training_reason = {};
 };
 
 // Adds every generated file for `p` to `out`: kernels (.cu/.h), host stubs, Python module, CMakeLists,
