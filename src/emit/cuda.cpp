@@ -18,7 +18,7 @@ using namespace inter;
 using intra::GemmInstance;
 using intra::Program;
 using intra::TensorInfo;
-using intra::TraversalInstance;
+using intra::TraversalSource;
 
 std::string capitalize(const std::string& s) {
   std::string r = s;

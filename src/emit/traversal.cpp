@@ -21,7 +21,7 @@ namespace hectorgen::emit {
 using namespace inter;
 using intra::Program;
 using intra::TensorInfo;
-using intra::TraversalInstance;
+using intra::TraversalSource;
 
 std::string float_literal(double v) {
   std::string s = fmt::format("{}", static_cast<float>(v));
@@ -49,7 +49,7 @@ struct CVal {
 
 class TraversalEmitter {
  public:
-  TraversalEmitter(const Program& p, const TraversalInstance& t, const std::set<std::string>& written_before)
+  TraversalEmitter(const Program& p, const TraversalSource& t, const std::set<std::string>& written_before)
       : p_(p), t_(t), written_before_(written_before) {}
 
   using Result = TraversalCode;
@@ -651,7 +651,7 @@ class TraversalEmitter {
   void line(const std::string& s) { w_->line(s); }
 
   const Program& p_;
-  const TraversalInstance& t_;
+  const TraversalSource& t_;
   const std::set<std::string>& written_before_;
   CodeWriter* w_ = nullptr;
   bool node_loop_ = false;
@@ -666,7 +666,7 @@ class TraversalEmitter {
 
 }  // namespace
 
-TraversalCode emit_traversal(const Program& p, const TraversalInstance& t, const std::set<std::string>& written_before) {
+TraversalCode emit_traversal(const Program& p, const TraversalSource& t, const std::set<std::string>& written_before) {
   return TraversalEmitter(p, t, written_before).run();
 }
 

@@ -15,7 +15,7 @@ struct TraversalCode {
 };
 
 // `written_before`: tensors earlier kernels of the phase stored (accumulations load them instead of 0).
-TraversalCode emit_traversal(const intra::Program& p, const intra::TraversalInstance& t,
+TraversalCode emit_traversal(const intra::Program& p, const intra::TraversalSource& t,
                              const std::set<std::string>& written_before);
 
 // A float literal for generated CUDA (`0.2f`, `1.0f`).

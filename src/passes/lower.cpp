@@ -15,7 +15,7 @@ using intra::GemmInstance;
 using intra::Kernel;
 using intra::Role;
 using intra::TensorInfo;
-using intra::TraversalInstance;
+using intra::TraversalSource;
 
 namespace {
 
@@ -171,7 +171,7 @@ class Lowering {
   void flush(LoopCtx& ctx, Stage& stage) {
     if (stage.empty()) return;
     const Stmt& L = *ctx.loop;
-    TraversalInstance t;
+    TraversalSource t;
     t.loop = Stmt::for_loop(L.var, L.loop, L.parent, stage.top, L.loc);
     t.threads = m_.decl.options.schedule.traversal_threads;
     // Locals of this stage that later statements of the loop use must be stored.
@@ -208,7 +208,7 @@ class Lowering {
   void emit_gather_sums(const LoopCtx& ctx) {
     for (GatherSum& gs : pending_gather_sums_) {
       std::string edges = gs.is_local ? ctx.materialized.at(gs.edges) : gs.edges;
-      TraversalInstance t;
+      TraversalSource t;
       std::string local = "__scatter";
       // for n in g.dst_nodes(): for e in n.incoming_edges(): n[field] += __scatter   (or src / outgoing)
       StmtP body = Stmt::assign(Expr::index(Expr::name_ref("n"), Expr::string_lit(gs.field)), AssignOp::Add,
@@ -346,7 +346,7 @@ class Lowering {
     flush(ctx, stage);  // stores the locals this statement reads
     const Stmt& L = *ctx.loop;
     StmtP body = inner ? Stmt::for_loop(inner->var, inner->loop, inner->parent, {s}, inner->loc) : s;
-    TraversalInstance t;
+    TraversalSource t;
     t.loop = Stmt::for_loop(L.var, L.loop, L.parent, {body}, L.loc);
     const Expr& target = *s->target;
     std::string written;

@@ -78,7 +78,7 @@ std::string print_program(const Program& p) {
                          g.launch_bounds ? fmt::format(" launch_bounds={}", *g.launch_bounds) : "");
       out += fmt::format("    from: {}\n", g.source);
     } else {
-      const TraversalInstance& t = k.trav;
+      const TraversalSource& t = k.trav;
       if (k.kind == Kernel::Kind::Torch)
         out += fmt::format("torch {}:  PyTorch calls over all {}s\n", t.name, inter::is_edge_loop(t.loop->loop) ? "edge" : "node");
       else

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ir/inter/ir.h"
+#include "ir/intra/traversal.h"
 
 namespace hectorgen::intra {
 
@@ -59,7 +60,8 @@ struct GemmInstance {
   std::string source;  // the inter-IR statement it implements, for comments
 };
 
-struct TraversalInstance {
+// The fused loop nest of the inter-operator IR a traversal instance is lowered from.
+struct TraversalSource {
   std::string name;
   inter::StmtP loop;  // the (rewritten) loop nest: statements read materialised tensors by name
   std::map<std::string, std::string> materialized;  // local name -> tensor it is read from / stored to
@@ -96,16 +98,16 @@ struct SegmentSumInstance {
 
 // The lowest preference level: a loop nest the two templates cannot express (e.g. concat, outer), run
 // as vectorised PyTorch (ATen) calls from the host code. Same fields as a traversal instance.
-using TorchInstance = TraversalInstance;
+using TorchInstance = TraversalSource;
 
 struct Kernel {
   enum class Kind { Gemm, Traversal, Torch, WeightGrad, SegmentSum } kind;
   GemmInstance gemm;
-  TraversalInstance trav;  // Traversal and Torch
+  TraversalSource trav;  // Traversal and Torch
   WeightGradInstance wgrad;
   SegmentSumInstance segsum;
   static Kernel of(GemmInstance g) { Kernel k{Kind::Gemm, std::move(g), {}, {}, {}}; return k; }
-  static Kernel of(Kind kind, TraversalInstance t) { Kernel k{kind, {}, std::move(t), {}, {}}; return k; }
+  static Kernel of(Kind kind, TraversalSource t) { Kernel k{kind, {}, std::move(t), {}, {}}; return k; }
   static Kernel of(WeightGradInstance w) { Kernel k{Kind::WeightGrad, {}, {}, std::move(w), {}}; return k; }
   static Kernel of(SegmentSumInstance s) { Kernel k{Kind::SegmentSum, {}, {}, {}, std::move(s)}; return k; }
   const std::string& name() const {
@@ -146,5 +148,15 @@ inline constexpr const char* kInvRelInDegree = "inv_relation_in_degree";
 std::string print_program(const Program& p);
 // Checks the invariants the emitters rely on; returns an error message, empty if valid.
 std::string verify_program(const Program& p);
+
+// Checks a traversal instance against the program's tensors and layouts: names defined once and before
+// use, row variables of the right kind, register types and lane layouts consistent, graph layouts present,
+// rows other warps own never read or written plainly, and every cross-lane read-after-write or
+// write-after-read of global memory separated by a sync. Returns an error message, empty if valid.
+std::string verify_traversal(const Program& p, const TraversalInstance& t);
+
+// Launch limits of every kernel (sm_80 and sm_90): at most 1024 threads per block, a multiple of the warp
+// size; grid y and z at most 65535; at most 48 KiB of static shared memory. Returns an error, or "".
+std::string verify_launch_limits(const Program& p);
 
 }  // namespace hectorgen::intra

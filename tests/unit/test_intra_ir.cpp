@@ -1,0 +1,302 @@
+// The intra-operator IR as a level of its own: traversal instances print, parse back to the same text,
+// verify (one negative test per rule), and get the warp syncs they need.
+#include <catch2/catch.hpp>
+
+#include "ir/intra/intra.h"
+#include "ir/intra/parser.h"
+
+using namespace hectorgen;
+using namespace hectorgen::intra;
+
+namespace {
+
+// The tensors and layouts of RGAT's forward, enough for its traversal instances.
+Program rgat_like() {
+  Program p;
+  p.model = "rgat";
+  auto add = [&](std::string name, Role role, inter::Per per, std::vector<int64_t> shape) {
+    TensorInfo t;
+    t.name = std::move(name);
+    t.role = role;
+    t.per = per;
+    t.shape = std::move(shape);
+    p.tensors.push_back(t);
+  };
+  add("feature", Role::Input, inter::Per::Node, {64});
+  add("w_s", Role::Weight, inter::Per::Etype, {1, 64});
+  add("w_t", Role::Weight, inter::Per::Etype, {1, 64});
+  add("shared", Role::Weight, inter::Per::None, {4});
+  add("h", Role::Output, inter::Per::Node, {1, 64});
+  add("att_max", Role::Field, inter::Per::Node, {1});
+  add("att_sum", Role::Field, inter::Per::Node, {1});
+  add("att", Role::Field, inter::Per::Edge, {1});
+  add("t_hs", Role::Temp, inter::Per::Edge, {1, 64});
+  add("t_ht", Role::Temp, inter::Per::Edge, {1, 64});
+  p.layouts = {layout::kCsrByDst, layout::kSortedCoo};
+  return p;
+}
+
+// RGAT's node softmax as the lowering builds it, before the syncs.
+const char* kSoftmax = R"(traversal rgat_fw_nodes_att_max: rows=dst_nodes(n) threads=256
+    # n["att_max"] = -1e+30
+    var v_att_max: [1] replicated(1) = -1e+30
+    for e in incoming(n) at i_e:
+        # n["att_max"] = max(n["att_max"], e["att"])
+        let v_att: [1] replicated(1) = load att[e]
+        v_att_max = max(v_att_max, v_att)
+    for e in incoming(n) at i_e:
+        # e["att"] = exp(e["att"] - e.dst["att_max"])
+        var v_att: [1] replicated(1) = load att[e]
+        v_att = exp(v_att - v_att_max)
+        store att[e] = v_att by lane0
+    # n["att_sum"] = 0.0
+    var v_att_sum: [1] replicated(1) = 0
+    for e in incoming(n) at i_e:
+        # n["att_sum"] += e["att"]
+        let v_att: [1] replicated(1) = load att[e]
+        v_att_sum += v_att
+    var v_h: [1, 64] lanes(2) = 0
+    for e in incoming(n) at i_e:
+        let v_msg: [1, 64] lanes(2) = load t_hs[e]
+        # e["att"] = e["att"] / e.dst["att_sum"]
+        var v_att: [1] replicated(1) = load att[e]
+        v_att = v_att / v_att_sum
+        # n["h"] += e["att"] * e["msg"]
+        v_h += v_att * v_msg
+        store att[e] = v_att by lane0
+    store att_max[n] = v_att_max by lane0
+    store att_sum[n] = v_att_sum by lane0
+    store h[n] = v_h by lanes
+)";
+
+// RGAT's edge kernel: warp reductions, gathers through etype.
+const char* kEdges = R"(traversal rgat_fw_edges_att: rows=edges(e) threads=256
+    index e_etype = etype[e]
+    let hs: [1, 64] lanes(2) = load t_hs[e]
+    let ht: [1, 64] lanes(2) = load t_ht[e]
+    let v_w_s: [1, 64] lanes(2) = load w_s[e_etype]
+    let v_w_t: [1, 64] lanes(2) = load w_t[e_etype]
+    # e["att"] = leakyrelu(dot(hs, w_s[e.etype]) + dot(ht, w_t[e.etype]), negative_slope)
+    let dot_hs_w_s: [1] replicated(1) = warp_sum(hs * v_w_s, 64)
+    let dot_ht_w_t: [1] replicated(1) = warp_sum(ht * v_w_t, 64)
+    let v_att: [1] replicated(1) = leakyrelu(dot_hs_w_s + dot_ht_w_t, 0.2)
+    store att[e] = v_att by lane0
+)";
+
+TraversalInstance parse(const std::string& text) {
+  SourceFile f("test.intra.ir", text);
+  Diagnostics d;
+  auto t = parse_traversal(f, d);
+  std::ostringstream err;
+  d.render(err);
+  INFO(err.str());
+  REQUIRE(t);
+  return *t;
+}
+
+std::string parse_error(const std::string& text) {
+  SourceFile f("test.intra.ir", text);
+  Diagnostics d;
+  auto t = parse_traversal(f, d);
+  REQUIRE_FALSE(t);
+  std::ostringstream err;
+  d.render(err);
+  return err.str();
+}
+
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  if (at == std::string::npos) throw std::runtime_error("test: pattern not found: " + from);
+  return text.replace(at, from.size(), to);
+}
+
+// The verifier's message for `text` (empty when it verifies).
+std::string verify(const std::string& text, const Program& p = rgat_like()) { return verify_traversal(p, parse(text)); }
+
+}  // namespace
+
+TEST_CASE("traversal instances print, parse back and print the same text", "[intra][roundtrip]") {
+  for (const char* text : {kSoftmax, kEdges}) {
+    TraversalInstance t = parse(text);
+    CHECK(print_traversal(t) == text);
+    CHECK(print_traversal(parse(print_traversal(t))) == text);
+  }
+}
+
+TEST_CASE("element-wise values print with the fewest parentheses and parse back", "[intra][roundtrip]") {
+  using V = Value;
+  auto a = V::reg_ref("a"), b = V::reg_ref("b"), c = V::reg_ref("c");
+  struct Case {
+    ValueP v;
+    const char* text;
+  } cases[] = {
+      {V::apply(EwOp::Sub, {a, V::apply(EwOp::Sub, {b, c})}), "a - (b - c)"},
+      {V::apply(EwOp::Sub, {V::apply(EwOp::Sub, {a, b}), c}), "a - b - c"},
+      {V::apply(EwOp::Mul, {V::apply(EwOp::Add, {a, b}), c}), "(a + b) * c"},
+      {V::apply(EwOp::Div, {a, V::apply(EwOp::Mul, {b, c})}), "a / (b * c)"},
+      {V::apply(EwOp::Neg, {V::apply(EwOp::Mul, {a, b})}), "-(a * b)"},
+      {V::apply(EwOp::Mul, {V::apply(EwOp::Neg, {a}), b}), "-a * b"},
+      {V::apply(EwOp::Sub, {a, V::constant(-1e30)}), "a - -1e+30"},
+      {V::apply(EwOp::LeakyReluGrad, {V::apply(EwOp::Add, {a, b})}, 0.01), "leakyrelu_grad(a + b, 0.01)"},
+      {V::apply(EwOp::MaxGrad, {a, V::constant(0.5)}), "max_grad(a, 0.5)"},
+      {V::apply(EwOp::Sigmoid, {V::apply(EwOp::Tanh, {V::apply(EwOp::Sqrt, {V::apply(EwOp::Relu, {a})})})}), "sigmoid(tanh(sqrt(relu(a))))"},
+  };
+  for (const Case& c : cases) {
+    CHECK(print_value(c.v) == c.text);
+    std::string text = std::string("traversal k: rows=edges(e) threads=32\n    let x: [] replicated(1) = ") + c.text + "\n";
+    CHECK(print_traversal(parse(text)) == text);
+  }
+}
+
+TEST_CASE("the intra parser reports positioned errors", "[intra][parser]") {
+  CHECK(parse_error("traversal k: rows=edges(e) threads=32\n    let x: [64] lanes(3) = 0\n") ==
+        "test.intra.ir:2:23: error: 64 elements spread over the lanes take 2 slot(s) per lane, not 3 [intra-syntax]\n"
+        "    2 |     let x: [64] lanes(3) = 0\n"
+        "      |                       ^\n");
+  CHECK(parse_error("traversal k: rows=edges(e) threads=32\n    let x: [] replicated(1) = frob(y)\n")
+            .find("2:31: error: unknown element-wise function 'frob'") != std::string::npos);
+  CHECK(parse_error("traversal k: rows=nodes(n) threads=32\n").find("unknown row loop 'nodes'") != std::string::npos);
+  CHECK(parse_error("traversal k: rows=edges(e) threads=32\n    store att[e] = v by warp\n").find("unknown store lanes 'warp'") !=
+        std::string::npos);
+  CHECK(parse_error("traversal k: rows=edges(e) threads=32\n      sync\n").find("unexpected indentation") != std::string::npos);
+  CHECK(parse_error("traversal k: rows=edges(e) threads=32\n    sync now\n").find("expected an instruction") != std::string::npos);
+}
+
+TEST_CASE("the traversal verifier accepts the lowered kernels", "[intra][verifier]") {
+  CHECK(verify(kEdges) == "");
+  TraversalInstance t = parse(kSoftmax);
+  insert_warp_syncs(t);
+  CHECK(verify_traversal(rgat_like(), t) == "");
+}
+
+TEST_CASE("the traversal verifier rejects each broken rule", "[intra][verifier]") {
+  const std::string sm = kSoftmax, ed = kEdges;
+  // Without its syncs the softmax races: lane 0 overwrites att[e] that the other lanes read.
+  CHECK(verify(sm) == "rgat_fw_nodes_att_max: lanes race on 'att': 'load att[e] into v_att' and then 'store att[e] by lane0' "
+                      "with no sync between them");
+  struct Case {
+    std::string text;
+    const char* message;
+  } cases[] = {
+      // names
+      {replace(ed, "let ht:", "let hs:"), "'hs' is defined twice"},
+      {replace(ed, "let ht:", "let att:"), "'att' is also a tensor (a kernel parameter)"},
+      {replace(ed, "let ht:", "let lane:"), "'lane' is an identifier the kernel itself declares"},
+      {replace(ed, "hs * v_w_s", "hs * v_w_q"), "register 'v_w_q' is read before it is defined"},
+      {replace(ed, "store att[e] = v_att", "store att[e] = v_at"), "store of undefined register 'v_at'"},
+      {replace(ed, "store att[e] = v_att by lane0\n", "v_att = 1\n"), "'v_att' is a let: it cannot be updated"},
+      {replace(ed, "store att[e] = v_att by lane0\n", "v_x = 1\n"), "update of undefined register 'v_x'"},
+      // rows
+      {replace(ed, "load w_s[e_etype]", "load w_s[e]"), "'w_s' is indexed by an edge type (index = etype[e]), not by 'e'"},
+      {replace(ed, "load t_hs[e]", "load t_hs[e_etype]"), "'t_hs' is indexed by an edge, not by 'e_etype'"},
+      {replace(ed, "load t_hs[e]", "load t_hs[f]"), "row 'f' of 't_hs' is not defined"},
+      {replace(ed, "index e_etype = etype[e]", "index e_etype = ntype[e]"), "index 'e_etype': ntype[] cannot be indexed by 'e'"},
+      {replace(ed, "index e_etype = etype[e]", "index e_etype = in_src[e]"), "index 'e_etype': in_src[] cannot be indexed by 'e'"},
+      {replace(ed, "store att[e] = v_att by lane0", "store feature[e] = v_att by lane0"), "store to 'feature', an input"},
+      {replace(ed, "store att[e] = v_att by lane0", "store shared[0] = v_att by lane0"), "store to 'shared', a weight"},
+      // types and lane layouts
+      {replace(ed, "let hs: [1, 64] lanes(2)", "let hs: [1, 32] lanes(1)"), "'hs' has 32 elements, rows of 't_hs' have 64"},
+      {replace(ed, "let hs: [1, 64] lanes(2)", "let hs: [1, 64] replicated(64)"), "'hs' is laid out replicated where the instruction computes lanes"},
+      {replace(ed, "warp_sum(hs * v_w_s, 64)", "warp_sum(hs * v_w_s, 32)"), "'dot_hs_w_s' reduces 64 elements by 32 into 1: the counts do not match"},
+      {replace(ed, "warp_sum(hs * v_w_s, 64)", "lane_sum(hs * v_w_s, 64)"), "'hs' is laid out lanes where the instruction computes replicated"},
+      {replace(ed, "let v_att: [1] replicated(1) = leakyrelu(dot_hs_w_s + dot_ht_w_t, 0.2)",
+               "let v_att: [3] replicated(3) = hs"),
+       "'hs' has 64 elements, which do not broadcast to 3"},
+      {replace(ed, "store att[e] = v_att by lane0", "store att[e] = v_att by lanes"), "'v_att' is replicated: it is stored by lane0"},
+      {replace(ed, "store att[e] = v_att by lane0", "store att[e] = hs by lane0"), "store of 'hs' (64 elements) into rows of 'att' (1 elements)"},
+      // layouts, loops and ownership
+      {replace(sm, "for e in incoming(n) at i_e:\n        # n[\"att_max\"]", "for e in outgoing(n) at i_e:\n        # n[\"att_max\"]"),
+       "loop over 'e' needs the graph layout 'csr_by_src', which the program does not have"},
+      {replace(sm, "incoming(n) at i_e:\n        # n[\"att_max\"]", "incoming(m) at i_e:\n        # n[\"att_max\"]"),
+       "edge loop over 'm': inner loops walk the edges of the row node"},
+      {replace(ed, "store att[e] = v_att by lane0", "index e_src = src[e]\n    store att_max[e_src] = v_att by lane0"),
+       "'att_max' is stored by this kernel but stored through row 'e_src', which other warps own"},
+      {replace(ed, "store att[e] = v_att by lane0", "index e_src = src[e]\n    store att_max[e_src] += v_att by lane0 atomic\n"
+                                                   "    let back: [1] replicated(1) = load att_max[e_src]"),
+       "'att_max' is atomically updated by other warps while this kernel loads it"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.text);
+    std::string msg = verify(c.text);
+    CHECK(msg.find(c.message) != std::string::npos);
+    CHECK(msg.rfind(msg.find("rgat_fw_nodes") == 0 ? "rgat_fw_nodes_att_max: " : "rgat_fw_edges_att: ", 0) == 0);
+  }
+  TraversalInstance inner = parse(ed);
+  inner.rows = inter::LoopKind::IncomingEdges;
+  CHECK(verify_traversal(rgat_like(), inner) == "rgat_fw_edges_att: the row loop must be over edges, dst_nodes or src_nodes");
+  Program no_coo = rgat_like();
+  no_coo.layouts.erase(layout::kSortedCoo);
+  CHECK(verify(ed, no_coo) == "rgat_fw_edges_att: an edge row loop walks the layout 'etype_sorted_coo', which the program does not have");
+}
+
+TEST_CASE("warp syncs go where lanes exchange values through global memory", "[intra][sync]") {
+  TraversalInstance t = parse(kSoftmax);
+  insert_warp_syncs(t);
+  // One sync before each lane-0 overwrite of a row the other lanes have read, one before the loop that
+  // reads back what lane 0 wrote; none per iteration where one before the loop suffices.
+  CHECK(print_traversal(t) == replace(replace(replace(kSoftmax,
+                                                      "        v_att = exp(v_att - v_att_max)\n",
+                                                      "        v_att = exp(v_att - v_att_max)\n        sync\n"),
+                                              "    for e in incoming(n) at i_e:\n        # n[\"att_sum\"] += e[\"att\"]",
+                                              "    sync\n    for e in incoming(n) at i_e:\n        # n[\"att_sum\"] += e[\"att\"]"),
+                                      "        v_h += v_att * v_msg\n", "        v_h += v_att * v_msg\n        sync\n"));
+  // Inserting again changes nothing.
+  std::string once = print_traversal(t);
+  insert_warp_syncs(t);
+  CHECK(print_traversal(t) == once);
+  // Lane-partitioned rows read back by the same lanes need no sync; read back by all lanes they do.
+  const std::string lanes = R"(traversal k: rows=edges(e) threads=32
+    let x: [1, 64] lanes(2) = load t_hs[e]
+    store t_ht[e] = x by lanes
+    let y: [1, 64] lanes(2) = load t_ht[e]
+    let s: [1] replicated(1) = warp_sum(y, 64)
+    store att[e] = s by lane0
+)";
+  TraversalInstance u = parse(lanes);
+  insert_warp_syncs(u);
+  CHECK(print_traversal(u) == lanes);
+  TraversalInstance v = parse(replace(lanes, "let y: [1, 64] lanes(2) = load t_ht[e]\n    let s: [1] replicated(1) = warp_sum(y, 64)",
+                                      "let y: [1, 64] replicated(64) = load t_ht[e]\n    let s: [1] replicated(1) = lane_sum(y, 64)"));
+  CHECK(find_warp_hazard(v)->tensor == "t_ht");
+  insert_warp_syncs(v);
+  CHECK(print_traversal(v).find("    store t_ht[e] = x by lanes\n    sync\n    let y:") != std::string::npos);
+}
+
+TEST_CASE("launch limits: threads, grid and shared memory of every kernel kind", "[intra][verifier][launch]") {
+  auto with = [](Kernel k) {
+    Program p = rgat_like();
+    p.kernels.push_back(std::move(k));
+    return verify_launch_limits(p);
+  };
+  GemmInstance g;
+  g.name = "gemm";
+  g.k = g.n = 64;
+  CHECK(with(Kernel::of(g)) == "");
+  g.tile = 64;  // 4096 threads, 33 KiB of shared memory
+  CHECK(with(Kernel::of(g)) == "gemm: 4096 threads per block (the limit is 1024)");
+  g.tile = 128;
+  g.coarsen = 16;  // 1024 threads, but two 128 x 129 float tiles
+  CHECK(with(Kernel::of(g)) == "gemm: 132096 bytes of static shared memory (the limit is 49152)");
+  g.tile = 32;
+  g.coarsen = 1;
+  g.n = 16777216;  // 524288 column tiles in grid y
+  CHECK(with(Kernel::of(g)) == "gemm: grid y of 524288 blocks (the limit is 65535)");
+  g.n = 64;
+  g.heads = 70000;
+  CHECK(with(Kernel::of(g)) == "gemm: grid z of 70000 blocks (the limit is 65535)");
+  WeightGradInstance w;
+  w.name = "wgrad";
+  w.k = w.n = 64;
+  w.tile = 64;
+  CHECK(with(Kernel::of(w)) == "wgrad: 4096 threads per block (the limit is 1024)");
+  TraversalSource t;
+  t.name = "trav";
+  t.threads = 48;
+  CHECK(with(Kernel::of(Kernel::Kind::Traversal, t)) == "trav: 48 threads per block is not a whole number of warps");
+  t.threads = 2048;
+  CHECK(with(Kernel::of(Kernel::Kind::Traversal, t)) == "trav: 2048 threads per block (the limit is 1024)");
+  SegmentSumInstance s;
+  s.name = "segsum";
+  s.numel = 4294967296;
+  CHECK(with(Kernel::of(s)) == "segsum: grid x of 4294967296 blocks (the limit is 2147483647)");
+}
