@@ -160,7 +160,9 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
         break;
       }
       if (phase == "forward_train") program->saved = training->saved;
-      if (std::string e = intra::verify_program(*program); !e.empty()) {
+      std::string e = intra::verify_program(*program);
+      if (e.empty()) e = intra::verify_launch_limits(*program);
+      if (!e.empty()) {
         err << "hectorgen: internal error: intra-operator IR (" << phase << "): " << e << "\n";
         return 2;
       }
@@ -180,9 +182,7 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
     emit::EmitContext ctx{shown, HECTORGEN_VERSION};
     if (opts.emit == "intra-ir") {
       files = OutputSet{};
-      std::string text;
-      for (const auto& pr : programs) text += (text.empty() ? "" : "\n") + intra::print_program(pr);
-      files.add(m->decl.name + ".intra.ir", text);
+      files.add(m->decl.name + ".intra.ir", intra::print_programs(programs));
     } else {
       emit::emit_all(programs, ctx, files);
     }

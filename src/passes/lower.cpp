@@ -15,7 +15,6 @@ using intra::GemmInstance;
 using intra::Kernel;
 using intra::Role;
 using intra::TensorInfo;
-using intra::TraversalSource;
 
 namespace {
 
@@ -194,11 +193,11 @@ class Lowering {
     t.name = unique(fmt::format("{}_{}_{}", prefix_, edge ? "edges" : "nodes", first.empty() ? "loop" : first));
     for (const StmtP& s : stage.top)
       if (s->kind == StmtKind::For) p_.layouts.insert(s->loop == LoopKind::OutgoingEdges ? intra::layout::kCsrBySrc : intra::layout::kCsrByDst);
-    p_.kernels.push_back(Kernel::of(Kernel::Kind::Traversal, t));
+    push_traversal(t);
     stage = Stage{};
     for (auto& ss : pending_segment_sums_) {
       ss.v = ctx.materialized.at(ss.v);
-      p_.kernels.push_back(Kernel::of(ss));
+      p_.kernels.push_back(ss);
     }
     pending_segment_sums_.clear();
     emit_gather_sums(ctx);
@@ -221,9 +220,19 @@ class Lowering {
       t.name = unique(fmt::format("{}_sum_{}", prefix_, gs.field));
       p_.layouts.insert(gs.via_src ? intra::layout::kCsrBySrc : intra::layout::kCsrByDst);
       note_write(gs.field, true);
-      p_.kernels.push_back(Kernel::of(Kernel::Kind::Traversal, t));
+      push_traversal(t);
     }
     pending_gather_sums_.clear();
+  }
+
+  // Lowers a traversal stage to its instance, given what the kernels before it stored.
+  void push_traversal(const TraversalSource& t) {
+    std::set<std::string> before;
+    for (const TensorInfo& ti : p_.tensors)
+      if (ti.role == Role::Input || ti.role == Role::Weight) before.insert(ti.name);
+    for (const Kernel& k : p_.kernels)
+      for (const std::string& w : intra::kernel_writes(k)) before.insert(w);
+    p_.kernels.push_back(lower_traversal(p_, t, before));
   }
 
   static std::string first_target(const std::vector<StmtP>& body) {
@@ -346,7 +355,7 @@ class Lowering {
     flush(ctx, stage);  // stores the locals this statement reads
     const Stmt& L = *ctx.loop;
     StmtP body = inner ? Stmt::for_loop(inner->var, inner->loop, inner->parent, {s}, inner->loc) : s;
-    TraversalSource t;
+    intra::TorchInstance t;
     t.loop = Stmt::for_loop(L.var, L.loop, L.parent, {body}, L.loc);
     const Expr& target = *s->target;
     std::string written;
@@ -362,11 +371,11 @@ class Lowering {
       note_write(written, aggregates);
     }
     written_.insert(written);
-    t.torch_target = written;
+    t.target = written;
     t.materialized = ctx.materialized;
     t.field_tensor = alias_;
     t.name = unique(fmt::format("{}_torch_{}", prefix_, written.rfind("t_", 0) == 0 ? written.substr(2) : written));
-    p_.kernels.push_back(Kernel::of(Kernel::Kind::Torch, t));
+    p_.kernels.push_back(t);
   }
 
   bool is_field_of_own_element(const ExprP& e, const LoopCtx& ctx) {
@@ -491,7 +500,7 @@ class Lowering {
     }
     note_write(g.y, g.accumulate || g.scatter != intra::Gather::None);
     g.name = unique(fmt::format("{}_gemm_{}", prefix_, g.y.rfind("t_", 0) == 0 ? g.y.substr(2) : g.y));
-    p_.kernels.push_back(Kernel::of(g));
+    p_.kernels.push_back(g);
     return true;
   }
 
@@ -556,7 +565,7 @@ class Lowering {
     note_write(w.dw, /*accumulates=*/true);  // the kernel adds into dW: it must start at zero
     w.name = unique(fmt::format("{}_wgrad_{}", prefix_, o->name));
     if (w.segments == intra::Segments::Etype) p_.layouts.insert(intra::layout::kSortedCoo);
-    p_.kernels.push_back(Kernel::of(w));
+    p_.kernels.push_back(w);
     return true;
   }
 

@@ -181,7 +181,7 @@ TEST_CASE("the traversal verifier rejects each broken rule", "[intra][verifier]"
       // names
       {replace(ed, "let ht:", "let hs:"), "'hs' is defined twice"},
       {replace(ed, "let ht:", "let att:"), "'att' is also a tensor (a kernel parameter)"},
-      {replace(ed, "let ht:", "let lane:"), "'lane' is an identifier the kernel itself declares"},
+      {replace(ed, "let ht:", "let lane:"), "'lane' is reserved in kernels (the printer's own names, C++ and CUDA)"},
       {replace(ed, "hs * v_w_s", "hs * v_w_q"), "register 'v_w_q' is read before it is defined"},
       {replace(ed, "store att[e] = v_att", "store att[e] = v_at"), "store of undefined register 'v_at'"},
       {replace(ed, "store att[e] = v_att by lane0\n", "v_att = 1\n"), "'v_att' is a let: it cannot be updated"},
@@ -271,32 +271,32 @@ TEST_CASE("launch limits: threads, grid and shared memory of every kernel kind",
   GemmInstance g;
   g.name = "gemm";
   g.k = g.n = 64;
-  CHECK(with(Kernel::of(g)) == "");
+  CHECK(with(Kernel{g}) == "");
   g.tile = 64;  // 4096 threads, 33 KiB of shared memory
-  CHECK(with(Kernel::of(g)) == "gemm: 4096 threads per block (the limit is 1024)");
+  CHECK(with(Kernel{g}) == "gemm: 4096 threads per block (the limit is 1024)");
   g.tile = 128;
   g.coarsen = 16;  // 1024 threads, but two 128 x 129 float tiles
-  CHECK(with(Kernel::of(g)) == "gemm: 132096 bytes of static shared memory (the limit is 49152)");
+  CHECK(with(Kernel{g}) == "gemm: 132096 bytes of static shared memory (the limit is 49152)");
   g.tile = 32;
   g.coarsen = 1;
   g.n = 16777216;  // 524288 column tiles in grid y
-  CHECK(with(Kernel::of(g)) == "gemm: grid y of 524288 blocks (the limit is 65535)");
+  CHECK(with(Kernel{g}) == "gemm: grid y of 524288 blocks (the limit is 65535)");
   g.n = 64;
   g.heads = 70000;
-  CHECK(with(Kernel::of(g)) == "gemm: grid z of 70000 blocks (the limit is 65535)");
+  CHECK(with(Kernel{g}) == "gemm: grid z of 70000 blocks (the limit is 65535)");
   WeightGradInstance w;
   w.name = "wgrad";
   w.k = w.n = 64;
   w.tile = 64;
-  CHECK(with(Kernel::of(w)) == "wgrad: 4096 threads per block (the limit is 1024)");
-  TraversalSource t;
+  CHECK(with(Kernel{w}) == "wgrad: 4096 threads per block (the limit is 1024)");
+  TraversalInstance t;
   t.name = "trav";
   t.threads = 48;
-  CHECK(with(Kernel::of(Kernel::Kind::Traversal, t)) == "trav: 48 threads per block is not a whole number of warps");
+  CHECK(with(Kernel{t}) == "trav: 48 threads per block is not a whole number of warps");
   t.threads = 2048;
-  CHECK(with(Kernel::of(Kernel::Kind::Traversal, t)) == "trav: 2048 threads per block (the limit is 1024)");
+  CHECK(with(Kernel{t}) == "trav: 2048 threads per block (the limit is 1024)");
   SegmentSumInstance s;
   s.name = "segsum";
   s.numel = 4294967296;
-  CHECK(with(Kernel::of(s)) == "segsum: grid x of 4294967296 blocks (the limit is 2147483647)");
+  CHECK(with(Kernel{s}) == "segsum: grid x of 4294967296 blocks (the limit is 2147483647)");
 }

@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <string_view>
+
+#include "dsl/parser.h"
 
 namespace hectorgen::intra {
 
@@ -399,7 +402,421 @@ class TraversalParser {
   size_t& pos_;
 };
 
+
+// ---------------------------------------------------------------------------------------------------
+// Programs
+// ---------------------------------------------------------------------------------------------------
+Gather parse_gathered_row(Cursor& c) {
+  size_t at = c.pos();
+  std::string r = c.ident("row, src[row] or dst[row]");
+  if (r == "row") return Gather::None;
+  if (r != "src" && r != "dst") c.fail_at(at, fmt::format("expected row, src[row] or dst[row], not '{}'", r));
+  c.expect("[");
+  c.expect("row");
+  c.expect("]");
+  return r == "src" ? Gather::Src : Gather::Dst;
+}
+
+Segments parse_segments(Cursor& c) {
+  if (c.accept("-")) return Segments::None;
+  size_t at = c.pos();
+  std::string s = c.ident("etype, ntype or -");
+  if (s == "etype") return Segments::Etype;
+  if (s == "ntype") return Segments::Ntype;
+  c.fail_at(at, fmt::format("unknown segments '{}' (etype, ntype or -)", s));
+}
+
+bool parse_rows(Cursor& c) {
+  c.expect("rows=");
+  size_t at = c.pos();
+  std::string r = c.ident("edges or nodes");
+  if (r != "edges" && r != "nodes") c.fail_at(at, fmt::format("expected rows=edges or rows=nodes, not '{}'", r));
+  return r == "edges";
+}
+
+int64_t parse_key(Cursor& c, const char* key) {
+  c.expect(std::string(key) + "=");
+  return c.integer();
+}
+
+class ProgramParser {
+ public:
+  ProgramParser(const SourceFile& f, Diagnostics& d, const std::vector<Line>& lines, size_t begin, size_t end)
+      : f_(f), d_(d), lines_(lines.begin() + static_cast<long>(begin), lines.begin() + static_cast<long>(end)) {}
+
+  Program program() {
+    Program p;
+    while (pos_ < lines_.size() && lines_[pos_].text.rfind("#", 0) == 0 && lines_[pos_].indent == 0) ++pos_;
+    {
+      Cursor c = line("model");
+      c.expect("model");
+      p.model = c.ident("a model name");
+      c.end();
+    }
+    const Line& model_line = lines_[pos_ - 1];
+    {
+      Cursor c = line("phase");
+      c.expect("phase");
+      p.phase = c.ident("a phase");
+      c.end();
+    }
+    p.decl = declarations(p.model, model_line);
+    {
+      Cursor c = line("layouts");
+      c.expect("layouts");
+      if (!c.done()) {
+        do p.layouts.insert(c.ident("a layout name"));
+        while (c.accept(","));
+      }
+      c.end();
+    }
+    while (at_word("tensor")) p.tensors.push_back(tensor());
+    while (at_word("alias")) {
+      Cursor c = line("alias");
+      c.expect("alias");
+      std::string field = c.ident("a field");
+      c.expect("->");
+      p.aliases[field] = c.ident("a tensor");
+      c.end();
+    }
+    if (at_word("saved")) {
+      Cursor c = line("saved");
+      c.expect("saved");
+      do p.saved.push_back(c.ident("a field"));
+      while (c.accept(","));
+      c.end();
+    }
+    while (pos_ < lines_.size()) p.kernels.push_back(kernel());
+    return p;
+  }
+
+ private:
+  bool at_word(std::string_view w) const {
+    if (pos_ >= lines_.size() || lines_[pos_].indent != 0) return false;
+    std::string_view t = lines_[pos_].text;
+    return t.substr(0, w.size()) == w && (t.size() == w.size() || t[w.size()] == ' ');
+  }
+
+  // The next line, which must be a top-level line (`what` names it in the error otherwise).
+  Cursor line(const char* what) {
+    if (pos_ >= lines_.size()) {
+      int last = lines_.empty() ? 1 : lines_.back().no;
+      d_.error(SourceLoc{&f_, last, 1}, "intra-syntax", fmt::format("expected '{}' before the end of the program", what));
+      throw ParseError{};
+    }
+    const Line& l = lines_[pos_++];
+    Cursor c(f_, d_, l);
+    if (l.indent != 0) c.fail(fmt::format("unexpected indentation (expected '{}')", what));
+    return c;
+  }
+  Cursor body_line(const char* what) {
+    Cursor c = peek_body(what);
+    ++pos_;
+    return c;
+  }
+  Cursor peek_body(const char* what) {
+    if (pos_ >= lines_.size() || lines_[pos_].indent != 4) {
+      const Line& l = lines_[std::min(pos_, lines_.size() - 1)];
+      Cursor c(f_, d_, l);
+      c.fail(fmt::format("expected the indented line '{}'", what));
+    }
+    return Cursor(f_, d_, lines_[pos_]);
+  }
+
+  // hyper/input/weight/output/option lines: the inter-operator IR's header, read by its parser.
+  inter::ModelDecl declarations(const std::string& model, const Line& model_line) {
+    dsl::ProgramText text;
+    text.file = &f_;
+    text.text = "model " + model + "\n";
+    text.origins.push_back({model_line.no, 0});
+    static const char* kWords[] = {"hyper", "input", "weight", "output", "option"};
+    while (pos_ < lines_.size() && std::any_of(std::begin(kWords), std::end(kWords), [&](const char* w) { return at_word(w); })) {
+      text.text += std::string(lines_[pos_].text) + "\n";
+      text.origins.push_back({lines_[pos_].no, 0});
+      ++pos_;
+    }
+    text.text += "program:\n";
+    text.origins.push_back({text.origins.back().line, 0});
+    auto m = dsl::parse_module(text, d_);
+    if (!m) throw ParseError{};
+    return m->decl;
+  }
+
+  TensorInfo tensor() {
+    Cursor c = line("tensor");
+    c.expect("tensor");
+    TensorInfo t;
+    t.name = c.ident("a tensor name");
+    c.expect(":");
+    size_t at = c.pos();
+    std::string role = c.ident("a role");
+    bool found = false;
+    for (Role r : {Role::Input, Role::Weight, Role::Output, Role::Field, Role::Temp})
+      if (role == to_string(r)) {
+        t.role = r;
+        found = true;
+      }
+    if (!found) c.fail_at(at, fmt::format("unknown role '{}' (input, weight, output, field, temp)", role));
+    at = c.pos();
+    std::string per = c.ident("node, edge, etype, ntype or none");
+    auto pp = inter::parse_per(per);
+    if (!pp) c.fail_at(at, fmt::format("unknown rows '{}' (node, edge, etype, ntype, none)", per));
+    t.per = *pp;
+    c.expect("[");
+    if (!c.accept("]")) {
+      do t.shape.push_back(c.integer("a dimension"));
+      while (c.accept(","));
+      c.expect("]");
+    }
+    t.zero_init = c.accept("zero_init");
+    if (c.accept("from_graph=")) t.from_graph = c.ident("a graph layout");
+    c.end();
+    return t;
+  }
+
+  std::string from() {
+    Cursor c = body_line("from: ...");
+    c.expect("from:");
+    return c.rest();
+  }
+
+  Kernel kernel() {
+    const Line& head = lines_[pos_];
+    if (head.indent != 0) Cursor(f_, d_, head).fail("unexpected indentation");
+    std::string_view t = head.text;
+    if (t.rfind("traversal ", 0) == 0) return traversal();
+    if (t.rfind("gemm ", 0) == 0) return gemm();
+    if (t.rfind("wgrad ", 0) == 0) return wgrad();
+    if (t.rfind("segsum ", 0) == 0) return segsum();
+    if (t.rfind("torch ", 0) == 0) return torch();
+    Cursor(f_, d_, head).fail("expected a kernel (gemm, traversal, wgrad, segsum or torch)");
+  }
+
+  Kernel traversal() {
+    std::vector<Line> rest(lines_.begin() + static_cast<long>(pos_), lines_.end());
+    size_t used = 0;
+    TraversalInstance t = TraversalParser(f_, d_, rest, used).instance();
+    pos_ += used;
+    return t;
+  }
+
+  Kernel gemm() {
+    GemmInstance g;
+    {
+      Cursor c = line("gemm");
+      c.expect("gemm");
+      g.name = c.ident("a kernel name");
+      c.expect(":");
+      g.y = c.ident("the output tensor");
+      c.expect("[");
+      g.scatter = parse_gathered_row(c);
+      c.expect("]");
+      bool add = c.accept("+=");
+      if (!add) c.expect("=");
+      if (g.scatter == Gather::None) g.accumulate = add;
+      else if (!add) c.fail("a scatter into src[row] / dst[row] adds (+=)");
+      g.x = c.ident("the input tensor");
+      c.expect("[");
+      g.gather = parse_gathered_row(c);
+      c.expect("]");
+      c.expect("·");
+      g.w = c.ident("the weight");
+      c.expect("[");
+      g.segments = parse_segments(c);
+      c.expect("]");
+      g.transpose_w = c.accept("^T");
+      if (c.accept("*")) {
+        g.row_scalar = c.ident("a row scalar");
+        c.expect("[");
+        c.expect("row");
+        c.expect("]");
+      }
+      c.end();
+    }
+    {
+      Cursor c = body_line("rows=... heads=... k=... n=... tile=... coarsen=... store=...");
+      g.edge_rows = parse_rows(c);
+      g.heads = parse_key(c, "heads");
+      g.k = parse_key(c, "k");
+      g.n = parse_key(c, "n");
+      g.tile = static_cast<int>(parse_key(c, "tile"));
+      g.coarsen = static_cast<int>(parse_key(c, "coarsen"));
+      c.expect("store=");
+      size_t at = c.pos();
+      std::string store = c.ident("plain, add or atomic");
+      const char* want = g.scatter != Gather::None ? "atomic" : g.accumulate ? "add" : "plain";
+      if (store != want) c.fail_at(at, fmt::format("the output is written '{}' (by its formula), not '{}'", want, store));
+      if (c.accept("launch_bounds=")) g.launch_bounds = static_cast<int>(c.integer());
+      c.end();
+    }
+    g.source = from();
+    return g;
+  }
+
+  Kernel wgrad() {
+    WeightGradInstance w;
+    {
+      Cursor c = line("wgrad");
+      c.expect("wgrad");
+      w.name = c.ident("a kernel name");
+      c.expect(":");
+      w.dw = c.ident("the gradient tensor");
+      c.expect("[");
+      w.segments = parse_segments(c);
+      c.expect("]");
+      c.expect("+=");
+      c.expect("sum");
+      c.expect("over");
+      c.expect("rows");
+      w.x = c.ident("the input tensor");
+      c.expect("[");
+      w.x_gather = parse_gathered_row(c);
+      c.expect("]");
+      c.expect("^T");
+      c.expect("·");
+      w.dy = c.ident("the output gradient tensor");
+      c.expect("[");
+      w.dy_gather = parse_gathered_row(c);
+      c.expect("]");
+      if (c.accept("*")) {
+        w.row_scalar = c.ident("a row scalar");
+        c.expect("[");
+        c.expect("row");
+        c.expect("]");
+      }
+      c.end();
+    }
+    {
+      Cursor c = body_line("rows=... heads=... k=... n=... tile=... deterministic");
+      w.edge_rows = parse_rows(c);
+      w.heads = parse_key(c, "heads");
+      w.k = parse_key(c, "k");
+      w.n = parse_key(c, "n");
+      w.tile = static_cast<int>(parse_key(c, "tile"));
+      c.expect("deterministic");
+      c.end();
+    }
+    w.source = from();
+    return w;
+  }
+
+  Kernel segsum() {
+    SegmentSumInstance s;
+    {
+      Cursor c = line("segsum");
+      c.expect("segsum");
+      s.name = c.ident("a kernel name");
+      c.expect(":");
+      s.dw = c.ident("the gradient tensor");
+      c.expect("[");
+      s.segments = parse_segments(c);
+      c.expect("]");
+      c.expect("+=");
+      c.expect("sum");
+      c.expect("over");
+      c.expect("rows");
+      s.v = c.ident("the summed tensor");
+      c.expect("[");
+      c.expect("row");
+      c.expect("]");
+      c.end();
+    }
+    {
+      Cursor c = body_line("rows=... numel=... deterministic");
+      s.edge_rows = parse_rows(c);
+      s.numel = parse_key(c, "numel");
+      c.expect("deterministic");
+      c.end();
+    }
+    s.source = from();
+    return s;
+  }
+
+  Kernel torch() {
+    TorchInstance t;
+    {
+      Cursor c = line("torch");
+      c.expect("torch");
+      t.name = c.ident("a kernel name");
+      c.expect(":");
+      c.expect("target=");
+      t.target = c.ident("the tensor it writes");
+      c.end();
+    }
+    for (const char* kw : {"local", "field"}) {
+      auto& map = kw[0] == 'l' ? t.materialized : t.field_tensor;
+      while (pos_ < lines_.size() && lines_[pos_].indent == 4 && lines_[pos_].text.rfind(std::string(kw) + " ", 0) == 0) {
+        Cursor c = body_line(kw);
+        c.expect(kw);
+        std::string from_name = c.ident();
+        c.expect("->");
+        map[from_name] = c.ident("a tensor");
+        c.end();
+      }
+    }
+    // The loop nest, in the inter-operator IR's syntax (its parser reads it).
+    peek_body("for ...");
+    dsl::ProgramText text;
+    text.file = &f_;
+    while (pos_ < lines_.size() && lines_[pos_].indent >= 4) {
+      const Line& l = lines_[pos_++];
+      text.text += std::string(static_cast<size_t>(l.indent - 4), ' ') + std::string(l.text) + "\n";
+      text.origins.push_back({l.no, 4});
+    }
+    inter::Module m;
+    if (!dsl::parse_program(text, m, d_)) throw ParseError{};
+    if (m.body.size() != 1 || m.body[0]->kind != inter::StmtKind::For || !m.functions.empty()) {
+      d_.error(SourceLoc{&f_, text.origins.front().line, 5}, "intra-syntax", "a PyTorch instance holds one loop nest");
+      throw ParseError{};
+    }
+    t.loop = m.body[0];
+    return t;
+  }
+
+  const SourceFile& f_;
+  Diagnostics& d_;
+  std::vector<Line> lines_;
+  size_t pos_ = 0;
+};
+
 }  // namespace
+
+std::optional<Program> parse_program(const SourceFile& file, Diagnostics& diags) {
+  std::vector<Line> lines = split_lines(file);
+  try {
+    return ProgramParser(file, diags, lines, 0, lines.size()).program();
+  } catch (const ParseError&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<std::vector<Program>> parse_programs(const SourceFile& file, Diagnostics& diags) {
+  std::vector<Line> lines = split_lines(file);
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < lines.size(); ++i)
+    if (lines[i].indent == 0 && lines[i].text.rfind("# ==== ", 0) == 0) starts.push_back(i);
+  if (starts.empty() || starts.front() != 0) {
+    diags.error(SourceLoc{&file, lines.empty() ? 1 : lines.front().no, 1}, "intra-syntax", "expected '# ==== <phase> ====' first");
+    return std::nullopt;
+  }
+  std::vector<Program> out;
+  try {
+    for (size_t k = 0; k < starts.size(); ++k) {
+      size_t end = k + 1 < starts.size() ? starts[k + 1] : lines.size();
+      Program p = ProgramParser(file, diags, lines, starts[k] + 1, end).program();
+      std::string_view head = lines[starts[k]].text;
+      if (head != fmt::format("# ==== {} ====", p.phase)) {
+        diags.error(SourceLoc{&file, lines[starts[k]].no, 1}, "intra-syntax",
+                    fmt::format("the section of phase '{}' is headed '{}'", p.phase, head));
+        return std::nullopt;
+      }
+      out.push_back(std::move(p));
+    }
+  } catch (const ParseError&) {
+    return std::nullopt;
+  }
+  return out;
+}
 
 std::optional<TraversalInstance> parse_traversal(const SourceFile& file, Diagnostics& diags) {
   std::vector<Line> lines = split_lines(file);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <set>
 #include <stdexcept>
 
 namespace hectorgen::intra {
@@ -102,6 +103,26 @@ std::optional<GraphArray> parse_graph_array(std::string_view s) {
   for (size_t i = 0; i < kArrays.size(); ++i)
     if (s == kArrays[i]) return static_cast<GraphArray>(i);
   return std::nullopt;
+}
+
+bool is_kernel_reserved(std::string_view name) {
+  static const std::set<std::string, std::less<>> names = {
+      // declared or called by the printed kernel
+      "lane", "first_row", "row_stride", "num_rows", "j", "m", "partial", "total", "warp_sum", "warp_max", "leaky_relu",
+      "in_ptr", "in_eid", "out_ptr", "out_eid", "src", "dst", "etype", "in_src", "out_dst", "ntype",
+      // CUDA
+      "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "atomicAdd", "expf", "sqrtf", "tanhf", "fmaxf",
+      // C++ keywords and the types the printer spells
+      "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch", "char",
+      "char8_t", "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr", "constinit",
+      "const_cast", "continue", "co_await", "co_return", "co_yield", "decltype", "default", "delete", "do", "double",
+      "dynamic_cast", "else", "enum", "explicit", "export", "extern", "false", "float", "for", "friend", "goto", "if",
+      "inline", "int", "int32_t", "int64_t", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq",
+      "nullptr", "operator", "or", "or_eq", "private", "protected", "public", "register", "reinterpret_cast",
+      "requires", "return", "short", "signed", "sizeof", "static", "static_assert", "static_cast", "struct", "switch",
+      "template", "this", "thread_local", "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned",
+      "using", "virtual", "void", "volatile", "wchar_t", "while", "xor", "xor_eq"};
+  return names.count(name) > 0;
 }
 
 // ---------------------------------------------------------------------------------------------------

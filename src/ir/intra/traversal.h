@@ -175,6 +175,10 @@ struct TraversalInstance {
   std::vector<Instr> body;
 };
 
+// Identifiers a traversal kernel cannot give its variables: what the CUDA printer declares or calls in
+// every kernel (lane, first_row, warp_sum, the graph arrays, ...), C++ keywords and CUDA built-ins.
+bool is_kernel_reserved(std::string_view name);
+
 // ---------------------------------------------------------------------------------------------------
 // Text form of one traversal instance (see the top of this file); `indent` prefixes the body lines.
 std::string print_traversal(const TraversalInstance& t);

@@ -11,14 +11,6 @@ namespace hectorgen::intra {
 
 namespace {
 
-// Identifiers the CUDA printer declares itself in every traversal kernel, or calls.
-const std::set<std::string>& reserved_identifiers() {
-  static const std::set<std::string> names = {"lane", "first_row", "row_stride", "num_rows", "j", "k", "m", "partial",
-                                              "total", "warp_sum", "warp_max", "leaky_relu", "in_ptr", "in_eid",
-                                              "out_ptr", "out_eid", "src", "dst", "etype", "in_src", "out_dst", "ntype"};
-  return names;
-}
-
 bool is_node_rows(inter::LoopKind k) { return k == inter::LoopKind::DstNodes || k == inter::LoopKind::SrcNodes; }
 
 // What a name in scope is.
@@ -76,7 +68,7 @@ class TraversalVerifier {
   bool declare(const std::string& n, Binding b) {
     if (lookup(n)) return bad(fmt::format("'{}' is defined twice", n));
     if (p_.find(n)) return bad(fmt::format("'{}' is also a tensor (a kernel parameter)", n));
-    if (reserved_identifiers().count(n)) return bad(fmt::format("'{}' is an identifier the kernel itself declares", n));
+    if (is_kernel_reserved(n)) return bad(fmt::format("'{}' is reserved in kernels (the printer's own names, C++ and CUDA)", n));
     scopes_.back().emplace(n, b);
     return true;
   }
@@ -334,25 +326,25 @@ std::string verify_launch_limits(const Program& p) {
   // Grid dimensions that depend on the graph (rows, types) are bounded by the int32 graph arrays; the
   // ones fixed at generation time are checked here.
   for (const Kernel& k : p.kernels) {
-    std::string e;
-    switch (k.kind) {
-      case Kernel::Kind::Gemm: {
-        const GemmInstance& g = k.gemm;
-        if (g.tile < 1 || g.coarsen < 1 || g.tile % g.coarsen) return fmt::format("{}: tile {} and coarsening {}", g.name, g.tile, g.coarsen);
-        int64_t tile = g.tile;
-        e = check_launch(g.name, tile * tile / g.coarsen, false, 1, ceil_div(g.n, tile), g.heads, 2 * tile * (tile + 1) * 4);
-        break;
-      }
-      case Kernel::Kind::WeightGrad: {
-        const WeightGradInstance& w = k.wgrad;
-        int64_t tile = w.tile;
-        e = check_launch(w.name, tile * tile, false, ceil_div(w.k, tile), ceil_div(w.n, tile), w.heads, 2 * tile * (tile + 1) * 4);
-        break;
-      }
-      case Kernel::Kind::SegmentSum: e = check_launch(k.segsum.name, 256, true, k.segsum.numel, 1, 1, 256 * 4); break;
-      case Kernel::Kind::Traversal: e = check_launch(k.trav.name, k.trav.threads, true, 1, 1, 1, 0); break;
-      case Kernel::Kind::Torch: break;
-    }
+    std::string e = std::visit(
+        [](const auto& x) -> std::string {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, GemmInstance>) {
+            if (x.tile < 1 || x.coarsen < 1 || x.tile % x.coarsen) return fmt::format("{}: tile {} and coarsening {}", x.name, x.tile, x.coarsen);
+            int64_t tile = x.tile;
+            return check_launch(x.name, tile * tile / x.coarsen, false, 1, ceil_div(x.n, tile), x.heads, 2 * tile * (tile + 1) * 4);
+          } else if constexpr (std::is_same_v<T, WeightGradInstance>) {
+            int64_t tile = x.tile;
+            return check_launch(x.name, tile * tile, false, ceil_div(x.k, tile), ceil_div(x.n, tile), x.heads, 2 * tile * (tile + 1) * 4);
+          } else if constexpr (std::is_same_v<T, SegmentSumInstance>) {
+            return check_launch(x.name, 256, true, x.numel, 1, 1, 256 * 4);
+          } else if constexpr (std::is_same_v<T, TraversalInstance>) {
+            return check_launch(x.name, x.threads, true, 1, 1, 1, 0);
+          } else {
+            return {};  // runs as PyTorch calls
+          }
+        },
+        k);
     if (!e.empty()) return e;
   }
   return {};
