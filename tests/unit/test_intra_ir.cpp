@@ -300,3 +300,145 @@ TEST_CASE("launch limits: threads, grid and shared memory of every kernel kind",
   s.numel = 4294967296;
   CHECK(with(Kernel{s}) == "segsum: grid x of 4294967296 blocks (the limit is 2147483647)");
 }
+
+namespace {
+
+// A program with one instance of each template kind (what the verifier checks of each).
+const char* kProgram = R"(# hectorgen intra-operator IR
+model m
+phase backward
+hyper d = 64
+input x: node[d]
+input norm: edge[]
+weight W: etype[d, d] init="glorot"
+weight b: etype[4] init="zeros"
+output y: node[d]
+option materialization = "vanilla"
+option reorder = "off"
+option dtype = "fp32"
+option gemm_tile = 16
+option gemm_coarsen = 1
+option traversal_threads = 256
+layouts etype_sorted_coo
+tensor x: input node[64]
+tensor norm: input edge[]
+tensor W: weight etype[64, 64]
+tensor b: weight etype[4]
+tensor y: output node[64] zero_init
+tensor d_W: output etype[64, 64] zero_init
+tensor d_b: output etype[4] zero_init
+tensor t_e: temp edge[64]
+tensor t_b: temp edge[4]
+alias tb -> t_b
+
+gemm m_gemm:  t_e[row] = x[src[row]] · W[etype] * norm[row]
+    rows=edges heads=1 k=64 n=64 tile=16 coarsen=1 store=plain
+    from: e["t"] = e.src.x * W[e.etype] * e.norm
+
+wgrad m_wgrad:  d_W[etype] += sum over rows x[src[row]]^T · t_e[row]
+    rows=edges heads=1 k=64 n=64 tile=16 deterministic
+    from: d_W[e.etype] += outer(e.src.x, e["t"])
+
+torch m_torch: target=t_b
+    field tb -> t_b
+    for e in g.edges():
+        e["tb"] = concat(b[e.etype], e.norm)
+
+segsum m_segsum:  d_b[etype] += sum over rows t_b[row]
+    rows=edges numel=4 deterministic
+    from: d_b[e.etype] += e["tb"]
+)";
+
+std::optional<Program> parse_program_text(const std::string& text, std::string* err = nullptr) {
+  SourceFile f("m.intra.ir", text);
+  Diagnostics d;
+  auto p = parse_program(f, d);
+  if (err) {
+    std::ostringstream s;
+    d.render(s);
+    *err = s.str();
+  }
+  return p;
+}
+
+std::string verify_text(const std::string& text) {
+  std::string err;
+  auto p = parse_program_text(text, &err);
+  INFO(err);
+  REQUIRE(p);
+  return verify_program(*p);
+}
+
+}  // namespace
+
+TEST_CASE("a program with every instance kind prints, parses back and verifies", "[intra][roundtrip][verifier]") {
+  auto p = parse_program_text(kProgram);
+  REQUIRE(p);
+  CHECK(print_program(*p) == kProgram);
+  CHECK(verify_program(*p) == "");
+  CHECK(verify_launch_limits(*p) == "");
+  REQUIRE(p->kernels.size() == 4);
+  CHECK(std::get<GemmInstance>(p->kernels[0]).row_scalar == "norm");
+  CHECK(std::get<TorchInstance>(p->kernels[2]).field_tensor.at("tb") == "t_b");
+  CHECK(p->decl.find_hyper("d")->value == 64);
+}
+
+TEST_CASE("the program verifier rejects each broken rule", "[intra][verifier]") {
+  const std::string p = kProgram;
+  struct Case {
+    std::string text;
+    const char* message;
+  } cases[] = {
+      {replace(p, "tensor t_b: temp edge[4]\n", "tensor t_b: temp edge[4]\ntensor x: input node[64]\n"), "tensor 'x' is defined twice"},
+      {replace(p, "alias tb -> t_b", "alias tb -> t_c"), "alias tb -> t_c: unknown tensor"},
+      {replace(p, "wgrad m_wgrad:", "wgrad m_gemm:"), "kernel 'm_gemm' is defined twice"},
+      {replace(p, "= x[src[row]] · W", "= q[src[row]] · W"), "m_gemm: unknown tensor 'q'"},
+      {replace(p, "t_e[row] = x[src[row]]", "norm[row] = x[src[row]]"), "m_gemm: writes 'norm', an input"},
+      {replace(p, "tile=16 coarsen=1", "tile=16 coarsen=3"), "m_gemm: tile 16 is not a multiple of coarsening 3"},
+      {replace(p, "heads=1 k=64 n=64 tile=16 coarsen=1", "heads=1 k=32 n=64 tile=16 coarsen=1"),
+       "m_gemm: input rows of x have 64 elements, expected 1 x 32"},
+      {replace(p, "heads=1 k=64 n=64 tile=16 coarsen=1", "heads=1 k=64 n=32 tile=16 coarsen=1"),
+       "m_gemm: output rows of t_e have 64 elements, expected 1 x 32"},
+      {replace(p, "tensor W: weight etype[64, 64]", "tensor W: weight etype[64, 32]"), "m_gemm: weight W slices have 2048 elements, expected 64 x 64"},
+      {replace(p, "    rows=edges heads=1 k=64 n=64 tile=16 coarsen=1", "    rows=nodes heads=1 k=64 n=64 tile=16 coarsen=1"),
+       "m_gemm: input 'x' is gathered through src/dst, which needs edge rows"},
+      {replace(p, "t_e[row] = x[src[row]]", "t_e[row] = x[row]"), "m_gemm: input 'x' has a row per node, read per edge without a gather"},
+      {replace(p, "· W[etype] * norm[row]", "· W[ntype] * norm[row]"),
+       "m_gemm: per-node-type segments need 'W' per ntype and the layout 'ntype_ptr'"},
+      {replace(p, "· W[etype] * norm[row]", "· W[-] * norm[row]"), "m_gemm: 'W' has a slice per type but the kernel has no segments"},
+      {replace(p, "layouts etype_sorted_coo", "layouts csr_by_dst"), "m_gemm: gathers through src/dst need the layout 'etype_sorted_coo'"},
+      {replace(p, "* norm[row]\n", "* t_e[row]\n"), "m_gemm: row scalar 't_e' is not one value per row"},
+      {replace(p, "    rows=edges heads=1 k=64 n=64 tile=16 deterministic", "    rows=edges heads=1 k=64 n=32 tile=16 deterministic"),
+       "m_wgrad: rows of x and t_e have 64 and 64 elements, expected 1 x 64 and 1 x 32"},
+      {replace(p, "d_W[etype] += sum over rows x[src[row]]^T · t_e[row]", "W[etype] += sum over rows x[src[row]]^T · t_e[row]"),
+       "m_wgrad: writes 'W', an weight"},
+      {replace(p, "numel=4", "numel=5"), "m_segsum: rows of t_b and slices of d_b have 4 and 4 elements, expected 5"},
+      {replace(p, "target=t_b", "target=t_c"), "m_torch: unknown tensor 't_c'"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.message);
+    CHECK(verify_text(c.text) == c.message);
+  }
+}
+
+TEST_CASE("the program parser reports positioned errors, into the declarations too", "[intra][parser]") {
+  const std::string p = kProgram;
+  std::string err;
+  CHECK_FALSE(parse_program_text(replace(p, "tensor y: output", "tensor y: outptu"), &err));
+  CHECK_THAT(err, Catch::StartsWith("m.intra.ir:21:11: error: unknown role 'outptu' (input, weight, output, field, temp) [intra-syntax]"));
+  CHECK_FALSE(parse_program_text(replace(p, "hyper d = 64", "hyper d = q"), &err));
+  CHECK_THAT(err, Catch::StartsWith("m.intra.ir:4:11: error: "));
+  CHECK_FALSE(parse_program_text(replace(p, "coarsen=1 store=plain", "coarsen=1 store=add"), &err));
+  CHECK_THAT(err, Catch::Contains("29:58: error: the output is written 'plain' (by its formula), not 'add'"));
+  CHECK_FALSE(parse_program_text(replace(p, "segsum m_segsum:", "segment m_segsum:"), &err));
+  CHECK_THAT(err, Catch::Contains("error: expected a kernel (gemm, traversal, wgrad, segsum or torch)"));
+  CHECK_FALSE(parse_program_text(replace(p, "        e[\"tb\"] = concat(b[e.etype], e.norm)", "        e[\"tb\"] = concat(b[e.etype], e.norm"), &err));
+  CHECK_THAT(err, Catch::StartsWith("m.intra.ir:39:44: error: expected ',' between arguments"));
+  // The phases of an .intra.ir file must be headed by their own name.
+  SourceFile f("two.intra.ir", "# ==== forward ====\n" + p);
+  Diagnostics d;
+  CHECK_FALSE(parse_programs(f, d));
+  std::ostringstream s;
+  d.render(s);
+  CHECK(s.str().find("the section of phase 'backward' is headed '# ==== forward ===='") != std::string::npos);
+}

@@ -192,6 +192,8 @@ class ProgramVerifier {
   }
 
   std::string rows(const std::string& kernel, const TensorInfo& t, bool edge_rows, Gather g, const char* what) const {
+    if (g != Gather::None && !edge_rows)
+      return fmt::format("{}: {} '{}' is gathered through src/dst, which needs edge rows", kernel, what, t.name);
     if (t.per == inter::Per::Edge && (!edge_rows || g != Gather::None))
       return fmt::format("{}: {} '{}' has a row per edge, read as {}", kernel, what, t.name, g == Gather::None ? "nodes" : "gathered node rows");
     if (t.per == inter::Per::Node && edge_rows && g == Gather::None)

@@ -125,7 +125,10 @@ class Cursor {
     i_ = s().size();
     return r;
   }
-  size_t pos() const { return i_; }
+  size_t pos() {
+    ws();
+    return i_;
+  }
 
  private:
   std::string_view s() const { return l_.text; }

@@ -1,0 +1,269 @@
+// The intra-operator IR of the bundled and test specs: it round-trips through its text form (and the
+// emitters print the same files from the parsed text), verifies, and carries the lowering decisions:
+// what stays in registers, where loads go, which reductions run over the warp, where the syncs are.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <regex>
+
+#include "emit/emit.h"
+#include "helpers.h"
+#include "ir/inter/verifier.h"
+#include "ir/intra/parser.h"
+#include "passes/passes.h"
+
+using namespace hectorgen;
+using namespace hectorgen::test;
+using namespace hectorgen::intra;
+
+namespace {
+
+std::vector<std::string> all_specs() {
+  std::vector<std::string> out;
+  for (const char* dir : {"/specs", "/tests/gpu/specs"})
+    for (const auto& f : std::filesystem::directory_iterator(std::string(HECTORGEN_SOURCE_DIR) + dir))
+      if (f.path().extension() == ".yaml" || f.path().extension() == ".json") out.push_back(f.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<Program> lower_path(const std::string& path) {
+  auto c = compile_text(path, read_file(path));
+  INFO(c->rendered());
+  REQUIRE(c->module);
+  std::vector<Program> out;
+  Diagnostics d;
+  auto lower = [&](const inter::Module& m, const std::string& phase) {
+    inter::Module fused = passes::fuse_loops(m);
+    inter::Analysis a;
+    REQUIRE(inter::verify(fused, d, &a));
+    auto p = passes::lower(fused, a, d, phase);
+    REQUIRE(p);
+    out.push_back(*p);
+  };
+  lower(*c->module, "forward");
+  if (auto tm = passes::autodiff(*c->module, d)) {
+    lower(tm->forward, "forward_train");
+    out.back().saved = tm->saved;
+    lower(tm->backward, "backward");
+  }
+  // As the driver does: every phase shares one preprocessing.
+  std::set<std::string> layouts;
+  for (const auto& p : out) layouts.insert(p.layouts.begin(), p.layouts.end());
+  for (auto& p : out) p.layouts = layouts;
+  return out;
+}
+
+const TraversalInstance& traversal(const std::vector<Program>& phases, const std::string& name) {
+  for (const Program& p : phases)
+    for (const Kernel& k : p.kernels)
+      if (auto* t = std::get_if<TraversalInstance>(&k); t && t->name == name) return *t;
+  throw std::runtime_error("test: no traversal instance " + name);
+}
+
+const EdgeLoop& loop_at(const TraversalInstance& t, size_t n) {
+  for (const Instr& in : t.body)
+    if (auto* l = std::get_if<EdgeLoop>(&in.v))
+      if (n-- == 0) return *l;
+  throw std::runtime_error("test: no such loop");
+}
+
+// The top-level instructions of a body, as their first words ("var v_h", "for e", "sync", "store att", ...).
+std::vector<std::string> outline(const std::vector<Instr>& body) {
+  std::vector<std::string> out;
+  for (const Instr& in : body)
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, Def>) out.push_back(std::string(x.is_mutable ? "var " : "let ") + x.name);
+          else if constexpr (std::is_same_v<T, Update>) out.push_back("update " + x.name);
+          else if constexpr (std::is_same_v<T, Store>) out.push_back("store " + x.tensor);
+          else if constexpr (std::is_same_v<T, Sync>) out.push_back("sync");
+          else if constexpr (std::is_same_v<T, EdgeLoop>) out.push_back("for " + x.var);
+          else if constexpr (std::is_same_v<T, IndexDef>) out.push_back("index " + x.name);
+        },
+        in.v);
+  return out;
+}
+
+const Def& def_named(const std::vector<Instr>& body, const std::string& name) {
+  for (const Instr& in : body)
+    if (auto* d = std::get_if<Def>(&in.v); d && d->name == name) return *d;
+  throw std::runtime_error("test: no register " + name);
+}
+
+int count_instrs(const std::vector<Instr>& body, const std::function<bool(const Instr&)>& pred) {
+  int n = 0;
+  for (const Instr& in : body) {
+    n += pred(in);
+    if (auto* l = std::get_if<EdgeLoop>(&in.v)) n += count_instrs(l->body, pred);
+  }
+  return n;
+}
+
+bool is_reduce(const Instr& in) {
+  auto* d = std::get_if<Def>(&in.v);
+  return d && std::holds_alternative<Reduce>(d->source);
+}
+bool is_sync(const Instr& in) { return std::holds_alternative<Sync>(in.v); }
+
+}  // namespace
+
+TEST_CASE("every spec's intra IR prints, parses back to the same text and the same generated files", "[intra][roundtrip]") {
+  for (const std::string& path : all_specs()) {
+    CAPTURE(path);
+    std::vector<Program> phases = lower_path(path);
+    for (const Program& p : phases) CHECK(verify_program(p) == "");
+    std::string text = print_programs(phases);
+    SourceFile file("spec.intra.ir", text);
+    Diagnostics d;
+    auto parsed = parse_programs(file, d);
+    std::ostringstream err;
+    d.render(err);
+    INFO(err.str());
+    REQUIRE(parsed);
+    CHECK(print_programs(*parsed) == text);
+    for (const Program& p : *parsed) CHECK(verify_program(p) == "");
+    // The text holds everything the emitters read: they print the same files from it.
+    driver::OutputSet from_ir, direct;
+    emit::emit_all(*parsed, {"spec.yaml", "test"}, from_ir);
+    emit::emit_all(phases, {"spec.yaml", "test"}, direct);
+    CHECK(from_ir.files() == direct.files());
+  }
+}
+
+TEST_CASE("the committed .intra.ir goldens parse back to themselves", "[intra][roundtrip]") {
+  for (const char* model : {"rgcn", "rgat", "hgt"}) {
+    CAPTURE(model);
+    std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/generated/" + model + "/" + model + ".intra.ir";
+    std::string text = read_file(path);
+    SourceFile file(path, text);
+    Diagnostics d;
+    auto parsed = parse_programs(file, d);
+    REQUIRE(parsed);
+    CHECK(print_programs(*parsed) == text);
+  }
+}
+
+TEST_CASE("--emit=intra-ir prints the phases that parse back", "[intra][driver]") {
+  driver::Options o;
+  o.spec_path = spec_path("rgat.yaml");
+  o.emit = "intra-ir";
+  std::ostringstream out, err;
+  REQUIRE(driver::run(o, out, err) == 0);
+  SourceFile file("rgat.intra.ir", out.str());
+  Diagnostics d;
+  auto parsed = parse_programs(file, d);
+  REQUIRE(parsed);
+  REQUIRE(parsed->size() == 3);
+  CHECK(print_programs(*parsed) == out.str());
+  CHECK(out.str() == read_file(std::string(HECTORGEN_SOURCE_DIR) + "/generated/rgat/rgat.intra.ir"));
+}
+
+TEST_CASE("RGAT's node softmax keeps the node's values in registers and syncs where lanes exchange att", "[intra][lowering]") {
+  auto phases = lower_path(spec_path("rgat.yaml"));
+  const TraversalInstance& t = traversal(phases, "rgat_fw_nodes_att_max");
+  CHECK(t.rows == inter::LoopKind::DstNodes);
+  // att_max, att_sum and h are registers of the whole row, stored once at its end; one sync before each
+  // lane-0 overwrite of att[e] (which every lane read) and one before the loop that reads back what lane 0
+  // wrote.
+  CHECK(outline(t.body) == std::vector<std::string>{"var v_att_max", "for e", "for e", "var v_att_sum", "sync", "for e", "var v_h",
+                                                    "for e", "store att_max", "store att_sum", "store h"});
+  CHECK(outline(loop_at(t, 0).body) == std::vector<std::string>{"let v_att", "update v_att_max"});
+  CHECK(outline(loop_at(t, 1).body) == std::vector<std::string>{"var v_att", "update v_att", "sync", "store att"});
+  CHECK(outline(loop_at(t, 3).body) ==
+        std::vector<std::string>{"let v_msg", "var v_att", "update v_att", "update v_h", "sync", "store att"});
+  const Def& h = def_named(t.body, "v_h");
+  CHECK(h.type == RegType{{1, 64}, LaneLayout::Lanes});  // spread over the lanes: 2 slots each
+  CHECK(h.type.slots() == 2);
+  const Store& att = std::get<Store>(loop_at(t, 1).body.back().v);
+  CHECK(att.lanes == StoreLanes::Lane0);
+  CHECK(std::get<Store>(t.body.back().v).lanes == StoreLanes::Partitioned);
+  // The same kernel without its syncs races.
+  TraversalInstance racy = t;
+  std::function<void(std::vector<Instr>&)> strip = [&](std::vector<Instr>& b) {
+    b.erase(std::remove_if(b.begin(), b.end(), is_sync), b.end());
+    for (Instr& in : b)
+      if (auto* l = std::get_if<EdgeLoop>(&in.v)) strip(l->body);
+  };
+  strip(racy.body);
+  REQUIRE(find_warp_hazard(racy));
+  CHECK(find_warp_hazard(racy)->tensor == "att");
+}
+
+TEST_CASE("RGAT's edge kernels reduce over the warp once per value, loading each row once", "[intra][lowering]") {
+  auto phases = lower_path(spec_path("rgat.yaml"));
+  const TraversalInstance& fw = traversal(phases, "rgat_fw_edges_att");
+  CHECK(count_instrs(fw.body, is_reduce) == 2);
+  CHECK(count_instrs(fw.body, is_sync) == 0);
+  for (const Instr& in : fw.body)
+    if (auto* d = std::get_if<Def>(&in.v); d && std::holds_alternative<Reduce>(d->source)) CHECK(std::get<Reduce>(d->source).warp);
+  // The backward repeats dot(e.hs, w_s[e.etype]) in four statements: computed once; hs loaded once.
+  const TraversalInstance& bw = traversal(phases, "rgat_bw_edges_d_hs");
+  CHECK(count_instrs(bw.body, is_reduce) == 2);
+  CHECK(count_instrs(bw.body, [](const Instr& in) {
+          auto* d = std::get_if<Def>(&in.v);
+          auto* l = d ? std::get_if<Load>(&d->source) : nullptr;
+          return l && l->tensor == "hs";
+        }) == 1);
+  // d_hs is accumulated twice in registers and stored once.
+  CHECK(count_instrs(bw.body, [](const Instr& in) {
+          auto* s = std::get_if<Store>(&in.v);
+          return s && s->tensor == "d_hs";
+        }) == 1);
+}
+
+TEST_CASE("RGAT's backward node kernel hoists the node's rows out of the edge loops and syncs between loops",
+          "[intra][lowering]") {
+  auto phases = lower_path(spec_path("rgat.yaml"));
+  const TraversalInstance& t = traversal(phases, "rgat_bw_nodes_d_att");
+  // n.d_h, att_sum and att_max of the row node: loaded once per node, not once per edge.
+  std::vector<std::string> top = outline(t.body);
+  CHECK(std::vector<std::string>(top.begin(), top.begin() + 3) == std::vector<std::string>{"let v_d_h", "let v_att_sum", "let v_att_max"});
+  // Loop 2 reads d_att__1 that lane 0 stored in loop 1, loop 3 d_att__0 stored in loop 2: a sync before each.
+  CHECK(std::count(top.begin(), top.end(), "sync") == 2);
+  for (size_t i = 1; i < top.size(); ++i)
+    if (top[i] == "sync") CHECK(top[i + 1] == "for e");
+}
+
+TEST_CASE("HGT and RGCN: gathers through dst, node sums without atomics or syncs", "[intra][lowering]") {
+  auto hgt = lower_path(spec_path("hgt.yaml"));
+  const TraversalInstance& att = traversal(hgt, "hgt_fw_edges_att");
+  CHECK(outline(att.body)[0] == "index e_dst");
+  CHECK(std::get<IndexDef>(att.body[0].v).array == GraphArray::Dst);
+  auto rgcn = lower_path(spec_path("rgcn.yaml"));
+  const TraversalInstance& sum = traversal(rgcn, "rgcn_fwt_sum_h");
+  // h starts from what the self-loop GEMM stored, adds the edge rows in a register, and is stored once.
+  CHECK(outline(sum.body) == std::vector<std::string>{"var v_h", "for e", "store h"});
+  CHECK(std::get<Load>(def_named(sum.body, "v_h").source).tensor == "h");
+  // In RGAT's backward the first node sum of d_feature starts at zero (nothing to load), the second from it.
+  auto rgat = lower_path(spec_path("rgat.yaml"));
+  CHECK(std::get<Eval>(def_named(traversal(rgat, "rgat_bw_sum_d_feature").body, "v_d_feature").source).value->kind ==
+        Value::Kind::Const);
+  CHECK(std::get<Load>(def_named(traversal(rgat, "rgat_bw_sum_d_feature_2").body, "v_d_feature").source).tensor == "d_feature");
+  CHECK(count_instrs(sum.body, is_sync) == 0);
+}
+
+TEST_CASE("generated traversal kernels: source names, no copies, no one-iteration loops", "[intra][emit]") {
+  for (const std::string& path : all_specs()) {
+    CAPTURE(path);
+    auto phases = lower_path(path);
+    std::string cu = emit::emit_kernels_cu(phases, {"spec.yaml", "test"});
+    CHECK_FALSE(std::regex_search(cu, std::regex(R"(\bv[0-9]+\b)")));        // no v0, v1, ...
+    CHECK_FALSE(std::regex_search(cu, std::regex(R"(< 1; \+\+)")));          // no loop of one iteration
+    CHECK_FALSE(std::regex_search(cu, std::regex(R"(\b(\w+)\[0\] = (\w+)\[0\];)")));  // no copies
+    for (const Program& p : phases)
+      for (const Kernel& k : p.kernels)
+        if (auto* t = std::get_if<TraversalInstance>(&k)) {
+          CAPTURE(t->name);
+          // A register defined as another register is a copy.
+          CHECK(count_instrs(t->body, [](const Instr& in) {
+                  auto* d = std::get_if<Def>(&in.v);
+                  auto* e = d ? std::get_if<Eval>(&d->source) : nullptr;
+                  return e && e->value->kind == Value::Kind::Reg;
+                }) == 0);
+          CHECK_FALSE(find_warp_hazard(*t));
+        }
+  }
+}
