@@ -195,12 +195,12 @@ __global__ void __launch_bounds__(256) rgat_fw_nodes_att_max(
       const float v_att = att[e];
       v_att_max = fmaxf(v_att_max, v_att);
     }
+    __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // e["att"] = exp(e["att"] - e.dst["att_max"])
-      float v_att = att[e];
+      float v_att = __shfl_sync(0xffffffffu, lane == 0 ? att[e] : 0.f, 0);
       v_att = expf(v_att - v_att_max);
-      __syncwarp();
       if (lane == 0) att[e] = v_att;
     }
     // n["att_sum"] = 0.0
@@ -215,18 +215,18 @@ __global__ void __launch_bounds__(256) rgat_fw_nodes_att_max(
     float v_h[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_h[j] = 0.0f;
+    __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       float v_msg[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_msg[j] = t_hs[e * 64 + lane + 32 * j];
       // e["att"] = e["att"] / e.dst["att_sum"]
-      float v_att = att[e];
+      float v_att = __shfl_sync(0xffffffffu, lane == 0 ? att[e] : 0.f, 0);
       v_att = v_att / v_att_sum;
       // n["h"] += e["att"] * e["msg"]
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_h[j] += v_att * v_msg[j];
-      __syncwarp();
       if (lane == 0) att[e] = v_att;
     }
     if (lane == 0) att_max[n] = v_att_max;
@@ -397,29 +397,25 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
       if (lane == 0) d_att__1[e] = v_d_att__1;
     }
     float v_d_att_max = 0.0f;
-    __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["d_att__1"] += n["d_att_sum"]
-      float v_d_att__1 = d_att__1[e];
+      float v_d_att__1 = __shfl_sync(0xffffffffu, lane == 0 ? d_att__1[e] : 0.f, 0);
       v_d_att__1 += v_d_att_sum;
       // e["d_att__0"] += e["d_att__1"] * exp(e.att__0 - e.dst.att_max)
       const float v_d_att__0 = v_d_att__1 * expf(v_att__0 - v_att_max);
       // e.dst["d_att_max"] += -(e["d_att__1"] * exp(e.att__0 - e.dst.att_max))
       v_d_att_max += -(v_d_att__1 * expf(v_att__0 - v_att_max));
-      __syncwarp();
       if (lane == 0) d_att__1[e] = v_d_att__1;
       if (lane == 0) d_att__0[e] = v_d_att__0;
     }
-    __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max)
-      float v_d_att__0 = d_att__0[e];
+      float v_d_att__0 = __shfl_sync(0xffffffffu, lane == 0 ? d_att__0[e] : 0.f, 0);
       v_d_att__0 += v_d_att_max * (v_att__0 >= v_att_max ? 1.f : 0.f);
-      __syncwarp();
       if (lane == 0) d_att__0[e] = v_d_att__0;
     }
     if (lane == 0) d_att_sum[n] = v_d_att_sum;

@@ -177,6 +177,8 @@ class TraversalPrinter {
       const TensorInfo& t = tensor(l->tensor);
       int64_t n = t.row_numel();
       auto elem = [&](const std::string& j) {
+        if (ty.layout == LaneLayout::Replicated && l->lane0)
+          return fmt::format("__shfl_sync(0xffffffffu, lane == 0 ? {} : 0.f, 0)", address(t, l->row, j));
         if (ty.layout == LaneLayout::Replicated) return address(t, l->row, j);
         std::string idx = lane_element(j);
         std::string a = address(t, l->row, idx);

@@ -320,8 +320,14 @@ class TraversalLowering {
 
   // What an accumulator starts from: the tensor's row when it holds data, else zero.
   intra::Source initial(const std::string& tensor_name, const RowRef& row) {
-    if (has_content(tensor_name)) return intra::Load{tensor_name, row.row};
+    if (has_content(tensor_name)) return stored_back(tensor_name, row.row);
     return intra::Eval{Value::constant(0)};
+  }
+
+  // The load of a row a register keeps and stores back: a replicated one is stored by lane 0, so lane 0
+  // alone loads it too (and shuffles it to the other lanes): no other lane touches the row, no sync.
+  intra::Load stored_back(const std::string& tensor_name, const std::string& row) const {
+    return intra::Load{tensor_name, row, intra::layout_for(tensor(tensor_name).row_numel()) == LaneLayout::Replicated};
   }
 
   // ---- expressions --------------------------------------------------------------------------------
@@ -396,7 +402,7 @@ class TraversalLowering {
       if (written_.count(tn)) {
         // Read before this iteration writes it: the register then holds the field for the iteration.
         bool assigned = field_writes_[eb.edge].count(tn) > 0;
-        Reg reg = define(b.body, "v_" + field, tensor(tn).shape, intra::Load{tn, r.row}, assigned);
+        Reg reg = define(b.body, "v_" + field, tensor(tn).shape, assigned ? intra::Source{stored_back(tn, r.row)} : intra::Load{tn, r.row}, assigned);
         eb.fields[tn] = reg;
         return val(reg);
       }

@@ -196,6 +196,7 @@ TEST_CASE("the traversal verifier rejects each broken rule", "[intra][verifier]"
       {replace(ed, "store att[e] = v_att by lane0", "store shared[0] = v_att by lane0"), "store to 'shared', a weight"},
       // types and lane layouts
       {replace(ed, "let hs: [1, 64] lanes(2)", "let hs: [1, 32] lanes(1)"), "'hs' has 32 elements, rows of 't_hs' have 64"},
+      {replace(ed, "load t_hs[e]", "load t_hs[e] by lane0"), "'hs' is spread over the lanes: each lane loads its elements, not lane 0"},
       {replace(ed, "let hs: [1, 64] lanes(2)", "let hs: [1, 64] replicated(64)"), "'hs' is laid out replicated where the instruction computes lanes"},
       {replace(ed, "warp_sum(hs * v_w_s, 64)", "warp_sum(hs * v_w_s, 32)"), "'dot_hs_w_s' reduces 64 elements by 32 into 1: the counts do not match"},
       {replace(ed, "warp_sum(hs * v_w_s, 64)", "lane_sum(hs * v_w_s, 64)"), "'hs' is laid out lanes where the instruction computes replicated"},
@@ -240,6 +241,17 @@ TEST_CASE("warp syncs go where lanes exchange values through global memory", "[i
                                               "    for e in incoming(n) at i_e:\n        # n[\"att_sum\"] += e[\"att\"]",
                                               "    sync\n    for e in incoming(n) at i_e:\n        # n[\"att_sum\"] += e[\"att\"]"),
                                       "        v_h += v_att * v_msg\n", "        v_h += v_att * v_msg\n        sync\n"));
+  // Loaded by lane 0 where lane 0 overwrites them, the rows of att are exchanged only between loops.
+  TraversalInstance owned = parse(replace(replace(kSoftmax, "        var v_att: [1] replicated(1) = load att[e]\n        v_att = exp",
+                                                  "        var v_att: [1] replicated(1) = load att[e] by lane0\n        v_att = exp"),
+                                          "        var v_att: [1] replicated(1) = load att[e]\n        v_att = v_att /",
+                                          "        var v_att: [1] replicated(1) = load att[e] by lane0\n        v_att = v_att /"));
+  insert_warp_syncs(owned);
+  std::string synced = print_traversal(owned);
+  CHECK(synced.find("    sync\n    for e in incoming(n) at i_e:\n        # e[\"att\"] = exp") != std::string::npos);
+  CHECK(synced.find("    sync\n    for e in incoming(n) at i_e:\n        # n[\"att_sum\"]") != std::string::npos);
+  CHECK(synced.find("    sync\n    for e in incoming(n) at i_e:\n        let v_msg") != std::string::npos);
+  CHECK(synced.find("        sync\n") == std::string::npos);
   // Inserting again changes nothing.
   std::string once = print_traversal(t);
   insert_warp_syncs(t);

@@ -245,6 +245,9 @@ Source parse_source(Cursor& c) {
     c.expect("[");
     l.row = parse_row(c);
     c.expect("]");
+    if (c.accept("by")) c.expect("lane0");
+    else return l;
+    l.lane0 = true;
     return l;
   }
   for (const char* kw : {"warp_sum", "warp_max", "lane_sum", "lane_max"}) {

@@ -176,7 +176,7 @@ void print(const ValueP& v, std::string& out) {
 }
 
 std::string print_source(const Source& s) {
-  if (auto* l = std::get_if<Load>(&s)) return fmt::format("load {}[{}]", l->tensor, l->row);
+  if (auto* l = std::get_if<Load>(&s)) return fmt::format("load {}[{}]{}", l->tensor, l->row, l->lane0 ? " by lane0" : "");
   if (auto* e = std::get_if<Eval>(&s)) return print_value(e->value);
   const Reduce& r = std::get<Reduce>(s);
   return fmt::format("{}_{}({}, {})", r.warp ? "warp" : "lane", r.op == ReduceOp::Sum ? "sum" : "max", print_value(r.value), r.axis);
@@ -258,7 +258,7 @@ bool conflict(const Access& a, const Access& b) {
 std::optional<Access> access_of(const Instr& in) {
   if (auto* d = std::get_if<Def>(&in.v)) {
     if (auto* l = std::get_if<Load>(&d->source))
-      return Access{l->tensor, d->type.layout == LaneLayout::Lanes ? Part::Lanes : Part::All, false, l->row,
+      return Access{l->tensor, d->type.layout == LaneLayout::Lanes ? Part::Lanes : l->lane0 ? Part::Lane0 : Part::All, false, l->row,
                     fmt::format("load {}[{}] into {}", l->tensor, l->row, d->name)};
   }
   if (auto* s = std::get_if<Store>(&in.v); s && !s->atomic)

@@ -9,8 +9,10 @@
 //   let / var   a register value (immutable / mutable) with its type: shape and per-lane layout.
 //               `lanes`: element i sits in lane i % 32, slot i / 32 (vectors of 32 or more elements);
 //               `replicated`: every lane holds every element (scalars and short vectors).
-//               Defined by a load of a tensor row, an element-wise expression, or a reduction of the last
-//               axis (a warp reduction when the reduced value is spread over the lanes, else per lane).
+//               Defined by a load of a tensor row (each lane its elements; every lane all of them; or,
+//               `by lane0`, lane 0 and a shuffle to the others), an element-wise expression, or a
+//               reduction of the last axis (a warp reduction when the reduced value is spread over the
+//               lanes, else per lane).
 //   x op= v     an update of a mutable register (node aggregates and edge fields kept in registers)
 //   store       a register into a tensor row: lane-partitioned (each lane its own elements), by lane 0
 //               (replicated values), or atomically added (scatters into other rows)
@@ -116,7 +118,9 @@ struct IndexDef {
 
 struct Load {
   std::string tensor;
-  std::string row;  // a row variable or index; "0" for a weight without rows
+  std::string row;     // a row variable or index; "0" for a weight without rows
+  bool lane0 = false;  // replicated values: lane 0 loads, the other lanes get it by a shuffle (a row lane 0
+                       // also stores is then touched by lane 0 alone); else every lane loads
 };
 struct Eval {
   ValueP value;

@@ -176,6 +176,8 @@ class TraversalVerifier {
       if (!check_row(*t, l->row, false, false)) return false;
       if (t->row_numel() != d.type.numel())
         return bad(fmt::format("'{}' has {} elements, rows of '{}' have {}", d.name, d.type.numel(), t->name, t->row_numel()));
+      if (l->lane0 && d.type.layout != LaneLayout::Replicated)
+        return bad(fmt::format("'{}' is spread over the lanes: each lane loads its elements, not lane 0", d.name));
     } else if (auto* e = std::get_if<Eval>(&d.source)) {
       if (!value(e->value, d.type)) return false;
     } else {
