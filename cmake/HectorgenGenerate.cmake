@@ -6,7 +6,8 @@
 #                                      #   relative: to CMAKE_CURRENT_BINARY_DIR
 #     [MODEL <name>]                   # the spec's `model:`; default the spec's file stem
 #     [OPTIONS <arg>...]               # extra hectorgen arguments, e.g. -v
-#     [HECTORGEN_EXECUTABLE <path>])   # the compiler to run (see "Which hectorgen" below)
+#     [HECTORGEN_EXECUTABLE <path>]    # the compiler to run (see "Which hectorgen" below)
+#     [NO_RUNTIME])                    # do not look for the hectorgen runtime (see "The runtime" below)
 #
 # At build time this runs `hectorgen <SPEC> -o <OUTPUT_DIR> <OPTIONS...>`, which writes the fixed set of files
 # described in docs/generated_api.md:
@@ -14,7 +15,9 @@
 #   <model>.inter.ir  <model>.backward.inter.ir  <model>.intra.ir
 # and defines
 #   <target>            STATIC library: <model>_kernels.cu compiled as CUDA (torch-free), with OUTPUT_DIR as a
-#                       PUBLIC include directory (for <model>_kernels.h) and the CUDA headers for C++ users.
+#                       PUBLIC include directory (for <model>_kernels.h) and the CUDA headers for C++ users; it
+#                       links hectorgen::runtime PUBLIC (graph preprocessing, hectorgen/graph.h, for the arrays
+#                       the kernels read).
 #   <target>_generate   custom target that only runs hectorgen (for users of <model>.py / <model>_host.cpp).
 # Properties set on <target>:
 #   HECTORGEN_OUTPUT_DIR     absolute OUTPUT_DIR
@@ -35,6 +38,13 @@
 # (from find_package(hectorgen)); else `hectorgen` on PATH (cached as HECTORGEN_PROGRAM). The tool is a
 # dependency: rebuilding it regenerates.
 #
+# The runtime: the hectorgen::runtime target when it exists (add_subdirectory(<hectorgen>/runtime) before this call),
+# else find_package(hectorgen_runtime <HECTORGEN_RUNTIME_REQUIRED_VERSION> CONFIG), searched in CMAKE_PREFIX_PATH,
+# hectorgen_runtime_DIR and the prefix hectorgen was installed to. HECTORGEN_RUNTIME_REQUIRED_VERSION (MAJOR.MINOR,
+# the runtime version that generated code is written for) comes from find_package(hectorgen), or inside the
+# hectorgen repository from runtime/include/hectorgen/runtime_version.h. The generated CMakeLists.txt (the Python
+# extension) finds the runtime the same way. NO_RUNTIME skips all this (the kernels themselves need no runtime code).
+#
 # Incremental builds: the command's only OUTPUT is a stamp file (<target>.hectorgen-stamp in the current binary
 # dir); the generated files are BYPRODUCTS. hectorgen rewrites a file only when its content changed, so editing
 # the spec (or rebuilding hectorgen) reruns hectorgen but recompiles only what actually changed, and a build with
@@ -46,6 +56,45 @@ include_guard(GLOBAL)
 if(CMAKE_VERSION VERSION_LESS 3.20)
   message(FATAL_ERROR "HectorgenGenerate.cmake needs CMake 3.20 or newer (cmake_path)")
 endif()
+
+# The runtime version generated code needs (MAJOR.MINOR): set by hectorgenConfig.cmake for an installed hectorgen,
+# read from the runtime's version header inside the hectorgen repository.
+if(NOT DEFINED HECTORGEN_RUNTIME_REQUIRED_VERSION)
+  set(_hectorgen_runtime_header "${CMAKE_CURRENT_LIST_DIR}/../runtime/include/hectorgen/runtime_version.h")
+  if(EXISTS "${_hectorgen_runtime_header}")
+    file(STRINGS "${_hectorgen_runtime_header}" _hectorgen_runtime_version
+         REGEX "^#define HECTORGEN_RUNTIME_VERSION_STRING ")
+    if(_hectorgen_runtime_version MATCHES "\"([0-9]+)\\.([0-9]+)\\.[0-9]+\"")
+      set(HECTORGEN_RUNTIME_REQUIRED_VERSION "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+    endif()
+    unset(_hectorgen_runtime_version)
+  endif()
+  unset(_hectorgen_runtime_header)
+endif()
+
+# Makes hectorgen::runtime available in the caller's directory: the existing target or the installed package.
+function(_hectorgen_require_runtime target)
+  if(TARGET hectorgen::runtime)
+    return()
+  endif()
+  set(hints)
+  if(_HECTORGEN_INSTALL_PREFIX)
+    list(APPEND hints "${_HECTORGEN_INSTALL_PREFIX}")
+  endif()
+  find_package(hectorgen_runtime ${HECTORGEN_RUNTIME_REQUIRED_VERSION} CONFIG QUIET HINTS ${hints})
+  if(NOT hectorgen_runtime_FOUND OR NOT TARGET hectorgen::runtime)
+    set(found "")
+    if(hectorgen_runtime_CONSIDERED_VERSIONS)
+      list(JOIN hectorgen_runtime_CONSIDERED_VERSIONS ", " versions)
+      list(JOIN hectorgen_runtime_CONSIDERED_CONFIGS ", " configs)
+      set(found " (found only version(s) ${versions}: ${configs})")
+    endif()
+    message(FATAL_ERROR "hectorgen_generate(${target}): the hectorgen runtime ${HECTORGEN_RUNTIME_REQUIRED_VERSION} "
+                        "(any later version of the same major version will do) was not found${found}: "
+                        "add_subdirectory(<hectorgen>/runtime) first, or install it (runtime/README.md) and add its "
+                        "prefix to CMAKE_PREFIX_PATH (or set hectorgen_runtime_DIR); NO_RUNTIME skips it")
+  endif()
+endfunction()
 
 function(_hectorgen_resolve_tool explicit out_command out_depends)
   if(explicit)
@@ -89,7 +138,7 @@ function(_hectorgen_resolve_tool explicit out_command out_depends)
 endfunction()
 
 function(hectorgen_generate target)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "SPEC;OUTPUT_DIR;MODEL;HECTORGEN_EXECUTABLE" "OPTIONS")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "NO_RUNTIME" "SPEC;OUTPUT_DIR;MODEL;HECTORGEN_EXECUTABLE" "OPTIONS")
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "hectorgen_generate(${target}): unknown arguments: ${arg_UNPARSED_ARGUMENTS}")
   endif()
@@ -146,6 +195,9 @@ function(hectorgen_generate target)
   set_property(GLOBAL PROPERTY _HECTORGEN_OUTPUT_DIR_OWNER_${out} "${target}")
 
   _hectorgen_resolve_tool("${arg_HECTORGEN_EXECUTABLE}" tool_command tool_depends)
+  if(NOT arg_NO_RUNTIME)
+    _hectorgen_require_runtime(${target})
+  endif()
 
   set(cu "${out}/${model}_kernels.cu")
   set(h "${out}/${model}_kernels.h")
@@ -173,6 +225,9 @@ function(hectorgen_generate target)
   target_include_directories(${target} PUBLIC "${out}")
   # <model>_kernels.h declares launchers taking cudaStream_t: C++ users need the CUDA headers.
   target_include_directories(${target} SYSTEM PUBLIC ${CMAKE_CUDA_TOOLKIT_INCLUDE_DIRECTORIES})
+  if(NOT arg_NO_RUNTIME)
+    target_link_libraries(${target} PUBLIC hectorgen::runtime)
+  endif()
   set_target_properties(${target} PROPERTIES
     CUDA_STANDARD 17
     CUDA_STANDARD_REQUIRED ON

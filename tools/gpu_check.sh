@@ -13,6 +13,8 @@
 #   2. regenerates rgcn, rgat, hgt (specs/) and rgat4 (tests/gpu/specs/rgat4.yaml) into $HG_GEN_DIR/generated/
 #      (default /tmp/hg_gen; a mirror of the repo layout, so relative paths in the output match), and diffs
 #      the bundled generated/<model> against them (gen.log).
+#   2b. builds and installs the hectorgen runtime (runtime/, CMake) into $HG_GEN_DIR/runtime-prefix and exports
+#      CMAKE_PREFIX_PATH and PYTHONPATH so that the extensions and the generated modules find it (gen.log).
 #   3. builds the four extensions in parallel (CMake + Ninja; build.log).
 #   4. tests/gpu/gpu_check.py: tiny graph vs the float64 CPU reference, medium graph vs the PyTorch reference,
 #      NaN-poisoned re-runs, timing (gpu_check.md, gpu_check.json).
@@ -187,6 +189,32 @@ for m in "${MODEL_LIST[@]}"; do
   fi
 done
 for s in "${GEN_STATUS[@]}"; do log "generate: $s"; done
+
+# ---- 2b. the hectorgen runtime, built and installed once into $GEN_ROOT/runtime-prefix ------------------------
+# The generated extensions find it through CMAKE_PREFIX_PATH (find_package(hectorgen_runtime)), the generated modules
+# import its Python package (with the compiled _C) through PYTHONPATH; both are exported to every later step.
+RT_PREFIX="$GEN_ROOT/runtime-prefix"
+RT_ARCH="${HECTORGEN_CUDA_ARCH:-}"
+if [[ -z "$RT_ARCH" ]]; then  # this GPU's, like the extensions (gpu_check.py default_cuda_arch)
+  RT_ARCH="$(python3 -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}{n}")' 2>/dev/null ||
+             echo "80;90")"
+fi
+log "hectorgen runtime: build for sm_$RT_ARCH and install into $RT_PREFIX (log: gen.log)"
+echo "===== hectorgen runtime (runtime/ -> $RT_PREFIX)" >> "$GEN_LOG"
+rt_args=(-S "$ROOT/runtime" -B "$GEN_ROOT/runtime-build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$RT_ARCH"
+         -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+         -DPython3_EXECUTABLE="$(command -v python3)" -DHECTORGEN_RUNTIME_PYTHON_INSTALL_DIR=python)
+command -v ninja >/dev/null && rt_args+=(-G Ninja)
+# shellcheck disable=SC2016  # $1, $2 expand in the inner shell
+if timeout -k 10 "$(cap 240 200)" bash -c '"${@:3}" && cmake --build "$1" && cmake --install "$1" --prefix "$2"' _ \
+     "$GEN_ROOT/runtime-build" "$RT_PREFIX" cmake "${rt_args[@]}" >> "$GEN_LOG" 2>&1 &&
+   [[ -f "$RT_PREFIX/python/hectorgen_runtime/__init__.py" ]]; then
+  log "hectorgen runtime: $(PYTHONPATH="$RT_PREFIX/python" python3 -c 'import hectorgen_runtime as r; print(r.__version__, "with", r.load_extension().__file__)' 2>&1 | tail -1)"
+else
+  log "hectorgen runtime: build FAILED (gen.log); the extensions will not configure"
+fi
+export CMAKE_PREFIX_PATH="$RT_PREFIX${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+export PYTHONPATH="$RT_PREFIX/python${PYTHONPATH:+:$PYTHONPATH}"
 
 # ---- 3. build the extensions in parallel ---------------------------------------------------------------------
 t=$(cap 330 140)

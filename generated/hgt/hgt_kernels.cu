@@ -4,6 +4,7 @@
 // instance(s), each with a launcher (see hgt_kernels.h). Torch-free: compile with nvcc alone.
 #include "hgt_kernels.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace {
@@ -380,37 +381,50 @@ __global__ void __launch_bounds__(256) hgt_bw_gemm_d_agg(
 
 // hgt_bw_wgrad_d_W_a: weight-gradient instance  d_W_a[ntype] += sum_row agg[row]^T * d_h[row]
 //   from: d_W_a[n.ntype] += outer(reshape(n.agg, heads * d_k), n.d_h)
-// One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
+// One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_a(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
     const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows) {
+    int64_t num_rows, int num_segments) {
   constexpr int kTile = 16;
+  constexpr int kCoarsen = 1;
+  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows (k) of one column (n)
   constexpr int64_t kK = 64, kN = 64, kHeads = 1;
+  constexpr int64_t kKTiles = 4, kNTiles = 4;
   __shared__ float xs[kTile][kTile + 1];  // [row][k]
   __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  const int type = blockIdx.z / kHeads;
-  const int head = blockIdx.z % kHeads;
-  const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-  (void)num_rows;
-  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile, n0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  // blockIdx.x numbers the (k tile, n tile, head) of dW, k fastest; blockIdx.y the segment.
+  const int64_t k0 = blockIdx.x % kKTiles * kTile, n0 = blockIdx.x / kKTiles % kNTiles * kTile;
+  const int head = static_cast<int>(blockIdx.x / (kKTiles * kNTiles));
   const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  float acc = 0.f;
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = r0 + r;
-      const bool in_range = row < row_end;
-      xs[r][c] = in_range && k0 + c < kK ? x[row * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-      ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
-    }
-    __syncthreads();
+  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
+  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
+    const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
+    (void)num_rows;
+    float acc[kCoarsen] = {};
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
+      for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
+        const int r = i / kTile, c = i % kTile;
+        const int64_t row = r0 + r;
+        const bool in_range = row < row_end;
+        xs[r][c] = in_range && k0 + c < kK ? x[row * (kHeads * kK) + head * kK + k0 + c] : 0.f;
+        ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
+      }
+      __syncthreads();
 #pragma unroll
-    for (int r = 0; r < kTile; ++r) acc += xs[r][tk] * ds[r][tn];
-    __syncthreads();
+      for (int r = 0; r < kTile; ++r) {
+        const float d = ds[r][tn];
+#pragma unroll
+        for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[r][tk + c * kRowGroups] * d;
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int c = 0; c < kCoarsen; ++c) {
+      const int64_t k = k0 + tk + c * kRowGroups, n = n0 + tn;
+      if (k < kK && n < kN) dw[(type * kHeads + head) * kK * kN + k * kN + n] += acc[c];
+    }
   }
-  if (k0 + tk < kK && n0 + tn < kN)
-    dw[(static_cast<int64_t>(type) * kHeads + head) * kK * kN + (k0 + tk) * kN + n0 + tn] += acc;
 }
 
 // hgt_bw_nodes_d_att: traversal instance, one warp per destination node
@@ -550,38 +564,51 @@ __global__ void __launch_bounds__(256) hgt_bw_gemm_d_v_edges(
 
 // hgt_bw_wgrad_d_W_msg: weight-gradient instance  d_W_msg[etype] += sum_row v[static_cast<int64_t>(src[row])]^T * d_msg[row]
 //   from: d_W_msg[e.etype] += outer(e.src.v, e["d_msg"])
-// One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
+// One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_msg(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
     const int32_t* __restrict__ src,
     const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows) {
+    int64_t num_rows, int num_segments) {
   constexpr int kTile = 16;
+  constexpr int kCoarsen = 1;
+  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows (k) of one column (n)
   constexpr int64_t kK = 64, kN = 64, kHeads = 1;
+  constexpr int64_t kKTiles = 4, kNTiles = 4;
   __shared__ float xs[kTile][kTile + 1];  // [row][k]
   __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  const int type = blockIdx.z / kHeads;
-  const int head = blockIdx.z % kHeads;
-  const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-  (void)num_rows;
-  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile, n0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  // blockIdx.x numbers the (k tile, n tile, head) of dW, k fastest; blockIdx.y the segment.
+  const int64_t k0 = blockIdx.x % kKTiles * kTile, n0 = blockIdx.x / kKTiles % kNTiles * kTile;
+  const int head = static_cast<int>(blockIdx.x / (kKTiles * kNTiles));
   const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  float acc = 0.f;
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = r0 + r;
-      const bool in_range = row < row_end;
-      xs[r][c] = in_range && k0 + c < kK ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-      ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
-    }
-    __syncthreads();
+  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
+  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
+    const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
+    (void)num_rows;
+    float acc[kCoarsen] = {};
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
+      for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
+        const int r = i / kTile, c = i % kTile;
+        const int64_t row = r0 + r;
+        const bool in_range = row < row_end;
+        xs[r][c] = in_range && k0 + c < kK ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k0 + c] : 0.f;
+        ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
+      }
+      __syncthreads();
 #pragma unroll
-    for (int r = 0; r < kTile; ++r) acc += xs[r][tk] * ds[r][tn];
-    __syncthreads();
+      for (int r = 0; r < kTile; ++r) {
+        const float d = ds[r][tn];
+#pragma unroll
+        for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[r][tk + c * kRowGroups] * d;
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int c = 0; c < kCoarsen; ++c) {
+      const int64_t k = k0 + tk + c * kRowGroups, n = n0 + tn;
+      if (k < kK && n < kN) dw[(type * kHeads + head) * kK * kN + k * kN + n] += acc[c];
+    }
   }
-  if (k0 + tk < kK && n0 + tn < kN)
-    dw[(static_cast<int64_t>(type) * kHeads + head) * kK * kN + (k0 + tk) * kN + n0 + tn] += acc;
 }
 
 // hgt_bw_edges_loop: traversal instance, one warp per edge
@@ -750,22 +777,24 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
 __global__ void __launch_bounds__(256) hgt_bw_segsum_d_mu(
     const float* __restrict__ v, float* __restrict__ dw,
     const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows) {
+    int64_t num_rows, int num_segments) {
   constexpr int64_t kNumel = 1;
   __shared__ float partial[256];
   const int64_t j = blockIdx.x;
-  const int type = blockIdx.y;
-  const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-  (void)num_rows;
-  float acc = 0.f;
-  for (int64_t r = row_begin + threadIdx.x; r < row_end; r += blockDim.x) acc += v[r * kNumel + j];
-  partial[threadIdx.x] = acc;
-  __syncthreads();
-  for (int width = blockDim.x / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
+  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
+    const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
+    (void)num_rows;
+    float acc = 0.f;
+    for (int64_t r = row_begin + threadIdx.x; r < row_end; r += blockDim.x) acc += v[r * kNumel + j];
+    partial[threadIdx.x] = acc;
     __syncthreads();
+    for (int width = blockDim.x / 2; width > 0; width /= 2) {
+      if (threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) dw[type * kNumel + j] += partial[0];
   }
-  if (threadIdx.x == 0) dw[static_cast<int64_t>(type) * kNumel + j] += partial[0];
 }
 
 // hgt_bw_sum_d_q: traversal instance, one warp per destination node
@@ -800,7 +829,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
 
 cudaError_t launch_hgt_fw_gemm_k(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_fw_gemm_k
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
     hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -810,7 +839,7 @@ cudaError_t launch_hgt_fw_gemm_k(const HgtForwardArgs& a, cudaStream_t stream) {
 cudaError_t launch_hgt_fw_gemm_q(const HgtForwardArgs& a, cudaStream_t stream) {
   // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fw_gemm_q
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
     hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_q, a.q, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -820,7 +849,7 @@ cudaError_t launch_hgt_fw_gemm_q(const HgtForwardArgs& a, cudaStream_t stream) {
 cudaError_t launch_hgt_fw_gemm_v(const HgtForwardArgs& a, cudaStream_t stream) {
   // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fw_gemm_v
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
     hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_v, a.v, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -829,7 +858,7 @@ cudaError_t launch_hgt_fw_gemm_v(const HgtForwardArgs& a, cudaStream_t stream) {
 
 cudaError_t launch_hgt_fw_gemm_lin_3(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_fw_gemm_lin_3
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -839,7 +868,7 @@ cudaError_t launch_hgt_fw_gemm_lin_3(const HgtForwardArgs& a, cudaStream_t strea
 cudaError_t launch_hgt_fw_gemm_msg(const HgtForwardArgs& a, cudaStream_t stream) {
   // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_fw_gemm_msg
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.v, a.W_msg, a.msg, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -867,7 +896,7 @@ cudaError_t launch_hgt_fw_nodes_att_max(const HgtForwardArgs& a, cudaStream_t st
 cudaError_t launch_hgt_fw_gemm_h(const HgtForwardArgs& a, cudaStream_t stream) {
   // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fw_gemm_h
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
     hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.agg, a.W_a, a.h, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -889,7 +918,7 @@ cudaError_t hgt_forward(const HgtForwardArgs& a, cudaStream_t stream) {
 cudaError_t launch_hgt_fwt_gemm_k(const HgtForwardTrainArgs& a, cudaStream_t stream) {
   // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fwt_gemm_k
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
     hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -899,7 +928,7 @@ cudaError_t launch_hgt_fwt_gemm_k(const HgtForwardTrainArgs& a, cudaStream_t str
 cudaError_t launch_hgt_fwt_gemm_q(const HgtForwardTrainArgs& a, cudaStream_t stream) {
   // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fwt_gemm_q
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
     hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_q, a.q, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -909,7 +938,7 @@ cudaError_t launch_hgt_fwt_gemm_q(const HgtForwardTrainArgs& a, cudaStream_t str
 cudaError_t launch_hgt_fwt_gemm_v(const HgtForwardTrainArgs& a, cudaStream_t stream) {
   // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fwt_gemm_v
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
     hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_v, a.v, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -919,7 +948,7 @@ cudaError_t launch_hgt_fwt_gemm_v(const HgtForwardTrainArgs& a, cudaStream_t str
 cudaError_t launch_hgt_fwt_gemm_lin_3(const HgtForwardTrainArgs& a, cudaStream_t stream) {
   // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_fwt_gemm_lin_3
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -929,7 +958,7 @@ cudaError_t launch_hgt_fwt_gemm_lin_3(const HgtForwardTrainArgs& a, cudaStream_t
 cudaError_t launch_hgt_fwt_gemm_msg(const HgtForwardTrainArgs& a, cudaStream_t stream) {
   // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_fwt_gemm_msg
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.v, a.W_msg, a.msg, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -957,7 +986,7 @@ cudaError_t launch_hgt_fwt_nodes_att_max(const HgtForwardTrainArgs& a, cudaStrea
 cudaError_t launch_hgt_fwt_gemm_h(const HgtForwardTrainArgs& a, cudaStream_t stream) {
   // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fwt_gemm_h
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
     hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.agg, a.W_a, a.h, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -978,7 +1007,7 @@ cudaError_t hgt_forward_train(const HgtForwardTrainArgs& a, cudaStream_t stream)
 
 cudaError_t launch_hgt_bw_gemm_d_agg(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_bw_gemm_d_agg
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
     hgt_bw_gemm_d_agg<<<grid, 256, 0, stream>>>(a.d_h, a.W_a, a.d_agg, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -987,8 +1016,8 @@ cudaError_t launch_hgt_bw_gemm_d_agg(const HgtBackwardArgs& a, cudaStream_t stre
 
 cudaError_t launch_hgt_bw_wgrad_d_W_a(const HgtBackwardArgs& a, cudaStream_t stream) {
   {  // hgt_bw_wgrad_d_W_a
-    const dim3 grid(4, 4, static_cast<unsigned>(a.num_ntypes * 1));
-    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.agg, a.d_h, a.d_W_a, a.ntype_ptr, a.num_nodes);
+    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_ntypes, 65535)), 1);
+    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.agg, a.d_h, a.d_W_a, a.ntype_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1005,7 +1034,7 @@ cudaError_t launch_hgt_bw_nodes_d_att(const HgtBackwardArgs& a, cudaStream_t str
 
 cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_bw_gemm_d_v_edges
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     hgt_bw_gemm_d_v_edges<<<grid, 256, 0, stream>>>(a.d_msg, a.W_msg, a.t_d_v_edges, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -1014,8 +1043,8 @@ cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& a, cudaStream_t 
 
 cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& a, cudaStream_t stream) {
   {  // hgt_bw_wgrad_d_W_msg
-    const dim3 grid(4, 4, static_cast<unsigned>(a.num_etypes * 1));
-    hgt_bw_wgrad_d_W_msg<<<grid, 256, 0, stream>>>(a.v, a.d_msg, a.d_W_msg, a.src, a.etype_ptr, a.num_edges);
+    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
+    hgt_bw_wgrad_d_W_msg<<<grid, 256, 0, stream>>>(a.v, a.d_msg, a.d_W_msg, a.src, a.etype_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1042,7 +1071,7 @@ cudaError_t launch_hgt_bw_sum_d_v(const HgtBackwardArgs& a, cudaStream_t stream)
 cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& a, cudaStream_t stream) {
   // same kernel as hgt_bw_gemm_d_v_edges
   if (a.num_edges > 0) {  // hgt_bw_gemm_d_k_edges
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     hgt_bw_gemm_d_v_edges<<<grid, 256, 0, stream>>>(a.t___op0, a.W_att, a.t_d_k_edges, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -1070,8 +1099,8 @@ cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& a, cudaStream_t stream)
 cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& a, cudaStream_t stream) {
   // same kernel as hgt_bw_wgrad_d_W_msg
   {  // hgt_bw_wgrad_d_W_att
-    const dim3 grid(4, 4, static_cast<unsigned>(a.num_etypes * 1));
-    hgt_bw_wgrad_d_W_msg<<<grid, 256, 0, stream>>>(a.k, a.t___op1, a.d_W_att, a.src, a.etype_ptr, a.num_edges);
+    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
+    hgt_bw_wgrad_d_W_msg<<<grid, 256, 0, stream>>>(a.k, a.t___op1, a.d_W_att, a.src, a.etype_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1080,7 +1109,7 @@ cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& a, cudaStream_t s
 cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& a, cudaStream_t stream) {
   // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_bw_gemm_lin_11
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_11, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -1090,7 +1119,7 @@ cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& a, cudaStream_t str
 cudaError_t launch_hgt_bw_gemm_lin_12(const HgtBackwardArgs& a, cudaStream_t stream) {
   // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_bw_gemm_lin_12
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_12, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -1108,8 +1137,8 @@ cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& a, cudaStream_t st
 
 cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& a, cudaStream_t stream) {
   {  // hgt_bw_segsum_d_mu
-    const dim3 grid(1, static_cast<unsigned>(a.num_etypes));
-    hgt_bw_segsum_d_mu<<<grid, 256, 0, stream>>>(a.t___wg3, a.d_mu, a.etype_ptr, a.num_edges);
+    const dim3 grid(1, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
+    hgt_bw_segsum_d_mu<<<grid, 256, 0, stream>>>(a.t___wg3, a.d_mu, a.etype_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1127,7 +1156,7 @@ cudaError_t launch_hgt_bw_sum_d_q(const HgtBackwardArgs& a, cudaStream_t stream)
 cudaError_t launch_hgt_bw_gemm_d_feature(const HgtBackwardArgs& a, cudaStream_t stream) {
   // same kernel as hgt_bw_gemm_d_agg
   if (a.num_nodes > 0) {  // hgt_bw_gemm_d_feature
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
     hgt_bw_gemm_d_agg<<<grid, 256, 0, stream>>>(a.d_v, a.W_v, a.d_feature, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -1137,8 +1166,8 @@ cudaError_t launch_hgt_bw_gemm_d_feature(const HgtBackwardArgs& a, cudaStream_t 
 cudaError_t launch_hgt_bw_wgrad_d_W_v(const HgtBackwardArgs& a, cudaStream_t stream) {
   // same kernel as hgt_bw_wgrad_d_W_a
   {  // hgt_bw_wgrad_d_W_v
-    const dim3 grid(4, 4, static_cast<unsigned>(a.num_ntypes * 1));
-    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.feature, a.d_v, a.d_W_v, a.ntype_ptr, a.num_nodes);
+    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_ntypes, 65535)), 1);
+    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.feature, a.d_v, a.d_W_v, a.ntype_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1147,7 +1176,7 @@ cudaError_t launch_hgt_bw_wgrad_d_W_v(const HgtBackwardArgs& a, cudaStream_t str
 cudaError_t launch_hgt_bw_gemm_d_feature_2(const HgtBackwardArgs& a, cudaStream_t stream) {
   // same kernel as hgt_bw_gemm_d_agg
   if (a.num_nodes > 0) {  // hgt_bw_gemm_d_feature_2
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
     hgt_bw_gemm_d_agg<<<grid, 256, 0, stream>>>(a.d_q, a.W_q, a.d_feature, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -1157,8 +1186,8 @@ cudaError_t launch_hgt_bw_gemm_d_feature_2(const HgtBackwardArgs& a, cudaStream_
 cudaError_t launch_hgt_bw_wgrad_d_W_q(const HgtBackwardArgs& a, cudaStream_t stream) {
   // same kernel as hgt_bw_wgrad_d_W_a
   {  // hgt_bw_wgrad_d_W_q
-    const dim3 grid(4, 4, static_cast<unsigned>(a.num_ntypes * 1));
-    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.feature, a.d_q, a.d_W_q, a.ntype_ptr, a.num_nodes);
+    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_ntypes, 65535)), 1);
+    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.feature, a.d_q, a.d_W_q, a.ntype_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1167,7 +1196,7 @@ cudaError_t launch_hgt_bw_wgrad_d_W_q(const HgtBackwardArgs& a, cudaStream_t str
 cudaError_t launch_hgt_bw_gemm_d_feature_3(const HgtBackwardArgs& a, cudaStream_t stream) {
   // same kernel as hgt_bw_gemm_d_agg
   if (a.num_nodes > 0) {  // hgt_bw_gemm_d_feature_3
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
     hgt_bw_gemm_d_agg<<<grid, 256, 0, stream>>>(a.d_k, a.W_k, a.d_feature, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -1177,8 +1206,8 @@ cudaError_t launch_hgt_bw_gemm_d_feature_3(const HgtBackwardArgs& a, cudaStream_
 cudaError_t launch_hgt_bw_wgrad_d_W_k(const HgtBackwardArgs& a, cudaStream_t stream) {
   // same kernel as hgt_bw_wgrad_d_W_a
   {  // hgt_bw_wgrad_d_W_k
-    const dim3 grid(4, 4, static_cast<unsigned>(a.num_ntypes * 1));
-    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.feature, a.d_k, a.d_W_k, a.ntype_ptr, a.num_nodes);
+    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_ntypes, 65535)), 1);
+    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.feature, a.d_k, a.d_W_k, a.ntype_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

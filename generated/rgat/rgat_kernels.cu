@@ -4,6 +4,7 @@
 // instance(s), each with a launcher (see rgat_kernels.h). Torch-free: compile with nvcc alone.
 #include "rgat_kernels.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace {
@@ -503,22 +504,24 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
 __global__ void __launch_bounds__(256) rgat_bw_segsum_d_w_s(
     const float* __restrict__ v, float* __restrict__ dw,
     const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows) {
+    int64_t num_rows, int num_segments) {
   constexpr int64_t kNumel = 64;
   __shared__ float partial[256];
   const int64_t j = blockIdx.x;
-  const int type = blockIdx.y;
-  const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-  (void)num_rows;
-  float acc = 0.f;
-  for (int64_t r = row_begin + threadIdx.x; r < row_end; r += blockDim.x) acc += v[r * kNumel + j];
-  partial[threadIdx.x] = acc;
-  __syncthreads();
-  for (int width = blockDim.x / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
+  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
+    const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
+    (void)num_rows;
+    float acc = 0.f;
+    for (int64_t r = row_begin + threadIdx.x; r < row_end; r += blockDim.x) acc += v[r * kNumel + j];
+    partial[threadIdx.x] = acc;
     __syncthreads();
+    for (int width = blockDim.x / 2; width > 0; width /= 2) {
+      if (threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) dw[type * kNumel + j] += partial[0];
   }
-  if (threadIdx.x == 0) dw[static_cast<int64_t>(type) * kNumel + j] += partial[0];
 }
 
 // rgat_bw_gemm_d_feature_edges: GEMM instance  t_d_feature_edges[row] = d_ht[row] * W[etype]^T
@@ -578,74 +581,100 @@ __global__ void __launch_bounds__(256) rgat_bw_gemm_d_feature_edges(
 
 // rgat_bw_wgrad_d_W: weight-gradient instance  d_W[etype] += sum_row feature[static_cast<int64_t>(dst[row])]^T * d_ht[row]
 //   from: d_W[e.etype] += outer(e.dst.feature, reshape(e["d_ht"], 64))
-// One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
+// One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) rgat_bw_wgrad_d_W(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
     const int32_t* __restrict__ dst,
     const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows) {
+    int64_t num_rows, int num_segments) {
   constexpr int kTile = 16;
+  constexpr int kCoarsen = 1;
+  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows (k) of one column (n)
   constexpr int64_t kK = 64, kN = 64, kHeads = 1;
+  constexpr int64_t kKTiles = 4, kNTiles = 4;
   __shared__ float xs[kTile][kTile + 1];  // [row][k]
   __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  const int type = blockIdx.z / kHeads;
-  const int head = blockIdx.z % kHeads;
-  const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-  (void)num_rows;
-  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile, n0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  // blockIdx.x numbers the (k tile, n tile, head) of dW, k fastest; blockIdx.y the segment.
+  const int64_t k0 = blockIdx.x % kKTiles * kTile, n0 = blockIdx.x / kKTiles % kNTiles * kTile;
+  const int head = static_cast<int>(blockIdx.x / (kKTiles * kNTiles));
   const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  float acc = 0.f;
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = r0 + r;
-      const bool in_range = row < row_end;
-      xs[r][c] = in_range && k0 + c < kK ? x[static_cast<int64_t>(dst[row]) * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-      ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
-    }
-    __syncthreads();
+  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
+  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
+    const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
+    (void)num_rows;
+    float acc[kCoarsen] = {};
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
+      for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
+        const int r = i / kTile, c = i % kTile;
+        const int64_t row = r0 + r;
+        const bool in_range = row < row_end;
+        xs[r][c] = in_range && k0 + c < kK ? x[static_cast<int64_t>(dst[row]) * (kHeads * kK) + head * kK + k0 + c] : 0.f;
+        ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
+      }
+      __syncthreads();
 #pragma unroll
-    for (int r = 0; r < kTile; ++r) acc += xs[r][tk] * ds[r][tn];
-    __syncthreads();
+      for (int r = 0; r < kTile; ++r) {
+        const float d = ds[r][tn];
+#pragma unroll
+        for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[r][tk + c * kRowGroups] * d;
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int c = 0; c < kCoarsen; ++c) {
+      const int64_t k = k0 + tk + c * kRowGroups, n = n0 + tn;
+      if (k < kK && n < kN) dw[(type * kHeads + head) * kK * kN + k * kN + n] += acc[c];
+    }
   }
-  if (k0 + tk < kK && n0 + tn < kN)
-    dw[(static_cast<int64_t>(type) * kHeads + head) * kK * kN + (k0 + tk) * kN + n0 + tn] += acc;
 }
 
 // rgat_bw_wgrad_d_W_2: weight-gradient instance  d_W[etype] += sum_row feature[static_cast<int64_t>(src[row])]^T * d_hs[row]
 //   from: d_W[e.etype] += outer(e.src.feature, reshape(e["d_hs"], 64))
-// One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
+// One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) rgat_bw_wgrad_d_W_2(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
     const int32_t* __restrict__ src,
     const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows) {
+    int64_t num_rows, int num_segments) {
   constexpr int kTile = 16;
+  constexpr int kCoarsen = 1;
+  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows (k) of one column (n)
   constexpr int64_t kK = 64, kN = 64, kHeads = 1;
+  constexpr int64_t kKTiles = 4, kNTiles = 4;
   __shared__ float xs[kTile][kTile + 1];  // [row][k]
   __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  const int type = blockIdx.z / kHeads;
-  const int head = blockIdx.z % kHeads;
-  const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-  (void)num_rows;
-  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile, n0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  // blockIdx.x numbers the (k tile, n tile, head) of dW, k fastest; blockIdx.y the segment.
+  const int64_t k0 = blockIdx.x % kKTiles * kTile, n0 = blockIdx.x / kKTiles % kNTiles * kTile;
+  const int head = static_cast<int>(blockIdx.x / (kKTiles * kNTiles));
   const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  float acc = 0.f;
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = r0 + r;
-      const bool in_range = row < row_end;
-      xs[r][c] = in_range && k0 + c < kK ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-      ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
-    }
-    __syncthreads();
+  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
+  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
+    const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
+    (void)num_rows;
+    float acc[kCoarsen] = {};
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
+      for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
+        const int r = i / kTile, c = i % kTile;
+        const int64_t row = r0 + r;
+        const bool in_range = row < row_end;
+        xs[r][c] = in_range && k0 + c < kK ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k0 + c] : 0.f;
+        ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
+      }
+      __syncthreads();
 #pragma unroll
-    for (int r = 0; r < kTile; ++r) acc += xs[r][tk] * ds[r][tn];
-    __syncthreads();
+      for (int r = 0; r < kTile; ++r) {
+        const float d = ds[r][tn];
+#pragma unroll
+        for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[r][tk + c * kRowGroups] * d;
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int c = 0; c < kCoarsen; ++c) {
+      const int64_t k = k0 + tk + c * kRowGroups, n = n0 + tn;
+      if (k < kK && n < kN) dw[(type * kHeads + head) * kK * kN + k * kN + n] += acc[c];
+    }
   }
-  if (k0 + tk < kK && n0 + tn < kN)
-    dw[(static_cast<int64_t>(type) * kHeads + head) * kK * kN + (k0 + tk) * kN + n0 + tn] += acc;
 }
 
 // rgat_bw_sum_d_feature: traversal instance, one warp per destination node
@@ -708,7 +737,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
 
 cudaError_t launch_rgat_fw_gemm_hs(const RgatForwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // rgat_fw_gemm_hs
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     rgat_fw_gemm_hs<<<grid, 256, 0, stream>>>(a.feature, a.W, a.t_hs, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -717,7 +746,7 @@ cudaError_t launch_rgat_fw_gemm_hs(const RgatForwardArgs& a, cudaStream_t stream
 
 cudaError_t launch_rgat_fw_gemm_ht(const RgatForwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // rgat_fw_gemm_ht
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     rgat_fw_gemm_ht<<<grid, 256, 0, stream>>>(a.feature, a.W, a.t_ht, a.dst, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -753,7 +782,7 @@ cudaError_t rgat_forward(const RgatForwardArgs& a, cudaStream_t stream) {
 cudaError_t launch_rgat_fwt_gemm_hs(const RgatForwardTrainArgs& a, cudaStream_t stream) {
   // same kernel as rgat_fw_gemm_hs
   if (a.num_edges > 0) {  // rgat_fwt_gemm_hs
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     rgat_fw_gemm_hs<<<grid, 256, 0, stream>>>(a.feature, a.W, a.hs, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -763,7 +792,7 @@ cudaError_t launch_rgat_fwt_gemm_hs(const RgatForwardTrainArgs& a, cudaStream_t 
 cudaError_t launch_rgat_fwt_gemm_ht(const RgatForwardTrainArgs& a, cudaStream_t stream) {
   // same kernel as rgat_fw_gemm_ht
   if (a.num_edges > 0) {  // rgat_fwt_gemm_ht
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     rgat_fw_gemm_ht<<<grid, 256, 0, stream>>>(a.feature, a.W, a.ht, a.dst, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -816,8 +845,8 @@ cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& a, cudaStream_t st
 
 cudaError_t launch_rgat_bw_segsum_d_w_s(const RgatBackwardArgs& a, cudaStream_t stream) {
   {  // rgat_bw_segsum_d_w_s
-    const dim3 grid(64, static_cast<unsigned>(a.num_etypes));
-    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t___wg0, a.d_w_s, a.etype_ptr, a.num_edges);
+    const dim3 grid(64, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
+    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t___wg0, a.d_w_s, a.etype_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -826,8 +855,8 @@ cudaError_t launch_rgat_bw_segsum_d_w_s(const RgatBackwardArgs& a, cudaStream_t 
 cudaError_t launch_rgat_bw_segsum_d_w_t(const RgatBackwardArgs& a, cudaStream_t stream) {
   // same kernel as rgat_bw_segsum_d_w_s
   {  // rgat_bw_segsum_d_w_t
-    const dim3 grid(64, static_cast<unsigned>(a.num_etypes));
-    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t___wg1, a.d_w_t, a.etype_ptr, a.num_edges);
+    const dim3 grid(64, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
+    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t___wg1, a.d_w_t, a.etype_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -835,7 +864,7 @@ cudaError_t launch_rgat_bw_segsum_d_w_t(const RgatBackwardArgs& a, cudaStream_t 
 
 cudaError_t launch_rgat_bw_gemm_d_feature_edges(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // rgat_bw_gemm_d_feature_edges
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     rgat_bw_gemm_d_feature_edges<<<grid, 256, 0, stream>>>(a.d_ht, a.W, a.t_d_feature_edges, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -844,8 +873,8 @@ cudaError_t launch_rgat_bw_gemm_d_feature_edges(const RgatBackwardArgs& a, cudaS
 
 cudaError_t launch_rgat_bw_wgrad_d_W(const RgatBackwardArgs& a, cudaStream_t stream) {
   {  // rgat_bw_wgrad_d_W
-    const dim3 grid(4, 4, static_cast<unsigned>(a.num_etypes * 1));
-    rgat_bw_wgrad_d_W<<<grid, 256, 0, stream>>>(a.feature, a.d_ht, a.d_W, a.dst, a.etype_ptr, a.num_edges);
+    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
+    rgat_bw_wgrad_d_W<<<grid, 256, 0, stream>>>(a.feature, a.d_ht, a.d_W, a.dst, a.etype_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -854,7 +883,7 @@ cudaError_t launch_rgat_bw_wgrad_d_W(const RgatBackwardArgs& a, cudaStream_t str
 cudaError_t launch_rgat_bw_gemm_d_feature_edges_2(const RgatBackwardArgs& a, cudaStream_t stream) {
   // same kernel as rgat_bw_gemm_d_feature_edges
   if (a.num_edges > 0) {  // rgat_bw_gemm_d_feature_edges_2
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     rgat_bw_gemm_d_feature_edges<<<grid, 256, 0, stream>>>(a.d_hs, a.W, a.t_d_feature_edges_2, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -863,8 +892,8 @@ cudaError_t launch_rgat_bw_gemm_d_feature_edges_2(const RgatBackwardArgs& a, cud
 
 cudaError_t launch_rgat_bw_wgrad_d_W_2(const RgatBackwardArgs& a, cudaStream_t stream) {
   {  // rgat_bw_wgrad_d_W_2
-    const dim3 grid(4, 4, static_cast<unsigned>(a.num_etypes * 1));
-    rgat_bw_wgrad_d_W_2<<<grid, 256, 0, stream>>>(a.feature, a.d_hs, a.d_W, a.src, a.etype_ptr, a.num_edges);
+    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
+    rgat_bw_wgrad_d_W_2<<<grid, 256, 0, stream>>>(a.feature, a.d_hs, a.d_W, a.src, a.etype_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -11,7 +11,12 @@
 #include <torch/library.h>
 
 #include "rgcn_kernels.h"
-#include "graph_preprocess_torch.h"
+#include "hectorgen/runtime_version.h"
+
+// The graph arrays come from the hectorgen runtime (hectorgen_runtime.prepare_graph) this code was generated for.
+static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 0,
+              "rgcn was generated for hectorgen runtime 1.0 (any 1.x with x >= "
+              "0), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
 
 namespace {
 
@@ -354,8 +359,4 @@ PYBIND11_MODULE(rgcn_ext, m) {
   m.def("forward", &rgcn_forward_op, "Runs the forward pass; see rgcn.py");
   m.def("forward_train", &rgcn_forward_train_op, "Runs the forward_train pass; see rgcn.py");
   m.def("backward", &rgcn_backward_op, "Runs the backward pass; see rgcn.py");
-  m.def("preprocess", &hectorgen::runtime::preprocess, "Builds graph layouts (hectorgen runtime)",
-        pybind11::arg("src"), pybind11::arg("dst"), pybind11::arg("etype"), pybind11::arg("num_nodes"),
-        pybind11::arg("num_etypes"), pybind11::arg("ntype"), pybind11::arg("layouts"),
-        pybind11::arg("num_ntypes") = -1, pybind11::arg("validate") = true);
 }

@@ -4,6 +4,7 @@
 // instance(s), each with a launcher (see rgcn_kernels.h). Torch-free: compile with nvcc alone.
 #include "rgcn_kernels.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace {
@@ -263,40 +264,53 @@ __global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature_edges(
 
 // rgcn_bw_wgrad_d_W: weight-gradient instance  d_W[etype] += sum_row feature[static_cast<int64_t>(src[row])]^T * d_h[static_cast<int64_t>(dst[row])] * norm[row]
 //   from: d_W[e.etype] += outer(e.src.feature, n.d_h * e.norm)
-// One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
+// One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) rgcn_bw_wgrad_d_W(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
     const int32_t* __restrict__ src,
     const int32_t* __restrict__ dst,
     const float* __restrict__ row_scalar,
     const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows) {
+    int64_t num_rows, int num_segments) {
   constexpr int kTile = 16;
+  constexpr int kCoarsen = 1;
+  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows (k) of one column (n)
   constexpr int64_t kK = 64, kN = 64, kHeads = 1;
+  constexpr int64_t kKTiles = 4, kNTiles = 4;
   __shared__ float xs[kTile][kTile + 1];  // [row][k]
   __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  const int type = blockIdx.z / kHeads;
-  const int head = blockIdx.z % kHeads;
-  const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-  (void)num_rows;
-  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile, n0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  // blockIdx.x numbers the (k tile, n tile, head) of dW, k fastest; blockIdx.y the segment.
+  const int64_t k0 = blockIdx.x % kKTiles * kTile, n0 = blockIdx.x / kKTiles % kNTiles * kTile;
+  const int head = static_cast<int>(blockIdx.x / (kKTiles * kNTiles));
   const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  float acc = 0.f;
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = r0 + r;
-      const bool in_range = row < row_end;
-      xs[r][c] = in_range && k0 + c < kK ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-      ds[r][c] = in_range && n0 + c < kN ? dy[static_cast<int64_t>(dst[row]) * (kHeads * kN) + head * kN + n0 + c] * row_scalar[row] : 0.f;
-    }
-    __syncthreads();
+  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
+  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
+    const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
+    (void)num_rows;
+    float acc[kCoarsen] = {};
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
+      for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
+        const int r = i / kTile, c = i % kTile;
+        const int64_t row = r0 + r;
+        const bool in_range = row < row_end;
+        xs[r][c] = in_range && k0 + c < kK ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k0 + c] : 0.f;
+        ds[r][c] = in_range && n0 + c < kN ? dy[static_cast<int64_t>(dst[row]) * (kHeads * kN) + head * kN + n0 + c] * row_scalar[row] : 0.f;
+      }
+      __syncthreads();
 #pragma unroll
-    for (int r = 0; r < kTile; ++r) acc += xs[r][tk] * ds[r][tn];
-    __syncthreads();
+      for (int r = 0; r < kTile; ++r) {
+        const float d = ds[r][tn];
+#pragma unroll
+        for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[r][tk + c * kRowGroups] * d;
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int c = 0; c < kCoarsen; ++c) {
+      const int64_t k = k0 + tk + c * kRowGroups, n = n0 + tn;
+      if (k < kK && n < kN) dw[(type * kHeads + head) * kK * kN + k * kN + n] += acc[c];
+    }
   }
-  if (k0 + tk < kK && n0 + tn < kN)
-    dw[(static_cast<int64_t>(type) * kHeads + head) * kK * kN + (k0 + tk) * kN + n0 + tn] += acc;
 }
 
 // rgcn_bw_gemm_d_feature: GEMM instance  d_feature[row] += d_h[row] * W0[-]^T
@@ -346,35 +360,48 @@ __global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature(
 
 // rgcn_bw_wgrad_d_W0: weight-gradient instance  d_W0[-] += sum_row feature[row]^T * d_h[row]
 //   from: d_W0 += outer(n.feature, n.d_h)
-// One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
+// One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) rgcn_bw_wgrad_d_W0(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
-    int64_t num_rows) {
+    int64_t num_rows, int num_segments) {
   constexpr int kTile = 16;
+  constexpr int kCoarsen = 1;
+  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows (k) of one column (n)
   constexpr int64_t kK = 64, kN = 64, kHeads = 1;
+  constexpr int64_t kKTiles = 4, kNTiles = 4;
   __shared__ float xs[kTile][kTile + 1];  // [row][k]
   __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  const int type = blockIdx.z / kHeads;
-  const int head = blockIdx.z % kHeads;
-  const int64_t row_begin = 0, row_end = num_rows;
-  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTile, n0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  // blockIdx.x numbers the (k tile, n tile, head) of dW, k fastest; blockIdx.y the segment.
+  const int64_t k0 = blockIdx.x % kKTiles * kTile, n0 = blockIdx.x / kKTiles % kNTiles * kTile;
+  const int head = static_cast<int>(blockIdx.x / (kKTiles * kNTiles));
   const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  float acc = 0.f;
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = r0 + r;
-      const bool in_range = row < row_end;
-      xs[r][c] = in_range && k0 + c < kK ? x[row * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-      ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
-    }
-    __syncthreads();
+  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
+  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
+    const int64_t row_begin = 0, row_end = num_rows;
+    float acc[kCoarsen] = {};
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
+      for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
+        const int r = i / kTile, c = i % kTile;
+        const int64_t row = r0 + r;
+        const bool in_range = row < row_end;
+        xs[r][c] = in_range && k0 + c < kK ? x[row * (kHeads * kK) + head * kK + k0 + c] : 0.f;
+        ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
+      }
+      __syncthreads();
 #pragma unroll
-    for (int r = 0; r < kTile; ++r) acc += xs[r][tk] * ds[r][tn];
-    __syncthreads();
+      for (int r = 0; r < kTile; ++r) {
+        const float d = ds[r][tn];
+#pragma unroll
+        for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[r][tk + c * kRowGroups] * d;
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int c = 0; c < kCoarsen; ++c) {
+      const int64_t k = k0 + tk + c * kRowGroups, n = n0 + tn;
+      if (k < kK && n < kN) dw[(type * kHeads + head) * kK * kN + k * kN + n] += acc[c];
+    }
   }
-  if (k0 + tk < kK && n0 + tn < kN)
-    dw[(static_cast<int64_t>(type) * kHeads + head) * kK * kN + (k0 + tk) * kN + n0 + tn] += acc;
 }
 
 // rgcn_bw_sum_d_feature: traversal instance, one warp per source node
@@ -418,7 +445,7 @@ cudaError_t launch_rgcn_fw_gemm_h(const RgcnForwardArgs& a, cudaStream_t stream)
 
 cudaError_t launch_rgcn_fw_gemm_h_2(const RgcnForwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // rgcn_fw_gemm_h_2
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     rgcn_fw_gemm_h_2<<<grid, 256, 0, stream>>>(a.feature, a.W, a.h, a.src, a.dst, a.norm, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -443,7 +470,7 @@ cudaError_t launch_rgcn_fwt_gemm_h(const RgcnForwardTrainArgs& a, cudaStream_t s
 
 cudaError_t launch_rgcn_fwt_gemm_h_edges(const RgcnForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // rgcn_fwt_gemm_h_edges
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     rgcn_fwt_gemm_h_edges<<<grid, 256, 0, stream>>>(a.feature, a.W, a.t_h_edges, a.src, a.norm, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -468,7 +495,7 @@ cudaError_t rgcn_forward_train(const RgcnForwardTrainArgs& a, cudaStream_t strea
 
 cudaError_t launch_rgcn_bw_gemm_d_feature_edges(const RgcnBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // rgcn_bw_gemm_d_feature_edges
-    const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
     rgcn_bw_gemm_d_feature_edges<<<grid, 256, 0, stream>>>(a.d_h, a.W, a.t_d_feature_edges, a.dst, a.norm, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -477,8 +504,8 @@ cudaError_t launch_rgcn_bw_gemm_d_feature_edges(const RgcnBackwardArgs& a, cudaS
 
 cudaError_t launch_rgcn_bw_wgrad_d_W(const RgcnBackwardArgs& a, cudaStream_t stream) {
   {  // rgcn_bw_wgrad_d_W
-    const dim3 grid(4, 4, static_cast<unsigned>(a.num_etypes * 1));
-    rgcn_bw_wgrad_d_W<<<grid, 256, 0, stream>>>(a.feature, a.d_h, a.d_W, a.src, a.dst, a.norm, a.etype_ptr, a.num_edges);
+    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
+    rgcn_bw_wgrad_d_W<<<grid, 256, 0, stream>>>(a.feature, a.d_h, a.d_W, a.src, a.dst, a.norm, a.etype_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -495,8 +522,8 @@ cudaError_t launch_rgcn_bw_gemm_d_feature(const RgcnBackwardArgs& a, cudaStream_
 
 cudaError_t launch_rgcn_bw_wgrad_d_W0(const RgcnBackwardArgs& a, cudaStream_t stream) {
   {  // rgcn_bw_wgrad_d_W0
-    const dim3 grid(4, 4, static_cast<unsigned>(1 * 1));
-    rgcn_bw_wgrad_d_W0<<<grid, 256, 0, stream>>>(a.feature, a.d_h, a.d_W0, a.num_nodes);
+    const dim3 grid(16);
+    rgcn_bw_wgrad_d_W0<<<grid, 256, 0, stream>>>(a.feature, a.d_h, a.d_W0, a.num_nodes, 1);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -1,25 +1,67 @@
-"""Ahead-of-time build of hectorgen_runtime with its CUDA extension hectorgen_runtime._C.
+"""pip package of the hectorgen runtime: the Python package hectorgen_runtime with its CUDA extension _C.
 
-    cd runtime/python && python3 setup.py build_ext --inplace
+    pip install --no-build-isolation ./runtime/python        (from the repository root)
+    cd runtime/python && python3 setup.py build_ext --inplace (a source checkout, no install)
 
-(`hectorgen_runtime.load_extension()` prefers this in-place `_C` and JIT-builds the same sources otherwise.)
+The extension is compiled against the PyTorch of the installing Python (torch.utils.cpp_extension), so the build
+must see that torch: hence --no-build-isolation (an isolated build would fetch some other torch, whose ABI need not
+match). Needs nvcc (of the CUDA major version torch was built with), setuptools and wheel; no GPU. The GPU
+architectures: $TORCH_CUDA_ARCH_LIST, else the visible GPUs', else 8.0 and 9.0 (A100, H100) when none is visible.
+The sources are runtime/src and runtime/torch, next to this directory; the version is hectorgen/runtime_version.h.
 """
 
+import os
+import pathlib
+import re
+import sys
+
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+HERE = pathlib.Path(__file__).resolve().parent
+RUNTIME = HERE.parent
+
+
+def runtime_version() -> str:
+    header = (RUNTIME / "include" / "hectorgen" / "runtime_version.h").read_text()
+    return re.search(r'#define HECTORGEN_RUNTIME_VERSION_STRING "([0-9]+\.[0-9]+\.[0-9]+)"', header).group(1)
+
+
+try:
+    import torch
+    from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+except ImportError as error:
+    sys.exit(f"hectorgen_runtime builds its extension against the installed PyTorch, which this Python cannot import "
+             f"({error}): install torch first, then `pip install --no-build-isolation ./runtime/python`")
+
+if "TORCH_CUDA_ARCH_LIST" not in os.environ and not torch.cuda.is_available():
+    # Without a visible GPU torch would build for every architecture it knows, some of which a recent nvcc rejects.
+    os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0"
+    print("hectorgen_runtime: no GPU visible, building for TORCH_CUDA_ARCH_LIST=8.0;9.0", file=sys.stderr)
+
+
+def relative(path: pathlib.Path) -> str:
+    # setuptools wants source paths relative to this directory.
+    return os.path.relpath(path, HERE)
+
 
 setup(
     name="hectorgen_runtime",
-    version="0.1.0",
+    version=runtime_version(),
+    description="Graph preprocessing runtime of the modules that hectorgen generates",
     packages=["hectorgen_runtime"],
+    python_requires=">=3.9",
     ext_modules=[
         CUDAExtension(
             name="hectorgen_runtime._C",
-            # Relative to this directory: the sources live beside it in runtime/.
-            sources=["../src/graph_preprocess.cu", "../torch/graph_preprocess_torch.cpp", "../torch/python_module.cpp"],
-            include_dirs=["../include", "../torch"],
+            sources=[
+                relative(RUNTIME / "src" / "graph_preprocess.cu"),
+                relative(RUNTIME / "torch" / "graph_preprocess_torch.cpp"),
+                relative(RUNTIME / "torch" / "python_module.cpp"),
+            ],
+            include_dirs=[str(RUNTIME / "include"), str(RUNTIME / "torch" / "include")],
             extra_compile_args={"cxx": ["-O2"], "nvcc": ["-O2"]},
         )
     ],
     cmdclass={"build_ext": BuildExtension},
+    zip_safe=False,
 )

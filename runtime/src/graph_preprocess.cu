@@ -284,6 +284,18 @@ __global__ void inv_run_length_kernel(const int32_t* order, const int32_t* runs_
   }
 }
 
+// tiles[s] = number of `tile`-row tiles of segment s for s < num_segments, tiles[num_segments] = 0: an exclusive scan
+// over the num_segments + 1 entries turns it into the tile offsets.
+__global__ void segment_tiles_kernel(const int32_t* segment_ptr, int32_t num_segments, int32_t tile, int32_t* tiles) {
+  const int64_t s = thread_index();
+  if (s < num_segments) {
+    const int32_t rows = segment_ptr[s + 1] - segment_ptr[s];
+    tiles[s] = rows / tile + (rows % tile != 0 ? 1 : 0);  // ceil without overflow near INT32_MAX
+  } else if (s == num_segments) {
+    tiles[s] = 0;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // CUB wrappers (size query, temporary allocation, run)
 
@@ -503,6 +515,17 @@ cudaError_t build_ntype_ptr(const int32_t* ntype, int32_t num_nodes, int32_t num
   }
   return launch(segment_offsets_kernel<int32_t>, static_cast<int64_t>(num_ntypes) + 1, stream, ntype, num_nodes,
                 num_ntypes, ntype_ptr);
+}
+
+cudaError_t build_tile_ptr(const int32_t* segment_ptr, int32_t num_segments, int32_t tile, int32_t* tile_ptr,
+                           cudaStream_t stream, const DeviceAllocator* allocator) {
+  if (!valid_count(num_segments) || tile < 1) {
+    return cudaErrorInvalidValue;
+  }
+  HG_RETURN_IF_ERROR(launch(segment_tiles_kernel, static_cast<int64_t>(num_segments) + 1, stream, segment_ptr,
+                            num_segments, tile, tile_ptr));
+  // The total is at most the number of rows (< INT32_MAX), so no partial sum overflows.
+  return exclusive_sum_in_place(tile_ptr, num_segments + 1, stream, allocator);
 }
 
 }  // namespace hectorgen::runtime

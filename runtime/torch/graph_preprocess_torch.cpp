@@ -1,6 +1,6 @@
 // libtorch binding of the graph preprocessing runtime; see graph_preprocess_torch.h.
 
-#include "graph_preprocess_torch.h"
+#include "hectorgen/graph_preprocess_torch.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "hectorgen/graph.h"
+#include "hectorgen/runtime_version.h"
 
 namespace hectorgen::runtime {
 namespace {
@@ -154,6 +155,8 @@ struct PendingCompact {
 
 }  // namespace
 
+const char* version() { return HECTORGEN_RUNTIME_VERSION_STRING; }
+
 const std::vector<std::string>& layout_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> result;
@@ -169,7 +172,7 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
                                              int64_t num_nodes, int64_t num_etypes,
                                              const std::optional<at::Tensor>& ntype,
                                              const std::vector<std::string>& layouts, int64_t num_ntypes,
-                                             bool validate) {
+                                             bool validate, int64_t gemm_tile) {
   const unsigned wanted = parse_layouts(layouts);
 
   // Argument checks.
@@ -180,6 +183,8 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
               " (int32 indices), got ", num(num_edges));
   TORCH_CHECK(1 <= num_etypes && num_etypes <= kMaxCount, "hectorgen preprocess: num_etypes must be in [1, ",
               num(kMaxCount), "], got ", num(num_etypes));
+  TORCH_CHECK(0 <= gemm_tile && gemm_tile <= kMaxCount, "hectorgen preprocess: gemm_tile must be in [0, ",
+              num(kMaxCount), "] (0: no tile offsets), got ", num(gemm_tile));
   const at::Device device = src.device();
   check_index_tensor(src, "src", device, num_edges);
   check_index_tensor(dst, "dst", device, num_edges);
@@ -204,6 +209,14 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
   std::vector<PendingCompact> pending;
   const at::Tensor error_word = at::zeros({1}, options.dtype(at::kInt));
   auto* error_bits = reinterpret_cast<uint32_t*>(i32(error_word));
+  // GEMM row-tile offsets [S+1] of segment offsets [S+1].
+  auto tile_ptr = [&](const at::Tensor& segment_ptr, int64_t num_segments, const char* what) {
+    const at::Tensor tiles = new_int32(num_segments + 1, options);
+    HG_CUDA_CHECK(build_tile_ptr(i32(segment_ptr), static_cast<int32_t>(num_segments),
+                                 static_cast<int32_t>(gemm_tile), i32(tiles), stream, &allocator),
+                  what);
+    return tiles;
+  };
 
   if ((wanted & kNeedsSortedCoo) != 0) {
     const at::Tensor src32 = as_int32(src, num_nodes, stream);
@@ -229,6 +242,9 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
       result["sorted_dst"] = sorted_dst;
       result["sorted_etype"] = sorted_etype;
       result["etype_ptr"] = etype_ptr;
+      if (gemm_tile > 0) {
+        result["etype_tile_ptr"] = tile_ptr(etype_ptr, num_etypes, "build_tile_ptr (etype)");
+      }
     }
 
     SortedCooView graph;
@@ -298,6 +314,10 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
                                   validate ? error_bits : nullptr, stream),
                   "build_ntype_ptr");
     result["ntype_ptr"] = ntype_ptr;
+    result["ntype"] = ntype32.is_same(*ntype) ? ntype32.clone() : ntype32;  // the graph owns its tensors
+    if (gemm_tile > 0) {
+      result["ntype_tile_ptr"] = tile_ptr(ntype_ptr, num_ntypes, "build_tile_ptr (ntype)");
+    }
   }
 
   if (validate) {

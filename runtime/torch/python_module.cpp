@@ -1,9 +1,9 @@
 // Python bindings of the graph preprocessing runtime (built as hectorgen_runtime._C, see runtime/python).
-// Generated C++ modules call hectorgen::runtime::preprocess directly and do not need this file.
+// Generated modules prepare graphs through the Python package (hectorgen_runtime.prepare_graph), which calls this.
 
 #include <torch/extension.h>
 
-#include "graph_preprocess_torch.h"
+#include "hectorgen/graph_preprocess_torch.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "hectorgen graph preprocessing runtime (CUDA)";
@@ -11,6 +11,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Builds the requested graph layouts on the GPU; returns a dict of named int32/float32 tensors.",
         pybind11::arg("src"), pybind11::arg("dst"), pybind11::arg("etype"), pybind11::arg("num_nodes"),
         pybind11::arg("num_etypes"), pybind11::arg("ntype"), pybind11::arg("layouts"),
-        pybind11::arg("num_ntypes") = -1, pybind11::arg("validate") = true);
+        pybind11::arg("num_ntypes") = -1, pybind11::arg("validate") = true, pybind11::arg("gemm_tile") = 0);
   m.def("layout_names", &hectorgen::runtime::layout_names, "Layout names accepted by preprocess().");
+  m.def("version", &hectorgen::runtime::version, "Version of the compiled runtime (hectorgen/runtime_version.h).");
 }

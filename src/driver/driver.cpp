@@ -15,6 +15,7 @@
 #include "emit/printer.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
+#include "ir/intra/launch.h"
 #include "passes/passes.h"
 #include "spec/loader.h"
 
@@ -160,9 +161,7 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
         break;
       }
       if (phase == "forward_train") program->saved = training->saved;
-      std::string e = intra::verify_program(*program);
-      if (e.empty()) e = intra::verify_launch_limits(*program);
-      if (!e.empty()) {
+      if (std::string e = intra::verify_program(*program); !e.empty()) {
         err << "hectorgen: internal error: intra-operator IR (" << phase << "): " << e << "\n";
         return 2;
       }

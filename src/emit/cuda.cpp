@@ -11,6 +11,7 @@
 #include "emit/traversal.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
+#include "ir/intra/launch.h"
 
 namespace hectorgen::emit {
 
@@ -68,7 +69,17 @@ struct GemmCode {
   std::string kernel, launcher;
 };
 
-GemmCode emit_gemm(const Program& p, const GemmInstance& g) {
+// dim3 grid(...) of a launcher, from the kernel's launch configuration.
+std::string grid_expr(const intra::LaunchConfig& c, const std::string& rows, const std::string& segments) {
+  std::string e = c.x.expr(rows, segments);
+  auto one = [](const intra::GridExtent& d) { return d.is_constant() && d.fixed == 1; };
+  if (!one(c.y) || !one(c.z)) e += ", " + c.y.expr(rows, segments) + ", " + c.z.expr(rows, segments);
+  return e;
+}
+
+GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
+  const GemmInstance& g = std::get<GemmInstance>(k);
+  const intra::LaunchConfig launch = intra::launch_config(p, k);
   Vars v;
   v["name"] = g.name;
   std::string xrow = g.gather == intra::Gather::None ? "row"
@@ -83,9 +94,20 @@ GemmCode emit_gemm(const Program& p, const GemmInstance& g) {
                                     g.row_scalar.empty() ? "" : " * " + g.row_scalar + "[row]");
   v["formula"] = formula;
   v["source"] = g.source;
-  int threads = g.tile * g.tile / g.coarsen;
-  v["threads"] = std::to_string(threads);
-  v["min_blocks"] = g.launch_bounds ? fmt::format(", {}", *g.launch_bounds) : "";
+  v["threads"] = std::to_string(launch.threads);
+  v["min_blocks"] = launch.min_blocks_per_sm ? fmt::format(", {}", launch.min_blocks_per_sm) : "";
+  if (!launch.fold_yz) {
+    v["block_coords"] = "const int head = blockIdx.z;\nconst int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;";
+  } else {
+    v["block_coords"] = fmt::format(
+        "// kColTiles x kHeads blocks exceed 65535, the limit of grid y and z: they are numbered over both.\n"
+        "constexpr int64_t kColTiles = {0};\n"
+        "const int64_t block_yz = blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z;\n"
+        "if (block_yz >= kColTiles * kHeads) return;  // the grid rounds up\n"
+        "const int head = static_cast<int>(block_yz / kColTiles);\n"
+        "const int64_t col0 = block_yz % kColTiles * kTile;",
+        (g.n + g.tile - 1) / g.tile);
+  }
   v["tile"] = std::to_string(g.tile);
   v["coarsen"] = std::to_string(g.coarsen);
   v["k"] = std::to_string(g.k);
@@ -145,13 +167,12 @@ GemmCode emit_gemm(const Program& p, const GemmInstance& g) {
   for (const auto& a : args) arglist += ", " + a;
   code.launcher = fmt::format(
       "  if ({rows} > 0) {{  // {name}\n"
-      "    const dim3 grid(static_cast<unsigned>(({rows} + {tile} - 1) / {tile}{extra}), {ntiles}, {heads});\n"
+      "    const dim3 grid({grid});\n"
       "    {name}<<<grid, {threads}, 0, stream>>>({args}, {rows}, {segs});\n"
       "    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;\n"
       "  }}\n",
-      fmt::arg("rows", rows), fmt::arg("name", g.name), fmt::arg("tile", g.tile),
-      fmt::arg("extra", seg.empty() ? "" : " + " + segs), fmt::arg("ntiles", (g.n + g.tile - 1) / g.tile),
-      fmt::arg("heads", g.heads), fmt::arg("threads", threads), fmt::arg("args", arglist), fmt::arg("segs", segs));
+      fmt::arg("rows", rows), fmt::arg("name", g.name), fmt::arg("grid", grid_expr(launch, rows, segs)),
+      fmt::arg("threads", launch.threads), fmt::arg("args", arglist), fmt::arg("segs", segs));
   return code;
 }
 
@@ -172,8 +193,9 @@ std::string gather_row(intra::Gather g) {
   return g == intra::Gather::None ? "row" : g == intra::Gather::Src ? "static_cast<int64_t>(src[row])" : "static_cast<int64_t>(dst[row])";
 }
 
-GemmCode emit_wgrad(const Program& p, const intra::WeightGradInstance& w) {
-  (void)p;
+GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
+  const intra::WeightGradInstance& w = std::get<intra::WeightGradInstance>(k);
+  const intra::LaunchConfig launch = intra::launch_config(p, k);
   Vars v;
   std::string seg = w.segments == intra::Segments::Etype ? "etype" : w.segments == intra::Segments::Ntype ? "ntype" : "";
   v["name"] = w.name;
@@ -181,6 +203,10 @@ GemmCode emit_wgrad(const Program& p, const intra::WeightGradInstance& w) {
   v["formula"] = fmt::format("{}[{}] += sum_row {}[{}]^T * {}[{}]{}", w.dw, seg.empty() ? "-" : seg, w.x, gather_row(w.x_gather),
                              w.dy, gather_row(w.dy_gather), w.row_scalar.empty() ? "" : " * " + w.row_scalar + "[row]");
   v["tile"] = std::to_string(w.tile);
+  v["coarsen"] = std::to_string(w.coarsen);
+  v["threads"] = std::to_string(launch.threads);
+  v["k_tiles"] = std::to_string((w.k + w.tile - 1) / w.tile);
+  v["n_tiles"] = std::to_string((w.n + w.tile - 1) / w.tile);
   v["k"] = std::to_string(w.k);
   v["n"] = std::to_string(w.n);
   v["heads"] = std::to_string(w.heads);
@@ -202,21 +228,21 @@ GemmCode emit_wgrad(const Program& p, const intra::WeightGradInstance& w) {
   std::string segs = seg == "etype" ? "a.num_etypes" : seg == "ntype" ? "a.num_ntypes" : "1";
   std::string arglist = fmt::format("a.{}, a.{}, a.{}", w.x, w.dy, w.dw);
   for (const auto& a : args) arglist += ", " + a;
+  std::string rows = w.edge_rows ? "a.num_edges" : "a.num_nodes";
   c.launcher = fmt::format(
       "  {{  // {name}\n"
-      "    const dim3 grid({kt}, {nt}, static_cast<unsigned>({segs} * {heads}));\n"
-      "    {name}<<<grid, {threads}, 0, stream>>>({args}, {rows});\n"
+      "    const dim3 grid({grid});\n"
+      "    {name}<<<grid, {threads}, 0, stream>>>({args}, {rows}, {segs});\n"
       "    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;\n"
       "  }}\n",
-      fmt::arg("name", w.name), fmt::arg("kt", (w.k + w.tile - 1) / w.tile), fmt::arg("nt", (w.n + w.tile - 1) / w.tile),
-      fmt::arg("segs", segs), fmt::arg("heads", w.heads), fmt::arg("threads", w.tile * w.tile), fmt::arg("args", arglist),
-      fmt::arg("rows", w.edge_rows ? "a.num_edges" : "a.num_nodes"));
-  c.kernel = std::string(c.kernel).replace(c.kernel.find("kWgradThreads"), 13, std::to_string(w.tile * w.tile));
+      fmt::arg("name", w.name), fmt::arg("grid", grid_expr(launch, rows, segs)), fmt::arg("threads", launch.threads),
+      fmt::arg("args", arglist), fmt::arg("rows", rows), fmt::arg("segs", segs));
   return c;
 }
 
-GemmCode emit_segsum(const Program& p, const intra::SegmentSumInstance& ss) {
-  (void)p;
+GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
+  const intra::SegmentSumInstance& ss = std::get<intra::SegmentSumInstance>(k);
+  const intra::LaunchConfig launch = intra::launch_config(p, k);
   Vars v;
   std::string seg = ss.segments == intra::Segments::Etype ? "etype" : ss.segments == intra::Segments::Ntype ? "ntype" : "";
   v["name"] = ss.name;
@@ -228,14 +254,16 @@ GemmCode emit_segsum(const Program& p, const intra::SegmentSumInstance& ss) {
   GemmCode c;
   c.kernel = render_template("cuda/segsum.cu.in", v);
   std::string segs = seg == "etype" ? "a.num_etypes" : seg == "ntype" ? "a.num_ntypes" : "1";
+  std::string rows = ss.edge_rows ? "a.num_edges" : "a.num_nodes";
   c.launcher = fmt::format(
       "  {{  // {name}\n"
-      "    const dim3 grid({numel}, static_cast<unsigned>({segs}));\n"
-      "    {name}<<<grid, 256, 0, stream>>>(a.{v}, a.{dw}{seg_arg}, {rows});\n"
+      "    const dim3 grid({grid});\n"
+      "    {name}<<<grid, {threads}, 0, stream>>>(a.{v}, a.{dw}{seg_arg}, {rows}, {segs});\n"
       "    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;\n"
       "  }}\n",
-      fmt::arg("name", ss.name), fmt::arg("numel", ss.numel), fmt::arg("segs", segs), fmt::arg("v", ss.v), fmt::arg("dw", ss.dw),
-      fmt::arg("seg_arg", seg.empty() ? "" : fmt::format(", a.{}_ptr", seg)), fmt::arg("rows", ss.edge_rows ? "a.num_edges" : "a.num_nodes"));
+      fmt::arg("name", ss.name), fmt::arg("grid", grid_expr(launch, rows, segs)), fmt::arg("threads", launch.threads),
+      fmt::arg("v", ss.v), fmt::arg("dw", ss.dw), fmt::arg("seg_arg", seg.empty() ? "" : fmt::format(", a.{}_ptr", seg)),
+      fmt::arg("rows", rows), fmt::arg("segs", segs));
   return c;
 }
 
@@ -275,18 +303,18 @@ static KernelsCode phase_kernels(const Program& p, std::map<std::string, std::st
   for (const auto& k : p.kernels) {
     std::string body;
     const size_t kernel_mark = kernels.size();
-    if (auto* g = std::get_if<GemmInstance>(&k)) {
-      GemmCode c = emit_gemm(p, *g);
+    if (std::holds_alternative<GemmInstance>(k)) {
+      GemmCode c = emit_gemm(p, k);
       kernels += "\n" + c.kernel;
       body = c.launcher;
       ++gemms;
-    } else if (auto* w = std::get_if<intra::WeightGradInstance>(&k)) {
-      GemmCode c = emit_wgrad(p, *w);
+    } else if (std::holds_alternative<intra::WeightGradInstance>(k)) {
+      GemmCode c = emit_wgrad(p, k);
       kernels += "\n" + c.kernel;
       body = c.launcher;
       ++gemms;
-    } else if (auto* ss = std::get_if<intra::SegmentSumInstance>(&k)) {
-      GemmCode c = emit_segsum(p, *ss);
+    } else if (std::holds_alternative<intra::SegmentSumInstance>(k)) {
+      GemmCode c = emit_segsum(p, k);
       kernels += "\n" + c.kernel;
       body = c.launcher;
     } else if (auto* t = std::get_if<intra::TraversalInstance>(&k)) {

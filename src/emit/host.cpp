@@ -1,11 +1,14 @@
 // Emission of everything around the kernels: libtorch host stubs, the Python module, the extension's
 // CMakeLists.txt and manifest.json.
-#include <fmt/format.h>
+#include <map>
+#include <stdexcept>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "emit/emit.h"
 #include "emit/printer.h"
+#include "hectorgen/runtime_version.h"
 #include "ir/inter/printer.h"
 
 namespace hectorgen::emit {
@@ -52,6 +55,26 @@ std::vector<const TensorDecl*> op_tensors(const Program& p) {
     if (t.from_graph.empty()) v.push_back(&t);
   for (const auto& t : p.decl.weights) v.push_back(&t);
   return v;
+}
+
+// The hectorgen runtime version generated code is written for, "MAJOR.MINOR" (runtime/include/hectorgen/
+// runtime_version.h): generated modules run on any runtime MAJOR.x with x >= MINOR.
+std::string runtime_version() {
+  return fmt::format("{}.{}", HECTORGEN_RUNTIME_VERSION_MAJOR, HECTORGEN_RUNTIME_VERSION_MINOR);
+}
+
+// The runtime's name (a key of hectorgen_runtime.Graph, see runtime/python/hectorgen_runtime) of the graph array
+// that kernels take as `array` (emit/cuda.cpp graph_arrays).
+std::string runtime_graph_key(const std::string& array) {
+  static const std::map<std::string, std::string> kKeys = {
+      {"src", "sorted_src"},         {"dst", "sorted_dst"},         {"etype", "sorted_etype"},
+      {"etype_ptr", "etype_ptr"},    {"etype_tile_ptr", "etype_tile_ptr"},
+      {"in_ptr", "in_row_ptr"},      {"in_eid", "in_col_eid"},      {"in_src", "in_col_src"},
+      {"out_ptr", "out_row_ptr"},    {"out_eid", "out_col_eid"},    {"out_dst", "out_col_dst"},
+      {"ntype", "ntype"},            {"ntype_ptr", "ntype_ptr"},    {"ntype_tile_ptr", "ntype_tile_ptr"}};
+  auto it = kKeys.find(array);
+  if (it == kKeys.end()) throw std::logic_error("emit: graph array '" + array + "' has no hectorgen runtime key");
+  return it->second;
 }
 
 }  // namespace
@@ -155,6 +178,8 @@ std::string emit_host_cpp(const std::vector<Program>& phases, const EmitContext&
     names += (names.empty() ? "" : ", ") + ph.phase;
   }
   v["phases"] = names;
+  v["runtime_major"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MAJOR);
+  v["runtime_minor"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MINOR);
   v["functions"] = functions;
   v["defs"] = defs.substr(0, defs.size() - 1);
   v["cuda_impls"] = cuda.substr(0, cuda.size() - 1);
@@ -196,33 +221,14 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
   for (const auto& l : layouts) lay += fmt::format("\"{}\", ", l);
   v["layouts"] = lay;
   std::string arr;
-  for (const auto& g : graph_arrays(p)) arr += fmt::format("\"{}\", ", g);
+  for (const auto& g : graph_arrays(p)) arr += fmt::format("\"{}\", ", runtime_graph_key(g));
   v["graph_arrays"] = arr;
   int tile = 16;
   for (const auto& k : p.kernels)
     if (auto* g = std::get_if<intra::GemmInstance>(&k)) tile = g->tile;
   v["tile"] = std::to_string(tile);
-  // Arrays from the runtime's result keys.
-  static const std::map<std::string, std::string> kKeys = {
-      {"src", "sorted_src"}, {"dst", "sorted_dst"}, {"etype", "sorted_etype"}, {"etype_ptr", "etype_ptr"},
-      {"in_ptr", "in_row_ptr"}, {"in_eid", "in_col_eid"}, {"in_src", "in_col_src"},
-      {"out_ptr", "out_row_ptr"}, {"out_eid", "out_col_eid"}, {"out_dst", "out_col_dst"}, {"ntype_ptr", "ntype_ptr"}};
-  std::string setup;
-  for (const auto& g : graph_arrays(p)) {
-    if (g == "etype_tile_ptr") setup += "    a[\"etype_tile_ptr\"] = _tile_ptr(got[\"etype_ptr\"])\n";
-    else if (g == "ntype_tile_ptr") setup += "    a[\"ntype_tile_ptr\"] = _tile_ptr(got[\"ntype_ptr\"])\n";
-    else if (g == "ntype") setup += "    a[\"ntype\"] = ntype.to(torch.int32).contiguous()\n";
-    else setup += fmt::format("    a[\"{}\"] = got[\"{}\"]\n", g, kKeys.at(g));
-  }
-  v["array_setup"] = setup.substr(0, setup.size() - 1);
-  std::string gfields, gvalues;
-  for (const auto& t : p.decl.inputs)
-    if (!t.from_graph.empty()) {
-      gfields += fmt::format("    {}: torch.Tensor = None  # {} (edge-type-sorted order)\n", t.name, t.from_graph);
-      gvalues += fmt::format(", got[\"{}\"]", t.from_graph);
-    }
-  v["graph_fields"] = gfields;
-  v["graph_values"] = gvalues;
+  v["runtime_version"] = runtime_version();
+  v["runtime_major"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MAJOR);
   std::vector<std::string> fn_params{"g"};
   fn_params.insert(fn_params.end(), user_inputs.begin(), user_inputs.end());
   fn_params.insert(fn_params.end(), weights.begin(), weights.end());
@@ -236,8 +242,8 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
   tensor_args.insert(tensor_args.end(), weights.begin(), weights.end());
   v["tensor_args"] = join(tensor_args, ", ");
   std::string fg;
-  for (const auto& t : p.decl.inputs)
-    if (!t.from_graph.empty()) fg += "g." + t.name + ", ";
+  for (const auto& t : p.decl.inputs)  // computed by the runtime, in edge-type-sorted order
+    if (!t.from_graph.empty()) fg += fmt::format("g.array(\"{}\"), ", t.from_graph);
   v["from_graph_args"] = fg;
   v["training"] = python_training(phases, user_inputs, weights, fg);
   std::vector<std::string> outs;
@@ -344,6 +350,8 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
 
 std::string emit_cmake(const Program& p, const EmitContext& ctx) {
   Vars v = banner_vars(p, ctx);
+  v["runtime_version"] = runtime_version();
+  v["runtime_major"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MAJOR);
   return render_template("cmake/CMakeLists.txt.in", v);
 }
 

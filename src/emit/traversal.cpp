@@ -12,6 +12,7 @@
 
 #include "emit/emit.h"
 #include "emit/printer.h"
+#include "ir/intra/launch.h"
 
 namespace hectorgen::emit {
 
@@ -75,14 +76,16 @@ class TraversalPrinter {
     r.kernel = k.str() + body.str() + "  }\n}\n";
     std::string arglist;
     for (size_t i = 0; i < args.size(); ++i) arglist += (i ? ", " : "") + args[i];
+    const LaunchConfig launch = launch_config(p_, Kernel{t_});
+    const std::string rows = node_rows ? "a.num_nodes" : "a.num_edges";
     r.launcher = fmt::format(
         "  if ({rows} > 0) {{  // {name}\n"
-        "    const unsigned blocks = static_cast<unsigned>(({rows} + {warps} - 1) / {warps});\n"
+        "    const unsigned blocks = {blocks};\n"
         "    {name}<<<blocks, {threads}, 0, stream>>>({args});\n"
         "    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;\n"
         "  }}\n",
-        fmt::arg("rows", node_rows ? "a.num_nodes" : "a.num_edges"), fmt::arg("name", t_.name), fmt::arg("warps", t_.threads / 32),
-        fmt::arg("threads", t_.threads), fmt::arg("args", arglist));
+        fmt::arg("rows", rows), fmt::arg("name", t_.name), fmt::arg("blocks", launch.x.expr(rows, "1")),
+        fmt::arg("threads", launch.threads), fmt::arg("args", arglist));
     return r;
   }
 

@@ -6,6 +6,7 @@
 
 #include "dsl/parser.h"
 #include "ir/inter/printer.h"
+#include "ir/intra/launch.h"
 #include "passes/passes.h"
 
 namespace hectorgen::passes {
@@ -93,6 +94,8 @@ class Lowering {
       if (!aliased_.count(t.name)) kept.push_back(t);
     p_.tensors = kept;
     p_.aliases = alias_;
+    // Shapes the kernels cannot handle, at the declaration or statement at fault.
+    if (!intra::check_shape_limits(p_, traversal_sources_, d_)) return std::nullopt;
     return std::move(p_);
   }
 
@@ -170,7 +173,7 @@ class Lowering {
   void flush(LoopCtx& ctx, Stage& stage) {
     if (stage.empty()) return;
     const Stmt& L = *ctx.loop;
-    TraversalSource t;
+    intra::TraversalSource t;
     t.loop = Stmt::for_loop(L.var, L.loop, L.parent, stage.top, L.loc);
     t.threads = m_.decl.options.schedule.traversal_threads;
     // Locals of this stage that later statements of the loop use must be stored.
@@ -207,7 +210,7 @@ class Lowering {
   void emit_gather_sums(const LoopCtx& ctx) {
     for (GatherSum& gs : pending_gather_sums_) {
       std::string edges = gs.is_local ? ctx.materialized.at(gs.edges) : gs.edges;
-      TraversalSource t;
+      intra::TraversalSource t;
       std::string local = "__scatter";
       // for n in g.dst_nodes(): for e in n.incoming_edges(): n[field] += __scatter   (or src / outgoing)
       StmtP body = Stmt::assign(Expr::index(Expr::name_ref("n"), Expr::string_lit(gs.field)), AssignOp::Add,
@@ -226,13 +229,14 @@ class Lowering {
   }
 
   // Lowers a traversal stage to its instance, given what the kernels before it stored.
-  void push_traversal(const TraversalSource& t) {
+  void push_traversal(const intra::TraversalSource& t) {
     std::set<std::string> before;
     for (const TensorInfo& ti : p_.tensors)
       if (ti.role == Role::Input || ti.role == Role::Weight) before.insert(ti.name);
     for (const Kernel& k : p_.kernels)
       for (const std::string& w : intra::kernel_writes(k)) before.insert(w);
     p_.kernels.push_back(lower_traversal(p_, t, before));
+    traversal_sources_.push_back(t);
   }
 
   static std::string first_target(const std::vector<StmtP>& body) {
@@ -555,6 +559,7 @@ class Lowering {
     }
     if (tensor(w.x).row_numel() != w.heads * w.k || tensor(w.dy).row_numel() != w.heads * w.n) return false;
     w.tile = m_.decl.options.schedule.gemm_tile;
+    w.coarsen = m_.decl.options.schedule.gemm_coarsen;
     w.source = print_expr(s->target) + " += " + print_expr(s->value);
     std::set<std::string> reads{w.x, w.dy};
     if (!scalar.empty()) reads.insert(scalar);
@@ -868,6 +873,7 @@ class Lowering {
   std::set<std::string> force_materialize_;
   std::set<std::string> ctx_edge_vars_;  // edge variables of the loop being lowered
   std::vector<intra::SegmentSumInstance> pending_segment_sums_;
+  std::vector<intra::TraversalSource> traversal_sources_;  // of the traversal instances, for check_shape_limits
   int wg_count_ = 0;
 };
 

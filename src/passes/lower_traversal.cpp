@@ -76,7 +76,7 @@ std::string base_of(const std::string& placeholder) { return placeholder.substr(
 
 class TraversalLowering {
  public:
-  TraversalLowering(const intra::Program& p, const TraversalSource& s, const std::set<std::string>& written_before)
+  TraversalLowering(const intra::Program& p, const intra::TraversalSource& s, const std::set<std::string>& written_before)
       : p_(p), src_(s), written_before_(written_before) {}
 
   intra::TraversalInstance run() {
@@ -702,7 +702,7 @@ class TraversalLowering {
   }
 
   const intra::Program& p_;
-  const TraversalSource& src_;
+  const intra::TraversalSource& src_;
   const std::set<std::string>& written_before_;
   bool node_rows_ = false;
   Block* row_ = nullptr;
@@ -723,7 +723,7 @@ class TraversalLowering {
 
 }  // namespace
 
-intra::TraversalInstance lower_traversal(const intra::Program& p, const TraversalSource& src,
+intra::TraversalInstance lower_traversal(const intra::Program& p, const intra::TraversalSource& src,
                                          const std::set<std::string>& written_before) {
   return TraversalLowering(p, src, written_before).run();
 }

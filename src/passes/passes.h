@@ -23,16 +23,6 @@ inter::Module inline_functions(const inter::Module& m, Diagnostics& diags);
 
 namespace hectorgen::passes {
 
-// One traversal stage as the lowering cuts it out of the inter-operator IR: the fused loop nest, its
-// statements reading materialised tensors by name.
-struct TraversalSource {
-  std::string name;
-  inter::StmtP loop;
-  std::map<std::string, std::string> materialized;  // local name -> tensor it is read from / stored to
-  std::map<std::string, std::string> field_tensor;  // field name -> tensor (aliases)
-  int threads = 256;
-};
-
 // Lowers a traversal stage to a traversal instance (lower_traversal.cpp), deciding everything the CUDA
 // printer then just prints: one warp per row; values of 32 or more elements spread over the lanes, smaller
 // ones replicated; locals, the row's edge fields and, in node loops, the node's fields kept in registers
@@ -41,7 +31,7 @@ struct TraversalSource {
 // element-wise values inlined into the instruction that consumes them; the syncs cross-lane exchanges
 // through global memory need. `written_before`: tensors that hold data when the kernel starts (inputs,
 // weights, what earlier kernels stored); other tensors read as zero.
-intra::TraversalInstance lower_traversal(const intra::Program& p, const TraversalSource& src,
+intra::TraversalInstance lower_traversal(const intra::Program& p, const intra::TraversalSource& src,
                                          const std::set<std::string>& written_before);
 
 // Lowers a verified module to kernels, greedily by preference: linear transforms become GEMM instances

@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
 
 #include "dsl/parser.h"
+#include "ir/intra/launch.h"
 
 namespace hectorgen::spec {
 
@@ -294,40 +297,55 @@ class SchemaReader {
         if (auto dt = parse_dtype(*s)) o.dtype = *dt;
         else error(v, "bad-value", fmt::format("'dtype' must be fp32, tf32, bf16 or fp16, got '{}'", *s));
       } else if (k == "schedule") {
-        if (!expect_type(v, YAML::NodeType::Map, "'schedule'")) return;
-        for_each_key(v, "'schedule'", {"gemm", "traversal"},
-                     [&](const std::string& sk, const YAML::Node&, const YAML::Node& sv) {
-          if (!expect_type(sv, YAML::NodeType::Map, fmt::format("'schedule.{}'", sk))) return;
-          if (sk == "gemm") {
-            for_each_key(sv, "'schedule.gemm'", {"tile", "coarsen", "launch_bounds"},
-                         [&](const std::string& gk, const YAML::Node&, const YAML::Node& gv) {
-              if (gk == "tile") {
-                if (auto t = int_value(gv, "'tile'", 8, 64)) {
-                  if (*t != 8 && *t != 16 && *t != 32 && *t != 64)
-                    error(gv, "bad-value", fmt::format("'tile' must be 8, 16, 32 or 64, got {}", *t));
-                  else o.schedule.gemm_tile = *t;
-                }
-              } else if (gk == "coarsen") {
-                if (auto c = int_value(gv, "'coarsen'", 1, 4)) {
-                  if (*c == 3) error(gv, "bad-value", "'coarsen' must be 1, 2 or 4, got 3");
-                  else o.schedule.gemm_coarsen = *c;
-                }
-              } else if (gk == "launch_bounds") {
-                if (auto b = int_value(gv, "'launch_bounds'", 1, 32)) o.schedule.launch_bounds = *b;
-              }
-            });
-          } else {
-            for_each_key(sv, "'schedule.traversal'", {"threads"},
-                         [&](const std::string&, const YAML::Node&, const YAML::Node& tv) {
-              if (auto t = int_value(tv, "'threads'", 32, 1024)) {
-                if (*t % 32) error(tv, "bad-value", "'threads' must be a multiple of 32");
-                else o.schedule.traversal_threads = *t;
-              }
-            });
-          }
+        schedule(v, o.schedule);
+      }
+    });
+  }
+
+  // options.schedule: each value is read as an integer, then the whole schedule is checked at once (a tile
+  // is valid or not depending on the coarsening, launch bounds on both), errors pointing at the value at fault.
+  void schedule(const YAML::Node& v, Schedule& out) {
+    if (!expect_type(v, YAML::NodeType::Map, "'schedule'")) return;
+    std::map<intra::ScheduleKey, YAML::Node> at;  // where each value was written
+    Schedule s = out;
+    bool ok = true;
+    auto read = [&](const YAML::Node& n, std::string_view what, intra::ScheduleKey key, auto&& set) {
+      if (auto i = int_value(n, what, INT_MIN, INT_MAX)) {
+        set(*i);
+        at[key] = n;
+      } else {
+        ok = false;
+      }
+    };
+    for_each_key(v, "'schedule'", {"gemm", "traversal"}, [&](const std::string& sk, const YAML::Node&, const YAML::Node& sv) {
+      if (!expect_type(sv, YAML::NodeType::Map, fmt::format("'schedule.{}'", sk))) {
+        ok = false;
+        return;
+      }
+      if (sk == "gemm") {
+        for_each_key(sv, "'schedule.gemm'", {"tile", "coarsen", "launch_bounds"},
+                     [&](const std::string& gk, const YAML::Node&, const YAML::Node& gv) {
+          if (gk == "tile") read(gv, "'tile'", intra::ScheduleKey::Tile, [&](int i) { s.gemm_tile = i; });
+          else if (gk == "coarsen") read(gv, "'coarsen'", intra::ScheduleKey::Coarsen, [&](int i) { s.gemm_coarsen = i; });
+          else read(gv, "'launch_bounds'", intra::ScheduleKey::LaunchBounds, [&](int i) { s.launch_bounds = i; });
+        });
+      } else {
+        for_each_key(sv, "'schedule.traversal'", {"threads"}, [&](const std::string&, const YAML::Node&, const YAML::Node& tv) {
+          read(tv, "'threads'", intra::ScheduleKey::TraversalThreads, [&](int i) { s.traversal_threads = i; });
         });
       }
     });
+    if (!ok) return;
+    bool valid = true;
+    for (const intra::ScheduleProblem& problem : intra::check_schedule(s)) {
+      valid = false;
+      // A problem with a default value (never written) is reported at the written value it combines with.
+      auto it = at.find(problem.key);
+      if (it == at.end()) it = at.begin();
+      if (it == at.end()) d_.error(loc(v), "bad-schedule", problem.message);
+      else error(it->second, "bad-schedule", problem.message);
+    }
+    if (valid) out = s;
   }
 
   // The program: a YAML block scalar (lines map 1:1 into the file), a string, or a list of line strings.

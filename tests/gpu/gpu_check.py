@@ -165,7 +165,10 @@ def build_extension(dir, *, jobs: int | None = None, cuda_arch: str | None = Non
     """Configures (once) and builds the extension of a generated module directory:
 
         cmake -S DIR -B DIR/build -G Ninja -DCMAKE_PREFIX_PATH=<torch.utils.cmake_prefix_path>
-              -DHECTORGEN_RUNTIME_DIR=<repo>/runtime -DCMAKE_BUILD_TYPE=Release && cmake --build DIR/build
+              -DCMAKE_BUILD_TYPE=Release && cmake --build DIR/build
+
+    The hectorgen runtime must be findable by find_package(hectorgen_runtime): tools/gpu_check.sh installs it
+    and puts its prefix on the CMAKE_PREFIX_PATH environment variable (runtime/README.md).
 
     plus Python/pybind11 hints and CMAKE_CUDA_ARCHITECTURES (``cuda_arch``, default: this
     GPU's). The configure step is skipped when DIR/build/CMakeCache.txt exists (unless
@@ -190,7 +193,6 @@ def build_extension(dir, *, jobs: int | None = None, cuda_arch: str | None = Non
         env["TORCH_CUDA_ARCH_LIST"] = f"{arch[:-1]}.{arch[-1]}"
     cfg = ["cmake", "-S", str(d), "-B", str(build), "--no-warn-unused-cli",
            f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
-           f"-DHECTORGEN_RUNTIME_DIR={REPO / 'runtime'}",
            "-DCMAKE_BUILD_TYPE=Release",
            f"-DPython_EXECUTABLE={sys.executable}", f"-DPython3_EXECUTABLE={sys.executable}",
            f"-DPYTHON_EXECUTABLE={sys.executable}"]

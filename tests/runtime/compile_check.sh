@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compile check of the graph preprocessing runtime; needs no GPU. Runnable from any directory.
 #   1. runtime/src/graph_preprocess.cu with nvcc for sm_80 and sm_90 (-c), every warning an error;
-#   2. the public header hectorgen/graph.h as plain C++17 (no nvcc, no CUB);
+#   2. the public headers hectorgen/graph.h and hectorgen/runtime_version.h as plain C++17 (no nvcc, no CUB);
 #   3. when Python can import torch: the libtorch binding runtime/torch/*.cpp (syntax only).
 # Environment: NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc), CXX (default c++), PYTHON (python3).
 set -euo pipefail
@@ -35,15 +35,16 @@ for arch in 80 90; do
   echo "compile_check: ok  graph_preprocess.cu for sm_$arch"
 done
 
-printf '#include "hectorgen/graph.h"\nint main() { return 0; }\n' >"$tmp/header_check.cpp"
+printf '#include "hectorgen/graph.h"\n#include "hectorgen/runtime_version.h"\nint main() { return 0; }\n' \
+  >"$tmp/header_check.cpp"
 "$cxx" -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I"$runtime/include" -I"$cuda_include" "$tmp/header_check.cpp"
-echo "compile_check: ok  hectorgen/graph.h as plain C++17"
+echo "compile_check: ok  hectorgen/graph.h, hectorgen/runtime_version.h as plain C++17"
 
 torch_query='from torch.utils.cpp_extension import include_paths; print(" ".join(include_paths()))'
 if torch_includes="$("$python" -c "$torch_query" 2>/dev/null)"; then
   python_include="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
   flags=(-std=c++20 -Wall -Wextra -Werror -fsyntax-only -DTORCH_EXTENSION_NAME=hectorgen_runtime_C
-         -I"$runtime/include" -I"$runtime/torch" -isystem "$cuda_include" -isystem "$python_include")
+         -I"$runtime/include" -I"$runtime/torch/include" -isystem "$cuda_include" -isystem "$python_include")
   for dir in $torch_includes; do flags+=(-isystem "$dir"); done
   for source in "$runtime/torch/graph_preprocess_torch.cpp" "$runtime/torch/python_module.cpp"; do
     "$cxx" "${flags[@]}" "$source"

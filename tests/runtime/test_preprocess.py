@@ -4,8 +4,12 @@ Without torch everything is skipped. With torch but no CUDA GPU, the pure-PyTorc
 checked against a hand-computed graph and structural invariants. With a GPU, the CUDA extension is JIT-built on
 first use (runtime/python/build_ext.py can prebuild it) and every layout is compared bit for bit with the
 reference on random graphs, for determinism, argument checking and the current-stream contract.
+
+The package tested is runtime/python/hectorgen_runtime of this checkout, or the one under $HECTORGEN_RUNTIME_PYTHON
+(e.g. build/runtime/python of a CMake build, or an install's site-packages: then its compiled _C is used).
 """
 
+import os
 import pathlib
 import sys
 
@@ -13,7 +17,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "runtime" / "python"))
+sys.path.insert(0, os.environ.get("HECTORGEN_RUNTIME_PYTHON")
+                or str(pathlib.Path(__file__).resolve().parents[2] / "runtime" / "python"))
 import hectorgen_runtime as hr  # noqa: E402
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -136,6 +141,13 @@ HAND_EXPECTED = {
     "edge_to_unique_dst": [1, 0, 3, 3, 2, 3, 4],
     "inv_relation_in_degree": [1.0, 1.0, 1 / 3, 1 / 3, 1.0, 1 / 3, 1.0],
     "ntype_ptr": [0, 2, 2, 4],
+    "ntype": [0, 0, 2, 2],
+}
+# Row-tile offsets of etype_ptr [0, 2, 7, 7] and ntype_ptr [0, 2, 2, 4] for some tiles.
+HAND_TILES = {
+    1: {"etype_tile_ptr": [0, 2, 7, 7], "ntype_tile_ptr": [0, 2, 2, 4]},
+    2: {"etype_tile_ptr": [0, 1, 4, 4], "ntype_tile_ptr": [0, 1, 1, 2]},
+    16: {"etype_tile_ptr": [0, 1, 2, 2], "ntype_tile_ptr": [0, 1, 1, 2]},
 }
 HAND_NTYPE = [0, 0, 2, 2]
 
@@ -172,6 +184,14 @@ def test_reference_invariants(case):
     check_invariants(out, src, dst, etype, params["num_nodes"], params["num_etypes"])
 
 
+@pytest.mark.parametrize("tile", sorted(HAND_TILES))
+def test_reference_tile_offsets(tile):
+    src, dst, etype, ntype = hand_graph()
+    out = hr.reference_preprocess(src, dst, etype, 4, 3, ntype, ["etype_sorted_coo", "ntype_ptr"], 3, gemm_tile=tile)
+    for key, expected in HAND_TILES[tile].items():
+        assert out[key].dtype == torch.int32 and out[key].tolist() == expected, key
+
+
 def test_reference_rejects_invalid_input():
     src, dst, etype, ntype = hand_graph()
     with pytest.raises(ValueError, match="src out of range"):
@@ -182,6 +202,8 @@ def test_reference_rejects_invalid_input():
         hr.reference_preprocess(src, dst, etype, 4, 3, ntype.flip(0), ["ntype_ptr"])
     with pytest.raises(ValueError, match="unknown layout"):
         hr.reference_preprocess(src, dst, etype, 4, 3, None, ["csr"])
+    with pytest.raises(ValueError, match="gemm_tile"):
+        hr.reference_preprocess(src, dst, etype, 4, 3, None, ["etype_sorted_coo"], gemm_tile=-1)
 
 
 def test_python_api_on_cpu_uses_the_reference():
@@ -233,9 +255,10 @@ def run_cuda(ext, src, dst, etype, num_nodes, num_etypes, ntype, layouts=ALL_LAY
 def test_cuda_matches_reference(ext, case, dtype):
     num_nodes, num_edges, num_etypes, extra = CASES[case]
     src, dst, etype, ntype = random_graph(num_nodes, num_edges, num_etypes, seed=sum(map(ord, case)), **extra)
-    expected = hr.reference_preprocess(src, dst, etype, num_nodes, num_etypes, ntype, ALL_LAYOUTS, num_ntypes=3)
+    expected = hr.reference_preprocess(src, dst, etype, num_nodes, num_etypes, ntype, ALL_LAYOUTS, num_ntypes=3,
+                                       gemm_tile=16)
     cuda = [t.to(device="cuda", dtype=dtype) for t in (src, dst, etype, ntype)]
-    actual = run_cuda(ext, *cuda[:3], num_nodes, num_etypes, cuda[3], num_ntypes=3)
+    actual = run_cuda(ext, *cuda[:3], num_nodes, num_etypes, cuda[3], num_ntypes=3, gemm_tile=16)
     assert all(t.is_cuda for t in actual.values())
     assert_same(actual, expected, case)
     if num_edges <= 5000:
@@ -246,6 +269,34 @@ def test_cuda_matches_reference(ext, case, dtype):
 def test_cuda_matches_hand_computed_layouts(ext):
     src, dst, etype, ntype = hand_graph("cuda", torch.int32)
     assert_same(run_cuda(ext, src, dst, etype, 4, 3, ntype), hand_expected(), "cuda")
+
+
+@needs_cuda
+@pytest.mark.parametrize("tile", sorted(HAND_TILES))
+def test_cuda_tile_offsets(ext, tile):
+    src, dst, etype, ntype = hand_graph("cuda")
+    out = run_cuda(ext, src, dst, etype, 4, 3, ntype, ["etype_sorted_coo", "ntype_ptr"], gemm_tile=tile)
+    for key, expected in HAND_TILES[tile].items():
+        assert out[key].dtype == torch.int32 and out[key].tolist() == expected, key
+    assert "etype_tile_ptr" not in run_cuda(ext, src, dst, etype, 4, 3, ntype, ["etype_sorted_coo"])
+
+
+@needs_cuda
+def test_extension_matches_the_package_version(ext):
+    assert ext.version() == hr.__version__
+
+
+@needs_cuda
+def test_prepare_graph_on_cuda(ext):
+    src, dst, etype, ntype = hand_graph("cuda")
+    g = hr.prepare_graph(src, dst, etype, 4, 3, layouts=["etype_sorted_coo", "csr_by_dst", "ntype_ptr"], ntype=ntype,
+                         num_ntypes=3, gemm_tile=2, backend="cuda")
+    assert g.gemm_tile == 2 and g.num_ntypes == 3 and g.num_edges == 7
+    arrays = g.arrays(["sorted_src", "etype_tile_ptr", "in_row_ptr", "ntype", "ntype_tile_ptr"], gemm_tile=2)
+    assert all(a.is_cuda and a.dtype == torch.int32 for a in arrays)
+    assert [a.tolist() for a in arrays] == [HAND_EXPECTED["sorted_src"], HAND_TILES[2]["etype_tile_ptr"],
+                                            HAND_EXPECTED["in_row_ptr"], HAND_EXPECTED["ntype"],
+                                            HAND_TILES[2]["ntype_tile_ptr"]]
 
 
 @needs_cuda
@@ -334,3 +385,5 @@ def test_cuda_checks_arguments(ext):
         run_cuda(ext, src, dst, etype, 2**31, 3, None)
     with pytest.raises(RuntimeError, match="num_etypes must be in"):
         run_cuda(ext, src, dst, etype, 4, 0, None)
+    with pytest.raises(RuntimeError, match="gemm_tile must be in"):
+        run_cuda(ext, src, dst, etype, 4, 3, None, ["etype_sorted_coo"], gemm_tile=-1)

@@ -19,6 +19,8 @@
 //   inverse relation    inv_relation_in_degree   [E] float: 1 / |{e : dst[e] == dst[p], etype[e] == etype[p]}|,
 //   in-degree                                    RGCN's 1/c_{v,r}
 //   node type segments  ntype_ptr [T+1]          nodes of type t: [ntype_ptr[t], ntype_ptr[t+1])
+//   segment tiles       tile_ptr [S+1]           for the segments of etype_ptr or ntype_ptr and a GEMM row tile:
+//                                                segment s owns tiles [tile_ptr[s], tile_ptr[s+1])
 //
 // Conventions shared by every function below:
 //   * All pointers are device pointers; all indices are int32. Counts must satisfy
@@ -161,5 +163,15 @@ cudaError_t build_inv_relation_in_degree(const SortedCooView& graph, float* inv_
 // *error_word (may be nullptr to skip the check). Requires num_ntypes >= 1.
 cudaError_t build_ntype_ptr(const int32_t* ntype, int32_t num_nodes, int32_t num_ntypes, int32_t* ntype_ptr,
                             uint32_t* error_word, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------------
+// GEMM row tiles
+
+// tile_ptr [S+1] for segments given by offsets segment_ptr [S+1] (etype_ptr, ntype_ptr, ...): segment s is cut into
+// ceil((segment_ptr[s+1] - segment_ptr[s]) / tile) tiles of `tile` rows, and owns tiles [tile_ptr[s], tile_ptr[s+1]).
+// Generated GEMM kernels launch tile_ptr[S] row tiles and find a tile's segment by binary search. Requires
+// num_segments >= 0, tile >= 1 and non-decreasing offsets (unchecked).
+cudaError_t build_tile_ptr(const int32_t* segment_ptr, int32_t num_segments, int32_t tile, int32_t* tile_ptr,
+                           cudaStream_t stream, const DeviceAllocator* allocator = nullptr);
 
 }  // namespace hectorgen::runtime

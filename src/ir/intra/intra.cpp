@@ -6,6 +6,7 @@
 
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
+#include "ir/intra/launch.h"
 
 namespace hectorgen::intra {
 
@@ -87,7 +88,8 @@ std::string print_wgrad(const WeightGradInstance& w) {
   std::string out = fmt::format("wgrad {}:  {}[{}] += sum over rows {}[{}]^T · {}[{}]{}\n", w.name, w.dw, to_string(w.segments), w.x,
                                 gathered_row(w.x_gather), w.dy, gathered_row(w.dy_gather),
                                 w.row_scalar.empty() ? "" : fmt::format(" * {}[row]", w.row_scalar));
-  out += fmt::format("    rows={} heads={} k={} n={} tile={} deterministic\n", w.edge_rows ? "edges" : "nodes", w.heads, w.k, w.n, w.tile);
+  out += fmt::format("    rows={} heads={} k={} n={} tile={} coarsen={} deterministic\n", w.edge_rows ? "edges" : "nodes", w.heads, w.k,
+                     w.n, w.tile, w.coarsen);
   return out + fmt::format("    from: {}\n", w.source);
 }
 
@@ -170,12 +172,21 @@ class ProgramVerifier {
     std::set<std::string> names, kernels;
     for (const TensorInfo& t : p_.tensors)
       if (!names.insert(t.name).second) return fmt::format("tensor '{}' is defined twice", t.name);
+    for (const TensorInfo& t : p_.tensors) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) {
+        if (d < 1) return fmt::format("tensor '{}' has an empty dimension", t.name);
+        n = n > limits::kRowElements ? n : n * d;  // n <= 2^31 before a product: no overflow
+      }
+      if (n > limits::kRowElements) return fmt::format("tensor '{}' has {} or more elements per row or type", t.name, n);
+    }
     for (const auto& [field, tensor] : p_.aliases)
       if (!p_.find(tensor)) return fmt::format("alias {} -> {}: unknown tensor", field, tensor);
     for (const Kernel& k : p_.kernels) {
       const std::string& name = kernel_name(k);
       if (!kernels.insert(name).second) return fmt::format("kernel '{}' is defined twice", name);
-      std::string e = std::visit([&](const auto& x) { return check(x); }, k);
+      std::string e = verify_launch(p_, k);
+      if (e.empty()) e = std::visit([&](const auto& x) { return check(x); }, k);
       if (!e.empty()) return e;
     }
     return {};
@@ -220,8 +231,6 @@ class ProgramVerifier {
     const TensorInfo *x = operand(g.name, g.x, false, err), *w = x ? operand(g.name, g.w, false, err) : nullptr,
                      *y = w ? operand(g.name, g.y, true, err) : nullptr;
     if (!y) return err;
-    if (g.tile < 1 || g.coarsen < 1 || g.tile % g.coarsen)
-      return fmt::format("{}: tile {} is not a multiple of coarsening {}", g.name, g.tile, g.coarsen);
     if (x->row_numel() != g.heads * g.k)
       return fmt::format("{}: input rows of {} have {} elements, expected {} x {}", g.name, g.x, x->row_numel(), g.heads, g.k);
     if (y->row_numel() != g.heads * g.n)

@@ -99,7 +99,7 @@ struct WeightGradInstance {
   bool edge_rows = false;
   Segments segments = Segments::None;
   int64_t heads = 1, k = 0, n = 0;  // dW slice per head: k x n
-  int tile = 16;
+  int tile = 16, coarsen = 1;       // dW tile edge; rows of the dW tile per thread (as GemmInstance)
   std::string source;
 };
 
@@ -126,6 +126,16 @@ struct TorchInstance {
 };
 
 using Kernel = std::variant<GemmInstance, TraversalInstance, WeightGradInstance, SegmentSumInstance, TorchInstance>;
+
+// A traversal stage as the lowering cuts it out of the inter-operator IR (what a traversal instance is lowered
+// from, passes::lower_traversal): the fused loop nest, its statements reading materialised tensors by name.
+struct TraversalSource {
+  std::string name;
+  inter::StmtP loop;
+  std::map<std::string, std::string> materialized;  // local name -> tensor it is read from / stored to
+  std::map<std::string, std::string> field_tensor;  // field name -> tensor (aliases)
+  int threads = 256;
+};
 
 const std::string& kernel_name(const Kernel& k);
 // The tensors a kernel stores into (the output of a GEMM, the rows a traversal stores, ...).
@@ -171,8 +181,5 @@ std::string verify_program(const Program& p);
 // write-after-read of global memory separated by a sync. Returns an error message, empty if valid.
 std::string verify_traversal(const Program& p, const TraversalInstance& t);
 
-// Launch limits of every kernel (sm_80 and sm_90): at most 1024 threads per block, a multiple of the warp
-// size; grid y and z at most 65535; at most 48 KiB of static shared memory. Returns an error, or "".
-std::string verify_launch_limits(const Program& p);
 
 }  // namespace hectorgen::intra

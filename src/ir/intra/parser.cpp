@@ -693,12 +693,13 @@ class ProgramParser {
       c.end();
     }
     {
-      Cursor c = body_line("rows=... heads=... k=... n=... tile=... deterministic");
+      Cursor c = body_line("rows=... heads=... k=... n=... tile=... coarsen=... deterministic");
       w.edge_rows = parse_rows(c);
       w.heads = parse_key(c, "heads");
       w.k = parse_key(c, "k");
       w.n = parse_key(c, "n");
       w.tile = static_cast<int>(parse_key(c, "tile"));
+      w.coarsen = static_cast<int>(parse_key(c, "coarsen"));
       c.expect("deterministic");
       c.end();
     }

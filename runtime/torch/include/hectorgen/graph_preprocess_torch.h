@@ -22,7 +22,10 @@ namespace hectorgen::runtime {
 //   "compact_src_etype"       unique_src [U], unique_src_etype_ptr [R+1], edge_to_unique_src [E]
 //   "compact_dst_etype"       unique_dst [U'], unique_dst_etype_ptr [R+1], edge_to_unique_dst [E]
 //   "inv_relation_in_degree"  inv_relation_in_degree [E] (float32)
-//   "ntype_ptr"               ntype_ptr [T+1]   (needs ntype)
+//   "ntype_ptr"               ntype_ptr [T+1], ntype [N] (the node types as int32; needs ntype)
+// With gemm_tile > 0, also the GEMM row-tile offsets of the segments (hectorgen/graph.h, build_tile_ptr):
+//   "etype_sorted_coo"        etype_tile_ptr [R+1]
+//   "ntype_ptr"               ntype_tile_ptr [T+1]
 const std::vector<std::string>& layout_names();
 
 // Builds exactly the requested `layouts` and returns them by key (see above).
@@ -33,6 +36,7 @@ const std::vector<std::string>& layout_names();
 //   num_ntypes       T; -1 derives it as max(ntype) + 1 (one host synchronisation).
 //   validate         check index ranges and ntype order on the device and raise on violations (one host
 //                    synchronisation at the end). Without it, invalid input gives unspecified values.
+//   gemm_tile        rows per tile of the generated GEMM kernels: > 0 adds the tile offsets (see above), 0 not.
 // Host synchronisations: only the `validate` read-back, the num_ntypes derivation, and one read-back of the
 // number of unique pairs per requested compact layout (to size unique_src / unique_dst). All are issued after
 // every kernel has been queued. Errors are raised as c10::Error (TORCH_CHECK).
@@ -40,6 +44,9 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
                                              int64_t num_nodes, int64_t num_etypes,
                                              const std::optional<at::Tensor>& ntype,
                                              const std::vector<std::string>& layouts, int64_t num_ntypes = -1,
-                                             bool validate = true);
+                                             bool validate = true, int64_t gemm_tile = 0);
+
+// HECTORGEN_RUNTIME_VERSION_STRING of the compiled library (hectorgen/runtime_version.h), e.g. "1.0.0".
+const char* version();
 
 }  // namespace hectorgen::runtime
