@@ -61,7 +61,7 @@ struct Block {
   std::vector<Instr> indexes, loads, body;
   std::map<std::string, std::string> index_of;  // "array[of]" -> index name
   std::map<std::string, Reg> loaded;            // "tensor[row]" -> register (read-only rows)
-  std::map<std::string, Reg> locals;            // DSL local -> register
+  std::map<std::string, std::pair<Reg, std::vector<int64_t>>> locals;  // DSL local -> register, shape
   std::map<std::string, Reg> fields;            // the edge's (or, row block of node rows, the node's) fields
   std::vector<std::pair<std::string, std::string>> stores;  // (tensor, register) stored at the block's end
   struct Cached {
@@ -183,6 +183,8 @@ class TraversalLowering {
   }
 
   Val val(const Reg& r) const { return Val{Value::reg_ref(r.name), r.type.shape}; }
+  // A register read with another shape of as many elements (a reshaped local, a field's register).
+  static Val val(const Reg& r, const std::vector<int64_t>& shape) { return Val{Value::reg_ref(r.name), shape}; }
 
   // The index `array[of]`, defined once in block `b`.
   std::string index(Block& b, GraphArray array, const std::string& of, const std::string& base) {
@@ -359,7 +361,7 @@ class TraversalLowering {
 
   Val name(const ExprP& e, Block& b) {
     for (Block* x = &b; x; x = x->parent)
-      if (auto it = x->locals.find(e->name); it != x->locals.end()) return val(it->second);
+      if (auto it = x->locals.find(e->name); it != x->locals.end()) return val(it->second.first, it->second.second);
     if (auto it = src_.materialized.find(e->name); it != src_.materialized.end()) {
       const TensorInfo& t = tensor(it->second);
       return val(load(b, t.name, materialized_row(b, t), local_base(e->name)));
@@ -393,12 +395,13 @@ class TraversalLowering {
     const std::string& field = e->args[1]->name;
     std::string tn = field_tensor(field);
     RowRef r = row_ref(base);
-    if (r.row_node && written_.count(tn)) return val(node_field(field, tn, nullptr));
+    const std::vector<int64_t>& shape = tensor(tn).shape;
+    if (r.row_node && written_.count(tn)) return val(node_field(field, tn, nullptr), shape);
     if (r.row_node)
-      if (auto it = row_->fields.find(tn); it != row_->fields.end()) return val(it->second);
+      if (auto it = row_->fields.find(tn); it != row_->fields.end()) return val(it->second, shape);
     if (r.edge_block) {
       Block& eb = *r.edge_block;
-      if (auto it = eb.fields.find(tn); it != eb.fields.end()) return val(it->second);
+      if (auto it = eb.fields.find(tn); it != eb.fields.end()) return val(it->second, shape);
       if (written_.count(tn)) {
         // Read before this iteration writes it: the register then holds the field for the iteration.
         bool assigned = field_writes_[eb.edge].count(tn) > 0;
@@ -598,7 +601,7 @@ class TraversalLowering {
     const std::string& local = s.target->name;
     for (Block* x = &b; x; x = x->parent)
       if (auto it = x->locals.find(local); it != x->locals.end()) {
-        update(b, it->second, s.op, v);
+        update(b, it->second.first, s.op, v);
         return;
       }
     if (s.op != AssignOp::Set) throw std::logic_error("lower_traversal: update of unknown local " + local);
@@ -614,7 +617,7 @@ class TraversalLowering {
     } else {
       reg = define(b.body, local_base(local), shape, intra::Eval{v.v}, is_mutable);
     }
-    b.locals[local] = reg;
+    b.locals[local] = {reg, shape};
     if (auto it = src_.materialized.find(local); it != src_.materialized.end()) mark_store(b, it->second, reg);
   }
 

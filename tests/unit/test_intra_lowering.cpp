@@ -28,8 +28,8 @@ std::vector<std::string> all_specs() {
   return out;
 }
 
-std::vector<Program> lower_path(const std::string& path) {
-  auto c = compile_text(path, read_file(path));
+std::vector<Program> lower_source(const std::string& path, const std::string& text) {
+  auto c = compile_text(path, text);
   INFO(c->rendered());
   REQUIRE(c->module);
   std::vector<Program> out;
@@ -54,6 +54,8 @@ std::vector<Program> lower_path(const std::string& path) {
   for (auto& p : out) p.layouts = layouts;
   return out;
 }
+
+std::vector<Program> lower_path(const std::string& path) { return lower_source(path, read_file(path)); }
 
 const TraversalInstance& traversal(const std::vector<Program>& phases, const std::string& name) {
   for (const Program& p : phases)
@@ -87,9 +89,17 @@ std::vector<std::string> outline(const std::vector<Instr>& body) {
   return out;
 }
 
+// The first definition of register `name` in `body` or its loops.
+const Def* find_def(const std::vector<Instr>& body, const std::string& name) {
+  for (const Instr& in : body) {
+    if (auto* d = std::get_if<Def>(&in.v); d && d->name == name) return d;
+    if (auto* l = std::get_if<EdgeLoop>(&in.v))
+      if (const Def* d = find_def(l->body, name)) return d;
+  }
+  return nullptr;
+}
 const Def& def_named(const std::vector<Instr>& body, const std::string& name) {
-  for (const Instr& in : body)
-    if (auto* d = std::get_if<Def>(&in.v); d && d->name == name) return *d;
+  if (const Def* d = find_def(body, name)) return *d;
   throw std::runtime_error("test: no register " + name);
 }
 
@@ -270,4 +280,65 @@ TEST_CASE("generated traversal kernels: source names, no copies, no one-iteratio
           CHECK_FALSE(find_warp_hazard(*t));
         }
   }
+}
+
+namespace {
+
+std::vector<Program> lower_text(const std::string& text) { return lower_source("spec.yaml", text); }
+
+}  // namespace
+
+TEST_CASE("a reshaped local keeps its shape: dot and sum reduce its last axis", "[intra][lowering]") {
+  auto phases = lower_text(R"(model: ops
+hyper: {d: 48, heads: 4}
+inputs:
+  feature: {per: node, shape: [d]}
+weights:
+  a: {per: etype, shape: [heads, 12]}
+outputs:
+  h: {per: node, shape: [heads, 12]}
+program: |
+  for e in g.edges():
+      x = reshape(e.src.feature, heads, 12)
+      e["att"] = exp(dot(x, a[e.etype]))
+      e["z"] = sum(e["att"])
+      e["m"] = x * e["att"] * e["z"]
+  for n in g.dst_nodes():
+      for e in n.incoming_edges():
+          n["h"] += e["m"]
+)");
+  const TraversalInstance& t = traversal(phases, "ops_fw_nodes_att");  // fused into the node loop
+  const Def& dot = def_named(t.body, "dot_x_a");
+  CHECK(dot.type == RegType{{4}, LaneLayout::Replicated});  // four heads of 12, not one sum of 48
+  CHECK(std::get<Reduce>(dot.source).axis == 12);
+  CHECK(std::get<Reduce>(dot.source).warp);
+  const Def& z = def_named(t.body, "v_z");
+  CHECK(std::get<Reduce>(z.source).axis == 4);
+  CHECK_FALSE(std::get<Reduce>(z.source).warp);  // a replicated value: summed within each lane
+}
+
+TEST_CASE("an edge loop adding into its source's row stores atomically; training sums per node instead", "[intra][lowering]") {
+  auto phases = lower_text(R"(model: scatter
+hyper: {d: 40}
+inputs:
+  feature: {per: node, shape: [d]}
+outputs:
+  h: {per: node, shape: [d]}
+program: |
+  for e in g.edges():
+      e.src["h"] += exp(e.src.feature) - e.dst.feature
+)");
+  const TraversalInstance& fw = traversal(phases, "scatter_fw_edges_h");
+  const Store& s = std::get<Store>(fw.body.back().v);
+  CHECK(s.atomic);
+  CHECK(s.tensor == "h");
+  CHECK(s.lanes == StoreLanes::Partitioned);
+  CHECK(s.row == "e_src");
+  for (size_t i = 1; i < phases.size(); ++i)
+    for (const Kernel& k : phases[i].kernels)
+      if (auto* t = std::get_if<TraversalInstance>(&k))
+        CHECK(count_instrs(t->body, [](const Instr& in) {
+                auto* st = std::get_if<Store>(&in.v);
+                return st && st->atomic;
+              }) == 0);
 }
