@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(256) hgt_fw_edges_att(
     #pragma unroll
     for (int j = 0; j < 2; ++j) dot_t_lin_3_q += v_t_lin_3[j] * v_dst_q[j];
     dot_t_lin_3_q = warp_sum(dot_t_lin_3_q);
-    const float v_att = dot_t_lin_3_q * v_mu / sqrtf(64.0f);
+    const float v_att = dot_t_lin_3_q * v_mu / 8.0f;
     if (lane == 0) att[e] = v_att;
   }
 }
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(256) hgt_fwt_edges_att__0(
     #pragma unroll
     for (int j = 0; j < 2; ++j) dot_t_lin_3_q += v_t_lin_3[j] * v_dst_q[j];
     dot_t_lin_3_q = warp_sum(dot_t_lin_3_q);
-    const float v_att__0 = dot_t_lin_3_q * v_mu / sqrtf(64.0f);
+    const float v_att__0 = dot_t_lin_3_q * v_mu / 8.0f;
     if (lane == 0) att__0[e] = v_att__0;
   }
 }
@@ -634,7 +634,7 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop(
     // __op0 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
     float op0[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) op0[j] = v_d_att__0 / sqrtf(64.0f) * v_mu * v_dst_q[j];
+    for (int j = 0; j < 2; ++j) op0[j] = v_d_att__0 / 8.0f * v_mu * v_dst_q[j];
     #pragma unroll
     for (int j = 0; j < 2; ++j) t___op0[e * 64 + lane + 32 * j] = op0[j];
   }
@@ -691,7 +691,7 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_2(
     // __op1 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
     float op1[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) op1[j] = v_d_att__0 / sqrtf(64.0f) * v_mu * v_dst_q[j];
+    for (int j = 0; j < 2; ++j) op1[j] = v_d_att__0 / 8.0f * v_mu * v_dst_q[j];
     #pragma unroll
     for (int j = 0; j < 2; ++j) t___op1[e * 64 + lane + 32 * j] = op1[j];
   }
@@ -757,13 +757,13 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
     // __sc2 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * __t_lin_11
     float sc2[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) sc2[j] = v_d_att__0 / sqrtf(64.0f) * v_mu * v_t_lin_11[j];
+    for (int j = 0; j < 2; ++j) sc2[j] = v_d_att__0 / 8.0f * v_mu * v_t_lin_11[j];
     // __wg3 = e["d_att__0"] / sqrt(d_k) * dot(__t_lin_12, e.dst.q)
     float dot_t_lin_12_q = 0.f;
     #pragma unroll
     for (int j = 0; j < 2; ++j) dot_t_lin_12_q += v_t_lin_12[j] * v_dst_q[j];
     dot_t_lin_12_q = warp_sum(dot_t_lin_12_q);
-    const float wg3 = v_d_att__0 / sqrtf(64.0f) * dot_t_lin_12_q;
+    const float wg3 = v_d_att__0 / 8.0f * dot_t_lin_12_q;
     #pragma unroll
     for (int j = 0; j < 2; ++j) t___sc2[e * 64 + lane + 32 * j] = sc2[j];
     if (lane == 0) t___wg3[e] = wg3;

@@ -347,12 +347,12 @@ class TraversalLowering {
       case ExprKind::Index: return index_expr(e, b);
       case ExprKind::Neg: {
         Val x = expr(e->args[0], b);
-        return Val{Value::apply(EwOp::Neg, {x.v}), x.shape};
+        return Val{apply(EwOp::Neg, {x.v}), x.shape};
       }
       case ExprKind::Binary: {
         Val x = expr(e->args[0], b), y = expr(e->args[1], b);
         EwOp op = e->op == BinOp::Add ? EwOp::Add : e->op == BinOp::Sub ? EwOp::Sub : e->op == BinOp::Mul ? EwOp::Mul : EwOp::Div;
-        return Val{Value::apply(op, {x.v, y.v}), x.numel() >= y.numel() ? x.shape : y.shape};
+        return Val{apply(op, {x.v, y.v}), x.numel() >= y.numel() ? x.shape : y.shape};
       }
       case ExprKind::Call: return call(e, b);
     }
@@ -426,6 +426,14 @@ class TraversalLowering {
     return l && ((l->loop == LoopKind::IncomingEdges && base->name == "dst") || (l->loop == LoopKind::OutgoingEdges && base->name == "src"));
   }
 
+  // An element-wise operator, folded when its operands are constants (sqrt(d_k) is a number).
+  static ValueP apply(EwOp op, std::vector<ValueP> args, double param = 0) {
+    bool constant = true;
+    for (const ValueP& a : args) constant = constant && a->kind == Value::Kind::Const;
+    if (!constant) return Value::apply(op, std::move(args), param);
+    return Value::constant(intra::evaluate(op, args[0]->number, args.size() > 1 ? args[1]->number : 0, param));
+  }
+
   double constant(const ExprP& e) const {
     Diagnostics scratch;
     auto v = dsl::eval_constant(e, p_.decl, scratch);
@@ -437,11 +445,11 @@ class TraversalLowering {
     const std::string& f = e->name;
     auto unary = [&](EwOp op, double param = 0) {
       Val x = expr(e->args[0], b);
-      return Val{Value::apply(op, {x.v}, param), x.shape};
+      return Val{apply(op, {x.v}, param), x.shape};
     };
     auto binary = [&](EwOp op) {
       Val x = expr(e->args[0], b), y = expr(e->args[1], b);
-      return Val{Value::apply(op, {x.v, y.v}), x.numel() >= y.numel() ? x.shape : y.shape};
+      return Val{apply(op, {x.v, y.v}), x.numel() >= y.numel() ? x.shape : y.shape};
     };
     if (f == "reshape") {
       Val x = expr(e->args[0], b);

@@ -233,27 +233,8 @@ class Interpreter {
       }
       case Value::Kind::Op: break;
     }
-    auto a = [&](size_t k) { return value(v->args[k], env, i, n); };
-    switch (v->op) {
-      case EwOp::Neg: return -a(0);
-      case EwOp::Add: return a(0) + a(1);
-      case EwOp::Sub: return a(0) - a(1);
-      case EwOp::Mul: return a(0) * a(1);
-      case EwOp::Div: return a(0) / a(1);
-      case EwOp::Max: return std::max(a(0), a(1));
-      case EwOp::MaxGrad: return a(0) >= a(1) ? 1.0 : 0.0;
-      case EwOp::Exp: return std::exp(a(0));
-      case EwOp::Sqrt: return std::sqrt(a(0));
-      case EwOp::Tanh: return std::tanh(a(0));
-      case EwOp::Relu: return std::max(a(0), 0.0);
-      case EwOp::Sigmoid: return 1.0 / (1.0 + std::exp(-a(0)));
-      case EwOp::LeakyRelu: {
-        double x = a(0);
-        return x > 0 ? x : v->number * x;
-      }
-      case EwOp::LeakyReluGrad: return a(0) > 0 ? 1.0 : v->number;
-    }
-    return 0;
+    double a = value(v->args[0], env, i, n), b = v->args.size() > 1 ? value(v->args[1], env, i, n) : 0;
+    return evaluate(v->op, a, b, v->number);
   }
 
   const Program& p_;

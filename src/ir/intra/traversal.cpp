@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
 #include <set>
 #include <stdexcept>
@@ -45,6 +46,26 @@ constexpr std::array<EwOpInfo, 14> kEwOps = {{
 }  // namespace
 
 const EwOpInfo& info(EwOp op) { return kEwOps[static_cast<size_t>(op)]; }
+
+double evaluate(EwOp op, double a, double b, double param) {
+  switch (op) {
+    case EwOp::Neg: return -a;
+    case EwOp::Add: return a + b;
+    case EwOp::Sub: return a - b;
+    case EwOp::Mul: return a * b;
+    case EwOp::Div: return a / b;
+    case EwOp::Max: return std::max(a, b);
+    case EwOp::MaxGrad: return a >= b ? 1.0 : 0.0;
+    case EwOp::Exp: return std::exp(a);
+    case EwOp::Sqrt: return std::sqrt(a);
+    case EwOp::Tanh: return std::tanh(a);
+    case EwOp::Relu: return std::max(a, 0.0);
+    case EwOp::Sigmoid: return 1.0 / (1.0 + std::exp(-a));
+    case EwOp::LeakyRelu: return a > 0 ? a : param * a;
+    case EwOp::LeakyReluGrad: return a > 0 ? 1.0 : param;
+  }
+  return 0;
+}
 
 std::optional<EwOp> ew_function(std::string_view name) {
   for (const EwOpInfo& i : kEwOps)

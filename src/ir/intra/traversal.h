@@ -75,6 +75,8 @@ struct EwOpInfo {
   bool has_param;
 };
 const EwOpInfo& info(EwOp op);
+// The operator's value in float64 (b: the second operand of binary ones; param: leakyrelu's slope).
+double evaluate(EwOp op, double a, double b = 0, double param = 0);
 std::optional<EwOp> ew_function(std::string_view name);  // exp, max, leakyrelu, ... (not the infix ones)
 
 struct Value;
