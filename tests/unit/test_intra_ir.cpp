@@ -40,23 +40,23 @@ Program rgat_like() {
 const char* kSoftmax = R"(traversal rgat_fw_nodes_att_max: rows=dst_nodes(n) threads=256
     # n["att_max"] = -1e+30
     var v_att_max: [1] replicated(1) = -1e+30
-    for e in incoming(n) at i_e:
+    for e in csr_by_dst.incoming(n) at i_e:
         # n["att_max"] = max(n["att_max"], e["att"])
         let v_att: [1] replicated(1) = load att[e]
         v_att_max = max(v_att_max, v_att)
-    for e in incoming(n) at i_e:
+    for e in csr_by_dst.incoming(n) at i_e:
         # e["att"] = exp(e["att"] - e.dst["att_max"])
         var v_att: [1] replicated(1) = load att[e]
         v_att = exp(v_att - v_att_max)
         store att[e] = v_att by lane0
     # n["att_sum"] = 0.0
     var v_att_sum: [1] replicated(1) = 0
-    for e in incoming(n) at i_e:
+    for e in csr_by_dst.incoming(n) at i_e:
         # n["att_sum"] += e["att"]
         let v_att: [1] replicated(1) = load att[e]
         v_att_sum += v_att
     var v_h: [1, 64] lanes(2) = 0
-    for e in incoming(n) at i_e:
+    for e in csr_by_dst.incoming(n) at i_e:
         let v_msg: [1, 64] lanes(2) = load t_hs[e]
         # e["att"] = e["att"] / e.dst["att_sum"]
         var v_att: [1] replicated(1) = load att[e]
@@ -70,7 +70,7 @@ const char* kSoftmax = R"(traversal rgat_fw_nodes_att_max: rows=dst_nodes(n) thr
 )";
 
 // RGAT's edge kernel: warp reductions, gathers through etype.
-const char* kEdges = R"(traversal rgat_fw_edges_att: rows=edges(e) threads=256
+const char* kEdges = R"(traversal rgat_fw_edges_att: rows=etype_sorted_coo.edges(e) threads=256
     index e_etype = etype[e]
     let hs: [1, 64] lanes(2) = load t_hs[e]
     let ht: [1, 64] lanes(2) = load t_ht[e]
@@ -143,23 +143,27 @@ TEST_CASE("element-wise values print with the fewest parentheses and parse back"
   };
   for (const Case& c : cases) {
     CHECK(print_value(c.v) == c.text);
-    std::string text = std::string("traversal k: rows=edges(e) threads=32\n    let x: [] replicated(1) = ") + c.text + "\n";
+    std::string text = std::string("traversal k: rows=etype_sorted_coo.edges(e) threads=32\n    let x: [] replicated(1) = ") + c.text + "\n";
     CHECK(print_traversal(parse(text)) == text);
   }
 }
 
 TEST_CASE("the intra parser reports positioned errors", "[intra][parser]") {
-  CHECK(parse_error("traversal k: rows=edges(e) threads=32\n    let x: [64] lanes(3) = 0\n") ==
+  CHECK(parse_error("traversal k: rows=etype_sorted_coo.edges(e) threads=32\n    let x: [64] lanes(3) = 0\n") ==
         "test.intra.ir:2:23: error: 64 elements spread over the lanes take 2 slot(s) per lane, not 3 [intra-syntax]\n"
         "    2 |     let x: [64] lanes(3) = 0\n"
         "      |                       ^\n");
-  CHECK(parse_error("traversal k: rows=edges(e) threads=32\n    let x: [] replicated(1) = frob(y)\n")
+  CHECK(parse_error("traversal k: rows=etype_sorted_coo.edges(e) threads=32\n    let x: [] replicated(1) = frob(y)\n")
             .find("2:31: error: unknown element-wise function 'frob'") != std::string::npos);
   CHECK(parse_error("traversal k: rows=nodes(n) threads=32\n").find("unknown row loop 'nodes'") != std::string::npos);
-  CHECK(parse_error("traversal k: rows=edges(e) threads=32\n    store att[e] = v by warp\n").find("unknown store lanes 'warp'") !=
+  CHECK(parse_error("traversal k: rows=edges(e) threads=32\n").find("1:19: error: edges walks the layout etype_sorted_coo: write "
+                                                                   "etype_sorted_coo.edges") != std::string::npos);
+  CHECK(parse_error("traversal k: rows=dst_nodes(n) threads=32\n    for e in csr_by_src.incoming(n) at i:\n        sync\n")
+            .find("2:14: error: incoming walks the layout csr_by_dst: write csr_by_dst.incoming") != std::string::npos);
+  CHECK(parse_error("traversal k: rows=etype_sorted_coo.edges(e) threads=32\n    store att[e] = v by warp\n").find("unknown store lanes 'warp'") !=
         std::string::npos);
-  CHECK(parse_error("traversal k: rows=edges(e) threads=32\n      sync\n").find("unexpected indentation") != std::string::npos);
-  CHECK(parse_error("traversal k: rows=edges(e) threads=32\n    sync now\n").find("expected an instruction") != std::string::npos);
+  CHECK(parse_error("traversal k: rows=etype_sorted_coo.edges(e) threads=32\n      sync\n").find("unexpected indentation") != std::string::npos);
+  CHECK(parse_error("traversal k: rows=etype_sorted_coo.edges(e) threads=32\n    sync now\n").find("expected an instruction") != std::string::npos);
 }
 
 TEST_CASE("the traversal verifier accepts the lowered kernels", "[intra][verifier]") {
@@ -206,9 +210,9 @@ TEST_CASE("the traversal verifier rejects each broken rule", "[intra][verifier]"
       {replace(ed, "store att[e] = v_att by lane0", "store att[e] = v_att by lanes"), "'v_att' is replicated: it is stored by lane0"},
       {replace(ed, "store att[e] = v_att by lane0", "store att[e] = hs by lane0"), "store of 'hs' (64 elements) into rows of 'att' (1 elements)"},
       // layouts, loops and ownership
-      {replace(sm, "for e in incoming(n) at i_e:\n        # n[\"att_max\"]", "for e in outgoing(n) at i_e:\n        # n[\"att_max\"]"),
+      {replace(sm, "for e in csr_by_dst.incoming(n) at i_e:\n        # n[\"att_max\"]", "for e in csr_by_src.outgoing(n) at i_e:\n        # n[\"att_max\"]"),
        "loop over 'e' needs the graph layout 'csr_by_src', which the program does not have"},
-      {replace(sm, "incoming(n) at i_e:\n        # n[\"att_max\"]", "incoming(m) at i_e:\n        # n[\"att_max\"]"),
+      {replace(sm, "csr_by_dst.incoming(n) at i_e:\n        # n[\"att_max\"]", "csr_by_dst.incoming(m) at i_e:\n        # n[\"att_max\"]"),
        "edge loop over 'm': inner loops walk the edges of the row node"},
       {replace(ed, "store att[e] = v_att by lane0", "index e_src = src[e]\n    store att_max[e_src] = v_att by lane0"),
        "'att_max' is stored by this kernel but stored through row 'e_src', which other warps own"},
@@ -238,8 +242,8 @@ TEST_CASE("warp syncs go where lanes exchange values through global memory", "[i
   CHECK(print_traversal(t) == replace(replace(replace(kSoftmax,
                                                       "        v_att = exp(v_att - v_att_max)\n",
                                                       "        v_att = exp(v_att - v_att_max)\n        sync\n"),
-                                              "    for e in incoming(n) at i_e:\n        # n[\"att_sum\"] += e[\"att\"]",
-                                              "    sync\n    for e in incoming(n) at i_e:\n        # n[\"att_sum\"] += e[\"att\"]"),
+                                              "    for e in csr_by_dst.incoming(n) at i_e:\n        # n[\"att_sum\"] += e[\"att\"]",
+                                              "    sync\n    for e in csr_by_dst.incoming(n) at i_e:\n        # n[\"att_sum\"] += e[\"att\"]"),
                                       "        v_h += v_att * v_msg\n", "        v_h += v_att * v_msg\n        sync\n"));
   // Loaded by lane 0 where lane 0 overwrites them, the rows of att are exchanged only between loops.
   TraversalInstance owned = parse(replace(replace(kSoftmax, "        var v_att: [1] replicated(1) = load att[e]\n        v_att = exp",
@@ -248,16 +252,16 @@ TEST_CASE("warp syncs go where lanes exchange values through global memory", "[i
                                           "        var v_att: [1] replicated(1) = load att[e] by lane0\n        v_att = v_att /"));
   insert_warp_syncs(owned);
   std::string synced = print_traversal(owned);
-  CHECK(synced.find("    sync\n    for e in incoming(n) at i_e:\n        # e[\"att\"] = exp") != std::string::npos);
-  CHECK(synced.find("    sync\n    for e in incoming(n) at i_e:\n        # n[\"att_sum\"]") != std::string::npos);
-  CHECK(synced.find("    sync\n    for e in incoming(n) at i_e:\n        let v_msg") != std::string::npos);
+  CHECK(synced.find("    sync\n    for e in csr_by_dst.incoming(n) at i_e:\n        # e[\"att\"] = exp") != std::string::npos);
+  CHECK(synced.find("    sync\n    for e in csr_by_dst.incoming(n) at i_e:\n        # n[\"att_sum\"]") != std::string::npos);
+  CHECK(synced.find("    sync\n    for e in csr_by_dst.incoming(n) at i_e:\n        let v_msg") != std::string::npos);
   CHECK(synced.find("        sync\n") == std::string::npos);
   // Inserting again changes nothing.
   std::string once = print_traversal(t);
   insert_warp_syncs(t);
   CHECK(print_traversal(t) == once);
   // Lane-partitioned rows read back by the same lanes need no sync; read back by all lanes they do.
-  const std::string lanes = R"(traversal k: rows=edges(e) threads=32
+  const std::string lanes = R"(traversal k: rows=etype_sorted_coo.edges(e) threads=32
     let x: [1, 64] lanes(2) = load t_hs[e]
     store t_ht[e] = x by lanes
     let y: [1, 64] lanes(2) = load t_ht[e]

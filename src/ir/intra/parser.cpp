@@ -129,6 +129,7 @@ class Cursor {
     ws();
     return i_;
   }
+  void rewind(size_t at) { i_ = at; }
 
  private:
   std::string_view s() const { return l_.text; }
@@ -266,6 +267,23 @@ Source parse_source(Cursor& c) {
   return Eval{parse_value(c)};
 }
 
+// `layout.` before a loop kind, or "" when the next word is the kind itself.
+std::string walked(Cursor& c) {
+  size_t at = c.pos();
+  std::string word = c.ident("a loop");
+  if (c.accept(".")) return word;
+  c.rewind(at);
+  return "";
+}
+
+// The layout written before a loop must be the one the loop walks (`word`: the loop as written).
+void check_layout(Cursor& c, size_t at, const std::string& layout, inter::LoopKind kind, const std::string& word) {
+  std::string want = walked_layout(kind);
+  if (layout == want) return;
+  if (want.empty()) c.fail_at(at, fmt::format("{} walks no graph layout: write {}, not {}.{}", word, word, layout, word));
+  c.fail_at(at, fmt::format("{} walks the layout {}: write {}.{}", word, want, want, word));
+}
+
 class TraversalParser {
  public:
   TraversalParser(const SourceFile& f, Diagnostics& d, const std::vector<Line>& lines, size_t& pos)
@@ -280,11 +298,13 @@ class TraversalParser {
     c.expect(":");
     c.expect("rows=");
     size_t at = c.pos();
+    std::string layout = walked(c);
     std::string rows = c.ident("edges, dst_nodes or src_nodes");
     if (rows == "edges") t.rows = inter::LoopKind::Edges;
     else if (rows == "dst_nodes") t.rows = inter::LoopKind::DstNodes;
     else if (rows == "src_nodes") t.rows = inter::LoopKind::SrcNodes;
-    else c.fail_at(at, fmt::format("unknown row loop '{}' (edges, dst_nodes or src_nodes)", rows));
+    else c.fail_at(at + (layout.empty() ? 0 : layout.size() + 1), fmt::format("unknown row loop '{}' (edges, dst_nodes or src_nodes)", rows));
+    check_layout(c, at, layout, t.rows, rows);
     c.expect("(");
     t.row = c.ident("the row variable");
     c.expect(")");
@@ -370,10 +390,12 @@ class TraversalParser {
       loop.var = c.ident("an edge variable");
       c.expect("in");
       size_t at = c.pos();
+      std::string layout = walked(c);
       std::string dir = c.ident("incoming or outgoing");
       if (dir == "incoming") loop.kind = inter::LoopKind::IncomingEdges;
       else if (dir == "outgoing") loop.kind = inter::LoopKind::OutgoingEdges;
-      else c.fail_at(at, fmt::format("unknown edge loop '{}' (incoming or outgoing)", dir));
+      else c.fail_at(at + (layout.empty() ? 0 : layout.size() + 1), fmt::format("unknown edge loop '{}' (incoming or outgoing)", dir));
+      check_layout(c, at, layout, loop.kind, dir);
       c.expect("(");
       loop.node = c.ident("the row node");
       c.expect(")");

@@ -1,5 +1,7 @@
 #include "ir/intra/traversal.h"
 
+#include "ir/intra/intra.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -126,6 +128,15 @@ std::optional<GraphArray> parse_graph_array(std::string_view s) {
   return std::nullopt;
 }
 
+const char* walked_layout(inter::LoopKind k) {
+  switch (k) {
+    case inter::LoopKind::Edges: return layout::kSortedCoo;
+    case inter::LoopKind::IncomingEdges: return layout::kCsrByDst;
+    case inter::LoopKind::OutgoingEdges: return layout::kCsrBySrc;
+    default: return "";
+  }
+}
+
 bool is_kernel_reserved(std::string_view name) {
   static const std::set<std::string, std::less<>> names = {
       // declared or called by the printed kernel
@@ -223,7 +234,7 @@ void print_body(const std::vector<Instr>& body, int depth, std::string& out) {
           } else if constexpr (std::is_same_v<T, Sync>) {
             out += ind + "sync\n";
           } else {
-            out += fmt::format("{}for {} in {}({}) at {}:\n", ind, x.var,
+            out += fmt::format("{}for {} in {}.{}({}) at {}:\n", ind, x.var, walked_layout(x.kind),
                                x.kind == inter::LoopKind::IncomingEdges ? "incoming" : "outgoing", x.node, x.pos);
             print_body(x.body, depth + 1, out);
           }
@@ -247,7 +258,9 @@ std::string print_reg_type(const RegType& t) {
 }
 
 std::string print_traversal(const TraversalInstance& t) {
-  std::string out = fmt::format("traversal {}: rows={}({}) threads={}\n", t.name, inter::to_string(t.rows), t.row, t.threads);
+  std::string layout = walked_layout(t.rows);
+  std::string out = fmt::format("traversal {}: rows={}{}({}) threads={}\n", t.name, layout.empty() ? "" : layout + ".",
+                                inter::to_string(t.rows), t.row, t.threads);
   print_body(t.body, 1, out);
   return out;
 }

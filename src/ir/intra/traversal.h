@@ -24,12 +24,20 @@
 //
 //   traversal rgat_fw_nodes_att_max: rows=dst_nodes(n) threads=256
 //       # n["att_max"] = -1e+30
-//       var v_att_max: [] replicated = -1e+30
-//       for e in incoming(n) at i_e:
+//       var v_att_max: [1] replicated(1) = -1e+30
+//       for e in csr_by_dst.incoming(n) at i_e:
 //           # n["att_max"] = max(n["att_max"], e["att"])
-//           let v_att: [1] replicated = load att[e]
+//           let v_att: [1] replicated(1) = load att[e]
 //           v_att_max = max(v_att_max, v_att)
+//       sync
+//       for e in csr_by_dst.incoming(n) at i_e:
+//           # e["att"] = exp(e["att"] - e.dst["att_max"])
+//           var v_att: [1] replicated(1) = load att[e] by lane0
+//           v_att = exp(v_att - v_att_max)
+//           store att[e] = v_att by lane0
 //       ...
+//
+// (edge rows print as `rows=etype_sorted_coo.edges(e)`).
 #pragma once
 
 #include <cstdint>
@@ -184,6 +192,10 @@ struct TraversalInstance {
 // Identifiers a traversal kernel cannot give its variables: what the CUDA printer declares or calls in
 // every kernel (lane, first_row, warp_sum, the graph arrays, ...), C++ keywords and CUDA built-ins.
 bool is_kernel_reserved(std::string_view name);
+
+// The graph layout a loop walks (etype_sorted_coo for edge rows, csr_by_dst / csr_by_src for inner loops),
+// or "" (node rows: the nodes in order).
+const char* walked_layout(inter::LoopKind k);
 
 // ---------------------------------------------------------------------------------------------------
 // Text form of one traversal instance (see the top of this file); `indent` prefixes the body lines.
