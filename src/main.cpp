@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   app.add_option("--reference", opts.reference_dir,
                  "run the float64 CPU reference on DIR/meta.json (see driver/reference_io.h) instead of generating");
   app.add_flag("-v,--verbose", opts.verbose, "log pipeline steps and pass timing to stderr");
+  app.add_flag("--verify-each", opts.verify_each, "verify the IR after every pass (on by default in debug builds)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

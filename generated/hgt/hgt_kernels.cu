@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(256) hgt_fw_nodes_att_max(
       const int64_t e = in_eid[i_e];
       // e["att"] = exp(e["att"] - e.dst["att_max"])
       float v_att = __shfl_sync(0xffffffffu, lane == 0 ? att[e] : 0.f, 0);
-      v_att = expf(v_att - v_att_max);
+      v_att = expf((v_att - v_att_max));
       if (lane == 0) att[e] = v_att;
     }
     // n["att_sum"] = 0.0
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["att__1"] = exp(e["att__0"] - e.dst["att_max"])
-      const float v_att__1 = expf(v_att__0 - v_att_max);
+      const float v_att__1 = expf((v_att__0 - v_att_max));
       if (lane == 0) att__1[e] = v_att__1;
     }
     // n["att_sum"] = 0.0
@@ -488,9 +488,9 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
       float v_d_att__1 = __shfl_sync(0xffffffffu, lane == 0 ? d_att__1[e] : 0.f, 0);
       v_d_att__1 += v_d_att_sum;
       // e["d_att__0"] += e["d_att__1"] * exp(e.att__0 - e.dst.att_max)
-      const float v_d_att__0 = v_d_att__1 * expf(v_att__0 - v_att_max);
+      const float v_d_att__0 = v_d_att__1 * expf((v_att__0 - v_att_max));
       // e.dst["d_att_max"] += -(e["d_att__1"] * exp(e.att__0 - e.dst.att_max))
-      v_d_att_max += -(v_d_att__1 * expf(v_att__0 - v_att_max));
+      v_d_att_max += -(v_d_att__1 * expf((v_att__0 - v_att_max)));
       if (lane == 0) d_att__1[e] = v_d_att__1;
       if (lane == 0) d_att__0[e] = v_d_att__0;
     }

@@ -16,9 +16,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Leaky ReLU: x where x > 0, slope * x elsewhere.
-__device__ __forceinline__ float leaky_relu(float x, float slope) { return x > 0.f ? x : slope * x; }
-
 
 // ==== forward ====
 
@@ -169,7 +166,8 @@ __global__ void __launch_bounds__(256) rgat_fw_edges_att(
     #pragma unroll
     for (int j = 0; j < 2; ++j) dot_ht_w_t += ht[j] * v_w_t[j];
     dot_ht_w_t = warp_sum(dot_ht_w_t);
-    const float v_att = leaky_relu(dot_hs_w_s + dot_ht_w_t, 0.2f);
+    const float leakyrelu_in = dot_hs_w_s + dot_ht_w_t;
+    const float v_att = leakyrelu_in > 0.f ? leakyrelu_in : 0.2f * leakyrelu_in;
     if (lane == 0) att[e] = v_att;
   }
 }
@@ -201,7 +199,7 @@ __global__ void __launch_bounds__(256) rgat_fw_nodes_att_max(
       const int64_t e = in_eid[i_e];
       // e["att"] = exp(e["att"] - e.dst["att_max"])
       float v_att = __shfl_sync(0xffffffffu, lane == 0 ? att[e] : 0.f, 0);
-      v_att = expf(v_att - v_att_max);
+      v_att = expf((v_att - v_att_max));
       if (lane == 0) att[e] = v_att;
     }
     // n["att_sum"] = 0.0
@@ -274,7 +272,8 @@ __global__ void __launch_bounds__(256) rgat_fwt_edges_att__0(
     #pragma unroll
     for (int j = 0; j < 2; ++j) dot_ht_w_t += v_ht[j] * v_w_t[j];
     dot_ht_w_t = warp_sum(dot_ht_w_t);
-    const float v_att__0 = leaky_relu(dot_hs_w_s + dot_ht_w_t, 0.2f);
+    const float leakyrelu_in = dot_hs_w_s + dot_ht_w_t;
+    const float v_att__0 = leakyrelu_in > 0.f ? leakyrelu_in : 0.2f * leakyrelu_in;
     if (lane == 0) att__0[e] = v_att__0;
   }
 }
@@ -307,7 +306,7 @@ __global__ void __launch_bounds__(256) rgat_fwt_nodes_att_max(
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["att__1"] = exp(e["att__0"] - e.dst["att_max"])
-      const float v_att__1 = expf(v_att__0 - v_att_max);
+      const float v_att__1 = expf((v_att__0 - v_att_max));
       if (lane == 0) att__1[e] = v_att__1;
     }
     // n["att_sum"] = 0.0
@@ -405,9 +404,9 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
       float v_d_att__1 = __shfl_sync(0xffffffffu, lane == 0 ? d_att__1[e] : 0.f, 0);
       v_d_att__1 += v_d_att_sum;
       // e["d_att__0"] += e["d_att__1"] * exp(e.att__0 - e.dst.att_max)
-      const float v_d_att__0 = v_d_att__1 * expf(v_att__0 - v_att_max);
+      const float v_d_att__0 = v_d_att__1 * expf((v_att__0 - v_att_max));
       // e.dst["d_att_max"] += -(e["d_att__1"] * exp(e.att__0 - e.dst.att_max))
-      v_d_att_max += -(v_d_att__1 * expf(v_att__0 - v_att_max));
+      v_d_att_max += -(v_d_att__1 * expf((v_att__0 - v_att_max)));
       if (lane == 0) d_att__1[e] = v_d_att__1;
       if (lane == 0) d_att__0[e] = v_d_att__0;
     }
@@ -470,19 +469,19 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     dot_ht_w_t = warp_sum(dot_ht_w_t);
     float v_d_hs[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_hs[j] = v_d_att__0 * (dot_hs_w_s + dot_ht_w_t > 0.f ? 1.f : 0.2f) * v_w_s[j];
+    for (int j = 0; j < 2; ++j) v_d_hs[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_w_s[j];
     // __wg0 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
     float wg0[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) wg0[j] = v_d_att__0 * (dot_hs_w_s + dot_ht_w_t > 0.f ? 1.f : 0.2f) * v_hs[j];
+    for (int j = 0; j < 2; ++j) wg0[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_hs[j];
     // e["d_ht"] += e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * reshape(w_t[e.etype], 1, 64)
     float v_d_ht[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_ht[j] = v_d_att__0 * (dot_hs_w_s + dot_ht_w_t > 0.f ? 1.f : 0.2f) * v_w_t[j];
+    for (int j = 0; j < 2; ++j) v_d_ht[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_w_t[j];
     // __wg1 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.ht
     float wg1[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) wg1[j] = v_d_att__0 * (dot_hs_w_s + dot_ht_w_t > 0.f ? 1.f : 0.2f) * v_ht[j];
+    for (int j = 0; j < 2; ++j) wg1[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_ht[j];
     // e["d_hs"] += e["d_msg"]
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_hs[j] += v_d_msg[j];

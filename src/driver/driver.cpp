@@ -32,19 +32,19 @@ namespace {
 class PassLog {
  public:
   PassLog(const Options& o, std::ostream& log) : o_(o), log_(log) {}
-  void after(const std::string& pass, const inter::Module& m, const inter::Analysis* a = nullptr) {
+  void after(const std::string& pass, const inter::Module& m, bool types = false) {
     auto now = std::chrono::steady_clock::now();
     spdlog::debug("pass {:<18} {:8.3f} ms", pass, std::chrono::duration<double, std::milli>(now - last_).count());
     last_ = now;
     if (o_.print_ir_after == pass || o_.print_ir_after == "all") {
-      log_ << "# ---- IR after " << pass << " ----\n" << print(m, a);
+      log_ << "# ---- IR after " << pass << " ----\n" << print(m, types);
     }
   }
-  static std::string print(const inter::Module& m, const inter::Analysis* a) {
-    if (!a) return inter::print_module(m);
-    return inter::print_module(m, [a](const inter::Stmt& s) -> std::string {
-      auto it = a->assigned.find(&s);
-      return it == a->assigned.end() ? "" : it->second.str();
+  // With `types`, each assignment is annotated with the type of what it stores.
+  static std::string print(const inter::Module& m, bool types) {
+    if (!types) return inter::print_module(m);
+    return inter::print_module(m, [](const inter::Stmt& s) -> std::string {
+      return s.kind == inter::StmtKind::Assign && s.target->type.typed() ? s.target->type.str() : "";
     });
   }
 
@@ -65,10 +65,10 @@ std::optional<inter::Module> frontend(const SourceFile& spec, Diagnostics& diags
   inter::Module m = passes::inline_functions(*parsed, diags);
   if (diags.has_errors()) return std::nullopt;
   passes.after("inline-functions", m);
-  inter::Analysis analysis;
-  if (!inter::verify(m, diags, &analysis)) return std::nullopt;
-  passes.after("verify", m, &analysis);
-  return m;
+  std::optional<inter::Module> typed = inter::typecheck(m, diags);
+  if (!typed) return std::nullopt;
+  passes.after("verify", *typed, /*types=*/true);
+  return typed;
 }
 
 int run(const Options& opts, std::ostream& out, std::ostream& err) {
@@ -103,17 +103,21 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
   }
 
   // ---- optimisation and lowering ---------------------------------------------------------------
+  // Passes keep the IR typed; with --verify-each (and in debug builds) the verifier checks it after each.
+  auto verified = [&](const char* pass, const char* phase, const inter::Module& module) {
+    if (!opts.verify_each) return true;
+    Diagnostics vd;
+    if (inter::verify(module, vd)) return true;
+    vd.render(err);
+    err << "hectorgen: internal error: the " << phase << " IR does not verify after " << pass << "\n";
+    return false;
+  };
   PassLog passes(opts, out);
   inter::Module fused = passes::fuse_loops(*m);
-  inter::Analysis analysis;
-  if (!inter::verify(fused, diags, &analysis)) {
-    diags.render(err);
-    err << "hectorgen: internal error: the IR does not verify after fuse-loops\n";
-    return 2;
-  }
-  passes.after("fuse-loops", fused, &analysis);
+  if (!verified("fuse-loops", "forward", fused)) return 2;
+  passes.after("fuse-loops", fused, /*types=*/true);
   OutputSet files;
-  files.add(m->decl.name + ".inter.ir", PassLog::print(fused, &analysis));
+  files.add(m->decl.name + ".inter.ir", PassLog::print(fused, /*types=*/true));
   // ---- training: autodiff, then the same fusion and lowering for the training forward and backward ----
   std::optional<passes::TrainingModules> training;
   {
@@ -127,17 +131,13 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
   }
   std::vector<std::pair<std::string, inter::Module>> phases = {{"forward", fused}};
   if (training) {
+    if (!verified("autodiff", "forward_train", training->forward) || !verified("autodiff", "backward", training->backward))
+      return 2;
     phases.push_back({"forward_train", passes::fuse_loops(training->forward)});
     phases.push_back({"backward", passes::fuse_loops(training->backward)});
-    inter::Analysis ta;
-    Diagnostics td;
     for (size_t i = 1; i < phases.size(); ++i)
-      if (!inter::verify(phases[i].second, td, &ta)) {
-        td.render(err);
-        err << "hectorgen: internal error: the " << phases[i].first << " IR does not verify\n";
-        return 2;
-      }
-    std::string bw = PassLog::print(phases[2].second, nullptr);
+      if (!verified("fuse-loops", phases[i].first.c_str(), phases[i].second)) return 2;
+    std::string bw = PassLog::print(phases[2].second, /*types=*/false);
     files.add(m->decl.name + ".backward.inter.ir", bw);
     passes.after("autodiff", phases[2].second);
   }
@@ -145,9 +145,7 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
     std::vector<intra::Program> programs;
     Diagnostics lower_diags;
     for (auto& [phase, module] : phases) {
-      inter::Analysis pa;
-      inter::verify(module, lower_diags, &pa);
-      auto program = passes::lower(module, pa, lower_diags, phase);
+      auto program = passes::lower(module, lower_diags, phase);  // checks the shape limits too
       if (!program) {
         if (phase == "forward") {
           lower_diags.render(err);

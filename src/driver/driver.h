@@ -9,6 +9,7 @@
 #include "diag/diagnostics.h"
 #include "driver/output.h"
 #include "ir/inter/ir.h"
+#include "ir/inter/verifier.h"
 
 namespace hectorgen::driver {
 
@@ -19,6 +20,7 @@ struct Options {
   std::string print_ir_after;    // a pass name, or "all"
   std::string reference_dir;     // run the float64 CPU reference on tensors in this directory
   bool verbose = false;
+  bool verify_each = inter::kVerifyEachPassByDefault;  // verify the IR after every pass (debug builds: on)
 };
 
 // Known pass names for --print-ir-after, in pipeline order.

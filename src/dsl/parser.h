@@ -22,11 +22,4 @@ std::optional<inter::Module> parse_module(const ProgramText& text, Diagnostics& 
 // Parses one expression (used for hyper-parameter values and shape entries inside the spec).
 inter::ExprP parse_expression(const ProgramText& text, Diagnostics& diags);
 
-// Evaluates a constant expression over already-evaluated hyper-parameters. Reports and returns nullopt
-// on unknown names or non-constant constructs.
-std::optional<double> eval_constant(const inter::ExprP& e, const inter::ModelDecl& decl, Diagnostics& diags);
-
-// Evaluates hyper-parameters in order and every declared shape. Returns false on error.
-bool evaluate_declarations(inter::ModelDecl& decl, Diagnostics& diags);
-
 }  // namespace hectorgen::dsl

@@ -10,7 +10,6 @@
 #include "emit/printer.h"
 #include "emit/traversal.h"
 #include "ir/inter/printer.h"
-#include "ir/inter/verifier.h"
 #include "ir/intra/launch.h"
 
 namespace hectorgen::emit {

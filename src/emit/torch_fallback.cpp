@@ -9,6 +9,7 @@
 
 #include "emit/emit.h"
 #include "emit/printer.h"
+#include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
 
 namespace hectorgen::emit {
@@ -19,7 +20,7 @@ namespace {
 
 struct TV {
   std::string code;
-  std::vector<int64_t> shape;  // per row
+  std::vector<int64_t> shape;  // per row: the expression's type, or the row shape of the tensor it reads
   bool rows = true;            // has the leading row dimension (false: weights without index, constants)
 };
 
@@ -141,88 +142,44 @@ class TorchEmitter {
         if (ti.per == Per::Edge) return TV{tensor, ti.shape, true};
         return TV{gathered(tensor, base), ti.shape, true};
       }
-      case ExprKind::Neg: {
-        TV x = expr(e->args[0]);
-        return TV{"(-" + x.code + ")", x.shape, x.rows};
-      }
-      case ExprKind::Binary: {
-        TV a = expr(e->args[0]), b = expr(e->args[1]);
-        std::vector<int64_t> shape = a.shape.size() >= b.shape.size() ? a.shape : b.shape;
-        bool rows = a.rows || b.rows;
-        if (rows) {
-          if (!a.shape.empty() || a.rows) a = align(a, shape.size());
-          if (!b.shape.empty() || b.rows) b = align(b, shape.size());
-        }
-        return TV{fmt::format("({} {} {})", a.code, to_string(e->op), b.code), shape, rows};
-      }
-      case ExprKind::Call: return call(e);
+      case ExprKind::Neg:
+      case ExprKind::Binary:
+      case ExprKind::Call: return apply(e);
     }
     throw std::logic_error("torch fallback: unknown expression");
   }
 
-  TV call(const ExprP& e) {
-    const std::string& f = e->name;
-    auto unary = [&](const char* fn) {
-      TV x = expr(e->args[0]);
-      return TV{fmt::format("at::{}({})", fn, x.code), x.shape, x.rows};
-    };
-    if (f == "exp") return unary("exp");
-    if (f == "relu") return unary("relu");
-    if (f == "tanh") return unary("tanh");
-    if (f == "sigmoid") return unary("sigmoid");
-    if (f == "sqrt") return unary("sqrt");
-    if (f == "leakyrelu") {
-      TV x = expr(e->args[0]);
-      std::string slope = e->args.size() > 1 ? expr(e->args[1]).code : "0.01";
-      return TV{fmt::format("at::leaky_relu({}, {})", x.code, slope), x.shape, x.rows};
-    }
-    if (f == "max" || f == "max_grad") {
-      TV a = full(expr(e->args[0])), b = full(expr(e->args[1]));
-      std::vector<int64_t> shape = a.shape.size() >= b.shape.size() ? a.shape : b.shape;
-      a = align(a, shape.size());
-      b = align(b, shape.size());
-      if (f == "max") return TV{fmt::format("at::maximum({}, {})", a.code, b.code), shape, true};
-      return TV{fmt::format("({} >= {}).to(at::kFloat)", a.code, b.code), shape, true};
-    }
-    if (f == "sum") {
-      TV x = full(expr(e->args[0]));
-      std::vector<int64_t> shape(x.shape.begin(), x.shape.end() - 1);
-      return TV{fmt::format("{}.sum(-1)", x.code), shape, true};
-    }
-    if (f == "leakyrelu_grad") {
-      TV x = expr(e->args[0]);
-      std::string slope = e->args.size() > 1 ? expr(e->args[1]).code : "0.01";
-      return TV{fmt::format("at::where({} > 0, 1.0, {})", x.code, slope), x.shape, x.rows};
-    }
-    if (f == "dot") {
-      TV a = full(expr(e->args[0])), b = full(expr(e->args[1]));
-      std::vector<int64_t> shape(a.shape.begin(), a.shape.end() - 1);
-      return TV{fmt::format("({} * {}).sum(-1)", a.code, b.code), shape, true};
-    }
-    if (f == "outer") {
-      TV a = full(expr(e->args[0])), b = full(expr(e->args[1]));
-      std::vector<int64_t> shape = a.shape;
-      shape.push_back(b.shape.back());
-      return TV{fmt::format("({}.unsqueeze(-1) * {}.unsqueeze(-2))", a.code, b.code), shape, true};
-    }
-    if (f == "concat") {
-      std::string parts;
-      std::vector<int64_t> shape;
-      for (const ExprP& arg : e->args) {
-        TV x = full(expr(arg));
-        if (shape.empty()) shape = x.shape;
-        else shape.back() += x.shape.back();
-        parts += (parts.empty() ? "" : ", ") + x.code;
+  // An operator, spelled as its row in the operator table says.
+  TV apply(const ExprP& e) {
+    const OpInfo& op = op_info(e->fn);
+    if (!op.templates.torch) throw std::runtime_error(fmt::format("the PyTorch fallback does not support '{}'", op.name));
+    const std::vector<int64_t>& shape = e->type.shape;
+    std::vector<TV> args;
+    for (const ExprP& a : e->args) args.push_back(expr(a));
+    bool rows = false;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (op.param(i).kind == ParamKind::Constant) continue;
+      TV& a = args[i];
+      switch (op.aten_args) {
+        case AtenArgs::AsIs: break;
+        case AtenArgs::Broadcast: break;
+        case AtenArgs::Rows: a = full(a); break;
+        case AtenArgs::RowsAligned: a = align(full(a), shape.size()); break;
       }
-      return TV{fmt::format("at::cat({{{}}}, -1)", parts), shape, true};
+      rows = rows || a.rows;
     }
-    if (f == "reshape") {
-      TV x = full(expr(e->args[0]));
-      std::vector<int64_t> shape;
-      for (size_t i = 1; i < e->args.size(); ++i) shape.push_back(static_cast<int64_t>(std::stod(expr(e->args[i]).code)));
-      return TV{fmt::format("{}.reshape({{{}{}}})", x.code, rows(), dims(shape)), shape, true};
+    if (op.aten_args == AtenArgs::Broadcast && rows)  // prefix broadcasting against row values: align ranks
+      for (size_t i = 0; i < args.size(); ++i)
+        if (!args[i].shape.empty() || args[i].rows) args[i] = align(args[i], shape.size());
+    std::vector<std::string> code, tensors;
+    for (size_t i = 0; i < args.size(); ++i) {
+      code.push_back(args[i].code);
+      if (op.param(i).kind != ParamKind::Constant) tensors.push_back(args[i].code);
     }
-    throw std::runtime_error(fmt::format("the PyTorch fallback does not support '{}'", f));
+    for (size_t i = args.size(); i < op.params.size(); ++i) code.push_back(fmt::format("{}", *op.params[i].default_value));
+    std::string all;
+    for (const std::string& t : tensors) all += (all.empty() ? "" : ", ") + t;
+    return TV{spell(op.aten, code, all, this->rows(), dims(shape)), shape, rows};
   }
 
   // A value with its row dimension materialised (for ops that need aligned operands).

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <functional>
 #include <map>
 #include <stdexcept>
@@ -317,36 +318,35 @@ class TraversalPrinter {
       case Value::Kind::Reg: return operand(v->reg, it, j);
       case Value::Kind::Op: break;
     }
-    auto arg = [&](size_t i) { return value(v->args[i], it, j); };
-    switch (v->op) {
-      case EwOp::Neg: {
-        CExpr x = arg(0);
-        return CExpr{"-" + paren(x, x.prec <= 3), 3};
-      }
-      case EwOp::Add:
-      case EwOp::Sub:
-      case EwOp::Mul:
-      case EwOp::Div: {
-        int p = v->op == EwOp::Add || v->op == EwOp::Sub ? 1 : 2;
-        CExpr a = arg(0), b = arg(1);
-        return CExpr{fmt::format("{} {} {}", paren(a, a.prec < p), info(v->op).name, paren(b, b.prec <= p)), p};
-      }
-      case EwOp::Max: return CExpr{fmt::format("fmaxf({}, {})", arg(0).text, arg(1).text)};
-      case EwOp::MaxGrad: return CExpr{fmt::format("({} >= {} ? 1.f : 0.f)", arg(0).text, arg(1).text)};
-      case EwOp::Exp: return CExpr{fmt::format("expf({})", arg(0).text)};
-      case EwOp::Sqrt: return CExpr{fmt::format("sqrtf({})", arg(0).text)};
-      case EwOp::Tanh: return CExpr{fmt::format("tanhf({})", arg(0).text)};
-      case EwOp::Relu: return CExpr{fmt::format("fmaxf({}, 0.f)", arg(0).text)};
-      case EwOp::Sigmoid: {
-        CExpr x = arg(0);
-        return CExpr{fmt::format("1.f / (1.f + expf(-{}))", paren(x, x.prec <= 3)), 2};
-      }
-      case EwOp::LeakyRelu:
-        helpers_.insert("leaky_relu");
-        return CExpr{fmt::format("leaky_relu({}, {})", arg(0).text, float_literal(v->number))};
-      case EwOp::LeakyReluGrad: return CExpr{fmt::format("({} > 0.f ? 1.f : {})", arg(0).text, float_literal(v->number))};
+    // The operator as the operator table spells it in CUDA; operands parenthesised where the spelling
+    // would bind them otherwise.
+    const inter::OpInfo& info = inter::op_info(v->op);
+    int p = binding(v->op);
+    std::vector<std::string> args;
+    for (size_t k = 0; k < v->args.size(); ++k) {
+      CExpr a = value(v->args[k], it, j);
+      bool parens = info.syntax == inter::Syntax::Infix ? (k == 0 ? a.prec < p : a.prec <= p)
+                    : info.syntax == inter::Syntax::Prefix ? a.prec <= 3
+                                                          : a.prec < 4;
+      args.push_back(paren(a, parens));
     }
-    throw std::logic_error("traversal printer: unknown operator");
+    std::string text = inter::spell(info.cuda, args);
+    return CExpr{text, info.syntax == inter::Syntax::Call ? (primary(text) ? 4 : 0) : p};
+  }
+
+  // True when `text` needs no parentheses as an operand: a name or number, a call, or parenthesised whole.
+  static bool primary(const std::string& text) {
+    size_t i = 0;
+    while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '_' || text[i] == '.')) ++i;
+    if (i == text.size()) return i > 0;
+    if (text[i] != '(' && text[i] != '[') return false;
+    int depth = 0;
+    for (size_t k = i; k < text.size(); ++k) {
+      if (text[k] == '(' || text[k] == '[') ++depth;
+      if (text[k] == ')' || text[k] == ']') --depth;
+      if (depth == 0 && k + 1 != text.size()) return false;
+    }
+    return depth == 0;
   }
 
   CExpr operand(const std::string& name, const RegType& it, const std::string& j) {
@@ -393,10 +393,6 @@ std::string device_helpers(const std::set<std::string>& names) {
            "  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));\n"
            "  return v;\n"
            "}\n";
-  if (names.count("leaky_relu"))
-    out += std::string(out.empty() ? "" : "\n") +
-           "// Leaky ReLU: x where x > 0, slope * x elsewhere.\n"
-           "__device__ __forceinline__ float leaky_relu(float x, float slope) { return x > 0.f ? x : slope * x; }\n";
   return out;
 }
 

@@ -10,7 +10,7 @@ namespace hectorgen::emit {
 
 struct TraversalCode {
   std::string kernel, launcher;
-  std::set<std::string> helpers;  // device helpers the kernel calls: warp_sum, warp_max, leaky_relu
+  std::set<std::string> helpers;  // device helpers the kernel calls: warp_sum, warp_max
 };
 
 TraversalCode emit_traversal(const intra::Program& p, const intra::TraversalInstance& t);

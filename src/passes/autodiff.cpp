@@ -1,12 +1,15 @@
-// Reverse-mode automatic differentiation of the inter-operator IR (see passes.h).
+// Reverse-mode automatic differentiation of the inter-operator IR (see passes.h). The derivative of each
+// operator is its row's rule in the operator table (ir/inter/ops.h); this pass applies them statement by
+// statement, in reverse, and builds typed nodes throughout (no type inference afterwards).
 #include <fmt/format.h>
 
 #include <functional>
 #include <set>
 #include <stdexcept>
 
-#include "dsl/parser.h"
-#include "ir/inter/verifier.h"
+#include "ir/inter/mutator.h"
+#include "ir/inter/ops.h"
+#include "ir/inter/typing.h"
 #include "passes/passes.h"
 
 namespace hectorgen::passes {
@@ -15,35 +18,50 @@ using namespace inter;
 
 namespace {
 
-struct Unsupported : std::runtime_error {
-  SourceLoc loc;
-  Unsupported(SourceLoc l, const std::string& m) : std::runtime_error(m), loc(l) {}
-};
-
-ExprP field(const ExprP& base, const std::string& name, SourceLoc loc = {}) {
-  return Expr::index(base, Expr::string_lit(name, loc), loc);
-}
-ExprP num(double v) { return Expr::number_lit(v, false); }
-ExprP mul(ExprP a, ExprP b) { return Expr::binary(BinOp::Mul, std::move(a), std::move(b)); }
-ExprP div(ExprP a, ExprP b) { return Expr::binary(BinOp::Div, std::move(a), std::move(b)); }
-ExprP sub(ExprP a, ExprP b) { return Expr::binary(BinOp::Sub, std::move(a), std::move(b)); }
-ExprP call(const std::string& f, std::vector<ExprP> args) { return Expr::call(f, std::move(args)); }
-
 bool is_field(const ExprP& e) { return e->kind == ExprKind::Index && e->args[1]->kind == ExprKind::String; }
+
+Type loop_var_type(const Stmt& loop) { return is_edge_loop(loop.loop) ? Type::edge_var(loop.loop) : Type::node_var(); }
 
 // ---------------------------------------------------------------------------------------------------
 // Step 1: locals become fields of the loop element that defines them; fields get SSA versions.
 // ---------------------------------------------------------------------------------------------------
-class Normalizer {
+class Normalizer : public Mutator {
  public:
-  explicit Normalizer(const Module& m) : m_(m) {}
+  explicit Normalizer(const Module& m) : Mutator(TypeContext{}), m_(m) {
+    out_.decl = m.decl;
+    set_context(TypeContext::of(out_));  // the field table grows in program order, as inference builds it
+  }
 
   Module run() {
-    Module out;
-    out.decl = m_.decl;
     count_sets(m_.body);
-    for (const StmtP& s : m_.body) out.body.push_back(loop(*s));
-    return out;
+    for (const StmtP& s : m_.body) out_.body.push_back(mutate(s));
+    return std::move(out_);
+  }
+
+ protected:
+  StmtP visit_for(const StmtP& L) override {
+    push_scope();
+    bind(L->var, loop_var_type(*L));
+    scopes_.emplace_back();
+    std::vector<StmtP> body;
+    for (const StmtP& s : L->body) body.push_back(s->kind == StmtKind::For ? mutate(s) : assign(*s, *L));
+    scopes_.pop_back();
+    pop_scope();
+    return Stmt::for_loop(L->var, L->loop, L->parent, body, L->loc);
+  }
+
+  // A local's read becomes a read of its field; a field's read names its current version.
+  ExprP visit_name(const ExprP& e) override {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
+      if (auto f = it->find(e->name); f != it->end()) return field(element(f->second.first, e->loc), f->second.second, e->loc);
+    return Mutator::visit_name(e);
+  }
+  ExprP visit_index(const ExprP& e) override {
+    if (!is_field(e)) return Mutator::visit_index(e);
+    ExprP base = mutate(e->args[0]);
+    return typed::rebuild(e, {base, typed::with_type(Expr::string_lit(current(e->args[1]->name), e->args[1]->loc),
+                                                     e->args[1]->type)},
+                          context());
   }
 
  private:
@@ -66,47 +84,50 @@ class Normalizer {
     return version_name(f, it == version_.end() ? 0 : it->second);
   }
 
-  StmtP loop(const Stmt& L) {
-    scopes_.emplace_back();
-    std::vector<StmtP> body;
-    for (const StmtP& s : L.body) {
-      if (s->kind == StmtKind::For) body.push_back(loop(*s));
-      else body.push_back(assign(*s, L));
-    }
-    scopes_.pop_back();
-    return Stmt::for_loop(L.var, L.loop, L.parent, body, L.loc);
+  ExprP element(const std::string& var, SourceLoc loc) { return typed::name(var, *binding(var), loc); }
+  ExprP field(ExprP base, const std::string& f, SourceLoc loc) { return typed::field(std::move(base), f, context(), loc); }
+  // The target of a write: typed as what it stores by write().
+  static ExprP target(ExprP base, const std::string& f, SourceLoc loc) { return Expr::index(std::move(base), typed::string(f, loc), loc); }
+
+  // `target op= value` into a field: recorded in the field table (the verifier's rule), then typed.
+  StmtP write(ExprP target, AssignOp op, ExprP value, SourceLoc loc, bool max_aggregation = false) {
+    bool on_edges = target->args[0]->type.kind == ValueKind::Edge;
+    bool accumulates = op != AssignOp::Set || max_aggregation;
+    record_field_write(on_edges ? out_.edge_fields : out_.node_fields, target->args[1]->name, on_edges, accumulates,
+                       /*may_grow=*/true, value_type(value->type).shape);
+    return typed::assign(std::move(target), op, std::move(value), context(), nullptr, nullptr, loc);
   }
 
   StmtP assign(const Stmt& s, const Stmt& L) {
-    ExprP value = rewrite(s.value);
+    ExprP value = mutate(s.value);
     const Expr& t = *s.target;
-    if (t.kind == ExprKind::Name) {
+    if (t.kind == ExprKind::Name && !weight_grad_output(m_.decl, t.name)) {
       std::string f = local_field(t.name);
-      ExprP target = field(Expr::name_ref(L.var, t.loc), f, t.loc);  // the innermost loop's element
+      ExprP target = this->target(element(L.var, t.loc), f, t.loc);  // the innermost loop's element
       if (s.op == AssignOp::Set) {
         scopes_.back()[t.name] = {L.var, f};
-        return Stmt::assign(target, AssignOp::Set, value, s.loc);
+        return write(target, AssignOp::Set, value, s.loc);
       }
-      ExprP cur = rewrite(s.target);
+      ExprP cur = visit_name(s.target);
       return update(target, s.op, cur, value, s.loc);
     }
-    if (!is_field(s.target)) return Stmt::assign(s.target, s.op, value, s.loc);
+    if (!is_field(s.target)) return typed::assign(mutate_target(s.target), s.op, value, context(), nullptr, &s.target->type, s.loc);
     const std::string& f = t.args[1]->name;
-    ExprP base = rewrite(t.args[0]);
+    ExprP base = mutate(t.args[0]);
     if (s.op == AssignOp::Add || s.op == AssignOp::Sub || is_max_aggregation(s))
-      return Stmt::assign(field(base, current(f), t.loc), s.op, value, s.loc);
-    ExprP old = field(base, current(f), t.loc);
+      return write(target(base, current(f), t.loc), s.op, value, s.loc, is_max_aggregation(s));
+    ExprP old = s.op == AssignOp::Set ? nullptr : field(base, current(f), t.loc);
     bool first = !version_.count(f);
     if (!first) ++version_[f];
     else version_[f] = 0;
-    ExprP target = field(base, current(f), t.loc);
-    if (s.op == AssignOp::Set) return Stmt::assign(target, AssignOp::Set, value, s.loc);
-    return Stmt::assign(target, AssignOp::Set, Expr::binary(s.op == AssignOp::Mul ? BinOp::Mul : BinOp::Div, old, value, s.loc), s.loc);
+    ExprP to = target(base, current(f), t.loc);
+    if (s.op == AssignOp::Set) return write(to, AssignOp::Set, value, s.loc);
+    return write(to, AssignOp::Set, typed::apply(s.op == AssignOp::Mul ? Op::Mul : Op::Div, {old, value}, s.loc), s.loc);
   }
 
   StmtP update(ExprP target, AssignOp op, ExprP cur, ExprP value, SourceLoc loc) {
-    if (op == AssignOp::Add || op == AssignOp::Sub) return Stmt::assign(target, op, value, loc);
-    return Stmt::assign(target, AssignOp::Set, Expr::binary(op == AssignOp::Mul ? BinOp::Mul : BinOp::Div, cur, value, loc), loc);
+    if (op == AssignOp::Add || op == AssignOp::Sub) return write(target, op, value, loc);
+    return write(target, AssignOp::Set, typed::apply(op == AssignOp::Mul ? Op::Mul : Op::Div, {cur, value}, loc), loc);
   }
 
   // A unique field name for a local (locals of different loops may share a name).
@@ -120,21 +141,8 @@ class Normalizer {
     return name;
   }
 
-  ExprP rewrite(const ExprP& e) {
-    if (e->kind == ExprKind::Name) {
-      for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
-        if (auto f = it->find(e->name); f != it->end())
-          return field(Expr::name_ref(f->second.first, e->loc), f->second.second, e->loc);
-      return e;
-    }
-    if (is_field(e)) return field(rewrite(e->args[0]), current(e->args[1]->name), e->loc);
-    if (e->args.empty()) return e;
-    auto copy = std::make_shared<Expr>(*e);
-    for (ExprP& a : copy->args) a = rewrite(a);
-    return copy;
-  }
-
   const Module& m_;
+  Module out_;
   std::map<std::string, int> sets_, version_;
   std::set<std::string> used_;
   std::vector<std::map<std::string, std::pair<std::string, std::string>>> scopes_;  // local -> (element var, field)
@@ -145,7 +153,7 @@ class Normalizer {
 // ---------------------------------------------------------------------------------------------------
 class Differentiator {
  public:
-  Differentiator(const Module& fwd, const Analysis& a) : f_(fwd), a_(a) {}
+  explicit Differentiator(const Module& fwd) : f_(fwd) {}
 
   Module run(std::vector<std::string>& saved) {
     Module b;
@@ -153,24 +161,9 @@ class Differentiator {
     b.decl.hyper = f_.decl.hyper;
     b.decl.options = f_.decl.options;
     b.decl.loc = f_.decl.loc;
-    for (const TensorDecl& o : f_.decl.outputs) grad_.insert(o.name);  // output gradients come in
-    std::vector<StmtP> body;
-    for (auto it = f_.body.rbegin(); it != f_.body.rend(); ++it)
-      if (StmtP s = loop(**it)) body.push_back(s);
-    b.body = body;
-    // Declarations: forward inputs and weights, saved fields, output gradients; gradients out.
-    for (const TensorDecl& t : f_.decl.inputs) b.decl.inputs.push_back(t);
-    for (const std::string& name : saved_) {
-      saved.push_back(name);
-      bool edge = a_.edge_fields.count(name) > 0;
-      TensorDecl t;
-      t.name = name;
-      t.per = edge ? Per::Edge : Per::Node;
-      t.shape = edge ? a_.edge_fields.at(name).shape : a_.node_fields.at(name).shape;
-      t.shape_exprs = shape_exprs(t.shape);
-      t.requires_grad = false;
-      b.decl.inputs.push_back(t);
-    }
+    // Declarations: forward inputs and weights, output gradients (and the saved fields, added as the rules
+    // read them); gradients out.
+    b.decl.inputs = f_.decl.inputs;
     for (const TensorDecl& o : f_.decl.outputs) {
       TensorDecl t = o;
       t.name = "d_" + o.name;
@@ -191,16 +184,35 @@ class Differentiator {
         g.init.clear();
         b.decl.outputs.push_back(g);
       }
+    b_ = &b;
+    ctx_ = TypeContext::of(b);
+    for (const TensorDecl& o : f_.decl.outputs) grad_.insert(o.name);  // output gradients come in
+    std::vector<StmtP> body;
+    for (auto it = f_.body.rbegin(); it != f_.body.rend(); ++it)
+      if (StmtP s = loop(**it)) body.push_back(s);
+    zero_unreached_gradients(b, body);
+    b.body = body;
+    // Every node and edge gradient is written, with its declared shape (the rules broadcast explicitly).
+    for (const TensorDecl& o : b.decl.outputs) {
+      if (o.per != Per::Node && o.per != Per::Edge) continue;
+      const FieldTable& fields = o.per == Per::Edge ? b.edge_fields : b.node_fields;
+      auto it = fields.find(o.name);
+      if (it == fields.end() || it->second.shape != o.shape)
+        throw std::logic_error(fmt::format("autodiff: gradient '{}' is computed with shape {}, declared {}", o.name,
+                                           it == fields.end() ? "(none)" : shape_str(it->second.shape), shape_str(o.shape)));
+    }
+    // Inputs in a fixed order: the forward's, the saved fields (by name), the output gradients.
+    std::vector<TensorDecl> inputs = f_.decl.inputs;
+    for (const std::string& name : saved_) {
+      saved.push_back(name);
+      inputs.push_back(*b.decl.find_input(name));
+    }
+    for (const TensorDecl& o : f_.decl.outputs) inputs.push_back(*b.decl.find_input("d_" + o.name));
+    b.decl.inputs = std::move(inputs);
     return b;
   }
 
  private:
-  static std::vector<ExprP> shape_exprs(const std::vector<int64_t>& shape) {
-    std::vector<ExprP> v;
-    for (int64_t d : shape) v.push_back(Expr::number_lit(static_cast<double>(d), true));
-    return v;
-  }
-
   StmtP loop(const Stmt& L) {
     std::vector<StmtP> body;
     for (auto it = L.body.rbegin(); it != L.body.rend(); ++it) {
@@ -215,28 +227,47 @@ class Differentiator {
     return Stmt::for_loop(L.var, L.loop, L.parent, body, L.loc);
   }
 
+  // The gradient of an input that no value with a gradient depends on is zero: written explicitly, in a
+  // loop of its own (weight gradients start at zero anyway).
+  void zero_unreached_gradients(Module& b, std::vector<StmtP>& body) {
+    for (const TensorDecl& o : b.decl.outputs) {
+      if (o.per != Per::Node && o.per != Per::Edge) continue;
+      bool edge = o.per == Per::Edge;
+      FieldTable& fields = edge ? b.edge_fields : b.node_fields;
+      if (fields.count(o.name)) continue;
+      std::vector<ExprP> args{typed::number(0.0)};
+      for (int64_t d : o.shape) args.push_back(typed::number(static_cast<double>(d), true));
+      ExprP zero = o.shape.empty() ? args[0] : typed::apply(Op::Expand, std::move(args));
+      record_field_write(fields, o.name, edge, /*accumulates=*/false, /*may_grow=*/false, o.shape);
+      const char* var = edge ? "e" : "n";
+      ExprP target = Expr::index(typed::name(var, edge ? Type::edge_var(LoopKind::Edges) : Type::node_var()), typed::string(o.name));
+      StmtP s = typed::assign(target, AssignOp::Set, zero, ctx_);
+      body.push_back(Stmt::for_loop(var, edge ? LoopKind::Edges : LoopKind::DstNodes, "g", {s}));
+    }
+  }
+
   // The gradient of the value a statement stores, or null when nothing depends on it.
   ExprP grad_of(const Expr& target) {
     const std::string& f = target.args[1]->name;
     if (!grad_.count(f)) return nullptr;
-    if (f_.decl.find_output(f)) return Expr::attr(target.args[0], "d_" + f);
-    return field(target.args[0], "d_" + f);
+    if (f_.decl.find_output(f)) return typed::attr(target.args[0], "d_" + f, ctx_);
+    return typed::field(target.args[0], "d_" + f, ctx_);
   }
 
   void statement(const Stmt& s, std::vector<StmtP>& out) {
-    if (!is_field(s.target)) throw Unsupported(s.loc, "autodiff: only field assignments are differentiated");
+    if (!is_field(s.target)) throw UnsupportedGradient(s.loc, "autodiff: only field assignments are differentiated");
     ExprP g = grad_of(*s.target);
     if (!g) return;
-    if (s.op == AssignOp::Sub) g = Expr::neg(g);
+    if (s.op == AssignOp::Sub) g = typed::apply(Op::Neg, {g});
     std::vector<std::pair<ExprP, ExprP>> contributions;  // (leaf, gradient)
     if (is_max_aggregation(s)) {
       // m = max(m, x) over edges: the gradient goes to the x that equal the final maximum.
       const ExprP& x = s.value->args[1];
-      diff(x, reduce(mul(g, call("max_grad", {saved(x), saved(s.target)})), shape(x)), contributions);
-      for (auto& [leaf, grad] : contributions) accumulate(leaf, grad, s.loc, out);
-      return;
+      ExprP mask = typed::apply(Op::MaxGrad, {saved(x), saved(s.target)});
+      diff(x, reduce(typed::apply(Op::Mul, {g, mask}), x), contributions);
+    } else {
+      diff(s.value, g, contributions);
     }
-    diff(s.value, g, contributions);
     for (auto& [leaf, grad] : contributions) accumulate(leaf, grad, s.loc, out);
   }
 
@@ -245,249 +276,110 @@ class Differentiator {
     if (is_field(leaf)) {
       const std::string& f = leaf->args[1]->name;
       grad_.insert(f);
-      out.push_back(Stmt::assign(field(leaf->args[0], "d_" + f), AssignOp::Add, grad, loc));
+      out.push_back(write(leaf->args[0], "d_" + f, grad, loc));
       return;
     }
     if (leaf->kind == ExprKind::Attr) {
       const TensorDecl* in = f_.decl.find_input(leaf->name);
       if (!in || !in->requires_grad || !in->from_graph.empty()) return;
-      out.push_back(Stmt::assign(field(leaf->args[0], "d_" + in->name), AssignOp::Add, grad, loc));
+      out.push_back(write(leaf->args[0], "d_" + in->name, grad, loc));
       return;
     }
     // A weight: W0, or W[sel].
     const std::string& w = leaf->kind == ExprKind::Name ? leaf->name : leaf->args[0]->name;
     const TensorDecl* wd = f_.decl.find_weight(w);
     if (!wd || !wd->requires_grad) return;
-    ExprP target = leaf->kind == ExprKind::Name ? Expr::name_ref("d_" + w) : Expr::index(Expr::name_ref("d_" + w), leaf->args[1]);
-    out.push_back(Stmt::assign(target, AssignOp::Add, grad, loc));
+    ExprP dw = typed::name("d_" + w, weight_ref(*b_->decl.find_output("d_" + w)));
+    ExprP target = leaf->kind == ExprKind::Name ? dw : typed::with_type(Expr::index(dw, leaf->args[1]), leaf->type);
+    out.push_back(typed::assign(target, AssignOp::Add, grad, ctx_, nullptr, nullptr, loc));
   }
 
-  // ---- shapes of forward and backward expressions -------------------------------------------------
-  std::vector<int64_t> shape(const ExprP& e) {
-    switch (e->kind) {
-      case ExprKind::Number: return {};
-      case ExprKind::String: return {};
-      case ExprKind::Name: {
-        if (const TensorDecl* w = f_.decl.find_weight(e->name)) return w->shape;
-        return {};
-      }
-      case ExprKind::Attr: {
-        if (e->name.rfind("d_", 0) == 0) return shape_of_field(e->name.substr(2));
-        if (const TensorDecl* in = f_.decl.find_input(e->name)) return in->shape;
-        return shape_of_field(e->name);
-      }
-      case ExprKind::Index: {
-        if (e->args[0]->kind == ExprKind::Name && f_.decl.find_weight(e->args[0]->name))
-          return f_.decl.find_weight(e->args[0]->name)->shape;
-        std::string f = e->args[1]->name;
-        return shape_of_field(f.rfind("d_", 0) == 0 && !known_field(f) ? f.substr(2) : f);
-      }
-      case ExprKind::Neg: return shape(e->args[0]);
-      case ExprKind::Binary: {
-        if (e->op == BinOp::Mul && is_linear(e)) return linear_shape(shape(e->args[0]), weight_shape(e->args[1]));
-        auto a = shape(e->args[0]), b = shape(e->args[1]);
-        return a.size() >= b.size() ? a : b;
-      }
-      case ExprKind::Call: {
-        const std::string& f = e->name;
-        if (f == "dot" || f == "sum") {
-          auto a = shape(e->args[0]);
-          a.pop_back();
-          return a;
-        }
-        if (f == "linear") return linear_shape(shape(e->args[0]), weight_shape(e->args[1]));
-        if (f == "linear_t") {
-          auto y = shape(e->args[0]);
-          auto ws = weight_shape(e->args[1]);
-          if (ws.size() == 2) { y.back() = ws[0]; return y; }
-          return {ws[0], ws[1]};
-        }
-        if (f == "outer") {
-          auto a = shape(e->args[0]);
-          a.push_back(shape(e->args[1]).back());
-          return a;
-        }
-        if (f == "reshape") {
-          std::vector<int64_t> s;
-          Diagnostics scratch;
-          for (size_t i = 1; i < e->args.size(); ++i) s.push_back(static_cast<int64_t>(*dsl::eval_constant(e->args[i], f_.decl, scratch)));
-          return s;
-        }
-        if (f == "concat") {
-          auto a = shape(e->args[0]);
-          for (size_t i = 1; i < e->args.size(); ++i) a.back() += shape(e->args[i]).back();
-          return a;
-        }
-        if (f == "max" || f == "max_grad") {
-          auto a = shape(e->args[0]), b = shape(e->args[1]);
-          return a.size() >= b.size() ? a : b;
-        }
-        return shape(e->args[0]);  // element-wise
-      }
-    }
-    return {};
-  }
-  bool known_field(const std::string& f) const { return a_.node_fields.count(f) || a_.edge_fields.count(f); }
-  std::vector<int64_t> shape_of_field(const std::string& f) {
-    if (auto it = a_.node_fields.find(f); it != a_.node_fields.end()) return it->second.shape;
-    if (auto it = a_.edge_fields.find(f); it != a_.edge_fields.end()) return it->second.shape;
-    if (const TensorDecl* o = f_.decl.find_output(f)) return o->shape;
-    if (const TensorDecl* in = f_.decl.find_input(f)) return in->shape;
-    throw std::logic_error("autodiff: unknown field " + f);
-  }
-  std::vector<int64_t> weight_shape(const ExprP& w) {
-    const ExprP& n = w->kind == ExprKind::Index ? w->args[0] : w;
-    return f_.decl.find_weight(n->name)->shape;
-  }
-  static std::vector<int64_t> linear_shape(std::vector<int64_t> x, const std::vector<int64_t>& ws) {
-    if (ws.size() == 2) {
-      x.back() = ws[1];
-      return x;
-    }
-    return {ws[0], ws[2]};
-  }
-  bool is_linear(const ExprP& e) {
-    if (e->kind == ExprKind::Call && e->name == "linear") return true;
-    if (e->kind != ExprKind::Binary || e->op != BinOp::Mul) return false;
-    const ExprP& w = e->args[1]->kind == ExprKind::Index ? e->args[1]->args[0] : e->args[1];
-    if (w->kind != ExprKind::Name) return false;
-    const TensorDecl* d = f_.decl.find_weight(w->name);
-    return d && d->shape.size() >= 2;
+  // `base["field"] += grad`, recorded in the backward's field table.
+  StmtP write(const ExprP& base, const std::string& field, const ExprP& grad, SourceLoc loc) {
+    bool on_edges = base->type.kind == ValueKind::Edge;
+    record_field_write(on_edges ? b_->edge_fields : b_->node_fields, field, on_edges, /*accumulates=*/true,
+                       /*may_grow=*/true, value_type(grad->type).shape);
+    ExprP target = typed::with_type(Expr::index(base, typed::string(field)), Type{});
+    return typed::assign(target, AssignOp::Add, grad, ctx_, nullptr, nullptr, loc);
   }
 
-  // Sums `g` over trailing axes until it has `target`'s rank (undoing prefix broadcasting).
-  ExprP reduce(ExprP g, const std::vector<int64_t>& target) {
-    auto gs = shape(g);
-    while (gs.size() > target.size()) {
-      g = call("sum", {g});
-      gs.pop_back();
-    }
+  // Sums `g` over trailing axes until it has the rank of `operand` (undoing prefix broadcasting).
+  ExprP reduce(ExprP g, const ExprP& operand) {
+    size_t rank = value_type(operand->type).shape.size();
+    while (g->type.shape.size() > rank) g = typed::apply(Op::Sum, {g});
     return g;
   }
 
   // Reads of forward fields become reads of the saved tensors (inputs of the backward program). A weight
   // of rank >= 2 used as a value is wrapped in a no-op reshape: `g * W[...]` would read as a linear transform.
   ExprP saved(const ExprP& e) {
-    const ExprP& wn = e->kind == ExprKind::Index ? e->args[0] : e;
-    if (wn->kind == ExprKind::Name && (e->kind == ExprKind::Name || e->kind == ExprKind::Index)) {
-      const TensorDecl* w = f_.decl.find_weight(wn->name);
-      if (w && w->shape.size() >= 2) {
-        std::vector<ExprP> args{e};
-        for (int64_t d : w->shape) args.push_back(Expr::number_lit(static_cast<double>(d), true));
-        return call("reshape", args);
-      }
+    if (e->type.kind == ValueKind::Weight && e->type.shape.size() >= 2) {
+      std::vector<ExprP> args{e};
+      for (int64_t d : e->type.shape) args.push_back(typed::number(static_cast<double>(d), true));
+      return typed::apply(Op::Reshape, std::move(args));
     }
-    return saved_fields(e);
-  }
-  ExprP saved_fields(const ExprP& e) {
-    if (is_field(e)) {
-      const std::string& f = e->args[1]->name;
-      saved_.insert(f);
-      return Expr::attr(saved_fields(e->args[0]), f, e->loc);
-    }
-    if (e->args.empty()) return e;
-    auto copy = std::make_shared<Expr>(*e);
-    for (ExprP& a : copy->args) a = saved_fields(a);
-    return copy;
+    return SavedFields(*this).mutate(e);
   }
 
-  // ---- reverse-mode rules ---------------------------------------------------------------------------
+  // Field reads -> reads of the saved inputs.
+  class SavedFields : public Mutator {
+   public:
+    explicit SavedFields(Differentiator& d) : Mutator(d.ctx_), d_(d) {}
+
+   protected:
+    ExprP visit_index(const ExprP& e) override {
+      if (!is_field(e)) return Mutator::visit_index(e);
+      const std::string& f = e->args[1]->name;
+      d_.declare_saved(f);
+      return typed::attr(mutate(e->args[0]), f, context(), e->loc);
+    }
+
+   private:
+    Differentiator& d_;
+  };
+
+  void declare_saved(const std::string& name) {
+    if (!saved_.insert(name).second) return;
+    bool edge = f_.edge_fields.count(name) > 0;
+    TensorDecl t;
+    t.name = name;
+    t.per = edge ? Per::Edge : Per::Node;
+    t.shape = edge ? f_.edge_fields.at(name).shape : f_.node_fields.at(name).shape;
+    for (int64_t d : t.shape) t.shape_exprs.push_back(Expr::number_lit(static_cast<double>(d), true));
+    t.requires_grad = false;
+    b_->decl.inputs.push_back(t);
+  }
+
+  // ---- reverse mode: the operator table's derivative rules -----------------------------------------------
   void diff(const ExprP& e, const ExprP& g, std::vector<std::pair<ExprP, ExprP>>& out) {
     switch (e->kind) {
       case ExprKind::Number:
       case ExprKind::String:
         return;
       case ExprKind::Name:
-        if (f_.decl.find_weight(e->name)) out.push_back({e, g});
+        if (e->type.kind == ValueKind::Weight) out.push_back({e, g});
         return;  // hyper-parameters
       case ExprKind::Attr:
-        out.push_back({e, g});
-        return;
       case ExprKind::Index:
-        out.push_back({e, g});  // a field or a weight slice
+        out.push_back({e, g});  // an input, a field or a weight slice
         return;
       case ExprKind::Neg:
-        diff(e->args[0], Expr::neg(g), out);
-        return;
-      case ExprKind::Binary: {
-        const ExprP& a = e->args[0];
-        const ExprP& b = e->args[1];
-        switch (e->op) {
-          case BinOp::Add:
-            diff(a, reduce(g, shape(a)), out);
-            diff(b, reduce(g, shape(b)), out);
-            return;
-          case BinOp::Sub:
-            diff(a, reduce(g, shape(a)), out);
-            diff(b, reduce(Expr::neg(g), shape(b)), out);
-            return;
-          case BinOp::Mul:
-            if (is_linear(e)) return linear(a, b, g, out);
-            diff(a, reduce(mul(g, saved(b)), shape(a)), out);
-            diff(b, reduce(mul(g, saved(a)), shape(b)), out);
-            return;
-          case BinOp::Div:
-            diff(a, reduce(div(g, saved(b)), shape(a)), out);
-            diff(b, reduce(Expr::neg(div(mul(g, saved(a)), mul(saved(b), saved(b)))), shape(b)), out);
-            return;
-        }
-        return;
-      }
+      case ExprKind::Binary:
       case ExprKind::Call: {
-        const std::string& f = e->name;
-        const ExprP& x = e->args[0];
-        if (f == "exp") return diff(x, mul(g, call("exp", {saved(x)})), out);
-        if (f == "relu") return diff(x, mul(g, call("leakyrelu_grad", {saved(x), num(0.0)})), out);
-        if (f == "leakyrelu") {
-          std::vector<ExprP> args{saved(x)};
-          if (e->args.size() > 1) args.push_back(e->args[1]);
-          else args.push_back(num(0.01));
-          return diff(x, mul(g, call("leakyrelu_grad", args)), out);
-        }
-        if (f == "tanh") {
-          ExprP t = call("tanh", {saved(x)});
-          return diff(x, mul(g, sub(num(1.0), mul(t, t))), out);
-        }
-        if (f == "sigmoid") {
-          ExprP sg = call("sigmoid", {saved(x)});
-          return diff(x, mul(g, mul(sg, sub(num(1.0), sg))), out);
-        }
-        if (f == "sqrt") return diff(x, div(mul(g, num(0.5)), call("sqrt", {saved(x)})), out);
-        if (f == "dot") {
-          diff(x, mul(g, saved(e->args[1])), out);
-          diff(e->args[1], mul(g, saved(x)), out);
-          return;
-        }
-        if (f == "sum") return diff(x, g, out);  // broadcast back by prefix
-        if (f == "reshape") {
-          std::vector<ExprP> args{g};
-          for (int64_t d : shape(x)) args.push_back(Expr::number_lit(static_cast<double>(d), true));
-          if (args.size() == 1) return diff(x, g, out);
-          return diff(x, call("reshape", args), out);
-        }
-        if (f == "linear") return linear(x, e->args[1], g, out);
-        if (f == "max") {
-          const ExprP& y = e->args[1];
-          diff(x, reduce(mul(g, call("max_grad", {saved(x), saved(y)})), shape(x)), out);
-          diff(y, reduce(mul(g, sub(num(1.0), call("max_grad", {saved(x), saved(y)}))), shape(y)), out);
-          return;
-        }
-        throw Unsupported(e->loc, fmt::format("autodiff does not support '{}' yet", f));
+        const OpInfo& op = op_info(e->fn);
+        if (!op.grad) throw UnsupportedGradient(e->loc, fmt::format("autodiff does not support '{}' yet", op.name));
+        std::function<ExprP(const ExprP&)> save = [this](const ExprP& x) { return saved(x); };
+        std::vector<ExprP> adjoints = op.grad(GradArgs{*e, g, save});
+        for (size_t i = 0; i < e->args.size(); ++i)
+          if (i < adjoints.size() && adjoints[i]) diff(e->args[i], reduce(adjoints[i], e->args[i]), out);
+        return;
       }
     }
   }
 
-  // y = x * W:  dx = dy * W^T;  dW = outer(x, dy).
-  void linear(const ExprP& x, const ExprP& w, const ExprP& g, std::vector<std::pair<ExprP, ExprP>>& out) {
-    auto xs = shape(x), ws = weight_shape(w);
-    diff(x, call("linear_t", {g, w}), out);
-    bool shared_over_rows = ws.size() == 2 && xs.size() > 1;
-    if (shared_over_rows) throw Unsupported(x->loc, "autodiff: a 2-D weight applied to each head of a value is not supported yet");
-    out.push_back({w, call("outer", {saved(x), g})});
-  }
-
   const Module& f_;
-  const Analysis& a_;
+  Module* b_ = nullptr;
+  TypeContext ctx_;
   std::set<std::string> grad_;   // fields with a gradient (some later statement depends on them)
   std::set<std::string> saved_;  // forward fields the backward reads
 };
@@ -496,15 +388,10 @@ class Differentiator {
 
 std::optional<TrainingModules> autodiff(const Module& m, Diagnostics& diags) {
   TrainingModules out;
-  out.forward = Normalizer(m).run();
-  Analysis fa;
-  if (!verify(out.forward, diags, &fa)) {
-    diags.error(m.decl.loc, "internal", "autodiff: the training forward does not verify");
-    return std::nullopt;
-  }
   try {
-    out.backward = Differentiator(out.forward, fa).run(out.saved);
-  } catch (const Unsupported& u) {
+    out.forward = Normalizer(m).run();
+    out.backward = Differentiator(out.forward).run(out.saved);
+  } catch (const UnsupportedGradient& u) {
     diags.error(u.loc, "unsupported", u.what());
     return std::nullopt;
   }

@@ -12,6 +12,8 @@
 #include <functional>
 #include <set>
 
+#include "ir/inter/mutator.h"
+#include "ir/inter/ops.h"
 #include "passes/passes.h"
 
 namespace hectorgen::passes {
@@ -25,24 +27,28 @@ bool is_graph_node_loop(const Stmt& s) {
 }
 bool is_graph_edge_loop(const Stmt& s) { return s.kind == StmtKind::For && s.loop == LoopKind::Edges; }
 
-ExprP rename_expr(const ExprP& e, const std::string& from, const std::string& to) {
-  if (e->kind == ExprKind::Name) return e->name == from ? Expr::name_ref(to, e->loc) : e;
-  if (e->args.empty()) return e;
-  auto copy = std::make_shared<Expr>(*e);
-  for (ExprP& a : copy->args) a = rename_expr(a, from, to);
-  return copy;
-}
+// Renames a loop variable (the loops' types stay what they are).
+class Renamer : public Mutator {
+ public:
+  Renamer(TypeContext ctx, std::string from, std::string to) : Mutator(ctx), from_(std::move(from)), to_(std::move(to)) {}
 
-StmtP rename_stmt(const StmtP& s, const std::string& from, const std::string& to) {
-  if (s->kind == StmtKind::For) {
-    std::vector<StmtP> body;
-    for (const StmtP& b : s->body) body.push_back(rename_stmt(b, from, to));
-    return Stmt::for_loop(s->var == from ? to : s->var, s->loop, s->parent == from ? to : s->parent, body, s->loc);
+ protected:
+  ExprP visit_name(const ExprP& e) override {
+    if (e->name != from_) return Mutator::visit_name(e);
+    return Mutator::visit_name(typed::name(to_, e->type, e->loc));
   }
-  auto copy = std::make_shared<Stmt>(*s);
-  if (copy->target) copy->target = rename_expr(copy->target, from, to);
-  if (copy->value) copy->value = rename_expr(copy->value, from, to);
-  return copy;
+  StmtP visit_for(const StmtP& s) override {
+    if (s->var != from_ && s->parent != from_) return Mutator::visit_for(s);
+    return Mutator::visit_for(Stmt::for_loop(s->var == from_ ? to_ : s->var, s->loop, s->parent == from_ ? to_ : s->parent,
+                                             s->body, s->loc));
+  }
+
+ private:
+  std::string from_, to_;
+};
+
+StmtP rename_stmt(const StmtP& s, const std::string& from, const std::string& to, const Module& m) {
+  return Renamer(TypeContext::of(m), from, to).mutate(s);
 }
 
 // What a top-level loop reads and writes, split by how it reaches the data.
@@ -58,7 +64,6 @@ struct Access {
 
 class Analyzer {
  public:
-  Analyzer(const Module& m) : m_(m) {}
 
   Access run(const Stmt& loop) {
     Access a;
@@ -123,18 +128,10 @@ class Analyzer {
       }
       return;
     }
-    if (e->kind == ExprKind::Binary && e->op == BinOp::Mul) {
-      const ExprP& w = e->args[1]->kind == ExprKind::Index ? e->args[1]->args[0] : e->args[1];
-      if (w->kind == ExprKind::Name) {
-        const TensorDecl* d = m_.decl.find_weight(w->name);
-        if (d && d->shape.size() >= 2) a.has_linear = true;
-      }
-    }
-    if (e->kind == ExprKind::Call && e->name == "linear") a.has_linear = true;
+    if ((e->kind == ExprKind::Call || e->kind == ExprKind::Binary) && e->fn == Op::Linear) a.has_linear = true;
     for (const ExprP& x : e->args) expr(x, a, inner);
   }
 
-  const Module& m_;
   const Stmt* loop_ = nullptr;
   std::string node_var_;
 };
@@ -170,23 +167,25 @@ bool can_fuse(const Access& a, const Access& b) {
   return true;
 }
 
-StmtP fuse(const StmtP& a, const StmtP& b) {
+StmtP fuse(const StmtP& a, const StmtP& b, const Module& m) {
   std::vector<StmtP> body = a->body;
-  StmtP rb = b->var == a->var ? b : rename_stmt(b, b->var, a->var);
+  StmtP rb = b->var == a->var ? b : rename_stmt(b, b->var, a->var, m);
   body.insert(body.end(), rb->body.begin(), rb->body.end());
   return Stmt::for_loop(a->var, a->loop, a->parent, body, a->loc);
 }
 
 // for e in g.edges(): B   ->   for n in g.dst_nodes(): for e in n.incoming_edges(): B
-StmtP to_node_form(const StmtP& edge_loop, const std::string& node_var) {
+// B's types follow: e.dst is now the loop node (per node, no longer gathered per edge).
+StmtP to_node_form(const StmtP& edge_loop, const std::string& node_var, const Module& m) {
   StmtP inner = Stmt::for_loop(edge_loop->var, LoopKind::IncomingEdges, node_var, edge_loop->body, edge_loop->loc);
-  return Stmt::for_loop(node_var, LoopKind::DstNodes, "g", {inner}, edge_loop->loc);
+  StmtP loop = Stmt::for_loop(node_var, LoopKind::DstNodes, "g", {inner}, edge_loop->loc);
+  return Mutator(TypeContext::of(m)).mutate(loop);
 }
 
 // Fuses adjacent inner loops of a node loop where rule 4 allows.
 StmtP fuse_inner(const StmtP& node_loop, const Module& m) {
   std::vector<StmtP> body;
-  Analyzer an(m);
+  Analyzer an;
   for (const StmtP& s : node_loop->body) {
     if (!body.empty() && s->kind == StmtKind::For && body.back()->kind == StmtKind::For && s->loop == body.back()->loop) {
       // Wrap each inner loop in a node loop to reuse the access analysis.
@@ -195,7 +194,7 @@ StmtP fuse_inner(const StmtP& node_loop, const Module& m) {
       bool reads_partial = intersects(unite(b.node_reads_own, b.node_reads_other), unite(a.node_writes_own, a.node_writes_other));
       bool writes_read = intersects(unite(b.node_writes_own, b.node_writes_other), unite(a.node_reads_own, a.node_reads_other));
       if (!reads_partial && !writes_read && !intersects(a.locals, b.locals)) {
-        body.back() = fuse(body.back(), s);
+        body.back() = fuse(body.back(), s, m);
         continue;
       }
     }
@@ -208,7 +207,7 @@ StmtP fuse_inner(const StmtP& node_loop, const Module& m) {
 
 Module fuse_loops(const Module& m) {
   std::vector<StmtP> loops = m.body;
-  Analyzer an(m);
+  Analyzer an;
   bool changed = true;
   while (changed) {
     changed = false;
@@ -219,7 +218,7 @@ Module fuse_loops(const Module& m) {
       bool both_edges = is_graph_edge_loop(*a) && is_graph_edge_loop(*b);
       bool both_nodes = is_graph_node_loop(*a) && is_graph_node_loop(*b);
       if ((both_edges || both_nodes) && can_fuse(aa, ba)) {
-        loops[i] = fuse(a, b);
+        loops[i] = fuse(a, b, m);
         loops.erase(loops.begin() + static_cast<long>(i) + 1);
         changed = true;
         continue;
@@ -232,11 +231,11 @@ Module fuse_loops(const Module& m) {
         Access ea = side == 0 ? aa : ba;
         // Scatters into e.dst become the loop node's own aggregation in the node form.
         if (ea.has_linear || !ea.other_writes_only_via_dst) continue;
-        StmtP converted = to_node_form(edge, node->var);
+        StmtP converted = to_node_form(edge, node->var, m);
         Access ca = an.run(*converted);
         Access na = side == 0 ? ba : aa;
         if (side == 0 ? !can_fuse(ca, na) : !can_fuse(na, ca)) continue;
-        loops[i] = side == 0 ? fuse(converted, node) : fuse(node, converted);
+        loops[i] = side == 0 ? fuse(converted, node, m) : fuse(node, converted, m);
         loops.erase(loops.begin() + static_cast<long>(i) + 1);
         changed = true;
       }
@@ -247,11 +246,13 @@ Module fuse_loops(const Module& m) {
   for (StmtP& s : loops) {
     if (!is_graph_edge_loop(*s)) continue;
     Access a = an.run(*s);
-    if (!a.has_linear && !a.node_writes_other.empty() && a.other_writes_only_via_dst) s = to_node_form(s, "n");
+    if (!a.has_linear && !a.node_writes_other.empty() && a.other_writes_only_via_dst) s = to_node_form(s, "n", m);
   }
   Module out;
   out.decl = m.decl;
   out.functions = m.functions;
+  out.node_fields = m.node_fields;
+  out.edge_fields = m.edge_fields;
   for (const StmtP& s : loops) out.body.push_back(is_graph_node_loop(*s) ? fuse_inner(s, m) : s);
   return out;
 }

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "ir/inter/ops.h"
 #include "passes/passes.h"
 
 namespace hectorgen::passes {
@@ -129,7 +130,7 @@ Module inline_functions(const Module& m, Diagnostics& diags) {
   for (const FuncDef& f : m.functions) {
     if (!names.insert(f.name).second)
       diags.error(f.loc, "duplicate-name", fmt::format("function '{}' is defined twice", f.name));
-    if (builtin_functions().count(f.name))
+    if (call_op(f.name))
       diags.error(f.loc, "duplicate-name", fmt::format("function '{}' has the name of a built-in", f.name));
     std::set<std::string> params;
     for (const auto& p : f.params)

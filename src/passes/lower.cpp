@@ -4,8 +4,9 @@
 #include <functional>
 #include <set>
 
-#include "dsl/parser.h"
+#include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
+#include "ir/inter/typing.h"
 #include "ir/intra/launch.h"
 #include "passes/passes.h"
 
@@ -19,20 +20,15 @@ using intra::TensorInfo;
 
 namespace {
 
-// Strips reshape(): it does not move data.
-const ExprP& strip_reshape(const ExprP& e) {
-  return e->kind == ExprKind::Call && e->name == "reshape" ? strip_reshape(e->args[0]) : e;
+bool is_op(const ExprP& e, Op op) {
+  return (e->kind == ExprKind::Call || e->kind == ExprKind::Binary || e->kind == ExprKind::Neg) && e->fn == op;
 }
 
-bool is_linear(const ExprP& e, const Module& m) {
-  if (e->kind == ExprKind::Call && e->name == "linear") return true;
-  if (e->kind != ExprKind::Binary || e->op != BinOp::Mul) return false;
-  const ExprP& w = e->args[1];
-  const ExprP& wn = w->kind == ExprKind::Index ? w->args[0] : w;
-  if (wn->kind != ExprKind::Name) return false;
-  const TensorDecl* d = m.decl.find_weight(wn->name);
-  return d && d->shape.size() >= 2;
-}
+// Strips reshape(): it does not move data.
+const ExprP& strip_reshape(const ExprP& e) { return is_op(e, Op::Reshape) ? strip_reshape(e->args[0]) : e; }
+
+// x * W and linear(x, W) alike.
+bool is_linear(const ExprP& e) { return is_op(e, Op::Linear); }
 
 void collect_names(const ExprP& e, std::set<std::string>& out) {
   if (e->kind == ExprKind::Name) out.insert(e->name);
@@ -64,8 +60,8 @@ std::optional<FieldRef> field_ref(const ExprP& e, const std::set<std::string>& e
 
 class Lowering {
  public:
-  Lowering(const Module& m, const Analysis& a, Diagnostics& d, std::string phase)
-      : m_(m), a_(a), d_(d), phase_(std::move(phase)) {
+  Lowering(const Module& m, Diagnostics& d, std::string phase)
+      : m_(m), ctx_(TypeContext::of(m)), d_(d), phase_(std::move(phase)) {
     prefix_ = m.decl.name + "_" + (phase_ == "forward" ? "fw" : phase_ == "forward_train" ? "fwt" : "bw");
     // Training is bit-reproducible: no atomic scatters (per-edge temporaries + node-centric sums instead).
     deterministic_ = phase_ != "forward";
@@ -78,9 +74,9 @@ class Lowering {
     for (const TensorDecl& t : m_.decl.inputs) add_tensor({t.name, Role::Input, t.per, t.shape, false, t.from_graph});
     for (const TensorDecl& t : m_.decl.weights) add_tensor({t.name, Role::Weight, t.per, t.shape, false, ""});
     for (const TensorDecl& t : m_.decl.outputs) add_tensor({t.name, Role::Output, t.per, t.shape, false, ""});
-    for (const auto& [name, f] : a_.node_fields)
+    for (const auto& [name, f] : m_.node_fields)
       if (!p_.find(name)) add_tensor({name, Role::Field, Per::Node, f.shape, false, ""});
-    for (const auto& [name, f] : a_.edge_fields)
+    for (const auto& [name, f] : m_.edge_fields)
       if (!p_.find(name)) add_tensor({name, Role::Field, Per::Edge, f.shape, false, ""});
     count_writes(m_.body);
     p_.layouts.insert(intra::layout::kSortedCoo);
@@ -88,6 +84,9 @@ class Lowering {
       if (!t.from_graph.empty()) p_.layouts.insert(t.from_graph);
     for (const StmtP& s : m_.body) lower_loop(s);
     if (d_.has_errors()) return std::nullopt;
+    // An output no kernel writes (a weight gradient nothing accumulates into) is zero, not garbage.
+    for (TensorInfo& t : p_.tensors)
+      if (t.role == Role::Output && !written_.count(t.name)) t.zero_init = true;
     // Drop fields that became aliases of temporaries.
     std::vector<TensorInfo> kept;
     for (TensorInfo& t : p_.tensors)
@@ -148,7 +147,6 @@ class Lowering {
   void lower_loop(const StmtP& L) {
     LoopCtx ctx{L.get(), !is_edge_loop(L->loop), {}, {}, 0};
     if (!ctx.node_loop) ctx.edge_vars.insert(L->var);
-    ctx_edge_vars_ = ctx.edge_vars;
     Stage stage;
     for (size_t i = 0; i < L->body.size(); ++i) {
       ctx.position = i;
@@ -213,8 +211,11 @@ class Lowering {
       intra::TraversalSource t;
       std::string local = "__scatter";
       // for n in g.dst_nodes(): for e in n.incoming_edges(): n[field] += __scatter   (or src / outgoing)
-      StmtP body = Stmt::assign(Expr::index(Expr::name_ref("n"), Expr::string_lit(gs.field)), AssignOp::Add,
-                                Expr::name_ref(local));
+      Type scatter = Type::tensor(Domain::Edge, tensor(edges).shape);
+      scatter.dep_edge = true;
+      ExprP target = typed::with_type(Expr::index(typed::name("n", Type::node_var()), typed::string(gs.field)),
+                                      Type::tensor(Domain::Node, tensor(gs.field).shape));
+      StmtP body = Stmt::assign(target, AssignOp::Add, typed::name(local, scatter));
       StmtP inner = Stmt::for_loop("e", gs.via_src ? LoopKind::OutgoingEdges : LoopKind::IncomingEdges, "n", {body});
       t.loop = Stmt::for_loop("n", gs.via_src ? LoopKind::SrcNodes : LoopKind::DstNodes, "g", {inner});
       t.materialized = {{local, edges}};
@@ -266,11 +267,11 @@ class Lowering {
     }
     // (2) target = [reshape](x * W): the GEMM writes the target directly.
     const ExprP& rhs = strip_reshape(s->value);
-    if (s->op == AssignOp::Set && is_linear(rhs, m_)) {
+    if (s->op == AssignOp::Set && is_linear(rhs)) {
       const Expr& t = *s->target;
       if (t.kind == ExprKind::Name) {
         std::string tn = unique("t_" + t.name);
-        const Type& ty = a_.assigned.at(s.get());
+        const Type& ty = s->target->type;
         local_types_[t.name] = ty;
         add_tensor({tn, Role::Temp, inner || !ctx.node_loop ? Per::Edge : Per::Node, ty.shape, false, ""});
         if (emit_gemm(rhs, tn, ctx, stage, inner, can_flush, s)) {
@@ -322,12 +323,12 @@ class Lowering {
                                                                (inner->loop == LoopKind::OutgoingEdges && f->node_role == "src"))));
       if (other_node && !inner) {
         std::string local = fmt::format("__sc{}", wg_count_++);
-        Type ty = a_.assigned.at(s.get());
+        Type ty = s->target->type;
         ty.shape = tensor(field_tensor(f->field)).shape;
         local_types_[local] = ty;
         force_materialize_.insert(local);
-        ExprP v = s->op == AssignOp::Sub ? Expr::neg(value) : value;
-        StmtP def = Stmt::assign(Expr::name_ref(local, s->loc), AssignOp::Set, v, s->loc);
+        ExprP v = s->op == AssignOp::Sub ? typed::apply(Op::Neg, {value}) : value;
+        StmtP def = Stmt::assign(typed::name(local, value_type(v->type), s->loc), AssignOp::Set, v, s->loc);
         record_access(def, ctx, stage);
         stage.reg_locals.insert(local);
         stage.writes.insert(field_tensor(f->field));
@@ -343,7 +344,7 @@ class Lowering {
     record_access(out, ctx, stage);
     if (s->target->kind == ExprKind::Name && s->op == AssignOp::Set) {
       stage.reg_locals.insert(s->target->name);
-      local_types_[s->target->name] = a_.assigned.at(s.get());
+      local_types_[s->target->name] = s->target->type;
     }
     return out;
   }
@@ -365,7 +366,7 @@ class Lowering {
     std::string written;
     if (target.kind == ExprKind::Name) {
       written = unique("t_" + target.name);
-      const Type& ty = a_.assigned.at(original);
+      const Type& ty = original->target->type;
       local_types_[target.name] = ty;
       add_tensor({written, Role::Temp, inner || !ctx.node_loop ? Per::Edge : Per::Node, ty.shape, false, ""});
       ctx.materialized[target.name] = written;
@@ -427,7 +428,7 @@ class Lowering {
   // target += linear_t(Y [* s], W[sel]): a GEMM with the weight transposed.
   bool lower_linear_t(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush) {
     const ExprP& v = strip_reshape(s->value);
-    if (v->kind != ExprKind::Call || v->name != "linear_t") return false;
+    if (!is_op(v, Op::LinearT)) return false;
     bool edge_rows = inner || !ctx.node_loop;
     auto target = gemm_target(s->target, ctx, inner);
     if (!target) return false;
@@ -527,7 +528,7 @@ class Lowering {
   bool lower_weight_grad(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush) {
     const TensorDecl* o = weight_grad_target(*s->target);
     const ExprP& v = s->value;
-    if (v->kind != ExprKind::Call || v->name != "outer" || o->shape.size() < 2) return false;
+    if (!is_op(v, Op::Outer) || o->shape.size() < 2) return false;
     bool edge_rows = inner || !ctx.node_loop;
     if ((o->per == Per::Etype) != edge_rows && o->per != Per::None) return false;
     if (o->per == Per::Ntype && edge_rows) return false;
@@ -580,64 +581,21 @@ class Lowering {
     std::string local = fmt::format("__op{}", wg_count_++);
     Type ty;
     ty.domain = ctx.node_loop ? Domain::Node : Domain::Edge;
-    ty.shape = operand_shape(e);
+    ty.shape = value_type(e->type).shape;
     local_types_[local] = ty;
     force_materialize_.insert(local);
     ExprP value = extract_linears(e, ctx, stage, inner, true, s);
     if (!value) return nullptr;
-    StmtP def = Stmt::assign(Expr::name_ref(local, e->loc), AssignOp::Set, value, e->loc);
+    StmtP def = Stmt::assign(typed::name(local, value_type(value->type), e->loc), AssignOp::Set, value, e->loc);
+    if (!intra::traversal_supports(value)) {
+      torch_fallback(def, def.get(), ctx, stage, inner, nullptr);  // e.g. concat: stored by PyTorch calls
+      return typed::name(local, value_type(e->type), e->loc);
+    }
     record_access(def, ctx, stage);
     stage.reg_locals.insert(local);
     stage.top.push_back(def);
     flush(ctx, stage);
-    return Expr::name_ref(local, e->loc);
-  }
-
-  // The per-row shape of an operand expression, from the shapes of what it reads (weights, inputs,
-  // fields, locals) and the shape rules of the operators that can appear in it.
-  std::vector<int64_t> operand_shape(const ExprP& e) {
-    std::function<std::vector<int64_t>(const ExprP&)> shape = [&](const ExprP& x) -> std::vector<int64_t> {
-      switch (x->kind) {
-        case ExprKind::Number: return {};
-        case ExprKind::Name: {
-          if (const HyperParam* h = m_.decl.find_hyper(x->name)) { (void)h; return {}; }
-          if (auto it = local_types_.find(x->name); it != local_types_.end()) return it->second.shape;
-          return {};
-        }
-        case ExprKind::Attr: {
-          if (const TensorDecl* in = m_.decl.find_input(x->name)) return in->shape;
-          return {};
-        }
-        case ExprKind::Index: {
-          if (x->args[0]->kind == ExprKind::Name && m_.decl.find_weight(x->args[0]->name)) return m_.decl.find_weight(x->args[0]->name)->shape;
-          if (auto f = field_ref(x, ctx_edge_vars_)) return tensor(field_tensor(f->field)).shape;
-          return {};
-        }
-        case ExprKind::Call: {
-          if (x->name == "reshape") {
-            std::vector<int64_t> r;
-            Diagnostics scratch;
-            for (size_t i = 1; i < x->args.size(); ++i) r.push_back(static_cast<int64_t>(*dsl::eval_constant(x->args[i], m_.decl, scratch)));
-            return r;
-          }
-          if (x->name == "dot" || x->name == "sum") {
-            auto a = shape(x->args[0]);
-            if (!a.empty()) a.pop_back();
-            return a;
-          }
-          return shape(x->args[0]);
-        }
-        default: {
-          std::vector<int64_t> best;
-          for (const ExprP& a : x->args) {
-            auto sa = shape(a);
-            if (sa.size() > best.size()) best = sa;
-          }
-          return best;
-        }
-      }
-    };
-    return shape(e);
+    return typed::name(local, value_type(e->type), e->loc);
   }
 
   // d_W[sel] += v (any per-row value): the traversal stores v per row; a segment sum reduces it.
@@ -648,7 +606,7 @@ class Lowering {
       return nullptr;
     }
     std::string local = fmt::format("__wg{}", wg_count_++);
-    Type ty = a_.assigned.at(s.get());
+    Type ty = s->target->type;
     local_types_[local] = ty;
     force_materialize_.insert(local);
     intra::SegmentSumInstance ss;
@@ -664,7 +622,7 @@ class Lowering {
     pending_segment_sums_.push_back(ss);
     ExprP value = extract_linears(s->value, ctx, stage, inner, true, s);
     if (!value) return nullptr;
-    StmtP out = Stmt::assign(Expr::name_ref(local, s->loc), AssignOp::Set, value, s->loc);
+    StmtP out = Stmt::assign(typed::name(local, value_type(value->type), s->loc), AssignOp::Set, value, s->loc);
     record_access(out, ctx, stage);
     stage.reg_locals.insert(local);
     return out;
@@ -692,15 +650,15 @@ class Lowering {
   }
 
   ExprP extract_linears(const ExprP& e, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush, const StmtP& s) {
-    if (is_linear(e, m_)) {
+    if (is_linear(e)) {
       std::string tn = unique(fmt::format("t_lin_{}", p_.kernels.size()));
-      Type ty = linear_type(e);
+      Type ty = value_type(e->type);
       add_tensor({tn, Role::Temp, inner || !ctx.node_loop ? Per::Edge : Per::Node, ty.shape, false, ""});
       if (!emit_gemm(e, tn, ctx, stage, inner, can_flush, s)) return nullptr;
       std::string local = "__" + tn;
       ctx.materialized[local] = tn;
       local_types_[local] = ty;
-      return Expr::name_ref(local, e->loc);
+      return typed::name(local, ty, e->loc);
     }
     if (e->args.empty()) return e;
     std::vector<ExprP> args;
@@ -709,20 +667,7 @@ class Lowering {
       if (!r) return nullptr;
       args.push_back(r);
     }
-    auto copy = std::make_shared<Expr>(*e);
-    copy->args = std::move(args);
-    return copy;
-  }
-
-  Type linear_type(const ExprP& e) {
-    const ExprP& w = e->args[1];  // x * W and linear(x, W) alike
-    const ExprP& wn = w->kind == ExprKind::Index ? w->args[0] : w;
-    const TensorDecl* d = m_.decl.find_weight(wn->name);
-    Type t;
-    t.domain = Domain::Edge;
-    t.shape = {d->shape.size() == 3 ? d->shape[0] : 1, d->shape.back()};
-    if (d->shape.size() == 2) t.shape = {d->shape[1]};
-    return t;
+    return typed::rebuild(e, std::move(args), ctx_);
   }
 
   // The GEMM's input rows: which tensor, gathered how. Null when the input is not a plain row read.
@@ -825,11 +770,11 @@ class Lowering {
     if (!target || target->on_edge || !target->node_role.empty()) return false;
     ExprP lin, scalar;
     const ExprP& v = s.value;
-    if (is_linear(v, m_)) {
+    if (is_linear(v)) {
       lin = v;
-    } else if (v->kind == ExprKind::Binary && v->op == BinOp::Mul) {
-      if (is_linear(v->args[1], m_)) { scalar = v->args[0]; lin = v->args[1]; }
-      else if (is_linear(v->args[0], m_)) { lin = v->args[0]; scalar = v->args[1]; }
+    } else if (is_op(v, Op::Mul)) {
+      if (is_linear(v->args[1])) { scalar = v->args[0]; lin = v->args[1]; }
+      else if (is_linear(v->args[0])) { lin = v->args[0]; scalar = v->args[1]; }
     }
     if (!lin) return false;
     std::string scalar_tensor;
@@ -845,14 +790,14 @@ class Lowering {
       }
     }
     // The scatter GEMM needs the linear's output shape to be the field's.
-    if (linear_type(lin).shape != tensor(field_tensor(target->field)).shape) return false;
+    if (value_type(lin->type).shape != tensor(field_tensor(target->field)).shape) return false;
     if (!gemm_input(lin->args[0], ctx, true)) return false;
     StmtP sp = std::make_shared<Stmt>(s);
     return emit_gemm(lin, field_tensor(target->field), ctx, stage, ctx.loop, can_flush, sp, scalar_tensor, true);
   }
 
   const Module& m_;
-  const Analysis& a_;
+  TypeContext ctx_;
   Diagnostics& d_;
   std::string phase_, prefix_;
   bool deterministic_ = false;
@@ -871,7 +816,6 @@ class Lowering {
   std::set<std::string> aliased_;
   std::map<std::string, Type> local_types_;
   std::set<std::string> force_materialize_;
-  std::set<std::string> ctx_edge_vars_;  // edge variables of the loop being lowered
   std::vector<intra::SegmentSumInstance> pending_segment_sums_;
   std::vector<intra::TraversalSource> traversal_sources_;  // of the traversal instances, for check_shape_limits
   int wg_count_ = 0;
@@ -879,8 +823,8 @@ class Lowering {
 
 }  // namespace
 
-std::optional<intra::Program> lower(const Module& m, const Analysis& a, Diagnostics& diags, const std::string& phase) {
-  return Lowering(m, a, diags, phase).run();
+std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const std::string& phase) {
+  return Lowering(m, diags, phase).run();
 }
 
 }  // namespace hectorgen::passes

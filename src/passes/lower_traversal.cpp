@@ -12,7 +12,8 @@
 #include <set>
 #include <stdexcept>
 
-#include "dsl/parser.h"
+#include "ir/inter/ops.h"
+#include "ir/inter/typing.h"
 #include "ir/inter/printer.h"
 #include "passes/passes.h"
 
@@ -21,7 +22,6 @@ namespace hectorgen::passes {
 using namespace inter;
 using intra::Def;
 using intra::EdgeLoop;
-using intra::EwOp;
 using intra::GraphArray;
 using intra::IndexDef;
 using intra::Instr;
@@ -316,7 +316,7 @@ class TraversalLowering {
     if (op == AssignOp::Set) return v;
     if (has_content) return std::nullopt;
     if (op == AssignOp::Add) return v;
-    if (op == AssignOp::Sub) return Val{Value::apply(EwOp::Neg, {v.v}), v.shape};
+    if (op == AssignOp::Sub) return Val{Value::apply(Op::Neg, {v.v}), v.shape};
     return std::nullopt;
   }
 
@@ -345,16 +345,9 @@ class TraversalLowering {
         return val(load(b, in->name, r, value_name(e)));
       }
       case ExprKind::Index: return index_expr(e, b);
-      case ExprKind::Neg: {
-        Val x = expr(e->args[0], b);
-        return Val{apply(EwOp::Neg, {x.v}), x.shape};
-      }
-      case ExprKind::Binary: {
-        Val x = expr(e->args[0], b), y = expr(e->args[1], b);
-        EwOp op = e->op == BinOp::Add ? EwOp::Add : e->op == BinOp::Sub ? EwOp::Sub : e->op == BinOp::Mul ? EwOp::Mul : EwOp::Div;
-        return Val{apply(op, {x.v, y.v}), x.numel() >= y.numel() ? x.shape : y.shape};
-      }
-      case ExprKind::Call: return call(e, b);
+      case ExprKind::Neg:
+      case ExprKind::Binary:
+      case ExprKind::Call: return apply(e, b);
     }
     throw std::logic_error("lower_traversal: unknown expression");
   }
@@ -366,7 +359,7 @@ class TraversalLowering {
       const TensorInfo& t = tensor(it->second);
       return val(load(b, t.name, materialized_row(b, t), local_base(e->name)));
     }
-    if (const HyperParam* h = p_.decl.find_hyper(e->name)) return Val{Value::constant(h->value), {}};
+    if (e->type.value) return Val{Value::constant(*e->type.value), {}};  // a hyper-parameter
     if (const TensorDecl* w = p_.decl.find_weight(e->name); w && w->per == Per::None)
       return val(load(b, w->name, RowRef{"0", row_, false, nullptr}, "v_" + w->name));
     throw std::logic_error("lower_traversal: unknown name " + e->name);
@@ -426,57 +419,66 @@ class TraversalLowering {
     return l && ((l->loop == LoopKind::IncomingEdges && base->name == "dst") || (l->loop == LoopKind::OutgoingEdges && base->name == "src"));
   }
 
-  // An element-wise operator, folded when its operands are constants (sqrt(d_k) is a number).
-  static ValueP apply(EwOp op, std::vector<ValueP> args, double param = 0) {
-    bool constant = true;
-    for (const ValueP& a : args) constant = constant && a->kind == Value::Kind::Const;
-    if (!constant) return Value::apply(op, std::move(args), param);
-    return Value::constant(intra::evaluate(op, args[0]->number, args.size() > 1 ? args[1]->number : 0, param));
-  }
-
-  double constant(const ExprP& e) const {
-    Diagnostics scratch;
-    auto v = dsl::eval_constant(e, p_.decl, scratch);
-    if (!v) throw std::logic_error("lower_traversal: not a constant: " + print_expr(e));
-    return *v;
-  }
-
-  Val call(const ExprP& e, Block& b) {
-    const std::string& f = e->name;
-    auto unary = [&](EwOp op, double param = 0) {
-      Val x = expr(e->args[0], b);
-      return Val{apply(op, {x.v}, param), x.shape};
-    };
-    auto binary = [&](EwOp op) {
-      Val x = expr(e->args[0], b), y = expr(e->args[1], b);
-      return Val{apply(op, {x.v, y.v}), x.numel() >= y.numel() ? x.shape : y.shape};
-    };
-    if (f == "reshape") {
-      Val x = expr(e->args[0], b);
-      std::vector<int64_t> shape;
-      for (size_t i = 1; i < e->args.size(); ++i) shape.push_back(static_cast<int64_t>(constant(e->args[i])));
-      return Val{x.v, shape};  // same elements, same lane layout (it depends on the element count only)
+  // An operator, as its row in the operator table says the traversal template computes it; shapes are the
+  // typed IR's.
+  Val apply(const ExprP& e, Block& b) {
+    const OpInfo& op = op_info(e->fn);
+    const std::vector<int64_t>& shape = e->type.shape;
+    switch (op.form) {
+      case Form::View: return Val{expr(e->args[0], b).v, shape};  // same elements (the lane layout depends on their count)
+      case Form::ReduceLast: {
+        // The product of the tensor arguments, summed over the last axis of the first.
+        ValueP product;
+        for (size_t i = 0; i < e->args.size(); ++i) {
+          if (op.param(i).kind == ParamKind::Constant) continue;
+          ValueP a = expr(e->args[i], b).v;
+          product = product ? Value::apply(binary_op(BinOp::Mul), {product, a}) : a;
+        }
+        const std::vector<int64_t>& in = value_type(e->args[0]->type).shape;
+        return reduce(product, shape, in.empty() ? 1 : in.back(), b, op.name, e);
+      }
+      case Form::Map: return map(e, op, b);
+      case Form::None: break;
     }
-    if (f == "exp") return unary(EwOp::Exp);
-    if (f == "sqrt") return unary(EwOp::Sqrt);
-    if (f == "tanh") return unary(EwOp::Tanh);
-    if (f == "relu") return unary(EwOp::Relu);
-    if (f == "sigmoid") return unary(EwOp::Sigmoid);
-    if (f == "leakyrelu") return unary(EwOp::LeakyRelu, e->args.size() > 1 ? constant(e->args[1]) : 0.01);
-    if (f == "leakyrelu_grad") return unary(EwOp::LeakyReluGrad, e->args.size() > 1 ? constant(e->args[1]) : 0.01);
-    if (f == "max") return binary(EwOp::Max);
-    if (f == "max_grad") return binary(EwOp::MaxGrad);
-    if (f == "dot") return reduce(binary(EwOp::Mul), b, "dot", e);
-    if (f == "sum") return reduce(expr(e->args[0], b), b, "sum", e);
-    throw std::runtime_error(fmt::format("the code generator does not support '{}' inside a traversal yet", f));
+    throw std::runtime_error(fmt::format("the code generator does not support '{}' inside a traversal yet", op.name));
   }
 
-  // The last axis of `x` summed: a register (a warp reduction when x is spread over the lanes), computed
-  // once per value and block.
-  Val reduce(const Val& x, Block& b, const char* what, const ExprP& e) {
-    int64_t axis = x.shape.empty() ? 1 : x.shape.back();
-    std::vector<int64_t> shape = x.shape;
-    if (!shape.empty()) shape.pop_back();
+  // An element-wise operator: its tensor arguments as values (one its CUDA spelling repeats, when compound,
+  // in a register first), constant parameters as constants (left-out ones: their defaults); folded when
+  // the table says constant arguments give a constant (sqrt(d_k) is a number).
+  Val map(const ExprP& e, const OpInfo& op, Block& b) {
+    size_t n = std::max(op.params.size(), e->args.size());
+    std::vector<ValueP> args(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (i < e->args.size() && op.param(i).kind != ParamKind::Constant) {
+        Val a = expr(e->args[i], b);
+        if (a.v->kind == Value::Kind::Op && repeats(op.cuda, i)) a = val(define(b.body, std::string(op.name) + "_in", a.shape, intra::Eval{a.v}, false), a.shape);
+        args[i] = a.v;
+      } else {
+        args[i] = Value::constant(i < e->args.size() ? *e->args[i]->type.value : *op.param(i).default_value);
+      }
+    }
+    bool constant = op.folds && std::all_of(args.begin(), args.end(), [](const ValueP& a) { return a->kind == Value::Kind::Const; });
+    if (constant) {
+      std::vector<double> xs;
+      for (const ValueP& a : args) xs.push_back(a->number);
+      return Val{Value::constant(intra::evaluate(e->fn, xs)), e->type.shape};
+    }
+    return Val{Value::apply(e->fn, std::move(args)), e->type.shape};
+  }
+
+  // True when the spelling uses argument i more than once.
+  static bool repeats(std::string_view pattern, size_t i) {
+    std::string hole = "{" + std::to_string(i) + "}";
+    size_t first = pattern.find(hole);
+    return first != std::string_view::npos && pattern.find(hole, first + 1) != std::string_view::npos;
+  }
+
+  // `x` (a value of shape + [axis]) summed over its last axis: a register (a warp reduction when x is spread
+  // over the lanes), computed once per value and block.
+  Val reduce(const ValueP& xv, const std::vector<int64_t>& shape, int64_t axis, Block& b, const char* what, const ExprP& e) {
+    Val x{xv, shape};
+    x.shape.push_back(axis);
     if (axis == 1) return Val{x.v, shape};  // nothing to reduce
     std::string key = fmt::format("{}/{}", intra::print_value(x.v), axis);
     for (Block* s = &b; s; s = s->parent)
@@ -485,7 +487,7 @@ class TraversalLowering {
     std::vector<std::string> leaves;
     std::function<void(const ExprP&)> names = [&](const ExprP& a) {
       std::string n;
-      if (a->kind == ExprKind::Name && !p_.decl.find_hyper(a->name)) n = a->name.substr(std::min(a->name.find_first_not_of('_'), a->name.size()));
+      if (a->kind == ExprKind::Name && !a->type.value) n = a->name.substr(std::min(a->name.find_first_not_of('_'), a->name.size()));
       else if (a->kind == ExprKind::Attr) n = a->name;
       else if (a->kind == ExprKind::Index) n = a->args[1]->kind == ExprKind::String ? a->args[1]->name : a->args[0]->name;
       if (!n.empty()) {
@@ -600,7 +602,7 @@ class TraversalLowering {
     // Another node's row (e.src / e.dst that is not the row node): atomically added.
     if (s.op != AssignOp::Add && s.op != AssignOp::Sub)
       throw std::logic_error("lower_traversal: only += and -= reach rows other warps own: " + print_expr(s.target));
-    Val add = s.op == AssignOp::Sub ? Val{Value::apply(EwOp::Neg, {v.v}), v.shape} : v;
+    Val add = s.op == AssignOp::Sub ? Val{Value::apply(Op::Neg, {v.v}), v.shape} : v;
     Reg reg = as_register(b, add, ti.shape, "to_" + field);
     emit(b, Instr{Store{tn, r.row, reg.name, reg.type.layout == LaneLayout::Lanes ? StoreLanes::Partitioned : StoreLanes::Lane0, true}});
   }
@@ -677,7 +679,7 @@ class TraversalLowering {
     if (v->kind == Value::Kind::Const) return v;
     std::vector<ValueP> args;
     for (const ValueP& a : v->args) args.push_back(ref(a));
-    return Value::apply(v->op, std::move(args), v->number);
+    return Value::apply(v->op, std::move(args));
   }
 
   void rename_body(std::vector<Instr>& body, std::vector<std::set<std::string>>& scopes) {

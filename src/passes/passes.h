@@ -18,7 +18,6 @@ inter::Module inline_functions(const inter::Module& m, Diagnostics& diags);
 #include <optional>
 #include <set>
 
-#include "ir/inter/verifier.h"
 #include "ir/intra/intra.h"
 
 namespace hectorgen::passes {
@@ -34,17 +33,16 @@ namespace hectorgen::passes {
 intra::TraversalInstance lower_traversal(const intra::Program& p, const intra::TraversalSource& src,
                                          const std::set<std::string>& written_before);
 
-// Lowers a verified module to kernels, greedily by preference: linear transforms become GEMM instances
+// Lowers a typed module (inter::typecheck) to kernels, greedily by preference: linear transforms become GEMM instances
 // (fusing a following per-row scale and scatter-aggregation into the GEMM when the statement has that
 // shape), the remaining statements of each loop nest become one traversal instance (split only where a
 // GEMM needs a value the loop computes). Locals used inside one instance stay in registers.
 // `phase` (forward | forward_train | backward) names the kernels: <model>_fw_*, <model>_fwt_*, <model>_bw_*.
-std::optional<intra::Program> lower(const inter::Module& m, const inter::Analysis& a, Diagnostics& diags,
-                                    const std::string& phase = "forward");
+std::optional<intra::Program> lower(const inter::Module& m, Diagnostics& diags, const std::string& phase = "forward");
 
 // Canonicalises loops with the graph-semantic rule (an edge loop is a loop over the destination nodes'
 // incoming edges) and fuses adjacent loop nests when no element reads what another element of the
-// same loop writes. Returns the rewritten module (verified by the caller).
+// same loop writes. Takes and returns a typed module (the rewritten loops are re-typed by the Mutator).
 inter::Module fuse_loops(const inter::Module& m);
 
 }  // namespace hectorgen::passes
@@ -58,6 +56,8 @@ namespace hectorgen::passes {
 //             accumulates gradient fields `d_f`, and writes the gradients of node/edge inputs (`d_feature`)
 //             and of weights (`d_W[e.etype] += ...`). Gradients of inputs marked requires_grad: false are
 //             never computed; statements whose target gets no gradient are dropped.
+// Takes a typed module; both results are typed (the derivative rules of the operator table build typed
+// nodes), so neither needs type inference again.
 struct TrainingModules {
   inter::Module forward;
   inter::Module backward;

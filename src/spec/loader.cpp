@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "dsl/parser.h"
+#include "ir/inter/constant.h"
 #include "ir/intra/launch.h"
 
 namespace hectorgen::spec {
@@ -455,7 +456,7 @@ class SchemaReader {
     if (out.decl.outputs.empty() && has_program)
       d_.error({&f_, 1, 1}, "missing-field", "the spec declares no 'outputs'");
     if (d_.has_errors()) return std::nullopt;
-    if (!dsl::evaluate_declarations(out.decl, d_)) return std::nullopt;
+    if (!inter::evaluate_declarations(out.decl, d_)) return std::nullopt;
     return out;
   }
 

@@ -18,6 +18,8 @@ from reference_models import inv_relation_in_degree
 
 __all__ = [
     "rel_err",
+    "EPS_RATIO",
+    "floored_rel_err",
     "poison_",
     "model_dims",
     "fresh_inputs",
@@ -49,6 +51,36 @@ def rel_err(got, ref) -> float:
     num = float(torch.linalg.vector_norm(g - r))
     den = max(float(torch.linalg.vector_norm(r)), _TINY)
     return num / den
+
+
+# float64's rounding unit over float32's: scales a float32 rounding-noise estimate to float64.
+EPS_RATIO = torch.finfo(torch.float64).eps / torch.finfo(torch.float32).eps
+
+
+def floored_rel_err(got, ref, tol: float, noise: float = 0.0, factor: float = 16.0) -> tuple:
+    """``(err, floored)``: ``||got - ref|| / max(||ref||, factor * noise / tol)``, in float64.
+
+    ``noise`` is the rounding noise of the reference itself at the precision under test (e.g.
+    ``||ref_fp32 - ref_fp64||``: the same computation in plain PyTorch float32). A gradient that
+    cancels to (almost) zero -- the gradient of an attention vector applied to the destination,
+    which a softmax cancels -- has a relative error of O(1) in any finite precision; with the
+    floor, a result within ``factor`` times the reference's own float32 noise passes ``tol``,
+    while a result that is merely relatively close must still be within ``tol``. ``floored``
+    tells whether the floor was the larger denominator. NaN/inf give ``(inf, False)``.
+    """
+    ref = torch.as_tensor(ref).detach()
+    got = torch.as_tensor(got).detach()
+    if tuple(got.shape) != tuple(ref.shape):
+        raise ValueError(f"shape mismatch: got {tuple(got.shape)}, ref {tuple(ref.shape)}")
+    r = ref.to(torch.float64)
+    g = got.to(device=r.device, dtype=torch.float64)
+    if not bool(torch.isfinite(g).all()) or not bool(torch.isfinite(r).all()):
+        return math.inf, False
+    num = float(torch.linalg.vector_norm(g - r))
+    norm = float(torch.linalg.vector_norm(r))
+    floor = factor * float(noise) / tol if tol > 0 else 0.0
+    den = max(norm, floor, _TINY)
+    return num / den, floor > norm
 
 
 @torch.no_grad()

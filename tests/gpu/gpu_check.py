@@ -1,62 +1,70 @@
 #!/usr/bin/env python3
-"""GPU correctness check (and a timing) of the modules that hectorgen generates.
+"""GPU check of the code hectorgen generates, for any spec: forward and gradients against two float64 oracles.
 
-    python3 tests/gpu/gpu_check.py --hectorgen build/hectorgen --generated DIR --out OUTDIR \
-        [--models rgcn,rgat,rgat4,hgt] [--graphs tiny,medium] [--sanitizer-run] [--build-only] [--no-build]
+    python3 tests/gpu/gpu_check.py [SPEC|MODEL ...] --hectorgen build/hectorgen --generated DIR --out OUTDIR \
+        [--graphs tiny,medium] [--seed N] [--device cuda|cpu]
+        [--prepare] [--sanitizer-run] [--summary] [--no-build]
 
-For every model variant (VARIANTS below: variant name = spec ``model:`` = module name, its
-spec, its family for the references) the generated module ``DIR/<name>/<name>.py`` is
-imported, its extension built first with CMake into ``DIR/<name>/build`` (see
-:func:`build_extension`; skipped with --no-build), and for every graph:
+Specs: the arguments (spec paths, or model names of the default list), default every bundled and test spec
+(specs/*, tests/gpu/specs/*.yaml, tests/specs/*.yaml; a second spec of an already listed model, such as
+specs/rgcn.json next to specs/rgcn.yaml, is left out with a note).
 
-* fresh random inputs and weights (compare.fresh_inputs, a new seed per run unless
-  --seed; the values are rounded to float32 once, and every reference gets exactly
-  those values in float64), the layer's parameters set from them;
-* forward on the GPU, compared with
-    - tiny graph: hectorgen's float64 CPU reference interpreter (reference_bridge),
-      plus the plain-PyTorch reference in float64 against the same interpreter as a
-      sanity cross-check of the two oracles, plus the functional form ``mod.forward``;
-    - other graphs (medium): the plain-PyTorch reference in float64 on the GPU;
-* the CUDA caching allocator's free blocks are then filled with NaN (which is where the
-  generated code's outputs and temporaries come from) and the forward is run again and
-  compared again, so an output element or temporary that is read before being written
-  shows up as NaN/inf; the rows of nodes without incoming edges are compared exactly
-  (0 for RGAT/HGT) and the worst single row is reported, so a skipped row cannot hide
-  in the global norm;
-* on the non-tiny graphs the generated forward and the PyTorch reference (float32, same
-  inputs) are timed with CUDA events (median of 20 after 5 warm-up runs).
+Phases (tools/gpu_check.sh runs them in this order, each under its own time limit):
 
-Results: the table (compare.print_table) is the LAST thing printed; it and the timings
-go to OUTDIR/gpu_check.md, every number to OUTDIR/gpu_check.json. Exit status 0 iff
-every check passed.
+--prepare      generates every spec with hectorgen into DIR/<model>/ (DIR mirrors the repository layout, so
+               relative paths in the output match), records whether it warned "no backward pass" (checked
+               forward-only) or failed (DIR/generation.json, DIR/gen.log), then builds the extensions in
+               parallel (OUTDIR/build.log). Without hectorgen the bundled generated/<model> is copied instead.
+(default)      the checks. Per spec, in a child process of its own (a crash or a sticky CUDA error costs only
+               that spec's rows), per graph, with FRESH random inputs, weights and output gradients every run
+               (ir_torch.random_inputs: values rounded to float32 once, so every reference sees exactly what
+               the kernels see; the seed is printed, --seed repeats a run):
+                 * references: the generic plain-PyTorch model of the spec (ir_torch.py, float64, autograd
+                   for the gradients) and, on the tiny graph, hectorgen's float64 interpreter (forward, and
+                   the backward program of its autodiff); the two oracles are compared with each other
+                   (1e-12), and with the hand-written family reference where one exists (rgcn/rgat/hgt);
+                 * forward of the generated layer vs the interpreter (tiny) / the PyTorch model on the device
+                   (medium), the functional form, bad inputs raising, then a re-run on NaN-poisoned
+                   allocator blocks (so outputs and temporaries read before written show up), rows of nodes
+                   without in-edges (exact 0 where the reference is), the worst single row;
+                 * gradients (trainable modules): every input and weight gradient through the generated
+                   backward vs the interpreter's / autograd's, then a second backward on poisoned memory:
+                   bit-identical weight gradients, and still correct;
+                 * modules generated without a backward pass: checked forward-only, plus a row requiring
+                   that calling the layer with parameters that require grad raises (item 8);
+                 * timings on the non-tiny graphs: the generated forward (and forward+backward) vs the
+                   PyTorch model in float32 (and the hand-written reference where one exists).
+               Every row goes to OUTDIR/gpu_check.md and OUTDIR/gpu_check.json.
+--sanitizer-run  one forward (and backward when trainable) per spec on the tiny graph, with markers that
+               attribute compute-sanitizer reports to specs; for memcheck and racecheck.
+--summary      the short per-spec table (status PASS / FWD-ONLY / FAIL, worst errors, memcheck, racecheck,
+               timings) from OUTDIR/gpu_check.json and the sanitizer logs; printed and written to
+               OUTDIR/summary.txt.
 
-Each variant runs in a child process of its own (unless --no-isolate), so a sticky CUDA
-error or a crash in one model's kernels costs only that model's rows.
+--device cpu   a dry run without a GPU: the "generated module" is a stand-in built from the PyTorch model
+               itself in float32 (FakeModule), so every path of the harness -- generation status, references,
+               poisoning, gradients, determinism, tables -- runs on the CPU. HG_FAKE_BUG=forward|grad|nondet|
+               no-raise makes the stand-in wrong in one way, to see the check fail (tests/gpu/test_gpu_check_dry.py).
 
---sanitizer-run: one forward per variant on the tiny graph (no build, no CPU reference,
-no timing), for ``compute-sanitizer --tool memcheck``; exits non-zero on any error.
---build-only: build the selected extensions in parallel and exit (logs in OUTDIR/build.log).
+Tolerances: float32 results vs float64 references: relative error 1e-5 (forward) and 1e-4 (gradients), the
+denominator floored at 16 times the float32 rounding noise of the same computation in plain PyTorch
+(compare.floored_rel_err), so a gradient that cancels to almost zero is judged by the precision it can have.
 
-Assumptions about the generated module beyond docs/generated_api.md (all checked, and a
-violation is reported as a FAIL row with the reason, not a crash):
-  * ``<name>.load_extension(build_dir=...)`` accepts the CMake build directory (a
-    TypeError falls back to ``load_extension()``); DIR/<name> and DIR/<name>/build are on
-    sys.path, so ``import <name>_ext`` also works;
-  * ``prepare_graph(src, dst, etype, N, R, ntype=..., num_ntypes=T)`` accepts int64 CUDA
-    tensors and ntype even for models without per-ntype weights;
-  * the layer class ``<Name>(num_etypes, num_ntypes=T, device="cuda")`` has one
-    nn.Parameter attribute per spec weight with exactly the shape [R|T, *shape]/[*shape],
-    and forward reads them at call time (they are set with ``copy_`` after construction);
-  * outputs are float32 CUDA tensors of shape [N|E, *shape] (RGAT: [N, heads, out_dim]),
-    freshly allocated through the PyTorch caching allocator on every call.
+Assumptions about a generated module (docs/generated_api.md), all in Adapter and load_generated below:
+``load_extension(build_dir=...)``; ``prepare_graph(src, dst, etype, N, R, ntype=, num_ntypes=)``; the layer
+class (the module's torch.nn.Module subclass) ``Cls(num_etypes, num_ntypes=T, device=)`` with one parameter
+per weight, shape [R|T, *shape] or [*shape]; ``layer(g, *inputs)`` (inputs in spec order, from_graph ones
+left out) returning a tensor or a dict by output name; ``forward(g, *inputs, *weights)``; ``TRAINABLE``.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -64,7 +72,7 @@ import sys
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -72,29 +80,16 @@ REPO = HERE.parent.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
+DEFAULT_SPEC_GLOBS = ("specs/*.yaml", "specs/*.yml", "specs/*.json", "tests/gpu/specs/*.yaml", "tests/specs/*.yaml")
+# Models with a hand-written reference in reference_models.py (an extra cross-check; no spec needs one).
+FAMILIES = {"rgcn": "rgcn", "rgcn_t32c4": "rgcn", "rgat": "rgat", "rgat4": "rgat", "rgat_concat": "rgat",
+            "hgt": "hgt", "hgt_c2": "hgt"}
 
-@dataclass(frozen=True)
-class Variant:
-    name: str     # spec `model:` = module name = DIR/<name>
-    spec: str     # relative to the repository root
-    family: str   # rgcn | rgat | hgt: which reference / fresh_inputs layout
-    heads: int    # expected heads (the spec's value is used; a mismatch is reported)
-
-
-VARIANTS = {v.name: v for v in (
-    Variant("rgcn", "specs/rgcn.yaml", "rgcn", 1),
-    Variant("rgat", "specs/rgat.yaml", "rgat", 1),
-    Variant("rgat4", "tests/gpu/specs/rgat4.yaml", "rgat", 4),
-    Variant("hgt", "specs/hgt.yaml", "hgt", 1),
-    Variant("rgat_concat", "tests/gpu/specs/rgat_concat.yaml", "rgat", 1),  # exercises the PyTorch fallback
-    Variant("rgcn_t32c4", "tests/gpu/specs/rgcn_t32c4.yaml", "rgcn", 1),  # GEMM tile 32, coarsening 4
-    Variant("hgt_c2", "tests/gpu/specs/hgt_c2.yaml", "hgt", 1),  # coarsening 2, 128-thread traversals
-)}
-
-TOL = 1e-5          # generated fp32 vs float64 references
-TOL_ORACLES = 1e-10  # PyTorch float64 reference vs the float64 interpreter
+TOL = 1e-5           # generated float32 forward vs float64 references
+TOL_GRAD = 1e-4      # generated float32 gradients vs float64 references
+TOL_ORACLES = 1e-12  # the float64 references among themselves
 ROW_TOL = 1e-4       # worst single row (denominator floored at 0.1 x median row norm)
-TOL_GRAD = 1e-4      # generated fp32 gradients vs PyTorch autograd on the float64 reference
+NOISE_FACTOR = 16.0  # results within this many times plain PyTorch's float32 noise pass (compare.floored_rel_err)
 
 
 class SetupError(RuntimeError):
@@ -103,6 +98,171 @@ class SetupError(RuntimeError):
 
 class BuildError(RuntimeError):
     pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Specs
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Variant:
+    name: str          # the spec's model name = module name = DIR/<name>
+    spec: str          # path relative to the repository root when inside it, else absolute
+    family: str | None = None  # hand-written reference family, if any
+    graphs: tuple | None = None  # only these graphs (a spec's "# gpu_check: graphs=tiny" line), else all
+
+
+def spec_graphs(path: Path):
+    """The graphs a spec asks to be checked on, from a comment line "# gpu_check: graphs=tiny[,medium]"
+    (a spec too large for the medium graph, e.g. tests/gpu/specs/many_heads.yaml); None: every graph."""
+    import re
+    m = re.search(r"^#\s*gpu_check:\s*graphs\s*=\s*([\w,]+)", Path(path).read_text(), re.M)
+    return tuple(g for g in m.group(1).split(",") if g) if m else None
+
+
+def _rel(p: Path) -> str:
+    p = p.resolve()
+    try:
+        return str(p.relative_to(REPO))
+    except ValueError:
+        return str(p)
+
+
+def model_name(spec_path) -> str:
+    from reference_bridge import load_spec
+    return load_spec(spec_path).model
+
+
+def discover(entries=None) -> tuple:
+    """(variants, notes). ``entries``: spec paths or model names of the default list; default: all."""
+    notes = []
+    default = []
+    for pat in DEFAULT_SPEC_GLOBS:
+        default += sorted(REPO.glob(pat))
+    by_name: dict = {}
+
+    def add(path: Path, explicit: bool):
+        name = model_name(path)
+        if name in by_name:
+            if explicit or by_name[name].spec != _rel(path):
+                notes.append(f"{_rel(path)}: model {name!r} is already checked from {by_name[name].spec}; left out")
+            return
+        by_name[name] = Variant(name, _rel(path), FAMILIES.get(name), spec_graphs(path))
+
+    if not entries:
+        for p in default:
+            add(p, False)
+        return list(by_name.values()), notes
+    known = {}
+    for p in default:
+        known.setdefault(model_name(p), p)
+    for e in entries:
+        p = Path(e)
+        if not p.is_absolute() and (REPO / p).is_file():
+            p = REPO / p
+        if p.is_file():
+            add(p, True)
+        elif e in known:
+            add(known[e], True)
+        else:
+            raise SetupError(f"{e!r} is neither a spec file nor a model of the default specs ({', '.join(known)})")
+    return list(by_name.values()), notes
+
+
+def _default_variants() -> dict:
+    try:
+        return {v.name: v for v in discover()[0]}
+    except Exception:  # noqa: BLE001  (tools/train_example.py imports this table; never fail at import)
+        return {}
+
+
+VARIANTS = _default_variants()
+
+
+# ---------------------------------------------------------------------------------------------
+# Generation
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class GenResult:
+    name: str
+    spec: str
+    ok: bool
+    status: str               # one line for the logs and the summary
+    no_backward: str | None   # why there is no training code (forward-only check), None if trainable
+    stderr: str = ""
+
+
+_NO_BACKWARD = re.compile(r"warning: (no backward pass generated: .*|no training code generated.*|backward: .*)$")
+
+
+def generate(v: Variant, hectorgen: str | None, gen_root: Path) -> GenResult:
+    """hectorgen SPEC -o generated/<model>, run in gen_root (a mirror of the repository layout)."""
+    out_dir = gen_root / "generated" / v.name
+    if not hectorgen:
+        bundled = REPO / "generated" / v.name
+        if not bundled.is_dir():
+            return GenResult(v.name, v.spec, False, "MISSING (no hectorgen, not in generated/)", None)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        shutil.copytree(bundled, out_dir, ignore=shutil.ignore_patterns("build"))
+        return GenResult(v.name, v.spec, True, "bundled generated/ copy (no hectorgen)", None)
+    if out_dir.exists():
+        shutil.rmtree(out_dir, ignore_errors=True)
+    try:
+        p = subprocess.run([hectorgen, v.spec, "-o", f"generated/{v.name}"], cwd=gen_root, capture_output=True,
+                           text=True, timeout=120)
+        rc, err = p.returncode, p.stderr
+    except subprocess.TimeoutExpired:
+        rc, err = "timeout", "hectorgen timed out after 120 s"
+    reasons = [m.group(1) for ln in err.splitlines() if (m := _NO_BACKWARD.search(ln))]
+    no_bw = "; ".join(dict.fromkeys(reasons)) or None
+    if rc != 0:
+        lines = err.strip().splitlines()
+        first = next((ln for ln in lines if "error" in ln), lines[0] if lines else "")
+        return GenResult(v.name, v.spec, False, f"GENERATION FAILED (rc={rc}): {first.strip()[:300]}", no_bw, err)
+    n = sum(1 for f in out_dir.iterdir() if f.is_file())
+    status = f"generated ({n} files)"
+    bundled = REPO / "generated" / v.name
+    if bundled.is_dir():
+        d = subprocess.run(["diff", "-r", "-q", "-x", "build", "-x", ".*", str(bundled), str(out_dir)],
+                           capture_output=True, text=True)
+        status += ", same as generated/" if d.returncode == 0 else \
+            f", DIFFERS from generated/ ({len(d.stdout.splitlines())} file(s))"
+    if no_bw:
+        status += ", forward-only (no backward)"
+    return GenResult(v.name, v.spec, True, status, no_bw, err)
+
+
+def generate_all(variants, hectorgen, gen_root: Path) -> dict:
+    if gen_root.resolve() == REPO.resolve():
+        raise SetupError("--prepare would regenerate the committed generated/; pass --generated SCRATCH/generated")
+    gen_root.mkdir(parents=True, exist_ok=True)
+    for link in ("specs", "tests", "runtime"):
+        lp = gen_root / link
+        if lp.is_symlink() or not lp.exists():
+            if lp.is_symlink():
+                lp.unlink()
+            lp.symlink_to(REPO / link)
+    (gen_root / "generated").mkdir(exist_ok=True)
+    results = {}
+    with open(gen_root / "gen.log", "a") as log:
+        for v in variants:
+            r = generate(v, hectorgen, gen_root)
+            results[v.name] = r
+            log.write(f"===== {v.name}: hectorgen {v.spec} -o generated/{v.name}: {r.status}\n{r.stderr}\n")
+            print(f"[generate] {v.name} ({v.spec}): {r.status}" + (f"\n    no backward: {r.no_backward}"
+                                                                     if r.no_backward else ""), flush=True)
+    (gen_root / "generation.json").write_text(json.dumps({k: asdict(r) for k, r in results.items()}, indent=1))
+    return results
+
+
+def read_generation(gen_dir: Path) -> dict:
+    """DIR/../generation.json or DIR/generation.json -> {name: GenResult}; {} when absent."""
+    for p in (gen_dir.parent / "generation.json", gen_dir / "generation.json"):
+        if p.is_file():
+            return {k: GenResult(**r) for k, r in json.loads(p.read_text()).items()}
+    return {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,7 +314,7 @@ def add_to_sys_path(d: Path) -> None:
     for p in reversed([d, build] + _ext_dirs(build, d.name)):
         if str(p) not in sys.path:
             sys.path.insert(0, str(p))
-    rt = REPO / "runtime" / "python"   # in case the module uses the hectorgen_runtime package
+    rt = REPO / "runtime" / "python"   # the hectorgen_runtime package, for modules that import it
     if rt.is_dir() and str(rt) not in sys.path:
         sys.path.append(str(rt))
 
@@ -162,7 +322,8 @@ def add_to_sys_path(d: Path) -> None:
 def build_extension(dir, *, jobs: int | None = None, cuda_arch: str | None = None,
                     reconfigure: bool = False, timeout: float | None = None,
                     log_path=None) -> Path:
-    """Configures (once) and builds the extension of a generated module directory:
+    """Configures (once) and builds the extension of a generated module directory -- the one place that
+    knows how a generated module is built:
 
         cmake -S DIR -B DIR/build -G Ninja -DCMAKE_PREFIX_PATH=<torch.utils.cmake_prefix_path>
               -DCMAKE_BUILD_TYPE=Release && cmake --build DIR/build
@@ -231,36 +392,10 @@ def build_extension(dir, *, jobs: int | None = None, cuda_arch: str | None = Non
     return build
 
 
-def load_generated(variant: Variant, gen_dir: Path, build: bool):
-    """Builds (optionally) and imports DIR/<name>/<name>.py, loads its extension; returns the module."""
-    d = (gen_dir / variant.name).resolve()
-    if not (d / f"{variant.name}.py").is_file():
-        raise SetupError(f"{d}/{variant.name}.py missing (was the module generated?)")
-    if build:
-        build_extension(d)
-    elif not _ext_dirs(d / "build", variant.name):
-        print(f"[{variant.name}] warning: no {variant.name}_ext*.so under {d}/build (not built?)", flush=True)
-    add_to_sys_path(d)
-    os.environ.setdefault("HECTORGEN_RUNTIME_BUILD_DIR", str(gen_dir.resolve() / "_runtime_jit"))
-    mod = importlib.import_module(variant.name)
-    if hasattr(mod, "load_extension"):
-        try:
-            mod.load_extension(build_dir=str(d / "build"))
-        except TypeError:
-            mod.load_extension()
-    return mod
-
-
-def layer_class(mod, variant: Variant, model_name: str):
-    for cand in (variant.name.capitalize(), model_name.capitalize()):
-        if hasattr(mod, cand):
-            return getattr(mod, cand)
-    raise SetupError(f"module {mod.__name__} has no class {variant.name.capitalize()!r}")
-
-
 def build_all(names, gen_dir: Path, out_dir: Path | None, jobs: int | None, timeout: float | None) -> bool:
     """Builds the selected extensions in parallel; concatenates their logs into OUT/build.log."""
     ncpu = os.cpu_count() or 4
+    names = list(names)
     per_job = jobs or max(2, ncpu // max(1, len(names)))
     arch = default_cuda_arch()
     results = {}
@@ -289,48 +424,212 @@ def build_all(names, gen_dir: Path, out_dir: Path | None, jobs: int | None, time
     return all(results.values())
 
 
+def load_generated(variant: Variant, gen_dir: Path, build: bool):
+    """Builds (optionally) and imports DIR/<name>/<name>.py, loads its extension; returns the module."""
+    d = (Path(gen_dir) / variant.name).resolve()
+    if not (d / f"{variant.name}.py").is_file():
+        raise SetupError(f"{d}/{variant.name}.py missing (was the module generated?)")
+    if build:
+        build_extension(d)
+    elif not _ext_dirs(d / "build", variant.name):
+        print(f"[{variant.name}] warning: no {variant.name}_ext*.so under {d}/build (not built?)", flush=True)
+    add_to_sys_path(d)
+    os.environ.setdefault("HECTORGEN_RUNTIME_BUILD_DIR", str(Path(gen_dir).resolve() / "_runtime_jit"))
+    mod = importlib.import_module(variant.name)
+    if hasattr(mod, "load_extension"):
+        try:
+            mod.load_extension(build_dir=str(d / "build"))
+        except TypeError:
+            mod.load_extension()
+    return mod
+
+
+def layer_class(mod, variant: Variant = None, model_name_: str | None = None):
+    """The module's layer: its torch.nn.Module subclass (docs: the model name capitalised)."""
+    import torch
+
+    for cand in [n.capitalize() for n in (getattr(variant, "name", None), model_name_) if n]:
+        if isinstance(getattr(mod, cand, None), type):
+            return getattr(mod, cand)
+    found = [c for c in vars(mod).values() if isinstance(c, type) and issubclass(c, torch.nn.Module)
+             and c.__module__ == mod.__name__]
+    if len(found) == 1:
+        return found[0]
+    raise SetupError(f"module {mod.__name__} has no unique layer class (nn.Module subclasses: "
+                     f"{[c.__name__ for c in found]})")
+
+
+# ---------------------------------------------------------------------------------------------
+# The CPU stand-in for a generated module (--device cpu)
+# ---------------------------------------------------------------------------------------------
+
+class FakeModule:
+    """What a generated module offers, computed by the PyTorch model of the spec in float32 on the CPU.
+    Used by --device cpu to run the harness without a GPU. ``bug`` (HG_FAKE_BUG) injects one defect:
+    'forward' leaves output row 0 unwritten (NaN) after memory was poisoned; 'grad' scales the first weight
+    gradient by 1.001; 'nondet' perturbs weight gradients differently on every backward; 'no-raise' (for
+    modules without a backward) runs while parameters require grad instead of raising."""
+
+    def __init__(self, model, trainable: bool, bug: str | None = None):
+        import torch
+        import ir_torch
+
+        self.__name__ = model.name
+        self.MODEL = model.name
+        self.TRAINABLE = trainable
+        self._model = model
+        self._bug = bug
+        self._poisoned = False
+        self._calls = 0
+        fake = self
+
+        class Layer(torch.nn.Module):
+            def __init__(self, num_etypes, num_ntypes=1, device=None, dtype=torch.float32):
+                super().__init__()
+                lead = {"etype": (num_etypes,), "ntype": (num_ntypes,), "none": ()}
+                for d in model.weights:
+                    setattr(self, d.name, torch.nn.Parameter(
+                        torch.zeros(lead[d.per] + tuple(d.shape), device=device, dtype=dtype)))
+
+            def forward(self, g, *inputs):
+                return fake.forward(g, *inputs, *[getattr(self, d.name) for d in model.weights])
+
+        Layer.__name__ = Layer.__qualname__ = model.name.capitalize()
+        Layer.__module__ = model.name
+        setattr(self, Layer.__name__, Layer)
+        self._ir = ir_torch
+
+    def poison(self):
+        self._poisoned = True
+
+    def load_extension(self, build_dir=None):
+        return None
+
+    def prepare_graph(self, src, dst, etype, num_nodes, num_etypes, ntype=None, num_ntypes=1):
+        return {"src": src, "dst": dst, "etype": etype, "num_nodes": int(num_nodes), "num_etypes": int(num_etypes),
+                "ntype": ntype, "num_ntypes": int(num_ntypes)}
+
+    def forward(self, g, *tensors):
+        import torch
+
+        m = self._model
+        user_inputs = [d for d in m.inputs if not d.from_graph]
+        if len(tensors) != len(user_inputs) + len(m.weights):
+            raise TypeError(f"{m.name}.forward takes {len(user_inputs)} inputs and {len(m.weights)} weights")
+        N, E = g["num_nodes"], int(g["src"].numel())
+        named = {}
+        for d, t in zip(user_inputs + m.weights, tensors):
+            want = d.full_shape(N, E, g["num_etypes"], g["num_ntypes"])
+            if tuple(t.shape) != want:
+                raise RuntimeError(f"{m.name}: {d.name} has shape {tuple(t.shape)}, expected {want}")
+            if t.dtype != torch.float32:
+                raise RuntimeError(f"{m.name}: {d.name} must be Float (float32), got {t.dtype}")
+            if t.device != g["src"].device:
+                raise RuntimeError(f"{m.name}: {d.name} is on {t.device}, the graph on {g['src'].device}")
+            named[d.name] = t
+        grad_wanted = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        if grad_wanted and not self.TRAINABLE and self._bug != "no-raise":
+            raise RuntimeError(f"{m.name} has no backward pass (generated forward-only); "
+                               "call it under torch.no_grad() or with tensors that do not require grad")
+        if grad_wanted and self.TRAINABLE and self._bug in ("grad", "nondet"):
+            self._calls += 1
+            scale = 1.001 if self._bug == "grad" else 1.0 + 1e-7 * self._calls
+            w = m.weights[0].name
+            named[w] = _grad_scale(named[w], scale)
+        with torch.set_grad_enabled(grad_wanted and self.TRAINABLE or self._bug == "no-raise" and grad_wanted):
+            out = self._ir.evaluate(m, g, named, dtype=torch.float32)
+        if self._bug == "forward" and self._poisoned:
+            first = next(iter(out))
+            out[first] = out[first].clone()
+            with torch.no_grad():
+                out[first][0] = float("nan")
+        outs = {k: out[k] for k in (o.name for o in m.outputs)}
+        return next(iter(outs.values())) if len(outs) == 1 else outs
+
+
+_GRAD_SCALE = None
+
+
+def _grad_scale(x, scale: float):
+    """x in the forward; its gradient times ``scale`` in the backward (FakeModule's injected defects)."""
+    global _GRAD_SCALE
+    if _GRAD_SCALE is None:
+        import torch
+
+        class GradScale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, t, k):
+                ctx.k = k
+                return t.view_as(t)
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * ctx.k, None
+        _GRAD_SCALE = GradScale
+    return _GRAD_SCALE.apply(x, scale)
+
+
+# ---------------------------------------------------------------------------------------------
+# Adapter: the one place that calls a generated module
+# ---------------------------------------------------------------------------------------------
+
+class Adapter:
+    def __init__(self, mod, model, device, trainable: bool):
+        self.mod = mod
+        self.model = model
+        self.device = device
+        self.cls = layer_class(mod, None, model.name)
+        self.trainable = trainable
+        self.input_names = [d.name for d in model.inputs if not d.from_graph]
+        self.weight_names = [d.name for d in model.weights]
+
+    def prepare(self, g):
+        return self.mod.prepare_graph(g.src, g.dst, g.etype, g.num_nodes, g.num_etypes, ntype=g.ntype,
+                                      num_ntypes=g.num_ntypes)
+
+    def layer(self, g, weights: dict):
+        import torch
+        layer = self.cls(g.num_etypes, num_ntypes=g.num_ntypes, device=self.device)
+        with torch.no_grad():
+            for name in self.weight_names:
+                p = getattr(layer, name, None)
+                if p is None:
+                    raise SetupError(f"layer has no parameter {name!r}")
+                if tuple(p.shape) != tuple(weights[name].shape):
+                    raise SetupError(f"parameter {name!r} has shape {tuple(p.shape)}, expected "
+                                     f"{tuple(weights[name].shape)}")
+                p.copy_(weights[name])
+        return layer
+
+    def outputs(self, out) -> dict:
+        names = [o.name for o in self.model.outputs]
+        if isinstance(out, dict):
+            return dict(out)
+        if isinstance(out, (tuple, list)):
+            if len(out) != len(names):
+                raise SetupError(f"forward returned {len(out)} values, the spec has outputs {names}")
+            return dict(zip(names, out))
+        if len(names) != 1:
+            raise SetupError(f"forward returned one tensor, the spec has outputs {names}")
+        return {names[0]: out}
+
+    def call(self, layer, hg, inputs: list) -> dict:
+        return self.outputs(layer(hg, *inputs))
+
+    def functional(self, hg, inputs: list, weights: list) -> dict:
+        if not hasattr(self.mod, "forward"):
+            raise SetupError("module has no functional forward()")
+        return self.outputs(self.mod.forward(hg, *inputs, *weights))
+
+
 # ---------------------------------------------------------------------------------------------
 # Helpers for the checks
 # ---------------------------------------------------------------------------------------------
 
-def spec_dims(spec) -> tuple:
-    h = spec.hyper
-    return int(h["in_dim"]), int(h["out_dim"]), int(h.get("heads", 1))
-
-
-def call_inputs(spec, inp) -> list:
-    return [inp[d.name] for d in spec.inputs if not d.from_graph]
-
-
-def as_output_dict(out, spec) -> dict:
-    names = [d.name for d in spec.outputs]
-    if isinstance(out, dict):
-        return dict(out)
-    if isinstance(out, (tuple, list)):
-        if len(out) != len(names):
-            raise SetupError(f"forward returned {len(out)} values, the spec has outputs {names}")
-        return dict(zip(names, out))
-    if len(names) != 1:
-        raise SetupError(f"forward returned one tensor, the spec has outputs {names}")
-    return {names[0]: out}
-
-
-def torch_reference(family: str, graph, inp64: dict, spec) -> dict:
-    """The plain-PyTorch reference (reference_models) on ``inp64`` (float64), by output name."""
-    from reference_models import hgt_ref, rgat_ref, rgcn_ref
-
-    _, _, H = spec_dims(spec)
-    if family == "rgcn":
-        h = rgcn_ref(graph, inp64["feature"], inp64["W0"], inp64["W"], None)
-    elif family == "rgat":
-        h = rgat_ref(graph, inp64["feature"], inp64["W"], inp64["w_s"], inp64["w_t"], H,
-                     float(spec.hyper.get("negative_slope", 0.2)))
-    elif family == "hgt":
-        h = hgt_ref(graph, *[inp64[k] for k in ("feature", "W_k", "W_q", "W_v", "W_att", "W_msg", "mu", "W_a")],
-                    heads=H)
-    else:
-        raise ValueError(family)
-    return {spec.outputs[0].name: h}
+def sync(device):
+    import torch
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def _nonfinite_note(t) -> str:
@@ -342,41 +641,46 @@ def _nonfinite_note(t) -> str:
     return f"{int(bad.sum())} non-finite value(s) in rows {rows[:8]}{'...' if len(rows) > 8 else ''}"
 
 
-def compare_outputs(got: dict, ref: dict, expect_fp32: bool = True) -> tuple:
-    """(max rel err over outputs, note). Shape mismatches and missing outputs raise SetupError."""
-    from compare import rel_err
+def compare_maps(got: dict, ref: dict, tol: float, noise: dict | None = None, expect_fp32=True) -> tuple:
+    """(worst floored rel err over the tensors of ``ref``, tol, note). Missing tensors / shape mismatches
+    raise SetupError."""
     import torch
+    from compare import floored_rel_err
 
-    worst, notes = -1.0, []
+    worst, notes, floored = -1.0, [], []
     for name, r in ref.items():
-        if name not in got:
-            raise SetupError(f"output {name!r} missing (forward returned {sorted(got)})")
+        if name not in got or got[name] is None:
+            raise SetupError(f"{name!r} missing (got {sorted(k for k, v in got.items() if v is not None)})")
         g = got[name]
         if not isinstance(g, torch.Tensor):
-            raise SetupError(f"output {name!r} is a {type(g).__name__}, not a tensor")
+            raise SetupError(f"{name!r} is a {type(g).__name__}, not a tensor")
         if tuple(g.shape) != tuple(r.shape):
-            raise SetupError(f"output {name!r} has shape {tuple(g.shape)}, reference {tuple(r.shape)}")
+            raise SetupError(f"{name!r} has shape {tuple(g.shape)}, reference {tuple(r.shape)}")
         if expect_fp32 and g.dtype != torch.float32:
             notes.append(f"{name}: dtype {g.dtype}")
-        e = rel_err(g, r)
+        e, fl = floored_rel_err(g, r, tol, (noise or {}).get(name, 0.0), NOISE_FACTOR)
+        if fl:
+            floored.append(name)
         nf = _nonfinite_note(g)
         if nf:
             notes.append(f"{name}: {nf}")
-        worst = max(worst, e) if not math.isnan(e) else math.nan
-    return worst, "; ".join(notes)
+        worst = e if math.isnan(e) or e > worst else worst
+    if floored:
+        notes.append(f"denominator floored at the float32 noise for {', '.join(floored)}")
+    return max(worst, 0.0), tol, "; ".join(notes)
 
 
-def zero_in_degree_check(got: dict, ref: dict, spec, dst, num_nodes: int, tol: float) -> tuple:
+def zero_in_degree_check(got: dict, ref: dict, model, dst, num_nodes: int, tol: float) -> tuple:
     """Rows of nodes without incoming edges: exact when the reference rows are exactly 0
-    (RGAT, HGT: returns (max |got|, ..., tol 0)), else rel err. -> (err, tol, note)."""
+    (returns (max |got|, tol 0, note)), else rel err. -> (err, tol, note)."""
     import torch
     from compare import rel_err
 
     indeg = torch.bincount(dst.to(torch.int64), minlength=num_nodes)
     iso = (indeg == 0).nonzero().flatten()
-    node_outs = [d.name for d in spec.outputs if d.per == "node"]
+    node_outs = [o.name for o in model.outputs if o.per == "node"]
     if iso.numel() == 0 or not node_outs:
-        return 0.0, tol, "graph has no node without incoming edges"
+        return 0.0, tol, "no node without incoming edges" if node_outs else "no node output"
     err, exact, notes = 0.0, True, []
     for name in node_outs:
         r = ref[name].index_select(0, iso.to(ref[name].device))
@@ -394,7 +698,7 @@ def zero_in_degree_check(got: dict, ref: dict, spec, dst, num_nodes: int, tol: f
     return err, (0.0 if exact else tol), "; ".join(notes)
 
 
-def worst_row_check(got: dict, ref: dict, spec) -> tuple:
+def worst_row_check(got: dict, ref: dict) -> tuple:
     """Max over rows of ||got_v - ref_v|| / max(||ref_v||, 0.1 * median nonzero row norm)."""
     import torch
 
@@ -402,9 +706,9 @@ def worst_row_check(got: dict, ref: dict, spec) -> tuple:
     for name, r in ref.items():
         g = got[name].detach().to(device=r.device, dtype=torch.float64)
         n = r.shape[0]
-        g2, r2 = g.reshape(n, -1), r.reshape(n, -1)
         if n == 0:
             continue
+        g2, r2 = g.reshape(n, -1), r.reshape(n, -1)
         if not bool(torch.isfinite(g2).all()):
             return math.inf, f"{name}: {_nonfinite_note(g2)}"
         den = torch.linalg.vector_norm(r2, dim=1)
@@ -447,21 +751,35 @@ def poison_cached_free_memory(max_bytes: int = 8 << 30) -> int:
     return total
 
 
-def cuda_time(fn, warmup: int, iters: int) -> tuple:
-    """Median (and all samples) in ms of ``fn()`` timed with CUDA events."""
+def poison(device, mod) -> int:
+    """NaN into the memory the next outputs/temporaries come from (CUDA), or the stand-in's flag (CPU)."""
+    if str(device).startswith("cuda"):
+        return poison_cached_free_memory()
+    if hasattr(mod, "poison"):
+        mod.poison()
+    return 0
+
+
+def time_ms(fn, device, warmup: int, iters: int) -> tuple:
+    """Median (and all samples) in ms of ``fn()``: CUDA events on a GPU, perf_counter on the CPU."""
     import torch
 
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    sync(device)
     samples = []
     for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        samples.append(s.elapsed_time(e))
+        if str(device).startswith("cuda"):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            samples.append(s.elapsed_time(e))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(samples), samples
 
 
@@ -475,6 +793,22 @@ def _jsonable(x):
     return x
 
 
+def hand_reference(family, graph, t: dict, model):
+    """The hand-written reference (reference_models) of a family, by output name."""
+    from reference_models import hgt_ref, rgat_ref, rgcn_ref
+
+    H = int(model.hyper.get("heads", 1))
+    if family == "rgcn":
+        h = rgcn_ref(graph, t["feature"], t["W0"], t["W"], t.get("norm"))
+    elif family == "rgat":
+        h = rgat_ref(graph, t["feature"], t["W"], t["w_s"], t["w_t"], H, float(model.hyper.get("negative_slope", 0.2)))
+    elif family == "hgt":
+        h = hgt_ref(graph, *[t[k] for k in ("feature", "W_k", "W_q", "W_v", "W_att", "W_msg", "mu", "W_a")], heads=H)
+    else:
+        raise ValueError(family)
+    return {model.outputs[0].name: h}
+
+
 # ---------------------------------------------------------------------------------------------
 # The check
 # ---------------------------------------------------------------------------------------------
@@ -486,20 +820,23 @@ class Checker:
         self.errors: list = []
         self.timings: list = []
         self.cases: list = []
-        self.dump_path = None  # child mode: results rewritten here after every row, in case the process dies
+        self.specs: dict = {}   # name -> {"spec", "trainable", "no_backward", "generation"}
+        self.dump_path = None   # child mode: results rewritten here after every row, in case the process dies
 
     def dump(self):
         if self.dump_path:
-            data = {"rows": self.rows, "errors": self.errors, "timings": self.timings, "cases": self.cases}
+            data = {"rows": self.rows, "errors": self.errors, "timings": self.timings, "cases": self.cases,
+                    "specs": self.specs}
             tmp = Path(str(self.dump_path) + ".tmp")
             tmp.write_text(json.dumps(_jsonable(data)) + "\n")
             os.replace(tmp, self.dump_path)
 
     # -- bookkeeping ------------------------------------------------------------------------
-    def row(self, model, graph, check, err, tol, note=""):
+    def row(self, model, graph, check, err, tol, note="", kind="check"):
         from compare import make_row
         r = make_row(model, graph, check, err, tol)
         r["note"] = note
+        r["kind"] = kind   # forward | grad | oracle | check | setup
         self.rows.append(r)
         flag = "PASS" if r["ok"] else "FAIL"
         print(f"[{model}/{graph}] {check}: {err:.3e} (tol {tol:.0e}) {flag}" + (f"  -- {note}" if note else ""),
@@ -507,291 +844,366 @@ class Checker:
         self.dump()
         return r
 
-    def fail(self, model, graph, check, exc, tol=None):
+    def fail(self, model, graph, check, exc, tol=None, kind="setup"):
         tol = TOL if tol is None else tol
         msg = f"{type(exc).__name__}: {exc}"
         tb = traceback.format_exc()
         self.errors.append({"model": model, "graph": graph, "check": check, "error": msg, "traceback": tb})
         print(f"[{model}/{graph}] {check}: ERROR {msg}\n{tb}", flush=True)
-        self.row(model, graph, check, math.inf, tol, msg.splitlines()[0][:200])
+        self.row(model, graph, check, math.inf, tol, msg.splitlines()[0][:400], kind)
 
-    def guarded(self, model, graph, check, fn, tol=None):
+    def guarded(self, model, graph, check, fn, tol=None, kind="check"):
         """Runs fn() -> (err, tol, note) or (err, note); records a row (an exception is a FAIL)."""
         tol = TOL if tol is None else tol
         try:
             res = fn()
         except Exception as e:  # noqa: BLE001
-            self.fail(model, graph, check, e, tol)
+            self.fail(model, graph, check, e, tol, kind)
             return None
         if len(res) == 3:
             err, tol, note = res
         else:
             err, note = res
-        return self.row(model, graph, check, err, tol, note)
+        return self.row(model, graph, check, err, tol, note, kind)
 
-    # -- one variant on one graph -----------------------------------------------------------
-    def run_case(self, variant, spec, mod, cls, gname, ghost, seed):
+    # -- references -------------------------------------------------------------------------
+    def references(self, v, model, g, inputs64, d_out64, want_grads, on_device, name, gname, tiny):
+        """Float64 references (and float32 noise) for one case. Returns (ref_out, ref_grads, noise_out,
+        noise_grads, label). Tiny graph: the interpreter is the reference, the PyTorch model checked against
+        it; otherwise the PyTorch model on the device."""
         import torch
-        from compare import fresh_inputs, rel_err
-        from reference_bridge import cpu_reference
+        import ir_torch
+        from compare import EPS_RATIO
+
+        dev = on_device
+        gg = g if tiny else g.to(dev)
+        x64 = {k: t.to(dev) for k, t in inputs64.items()}
+        dout = {k: t.to(dev) for k, t in d_out64.items()}
+        if want_grads:
+            t_out, t_grads = ir_torch.forward_backward(model, gg, x64, dout)
+            o32, g32 = ir_torch.forward_backward(model, gg, x64, dout, dtype=torch.float32)
+            noise_g = {k: float(torch.linalg.vector_norm(g32[k].double() - t_grads[k])) for k in t_grads}
+        else:
+            with torch.no_grad():
+                t_out = ir_torch.evaluate(model, gg, x64)
+                o32 = ir_torch.evaluate(model, gg, x64, dtype=torch.float32)
+            t_grads, noise_g = None, {}
+        noise_o = {k: float(torch.linalg.vector_norm(o32[k].double() - t_out[k])) for k in t_out}
+        if not tiny:
+            return t_out, t_grads, noise_o, noise_g, "torch-ref64"
+        a = self.args
+        label = "torch-ref64"
+        ref_out, ref_grads = t_out, t_grads
+        if a.hectorgen:
+            from reference_bridge import cpu_reference, cpu_reference_grads, ReferenceError
+            try:
+                if want_grads:
+                    i_out, i_grads = cpu_reference_grads(a.hectorgen, REPO / v.spec, g, inputs64, d_out64)
+                else:
+                    i_out, i_grads = cpu_reference(a.hectorgen, REPO / v.spec, g, inputs64), None
+                label = "interp64"
+                self.guarded(name, gname, "oracles: torch-ref64 vs interp64 (forward)",
+                             lambda: compare_maps(t_out, i_out, TOL_ORACLES,
+                                                  {k: n * EPS_RATIO for k, n in noise_o.items()}, False),
+                             tol=TOL_ORACLES, kind="oracle")
+                if want_grads:
+                    self.guarded(name, gname, "oracles: torch-ref64 vs interp64 (gradients)",
+                                 lambda: compare_maps(t_grads, i_grads, TOL_ORACLES,
+                                                      {k: n * EPS_RATIO for k, n in noise_g.items()}, False),
+                                 tol=TOL_ORACLES, kind="oracle")
+                ref_out, ref_grads = i_out, i_grads
+            except ReferenceError as e:
+                self.fail(name, gname, "interp64 (float64 interpreter)", e, TOL_ORACLES, "oracle")
+        else:
+            self.row(name, gname, "interp64 (float64 interpreter)", math.nan, TOL_ORACLES,
+                     "no hectorgen binary given", "oracle")
+        if v.family:
+            def hand():
+                with torch.no_grad():
+                    h = hand_reference(v.family, g, inputs64, model)
+                return compare_maps(h, t_out, TOL_ORACLES, {k: n * EPS_RATIO for k, n in noise_o.items()}, False)
+            self.guarded(name, gname, f"oracles: hand-written {v.family} ref vs torch-ref64", hand,
+                         tol=TOL_ORACLES, kind="oracle")
+        return ref_out, ref_grads, noise_o, noise_g, label
+
+    # -- one spec on one graph --------------------------------------------------------------
+    def run_case(self, v, model, ad: Adapter, gname, host_graph, seed):
+        import torch
+        import ir_torch
 
         a = self.args
-        model = variant.name
-        in_dim, out_dim, H = spec_dims(spec)
-        gdev = ghost.to("cuda")
-        N, R, T, E = ghost.num_nodes, ghost.num_etypes, ghost.num_ntypes, ghost.num_edges
-        case = {"model": model, "graph": gname, "seed": seed, "N": N, "E": E, "R": R, "T": T}
-        self.cases.append(case)
+        dev = a.device
+        name = v.name
         tiny = gname == "tiny"
-        ref_label = "cpu-ref64" if tiny else "torch-ref64"
+        gdev = host_graph.to(dev)
+        N, R, T, E = host_graph.num_nodes, host_graph.num_etypes, host_graph.num_ntypes, host_graph.num_edges
+        case = {"model": name, "graph": gname, "seed": seed, "N": N, "E": E, "R": R, "T": T}
+        self.cases.append(case)
 
-        # Inputs and weights (fp32 on the GPU) and their exact float64 copies.
-        inp = fresh_inputs(variant.family, ghost, (in_dim, out_dim), heads=H, seed=seed,
-                           dtype=torch.float32, device="cuda")
-        wanted = [d.name for d in spec.inputs + spec.weights if not d.from_graph]
-        missing = [n for n in wanted if n not in inp]
-        if missing:
-            raise SetupError(f"fresh_inputs({variant.family!r}) has no {missing} (spec names differ)")
+        inputs64 = ir_torch.random_inputs(model, host_graph, seed)
+        d_out64 = ir_torch.random_output_grads(model, host_graph, seed)
+        inp = {k: t.to(dev, torch.float32) for k, t in inputs64.items()}
+        d_out = {k: t.to(dev, torch.float32) for k, t in d_out64.items()}
+        trainable = ad.trainable
+        grad_names = ir_torch.grad_names(model)
+
+        # References first (the interpreter and the PyTorch model), on the CPU for the tiny graph.
+        ref, ref_grads, noise_o, noise_g, label = self.references(
+            v, model, host_graph, inputs64, d_out64, trainable and bool(grad_names), "cpu" if tiny else dev,
+            name, gname, tiny)
 
         t0 = time.perf_counter()
-        hg = mod.prepare_graph(gdev.src, gdev.dst, gdev.etype, N, R, ntype=gdev.ntype, num_ntypes=T)
-        torch.cuda.synchronize()
+        hg = ad.prepare(gdev)
+        sync(dev)
         case["prepare_graph_first_s"] = time.perf_counter() - t0
-        layer = cls(R, num_ntypes=T, device="cuda")
-        with torch.no_grad():
-            for d in spec.weights:
-                p = getattr(layer, d.name, None)
-                if p is None:
-                    raise SetupError(f"layer has no parameter {d.name!r}")
-                want = tuple(inp[d.name].shape)
-                if tuple(p.shape) != want:
-                    raise SetupError(f"parameter {d.name!r} has shape {tuple(p.shape)}, expected {want}")
-                p.copy_(inp[d.name])
-        args = call_inputs(spec, inp)
+        layer = ad.layer(host_graph, {k: inp[k] for k in ad.weight_names})
+        args = [inp[k] for k in ad.input_names]
 
         def fwd():
             with torch.no_grad():
-                out = as_output_dict(layer(hg, *args), spec)
-            torch.cuda.synchronize()
+                out = ad.call(layer, hg, args)
+            sync(dev)
             return out
 
-        # References.
-        if tiny:
-            ref = None
-            if a.hectorgen:
-                tens = {n: inp[n] for n in wanted}
-                try:
-                    ref = cpu_reference(a.hectorgen, REPO / variant.spec, ghost, tens)
-                except Exception as e:  # noqa: BLE001
-                    self.fail(model, gname, "cpu-ref64 (interpreter)", e)
-            else:
-                self.row(model, gname, "cpu-ref64 (interpreter)", math.nan, TOL, "no hectorgen binary given")
-            inp64 = {k: v.detach().to("cpu", torch.float64) for k, v in inp.items()}
-            tref = torch_reference(variant.family, ghost, inp64, spec)
-            if ref is not None:
-                self.guarded(model, gname, "torch-ref64 vs cpu-ref64",
-                             lambda: compare_outputs(tref, ref, expect_fp32=False), tol=TOL_ORACLES)
-            else:
-                ref = tref
-                ref_label = "torch-ref64"
-        else:
-            inp64 = {k: v.detach().to(torch.float64) for k, v in inp.items()}
-            ref = torch_reference(variant.family, gdev, inp64, spec)
-
-        # 1) first call.
-        def first():
-            out = fwd()
-            case["first_call_ok"] = True
-            return compare_outputs(out, ref)
-        self.guarded(model, gname, f"forward vs {ref_label}", first)
-
-        # 2) functional form (tiny only).
+        self.guarded(name, gname, f"forward vs {label}", lambda: compare_maps(fwd(), ref, TOL, noise_o),
+                     kind="forward")
         if tiny:
             def functional():
-                if not hasattr(mod, "forward"):
-                    raise SetupError("module has no functional forward()")
-                weights = [inp[d.name] for d in spec.weights]
                 with torch.no_grad():
-                    out = as_output_dict(mod.forward(hg, *args, *weights), spec)
-                torch.cuda.synchronize()
-                return compare_outputs(out, ref)
-            self.guarded(model, gname, f"functional vs {ref_label}", functional)
+                    out = ad.functional(hg, args, [inp[k] for k in ad.weight_names])
+                sync(dev)
+                return compare_maps(out, ref, TOL, noise_o)
+            self.guarded(name, gname, f"functional vs {label}", functional, kind="forward")
 
-        # 2b) bad inputs raise clear errors (never crash): wrong shape, dtype, device (tiny only).
-        if tiny:
             def bad_inputs():
+                if not args:
+                    return 0.0, 0.0, "no inputs"
                 x = args[0]
-                cases = {"shape": x[:, :-1].contiguous(), "dtype": x.double(), "device": x.cpu()}
+                cases = {"shape": x[..., :-1].contiguous() if x.dim() > 1 else x[:-1].contiguous(),
+                         "dtype": x.double()}
+                if str(dev).startswith("cuda"):
+                    cases["device"] = x.cpu()
                 wrong = []
                 for what, bad in cases.items():
                     try:
                         with torch.no_grad():
                             layer(hg, bad, *args[1:])
                         wrong.append(f"{what}: no error")
-                    except RuntimeError as e:
-                        if what not in str(e) and "CUDA device" not in str(e) and "Float" not in str(e):
-                            wrong.append(f"{what}: unclear message {str(e).splitlines()[0][:60]!r}")
-                return (0.0 if not wrong else math.inf), 0.0, "; ".join(wrong) or "wrong shape/dtype/device raise RuntimeError"
-            self.guarded(model, gname, "bad inputs raise", bad_inputs)
+                    except (RuntimeError, ValueError, TypeError) as e:
+                        if not str(e).strip():
+                            wrong.append(f"{what}: empty message")
+                return (0.0 if not wrong else math.inf), 0.0, "; ".join(wrong) or \
+                    f"wrong {'/'.join(cases)} raise with a message"
+            self.guarded(name, gname, "bad inputs raise", bad_inputs)
 
-        # 3) re-run on NaN-poisoned allocator blocks, then the row checks on that output.
         out2 = None
 
         def poisoned():
             nonlocal out2
-            poisoned_bytes = poison_cached_free_memory()
-            case["poisoned_bytes"] = poisoned_bytes
+            nbytes = poison(dev, ad.mod)
+            case["poisoned_bytes"] = nbytes
             out2 = fwd()
-            err, note = compare_outputs(out2, ref)
-            return err, f"{poisoned_bytes / 2**20:.1f} MiB poisoned" + (f"; {note}" if note else "")
-        self.guarded(model, gname, f"poisoned re-run vs {ref_label}", poisoned)
+            err, tol, note = compare_maps(out2, ref, TOL, noise_o)
+            return err, tol, f"{nbytes / 2**20:.1f} MiB poisoned" + (f"; {note}" if note else "")
+        self.guarded(name, gname, f"poisoned re-run vs {label}", poisoned, kind="forward")
         if out2 is not None:
-            dst = ghost.dst if tiny else gdev.dst
-            self.guarded(model, gname, "rows w/o in-edges",
-                         lambda: zero_in_degree_check(out2, ref, spec, dst, N, TOL))
+            self.guarded(name, gname, "rows w/o in-edges",
+                         lambda: zero_in_degree_check(out2, ref, model, host_graph.dst if tiny else gdev.dst, N, TOL))
 
             def worst():
-                err, where = worst_row_check(out2, ref, spec)
+                err, where = worst_row_check(out2, ref)
                 return err, ROW_TOL, where
-            self.guarded(model, gname, "worst row", worst)
+            self.guarded(name, gname, "worst row", worst)
         del out2
 
-        # 5) gradients through the generated backward pass (autograd.Function), determinism.
-        if getattr(mod, "TRAINABLE", False):
-            self.gradient_checks(variant, spec, layer, hg, args, inp, ghost if tiny else gdev, model, gname, case)
+        if trainable and grad_names:
+            self.gradient_checks(ad, layer, hg, args, d_out, ref_grads, noise_g, grad_names, name, gname, label, dev)
+        elif not trainable:
+            self.guarded(name, gname, "no backward: requires_grad raises", lambda: self.no_backward_raises(
+                ad, layer, hg, args))
 
-        # 4) timing (non-tiny graphs).
         if not tiny and a.timing_iters > 0:
             try:
-                from reference_models import hgt_ref, rgat_ref, rgcn_ref
-                if variant.family == "rgcn":
-                    ref_fn = lambda: rgcn_ref(gdev, inp["feature"], inp["W0"], inp["W"], inp["norm"])  # noqa: E731
-                elif variant.family == "rgat":
-                    ref_fn = lambda: rgat_ref(gdev, inp["feature"], inp["W"], inp["w_s"], inp["w_t"], H,  # noqa: E731
-                                              float(spec.hyper.get("negative_slope", 0.2)))
-                else:
-                    names = ("feature", "W_k", "W_q", "W_v", "W_att", "W_msg", "mu", "W_a")
-                    ref_fn = lambda: hgt_ref(gdev, *[inp[k] for k in names], heads=H)  # noqa: E731
-                with torch.no_grad():
-                    gen_ms, gen_s = cuda_time(lambda: layer(hg, *args), a.timing_warmup, a.timing_iters)
-                    ref_ms, ref_s = cuda_time(ref_fn, a.timing_warmup, a.timing_iters)
-                    prep_ms, prep_s = cuda_time(
-                        lambda: mod.prepare_graph(gdev.src, gdev.dst, gdev.etype, N, R, ntype=gdev.ntype,
-                                                  num_ntypes=T), 2, max(5, a.timing_iters // 4))
-                t = {"model": model, "graph": gname, "generated_ms": gen_ms, "reference_fp32_ms": ref_ms,
-                     "speedup_vs_reference": ref_ms / gen_ms if gen_ms > 0 else math.inf,
-                     "prepare_graph_ms": prep_ms, "warmup": a.timing_warmup, "iters": a.timing_iters,
-                     "generated_samples_ms": gen_s, "reference_samples_ms": ref_s,
-                     "prepare_graph_samples_ms": prep_s}
-                self.timings.append(t)
-                print(f"[{model}/{gname}] timing: generated {gen_ms:.3f} ms, PyTorch reference (fp32) "
-                      f"{ref_ms:.3f} ms, speedup {t['speedup_vs_reference']:.2f}x, prepare_graph {prep_ms:.3f} ms",
-                      flush=True)
+                self.timing(v, model, ad, layer, hg, args, inp, d_out, gdev, name, gname,
+                            trainable and bool(grad_names))
             except Exception as e:  # noqa: BLE001
-                self.errors.append({"model": model, "graph": gname, "check": "timing",
+                self.errors.append({"model": name, "graph": gname, "check": "timing",
                                     "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
-                print(f"[{model}/{gname}] timing: ERROR {e}", flush=True)
-        del layer, hg, inp, inp64, ref
-        torch.cuda.synchronize()
+                print(f"[{name}/{gname}] timing: ERROR {e}", flush=True)
+        sync(dev)
 
-    def gradient_checks(self, variant, spec, layer, hg, args, inp, graph, model, gname, case):
-        """Gradients of every weight and of the inputs, generated (fp32) vs PyTorch autograd on the float64
-        reference model; then a second identical backward must give bit-identical weight gradients."""
+    def no_backward_raises(self, ad, layer, hg, args):
         import torch
-        from compare import rel_err
+        xs = [x.detach().clone().requires_grad_(True) for x in args]
+        try:
+            with torch.enable_grad():
+                ad.call(layer, hg, xs)
+        except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
+            return 0.0, 0.0, f"raises {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        return math.inf, 0.0, ("module has no backward, yet the layer runs while its parameters require grad "
+                               "(silently non-differentiable; item 8: it must raise a clear error)")
 
-        names = [d.name for d in spec.inputs if not d.from_graph]
-        gen = torch.Generator(device="cuda").manual_seed(int(case["seed"]) + 1)
+    def gradient_checks(self, ad, layer, hg, args, d_out, ref_grads, noise_g, grad_names, name, gname, label, dev):
+        """Every gradient through the generated backward vs the reference; then a second backward on poisoned
+        memory: bit-identical weight gradients, and still correct."""
+        import torch
+
+        in_grad = [n for n in ad.input_names if n in grad_names]
 
         def generated_grads():
-            xs = [a.detach().clone().requires_grad_(True) for a in args]
+            xs = [x.detach().clone().requires_grad_(x_name in in_grad) for x_name, x in zip(ad.input_names, args)]
             layer.zero_grad(set_to_none=True)
-            outs = as_output_dict(layer(hg, *xs), spec)
-            if not douts:
-                for k, v in outs.items():
-                    douts[k] = torch.randn(v.shape, device="cuda", generator=gen)
-            torch.autograd.backward([outs[k] for k in douts], [douts[k] for k in douts])
-            torch.cuda.synchronize()
-            got = {f"d_{n}": x.grad for n, x in zip(names, xs)}
-            for d in spec.weights:
-                got[f"d_{d.name}"] = getattr(layer, d.name).grad
+            outs = ad.call(layer, hg, xs)
+            keys = [k for k in d_out if k in outs]
+            torch.autograd.backward([outs[k] for k in keys], [d_out[k] for k in keys])
+            sync(dev)
+            got = {n: x.grad for n, x in zip(ad.input_names, xs) if n in in_grad}
+            for w in ad.weight_names:
+                if w in grad_names:
+                    got[w] = getattr(layer, w).grad
             return got
 
-        douts = {}
         try:
             got = generated_grads()
         except Exception as e:  # noqa: BLE001
-            self.fail(model, gname, "backward (generated)", e)
+            self.fail(name, gname, "backward (generated)", e, TOL_GRAD, "grad")
             return
-        dev = graph.src.device
-        inp64 = {k: v.detach().to(dev, torch.float64).requires_grad_(True) for k, v in inp.items()}
-        ref = torch_reference(variant.family, graph, inp64, spec)
-        loss = sum((ref[k] * douts[k].to(dev, torch.float64)).sum() for k in douts)
-        loss.backward()
-        worst = 0.0
-        for name, g in got.items():
-            base = name[2:]
-            if g is None or base not in inp64 or inp64[base].grad is None:
-                continue
-            err = rel_err(g.detach().to(dev, torch.float64), inp64[base].grad)
-            worst = max(worst, err)
-            self.row(model, gname, f"grad {name}", err, TOL_GRAD)
-        case["max_grad_rel_err"] = worst
-        # Determinism: the same backward again gives bit-identical weight gradients.
-        first = {k: v.detach().clone() for k, v in got.items() if v is not None and k[2:] in {d.name for d in spec.weights}}
-        again = generated_grads()
-        same = all(torch.equal(first[k], again[k]) for k in first)
-        self.row(model, gname, "weight grads bit-identical (2 runs)", 0.0 if same else math.inf, 0.0,
-                 f"{len(first)} weight gradients")
+        for n in grad_names:
+            self.guarded(name, gname, f"grad {n} vs {label}",
+                         lambda n=n: compare_maps({n: got.get(n)}, {n: ref_grads[n]}, TOL_GRAD, noise_g),
+                         tol=TOL_GRAD, kind="grad")
+        first = {k: t.detach().clone() for k, t in got.items() if t is not None}
+
+        def again():
+            nbytes = poison(dev, ad.mod)
+            second = generated_grads()
+            err, tol, note = compare_maps(second, {k: ref_grads[k] for k in first}, TOL_GRAD, noise_g)
+            same = [k for k in first if k in ad.weight_names and second.get(k) is not None
+                    and torch.equal(first[k], second[k])]
+            differ = [k for k in first if k in ad.weight_names and k not in same]
+            self.row(name, gname, "weight grads bit-identical (2nd backward, poisoned)",
+                     0.0 if not differ else math.inf, 0.0,
+                     f"differ: {', '.join(differ)}" if differ else f"{len(same)} weight gradient(s)", "grad")
+            return err, tol, f"{nbytes / 2**20:.1f} MiB poisoned" + (f"; {note}" if note else "")
+        self.guarded(name, gname, f"poisoned backward vs {label}", again, tol=TOL_GRAD, kind="grad")
+
+    def timing(self, v, model, ad, layer, hg, args, inp, d_out, gdev, name, gname, with_backward):
+        import torch
+        import ir_torch
+
+        a = self.args
+        dev = a.device
+        t = {"model": name, "graph": gname, "warmup": a.timing_warmup, "iters": a.timing_iters}
+        inp = {**inp, **ir_torch.graph_inputs(model, gdev, dtype=torch.float32)}  # computed by prepare_graph too
+        with torch.no_grad():
+            t["generated_ms"], t["generated_samples_ms"] = time_ms(lambda: layer(hg, *args), dev, a.timing_warmup,
+                                                                   a.timing_iters)
+            t["reference_fp32_ms"], _ = time_ms(lambda: ir_torch.evaluate(model, gdev, inp, dtype=torch.float32),
+                                                dev, a.timing_warmup, a.timing_iters)
+            if v.family:
+                t["hand_reference_fp32_ms"], _ = time_ms(lambda: hand_reference(v.family, gdev, inp, model), dev,
+                                                         a.timing_warmup, a.timing_iters)
+            t["prepare_graph_ms"], _ = time_ms(lambda: ad.prepare(gdev), dev, 2, max(5, a.timing_iters // 4))
+        if with_backward:
+            grads_in = [n for n in ad.input_names if n in ir_torch.grad_names(model)]
+            keys = list(d_out)
+
+            def gen_step():
+                xs = [x.detach().requires_grad_(n in grads_in) for n, x in zip(ad.input_names, args)]
+                outs = ad.call(layer, hg, xs)
+                torch.autograd.backward([outs[k] for k in keys], [d_out[k] for k in keys])
+
+            def ref_step():
+                ir_torch.forward_backward(model, gdev, inp, d_out, dtype=torch.float32)
+            it = max(3, a.timing_iters // 2)
+            t["generated_fwd_bwd_ms"], _ = time_ms(gen_step, dev, 2, it)
+            t["reference_fwd_bwd_fp32_ms"], _ = time_ms(ref_step, dev, 2, it)
+        t["speedup_vs_reference"] = t["reference_fp32_ms"] / t["generated_ms"] if t["generated_ms"] > 0 else math.inf
+        self.timings.append(t)
+        print(f"[{name}/{gname}] timing: generated {t['generated_ms']:.3f} ms, PyTorch model (fp32) "
+              f"{t['reference_fp32_ms']:.3f} ms" +
+              (f", hand-written {t['hand_reference_fp32_ms']:.3f} ms" if "hand_reference_fp32_ms" in t else "") +
+              (f"; forward+backward {t['generated_fwd_bwd_ms']:.3f} vs {t['reference_fwd_bwd_fp32_ms']:.3f} ms"
+               if with_backward else ""), flush=True)
 
     # -- everything -------------------------------------------------------------------------
     def run(self, variants, graph_names, base_seed):
         import torch
+        import ir_torch
         from graphs import graph_by_name
-        from reference_bridge import load_spec
 
         a = self.args
         hosts = {}
+        # Built once, loaded by every spec's process; keyed by graphs.py's content, so a change rebuilds them.
+        cache = Path(a.generated).resolve().parent / "graphs"
+        version = hashlib.sha256((HERE / "graphs.py").read_bytes()).hexdigest()[:12]
         for gname in graph_names:
             t0 = time.perf_counter()
-            hosts[gname] = graph_by_name(gname, seed=a.graph_seed)
-            print(f"graph {hosts[gname].summary()} built in {time.perf_counter() - t0:.1f} s", flush=True)
-        for vi, v in enumerate(variants):
+            path = cache / f"{gname}_{a.graph_seed}_{version}.pt"
             try:
-                spec = load_spec(REPO / v.spec)
-                if spec.model != v.name:
-                    raise SetupError(f"{v.spec} has model {spec.model!r}, expected {v.name!r}")
-                H = int(spec.hyper.get("heads", 1))
-                if H != v.heads:
-                    print(f"[{v.name}] note: spec has heads={H}, table says {v.heads}; using the spec", flush=True)
-                mod = load_generated(v, Path(a.generated), build=not a.no_build)
-                cls = layer_class(mod, v, spec.model)
+                hosts[gname] = torch.load(path, weights_only=False)
+                how = "loaded"
+            except Exception:  # noqa: BLE001
+                hosts[gname] = graph_by_name(gname, seed=a.graph_seed)
+                how = "built"
+                try:
+                    cache.mkdir(parents=True, exist_ok=True)
+                    torch.save(hosts[gname], str(path) + ".tmp")
+                    os.replace(str(path) + ".tmp", path)
+                except OSError:
+                    pass
+            print(f"graph {hosts[gname].summary()} {how} in {time.perf_counter() - t0:.1f} s", flush=True)
+        gens = read_generation(Path(a.generated))
+        for vi, v in enumerate(variants):
+            gen = gens.get(v.name)
+            info = {"spec": v.spec, "family": v.family, "generation": gen.status if gen else "not recorded",
+                    "no_backward": gen.no_backward if gen else None, "trainable": None}
+            self.specs[v.name] = info
+            try:
+                if gen is not None and not gen.ok:
+                    raise SetupError(gen.status)
+                model = ir_torch.load_model(REPO / v.spec)
+                if a.device == "cpu":
+                    mod = FakeModule(model, trainable=not (gen and gen.no_backward), bug=os.environ.get("HG_FAKE_BUG"))
+                else:
+                    mod = load_generated(v, Path(a.generated), build=not a.no_build)
+                trainable = bool(getattr(mod, "TRAINABLE", False))
+                if gen and gen.no_backward and trainable:
+                    print(f"[{v.name}] note: generation warned '{gen.no_backward}' but TRAINABLE is True", flush=True)
+                if not trainable and not info["no_backward"]:
+                    info["no_backward"] = "TRAINABLE is False"
+                info["trainable"] = trainable
+                ad = Adapter(mod, model, a.device, trainable)
             except Exception as e:  # noqa: BLE001
                 for gname in graph_names:
-                    self.fail(v.name, gname, "build/import", e)
+                    self.fail(v.name, gname, "generate/build/import", e)
                 continue
             for gi, gname in enumerate(graph_names):
                 seed = base_seed + 1000 * vi + gi
                 try:
-                    self.run_case(v, spec, mod, cls, gname, hosts[gname], seed)
+                    self.run_case(v, model, ad, gname, hosts[gname], seed)
                 except Exception as e:  # noqa: BLE001
                     self.fail(v.name, gname, "setup", e)
-                torch.cuda.empty_cache()
+                if a.device.startswith("cuda"):
+                    torch.cuda.empty_cache()
 
 
 def run_isolated(checker: Checker, args, variants, base_seed: int) -> None:
-    """Runs each variant in a child process (same arguments, --models NAME, --child-json FILE) and
-    merges the results; a child that crashes or times out gives a FAIL row."""
+    """Runs each spec in a child process (same arguments, one spec, --child-json FILE) and merges the
+    results; a child that crashes or times out gives a FAIL row."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         for vi, v in enumerate(variants):
             part = Path(tmp) / f"{v.name}.json"
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--hectorgen", args.hectorgen or "",
-                   "--generated", str(args.generated), "--out", str(args.out), "--models", v.name,
-                   "--graphs", args.graphs, "--graph-seed", str(args.graph_seed), "--seed", str(base_seed + 1000 * vi),
-                   "--tol", repr(args.tol), "--timing-iters", str(args.timing_iters),
-                   "--timing-warmup", str(args.timing_warmup), "--child-json", str(part)]
+            graphs = args.graphs
+            if v.graphs:
+                graphs = ",".join(g for g in args.graphs.split(",") if g.strip() in v.graphs) or v.graphs[0]
+            cmd = [sys.executable, str(Path(__file__).resolve()), v.spec, "--hectorgen", args.hectorgen or "",
+                   "--generated", str(args.generated), "--out", str(args.out), "--device", args.device,
+                   "--graphs", graphs, "--graph-seed", str(args.graph_seed), "--seed", str(base_seed + 1000 * vi),
+                   "--timing-iters", str(args.timing_iters), "--timing-warmup", str(args.timing_warmup),
+                   "--child-json", str(part)]
             if args.no_build:
                 cmd.append("--no-build")
             t0 = time.perf_counter()
@@ -814,25 +1226,28 @@ def run_isolated(checker: Checker, args, variants, base_seed: int) -> None:
                 checker.errors += data["errors"]
                 checker.timings += data["timings"]
                 checker.cases += data["cases"]
+                checker.specs.update(data.get("specs", {}))
             if rc != 0:  # crashed or timed out: say so (after whatever rows it had recorded)
                 done = len(data["rows"]) if data else 0
                 checker.errors.append({"model": v.name, "graph": "-", "check": "child process", "error": why,
                                        "traceback": "(see the child's output above)\n"})
-                checker.row(v.name, "-", "child process", math.inf, TOL, f"{why} after {done} row(s)")
+                checker.row(v.name, "-", "child process", math.inf, TOL, f"{why} after {done} row(s)", "setup")
+                checker.specs.setdefault(v.name, {"spec": v.spec, "trainable": None, "no_backward": None})
 
 
-def _env_info() -> dict:
+def _env_info(device) -> dict:
     import torch
     info = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
-            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if torch.cuda.is_available():
+            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "device": "cpu (dry run: stand-in modules built from the PyTorch reference)"}
+    if str(device).startswith("cuda") and torch.cuda.is_available():
         info["device"] = torch.cuda.get_device_name(0)
         info["capability"] = list(torch.cuda.get_device_capability(0))
-    try:
-        info["nvcc"] = subprocess.run([_nvcc() or "nvcc", "--version"], capture_output=True, text=True,
-                                      timeout=30).stdout.strip().splitlines()[-1]
-    except Exception:  # noqa: BLE001
-        pass
+        try:
+            info["nvcc"] = subprocess.run([_nvcc() or "nvcc", "--version"], capture_output=True, text=True,
+                                          timeout=30).stdout.strip().splitlines()[-1]
+        except Exception:  # noqa: BLE001
+            pass
     return info
 
 
@@ -843,14 +1258,22 @@ def write_reports(checker: Checker, out_dir: Path, meta: dict) -> None:
     table = format_table(checker.rows)
     md = ["# hectorgen GPU check", ""]
     md += [f"- {k}: {v}" for k, v in meta.items() if k not in ("args",)]
-    md += ["", "```text", table, "```", ""]
+    md += ["", "## Specs", "", "| model | spec | generation | trainable |", "| --- | --- | --- | --- |"]
+    for n, s in checker.specs.items():
+        tr = "yes" if s.get("trainable") else f"no: {s.get('no_backward')}" if s.get("trainable") is False else "?"
+        md.append(f"| {n} | {s.get('spec')} | {s.get('generation', '')} | {tr} |")
+    md += ["", "## Every check", "", "```text", table, "```", ""]
     if checker.timings:
-        md += ["## Timing (CUDA events, median of "
-               f"{checker.timings[0]['iters']} after {checker.timings[0]['warmup']} warm-up runs)", "",
-               "| model | graph | generated ms | PyTorch ref (fp32) ms | speedup | prepare_graph ms |",
-               "| --- | --- | ---: | ---: | ---: | ---: |"]
-        md += [f"| {t['model']} | {t['graph']} | {t['generated_ms']:.3f} | {t['reference_fp32_ms']:.3f} | "
-               f"{t['speedup_vs_reference']:.2f}x | {t['prepare_graph_ms']:.3f} |" for t in checker.timings]
+        md += ["## Timing (median ms; CUDA events)", "",
+               "| model | graph | generated fwd | PyTorch model fp32 fwd | hand-written fp32 fwd | generated fwd+bwd | "
+               "PyTorch model fp32 fwd+bwd | prepare_graph |",
+               "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+
+        def f(t, k):
+            return f"{t[k]:.3f}" if k in t else ""
+        md += [f"| {t['model']} | {t['graph']} | {f(t, 'generated_ms')} | {f(t, 'reference_fp32_ms')} | "
+               f"{f(t, 'hand_reference_fp32_ms')} | {f(t, 'generated_fwd_bwd_ms')} | "
+               f"{f(t, 'reference_fwd_bwd_fp32_ms')} | {f(t, 'prepare_graph_ms')} |" for t in checker.timings]
         md.append("")
     notes = [r for r in checker.rows if r.get("note")]
     if notes:
@@ -861,8 +1284,10 @@ def write_reports(checker: Checker, out_dir: Path, meta: dict) -> None:
             md += [f"### {e['model']}/{e['graph']} {e['check']}", "", "```text", e["traceback"].strip()[-4000:],
                    "```", ""]
     (out_dir / "gpu_check.md").write_text("\n".join(md) + "\n")
-    data = {"meta": meta, "tolerances": {"fp32_vs_f64": TOL, "oracles": TOL_ORACLES, "worst_row": ROW_TOL},
-            "rows": checker.rows, "timings": checker.timings, "cases": checker.cases, "errors": checker.errors}
+    data = {"meta": meta, "tolerances": {"forward": TOL, "grad": TOL_GRAD, "oracles": TOL_ORACLES,
+                                         "worst_row": ROW_TOL, "noise_factor": NOISE_FACTOR},
+            "specs": checker.specs, "rows": checker.rows, "timings": checker.timings, "cases": checker.cases,
+            "errors": checker.errors}
     (out_dir / "gpu_check.json").write_text(json.dumps(_jsonable(data), indent=1) + "\n")
 
 
@@ -870,50 +1295,202 @@ def write_reports(checker: Checker, out_dir: Path, meta: dict) -> None:
 # Sanitizer mode
 # ---------------------------------------------------------------------------------------------
 
-def sanitizer_run(args, variants) -> int:
-    import torch
-    from compare import fresh_inputs, rel_err
-    from graphs import tiny_graph
-    from reference_bridge import load_spec
+SAN_BEGIN = "sanitizer-run BEGIN "
+SAN_END = "sanitizer-run END "
 
+
+def sanitizer_run(args, variants) -> int:
+    """One forward (+ backward when trainable) per spec on the tiny graph, bracketed by markers so that
+    compute-sanitizer's reports can be attributed (summary_main)."""
+    import torch
+    import ir_torch
+    from graphs import tiny_graph
+
+    dev = args.device
     g = tiny_graph()
-    gdev = g.to("cuda")
+    gdev = g.to(dev)
+    gens = read_generation(Path(args.generated))
     failures = 0
-    for v in variants:
+    for vi, v in enumerate(variants):
+        gen = gens.get(v.name)
+        print(f"{SAN_BEGIN}{v.name}", flush=True)
+        if gen is not None and not gen.ok:
+            print(f"{SAN_END}{v.name} SKIP (not generated)", flush=True)
+            continue
+        ok = False
         try:
-            spec = load_spec(REPO / v.spec)
-            in_dim, out_dim, H = spec_dims(spec)
-            mod = load_generated(v, Path(args.generated), build=False)
-            cls = layer_class(mod, v, spec.model)
-            inp = fresh_inputs(v.family, g, (in_dim, out_dim), heads=H, seed=args.seed or 0, device="cuda")
-            hg = mod.prepare_graph(gdev.src, gdev.dst, gdev.etype, g.num_nodes, g.num_etypes,
-                                   ntype=gdev.ntype, num_ntypes=g.num_ntypes)
-            layer = cls(g.num_etypes, num_ntypes=g.num_ntypes, device="cuda")
+            model = ir_torch.load_model(REPO / v.spec)
+            mod = FakeModule(model, not (gen and gen.no_backward)) if dev == "cpu" else \
+                load_generated(v, Path(args.generated), build=False)
+            ad = Adapter(mod, model, dev, bool(getattr(mod, "TRAINABLE", False)))
+            seed = (args.seed or 0) + vi
+            inputs64 = ir_torch.random_inputs(model, g, seed)
+            inp = {k: t.to(dev, torch.float32) for k, t in inputs64.items()}
+            hg = ad.prepare(gdev)
+            layer = ad.layer(g, {k: inp[k] for k in ad.weight_names})
             with torch.no_grad():
-                for d in spec.weights:
-                    getattr(layer, d.name).copy_(inp[d.name])
-                out = as_output_dict(layer(hg, *call_inputs(spec, inp)), spec)
-            torch.cuda.synchronize()
-            if getattr(mod, "TRAINABLE", False):  # one backward through the generated kernels too
-                xs = [t.detach().clone().requires_grad_(True) for t in call_inputs(spec, inp)]
-                outs = as_output_dict(layer(hg, *xs), spec)
-                torch.autograd.backward(list(outs.values()), [torch.ones_like(o) for o in outs.values()])
-                torch.cuda.synchronize()
-                print(f"sanitizer-run {v.name} tiny: backward ran", flush=True)
-            inp64 = {k: t.detach().to("cpu", torch.float64) for k, t in inp.items()}
-            ref = torch_reference(v.family, g, inp64, spec)
-            out_cpu = {k: t.detach().cpu() for k, t in out.items()}
-            err, note = compare_outputs(out_cpu, ref)
+                out = ad.call(layer, hg, [inp[k] for k in ad.input_names])
+            sync(dev)
+            note = "forward"
+            if ad.trainable and ir_torch.grad_names(model):
+                d_out = {k: t.to(dev, torch.float32) for k, t in ir_torch.random_output_grads(model, g, seed).items()}
+                xs = [inp[k].detach().clone().requires_grad_(True) for k in ad.input_names]
+                outs = ad.call(layer, hg, xs)
+                torch.autograd.backward([outs[k] for k in d_out], [d_out[k] for k in d_out])
+                sync(dev)
+                note = "forward + backward"
+            with torch.no_grad():
+                ref = ir_torch.evaluate(model, g, inputs64)
+            err, _, why = compare_maps({k: t.detach().cpu() for k, t in out.items()}, ref, args.tol)
             ok = err <= args.tol
-            failures += not ok
-            print(f"sanitizer-run {v.name} tiny: rel err {err:.3e} {'OK' if ok else 'FAIL'} {note}", flush=True)
+            print(f"sanitizer-run {v.name} tiny: {note}, rel err {err:.3e} {'OK' if ok else 'FAIL'} {why}", flush=True)
             del layer, hg, out
         except Exception as e:  # noqa: BLE001
-            failures += 1
             print(f"sanitizer-run {v.name} tiny: ERROR {type(e).__name__}: {e}", flush=True)
             traceback.print_exc()
-    print(f"sanitizer-run: {len(variants) - failures}/{len(variants)} variants OK", flush=True)
+            sys.stdout.flush()
+        failures += not ok
+        print(f"{SAN_END}{v.name} {'OK' if ok else 'FAIL'}", flush=True)
+    print(f"sanitizer-run: {len(variants) - failures}/{len(variants)} specs OK", flush=True)
     return 1 if failures else 0
+
+
+def parse_sanitizer_log(path) -> dict:
+    """{model: (ok, note)} from a compute-sanitizer log of --sanitizer-run: a spec is OK when its run
+    finished OK and no sanitizer report (a headline '========= Invalid ...', '========= Error: ...', other
+    than the banner and the summary) fell between its BEGIN and END markers; {} when the log is missing.
+    Key '__summary__': the last SUMMARY line."""
+    p = Path(path) if path else None
+    if not p or not p.is_file():
+        return {}
+    res, cur, reports, ended = {}, None, [], set()
+    summary = []
+    for line in p.read_text(errors="replace").splitlines():
+        if line.startswith(SAN_BEGIN):
+            cur, reports = line[len(SAN_BEGIN):].strip(), []
+            continue
+        if line.startswith(SAN_END) and cur:
+            if " SKIP" in line:
+                res[cur] = (None, "skipped (not generated)")
+                ended.add(cur)
+                cur = None
+                continue
+            ok_run = line.rstrip().endswith(" OK")
+            kinds = sorted({r[:70] for r in reports})
+            note = "clean" if not reports else f"{len(reports)} report(s): {'; '.join(kinds[:3])}"
+            res[cur] = (ok_run and not reports, note if ok_run else f"run failed; {note}")
+            ended.add(cur)
+            cur = None
+            continue
+        m = re.match(r"^=+ (\S.*)$", line)  # a report's headline; its details are indented further
+        if m:
+            text = m.group(1).strip()
+            if "SUMMARY" in text:
+                summary.append(text)
+            elif cur and not text.startswith("COMPUTE-SANITIZER"):
+                reports.append(text)
+    if cur and cur not in ended:
+        res[cur] = (False, "did not finish (crash or timeout)")
+    res["__summary__"] = (True, " | ".join(summary))
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary: the short table printed last
+# ---------------------------------------------------------------------------------------------
+
+def summarize(data: dict, memcheck: dict, racecheck: dict, san_state: str = "") -> tuple:
+    """(text, all_pass). One line per spec: status (PASS: everything including gradients; FWD-ONLY: every
+    check passed, but the module has no backward pass; FAIL), worst forward / gradient / oracle errors,
+    memcheck, racecheck, timings on the largest graph, and the failed checks."""
+    rows = [r for r in data.get("rows", [])]
+    specs = data.get("specs", {})
+    names = list(dict.fromkeys(list(specs) + [r["model"] for r in rows]))
+    tim = {}
+    for t in data.get("timings", []):
+        tim[t["model"]] = t  # the last (largest) graph wins
+
+    def fmt(x):
+        return "-" if x is None else ("inf" if math.isinf(x) else "nan" if math.isnan(x) else f"{x:.1e}")
+
+    table = [("spec", "status", "fwd err", "grad err", "oracles", "memcheck", "racecheck", "gen fwd ms", "ref fwd ms",
+              "gen f+b ms", "ref f+b ms", "failed checks / notes")]
+    all_pass = bool(names)
+    for n in names:
+        rs = [r for r in rows if r["model"] == n]
+        failed = []
+        for r in rs:
+            if r["ok"]:
+                continue
+            note = r.get("note") or ""
+            m = re.search(r"GENERATION FAILED.*?error: (.*)", note)
+            note = f"generation failed: {m.group(1)}" if m else note
+            why = f" ({note[:200]})" if r.get("kind") == "setup" and note else ""
+            item = f"{r['check']}{why}" if r.get("kind") == "setup" else f"{r['graph']}:{r['check']}"
+            if item not in failed:
+                failed.append(item)
+
+        def worst(kind):
+            es = [float(r["err"]) for r in rs if r.get("kind") == kind]
+            return max(es, default=None) if not any(math.isnan(e) for e in es) else math.nan
+        s = specs.get(n, {})
+        mc = memcheck.get(n)
+        rc = racecheck.get(n)
+        mc_s = "-" if mc is None or mc[0] is None else ("clean" if mc[0] else "FAIL")
+        rc_s = "-" if rc is None or rc[0] is None else ("clean" if rc[0] else "FAIL")
+        if mc is not None and mc[0] is False:
+            failed.append(f"memcheck: {mc[1]}")
+        if rc is not None and rc[0] is False:
+            failed.append(f"racecheck: {rc[1]}")
+        if san_state and (mc is None or rc is None):
+            failed.append(f"sanitizer: {san_state}")
+        status = "FAIL" if failed or not rs else ("FWD-ONLY" if s.get("trainable") is False else "PASS")
+        if status != "PASS":
+            all_pass = False
+        notes = ", ".join(failed)
+        if s.get("no_backward"):
+            notes = (notes + "; " if notes else "") + f"no backward: {s.get('no_backward')}"
+        t = tim.get(n, {})
+
+        def ms(k):
+            return f"{t[k]:.3f}" if k in t else "-"
+        table.append((n, status, fmt(worst("forward")), fmt(worst("grad")), fmt(worst("oracle")), mc_s, rc_s,
+                      ms("generated_ms"), ms("reference_fp32_ms"), ms("generated_fwd_bwd_ms"),
+                      ms("reference_fwd_bwd_fp32_ms"), notes[:400]))
+    w = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
+    lines = ["  ".join([c.ljust(w[i]) for i, c in enumerate(r[:-1])] + [r[-1]]).rstrip() for r in table]
+    meta = data.get("meta", {})
+    n_pass = sum(1 for ln in table[1:] if ln[1] == "PASS")
+    n_fwd = sum(1 for ln in table[1:] if ln[1] == "FWD-ONLY")
+    lines.append(f"{n_pass}/{len(names)} PASS, {n_fwd} FWD-ONLY, {len(names) - n_pass - n_fwd} FAIL; "
+                 f"{sum(1 for r in rows if r['ok'])}/{len(rows)} checks pass; device {meta.get('device')}, "
+                 f"torch {meta.get('torch')}, seed {meta.get('seed')} (rerun: SEED={meta.get('seed')})")
+    return "\n".join(lines), all_pass
+
+
+def summary_main(args) -> int:
+    out_dir = Path(args.out)
+    try:
+        data = json.loads((out_dir / "gpu_check.json").read_text())
+    except Exception as e:  # noqa: BLE001
+        data = {"rows": [], "specs": {}, "meta": {}}
+        print(f"no check results ({out_dir / 'gpu_check.json'}: {e})")
+    mem = parse_sanitizer_log(args.memcheck_log)
+    race = parse_sanitizer_log(args.racecheck_log)
+    state = ""
+    if args.memcheck_log is None and args.racecheck_log is None:
+        state = ""
+    elif not mem or not race:
+        state = "no complete sanitizer log"
+    text, ok = summarize(data, mem, race, state)
+    extra = [ln for ln in (args.extra or []) if ln]
+    if mem.get("__summary__") or race.get("__summary__"):
+        extra.insert(0, f"compute-sanitizer: memcheck {mem.get('__summary__', (0, '-'))[1] or '-'}; "
+                        f"racecheck {race.get('__summary__', (0, '-'))[1] or '-'}")
+    text = "\n".join([text] + extra)
+    (out_dir / "summary.txt").write_text(text + "\n")
+    print("\n===== summary =====\n" + text, flush=True)
+    return 0 if ok else 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -922,66 +1499,86 @@ def main(argv=None) -> int:
     global TOL
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("specs", nargs="*", help="spec paths or model names (default: every bundled and test spec)")
     p.add_argument("--hectorgen", default=str(REPO / "build" / "hectorgen"),
-                   help="hectorgen binary for the float64 CPU reference ('' to skip it: the tiny graph is then "
-                        "compared with the PyTorch reference only, and a FAIL row says so)")
-    p.add_argument("--generated", default=str(REPO / "generated"), help="directory holding <model>/ (default: generated)")
+                   help="hectorgen binary: generation (--prepare) and the float64 interpreter ('' for neither)")
+    p.add_argument("--generated", default=str(REPO / "generated"),
+                   help="directory holding <model>/ (--prepare writes it; default: generated)")
     p.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "out" / "gpu_check"),
                    help="report directory (default: $OUT or out/gpu_check)")
-    p.add_argument("--models", default="rgcn,rgat,rgat4,hgt,rgat_concat,rgcn_t32c4,hgt_c2", help=f"comma list of {', '.join(VARIANTS)}")
+    p.add_argument("--models", default=None, help="comma list, same as the positional specs")
+    p.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run with stand-in modules")
     p.add_argument("--graphs", default="tiny,medium", help="comma list: tiny and/or graphs.PRESETS names")
     p.add_argument("--graph-seed", type=int, default=0, help="seed of the synthetic (preset) graphs")
     p.add_argument("--seed", type=int, default=None, help="input/weight seed (default: a fresh one per run)")
-    p.add_argument("--tol", type=float, default=TOL, help="max rel err, fp32 vs float64 (default 1e-5)")
+    p.add_argument("--tol", type=float, default=TOL, help="forward tolerance, float32 vs float64 (default 1e-5)")
     p.add_argument("--timing-iters", type=int, default=20, help="timed runs (0: no timing)")
     p.add_argument("--timing-warmup", type=int, default=5)
-    p.add_argument("--sanitizer-run", action="store_true", help="one forward per variant on the tiny graph only")
+    p.add_argument("--prepare", action="store_true", help="generate every spec, then build the extensions")
+    p.add_argument("--sanitizer-run", action="store_true", help="one forward+backward per spec on the tiny graph")
+    p.add_argument("--summary", action="store_true", help="print the short table from OUT/gpu_check.json")
+    p.add_argument("--memcheck-log", default=None)
+    p.add_argument("--racecheck-log", default=None)
+    p.add_argument("--extra", action="append", help="(--summary) a line to add below the table")
     p.add_argument("--build-only", action="store_true", help="build the extensions (in parallel) and exit")
     p.add_argument("--no-build", action="store_true", help="do not run CMake (use what DIR/<model>/build holds)")
     p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs per extension build")
     p.add_argument("--build-timeout", type=float, default=None, help="seconds per extension build")
     p.add_argument("--no-isolate", action="store_true",
-                   help="check all models in this process (default: one child process per model, so a sticky "
-                        "CUDA error or a crash in one model's kernels does not take the others down)")
-    p.add_argument("--child-timeout", type=float, default=180, help="seconds per model child process")
+                   help="check all specs in this process (default: one child process per spec)")
+    p.add_argument("--child-timeout", type=float, default=180, help="seconds per spec child process")
     p.add_argument("--child-json", default=None, help=argparse.SUPPRESS)  # internal: child writes its results here
     args = p.parse_args(argv)
 
-    names = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in names if m not in VARIANTS]
-    if unknown:
-        p.error(f"unknown model(s) {unknown}; known: {', '.join(VARIANTS)}")
-    variants = [VARIANTS[m] for m in names]
+    out_dir = Path(args.out)
+    if args.summary:
+        return summary_main(args)
+    entries = list(args.specs) + ([m.strip() for m in args.models.split(",") if m.strip()] if args.models else [])
+    try:
+        variants, notes = discover(entries)
+    except SetupError as e:
+        p.error(str(e))
+    if not args.child_json:
+        for n in notes:
+            print(f"note: {n}", flush=True)
     graph_names = [gname.strip() for gname in args.graphs.split(",") if gname.strip()]
     gen_dir = Path(args.generated)
-    out_dir = Path(args.out)
     TOL = args.tol
     if args.hectorgen and not os.access(args.hectorgen, os.X_OK):
-        print(f"warning: hectorgen binary {args.hectorgen!r} not executable: no CPU reference", flush=True)
+        print(f"warning: hectorgen binary {args.hectorgen!r} not executable: no generation, no interpreter",
+              flush=True)
         args.hectorgen = ""
 
+    if args.prepare:
+        gens = generate_all(variants, args.hectorgen or None, gen_dir.parent)
+        ok = all(r.ok for r in gens.values())
+        if args.device == "cpu":
+            return 0 if ok else 1
+        built = build_all([v.name for v in variants if gens[v.name].ok], gen_dir, out_dir, args.jobs,
+                          args.build_timeout)
+        return 0 if ok and built else 1
+    if args.build_only:
+        return 0 if build_all([v.name for v in variants], gen_dir, out_dir, args.jobs, args.build_timeout) else 1
     if args.sanitizer_run:
-        # Before torch initialises CUDA: without the caching allocator, memcheck sees every
-        # tensor's true bounds.
+        # Before torch initialises CUDA: without the caching allocator, memcheck sees every tensor's bounds.
         os.environ.setdefault("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
         return sanitizer_run(args, variants)
 
-    if args.build_only:
-        return 0 if build_all(names, gen_dir, out_dir, args.jobs, args.build_timeout) else 1
-
     import torch
 
-    if not torch.cuda.is_available():
-        print("error: CUDA is not available", flush=True)
-        return 2
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    if args.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            print("error: CUDA is not available (--device cpu runs the dry mode)", flush=True)
+            return 2
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     base_seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(3), "little")
-    meta = {**_env_info(), "seed": base_seed, "graph_seed": args.graph_seed, "models": names,
-            "graphs": graph_names, "generated": str(gen_dir.resolve()), "hectorgen": args.hectorgen or None,
-            "args": vars(args)}
-    print(f"gpu_check: seed {base_seed} (rerun with --seed {base_seed}); {meta.get('device')}, "
-          f"torch {meta['torch']}", flush=True)
+    meta = {**_env_info(args.device), "seed": base_seed, "graph_seed": args.graph_seed,
+            "specs": [v.spec for v in variants], "graphs": graph_names, "generated": str(gen_dir.resolve()),
+            "hectorgen": args.hectorgen or None, "args": vars(args)}
+    if not args.child_json:
+        print(f"gpu_check: seed {base_seed} (rerun with --seed {base_seed}); {meta.get('device')}, "
+              f"torch {meta['torch']}; {len(variants)} spec(s): {', '.join(v.name for v in variants)}", flush=True)
     t0 = time.perf_counter()
     checker = Checker(args)
     if args.child_json:
@@ -1001,14 +1598,11 @@ def main(argv=None) -> int:
         print(f"\n{len(checker.errors)} error(s) (tracebacks above and in {out_dir / 'gpu_check.md'}):")
         for e in checker.errors:
             print(f"  {e['model']}/{e['graph']} {e['check']}: {e['error'].splitlines()[0][:300]}")
-    if checker.timings:
-        print("\ntiming (median ms): " + "; ".join(
-            f"{t['model']}/{t['graph']} gen {t['generated_ms']:.3f} ref {t['reference_fp32_ms']:.3f} "
-            f"({t['speedup_vs_reference']:.2f}x)" for t in checker.timings))
     print(f"\nreports: {out_dir / 'gpu_check.md'}, {out_dir / 'gpu_check.json'}\n", flush=True)
     ok = print_table(checker.rows)
-    sys.stdout.flush()
-    return 0 if ok and checker.rows else 1
+    text, all_pass = summarize(json.loads((out_dir / "gpu_check.json").read_text()), {}, {})
+    print("\n" + text, flush=True)
+    return 0 if ok and all_pass and checker.rows else 1
 
 
 if __name__ == "__main__":

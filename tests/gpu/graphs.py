@@ -256,6 +256,7 @@ def synthetic_graph(num_nodes: int, num_ntypes: int, num_edges: int, num_etypes:
 
 # name: (num_nodes, num_ntypes, num_edges, num_etypes)
 PRESETS = {
+    "mini": (200, 3, 1_500, 5),        # CPU dry runs of the GPU check (tests/gpu/test_gpu_check_dry.py)
     "small": (2_000, 3, 20_000, 8),
     "medium": (20_000, 4, 300_000, 30),
     # Published sizes of Hector evaluation datasets small enough to generate quickly.

@@ -46,8 +46,10 @@ __all__ = [
     "spec_with_hyper",
     "write_reference_dir",
     "read_reference_outputs",
+    "read_reference_gradients",
     "run_reference_dir",
     "cpu_reference",
+    "cpu_reference_grads",
 ]
 
 
@@ -378,10 +380,13 @@ def _graph_dims(graph) -> tuple:
     return N, int(src.numel()), R, T
 
 
-def write_reference_dir(dir_path, spec: SpecInfo, graph, tensors: Mapping[str, torch.Tensor]) -> dict:
+def write_reference_dir(dir_path, spec: SpecInfo, graph, tensors: Mapping[str, torch.Tensor],
+                        output_grads: Mapping[str, torch.Tensor] | None = None) -> dict:
     """Writes ``meta.json`` and one ``<name>.f64`` per declared input/weight present in
     ``tensors`` (float64, row-major). Raises ValueError on a missing tensor or a shape whose
-    element count does not match the spec (a same-size tensor is reshaped). Returns the meta."""
+    element count does not match the spec (a same-size tensor is reshaped). ``output_grads``
+    (output name -> gradient) asks the interpreter for the backward pass too (written as
+    ``d_<name>.f64`` under the ``output_grads`` key). Returns the meta."""
     d = Path(dir_path)
     d.mkdir(parents=True, exist_ok=True)
     N, E, R, T = _graph_dims(graph)
@@ -411,16 +416,29 @@ def write_reference_dir(dir_path, spec: SpecInfo, graph, tensors: Mapping[str, t
         fname = f"{decl.name}.f64"
         (d / fname).write_bytes(_f64_bytes(t))
         meta["tensors"][decl.name] = {"shape": list(want), "file": fname}
+    if output_grads is not None:
+        meta["output_grads"] = {}
+        for name, g in output_grads.items():
+            decl = next((o for o in spec.outputs if o.name == name), None)
+            if decl is None:
+                raise ValueError(f"cpu_reference: {name!r} is not an output of {spec.model}")
+            want = decl.full_shape(N, E, R, T)
+            g = torch.as_tensor(g)
+            if g.numel() != math.prod(want):
+                raise ValueError(f"cpu_reference: gradient of {name!r} has shape {tuple(g.shape)}, want {want}")
+            fname = f"d_{name}.f64"
+            (d / fname).write_bytes(_f64_bytes(g.reshape(want)))
+            meta["output_grads"][name] = {"shape": list(want), "file": fname}
     (d / "meta.json").write_text(json.dumps(meta) + "\n")
     return meta
 
 
-def read_reference_outputs(dir_path) -> dict:
+def read_reference_outputs(dir_path, section: str = "outputs") -> dict:
     """Reads ``DIR/out/meta.json`` and its .f64 files: name -> float64 CPU tensor."""
     out_dir = Path(dir_path) / "out"
     meta = json.loads((out_dir / "meta.json").read_text())
     result = {}
-    for name, info in (meta.get("outputs") or {}).items():
+    for name, info in (meta.get(section) or {}).items():
         shape = [int(s) for s in info["shape"]]
         data = (out_dir / info["file"]).read_bytes()
         n = math.prod(shape)
@@ -429,6 +447,11 @@ def read_reference_outputs(dir_path) -> dict:
         t = torch.frombuffer(bytearray(data), dtype=torch.float64) if n else torch.zeros(0, dtype=torch.float64)
         result[name] = t.reshape(shape).clone()
     return result
+
+
+def read_reference_gradients(dir_path) -> dict:
+    """The gradients the interpreter's backward pass wrote: input/weight name -> float64 CPU tensor."""
+    return read_reference_outputs(dir_path, "gradients")
 
 
 def run_reference_dir(hectorgen_bin, spec_path, dir_path, timeout: float = 600) -> None:
@@ -478,6 +501,33 @@ def cpu_reference(hectorgen_bin, spec_path, graph, tensors: Mapping[str, torch.T
         write_reference_dir(work, spec, graph, tensors)
         run_reference_dir(hectorgen_bin, spec_used, work, timeout=timeout)
         return read_reference_outputs(work)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cpu_reference_grads(hectorgen_bin, spec_path, graph, tensors: Mapping[str, torch.Tensor],
+                        output_grads: Mapping[str, torch.Tensor], *, keep_dir=None, timeout: float = 600):
+    """``(outputs, gradients)`` from hectorgen's float64 interpreter: the forward, then the backward
+    program of its autodiff on the training forward's saved fields and ``output_grads`` (output name ->
+    gradient; a missing output counts as zero). ``gradients`` holds one float64 CPU tensor per input
+    that requires grad (not ``from_graph``) and per weight, by name. A model without a backward pass
+    raises :class:`ReferenceError` ("no backward pass: ...")."""
+    spec_path = Path(spec_path)
+    tmp = None
+    if keep_dir is None:
+        tmp = tempfile.mkdtemp(prefix="hg_ref_")
+        work = Path(tmp)
+    else:
+        work = Path(keep_dir)
+        work.mkdir(parents=True, exist_ok=True)
+        if (work / "out").exists():
+            shutil.rmtree(work / "out")
+    try:
+        spec = load_spec(spec_path)
+        write_reference_dir(work, spec, graph, tensors, output_grads=output_grads)
+        run_reference_dir(hectorgen_bin, spec_path, work, timeout=timeout)
+        return read_reference_outputs(work), read_reference_gradients(work)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -125,21 +125,22 @@ TEST_CASE("traversal instances print, parse back and print the same text", "[int
 
 TEST_CASE("element-wise values print with the fewest parentheses and parse back", "[intra][roundtrip]") {
   using V = Value;
+  using inter::Op;
   auto a = V::reg_ref("a"), b = V::reg_ref("b"), c = V::reg_ref("c");
   struct Case {
     ValueP v;
     const char* text;
   } cases[] = {
-      {V::apply(EwOp::Sub, {a, V::apply(EwOp::Sub, {b, c})}), "a - (b - c)"},
-      {V::apply(EwOp::Sub, {V::apply(EwOp::Sub, {a, b}), c}), "a - b - c"},
-      {V::apply(EwOp::Mul, {V::apply(EwOp::Add, {a, b}), c}), "(a + b) * c"},
-      {V::apply(EwOp::Div, {a, V::apply(EwOp::Mul, {b, c})}), "a / (b * c)"},
-      {V::apply(EwOp::Neg, {V::apply(EwOp::Mul, {a, b})}), "-(a * b)"},
-      {V::apply(EwOp::Mul, {V::apply(EwOp::Neg, {a}), b}), "-a * b"},
-      {V::apply(EwOp::Sub, {a, V::constant(-1e30)}), "a - -1e+30"},
-      {V::apply(EwOp::LeakyReluGrad, {V::apply(EwOp::Add, {a, b})}, 0.01), "leakyrelu_grad(a + b, 0.01)"},
-      {V::apply(EwOp::MaxGrad, {a, V::constant(0.5)}), "max_grad(a, 0.5)"},
-      {V::apply(EwOp::Sigmoid, {V::apply(EwOp::Tanh, {V::apply(EwOp::Sqrt, {V::apply(EwOp::Relu, {a})})})}), "sigmoid(tanh(sqrt(relu(a))))"},
+      {V::apply(Op::Sub, {a, V::apply(Op::Sub, {b, c})}), "a - (b - c)"},
+      {V::apply(Op::Sub, {V::apply(Op::Sub, {a, b}), c}), "a - b - c"},
+      {V::apply(Op::Mul, {V::apply(Op::Add, {a, b}), c}), "(a + b) * c"},
+      {V::apply(Op::Div, {a, V::apply(Op::Mul, {b, c})}), "a / (b * c)"},
+      {V::apply(Op::Neg, {V::apply(Op::Mul, {a, b})}), "-(a * b)"},
+      {V::apply(Op::Mul, {V::apply(Op::Neg, {a}), b}), "-a * b"},
+      {V::apply(Op::Sub, {a, V::constant(-1e30)}), "a - -1e+30"},
+      {V::apply(Op::LeakyReluGrad, {V::apply(Op::Add, {a, b}), V::constant(0.01)}), "leakyrelu_grad(a + b, 0.01)"},
+      {V::apply(Op::MaxGrad, {a, V::constant(0.5)}), "max_grad(a, 0.5)"},
+      {V::apply(Op::Sigmoid, {V::apply(Op::Tanh, {V::apply(Op::Sqrt, {V::apply(Op::Relu, {a})})})}), "sigmoid(tanh(sqrt(relu(a))))"},
   };
   for (const Case& c : cases) {
     CHECK(print_value(c.v) == c.text);
@@ -319,7 +320,7 @@ wgrad m_wgrad:  d_W[etype] += sum over rows x[src[row]]^T · t_e[row]
 torch m_torch: target=t_b
     field tb -> t_b
     for e in g.edges():
-        e["tb"] = concat(b[e.etype], e.norm)
+        e["tb"] = b[e.etype] * e.norm
 
 segsum m_segsum:  d_b[etype] += sum over rows t_b[row]
     rows=edges numel=4 deterministic
@@ -349,7 +350,9 @@ std::string verify_text(const std::string& text) {
 }  // namespace
 
 TEST_CASE("a program with every instance kind prints, parses back and verifies", "[intra][roundtrip][verifier]") {
-  auto p = parse_program_text(kProgram);
+  std::string err;
+  auto p = parse_program_text(kProgram, &err);
+  INFO(err);
   REQUIRE(p);
   CHECK(print_program(*p) == kProgram);
   CHECK(verify_program(*p) == "");
@@ -408,8 +411,8 @@ TEST_CASE("the program parser reports positioned errors, into the declarations t
   CHECK_THAT(err, Catch::Contains("29:58: error: the output is written 'plain' (by its formula), not 'add'"));
   CHECK_FALSE(parse_program_text(replace(p, "segsum m_segsum:", "segment m_segsum:"), &err));
   CHECK_THAT(err, Catch::Contains("error: expected a kernel (gemm, traversal, wgrad, segsum or torch)"));
-  CHECK_FALSE(parse_program_text(replace(p, "        e[\"tb\"] = concat(b[e.etype], e.norm)", "        e[\"tb\"] = concat(b[e.etype], e.norm"), &err));
-  CHECK_THAT(err, Catch::StartsWith("m.intra.ir:39:44: error: expected ',' between arguments"));
+  CHECK_FALSE(parse_program_text(replace(p, "        e[\"tb\"] = b[e.etype] * e.norm", "        e[\"tb\"] = (b[e.etype] * e.norm"), &err));
+  CHECK_THAT(err, Catch::StartsWith("m.intra.ir:39:39: error: expected ')' to close '('"));
   // The phases of an .intra.ir file must be headed by their own name.
   SourceFile f("two.intra.ir", "# ==== forward ====\n" + p);
   Diagnostics d;

@@ -37,10 +37,13 @@ std::vector<Program> lower_source(const std::string& path, const std::string& te
   std::vector<Program> out;
   Diagnostics d;
   auto lower = [&](const inter::Module& m, const std::string& phase) {
+    REQUIRE(inter::verify(m, d));
     inter::Module fused = passes::fuse_loops(m);
-    inter::Analysis a;
-    REQUIRE(inter::verify(fused, d, &a));
-    auto p = passes::lower(fused, a, d, phase);
+    REQUIRE(inter::verify(fused, d));
+    auto p = passes::lower(fused, d, phase);
+    std::ostringstream err;
+    d.render(err);
+    INFO(err.str());
     REQUIRE(p);
     out.push_back(*p);
   };

@@ -270,10 +270,9 @@ std::string lower_forward(const std::string& text, intra::Program* out = nullptr
   INFO(c->rendered());
   REQUIRE(c->module);
   inter::Module fused = passes::fuse_loops(*c->module);
-  inter::Analysis a;
   Diagnostics d;
-  REQUIRE(inter::verify(fused, d, &a));
-  auto p = passes::lower(fused, a, d, "forward");  // checks the shape limits
+  REQUIRE(inter::verify(fused, d));
+  auto p = passes::lower(fused, d, "forward");  // checks the shape limits
   std::ostringstream s;
   d.render(s);
   if (!p) return s.str();

@@ -484,6 +484,7 @@ Outcome run_in_process(const std::string& spec, const std::string& out_dir) {
   driver::Options o;
   o.spec_path = spec;
   o.out_dir = out_dir;
+  o.verify_each = true;  // the verifier re-checks the typed IR after every pass (any difference: exit 2)
   std::ostringstream out, err;
   Outcome r;
   try {

@@ -7,7 +7,8 @@
 #include <stdexcept>
 #include <variant>
 
-#include "dsl/parser.h"
+#include "ir/inter/ops.h"
+#include "ir/inter/typing.h"
 #include "ir/inter/verifier.h"
 
 namespace hectorgen::inter {
@@ -52,12 +53,7 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A value per element: shape + data.
-struct V {
-  std::vector<int64_t> shape;
-  std::vector<double> d;
-  static V scalar(double x) { return V{{}, {x}}; }
-};
+using V = Value64;  // a value per element: shape + data
 
 struct EdgeIdx { int64_t e; };
 struct NodeIdx { int64_t n; };
@@ -74,8 +70,7 @@ int64_t numel(const std::vector<int64_t>& s) {
 
 class Interpreter {
  public:
-  Interpreter(const Module& m, const HeteroGraph& g, const TensorMap& t, const Analysis& a)
-      : m_(m), g_(g), t_(t), a_(a) {}
+  Interpreter(const Module& m, const HeteroGraph& g, const TensorMap& t) : m_(m), g_(g), t_(t) {}
 
   InterpretResult run() {
     InterpretResult r;
@@ -86,8 +81,8 @@ class Interpreter {
         if (o.per != Per::Node && o.per != Per::Edge) weight_grads_[o.name] = Tensor64::zeros(full_shape(o, g_));
       // Every field starts at zero: `+=` into a field accumulates from 0, and a node without incoming
       // edges keeps 0 in what its edges would have aggregated.
-      for (const auto& [name, f] : a_.node_fields) node_fields_[name] = Tensor64::zeros(rows(g_.num_nodes, f.shape));
-      for (const auto& [name, f] : a_.edge_fields) edge_fields_[name] = Tensor64::zeros(rows(g_.num_edges(), f.shape));
+      for (const auto& [name, f] : m_.node_fields) node_fields_[name] = Tensor64::zeros(rows(g_.num_nodes, f.shape));
+      for (const auto& [name, f] : m_.edge_fields) edge_fields_[name] = Tensor64::zeros(rows(g_.num_edges(), f.shape));
       for (const StmtP& s : m_.body) top_loop(*s);
       for (const TensorDecl& o : m_.decl.outputs) {
         if (weight_grads_.count(o.name)) {
@@ -196,8 +191,8 @@ class Interpreter {
     const std::string& wg_name = t.kind == ExprKind::Name ? t.name : t.kind == ExprKind::Index && t.args[0]->kind == ExprKind::Name ? t.args[0]->name : "";
     if (auto wg = weight_grads_.find(wg_name); wg != weight_grads_.end()) {
       int64_t slice = t.kind == ExprKind::Index ? std::get<TypeIdxV>(eval(t.args[1], env)).t : 0;
-      int64_t n = static_cast<int64_t>(value.d.size());
-      for (int64_t i = 0; i < n; ++i) wg->second.data[slice * n + i] += value.d[i];
+      int64_t n = static_cast<int64_t>(value.data.size());
+      for (int64_t i = 0; i < n; ++i) wg->second.data[slice * n + i] += value.data[i];
       return;
     }
     if (t.kind == ExprKind::Name) {
@@ -217,7 +212,7 @@ class Interpreter {
     bool on_edge = std::holds_alternative<EdgeIdx>(base);
     int64_t idx = on_edge ? std::get<EdgeIdx>(base).e : std::get<NodeIdx>(base).n;
     auto& fields = on_edge ? edge_fields_ : node_fields_;
-    auto& info = on_edge ? a_.edge_fields : a_.node_fields;
+    auto& info = on_edge ? m_.edge_fields : m_.node_fields;
     auto it = fields.find(field);
     const std::vector<int64_t>& fshape = info.at(field).shape;
     if (it == fields.end()) {
@@ -230,18 +225,23 @@ class Interpreter {
     V current{fshape, std::vector<double>(row, row + n)};
     V result = s.op == AssignOp::Set ? broadcast_to(value, fshape) : combine(current, value, s.op);
     if (result.shape != fshape) result = broadcast_to(result, fshape);
-    std::copy(result.d.begin(), result.d.end(), row);
+    std::copy(result.data.begin(), result.data.end(), row);
   }
 
-  V combine(const V& a, const V& b, AssignOp op) {
-    switch (op) {
-      case AssignOp::Add: return elementwise(a, b, BinOp::Add);
-      case AssignOp::Sub: return elementwise(a, b, BinOp::Sub);
-      case AssignOp::Mul: return elementwise(a, b, BinOp::Mul);
-      case AssignOp::Div: return elementwise(a, b, BinOp::Div);
-      case AssignOp::Set: return b;
-    }
-    return b;
+  // `a op= b`: the operator's evaluation from the table.
+  static V combine(const V& a, const V& b, AssignOp op) {
+    Op o = op == AssignOp::Add ? Op::Add : op == AssignOp::Sub ? Op::Sub : op == AssignOp::Mul ? Op::Mul : Op::Div;
+    if (op == AssignOp::Set) return b;
+    return op_info(o).eval({a, b}, Type{});
+  }
+
+  // Prefix broadcasting of a value to a field's row shape.
+  static V broadcast_to(const V& a, const std::vector<int64_t>& shape) {
+    if (a.shape == shape) return a;
+    int64_t n = numel(shape), inner = n / static_cast<int64_t>(a.data.size());
+    V out{shape, std::vector<double>(static_cast<size_t>(n))};
+    for (int64_t i = 0; i < n; ++i) out.data[i] = a.data[i / inner];
+    return out;
   }
 
   const Binding& lookup_loop(const Env& env, const std::string& var) const {
@@ -260,13 +260,6 @@ class Interpreter {
       return V{w->decl->shape, std::vector<double>(t.data.begin() + off, t.data.begin() + off + n)};
     }
     throw Error("expected a tensor value");
-  }
-
-  double constant(const ExprP& e) const {
-    Diagnostics scratch;
-    auto v = dsl::eval_constant(e, m_.decl, scratch);
-    if (!v) throw Error("expected a constant");
-    return *v;
   }
 
   V node_input(const TensorDecl& d, int64_t n) const {
@@ -316,179 +309,25 @@ class Interpreter {
         int64_t n = numel(shape);
         return V{shape, std::vector<double>(it->second.data.begin() + idx * n, it->second.data.begin() + (idx + 1) * n)};
       }
-      case ExprKind::Neg: {
-        V x = as_v(eval(e->args[0], env));
-        for (double& v : x.d) v = -v;
-        return x;
-      }
-      case ExprKind::Binary: {
-        Val l = eval(e->args[0], env);
-        Val r = eval(e->args[1], env);
-        if (e->op == BinOp::Mul) {
-          if (auto* w = std::get_if<WeightV>(&r); w && w->decl->shape.size() >= 2) return linear(as_v(l), *w);
-        }
-        return elementwise(as_v(l), as_v(r), e->op);
-      }
-      case ExprKind::Call: return call(e, env);
+      case ExprKind::Neg:
+      case ExprKind::Binary:
+      case ExprKind::Call: return apply(e, env);
     }
     throw Error("unknown expression");
   }
 
-  V linear(const V& x, const WeightV& w) const {
-    V wv = as_v(w);
-    const auto& ws = wv.shape;
-    if (ws.size() == 2) {
-      int64_t K = ws[0], N = ws[1], rows = numel(x.shape) / K;
-      V y{x.shape, std::vector<double>(static_cast<size_t>(rows * N), 0.0)};
-      y.shape.back() = N;
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t k = 0; k < K; ++k)
-          for (int64_t n = 0; n < N; ++n) y.d[r * N + n] += x.d[r * K + k] * wv.d[k * N + n];
-      return y;
-    }
-    int64_t H = ws[0], K = ws[1], N = ws[2];
-    V y{{H, N}, std::vector<double>(static_cast<size_t>(H * N), 0.0)};
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t n = 0; n < N; ++n) y.d[h * N + n] += x.d[h * K + k] * wv.d[(h * K + k) * N + n];
-    return y;
-  }
-
-  // y * W^T: y [.., N] with W [K, N] -> [.., K]; y [H, N] with W [H, K, N] -> [H, K].
-  V linear_t(const V& y, const WeightV& w) const {
-    V wv = as_v(w);
-    const auto& ws = wv.shape;
-    if (ws.size() == 2) {
-      int64_t K = ws[0], N = ws[1], rows = numel(y.shape) / N;
-      V x{y.shape, std::vector<double>(static_cast<size_t>(rows * K), 0.0)};
-      x.shape.back() = K;
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t k = 0; k < K; ++k)
-          for (int64_t n = 0; n < N; ++n) x.d[r * K + k] += y.d[r * N + n] * wv.d[k * N + n];
-      return x;
-    }
-    int64_t H = ws[0], K = ws[1], N = ws[2];
-    V x{{H, K}, std::vector<double>(static_cast<size_t>(H * K), 0.0)};
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t n = 0; n < N; ++n) x.d[h * K + k] += y.d[h * N + n] * wv.d[(h * K + k) * N + n];
-    return x;
-  }
-
-  static V broadcast_to(const V& a, const std::vector<int64_t>& shape) {
-    if (a.shape == shape) return a;
-    int64_t n = numel(shape), inner = n / static_cast<int64_t>(a.d.size());
-    V out{shape, std::vector<double>(static_cast<size_t>(n))};
-    for (int64_t i = 0; i < n; ++i) out.d[i] = a.d[i / inner];
-    return out;
-  }
-
-  static V elementwise(const V& a, const V& b, BinOp op) {
-    const V& big = a.d.size() >= b.d.size() ? a : b;
-    V x = broadcast_to(a, big.shape), y = broadcast_to(b, big.shape);
-    V out{big.shape, std::vector<double>(x.d.size())};
-    for (size_t i = 0; i < x.d.size(); ++i) {
-      switch (op) {
-        case BinOp::Add: out.d[i] = x.d[i] + y.d[i]; break;
-        case BinOp::Sub: out.d[i] = x.d[i] - y.d[i]; break;
-        case BinOp::Mul: out.d[i] = x.d[i] * y.d[i]; break;
-        case BinOp::Div: out.d[i] = x.d[i] / y.d[i]; break;
-      }
-    }
-    return out;
-  }
-
-  static V map(V x, const std::function<double(double)>& f) {
-    for (double& v : x.d) v = f(v);
-    return x;
-  }
-
-  Val call(const ExprP& e, Env& env) {
-    const std::string& f = e->name;
-    auto arg = [&](size_t i) { return as_v(eval(e->args[i], env)); };
-    if (f == "exp") return map(arg(0), [](double v) { return std::exp(v); });
-    if (f == "relu") return map(arg(0), [](double v) { return v > 0 ? v : 0.0; });
-    if (f == "tanh") return map(arg(0), [](double v) { return std::tanh(v); });
-    if (f == "sigmoid") return map(arg(0), [](double v) { return 1.0 / (1.0 + std::exp(-v)); });
-    if (f == "sqrt") return map(arg(0), [](double v) { return std::sqrt(v); });
-    if (f == "leakyrelu") {
-      double slope = e->args.size() > 1 ? constant(e->args[1]) : 0.01;
-      return map(arg(0), [slope](double v) { return v > 0 ? v : slope * v; });
-    }
-    if (f == "linear") {
-      Val w = eval(e->args[1], env);
-      return linear(arg(0), std::get<WeightV>(w));
-    }
-    if (f == "linear_t") {
-      Val w = eval(e->args[1], env);
-      return linear_t(arg(0), std::get<WeightV>(w));
-    }
-    if (f == "leakyrelu_grad") {
-      double slope = e->args.size() > 1 ? constant(e->args[1]) : 0.01;
-      return map(arg(0), [slope](double v) { return v > 0 ? 1.0 : slope; });
-    }
-    if (f == "max" || f == "max_grad") {
-      V a = arg(0), b = arg(1);
-      const V& big = a.d.size() >= b.d.size() ? a : b;
-      V x = broadcast_to(a, big.shape), y = broadcast_to(b, big.shape);
-      V out{big.shape, std::vector<double>(x.d.size())};
-      for (size_t i = 0; i < x.d.size(); ++i)
-        out.d[i] = f == "max" ? std::max(x.d[i], y.d[i]) : (x.d[i] >= y.d[i] ? 1.0 : 0.0);
-      return out;
-    }
-    if (f == "sum") {
-      V a = arg(0);
-      int64_t D = a.shape.back(), rows = numel(a.shape) / D;
-      V out{std::vector<int64_t>(a.shape.begin(), a.shape.end() - 1), std::vector<double>(static_cast<size_t>(rows), 0.0)};
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t k = 0; k < D; ++k) out.d[r] += a.d[r * D + k];
-      return out;
-    }
-    if (f == "dot") {
-      V a = arg(0), b = arg(1);
-      int64_t D = a.shape.back(), rows = numel(a.shape) / D;
-      V out{std::vector<int64_t>(a.shape.begin(), a.shape.end() - 1), std::vector<double>(static_cast<size_t>(rows), 0.0)};
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t k = 0; k < D; ++k) out.d[r] += a.d[r * D + k] * b.d[r * D + k];
-      return out;
-    }
-    if (f == "outer") {
-      V a = arg(0), b = arg(1);
-      int64_t M = a.shape.back(), N = b.shape.back(), rows = numel(a.shape) / M;
-      V out{a.shape, std::vector<double>(static_cast<size_t>(rows * M * N))};
-      out.shape.push_back(N);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < N; ++j) out.d[(r * M + i) * N + j] = a.d[r * M + i] * b.d[r * N + j];
-      return out;
-    }
-    if (f == "concat") {
-      std::vector<V> parts;
-      for (size_t i = 0; i < e->args.size(); ++i) parts.push_back(arg(i));
-      int64_t rows = numel(parts[0].shape) / parts[0].shape.back(), width = 0;
-      for (const V& p : parts) width += p.shape.back();
-      V out{parts[0].shape, {}};
-      out.shape.back() = width;
-      for (int64_t r = 0; r < rows; ++r)
-        for (const V& p : parts) {
-          int64_t w = p.shape.back();
-          out.d.insert(out.d.end(), p.d.begin() + r * w, p.d.begin() + (r + 1) * w);
-        }
-      return out;
-    }
-    if (f == "reshape") {
-      V x = arg(0);
-      x.shape.clear();
-      for (size_t i = 1; i < e->args.size(); ++i) x.shape.push_back(static_cast<int64_t>(constant(e->args[i])));
-      return x;
-    }
-    throw Error(fmt::format("unknown function '{}'", f));
+  // An operator: its arguments evaluated (a left-out parameter as its default), then the table's evaluation.
+  V apply(const ExprP& e, Env& env) {
+    const OpInfo& op = op_info(e->fn);
+    std::vector<V> args;
+    for (const ExprP& a : e->args) args.push_back(as_v(eval(a, env)));
+    for (size_t i = args.size(); i < op.params.size(); ++i) args.push_back(V::scalar(*op.params[i].default_value));
+    return op.eval(args, e->type);
   }
 
   const Module& m_;
   const HeteroGraph& g_;
   const TensorMap& t_;
-  const Analysis& a_;
   TensorMap derived_;
   TensorMap node_fields_, edge_fields_;
   TensorMap weight_grads_;
@@ -498,14 +337,15 @@ class Interpreter {
 }  // namespace
 
 InterpretResult interpret(const Module& m, const HeteroGraph& g, const TensorMap& tensors) {
+  if (is_typed(m)) return Interpreter(m, g, tensors).run();
   Diagnostics diags;
-  Analysis analysis;
-  if (!verify(m, diags, &analysis)) {
+  std::optional<Module> typed = typecheck(m, diags);
+  if (!typed) {
     InterpretResult r;
     r.error = "the module does not verify";
     return r;
   }
-  return Interpreter(m, g, tensors, analysis).run();
+  return Interpreter(*typed, g, tensors).run();
 }
 
 }  // namespace hectorgen::inter

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ir/inter/ops.h"
+
 namespace hectorgen::inter {
 
 static std::shared_ptr<Expr> make_expr(ExprKind kind, SourceLoc loc) {
@@ -47,18 +49,28 @@ ExprP Expr::index(ExprP base, ExprP idx, SourceLoc loc) {
 }
 ExprP Expr::call(std::string callee, std::vector<ExprP> args, SourceLoc loc) {
   auto e = make_expr(ExprKind::Call, loc);
+  e->fn = call_op(callee).value_or(Op::None);
   e->name = std::move(callee);
+  e->args = std::move(args);
+  return e;
+}
+ExprP Expr::call(Op op, std::vector<ExprP> args, SourceLoc loc) {
+  auto e = make_expr(ExprKind::Call, loc);
+  e->fn = op;
+  e->name = op_info(op).name;
   e->args = std::move(args);
   return e;
 }
 ExprP Expr::binary(BinOp op, ExprP lhs, ExprP rhs, SourceLoc loc) {
   auto e = make_expr(ExprKind::Binary, loc);
   e->op = op;
+  e->fn = binary_op(op);
   e->args = {std::move(lhs), std::move(rhs)};
   return e;
 }
 ExprP Expr::neg(ExprP x, SourceLoc loc) {
   auto e = make_expr(ExprKind::Neg, loc);
+  e->fn = Op::Neg;
   e->args = {std::move(x)};
   return e;
 }
@@ -168,13 +180,6 @@ std::optional<DType> parse_dtype(std::string_view s) {
   return std::nullopt;
 }
 
-const std::set<std::string, std::less<>>& builtin_functions() {
-  static const std::set<std::string, std::less<>> names = {
-      "exp", "relu", "tanh", "sigmoid", "sqrt", "leakyrelu", "dot", "outer", "linear", "concat", "reshape",
-      "sum", "linear_t", "leakyrelu_grad", "max", "max_grad"};
-  return names;
-}
-
 std::string bad_name_reason(std::string_view name) {
   auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
   auto alnum = [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); };
@@ -203,7 +208,7 @@ std::string bad_name_reason(std::string_view name) {
 
 bool is_max_aggregation(const Stmt& s) {
   return s.kind == StmtKind::Assign && s.op == AssignOp::Set && s.value->kind == ExprKind::Call &&
-         s.value->name == "max" && s.value->args.size() == 2 && equal(s.value->args[0], s.target);
+         s.value->fn == Op::Max && s.value->args.size() == 2 && equal(s.value->args[0], s.target);
 }
 
 bool equal(const ExprP& a, const ExprP& b) {

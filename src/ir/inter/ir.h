@@ -1,6 +1,10 @@
 // The inter-operator IR: the model as the thesis writes it (Python-like loops over the graph), as plain
-// data. Nodes are immutable and shared; passes build new trees. Meaning (domains, shapes) is computed by
-// the verifier (verifier.h) and kept beside the tree, never inside it.
+// data. Nodes are immutable and shared; passes build new trees (mutator.h rebuilds only what changed).
+//
+// The IR is typed: type inference (verifier.h: typecheck) gives every expression its Type -- what it denotes
+// (a tensor value, the graph, an edge or node, a type index, a weight, a string), and for values their
+// domain, per-element shape and element dtype -- and stores it in the node. Operators are the rows of one
+// table (ops.h): Call, Binary and Neg nodes carry the row's enum value (Expr::fn).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +19,70 @@
 #include "diag/source.h"
 
 namespace hectorgen::inter {
+
+enum class Op : uint8_t;  // the operator table's enum (ops.h); Op{} is Op::None
+
+enum class LoopKind { Edges, DstNodes, SrcNodes, IncomingEdges, OutgoingEdges };
+enum class Per { Node, Edge, Etype, Ntype, None };
+enum class DType { FP32, TF32, BF16, FP16 };
+
+// ---------------------------------------------------------------------------------------------------
+// Types
+// ---------------------------------------------------------------------------------------------------
+// Where a value lives, from the least to the most varying (the domain of a combination is the maximum):
+//   const      numbers and hyper-parameters, broadcast anywhere
+//   weight     a weight (slice), e.g. W[e.etype] or W0
+//   node       one value per node
+//   edge       one value per edge; `src_etype` (Type::is_src_etype) when it depends only on the source node
+//              and the edge type: one value per unique (source, edge type) pair suffices (what compact
+//              materialization exploits)
+enum class Domain { Const, Weight, Node, Edge };
+
+// What an expression denotes.
+enum class ValueKind : uint8_t {
+  Untyped,    // not inferred yet (parser output)
+  Tensor,     // a value: domain, shape, dtype
+  Graph,      // g
+  Edge,       // an edge loop variable
+  Node,       // a node loop variable, e.src, e.dst
+  TypeIndex,  // e.etype, n.ntype
+  Weight,     // a weight, or a weight gradient written with +=; W[e.etype] once selected
+  String,     // "att"
+};
+enum class NodeRole : uint8_t { Loop, Src, Dst };
+
+struct Type {
+  ValueKind kind = ValueKind::Untyped;
+  // Tensor (and what Weight and TypeIndex depend on):
+  Domain domain = Domain::Const;
+  std::vector<int64_t> shape;  // per element (Weight: the weight's shape)
+  DType dtype = DType::FP32;
+  bool dep_src = false, dep_dst = false, dep_etype = false, dep_edge = false;  // edge values: what they depend on
+  std::optional<double> value;  // a compile-time constant (numbers, hyper-parameters, arithmetic of those)
+  // References:
+  LoopKind loop = LoopKind::Edges;  // Edge: the loop that binds it
+  NodeRole role = NodeRole::Loop;   // Node: the loop node, or an edge's source / destination
+  bool outer = false;               // Node: an edge endpoint that is the enclosing node loop's node
+  bool etype = false;               // TypeIndex: an edge type (else a node type)
+  std::string weight;               // Weight: its name
+  Per per = Per::None;              // Weight: how it is indexed
+  bool selected = false;            // Weight: indexed by its type (W[e.etype])
+
+  bool typed() const { return kind != ValueKind::Untyped; }
+  bool is_tensor() const { return kind == ValueKind::Tensor; }
+  bool is_src_etype() const { return domain == Domain::Edge && !dep_dst && !dep_edge; }
+  int64_t numel() const;
+  std::string str() const;  // "edge[1, 64]", "src_etype[64]", "node[]"; references: "edge", "weight W" ...
+  bool operator==(const Type&) const = default;
+
+  static Type tensor(Domain d, std::vector<int64_t> shape = {});
+  static Type constant(double v);
+  static Type edge_var(LoopKind loop);
+  static Type node_var();
+  static Type of_kind(ValueKind k);
+};
+
+std::string shape_str(const std::vector<int64_t>& shape);
 
 // ---------------------------------------------------------------------------------------------------
 // Expressions
@@ -41,15 +109,22 @@ struct Expr {
   double number = 0;      // Number
   bool is_integer = false;  // Number: written without a fraction
   std::string name;       // Name, Attr (attribute), Call (callee), String (value)
-  BinOp op = BinOp::Add;  // Binary
+  BinOp op = BinOp::Add;  // Binary: how it is written
+  // Call, Binary, Neg: the operator (ops.h). Call: the built-in named `name`, or Op::None for a user function
+  // (inlined before type inference). Binary: Add/Sub/Mul/Div; typing turns `x * W` with a matrix weight W
+  // into Op::Linear (printed as written).
+  Op fn{};
   std::vector<ExprP> args;  // Attr/Index: {base[, index]}; Call: arguments; Binary: {lhs, rhs}; Neg: {x}
+  Type type;                // set by type inference (typing.h); Untyped before
 
+  // Untyped nodes (the parser's); typing.h builds typed ones.
   static ExprP number_lit(double v, bool is_integer, SourceLoc loc = {});
   static ExprP string_lit(std::string v, SourceLoc loc = {});
   static ExprP name_ref(std::string n, SourceLoc loc = {});
   static ExprP attr(ExprP base, std::string attribute, SourceLoc loc = {});
   static ExprP index(ExprP base, ExprP idx, SourceLoc loc = {});
-  static ExprP call(std::string callee, std::vector<ExprP> args, SourceLoc loc = {});
+  static ExprP call(std::string callee, std::vector<ExprP> args, SourceLoc loc = {});  // fn looked up by name
+  static ExprP call(Op op, std::vector<ExprP> args, SourceLoc loc = {});
   static ExprP binary(BinOp op, ExprP lhs, ExprP rhs, SourceLoc loc = {});
   static ExprP neg(ExprP x, SourceLoc loc = {});
 };
@@ -57,7 +132,6 @@ struct Expr {
 // ---------------------------------------------------------------------------------------------------
 // Statements
 // ---------------------------------------------------------------------------------------------------
-enum class LoopKind { Edges, DstNodes, SrcNodes, IncomingEdges, OutgoingEdges };
 enum class AssignOp { Set, Add, Sub, Mul, Div };
 enum class StmtKind { For, Assign, Call };
 
@@ -72,7 +146,8 @@ struct Stmt {
   LoopKind loop = LoopKind::Edges;
   std::string parent;  // "g" for graph loops, the node variable for incoming/outgoing edges
   std::vector<StmtP> body;
-  // Assign: target op= value
+  // Assign: target op= value. Once typed, target->type is the type of what the statement stores (for a
+  // field: the field's shape at this point of the program; for a node field: a node value).
   ExprP target;
   AssignOp op = AssignOp::Set;
   ExprP value;  // Assign: right-hand side; Call: the call expression
@@ -93,7 +168,6 @@ struct FuncDef {
 // ---------------------------------------------------------------------------------------------------
 // Declarations (from the spec's YAML/JSON, or the header of the printed IR)
 // ---------------------------------------------------------------------------------------------------
-enum class Per { Node, Edge, Etype, Ntype, None };
 
 struct HyperParam {
   std::string name;
@@ -115,7 +189,6 @@ struct TensorDecl {
 };
 
 enum class Materialization { Vanilla, Compact, Auto };
-enum class DType { FP32, TF32, BF16, FP16 };
 
 struct Schedule {
   int gemm_tile = 16;      // output tile edge (rows and columns) of GEMM instances
@@ -146,10 +219,20 @@ struct ModelDecl {
   const TensorDecl* find_output(std::string_view n) const;
 };
 
+// The node and edge fields a program writes, by name (computed by type inference).
+struct FieldInfo {
+  bool on_edges = false;
+  std::vector<int64_t> shape;  // per element, after the program's last write
+  DType dtype = DType::FP32;
+};
+using FieldTable = std::map<std::string, FieldInfo>;
+
 struct Module {
   ModelDecl decl;
   std::vector<FuncDef> functions;
   std::vector<StmtP> body;
+  // Filled by type inference (empty before):
+  FieldTable node_fields, edge_fields;
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -169,11 +252,6 @@ std::optional<DType> parse_dtype(std::string_view s);
 inline bool is_edge_loop(LoopKind k) {
   return k == LoopKind::Edges || k == LoopKind::IncomingEdges || k == LoopKind::OutgoingEdges;
 }
-
-// Names of the built-in functions of the DSL (the last three mostly appear in generated backward code:
-// sum reduces the last axis, linear_t(y, W) is y times W transposed, leakyrelu_grad(x, s) is 1 or s;
-// max(a, b) is element-wise, max_grad(a, b) is 1 where a >= b, else 0).
-const std::set<std::string, std::less<>>& builtin_functions();
 
 // The model's, tensors', fields', locals' and loop variables' names become identifiers in the generated
 // C++, CUDA and Python. Returns "" when `name` can be one, otherwise why not (to follow "'<name>' ").

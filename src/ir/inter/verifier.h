@@ -1,51 +1,38 @@
-// Verifier and type inference of the inter-operator IR.
+// The verifier of the inter-operator IR: type inference plus the legality checks.
 //
-// Every value gets a *domain* and a *shape*:
-//   const      numbers and hyper-parameters, broadcast anywhere
-//   weight     a weight (slice), e.g. W[e.etype] or W0
-//   node       one value per node
-//   edge       one value per edge
-//   src_etype  an edge value that depends only on the source node and the edge type: one value per unique
-//              (source, edge type) pair suffices (what compact materialization exploits)
-// The verifier rejects undefined names, unknown functions, shape mismatches, wrong weight indexing, edge
-// values used in node loops without aggregation, fields read before they are written, and writes to
-// outputs whose shape differs from the declaration.
+// typecheck() walks a module whose functions have been inlined, in program order, once. It gives every
+// expression its Type (typing.h: domain, shape, dtype; what references denote) and every assignment the
+// type of what it stores, fills the module's field tables, and rejects what the code generator could not
+// give a meaning to: undefined names, unknown functions, shape mismatches (the operator table's rules),
+// wrong weight indexing, edge values used in node loops without aggregation, fields read before they are
+// written, writes to outputs whose shape differs from the declaration.
+//
+// verify() re-checks a typed module after a pass (in tests, debug builds and with --verify-each): the
+// legality checks again, and that every node carries the type inference gives it (passes keep types valid
+// with the Mutator and the typed builders; a difference is a compiler bug, reported as an internal error).
 #pragma once
 
-#include <map>
-#include <string>
-#include <vector>
+#include <optional>
 
 #include "diag/diagnostics.h"
 #include "ir/inter/ir.h"
 
 namespace hectorgen::inter {
 
-enum class Domain { Const, Weight, Node, Edge };
+// Type inference and legality checks. Returns the typed module, or nullopt after reporting errors.
+// Nodes that already carry the inferred type are kept (pointer identity), so typechecking a typed module
+// rebuilds nothing.
+std::optional<Module> typecheck(const Module& m, Diagnostics& diags);
 
-struct Type {
-  Domain domain = Domain::Const;
-  std::vector<int64_t> shape;
-  // For edge values: what they depend on (decides the src_etype domain).
-  bool dep_src = false, dep_dst = false, dep_etype = false, dep_edge = false;
+// For a typed module: true when it passes typecheck and every node carries the type typecheck infers
+// (field tables included). Errors are reported to `diags`; warnings, already given once, are not.
+bool verify(const Module& m, Diagnostics& diags);
 
-  bool is_src_etype() const { return domain == Domain::Edge && !dep_dst && !dep_edge; }
-  std::string str() const;  // "edge[1, 64]", "src_etype[64]", "node[]" ...
-};
-
-std::string shape_str(const std::vector<int64_t>& shape);
-
-struct FieldInfo {
-  bool on_edges = false;
-  std::vector<int64_t> shape;
-};
-
-struct Analysis {
-  std::map<const Stmt*, Type> assigned;  // the type stored by each assignment
-  std::map<std::string, FieldInfo> node_fields, edge_fields;
-};
-
-// Verifies a module whose functions have been inlined. Returns true if it is well-formed.
-bool verify(const Module& m, Diagnostics& diags, Analysis* analysis = nullptr);
+// True in debug builds (NDEBUG not defined): the driver verifies the IR after every pass.
+#ifdef NDEBUG
+inline constexpr bool kVerifyEachPassByDefault = false;
+#else
+inline constexpr bool kVerifyEachPassByDefault = true;
+#endif
 
 }  // namespace hectorgen::inter

@@ -233,8 +233,9 @@ class Interpreter {
       }
       case Value::Kind::Op: break;
     }
-    double a = value(v->args[0], env, i, n), b = v->args.size() > 1 ? value(v->args[1], env, i, n) : 0;
-    return evaluate(v->op, a, b, v->number);
+    std::vector<double> args;
+    for (const ValueP& a : v->args) args.push_back(value(a, env, i, n));
+    return evaluate(v->op, args);
   }
 
   const Program& p_;

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
 #include "ir/intra/launch.h"
@@ -56,14 +57,16 @@ std::string gathered_row(Gather g) { return g == Gather::None ? "row" : g == Gat
 
 bool traversal_supports(const inter::ExprP& e) {
   using inter::ExprKind;
-  if (e->kind == ExprKind::Call) {
-    static const std::set<std::string> kSupported = {"exp", "sqrt", "tanh", "relu", "sigmoid", "leakyrelu",
-                                                      "leakyrelu_grad", "dot", "sum", "reshape", "max", "max_grad"};
-    if (!kSupported.count(e->name)) return false;
-    if (e->name == "leakyrelu" || e->name == "leakyrelu_grad" || e->name == "reshape") return traversal_supports(e->args[0]);
+  bool op = e->kind == ExprKind::Call || e->kind == ExprKind::Binary || e->kind == ExprKind::Neg;
+  if (!op) {
+    for (const auto& a : e->args)
+      if (!traversal_supports(a)) return false;
+    return true;
   }
-  for (const auto& a : e->args)
-    if (!traversal_supports(a)) return false;
+  const inter::OpInfo& info = inter::op_info(e->fn);
+  if (!info.templates.traversal) return false;
+  for (size_t i = 0; i < e->args.size(); ++i)  // constant parameters are literals in the kernel
+    if (info.param(i).kind != inter::ParamKind::Constant && !traversal_supports(e->args[i])) return false;
   return true;
 }
 

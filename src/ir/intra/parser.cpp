@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <functional>
+#include <map>
 #include <cmath>
 #include <cstdlib>
 #include <string_view>
 
 #include "dsl/parser.h"
+#include "ir/inter/typing.h"
 
 namespace hectorgen::intra {
 
@@ -154,29 +157,28 @@ ValueP parse_atom(Cursor& c) {
   std::string name = c.ident("a register, a number or a function");
   if (!c.peek("(")) return Value::reg_ref(name);
   c.expect("(");
-  std::optional<EwOp> op = ew_function(name);
-  if (!op) c.fail_at(at, fmt::format("unknown element-wise function '{}'", name));
-  const EwOpInfo& i = info(*op);
+  std::optional<inter::Op> op = inter::call_op(name);
+  if (!op || !is_elementwise(*op)) c.fail_at(at, fmt::format("unknown element-wise function '{}'", name));
+  const inter::OpInfo& i = inter::op_info(*op);
   std::vector<ValueP> args;
-  for (int k = 0; k < i.arity; ++k) {
-    if (k) c.expect(",");
-    args.push_back(parse_value(c));
-  }
-  double param = 0;
-  if (i.has_param) {
-    c.expect(",");
-    bool neg = c.accept("-");
-    param = c.number();
-    if (neg) param = -param;
+  if (!c.peek(")")) {
+    do {
+      size_t arg_at = c.pos();
+      args.push_back(parse_value(c));
+      if (i.param(args.size() - 1).kind == inter::ParamKind::Constant && args.back()->kind != Value::Kind::Const)
+        c.fail_at(arg_at, fmt::format("{} of '{}' is a constant", i.param(args.size() - 1).role, name));
+    } while (c.accept(","));
   }
   c.expect(")");
-  return Value::apply(*op, std::move(args), param);
+  if (args.size() < i.min_args() || args.size() > i.max_args())
+    c.fail_at(at, fmt::format("'{}' takes {} to {} arguments, got {}", name, i.min_args(), i.max_args(), args.size()));
+  return Value::apply(*op, std::move(args));
 }
 
 ValueP parse_unary(Cursor& c) {
   if (c.accept("-")) {
     if (c.at_number()) return Value::constant(-c.number());
-    return Value::apply(EwOp::Neg, {parse_unary(c)});
+    return Value::apply(inter::Op::Neg, {parse_unary(c)});
   }
   return parse_atom(c);
 }
@@ -184,30 +186,18 @@ ValueP parse_unary(Cursor& c) {
 ValueP parse_term(Cursor& c) {
   ValueP v = parse_unary(c);
   for (;;) {
-    if (c.peek("*")) {
-      c.expect("*");
-      v = Value::apply(EwOp::Mul, {v, parse_unary(c)});
-    } else if (c.peek("/")) {
-      c.expect("/");
-      v = Value::apply(EwOp::Div, {v, parse_unary(c)});
-    } else {
-      return v;
-    }
+    if (c.accept("*")) v = Value::apply(inter::binary_op(inter::BinOp::Mul), {v, parse_unary(c)});
+    else if (c.accept("/")) v = Value::apply(inter::binary_op(inter::BinOp::Div), {v, parse_unary(c)});
+    else return v;
   }
 }
 
 ValueP parse_value(Cursor& c) {
   ValueP v = parse_term(c);
   for (;;) {
-    if (c.peek("+")) {
-      c.expect("+");
-      v = Value::apply(EwOp::Add, {v, parse_term(c)});
-    } else if (c.peek("-")) {
-      c.expect("-");
-      v = Value::apply(EwOp::Sub, {v, parse_term(c)});
-    } else {
-      return v;
-    }
+    if (c.accept("+")) v = Value::apply(inter::binary_op(inter::BinOp::Add), {v, parse_term(c)});
+    else if (c.accept("-")) v = Value::apply(inter::binary_op(inter::BinOp::Sub), {v, parse_term(c)});
+    else return v;
   }
 }
 
@@ -474,6 +464,7 @@ class ProgramParser {
 
   Program program() {
     Program p;
+    program_ = &p;
     while (pos_ < lines_.size() && lines_[pos_].text.rfind("#", 0) == 0 && lines_[pos_].indent == 0) ++pos_;
     {
       Cursor c = line("model");
@@ -798,14 +789,60 @@ class ProgramParser {
       d_.error(SourceLoc{&f_, text.origins.front().line, 5}, "intra-syntax", "a PyTorch instance holds one loop nest");
       throw ParseError{};
     }
-    t.loop = m.body[0];
+    t.loop = typed_loop(t, m.body[0]);
     return t;
+  }
+
+  // The loop nest of a PyTorch instance with the types the emitter reads (what the lowering left on it):
+  // fields and materialised locals have their tensors' shapes, the rest the inter IR's type rules.
+  inter::StmtP typed_loop(const TorchInstance& t, const inter::StmtP& loop) {
+    using namespace inter;
+    FieldTable node_fields, edge_fields;
+    auto field = [&](const std::string& name, const std::string& tensor) {
+      const TensorInfo* ti = program_->find(tensor);
+      if (!ti || (ti->per != Per::Node && ti->per != Per::Edge)) return;
+      (ti->per == Per::Edge ? edge_fields : node_fields)[name] = FieldInfo{ti->per == Per::Edge, ti->shape, DType::FP32};
+    };
+    for (const TensorInfo& ti : program_->tensors) field(ti.name, ti.name);
+    for (const auto& [f, tensor] : program_->aliases) field(f, tensor);
+    for (const auto& [f, tensor] : t.field_tensor) field(f, tensor);
+    TypeContext ctx{&program_->decl, &node_fields, &edge_fields};
+    std::map<std::string, Type> names;
+    for (const auto& [local, tensor] : t.materialized)
+      if (const TensorInfo* ti = program_->find(tensor)) {
+        Type ty = Type::tensor(ti->per == Per::Edge ? Domain::Edge : Domain::Node, ti->shape);
+        ty.dep_edge = ti->per == Per::Edge;
+        names[local] = ty;
+      }
+    std::function<ExprP(const ExprP&)> expr = [&](const ExprP& e) -> ExprP {
+      auto copy = std::make_shared<Expr>(*e);
+      for (ExprP& a : copy->args) a = expr(a);
+      if (e->kind == ExprKind::Name && names.count(e->name)) copy->type = names.at(e->name);
+      else copy->type = infer(*copy, ctx);
+      return copy;
+    };
+    std::function<StmtP(const StmtP&)> stmt = [&](const StmtP& s) -> StmtP {
+      if (s->kind == StmtKind::For) {
+        names[s->var] = is_edge_loop(s->loop) ? Type::edge_var(s->loop) : Type::node_var();
+        std::vector<StmtP> body;
+        for (const StmtP& b : s->body) body.push_back(stmt(b));
+        return Stmt::for_loop(s->var, s->loop, s->parent, std::move(body), s->loc);
+      }
+      return Stmt::assign(expr(s->target), s->op, expr(s->value), s->loc);
+    };
+    try {
+      return stmt(loop);
+    } catch (const std::logic_error& e) {
+      d_.error(SourceLoc{&f_, 1, 1}, "intra-syntax", fmt::format("{}: {}", t.name, e.what()));
+      throw ParseError{};
+    }
   }
 
   const SourceFile& f_;
   Diagnostics& d_;
   std::vector<Line> lines_;
   size_t pos_ = 0;
+  const Program* program_ = nullptr;  // the program being read (tensors and declarations above its kernels)
 };
 
 }  // namespace

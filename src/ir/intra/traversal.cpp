@@ -28,51 +28,23 @@ LaneLayout layout_for(int64_t numel) { return numel >= 32 ? LaneLayout::Lanes : 
 
 const char* to_string(LaneLayout l) { return l == LaneLayout::Lanes ? "lanes" : "replicated"; }
 
-namespace {
-constexpr std::array<EwOpInfo, 14> kEwOps = {{
-    {EwOp::Neg, "-", 1, false},
-    {EwOp::Add, "+", 2, false},
-    {EwOp::Sub, "-", 2, false},
-    {EwOp::Mul, "*", 2, false},
-    {EwOp::Div, "/", 2, false},
-    {EwOp::Max, "max", 2, false},
-    {EwOp::MaxGrad, "max_grad", 2, false},
-    {EwOp::Exp, "exp", 1, false},
-    {EwOp::Sqrt, "sqrt", 1, false},
-    {EwOp::Tanh, "tanh", 1, false},
-    {EwOp::Relu, "relu", 1, false},
-    {EwOp::Sigmoid, "sigmoid", 1, false},
-    {EwOp::LeakyRelu, "leakyrelu", 1, true},
-    {EwOp::LeakyReluGrad, "leakyrelu_grad", 1, true},
-}};
-}  // namespace
-
-const EwOpInfo& info(EwOp op) { return kEwOps[static_cast<size_t>(op)]; }
-
-double evaluate(EwOp op, double a, double b, double param) {
-  switch (op) {
-    case EwOp::Neg: return -a;
-    case EwOp::Add: return a + b;
-    case EwOp::Sub: return a - b;
-    case EwOp::Mul: return a * b;
-    case EwOp::Div: return a / b;
-    case EwOp::Max: return std::max(a, b);
-    case EwOp::MaxGrad: return a >= b ? 1.0 : 0.0;
-    case EwOp::Exp: return std::exp(a);
-    case EwOp::Sqrt: return std::sqrt(a);
-    case EwOp::Tanh: return std::tanh(a);
-    case EwOp::Relu: return std::max(a, 0.0);
-    case EwOp::Sigmoid: return 1.0 / (1.0 + std::exp(-a));
-    case EwOp::LeakyRelu: return a > 0 ? a : param * a;
-    case EwOp::LeakyReluGrad: return a > 0 ? 1.0 : param;
-  }
-  return 0;
+bool is_elementwise(inter::Op op) {
+  return op != inter::Op::None && op != inter::Op::Count && inter::op_info(op).form == inter::Form::Map;
 }
 
-std::optional<EwOp> ew_function(std::string_view name) {
-  for (const EwOpInfo& i : kEwOps)
-    if (static_cast<int>(i.op) >= static_cast<int>(EwOp::Max) && name == i.name) return i.op;
-  return std::nullopt;
+double evaluate(inter::Op op, const std::vector<double>& args) {
+  std::vector<inter::Value64> a;
+  for (double x : args) a.push_back(inter::Value64::scalar(x));
+  return inter::op_info(op).eval(a, inter::Type::tensor(inter::Domain::Const)).data.at(0);
+}
+
+int binding(inter::Op op) {
+  const inter::OpInfo& i = inter::op_info(op);
+  if (i.syntax == inter::Syntax::Prefix) return 3;
+  if (i.syntax != inter::Syntax::Infix) return 4;
+  for (inter::BinOp b : {inter::BinOp::Add, inter::BinOp::Sub})
+    if (inter::binary_op(b) == op) return 1;
+  return 2;
 }
 
 ValueP Value::reg_ref(std::string name) {
@@ -89,11 +61,10 @@ ValueP Value::constant(double x) {
   return v;
 }
 
-ValueP Value::apply(EwOp op, std::vector<ValueP> args, double param) {
+ValueP Value::apply(inter::Op op, std::vector<ValueP> args) {
   auto v = std::make_shared<Value>();
   v->kind = Kind::Op;
   v->op = op;
-  v->number = param;
   v->args = std::move(args);
   return v;
 }
@@ -165,14 +136,7 @@ namespace {
 int precedence(const Value& v) {
   if (v.kind == Value::Kind::Const) return v.number < 0 ? 3 : 4;
   if (v.kind == Value::Kind::Reg) return 4;
-  switch (v.op) {
-    case EwOp::Add:
-    case EwOp::Sub: return 1;
-    case EwOp::Mul:
-    case EwOp::Div: return 2;
-    case EwOp::Neg: return 3;
-    default: return 4;
-  }
+  return binding(v.op);
 }
 
 void print(const ValueP& v, std::string& out) {
@@ -186,12 +150,12 @@ void print(const ValueP& v, std::string& out) {
     case Value::Kind::Const: out += fmt::format("{}", v->number); return;
     case Value::Kind::Op: break;
   }
-  const EwOpInfo& i = info(v->op);
+  const inter::OpInfo& i = inter::op_info(v->op);
   int p = precedence(*v);
-  if (v->op == EwOp::Neg) {
-    out += '-';
+  if (i.syntax == inter::Syntax::Prefix) {
+    out += i.name;
     child(v->args[0], precedence(*v->args[0]) < 3);
-  } else if (p <= 2) {
+  } else if (i.syntax == inter::Syntax::Infix) {
     child(v->args[0], precedence(*v->args[0]) < p);
     out += fmt::format(" {} ", i.name);
     child(v->args[1], precedence(*v->args[1]) <= p);
@@ -202,7 +166,6 @@ void print(const ValueP& v, std::string& out) {
       if (k) out += ", ";
       print(v->args[k], out);
     }
-    if (i.has_param) out += fmt::format(", {}", v->number);
     out += ')';
   }
 }

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "ir/inter/ir.h"
+#include "ir/inter/ops.h"
 
 namespace hectorgen::intra {
 
@@ -72,21 +73,9 @@ const char* to_string(LaneLayout l);
 // ---------------------------------------------------------------------------------------------------
 // Element-wise values over registers
 // ---------------------------------------------------------------------------------------------------
-enum class EwOp { Neg, Add, Sub, Mul, Div, Max, MaxGrad, Exp, Sqrt, Tanh, Relu, Sigmoid, LeakyRelu, LeakyReluGrad };
-
-// One row per element-wise operator: its spelling in the IR text, arity, and whether it takes a constant
-// parameter (the slope of leakyrelu). Infix operators print with their symbol.
-struct EwOpInfo {
-  EwOp op;
-  const char* name;   // IR text: "+" for infix operators, the function name otherwise
-  int arity;
-  bool has_param;
-};
-const EwOpInfo& info(EwOp op);
-// The operator's value in float64 (b: the second operand of binary ones; param: leakyrelu's slope).
-double evaluate(EwOp op, double a, double b = 0, double param = 0);
-std::optional<EwOp> ew_function(std::string_view name);  // exp, max, leakyrelu, ... (not the infix ones)
-
+// The operators are the element-wise rows of the operator table (inter::Form::Map: its name and syntax in
+// the text, its CUDA spelling, its float64 evaluation); a constant parameter (leakyrelu's slope) is a constant
+// argument.
 struct Value;
 using ValueP = std::shared_ptr<const Value>;
 
@@ -94,14 +83,21 @@ struct Value {
   enum class Kind { Reg, Const, Op };
   Kind kind = Kind::Const;
   std::string reg;    // Reg
-  double number = 0;  // Const; Op: the constant parameter (leakyrelu slope)
-  EwOp op = EwOp::Add;
+  double number = 0;  // Const
+  inter::Op op{};     // Op
   std::vector<ValueP> args;
 
   static ValueP reg_ref(std::string name);
   static ValueP constant(double v);
-  static ValueP apply(EwOp op, std::vector<ValueP> args, double param = 0);
+  static ValueP apply(inter::Op op, std::vector<ValueP> args);
 };
+
+// True for the operators a value may apply (the table's element-wise rows).
+bool is_elementwise(inter::Op op);
+// The operator's value on scalars, in float64 (the table's evaluation).
+double evaluate(inter::Op op, const std::vector<double>& args);
+// Infix operators bind as in C, C++ and Python: 1 additive, 2 multiplicative; 3 prefix; 4 anything else.
+int binding(inter::Op op);
 
 bool equal(const ValueP& a, const ValueP& b);
 // Registers a value reads, in first-use order, without repeats.

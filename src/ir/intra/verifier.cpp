@@ -148,14 +148,25 @@ class TraversalVerifier {
       }
       case Value::Kind::Op: break;
     }
-    if (static_cast<int>(v->args.size()) != info(v->op).arity) {
-      fail(fmt::format("'{}' takes {} operand(s)", info(v->op).name, info(v->op).arity));
+    if (!is_elementwise(v->op)) {
+      fail(fmt::format("'{}' is not an element-wise operator", inter::op_info(v->op).name));
       return std::nullopt;
     }
+    const inter::OpInfo& info = inter::op_info(v->op);
+    if (v->args.size() < info.min_args() || v->args.size() > info.max_args()) {
+      fail(fmt::format("'{}' takes {} to {} operands, got {}", info.name, info.min_args(), info.max_args(), v->args.size()));
+      return std::nullopt;
+    }
+    for (size_t k = 0; k < v->args.size(); ++k)
+      if (info.param(k).kind == inter::ParamKind::Constant && v->args[k]->kind != Value::Kind::Const) {
+        fail(fmt::format("{} of '{}' must be a constant in '{}'", info.param(k).role, info.name, print_value(v)));
+        return std::nullopt;
+      }
     int64_t n = 1;
     std::vector<int64_t> counts;
-    for (const ValueP& a : v->args) {
-      auto c = value(a, it);
+    for (size_t k = 0; k < v->args.size(); ++k) {
+      if (info.param(k).kind == inter::ParamKind::Constant) continue;  // a parameter, not an operand
+      auto c = value(v->args[k], it);
       if (!c) return std::nullopt;
       counts.push_back(*c);
       n = std::max(n, *c);
