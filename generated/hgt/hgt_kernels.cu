@@ -131,8 +131,6 @@ __global__ void __launch_bounds__(256) hgt_fw_gemm_lin_3(
 }
 
 // hgt_fw_edges_att: traversal instance, one warp per edge
-//   for e in g.edges():
-//       e["att"] = dot(__t_lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
 __global__ void __launch_bounds__(256) hgt_fw_edges_att(
     int64_t num_rows,
     const int32_t* __restrict__ dst,
@@ -147,49 +145,24 @@ __global__ void __launch_bounds__(256) hgt_fw_edges_att(
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
+    float v_t_lin_3[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_t_lin_3[j] = t_lin_3[e * 64 + lane + 32 * j];
+    float v_dst_q[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
+    const float v_mu = mu[e_etype];
     // e["att"] = dot(__t_lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
-    float v0[2];
+    float dot_t_lin_3_q = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v0[j] = q[e_dst * 64 + lane + 32 * j];
-    float v1[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v1[j] = t_lin_3[e * 64 + lane + 32 * j];
-    float v2[1];
-    #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v1[j] * v0[j];
-      }
-      v2[m] = warp_sum(partial);
-    }
-    float v3[1];
-    v3[0] = mu[e_etype];
-    float v4[1];
-    v4[0] = v2[0] * v3[0];
-    float v5[1];
-    v5[0] = v4[0] / (sqrtf(64.0f));
-    float v6[1];
-    v6[0] = v5[0];
-    if (lane == 0) att[e] = v6[0];
+    for (int j = 0; j < 2; ++j) dot_t_lin_3_q += v_t_lin_3[j] * v_dst_q[j];
+    dot_t_lin_3_q = warp_sum(dot_t_lin_3_q);
+    const float v_att = dot_t_lin_3_q * v_mu / 8.0f;
+    if (lane == 0) att[e] = v_att;
   }
 }
 
-// hgt_fw_nodes_att_max: traversal instance, one warp per node
-//   for n in g.dst_nodes():
-//       n["att_max"] = -1e+30
-//       for e in n.incoming_edges():
-//           n["att_max"] = max(n["att_max"], e["att"])
-//       for e in n.incoming_edges():
-//           e["att"] = exp(e["att"] - e.dst["att_max"])
-//       n["att_sum"] = 0.0
-//       for e in n.incoming_edges():
-//           n["att_sum"] += e["att"]
-//       for e in n.incoming_edges():
-//           e["att"] = e["att"] / e.dst["att_sum"]
-//           n["agg"] += e["att"] * e["msg"]
+// hgt_fw_nodes_att_max: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) hgt_fw_nodes_att_max(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
@@ -203,76 +176,58 @@ __global__ void __launch_bounds__(256) hgt_fw_nodes_att_max(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float f_att_max[1];
-    float f_att_sum[1];
-    float f_agg[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) f_agg[j] = 0.f;
     // n["att_max"] = -1e+30
-    f_att_max[0] = (-1e+30f);
+    float v_att_max = -1e+30f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // n["att_max"] = max(n["att_max"], e["att"])
-      float v0[1];
-      v0[0] = att[e];
-      float v1[1];
-      v1[0] = fmaxf(f_att_max[0], v0[0]);
-      f_att_max[0] = v1[0];
+      const float v_att = att[e];
+      v_att_max = fmaxf(v_att_max, v_att);
     }
+    __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // e["att"] = exp(e["att"] - e.dst["att_max"])
-      float v2[1];
-      v2[0] = att[e];
-      float v3[1];
-      v3[0] = v2[0] - f_att_max[0];
-      float v4[1];
-      v4[0] = expf(v3[0]);
-      float v5[1];
-      v5[0] = v4[0];
-      if (lane == 0) att[e] = v5[0];
+      float v_att = __shfl_sync(0xffffffffu, lane == 0 ? att[e] : 0.f, 0);
+      v_att = expf((v_att - v_att_max));
+      if (lane == 0) att[e] = v_att;
     }
     // n["att_sum"] = 0.0
-    f_att_sum[0] = 0.0f;
+    float v_att_sum = 0.0f;
+    __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // n["att_sum"] += e["att"]
-      float v6[1];
-      v6[0] = att[e];
-      f_att_sum[0] += v6[0];
+      const float v_att = att[e];
+      v_att_sum += v_att;
     }
+    float v_agg[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_agg[j] = 0.0f;
+    __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      float v_msg[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
       // e["att"] = e["att"] / e.dst["att_sum"]
-      float v7[1];
-      v7[0] = att[e];
-      float v8[1];
-      v8[0] = v7[0] / f_att_sum[0];
-      float v9[1];
-      v9[0] = v8[0];
-      if (lane == 0) att[e] = v9[0];
+      float v_att = __shfl_sync(0xffffffffu, lane == 0 ? att[e] : 0.f, 0);
+      v_att = v_att / v_att_sum;
       // n["agg"] += e["att"] * e["msg"]
-      float v10[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v10[j] = msg[e * 64 + lane + 32 * j];
-      float v11[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v11[j] = v9[0] * v10[j];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) f_agg[j] += v11[j];
+      for (int j = 0; j < 2; ++j) v_agg[j] += v_att * v_msg[j];
+      if (lane == 0) att[e] = v_att;
     }
-    if (lane == 0) att_max[n] = f_att_max[0];
-    if (lane == 0) att_sum[n] = f_att_sum[0];
+    if (lane == 0) att_max[n] = v_att_max;
+    if (lane == 0) att_sum[n] = v_att_sum;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) agg[n * 64 + lane + 32 * j] = f_agg[j];
+    for (int j = 0; j < 2; ++j) agg[n * 64 + lane + 32 * j] = v_agg[j];
   }
 }
 
 // ==== forward_train ====
 
 // hgt_fwt_edges_att__0: traversal instance, one warp per edge
-//   for e in g.edges():
-//       e["att__0"] = dot(__t_lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
 __global__ void __launch_bounds__(256) hgt_fwt_edges_att__0(
     int64_t num_rows,
     const int32_t* __restrict__ dst,
@@ -287,49 +242,24 @@ __global__ void __launch_bounds__(256) hgt_fwt_edges_att__0(
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
+    float v_t_lin_3[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_t_lin_3[j] = t_lin_3[e * 64 + lane + 32 * j];
+    float v_dst_q[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
+    const float v_mu = mu[e_etype];
     // e["att__0"] = dot(__t_lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
-    float v0[2];
+    float dot_t_lin_3_q = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v0[j] = q[e_dst * 64 + lane + 32 * j];
-    float v1[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v1[j] = t_lin_3[e * 64 + lane + 32 * j];
-    float v2[1];
-    #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v1[j] * v0[j];
-      }
-      v2[m] = warp_sum(partial);
-    }
-    float v3[1];
-    v3[0] = mu[e_etype];
-    float v4[1];
-    v4[0] = v2[0] * v3[0];
-    float v5[1];
-    v5[0] = v4[0] / (sqrtf(64.0f));
-    float v6[1];
-    v6[0] = v5[0];
-    if (lane == 0) att__0[e] = v6[0];
+    for (int j = 0; j < 2; ++j) dot_t_lin_3_q += v_t_lin_3[j] * v_dst_q[j];
+    dot_t_lin_3_q = warp_sum(dot_t_lin_3_q);
+    const float v_att__0 = dot_t_lin_3_q * v_mu / 8.0f;
+    if (lane == 0) att__0[e] = v_att__0;
   }
 }
 
-// hgt_fwt_nodes_att_max: traversal instance, one warp per node
-//   for n in g.dst_nodes():
-//       n["att_max"] = -1e+30
-//       for e in n.incoming_edges():
-//           n["att_max"] = max(n["att_max"], e["att__0"])
-//       for e in n.incoming_edges():
-//           e["att__1"] = exp(e["att__0"] - e.dst["att_max"])
-//       n["att_sum"] = 0.0
-//       for e in n.incoming_edges():
-//           n["att_sum"] += e["att__1"]
-//       for e in n.incoming_edges():
-//           e["att"] = e["att__1"] / e.dst["att_sum"]
-//           n["agg"] += e["att"] * e["msg"]
+// hgt_fwt_nodes_att_max: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
@@ -345,68 +275,50 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float f_att_max[1];
-    float f_att_sum[1];
-    float f_agg[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) f_agg[j] = 0.f;
     // n["att_max"] = -1e+30
-    f_att_max[0] = (-1e+30f);
+    float v_att_max = -1e+30f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      const float v_att__0 = att__0[e];
       // n["att_max"] = max(n["att_max"], e["att__0"])
-      float v0[1];
-      v0[0] = att__0[e];
-      float v1[1];
-      v1[0] = fmaxf(f_att_max[0], v0[0]);
-      f_att_max[0] = v1[0];
+      v_att_max = fmaxf(v_att_max, v_att__0);
     }
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      const float v_att__0 = att__0[e];
       // e["att__1"] = exp(e["att__0"] - e.dst["att_max"])
-      float v2[1];
-      v2[0] = att__0[e];
-      float v3[1];
-      v3[0] = v2[0] - f_att_max[0];
-      float v4[1];
-      v4[0] = expf(v3[0]);
-      float v5[1];
-      v5[0] = v4[0];
-      if (lane == 0) att__1[e] = v5[0];
+      const float v_att__1 = expf((v_att__0 - v_att_max));
+      if (lane == 0) att__1[e] = v_att__1;
     }
     // n["att_sum"] = 0.0
-    f_att_sum[0] = 0.0f;
+    float v_att_sum = 0.0f;
+    __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // n["att_sum"] += e["att__1"]
-      float v6[1];
-      v6[0] = att__1[e];
-      f_att_sum[0] += v6[0];
+      const float v_att__1 = att__1[e];
+      v_att_sum += v_att__1;
     }
+    float v_agg[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_agg[j] = 0.0f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      float v_msg[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
       // e["att"] = e["att__1"] / e.dst["att_sum"]
-      float v7[1];
-      v7[0] = att__1[e];
-      float v8[1];
-      v8[0] = v7[0] / f_att_sum[0];
-      float v9[1];
-      v9[0] = v8[0];
-      if (lane == 0) att[e] = v9[0];
+      const float v_att__1 = att__1[e];
+      const float v_att = v_att__1 / v_att_sum;
       // n["agg"] += e["att"] * e["msg"]
-      float v10[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v10[j] = msg[e * 64 + lane + 32 * j];
-      float v11[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v11[j] = v9[0] * v10[j];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) f_agg[j] += v11[j];
+      for (int j = 0; j < 2; ++j) v_agg[j] += v_att * v_msg[j];
+      if (lane == 0) att[e] = v_att;
     }
-    if (lane == 0) att_max[n] = f_att_max[0];
-    if (lane == 0) att_sum[n] = f_att_sum[0];
+    if (lane == 0) att_max[n] = v_att_max;
+    if (lane == 0) att_sum[n] = v_att_sum;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) agg[n * 64 + lane + 32 * j] = f_agg[j];
+    for (int j = 0; j < 2; ++j) agg[n * 64 + lane + 32 * j] = v_agg[j];
   }
 }
 
@@ -515,20 +427,7 @@ __global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_a(
   }
 }
 
-// hgt_bw_nodes_d_att: traversal instance, one warp per node
-//   for n in g.dst_nodes():
-//       for e in n.incoming_edges():
-//           e["d_att"] += sum(n["d_agg"] * e.msg)
-//           e["d_msg"] += n["d_agg"] * e.att
-//           e["d_att__1"] += e["d_att"] / e.dst.att_sum
-//           e.dst["d_att_sum"] += -(e["d_att"] * e.att__1 / (e.dst.att_sum * e.dst.att_sum))
-//       for e in n.incoming_edges():
-//           e["d_att__1"] += n["d_att_sum"]
-//           e["d_att__0"] += e["d_att__1"] * exp(e.att__0 - e.dst.att_max)
-//           e.dst["d_att_max"] += -(e["d_att__1"] * exp(e.att__0 - e.dst.att_max))
-//           n["att_max__ties"] += max_grad(e.att__0, n.att_max)
-//       for e in n.incoming_edges():
-//           e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max) / max(n["att_max__ties"], 1.0)
+// hgt_bw_nodes_d_att: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
@@ -551,149 +450,65 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float f_d_att_sum[1];
-    f_d_att_sum[0] = d_att_sum[n];
-    float f_d_att_max[1];
-    f_d_att_max[0] = d_att_max[n];
-    float f_att_max__ties[1];
-    f_att_max__ties[0] = 0.f;
+    float v_d_agg[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_d_agg[j] = d_agg[n * 64 + lane + 32 * j];
+    const float v_att_sum = att_sum[n];
+    const float v_att_max = att_max[n];
+    float v_d_att_sum = 0.0f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      float v_msg[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
+      const float v_att = att[e];
+      const float v_att__1 = att__1[e];
       // e["d_att"] += sum(n["d_agg"] * e.msg)
-      float v0[2];
+      float v_d_att = 0.f;
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v0[j] = d_agg[n * 64 + lane + 32 * j];
-      float v1[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v1[j] = msg[e * 64 + lane + 32 * j];
-      float v2[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v2[j] = v0[j] * v1[j];
-      float v3[1];
-      #pragma unroll
-      for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-        float partial = 0.f;
-      #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int idx = lane + 32 * j;
-          if (idx / 64 == m) partial += v2[j] * 1.f;
-        }
-        v3[m] = warp_sum(partial);
-      }
-      float v4[1];
-      v4[0] = 0.f;
-      v4[0] += v3[0];
-      if (lane == 0) d_att[e] = v4[0];
+      for (int j = 0; j < 2; ++j) v_d_att += v_d_agg[j] * v_msg[j];
+      v_d_att = warp_sum(v_d_att);
       // e["d_msg"] += n["d_agg"] * e.att
-      float v5[2];
+      float v_d_msg[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v5[j] = d_agg[n * 64 + lane + 32 * j];
-      float v6[1];
-      v6[0] = att[e];
-      float v7[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v7[j] = v5[j] * v6[0];
-      float v8[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v8[j] = 0.f;
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v8[j] += v7[j];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) d_msg[e * 64 + lane + 32 * j] = v8[j];
+      for (int j = 0; j < 2; ++j) v_d_msg[j] = v_d_agg[j] * v_att;
       // e["d_att__1"] += e["d_att"] / e.dst.att_sum
-      float v9[1];
-      v9[0] = att_sum[n];
-      float v10[1];
-      v10[0] = v4[0] / v9[0];
-      float v11[1];
-      v11[0] = 0.f;
-      v11[0] += v10[0];
-      if (lane == 0) d_att__1[e] = v11[0];
+      const float v_d_att__1 = v_d_att / v_att_sum;
       // e.dst["d_att_sum"] += -(e["d_att"] * e.att__1 / (e.dst.att_sum * e.dst.att_sum))
-      float v12[1];
-      v12[0] = att__1[e];
-      float v13[1];
-      v13[0] = v4[0] * v12[0];
-      float v14[1];
-      v14[0] = att_sum[n];
-      float v15[1];
-      v15[0] = att_sum[n];
-      float v16[1];
-      v16[0] = v14[0] * v15[0];
-      float v17[1];
-      v17[0] = v13[0] / v16[0];
-      float v18[1];
-      v18[0] = -v17[0];
-      f_d_att_sum[0] += v18[0];
+      v_d_att_sum += -(v_d_att * v_att__1 / (v_att_sum * v_att_sum));
+      if (lane == 0) d_att[e] = v_d_att;
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) d_msg[e * 64 + lane + 32 * j] = v_d_msg[j];
+      if (lane == 0) d_att__1[e] = v_d_att__1;
     }
+    float v_d_att_max = 0.0f;
+    float v_att_max__ties = 0.0f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      const float v_att__0 = att__0[e];
       // e["d_att__1"] += n["d_att_sum"]
-      float v19[1];
-      v19[0] = d_att__1[e];
-      v19[0] += f_d_att_sum[0];
-      if (lane == 0) d_att__1[e] = v19[0];
+      float v_d_att__1 = __shfl_sync(0xffffffffu, lane == 0 ? d_att__1[e] : 0.f, 0);
+      v_d_att__1 += v_d_att_sum;
       // e["d_att__0"] += e["d_att__1"] * exp(e.att__0 - e.dst.att_max)
-      float v20[1];
-      v20[0] = att__0[e];
-      float v21[1];
-      v21[0] = att_max[n];
-      float v22[1];
-      v22[0] = v20[0] - v21[0];
-      float v23[1];
-      v23[0] = expf(v22[0]);
-      float v24[1];
-      v24[0] = v19[0] * v23[0];
-      float v25[1];
-      v25[0] = 0.f;
-      v25[0] += v24[0];
-      if (lane == 0) d_att__0[e] = v25[0];
+      const float v_d_att__0 = v_d_att__1 * expf((v_att__0 - v_att_max));
       // e.dst["d_att_max"] += -(e["d_att__1"] * exp(e.att__0 - e.dst.att_max))
-      float v26[1];
-      v26[0] = att__0[e];
-      float v27[1];
-      v27[0] = att_max[n];
-      float v28[1];
-      v28[0] = v26[0] - v27[0];
-      float v29[1];
-      v29[0] = expf(v28[0]);
-      float v30[1];
-      v30[0] = v19[0] * v29[0];
-      float v31[1];
-      v31[0] = -v30[0];
-      f_d_att_max[0] += v31[0];
+      v_d_att_max += -(v_d_att__1 * expf((v_att__0 - v_att_max)));
       // n["att_max__ties"] += max_grad(e.att__0, n.att_max)
-      float v32[1];
-      v32[0] = att_max[n];
-      float v33[1];
-      v33[0] = att__0[e];
-      float v34[1];
-      v34[0] = (v33[0] >= v32[0] ? 1.f : 0.f);
-      f_att_max__ties[0] += v34[0];
+      v_att_max__ties += (v_att__0 >= v_att_max ? 1.f : 0.f);
+      if (lane == 0) d_att__1[e] = v_d_att__1;
+      if (lane == 0) d_att__0[e] = v_d_att__0;
     }
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      const float v_att__0 = att__0[e];
       // e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max) / max(n["att_max__ties"], 1.0)
-      float v35[1];
-      v35[0] = att_max[n];
-      float v36[1];
-      v36[0] = att__0[e];
-      float v37[1];
-      v37[0] = (v36[0] >= v35[0] ? 1.f : 0.f);
-      float v38[1];
-      v38[0] = f_d_att_max[0] * v37[0];
-      float v39[1];
-      v39[0] = fmaxf(f_att_max__ties[0], 1.0f);
-      float v40[1];
-      v40[0] = v38[0] / v39[0];
-      float v41[1];
-      v41[0] = d_att__0[e];
-      v41[0] += v40[0];
-      if (lane == 0) d_att__0[e] = v41[0];
+      float v_d_att__0 = __shfl_sync(0xffffffffu, lane == 0 ? d_att__0[e] : 0.f, 0);
+      v_d_att__0 += v_d_att_max * (v_att__0 >= v_att_max ? 1.f : 0.f) / fmaxf(v_att_max__ties, 1.0f);
+      if (lane == 0) d_att__0[e] = v_d_att__0;
     }
-    if (lane == 0) d_att_sum[n] = f_d_att_sum[0];
-    if (lane == 0) d_att_max[n] = f_d_att_max[0];
-    if (lane == 0) att_max__ties[n] = f_att_max__ties[0];
+    if (lane == 0) d_att_sum[n] = v_d_att_sum;
+    if (lane == 0) d_att_max[n] = v_d_att_max;
+    if (lane == 0) att_max__ties[n] = v_att_max__ties;
   }
 }
 
@@ -802,8 +617,6 @@ __global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_msg(
 }
 
 // hgt_bw_edges_loop: traversal instance, one warp per edge
-//   for e in g.edges():
-//       __op0 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
 __global__ void __launch_bounds__(256) hgt_bw_edges_loop(
     int64_t num_rows,
     const int32_t* __restrict__ dst,
@@ -816,32 +629,23 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
-    const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
+    const int64_t e_dst = dst[e];
+    const float v_d_att__0 = d_att__0[e];
+    const float v_mu = mu[e_etype];
+    float v_dst_q[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
     // __op0 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
-    float v0[1];
-    v0[0] = d_att__0[e];
-    float v1[1];
-    v1[0] = v0[0] / (sqrtf(64.0f));
-    float v2[1];
-    v2[0] = mu[e_etype];
-    float v3[1];
-    v3[0] = v1[0] * v2[0];
-    float v4[2];
+    float op0[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v4[j] = q[e_dst * 64 + lane + 32 * j];
-    float v5[2];
+    for (int j = 0; j < 2; ++j) op0[j] = v_d_att__0 / 8.0f * v_mu * v_dst_q[j];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v5[j] = v3[0] * v4[j];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) t___op0[e * 64 + lane + 32 * j] = v5[j];
+    for (int j = 0; j < 2; ++j) t___op0[e * 64 + lane + 32 * j] = op0[j];
   }
 }
 
-// hgt_bw_sum_d_v: traversal instance, one warp per node
-//   for n in g.src_nodes():
-//       for e in n.outgoing_edges():
-//           n["d_v"] += __scatter
+// hgt_bw_sum_d_v: traversal instance, one warp per source node
 __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
     int64_t num_rows,
     const int32_t* __restrict__ out_ptr,
@@ -852,26 +656,24 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float f_d_v[2];
+    float v_d_v[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) f_d_v[j] = 0.f;
+    for (int j = 0; j < 2; ++j) v_d_v[j] = 0.0f;
     for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
       const int64_t e = out_eid[i_e];
+      float scatter[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) scatter[j] = t_d_v_edges[e * 64 + lane + 32 * j];
       // n["d_v"] += __scatter
-      float v0[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v0[j] = t_d_v_edges[e * 64 + lane + 32 * j];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) f_d_v[j] += v0[j];
+      for (int j = 0; j < 2; ++j) v_d_v[j] += scatter[j];
     }
     #pragma unroll
-    for (int j = 0; j < 2; ++j) d_v[n * 64 + lane + 32 * j] = f_d_v[j];
+    for (int j = 0; j < 2; ++j) d_v[n * 64 + lane + 32 * j] = v_d_v[j];
   }
 }
 
 // hgt_bw_edges_loop_2: traversal instance, one warp per edge
-//   for e in g.edges():
-//       __op1 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
 __global__ void __launch_bounds__(256) hgt_bw_edges_loop_2(
     int64_t num_rows,
     const int32_t* __restrict__ dst,
@@ -884,32 +686,23 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_2(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
-    const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
+    const int64_t e_dst = dst[e];
+    const float v_d_att__0 = d_att__0[e];
+    const float v_mu = mu[e_etype];
+    float v_dst_q[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
     // __op1 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
-    float v0[1];
-    v0[0] = d_att__0[e];
-    float v1[1];
-    v1[0] = v0[0] / (sqrtf(64.0f));
-    float v2[1];
-    v2[0] = mu[e_etype];
-    float v3[1];
-    v3[0] = v1[0] * v2[0];
-    float v4[2];
+    float op1[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v4[j] = q[e_dst * 64 + lane + 32 * j];
-    float v5[2];
+    for (int j = 0; j < 2; ++j) op1[j] = v_d_att__0 / 8.0f * v_mu * v_dst_q[j];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v5[j] = v3[0] * v4[j];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) t___op1[e * 64 + lane + 32 * j] = v5[j];
+    for (int j = 0; j < 2; ++j) t___op1[e * 64 + lane + 32 * j] = op1[j];
   }
 }
 
-// hgt_bw_sum_d_k: traversal instance, one warp per node
-//   for n in g.src_nodes():
-//       for e in n.outgoing_edges():
-//           n["d_k"] += __scatter
+// hgt_bw_sum_d_k: traversal instance, one warp per source node
 __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
     int64_t num_rows,
     const int32_t* __restrict__ out_ptr,
@@ -920,27 +713,24 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float f_d_k[2];
+    float v_d_k[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) f_d_k[j] = 0.f;
+    for (int j = 0; j < 2; ++j) v_d_k[j] = 0.0f;
     for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
       const int64_t e = out_eid[i_e];
+      float scatter[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) scatter[j] = t_d_k_edges[e * 64 + lane + 32 * j];
       // n["d_k"] += __scatter
-      float v0[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v0[j] = t_d_k_edges[e * 64 + lane + 32 * j];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) f_d_k[j] += v0[j];
+      for (int j = 0; j < 2; ++j) v_d_k[j] += scatter[j];
     }
     #pragma unroll
-    for (int j = 0; j < 2; ++j) d_k[n * 64 + lane + 32 * j] = f_d_k[j];
+    for (int j = 0; j < 2; ++j) d_k[n * 64 + lane + 32 * j] = v_d_k[j];
   }
 }
 
 // hgt_bw_edges_loop_3: traversal instance, one warp per edge
-//   for e in g.edges():
-//       __sc2 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * __t_lin_11
-//       __wg3 = e["d_att__0"] / sqrt(d_k) * dot(__t_lin_12, e.dst.q)
 __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
     int64_t num_rows,
     const int32_t* __restrict__ dst,
@@ -956,50 +746,32 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
-    const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
+    const int64_t e_dst = dst[e];
+    const float v_d_att__0 = d_att__0[e];
+    const float v_mu = mu[e_etype];
+    float v_t_lin_11[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_t_lin_11[j] = t_lin_11[e * 64 + lane + 32 * j];
+    float v_t_lin_12[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_t_lin_12[j] = t_lin_12[e * 64 + lane + 32 * j];
+    float v_dst_q[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
     // __sc2 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * __t_lin_11
-    float v0[1];
-    v0[0] = d_att__0[e];
-    float v1[1];
-    v1[0] = v0[0] / (sqrtf(64.0f));
-    float v2[1];
-    v2[0] = mu[e_etype];
-    float v3[1];
-    v3[0] = v1[0] * v2[0];
-    float v4[2];
+    float sc2[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v4[j] = t_lin_11[e * 64 + lane + 32 * j];
-    float v5[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v5[j] = v3[0] * v4[j];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) t___sc2[e * 64 + lane + 32 * j] = v5[j];
+    for (int j = 0; j < 2; ++j) sc2[j] = v_d_att__0 / 8.0f * v_mu * v_t_lin_11[j];
     // __wg3 = e["d_att__0"] / sqrt(d_k) * dot(__t_lin_12, e.dst.q)
-    float v6[1];
-    v6[0] = d_att__0[e];
-    float v7[1];
-    v7[0] = v6[0] / (sqrtf(64.0f));
-    float v8[2];
+    float dot_t_lin_12_q = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v8[j] = q[e_dst * 64 + lane + 32 * j];
-    float v9[2];
+    for (int j = 0; j < 2; ++j) dot_t_lin_12_q += v_t_lin_12[j] * v_dst_q[j];
+    dot_t_lin_12_q = warp_sum(dot_t_lin_12_q);
+    const float wg3 = v_d_att__0 / 8.0f * dot_t_lin_12_q;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v9[j] = t_lin_12[e * 64 + lane + 32 * j];
-    float v10[1];
-    #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v9[j] * v8[j];
-      }
-      v10[m] = warp_sum(partial);
-    }
-    float v11[1];
-    v11[0] = v7[0] * v10[0];
-    if (lane == 0) t___wg3[e] = v11[0];
+    for (int j = 0; j < 2; ++j) t___sc2[e * 64 + lane + 32 * j] = sc2[j];
+    if (lane == 0) t___wg3[e] = wg3;
   }
 }
 
@@ -1030,10 +802,7 @@ __global__ void __launch_bounds__(256) hgt_bw_segsum_d_mu(
   }
 }
 
-// hgt_bw_sum_d_q: traversal instance, one warp per node
-//   for n in g.dst_nodes():
-//       for e in n.incoming_edges():
-//           n["d_q"] += __scatter
+// hgt_bw_sum_d_q: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
@@ -1044,20 +813,20 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float f_d_q[2];
+    float v_d_q[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) f_d_q[j] = 0.f;
+    for (int j = 0; j < 2; ++j) v_d_q[j] = 0.0f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      float scatter[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) scatter[j] = t___sc2[e * 64 + lane + 32 * j];
       // n["d_q"] += __scatter
-      float v0[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v0[j] = t___sc2[e * 64 + lane + 32 * j];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) f_d_q[j] += v0[j];
+      for (int j = 0; j < 2; ++j) v_d_q[j] += scatter[j];
     }
     #pragma unroll
-    for (int j = 0; j < 2; ++j) d_q[n * 64 + lane + 32 * j] = f_d_q[j];
+    for (int j = 0; j < 2; ++j) d_q[n * 64 + lane + 32 * j] = v_d_q[j];
   }
 }
 

@@ -132,8 +132,6 @@ __global__ void __launch_bounds__(256) rgat_fw_gemm_ht(
 }
 
 // rgat_fw_edges_att: traversal instance, one warp per edge
-//   for e in g.edges():
-//       e["att"] = leakyrelu(dot(hs, w_s[e.etype]) + dot(ht, w_t[e.etype]), negative_slope)
 __global__ void __launch_bounds__(256) rgat_fw_edges_att(
     int64_t num_rows,
     const int32_t* __restrict__ etype,
@@ -147,64 +145,34 @@ __global__ void __launch_bounds__(256) rgat_fw_edges_att(
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int e_etype = etype[e];
+    float hs[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) hs[j] = t_hs[e * 64 + lane + 32 * j];
+    float v_w_s[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_w_s[j] = w_s[e_etype * 64 + lane + 32 * j];
+    float ht[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) ht[j] = t_ht[e * 64 + lane + 32 * j];
+    float v_w_t[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_w_t[j] = w_t[e_etype * 64 + lane + 32 * j];
     // e["att"] = leakyrelu(dot(hs, w_s[e.etype]) + dot(ht, w_t[e.etype]), negative_slope)
-    float v0[2];
+    float dot_hs_w_s = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v0[j] = w_s[e_etype * 64 + lane + 32 * j];
-    float v1[2];
+    for (int j = 0; j < 2; ++j) dot_hs_w_s += hs[j] * v_w_s[j];
+    dot_hs_w_s = warp_sum(dot_hs_w_s);
+    float dot_ht_w_t = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v1[j] = t_hs[e * 64 + lane + 32 * j];
-    float v2[1];
-    #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v1[j] * v0[j];
-      }
-      v2[m] = warp_sum(partial);
-    }
-    float v3[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v3[j] = w_t[e_etype * 64 + lane + 32 * j];
-    float v4[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v4[j] = t_ht[e * 64 + lane + 32 * j];
-    float v5[1];
-    #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v4[j] * v3[j];
-      }
-      v5[m] = warp_sum(partial);
-    }
-    float v6[1];
-    v6[0] = v2[0] + v5[0];
-    float v7[1];
-    v7[0] = v6[0] > 0.f ? v6[0] : 0.2f * v6[0];
-    float v8[1];
-    v8[0] = v7[0];
-    if (lane == 0) att[e] = v8[0];
+    for (int j = 0; j < 2; ++j) dot_ht_w_t += ht[j] * v_w_t[j];
+    dot_ht_w_t = warp_sum(dot_ht_w_t);
+    const float leakyrelu_in = dot_hs_w_s + dot_ht_w_t;
+    const float v_att = leakyrelu_in > 0.f ? leakyrelu_in : 0.2f * leakyrelu_in;
+    if (lane == 0) att[e] = v_att;
   }
 }
 
-// rgat_fw_nodes_att_max: traversal instance, one warp per node
-//   for n in g.dst_nodes():
-//       n["att_max"] = -1e+30
-//       for e in n.incoming_edges():
-//           n["att_max"] = max(n["att_max"], e["att"])
-//       for e in n.incoming_edges():
-//           e["att"] = exp(e["att"] - e.dst["att_max"])
-//       n["att_sum"] = 0.0
-//       for e in n.incoming_edges():
-//           n["att_sum"] += e["att"]
-//       for e in n.incoming_edges():
-//           e["att"] = e["att"] / e.dst["att_sum"]
-//           n["h"] += e["att"] * e["msg"]
+// rgat_fw_nodes_att_max: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) rgat_fw_nodes_att_max(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
@@ -218,76 +186,58 @@ __global__ void __launch_bounds__(256) rgat_fw_nodes_att_max(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float f_att_max[1];
-    float f_att_sum[1];
-    float f_h[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) f_h[j] = 0.f;
     // n["att_max"] = -1e+30
-    f_att_max[0] = (-1e+30f);
+    float v_att_max = -1e+30f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // n["att_max"] = max(n["att_max"], e["att"])
-      float v0[1];
-      v0[0] = att[e];
-      float v1[1];
-      v1[0] = fmaxf(f_att_max[0], v0[0]);
-      f_att_max[0] = v1[0];
+      const float v_att = att[e];
+      v_att_max = fmaxf(v_att_max, v_att);
     }
+    __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // e["att"] = exp(e["att"] - e.dst["att_max"])
-      float v2[1];
-      v2[0] = att[e];
-      float v3[1];
-      v3[0] = v2[0] - f_att_max[0];
-      float v4[1];
-      v4[0] = expf(v3[0]);
-      float v5[1];
-      v5[0] = v4[0];
-      if (lane == 0) att[e] = v5[0];
+      float v_att = __shfl_sync(0xffffffffu, lane == 0 ? att[e] : 0.f, 0);
+      v_att = expf((v_att - v_att_max));
+      if (lane == 0) att[e] = v_att;
     }
     // n["att_sum"] = 0.0
-    f_att_sum[0] = 0.0f;
+    float v_att_sum = 0.0f;
+    __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // n["att_sum"] += e["att"]
-      float v6[1];
-      v6[0] = att[e];
-      f_att_sum[0] += v6[0];
+      const float v_att = att[e];
+      v_att_sum += v_att;
     }
+    float v_h[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_h[j] = 0.0f;
+    __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      float v_msg[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) v_msg[j] = t_hs[e * 64 + lane + 32 * j];
       // e["att"] = e["att"] / e.dst["att_sum"]
-      float v7[1];
-      v7[0] = att[e];
-      float v8[1];
-      v8[0] = v7[0] / f_att_sum[0];
-      float v9[1];
-      v9[0] = v8[0];
-      if (lane == 0) att[e] = v9[0];
+      float v_att = __shfl_sync(0xffffffffu, lane == 0 ? att[e] : 0.f, 0);
+      v_att = v_att / v_att_sum;
       // n["h"] += e["att"] * e["msg"]
-      float v10[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v10[j] = t_hs[e * 64 + lane + 32 * j];
-      float v11[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v11[j] = v9[0] * v10[j];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) f_h[j] += v11[j];
+      for (int j = 0; j < 2; ++j) v_h[j] += v_att * v_msg[j];
+      if (lane == 0) att[e] = v_att;
     }
-    if (lane == 0) att_max[n] = f_att_max[0];
-    if (lane == 0) att_sum[n] = f_att_sum[0];
+    if (lane == 0) att_max[n] = v_att_max;
+    if (lane == 0) att_sum[n] = v_att_sum;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) h[n * 64 + lane + 32 * j] = f_h[j];
+    for (int j = 0; j < 2; ++j) h[n * 64 + lane + 32 * j] = v_h[j];
   }
 }
 
 // ==== forward_train ====
 
 // rgat_fwt_edges_att__0: traversal instance, one warp per edge
-//   for e in g.edges():
-//       e["att__0"] = leakyrelu(dot(e["hs"], w_s[e.etype]) + dot(e["ht"], w_t[e.etype]), negative_slope)
 __global__ void __launch_bounds__(256) rgat_fwt_edges_att__0(
     int64_t num_rows,
     const int32_t* __restrict__ etype,
@@ -301,64 +251,34 @@ __global__ void __launch_bounds__(256) rgat_fwt_edges_att__0(
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int e_etype = etype[e];
+    float v_hs[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_hs[j] = hs[e * 64 + lane + 32 * j];
+    float v_w_s[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_w_s[j] = w_s[e_etype * 64 + lane + 32 * j];
+    float v_ht[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_ht[j] = ht[e * 64 + lane + 32 * j];
+    float v_w_t[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_w_t[j] = w_t[e_etype * 64 + lane + 32 * j];
     // e["att__0"] = leakyrelu(dot(e["hs"], w_s[e.etype]) + dot(e["ht"], w_t[e.etype]), negative_slope)
-    float v0[2];
+    float dot_hs_w_s = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v0[j] = w_s[e_etype * 64 + lane + 32 * j];
-    float v1[2];
+    for (int j = 0; j < 2; ++j) dot_hs_w_s += v_hs[j] * v_w_s[j];
+    dot_hs_w_s = warp_sum(dot_hs_w_s);
+    float dot_ht_w_t = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v1[j] = hs[e * 64 + lane + 32 * j];
-    float v2[1];
-    #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v1[j] * v0[j];
-      }
-      v2[m] = warp_sum(partial);
-    }
-    float v3[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v3[j] = w_t[e_etype * 64 + lane + 32 * j];
-    float v4[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v4[j] = ht[e * 64 + lane + 32 * j];
-    float v5[1];
-    #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v4[j] * v3[j];
-      }
-      v5[m] = warp_sum(partial);
-    }
-    float v6[1];
-    v6[0] = v2[0] + v5[0];
-    float v7[1];
-    v7[0] = v6[0] > 0.f ? v6[0] : 0.2f * v6[0];
-    float v8[1];
-    v8[0] = v7[0];
-    if (lane == 0) att__0[e] = v8[0];
+    for (int j = 0; j < 2; ++j) dot_ht_w_t += v_ht[j] * v_w_t[j];
+    dot_ht_w_t = warp_sum(dot_ht_w_t);
+    const float leakyrelu_in = dot_hs_w_s + dot_ht_w_t;
+    const float v_att__0 = leakyrelu_in > 0.f ? leakyrelu_in : 0.2f * leakyrelu_in;
+    if (lane == 0) att__0[e] = v_att__0;
   }
 }
 
-// rgat_fwt_nodes_att_max: traversal instance, one warp per node
-//   for n in g.dst_nodes():
-//       n["att_max"] = -1e+30
-//       for e in n.incoming_edges():
-//           n["att_max"] = max(n["att_max"], e["att__0"])
-//       for e in n.incoming_edges():
-//           e["att__1"] = exp(e["att__0"] - e.dst["att_max"])
-//       n["att_sum"] = 0.0
-//       for e in n.incoming_edges():
-//           n["att_sum"] += e["att__1"]
-//       for e in n.incoming_edges():
-//           e["att"] = e["att__1"] / e.dst["att_sum"]
-//           n["h"] += e["att"] * e["msg"]
+// rgat_fwt_nodes_att_max: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) rgat_fwt_nodes_att_max(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
@@ -374,87 +294,56 @@ __global__ void __launch_bounds__(256) rgat_fwt_nodes_att_max(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float f_att_max[1];
-    float f_att_sum[1];
-    float f_h[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) f_h[j] = 0.f;
     // n["att_max"] = -1e+30
-    f_att_max[0] = (-1e+30f);
+    float v_att_max = -1e+30f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      const float v_att__0 = att__0[e];
       // n["att_max"] = max(n["att_max"], e["att__0"])
-      float v0[1];
-      v0[0] = att__0[e];
-      float v1[1];
-      v1[0] = fmaxf(f_att_max[0], v0[0]);
-      f_att_max[0] = v1[0];
+      v_att_max = fmaxf(v_att_max, v_att__0);
     }
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      const float v_att__0 = att__0[e];
       // e["att__1"] = exp(e["att__0"] - e.dst["att_max"])
-      float v2[1];
-      v2[0] = att__0[e];
-      float v3[1];
-      v3[0] = v2[0] - f_att_max[0];
-      float v4[1];
-      v4[0] = expf(v3[0]);
-      float v5[1];
-      v5[0] = v4[0];
-      if (lane == 0) att__1[e] = v5[0];
+      const float v_att__1 = expf((v_att__0 - v_att_max));
+      if (lane == 0) att__1[e] = v_att__1;
     }
     // n["att_sum"] = 0.0
-    f_att_sum[0] = 0.0f;
+    float v_att_sum = 0.0f;
+    __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       // n["att_sum"] += e["att__1"]
-      float v6[1];
-      v6[0] = att__1[e];
-      f_att_sum[0] += v6[0];
+      const float v_att__1 = att__1[e];
+      v_att_sum += v_att__1;
     }
+    float v_h[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_h[j] = 0.0f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      float v_msg[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) v_msg[j] = hs[e * 64 + lane + 32 * j];
       // e["att"] = e["att__1"] / e.dst["att_sum"]
-      float v7[1];
-      v7[0] = att__1[e];
-      float v8[1];
-      v8[0] = v7[0] / f_att_sum[0];
-      float v9[1];
-      v9[0] = v8[0];
-      if (lane == 0) att[e] = v9[0];
+      const float v_att__1 = att__1[e];
+      const float v_att = v_att__1 / v_att_sum;
       // n["h"] += e["att"] * e["msg"]
-      float v10[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v10[j] = hs[e * 64 + lane + 32 * j];
-      float v11[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v11[j] = v9[0] * v10[j];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) f_h[j] += v11[j];
+      for (int j = 0; j < 2; ++j) v_h[j] += v_att * v_msg[j];
+      if (lane == 0) att[e] = v_att;
     }
-    if (lane == 0) att_max[n] = f_att_max[0];
-    if (lane == 0) att_sum[n] = f_att_sum[0];
+    if (lane == 0) att_max[n] = v_att_max;
+    if (lane == 0) att_sum[n] = v_att_sum;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) h[n * 64 + lane + 32 * j] = f_h[j];
+    for (int j = 0; j < 2; ++j) h[n * 64 + lane + 32 * j] = v_h[j];
   }
 }
 
 // ==== backward ====
 
-// rgat_bw_nodes_d_att: traversal instance, one warp per node
-//   for n in g.dst_nodes():
-//       for e in n.incoming_edges():
-//           e["d_att"] += sum(n.d_h * e.msg)
-//           e["d_msg"] += n.d_h * e.att
-//           e["d_att__1"] += e["d_att"] / e.dst.att_sum
-//           e.dst["d_att_sum"] += -(e["d_att"] * e.att__1 / (e.dst.att_sum * e.dst.att_sum))
-//       for e in n.incoming_edges():
-//           e["d_att__1"] += n["d_att_sum"]
-//           e["d_att__0"] += e["d_att__1"] * exp(e.att__0 - e.dst.att_max)
-//           e.dst["d_att_max"] += -(e["d_att__1"] * exp(e.att__0 - e.dst.att_max))
-//           n["att_max__ties"] += max_grad(e.att__0, n.att_max)
-//       for e in n.incoming_edges():
-//           e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max) / max(n["att_max__ties"], 1.0)
+// rgat_bw_nodes_d_att: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
@@ -477,159 +366,69 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float f_d_att_sum[1];
-    f_d_att_sum[0] = d_att_sum[n];
-    float f_d_att_max[1];
-    f_d_att_max[0] = d_att_max[n];
-    float f_att_max__ties[1];
-    f_att_max__ties[0] = 0.f;
+    float v_d_h[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_d_h[j] = d_h[n * 64 + lane + 32 * j];
+    const float v_att_sum = att_sum[n];
+    const float v_att_max = att_max[n];
+    float v_d_att_sum = 0.0f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      float v_msg[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
+      const float v_att = att[e];
+      const float v_att__1 = att__1[e];
       // e["d_att"] += sum(n.d_h * e.msg)
-      float v0[2];
+      float v_d_att = 0.f;
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v0[j] = d_h[n * 64 + lane + 32 * j];
-      float v1[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v1[j] = msg[e * 64 + lane + 32 * j];
-      float v2[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v2[j] = v0[j] * v1[j];
-      float v3[1];
-      #pragma unroll
-      for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-        float partial = 0.f;
-      #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int idx = lane + 32 * j;
-          if (idx / 64 == m) partial += v2[j] * 1.f;
-        }
-        v3[m] = warp_sum(partial);
-      }
-      float v4[1];
-      v4[0] = 0.f;
-      v4[0] += v3[0];
-      if (lane == 0) d_att[e] = v4[0];
+      for (int j = 0; j < 2; ++j) v_d_att += v_d_h[j] * v_msg[j];
+      v_d_att = warp_sum(v_d_att);
       // e["d_msg"] += n.d_h * e.att
-      float v5[2];
+      float v_d_msg[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v5[j] = d_h[n * 64 + lane + 32 * j];
-      float v6[1];
-      v6[0] = att[e];
-      float v7[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v7[j] = v5[j] * v6[0];
-      float v8[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v8[j] = 0.f;
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v8[j] += v7[j];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) d_msg[e * 64 + lane + 32 * j] = v8[j];
+      for (int j = 0; j < 2; ++j) v_d_msg[j] = v_d_h[j] * v_att;
       // e["d_att__1"] += e["d_att"] / e.dst.att_sum
-      float v9[1];
-      v9[0] = att_sum[n];
-      float v10[1];
-      v10[0] = v4[0] / v9[0];
-      float v11[1];
-      v11[0] = 0.f;
-      v11[0] += v10[0];
-      if (lane == 0) d_att__1[e] = v11[0];
+      const float v_d_att__1 = v_d_att / v_att_sum;
       // e.dst["d_att_sum"] += -(e["d_att"] * e.att__1 / (e.dst.att_sum * e.dst.att_sum))
-      float v12[1];
-      v12[0] = att__1[e];
-      float v13[1];
-      v13[0] = v4[0] * v12[0];
-      float v14[1];
-      v14[0] = att_sum[n];
-      float v15[1];
-      v15[0] = att_sum[n];
-      float v16[1];
-      v16[0] = v14[0] * v15[0];
-      float v17[1];
-      v17[0] = v13[0] / v16[0];
-      float v18[1];
-      v18[0] = -v17[0];
-      f_d_att_sum[0] += v18[0];
+      v_d_att_sum += -(v_d_att * v_att__1 / (v_att_sum * v_att_sum));
+      if (lane == 0) d_att[e] = v_d_att;
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) d_msg[e * 64 + lane + 32 * j] = v_d_msg[j];
+      if (lane == 0) d_att__1[e] = v_d_att__1;
     }
+    float v_d_att_max = 0.0f;
+    float v_att_max__ties = 0.0f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      const float v_att__0 = att__0[e];
       // e["d_att__1"] += n["d_att_sum"]
-      float v19[1];
-      v19[0] = d_att__1[e];
-      v19[0] += f_d_att_sum[0];
-      if (lane == 0) d_att__1[e] = v19[0];
+      float v_d_att__1 = __shfl_sync(0xffffffffu, lane == 0 ? d_att__1[e] : 0.f, 0);
+      v_d_att__1 += v_d_att_sum;
       // e["d_att__0"] += e["d_att__1"] * exp(e.att__0 - e.dst.att_max)
-      float v20[1];
-      v20[0] = att__0[e];
-      float v21[1];
-      v21[0] = att_max[n];
-      float v22[1];
-      v22[0] = v20[0] - v21[0];
-      float v23[1];
-      v23[0] = expf(v22[0]);
-      float v24[1];
-      v24[0] = v19[0] * v23[0];
-      float v25[1];
-      v25[0] = 0.f;
-      v25[0] += v24[0];
-      if (lane == 0) d_att__0[e] = v25[0];
+      const float v_d_att__0 = v_d_att__1 * expf((v_att__0 - v_att_max));
       // e.dst["d_att_max"] += -(e["d_att__1"] * exp(e.att__0 - e.dst.att_max))
-      float v26[1];
-      v26[0] = att__0[e];
-      float v27[1];
-      v27[0] = att_max[n];
-      float v28[1];
-      v28[0] = v26[0] - v27[0];
-      float v29[1];
-      v29[0] = expf(v28[0]);
-      float v30[1];
-      v30[0] = v19[0] * v29[0];
-      float v31[1];
-      v31[0] = -v30[0];
-      f_d_att_max[0] += v31[0];
+      v_d_att_max += -(v_d_att__1 * expf((v_att__0 - v_att_max)));
       // n["att_max__ties"] += max_grad(e.att__0, n.att_max)
-      float v32[1];
-      v32[0] = att_max[n];
-      float v33[1];
-      v33[0] = att__0[e];
-      float v34[1];
-      v34[0] = (v33[0] >= v32[0] ? 1.f : 0.f);
-      f_att_max__ties[0] += v34[0];
+      v_att_max__ties += (v_att__0 >= v_att_max ? 1.f : 0.f);
+      if (lane == 0) d_att__1[e] = v_d_att__1;
+      if (lane == 0) d_att__0[e] = v_d_att__0;
     }
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      const float v_att__0 = att__0[e];
       // e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max) / max(n["att_max__ties"], 1.0)
-      float v35[1];
-      v35[0] = att_max[n];
-      float v36[1];
-      v36[0] = att__0[e];
-      float v37[1];
-      v37[0] = (v36[0] >= v35[0] ? 1.f : 0.f);
-      float v38[1];
-      v38[0] = f_d_att_max[0] * v37[0];
-      float v39[1];
-      v39[0] = fmaxf(f_att_max__ties[0], 1.0f);
-      float v40[1];
-      v40[0] = v38[0] / v39[0];
-      float v41[1];
-      v41[0] = d_att__0[e];
-      v41[0] += v40[0];
-      if (lane == 0) d_att__0[e] = v41[0];
+      float v_d_att__0 = __shfl_sync(0xffffffffu, lane == 0 ? d_att__0[e] : 0.f, 0);
+      v_d_att__0 += v_d_att_max * (v_att__0 >= v_att_max ? 1.f : 0.f) / fmaxf(v_att_max__ties, 1.0f);
+      if (lane == 0) d_att__0[e] = v_d_att__0;
     }
-    if (lane == 0) d_att_sum[n] = f_d_att_sum[0];
-    if (lane == 0) d_att_max[n] = f_d_att_max[0];
-    if (lane == 0) att_max__ties[n] = f_att_max__ties[0];
+    if (lane == 0) d_att_sum[n] = v_d_att_sum;
+    if (lane == 0) d_att_max[n] = v_d_att_max;
+    if (lane == 0) att_max__ties[n] = v_att_max__ties;
   }
 }
 
 // rgat_bw_edges_d_hs: traversal instance, one warp per edge
-//   for e in g.edges():
-//       e["d_hs"] += e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * reshape(w_s[e.etype], 1, 64)
-//       __wg0 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
-//       e["d_ht"] += e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * reshape(w_t[e.etype], 1, 64)
-//       __wg1 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.ht
-//       e["d_hs"] += e["d_msg"]
 __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     int64_t num_rows,
     const int32_t* __restrict__ etype,
@@ -648,228 +447,57 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int e_etype = etype[e];
+    const float v_d_att__0 = d_att__0[e];
+    float v_hs[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_hs[j] = hs[e * 64 + lane + 32 * j];
+    float v_w_s[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_w_s[j] = w_s[e_etype * 64 + lane + 32 * j];
+    float v_ht[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_ht[j] = ht[e * 64 + lane + 32 * j];
+    float v_w_t[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_w_t[j] = w_t[e_etype * 64 + lane + 32 * j];
+    float v_d_msg[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_d_msg[j] = d_msg[e * 64 + lane + 32 * j];
     // e["d_hs"] += e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * reshape(w_s[e.etype], 1, 64)
-    float v0[1];
-    v0[0] = d_att__0[e];
-    float v1[2];
+    float dot_hs_w_s = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v1[j] = w_s[e_etype * 64 + lane + 32 * j];
-    float v2[2];
+    for (int j = 0; j < 2; ++j) dot_hs_w_s += v_hs[j] * v_w_s[j];
+    dot_hs_w_s = warp_sum(dot_hs_w_s);
+    float dot_ht_w_t = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v2[j] = hs[e * 64 + lane + 32 * j];
-    float v3[1];
+    for (int j = 0; j < 2; ++j) dot_ht_w_t += v_ht[j] * v_w_t[j];
+    dot_ht_w_t = warp_sum(dot_ht_w_t);
+    float v_d_hs[2];
     #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v2[j] * v1[j];
-      }
-      v3[m] = warp_sum(partial);
-    }
-    float v4[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v4[j] = w_t[e_etype * 64 + lane + 32 * j];
-    float v5[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v5[j] = ht[e * 64 + lane + 32 * j];
-    float v6[1];
-    #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v5[j] * v4[j];
-      }
-      v6[m] = warp_sum(partial);
-    }
-    float v7[1];
-    v7[0] = v3[0] + v6[0];
-    float v8[1];
-    v8[0] = (v7[0] > 0.f ? 1.f : 0.2f);
-    float v9[1];
-    v9[0] = v0[0] * v8[0];
-    float v10[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v10[j] = w_s[e_etype * 64 + lane + 32 * j];
-    float v11[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v11[j] = v9[0] * v10[j];
-    float v12[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v12[j] = 0.f;
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v12[j] += v11[j];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) d_hs[e * 64 + lane + 32 * j] = v12[j];
+    for (int j = 0; j < 2; ++j) v_d_hs[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_w_s[j];
     // __wg0 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
-    float v13[1];
-    v13[0] = d_att__0[e];
-    float v14[2];
+    float wg0[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v14[j] = w_s[e_etype * 64 + lane + 32 * j];
-    float v15[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v15[j] = hs[e * 64 + lane + 32 * j];
-    float v16[1];
-    #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v15[j] * v14[j];
-      }
-      v16[m] = warp_sum(partial);
-    }
-    float v17[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v17[j] = w_t[e_etype * 64 + lane + 32 * j];
-    float v18[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v18[j] = ht[e * 64 + lane + 32 * j];
-    float v19[1];
-    #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v18[j] * v17[j];
-      }
-      v19[m] = warp_sum(partial);
-    }
-    float v20[1];
-    v20[0] = v16[0] + v19[0];
-    float v21[1];
-    v21[0] = (v20[0] > 0.f ? 1.f : 0.2f);
-    float v22[1];
-    v22[0] = v13[0] * v21[0];
-    float v23[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v23[j] = hs[e * 64 + lane + 32 * j];
-    float v24[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v24[j] = v22[0] * v23[j];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) t___wg0[e * 64 + lane + 32 * j] = v24[j];
+    for (int j = 0; j < 2; ++j) wg0[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_hs[j];
     // e["d_ht"] += e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * reshape(w_t[e.etype], 1, 64)
-    float v25[1];
-    v25[0] = d_att__0[e];
-    float v26[2];
+    float v_d_ht[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v26[j] = w_s[e_etype * 64 + lane + 32 * j];
-    float v27[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v27[j] = hs[e * 64 + lane + 32 * j];
-    float v28[1];
-    #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v27[j] * v26[j];
-      }
-      v28[m] = warp_sum(partial);
-    }
-    float v29[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v29[j] = w_t[e_etype * 64 + lane + 32 * j];
-    float v30[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v30[j] = ht[e * 64 + lane + 32 * j];
-    float v31[1];
-    #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v30[j] * v29[j];
-      }
-      v31[m] = warp_sum(partial);
-    }
-    float v32[1];
-    v32[0] = v28[0] + v31[0];
-    float v33[1];
-    v33[0] = (v32[0] > 0.f ? 1.f : 0.2f);
-    float v34[1];
-    v34[0] = v25[0] * v33[0];
-    float v35[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v35[j] = w_t[e_etype * 64 + lane + 32 * j];
-    float v36[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v36[j] = v34[0] * v35[j];
-    float v37[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v37[j] = 0.f;
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v37[j] += v36[j];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) d_ht[e * 64 + lane + 32 * j] = v37[j];
+    for (int j = 0; j < 2; ++j) v_d_ht[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_w_t[j];
     // __wg1 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.ht
-    float v38[1];
-    v38[0] = d_att__0[e];
-    float v39[2];
+    float wg1[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v39[j] = w_s[e_etype * 64 + lane + 32 * j];
-    float v40[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v40[j] = hs[e * 64 + lane + 32 * j];
-    float v41[1];
-    #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v40[j] * v39[j];
-      }
-      v41[m] = warp_sum(partial);
-    }
-    float v42[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v42[j] = w_t[e_etype * 64 + lane + 32 * j];
-    float v43[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v43[j] = ht[e * 64 + lane + 32 * j];
-    float v44[1];
-    #pragma unroll
-    for (int m = 0; m < 1; ++m) {  // one warp-wide sum per output element
-      float partial = 0.f;
-    #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = lane + 32 * j;
-        if (idx / 64 == m) partial += v43[j] * v42[j];
-      }
-      v44[m] = warp_sum(partial);
-    }
-    float v45[1];
-    v45[0] = v41[0] + v44[0];
-    float v46[1];
-    v46[0] = (v45[0] > 0.f ? 1.f : 0.2f);
-    float v47[1];
-    v47[0] = v38[0] * v46[0];
-    float v48[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v48[j] = ht[e * 64 + lane + 32 * j];
-    float v49[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v49[j] = v47[0] * v48[j];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) t___wg1[e * 64 + lane + 32 * j] = v49[j];
+    for (int j = 0; j < 2; ++j) wg1[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_ht[j];
     // e["d_hs"] += e["d_msg"]
-    float v50[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v50[j] = d_msg[e * 64 + lane + 32 * j];
+    for (int j = 0; j < 2; ++j) v_d_hs[j] += v_d_msg[j];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v12[j] += v50[j];
+    for (int j = 0; j < 2; ++j) d_hs[e * 64 + lane + 32 * j] = v_d_hs[j];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) d_hs[e * 64 + lane + 32 * j] = v12[j];
+    for (int j = 0; j < 2; ++j) t___wg0[e * 64 + lane + 32 * j] = wg0[j];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) d_ht[e * 64 + lane + 32 * j] = v_d_ht[j];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) t___wg1[e * 64 + lane + 32 * j] = wg1[j];
   }
 }
 
@@ -1053,10 +681,7 @@ __global__ void __launch_bounds__(256) rgat_bw_wgrad_d_W_2(
   }
 }
 
-// rgat_bw_sum_d_feature: traversal instance, one warp per node
-//   for n in g.dst_nodes():
-//       for e in n.incoming_edges():
-//           n["d_feature"] += __scatter
+// rgat_bw_sum_d_feature: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
@@ -1067,27 +692,24 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float f_d_feature[2];
+    float v_d_feature[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) f_d_feature[j] = d_feature[n * 64 + lane + 32 * j];
+    for (int j = 0; j < 2; ++j) v_d_feature[j] = 0.0f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      float scatter[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) scatter[j] = t_d_feature_edges[e * 64 + lane + 32 * j];
       // n["d_feature"] += __scatter
-      float v0[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v0[j] = t_d_feature_edges[e * 64 + lane + 32 * j];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) f_d_feature[j] += v0[j];
+      for (int j = 0; j < 2; ++j) v_d_feature[j] += scatter[j];
     }
     #pragma unroll
-    for (int j = 0; j < 2; ++j) d_feature[n * 64 + lane + 32 * j] = f_d_feature[j];
+    for (int j = 0; j < 2; ++j) d_feature[n * 64 + lane + 32 * j] = v_d_feature[j];
   }
 }
 
-// rgat_bw_sum_d_feature_2: traversal instance, one warp per node
-//   for n in g.src_nodes():
-//       for e in n.outgoing_edges():
-//           n["d_feature"] += __scatter
+// rgat_bw_sum_d_feature_2: traversal instance, one warp per source node
 __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
     int64_t num_rows,
     const int32_t* __restrict__ out_ptr,
@@ -1098,20 +720,20 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float f_d_feature[2];
+    float v_d_feature[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) f_d_feature[j] = d_feature[n * 64 + lane + 32 * j];
+    for (int j = 0; j < 2; ++j) v_d_feature[j] = d_feature[n * 64 + lane + 32 * j];
     for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
       const int64_t e = out_eid[i_e];
+      float scatter[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) scatter[j] = t_d_feature_edges_2[e * 64 + lane + 32 * j];
       // n["d_feature"] += __scatter
-      float v0[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v0[j] = t_d_feature_edges_2[e * 64 + lane + 32 * j];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) f_d_feature[j] += v0[j];
+      for (int j = 0; j < 2; ++j) v_d_feature[j] += scatter[j];
     }
     #pragma unroll
-    for (int j = 0; j < 2; ++j) d_feature[n * 64 + lane + 32 * j] = f_d_feature[j];
+    for (int j = 0; j < 2; ++j) d_feature[n * 64 + lane + 32 * j] = v_d_feature[j];
   }
 }
 

@@ -175,10 +175,7 @@ __global__ void __launch_bounds__(256) rgcn_fwt_gemm_h_edges(
   }
 }
 
-// rgcn_fwt_sum_h: traversal instance, one warp per node
-//   for n in g.dst_nodes():
-//       for e in n.incoming_edges():
-//           n["h"] += __scatter
+// rgcn_fwt_sum_h: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
@@ -189,20 +186,20 @@ __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float f_h[2];
+    float v_h[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) f_h[j] = h[n * 64 + lane + 32 * j];
+    for (int j = 0; j < 2; ++j) v_h[j] = h[n * 64 + lane + 32 * j];
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
+      float scatter[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) scatter[j] = t_h_edges[e * 64 + lane + 32 * j];
       // n["h"] += __scatter
-      float v0[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v0[j] = t_h_edges[e * 64 + lane + 32 * j];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) f_h[j] += v0[j];
+      for (int j = 0; j < 2; ++j) v_h[j] += scatter[j];
     }
     #pragma unroll
-    for (int j = 0; j < 2; ++j) h[n * 64 + lane + 32 * j] = f_h[j];
+    for (int j = 0; j < 2; ++j) h[n * 64 + lane + 32 * j] = v_h[j];
   }
 }
 
@@ -407,10 +404,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_wgrad_d_W0(
   }
 }
 
-// rgcn_bw_sum_d_feature: traversal instance, one warp per node
-//   for n in g.src_nodes():
-//       for e in n.outgoing_edges():
-//           n["d_feature"] += __scatter
+// rgcn_bw_sum_d_feature: traversal instance, one warp per source node
 __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
     int64_t num_rows,
     const int32_t* __restrict__ out_ptr,
@@ -421,20 +415,20 @@ __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float f_d_feature[2];
+    float v_d_feature[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) f_d_feature[j] = d_feature[n * 64 + lane + 32 * j];
+    for (int j = 0; j < 2; ++j) v_d_feature[j] = d_feature[n * 64 + lane + 32 * j];
     for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
       const int64_t e = out_eid[i_e];
+      float scatter[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) scatter[j] = t_d_feature_edges[e * 64 + lane + 32 * j];
       // n["d_feature"] += __scatter
-      float v0[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v0[j] = t_d_feature_edges[e * 64 + lane + 32 * j];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) f_d_feature[j] += v0[j];
+      for (int j = 0; j < 2; ++j) v_d_feature[j] += scatter[j];
     }
     #pragma unroll
-    for (int j = 0; j < 2; ++j) d_feature[n * 64 + lane + 32 * j] = f_d_feature[j];
+    for (int j = 0; j < 2; ++j) d_feature[n * 64 + lane + 32 * j] = v_d_feature[j];
   }
 }
 

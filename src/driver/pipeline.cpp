@@ -140,8 +140,7 @@ std::vector<intra::Program> lower_phases(const std::vector<Phase>& phases, const
   std::vector<intra::Program> programs;
   Diagnostics diags;
   for (const Phase& phase : phases) {
-    std::optional<intra::Program> program = passes::lower(phase.module, diags, phase.name);
-    if (program && !intra::check_shape_limits(*program, diags)) program.reset();
+    std::optional<intra::Program> program = passes::lower(phase.module, diags, phase.name);  // checks shape limits too
     if (!program) {
       if (phase.name == "forward") {
         diags.render(err);
@@ -216,9 +215,7 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
 
   if (opts.emit == "intra-ir") {
     files = OutputSet{};
-    std::string text;
-    for (const auto& p : programs) text += (text.empty() ? "" : "\n") + intra::print_program(p);
-    files.add(model + ".intra.ir", text);
+    files.add(model + ".intra.ir", intra::print_programs(programs));
     return 0;
   }
   // Banners name the spec as given when relative (specs/rgat.yaml), by file name when absolute, so the output
@@ -256,7 +253,7 @@ int run_pass(const SourceFile& ir, const Options& opts, std::ostream& out, std::
       phases.push_back({opts.phase, passes::fuse_loops(*t)});
     } else if (t && pass == "lower") {
       std::optional<intra::Program> p = passes::lower(*t, diags, opts.phase);
-      if (p && intra::check_shape_limits(*p, diags)) {
+      if (p) {  // lower checks the shape limits
         if (std::string e = intra::verify_program(*p); !e.empty()) {
           err << "hectorgen: internal error: intra-operator IR (" << opts.phase << "): " << e << "\n";
           return kInternalError;

@@ -18,7 +18,6 @@ using namespace inter;
 using intra::GemmInstance;
 using intra::Program;
 using intra::TensorInfo;
-using intra::TraversalInstance;
 
 std::string capitalize(const std::string& s) {
   std::string r = s;
@@ -78,7 +77,7 @@ std::string grid_expr(const intra::LaunchConfig& c, const std::string& rows, con
 }
 
 GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
-  const GemmInstance& g = k.gemm;
+  const GemmInstance& g = std::get<GemmInstance>(k);
   const intra::LaunchConfig launch = intra::launch_config(p, k);
   Vars v;
   v["name"] = g.name;
@@ -194,7 +193,7 @@ std::string gather_row(intra::Gather g) {
 }
 
 GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
-  const intra::WeightGradInstance& w = k.wgrad;
+  const intra::WeightGradInstance& w = std::get<intra::WeightGradInstance>(k);
   const intra::LaunchConfig launch = intra::launch_config(p, k);
   Vars v;
   std::string seg = w.segments == intra::Segments::Etype ? "etype" : w.segments == intra::Segments::Ntype ? "ntype" : "";
@@ -241,7 +240,7 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
 }
 
 GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
-  const intra::SegmentSumInstance& ss = k.segsum;
+  const intra::SegmentSumInstance& ss = std::get<intra::SegmentSumInstance>(k);
   const intra::LaunchConfig launch = intra::launch_config(p, k);
   Vars v;
   std::string seg = ss.segments == intra::Segments::Etype ? "etype" : ss.segments == intra::Segments::Ntype ? "ntype" : "";
@@ -269,13 +268,13 @@ GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
 
 static bool has_torch_fallback(const Program& p) {
   for (const auto& k : p.kernels)
-    if (k.kind == intra::Kernel::Kind::Torch) return true;
+    if (std::holds_alternative<intra::TorchInstance>(k)) return true;
   return false;
 }
 
 struct KernelsCode {
   std::string kernels, launchers;
-  bool warp_sum = false;
+  std::set<std::string> helpers;
   int gemms = 0, travs = 0;
 };
 
@@ -298,60 +297,53 @@ static std::string kernel_identity(const std::string& code, const std::string& n
 
 static KernelsCode phase_kernels(const Program& p, std::map<std::string, std::string>& emitted) {
   std::string kernels, launchers, forward;
-  bool warp_sum = false;
+  std::set<std::string> helpers;
   int gemms = 0, travs = 0;
-  std::set<std::string> written;
-  for (const TensorInfo& t : p.tensors)
-    if (t.role == intra::Role::Input || t.role == intra::Role::Weight) written.insert(t.name);
   for (const auto& k : p.kernels) {
     std::string body;
     const size_t kernel_mark = kernels.size();
-    if (k.kind == intra::Kernel::Kind::Gemm) {
+    if (std::holds_alternative<GemmInstance>(k)) {
       GemmCode c = emit_gemm(p, k);
       kernels += "\n" + c.kernel;
       body = c.launcher;
-      written.insert(k.gemm.y);
       ++gemms;
-    } else if (k.kind == intra::Kernel::Kind::WeightGrad) {
+    } else if (std::holds_alternative<intra::WeightGradInstance>(k)) {
       GemmCode c = emit_wgrad(p, k);
       kernels += "\n" + c.kernel;
       body = c.launcher;
-      written.insert(k.wgrad.dw);
       ++gemms;
-    } else if (k.kind == intra::Kernel::Kind::SegmentSum) {
+    } else if (std::holds_alternative<intra::SegmentSumInstance>(k)) {
       GemmCode c = emit_segsum(p, k);
       kernels += "\n" + c.kernel;
       body = c.launcher;
-      written.insert(k.segsum.dw);
-    } else if (k.kind == intra::Kernel::Kind::Traversal) {
-      TraversalCode r = emit_traversal(p, k.trav, written);
+    } else if (auto* t = std::get_if<intra::TraversalInstance>(&k)) {
+      TraversalCode r = emit_traversal(p, *t);
       kernels += "\n" + r.kernel;
       body = r.launcher;
-      warp_sum |= r.uses_warp_sum;
-      written.insert(r.written.begin(), r.written.end());
+      helpers.insert(r.helpers.begin(), r.helpers.end());
       ++travs;
     } else {
-      written.insert(k.trav.torch_target);
-      continue;  // runs in the host code
+      continue;  // a PyTorch instance runs in the host code
     }
+    const std::string& name = intra::kernel_name(k);
     // Reuse an identical kernel emitted earlier (the launcher calls it instead).
     std::string kernel_code = kernels.substr(kernel_mark);
-    std::string identity = kernel_identity(kernel_code, k.name());
+    std::string identity = kernel_identity(kernel_code, name);
     if (auto it = emitted.find(identity); it != emitted.end()) {
       kernels.resize(kernel_mark);
-      for (size_t at = body.find(k.name() + "<<<"); at != std::string::npos; at = body.find(k.name() + "<<<", at))
-        body.replace(at, k.name().size(), it->second);
+      for (size_t at = body.find(name + "<<<"); at != std::string::npos; at = body.find(name + "<<<", at))
+        body.replace(at, name.size(), it->second);
       body = fmt::format("  // same kernel as {}\n", it->second) + body;
     } else {
-      emitted.emplace(identity, k.name());
+      emitted.emplace(identity, name);
     }
-    launchers += "\n" + launcher_function(p, k.name(), body);
-    forward += fmt::format("  if (cudaError_t err = launch_{}(a, stream); err != cudaSuccess) return err;\n", k.name());
+    launchers += "\n" + launcher_function(p, name, body);
+    forward += fmt::format("  if (cudaError_t err = launch_{}(a, stream); err != cudaSuccess) return err;\n", name);
   }
   if (!has_torch_fallback(p))
     launchers += fmt::format("\ncudaError_t {}_{}(const {}& a, cudaStream_t stream) {{\n{}  return cudaSuccess;\n}}\n",
                              p.model, p.phase, args_struct(p), forward);
-  return KernelsCode{kernels, launchers, warp_sum, gemms, travs};
+  return KernelsCode{kernels, launchers, helpers, gemms, travs};
 }
 
 std::string emit_kernels_cu(const std::vector<Program>& phases, const EmitContext& ctx) {
@@ -363,7 +355,7 @@ std::string emit_kernels_cu(const std::vector<Program>& phases, const EmitContex
     KernelsCode c = phase_kernels(ph, emitted);
     all.kernels += fmt::format("\n// ==== {} ====\n", ph.phase) + c.kernels;
     all.launchers += c.launchers;
-    all.warp_sum |= c.warp_sum;
+    all.helpers.insert(c.helpers.begin(), c.helpers.end());
     all.gemms += c.gemms;
     all.travs += c.travs;
     phase_names += (phase_names.empty() ? "" : ", ") + ph.phase;
@@ -372,13 +364,7 @@ std::string emit_kernels_cu(const std::vector<Program>& phases, const EmitContex
   v["phases"] = phase_names;
   v["num_gemm"] = std::to_string(all.gemms);
   v["num_traversal"] = std::to_string(all.travs);
-  v["helpers"] = all.warp_sum ? "// Sum of `v` over the 32 lanes of the warp, returned to every lane.\n"
-                                "__device__ __forceinline__ float warp_sum(float v) {\n"
-                                "#pragma unroll\n"
-                                "  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);\n"
-                                "  return v;\n"
-                                "}\n"
-                              : "";
+  v["helpers"] = device_helpers(all.helpers);
   v["kernels"] = all.kernels;
   v["launchers"] = all.launchers.substr(1);
   return render_template("cuda/kernels.cu.in", v);
@@ -412,8 +398,8 @@ std::string emit_kernels_h(const std::vector<Program>& phases, const EmitContext
     w.line();
     w.line("// One launcher per kernel instance, in execution order; each returns the launch error, if any.");
     for (const auto& k : ph.kernels)
-      if (k.kind != intra::Kernel::Kind::Torch)
-        w.line(fmt::format("cudaError_t launch_{}(const {}& args, cudaStream_t stream);", k.name(), args_struct(ph)));
+      if (!std::holds_alternative<intra::TorchInstance>(k))
+        w.line(fmt::format("cudaError_t launch_{}(const {}& args, cudaStream_t stream);", intra::kernel_name(k), args_struct(ph)));
     if (has_torch_fallback(ph)) {
       w.line(fmt::format("// Parts of the {} pass run as PyTorch calls ({}_host.cpp): there is no torch-free {}_{}().", ph.phase,
                          ph.model, ph.model, ph.phase));
@@ -426,7 +412,7 @@ std::string emit_kernels_h(const std::vector<Program>& phases, const EmitContext
   v["structs"] = structs.substr(0, structs.size() - 2);
   int tile = 16;
   for (const auto& k : p.kernels)
-    if (k.kind == intra::Kernel::Kind::Gemm) tile = k.gemm.tile;
+    if (auto* g = std::get_if<GemmInstance>(&k)) tile = g->tile;
   v["tile"] = std::to_string(tile);
   return render_template("cuda/kernels.h.in", v);
 }

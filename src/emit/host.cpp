@@ -152,8 +152,8 @@ static std::string emit_op(const Program& p) {
   v["returns"] = p.saved.empty() ? "the outputs" : "the outputs, then the tensors the backward pass needs";
   std::string launches;
   for (const auto& k : p.kernels) {
-    if (k.kind == intra::Kernel::Kind::Torch) launches += emit_torch_block(p, k.trav);
-    else launches += fmt::format("  C10_CUDA_CHECK(launch_{}(a, stream));\n", k.name());
+    if (auto* t = std::get_if<intra::TorchInstance>(&k)) launches += emit_torch_block(p, *t);
+    else launches += fmt::format("  C10_CUDA_CHECK(launch_{}(a, stream));\n", intra::kernel_name(k));
   }
   v["launches"] = launches.substr(0, launches.size() - 1);
   return render_template("host/op.cpp.in", v);
@@ -226,7 +226,7 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
   v["graph_arrays"] = arr;
   int tile = 16;
   for (const auto& k : p.kernels)
-    if (k.kind == intra::Kernel::Kind::Gemm) tile = k.gemm.tile;
+    if (auto* g = std::get_if<intra::GemmInstance>(&k)) tile = g->tile;
   v["tile"] = std::to_string(tile);
   v["runtime_version"] = runtime_version();
   v["runtime_major"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MAJOR);
@@ -412,10 +412,10 @@ std::string emit_manifest(const std::vector<Program>& phases, const EmitContext&
   for (const Program& ph : phases)
   for (const auto& k : ph.kernels) {
     nlohmann::ordered_json x;
-    x["name"] = k.name();
+    x["name"] = intra::kernel_name(k);
     x["phase"] = ph.phase;
-    if (k.kind == intra::Kernel::Kind::Gemm) {
-      const auto& g = k.gemm;
+    if (auto* gp = std::get_if<intra::GemmInstance>(&k)) {
+      const auto& g = *gp;
       x["template"] = "gemm";
       x["rows"] = g.edge_rows ? "edges" : "nodes";
       x["x"] = g.x;
@@ -431,16 +431,20 @@ std::string emit_manifest(const std::vector<Program>& phases, const EmitContext&
       x["n"] = g.n;
       x["tile"] = g.tile;
       x["coarsen"] = g.coarsen;
-    } else if (k.kind == intra::Kernel::Kind::WeightGrad) {
+    } else if (auto* w = std::get_if<intra::WeightGradInstance>(&k)) {
       x["template"] = "weight_grad";
-      x["dw"] = k.wgrad.dw;
-    } else if (k.kind == intra::Kernel::Kind::SegmentSum) {
+      x["dw"] = w->dw;
+    } else if (auto* ss = std::get_if<intra::SegmentSumInstance>(&k)) {
       x["template"] = "segment_sum";
-      x["dw"] = k.segsum.dw;
+      x["dw"] = ss->dw;
+    } else if (auto* t = std::get_if<intra::TorchInstance>(&k)) {
+      x["template"] = "pytorch";
+      x["rows"] = is_edge_loop(t->loop->loop) ? "edges" : "nodes";
     } else {
-      x["template"] = k.kind == intra::Kernel::Kind::Torch ? "pytorch" : "traversal";
-      x["rows"] = is_edge_loop(k.trav.loop->loop) ? "edges" : "nodes";
-      x["threads"] = k.trav.threads;
+      const auto& tr = std::get<intra::TraversalInstance>(k);
+      x["template"] = "traversal";
+      x["rows"] = tr.rows == LoopKind::Edges ? "edges" : "nodes";
+      x["threads"] = tr.threads;
     }
     j["kernels"].push_back(x);
   }
@@ -456,9 +460,7 @@ void emit_all(const std::vector<Program>& phases, const EmitContext& ctx, Output
   out.add(p.model + ".py", emit_python(phases, ctx));
   out.add("CMakeLists.txt", emit_cmake(p, ctx));
   out.add("manifest.json", emit_manifest(phases, ctx));
-  std::string intra;
-  for (const Program& ph : phases) intra += (intra.empty() ? "" : "\n") + fmt::format("# ==== {} ====\n", ph.phase) + intra::print_program(ph);
-  out.add(p.model + ".intra.ir", intra);
+  out.add(p.model + ".intra.ir", intra::print_programs(phases));
 }
 
 }  // namespace hectorgen::emit

@@ -1,4 +1,4 @@
-// The traversal-instance code generator (see traversal.cpp).
+// The CUDA printer of traversal instances (see traversal.cpp).
 #pragma once
 
 #include <set>
@@ -10,13 +10,13 @@ namespace hectorgen::emit {
 
 struct TraversalCode {
   std::string kernel, launcher;
-  bool uses_warp_sum = false;
-  std::set<std::string> written;  // tensors this kernel stores
+  std::set<std::string> helpers;  // device helpers the kernel calls: warp_sum, warp_max
 };
 
-// `written_before`: tensors earlier kernels of the phase stored (accumulations load them instead of 0).
-TraversalCode emit_traversal(const intra::Program& p, const intra::TraversalInstance& t,
-                             const std::set<std::string>& written_before);
+TraversalCode emit_traversal(const intra::Program& p, const intra::TraversalInstance& t);
+
+// The definitions of the device helpers `names` (in a fixed order), for the top of the kernels file.
+std::string device_helpers(const std::set<std::string>& names);
 
 // A float literal for generated CUDA (`0.2f`, `1.0f`).
 std::string float_literal(double v);

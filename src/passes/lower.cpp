@@ -7,6 +7,7 @@
 #include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/typing.h"
+#include "ir/intra/launch.h"
 #include "passes/passes.h"
 
 namespace hectorgen::passes {
@@ -16,7 +17,6 @@ using intra::GemmInstance;
 using intra::Kernel;
 using intra::Role;
 using intra::TensorInfo;
-using intra::TraversalInstance;
 
 namespace {
 
@@ -93,6 +93,8 @@ class Lowering {
       if (!aliased_.count(t.name)) kept.push_back(t);
     p_.tensors = kept;
     p_.aliases = alias_;
+    // Shapes the kernels cannot handle, at the declaration or statement at fault.
+    if (!intra::check_shape_limits(p_, traversal_sources_, d_)) return std::nullopt;
     return std::move(p_);
   }
 
@@ -169,7 +171,7 @@ class Lowering {
   void flush(LoopCtx& ctx, Stage& stage) {
     if (stage.empty()) return;
     const Stmt& L = *ctx.loop;
-    TraversalInstance t;
+    intra::TraversalSource t;
     t.loop = Stmt::for_loop(L.var, L.loop, L.parent, stage.top, L.loc);
     t.threads = m_.decl.options.schedule.traversal_threads;
     // Locals of this stage that later statements of the loop use must be stored.
@@ -192,11 +194,11 @@ class Lowering {
     t.name = unique(fmt::format("{}_{}_{}", prefix_, edge ? "edges" : "nodes", first.empty() ? "loop" : first));
     for (const StmtP& s : stage.top)
       if (s->kind == StmtKind::For) p_.layouts.insert(s->loop == LoopKind::OutgoingEdges ? intra::layout::kCsrBySrc : intra::layout::kCsrByDst);
-    p_.kernels.push_back(Kernel::of(Kernel::Kind::Traversal, t));
+    push_traversal(t);
     stage = Stage{};
     for (auto& ss : pending_segment_sums_) {
       ss.v = ctx.materialized.at(ss.v);
-      p_.kernels.push_back(Kernel::of(ss));
+      p_.kernels.push_back(ss);
     }
     pending_segment_sums_.clear();
     emit_gather_sums(ctx);
@@ -206,7 +208,7 @@ class Lowering {
   void emit_gather_sums(const LoopCtx& ctx) {
     for (GatherSum& gs : pending_gather_sums_) {
       std::string edges = gs.is_local ? ctx.materialized.at(gs.edges) : gs.edges;
-      TraversalInstance t;
+      intra::TraversalSource t;
       std::string local = "__scatter";
       // for n in g.dst_nodes(): for e in n.incoming_edges(): n[field] += __scatter   (or src / outgoing)
       Type scatter = Type::tensor(Domain::Edge, tensor(edges).shape);
@@ -222,9 +224,20 @@ class Lowering {
       t.name = unique(fmt::format("{}_sum_{}", prefix_, gs.field));
       p_.layouts.insert(gs.via_src ? intra::layout::kCsrBySrc : intra::layout::kCsrByDst);
       note_write(gs.field, true);
-      p_.kernels.push_back(Kernel::of(Kernel::Kind::Traversal, t));
+      push_traversal(t);
     }
     pending_gather_sums_.clear();
+  }
+
+  // Lowers a traversal stage to its instance, given what the kernels before it stored.
+  void push_traversal(const intra::TraversalSource& t) {
+    std::set<std::string> before;
+    for (const TensorInfo& ti : p_.tensors)
+      if (ti.role == Role::Input || ti.role == Role::Weight) before.insert(ti.name);
+    for (const Kernel& k : p_.kernels)
+      for (const std::string& w : intra::kernel_writes(k)) before.insert(w);
+    p_.kernels.push_back(lower_traversal(p_, t, before));
+    traversal_sources_.push_back(t);
   }
 
   static std::string first_target(const std::vector<StmtP>& body) {
@@ -355,7 +368,7 @@ class Lowering {
     flush(ctx, stage);  // stores the locals this statement reads
     const Stmt& L = *ctx.loop;
     StmtP body = inner ? Stmt::for_loop(inner->var, inner->loop, inner->parent, {s}, inner->loc) : s;
-    TraversalInstance t;
+    intra::TorchInstance t;
     t.loop = Stmt::for_loop(L.var, L.loop, L.parent, {body}, L.loc);
     const Expr& target = *s->target;
     std::string written;
@@ -371,11 +384,11 @@ class Lowering {
       note_write(written, aggregates);
     }
     written_.insert(written);
-    t.torch_target = written;
+    t.target = written;
     t.materialized = ctx.materialized;
     t.field_tensor = alias_;
     t.name = unique(fmt::format("{}_torch_{}", prefix_, written.rfind("t_", 0) == 0 ? written.substr(2) : written));
-    p_.kernels.push_back(Kernel::of(Kernel::Kind::Torch, t));
+    p_.kernels.push_back(t);
   }
 
   bool is_field_of_own_element(const ExprP& e, const LoopCtx& ctx) {
@@ -500,7 +513,7 @@ class Lowering {
     }
     note_write(g.y, g.accumulate || g.scatter != intra::Gather::None);
     g.name = unique(fmt::format("{}_gemm_{}", prefix_, g.y.rfind("t_", 0) == 0 ? g.y.substr(2) : g.y));
-    p_.kernels.push_back(Kernel::of(g));
+    p_.kernels.push_back(g);
     return true;
   }
 
@@ -566,7 +579,7 @@ class Lowering {
     note_write(w.dw, /*accumulates=*/true);  // the kernel adds into dW: it must start at zero
     w.name = unique(fmt::format("{}_wgrad_{}", prefix_, o->name));
     if (w.segments == intra::Segments::Etype) p_.layouts.insert(intra::layout::kSortedCoo);
-    p_.kernels.push_back(Kernel::of(w));
+    p_.kernels.push_back(w);
     return true;
   }
 
@@ -621,7 +634,7 @@ class Lowering {
       // What the traversal template cannot compute (slice, concat): PyTorch calls store v per row first.
       torch_fallback(out, out.get(), ctx, stage, inner, nullptr);
       ss.v = ctx.materialized.at(local);
-      p_.kernels.push_back(Kernel::of(ss));
+      p_.kernels.push_back(ss);
       return nullptr;
     }
     pending_segment_sums_.push_back(ss);
@@ -819,13 +832,23 @@ class Lowering {
   std::map<std::string, Type> local_types_;
   std::set<std::string> force_materialize_;
   std::vector<intra::SegmentSumInstance> pending_segment_sums_;
+  std::vector<intra::TraversalSource> traversal_sources_;  // of the traversal instances, for check_shape_limits
   int wg_count_ = 0;
 };
 
 }  // namespace
 
 std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const std::string& phase) {
-  return Lowering(m, diags, phase).run();
+  try {
+    return Lowering(m, diags, phase).run();
+  } catch (const std::logic_error& e) {
+    // A traversal kernel the verifier rejects (e.g. a node field both stored and atomically updated by one
+    // kernel) is a loop nest the templates cannot run safely yet: refuse it rather than emit a race.
+    std::string what = e.what();
+    diags.error({}, "unsupported", "the " + phase + " pass needs a kernel the traversal template cannot run safely: " +
+                                       what.substr(0, what.find('\n')));
+    return std::nullopt;
+  }
 }
 
 }  // namespace hectorgen::passes

@@ -14,11 +14,24 @@ inter::Module inline_functions(const inter::Module& m, Diagnostics& diags);
 
 }  // namespace hectorgen::passes
 
+#include <map>
 #include <optional>
+#include <set>
 
 #include "ir/intra/intra.h"
 
 namespace hectorgen::passes {
+
+// Lowers a traversal stage to a traversal instance (lower_traversal.cpp), deciding everything the CUDA
+// printer then just prints: one warp per row; values of 32 or more elements spread over the lanes, smaller
+// ones replicated; locals, the row's edge fields and, in node loops, the node's fields kept in registers
+// for the iteration (node aggregates without atomics) and stored once at its end; read-only rows loaded
+// once, at the top of the loop that owns their row; dot/sum as warp reductions, computed once per value;
+// element-wise values inlined into the instruction that consumes them; the syncs cross-lane exchanges
+// through global memory need. `written_before`: tensors that hold data when the kernel starts (inputs,
+// weights, what earlier kernels stored); other tensors read as zero.
+intra::TraversalInstance lower_traversal(const intra::Program& p, const intra::TraversalSource& src,
+                                         const std::set<std::string>& written_before);
 
 // Lowers a typed module (inter::typecheck) to kernels, greedily by preference: linear transforms become GEMM instances
 // (fusing a following per-row scale and scatter-aggregation into the GEMM when the statement has that

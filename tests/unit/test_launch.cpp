@@ -28,6 +28,7 @@ intra::Program program(int64_t heads, int64_t k, int64_t n) {
                {"v", intra::Role::Temp, Per::Edge, {heads, n}, false, ""},
                {"d_w", intra::Role::Output, Per::Etype, {heads, k, n}, false, ""},
                {"d_v", intra::Role::Output, Per::Etype, {heads, n}, false, ""}};
+  p.layouts = {intra::layout::kSortedCoo};
   return p;
 }
 
@@ -44,7 +45,7 @@ Kernel gemm(int64_t heads, int64_t k, int64_t n, int tile = 16, int coarsen = 1)
   g.n = n;
   g.tile = tile;
   g.coarsen = coarsen;
-  return Kernel::of(g);
+  return Kernel{g};
 }
 
 Kernel wgrad(int64_t heads, int64_t k, int64_t n, int tile = 16, int coarsen = 1) {
@@ -60,7 +61,7 @@ Kernel wgrad(int64_t heads, int64_t k, int64_t n, int tile = 16, int coarsen = 1
   w.n = n;
   w.tile = tile;
   w.coarsen = coarsen;
-  return Kernel::of(w);
+  return Kernel{w};
 }
 
 Kernel segsum(int64_t numel) {
@@ -71,15 +72,16 @@ Kernel segsum(int64_t numel) {
   s.edge_rows = true;
   s.segments = intra::Segments::Etype;
   s.numel = numel;
-  return Kernel::of(s);
+  return Kernel{s};
 }
 
 Kernel traversal(int threads) {
   intra::TraversalInstance t;
   t.name = "m_edges";
-  t.loop = inter::Stmt::for_loop("e", inter::LoopKind::Edges, "g", {});
+  t.rows = inter::LoopKind::Edges;
+  t.row = "e";
   t.threads = threads;
-  return Kernel::of(Kernel::Kind::Traversal, t);
+  return Kernel{t};
 }
 
 std::string verify(const Kernel& k, int64_t heads = 1, int64_t kk = 64, int64_t n = 64) {
@@ -240,7 +242,7 @@ TEST_CASE("the intra verifier rejects kernel instances that cannot launch", "[la
   CHECK(verify(gemm(1, 64, 64, 16, 3)).find("coarsening 3") != std::string::npos);
   CHECK(verify(gemm(1, 64, 64, 16, 0)).find("0 threads per block") != std::string::npos);
   Kernel bounded = gemm(1, 64, 64, 32, 1);
-  bounded.gemm.launch_bounds = 3;
+  std::get<intra::GemmInstance>(bounded).launch_bounds = 3;
   CHECK(verify(bounded).find("3 resident blocks of 1024 threads") != std::string::npos);
   CHECK(verify(wgrad(1, 64, 64, 64, 4)).empty());
   CHECK(verify(wgrad(1, 64, 64, 64, 1)).find("m_wgrad: 4096 threads per block") != std::string::npos);
@@ -270,12 +272,11 @@ std::string lower_forward(const std::string& text, intra::Program* out = nullptr
   inter::Module fused = passes::fuse_loops(*c->module);
   Diagnostics d;
   REQUIRE(inter::verify(fused, d));
-  auto p = passes::lower(fused, d, "forward");
-  REQUIRE(p);
-  bool ok = intra::check_shape_limits(*p, d);
+  auto p = passes::lower(fused, d, "forward");  // checks the shape limits
   std::ostringstream s;
   d.render(s);
-  if (ok) CHECK(intra::verify_program(*p).empty());
+  if (!p) return s.str();
+  CHECK(intra::verify_program(*p).empty());
   if (out) *out = *p;
   return s.str();
 }

@@ -41,9 +41,10 @@ Lowered lower_all(const std::string& spec) {
   return out;
 }
 
-int count(const intra::Program& p, Kernel::Kind kind) {
+template <class Instance>
+int count(const intra::Program& p) {
   int n = 0;
-  for (const auto& k : p.kernels) n += k.kind == kind;
+  for (const auto& k : p.kernels) n += std::holds_alternative<Instance>(k);
   return n;
 }
 
@@ -53,8 +54,8 @@ TEST_CASE("RGCN forward is two GEMMs, the second scaling rows and scattering int
   auto l = lower_all("rgcn.yaml");
   const intra::Program& fw = l.phases[0];
   REQUIRE(fw.kernels.size() == 2);
-  REQUIRE(count(fw, Kernel::Kind::Gemm) == 2);
-  const intra::GemmInstance& g = fw.kernels[1].gemm;
+  REQUIRE(count<intra::GemmInstance>(fw) == 2);
+  const intra::GemmInstance& g = std::get<intra::GemmInstance>(fw.kernels[1]);
   CHECK(g.edge_rows);
   CHECK(g.gather == intra::Gather::Src);
   CHECK(g.segments == intra::Segments::Etype);
@@ -65,9 +66,9 @@ TEST_CASE("RGCN forward is two GEMMs, the second scaling rows and scattering int
 TEST_CASE("RGAT forward fuses the edge softmax: two GEMMs, one edge and one node traversal", "[lowering]") {
   auto l = lower_all("rgat.yaml");
   const intra::Program& fw = l.phases[0];
-  CHECK(count(fw, Kernel::Kind::Gemm) == 2);
-  CHECK(count(fw, Kernel::Kind::Traversal) == 2);
-  CHECK(count(fw, Kernel::Kind::Torch) == 0);
+  CHECK(count<intra::GemmInstance>(fw) == 2);
+  CHECK(count<intra::TraversalInstance>(fw) == 2);
+  CHECK(count<intra::TorchInstance>(fw) == 0);
   // e["msg"] = hs is an alias of the GEMM output, not a copy.
   CHECK(fw.aliases.at("msg") == "t_hs");
 }
@@ -80,12 +81,12 @@ TEST_CASE("training phases are deterministic: no atomic scatters, weight gradien
     for (size_t i = 1; i < l.phases.size(); ++i) {
       const intra::Program& p = l.phases[i];
       for (const auto& k : p.kernels)
-        if (k.kind == Kernel::Kind::Gemm) CHECK(k.gemm.scatter == intra::Gather::None);
+        if (auto* g = std::get_if<intra::GemmInstance>(&k)) CHECK(g->scatter == intra::Gather::None);
       std::string cu = emit::emit_kernels_cu({p}, emit::EmitContext{"spec", "test"});
       CHECK(cu.find("atomicAdd") == std::string::npos);
     }
     const intra::Program& bw = l.phases[2];
-    CHECK(count(bw, Kernel::Kind::WeightGrad) + count(bw, Kernel::Kind::SegmentSum) >= 2);
+    CHECK(count<intra::WeightGradInstance>(bw) + count<intra::SegmentSumInstance>(bw) >= 2);
   }
 }
 

@@ -218,8 +218,8 @@ program: |
   const intra::TensorInfo* t = p->find("t_lin_0");
   REQUIRE(t);
   CHECK(t->shape == std::vector<int64_t>{4, 8});
-  REQUIRE(p->kernels.front().kind == intra::Kernel::Kind::Gemm);
-  CHECK(p->kernels.front().gemm.heads == 4);
+  REQUIRE(std::holds_alternative<intra::GemmInstance>(p->kernels.front()));
+  CHECK(std::get<intra::GemmInstance>(p->kernels.front()).heads == 4);
 }
 
 TEST_CASE("lowering: a weight-gradient operand computed by concat is stored with its real shape", "[lowering]") {
@@ -247,11 +247,11 @@ program: |
   REQUIRE(t);
   CHECK(t->shape == std::vector<int64_t>{8});  // operand_shape said [4] (concat's first argument)
   // concat is not a traversal operator: the operand is stored by the PyTorch fallback, then the GEMM reads it.
-  std::vector<intra::Kernel::Kind> kinds;
-  for (const auto& k : p->kernels) kinds.push_back(k.kind);
-  CHECK(kinds == std::vector<intra::Kernel::Kind>{intra::Kernel::Kind::Gemm, intra::Kernel::Kind::Torch,
-                                                  intra::Kernel::Kind::WeightGrad});
-  CHECK(p->kernels.back().wgrad.n == 8);
+  std::vector<size_t> kinds;
+  for (const auto& k : p->kernels) kinds.push_back(k.index());
+  CHECK(kinds == std::vector<size_t>{intra::Kernel(intra::GemmInstance{}).index(), intra::Kernel(intra::TorchInstance{}).index(),
+                                     intra::Kernel(intra::WeightGradInstance{}).index()});
+  CHECK(std::get<intra::WeightGradInstance>(p->kernels.back()).n == 8);
   Run r = run_driver(spec_file("outer_concat.yaml", c->file->text()), true);
   INFO(r.err);
   CHECK(r.code == 0);  // was an internal error: "does not support 'concat' inside a traversal"

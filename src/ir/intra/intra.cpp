@@ -1,10 +1,12 @@
+#include "ir/intra/intra.h"
+
 #include <fmt/format.h>
 
 #include <set>
 
 #include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
-#include "ir/intra/intra.h"
+#include "ir/inter/verifier.h"
 #include "ir/intra/launch.h"
 
 namespace hectorgen::intra {
@@ -15,7 +17,30 @@ const TensorInfo* Program::find(const std::string& name) const {
   return nullptr;
 }
 
-static const char* role_name(Role r) {
+const std::string& kernel_name(const Kernel& k) {
+  return std::visit([](const auto& x) -> const std::string& { return x.name; }, k);
+}
+
+namespace {
+void traversal_stores(const std::vector<Instr>& body, std::set<std::string>& out) {
+  for (const Instr& in : body) {
+    if (auto* s = std::get_if<Store>(&in.v)) out.insert(s->tensor);
+    if (auto* l = std::get_if<EdgeLoop>(&in.v)) traversal_stores(l->body, out);
+  }
+}
+}  // namespace
+
+std::set<std::string> kernel_writes(const Kernel& k) {
+  std::set<std::string> out;
+  if (auto* g = std::get_if<GemmInstance>(&k)) out.insert(g->y);
+  if (auto* w = std::get_if<WeightGradInstance>(&k)) out.insert(w->dw);
+  if (auto* s = std::get_if<SegmentSumInstance>(&k)) out.insert(s->dw);
+  if (auto* t = std::get_if<TorchInstance>(&k)) out.insert(t->target);
+  if (auto* t = std::get_if<TraversalInstance>(&k)) traversal_stores(t->body, out);
+  return out;
+}
+
+const char* to_string(Role r) {
   switch (r) {
     case Role::Input: return "input";
     case Role::Weight: return "weight";
@@ -25,6 +50,10 @@ static const char* role_name(Role r) {
   }
   return "?";
 }
+
+const char* to_string(Segments s) { return s == Segments::None ? "-" : s == Segments::Etype ? "etype" : "ntype"; }
+
+std::string gathered_row(Gather g) { return g == Gather::None ? "row" : g == Gather::Src ? "src[row]" : "dst[row]"; }
 
 bool traversal_supports(const inter::ExprP& e) {
   using inter::ExprKind;
@@ -41,86 +70,230 @@ bool traversal_supports(const inter::ExprP& e) {
   return true;
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Printer
+// ---------------------------------------------------------------------------------------------------
+namespace {
+
+std::string print_gemm(const GemmInstance& g) {
+  std::string x = fmt::format("{}[{}]", g.x, gathered_row(g.gather));
+  std::string y = g.scatter != Gather::None ? fmt::format("{}[{}] +=", g.y, gathered_row(g.scatter))
+                                            : fmt::format("{}[row] {}=", g.y, g.accumulate ? "+" : "");
+  std::string out = fmt::format("gemm {}:  {} {} · {}[{}]{}{}\n", g.name, y, x, g.w, to_string(g.segments), g.transpose_w ? "^T" : "",
+                                g.row_scalar.empty() ? "" : fmt::format(" * {}[row]", g.row_scalar));
+  out += fmt::format("    rows={} heads={} k={} n={} tile={} coarsen={} store={}{}\n", g.edge_rows ? "edges" : "nodes", g.heads, g.k,
+                     g.n, g.tile, g.coarsen, g.scatter != Gather::None ? "atomic" : g.accumulate ? "add" : "plain",
+                     g.launch_bounds ? fmt::format(" launch_bounds={}", *g.launch_bounds) : "");
+  return out + fmt::format("    from: {}\n", g.source);
+}
+
+std::string print_wgrad(const WeightGradInstance& w) {
+  std::string out = fmt::format("wgrad {}:  {}[{}] += sum over rows {}[{}]^T · {}[{}]{}\n", w.name, w.dw, to_string(w.segments), w.x,
+                                gathered_row(w.x_gather), w.dy, gathered_row(w.dy_gather),
+                                w.row_scalar.empty() ? "" : fmt::format(" * {}[row]", w.row_scalar));
+  out += fmt::format("    rows={} heads={} k={} n={} tile={} coarsen={} deterministic\n", w.edge_rows ? "edges" : "nodes", w.heads, w.k,
+                     w.n, w.tile, w.coarsen);
+  return out + fmt::format("    from: {}\n", w.source);
+}
+
+std::string print_segsum(const SegmentSumInstance& s) {
+  return fmt::format("segsum {}:  {}[{}] += sum over rows {}[row]\n    rows={} numel={} deterministic\n    from: {}\n", s.name, s.dw,
+                     to_string(s.segments), s.v, s.edge_rows ? "edges" : "nodes", s.numel, s.source);
+}
+
+std::string print_torch(const TorchInstance& t) {
+  std::string out = fmt::format("torch {}: target={}\n", t.name, t.target);
+  for (const auto& [local, tensor] : t.materialized) out += fmt::format("    local {} -> {}\n", local, tensor);
+  for (const auto& [field, tensor] : t.field_tensor) out += fmt::format("    field {} -> {}\n", field, tensor);
+  return out + inter::print_stmt(t.loop, "    ");
+}
+
+// The model's declarations as the inter-operator IR's header prints them, without its first line and
+// without `program:`.
+std::string print_decl(const inter::ModelDecl& d) {
+  inter::Module m;
+  m.decl = d;
+  std::string text = inter::print_module(m);
+  size_t model = text.find("\nmodel ");
+  size_t first = text.find('\n', model + 1) + 1;
+  size_t program = text.rfind("program:\n");
+  return text.substr(first, program - first);
+}
+
+}  // namespace
+
 std::string print_program(const Program& p) {
-  std::string out = fmt::format("# hectorgen intra-operator IR\nmodel {}\n", p.model);
+  std::string out = fmt::format("# hectorgen intra-operator IR\nmodel {}\nphase {}\n", p.model, p.phase);
+  out += print_decl(p.decl);
   std::string lay;
   for (const auto& l : p.layouts) lay += (lay.empty() ? "" : ", ") + l;
   out += fmt::format("layouts {}\n", lay);
-  for (const TensorInfo& t : p.tensors)
-    out += fmt::format("tensor {}: {} {}{}{}\n", t.name, role_name(t.role), inter::to_string(t.per), inter::shape_str(t.shape),
-                       t.zero_init ? " zero_init" : "");
+  for (const TensorInfo& t : p.tensors) {
+    out += fmt::format("tensor {}: {} {}{}", t.name, to_string(t.role), inter::to_string(t.per), inter::shape_str(t.shape));
+    if (t.zero_init) out += " zero_init";
+    if (!t.from_graph.empty()) out += fmt::format(" from_graph={}", t.from_graph);
+    out += "\n";
+  }
+  for (const auto& [field, tensor] : p.aliases) out += fmt::format("alias {} -> {}\n", field, tensor);
+  if (!p.saved.empty()) {
+    std::string s;
+    for (const auto& n : p.saved) s += (s.empty() ? "" : ", ") + n;
+    out += fmt::format("saved {}\n", s);
+  }
   for (const Kernel& k : p.kernels) {
     out += "\n";
-    if (k.kind == Kernel::Kind::WeightGrad) {
-      const WeightGradInstance& w = k.wgrad;
-      auto gather = [](Gather g) { return g == Gather::None ? "row" : g == Gather::Src ? "src[row]" : "dst[row]"; };
-      out += fmt::format("wgrad {}:  {}[{}] += sum over rows {}[{}]^T · {}[{}]{}\n", w.name, w.dw,
-                         w.segments == Segments::None ? "-" : w.segments == Segments::Etype ? "etype" : "ntype", w.x, gather(w.x_gather),
-                         w.dy, gather(w.dy_gather), w.row_scalar.empty() ? "" : fmt::format(" * {}[row]", w.row_scalar));
-      out += fmt::format("    rows={} heads={} k={} n={} tile={} coarsen={} deterministic\n    from: {}\n",
-                         w.edge_rows ? "edges" : "nodes", w.heads, w.k, w.n, w.tile, w.coarsen, w.source);
-      continue;
-    }
-    if (k.kind == Kernel::Kind::SegmentSum) {
-      const SegmentSumInstance& ss = k.segsum;
-      out += fmt::format("segsum {}:  {}[{}] += sum over rows {}[row]  numel={} deterministic\n    from: {}\n", ss.name, ss.dw,
-                         ss.segments == Segments::None ? "-" : ss.segments == Segments::Etype ? "etype" : "ntype", ss.v, ss.numel, ss.source);
-      continue;
-    }
-    if (k.kind == Kernel::Kind::Gemm) {
-      const GemmInstance& g = k.gemm;
-      const char* gather = g.gather == Gather::None ? "" : g.gather == Gather::Src ? "src" : "dst";
-      const char* seg = g.segments == Segments::None ? "-" : g.segments == Segments::Etype ? "etype" : "ntype";
-      std::string x = g.gather == Gather::None ? fmt::format("{}[row]", g.x) : fmt::format("{}[{}[row]]", g.x, gather);
-      std::string y = g.scatter != Gather::None ? fmt::format("{}[{}[row]] +=", g.y, g.scatter == Gather::Src ? "src" : "dst")
-                      : fmt::format("{}[row] {}=", g.y, g.accumulate ? "+" : "");
-      out += fmt::format("gemm {}:  {} {} · {}[{}]{}{}\n", g.name, y, x, g.w, seg, g.transpose_w ? "^T" : "",
-                         g.row_scalar.empty() ? "" : fmt::format(" * {}[row]", g.row_scalar));
-      out += fmt::format("    rows={} heads={} k={} n={} tile={} coarsen={}{}{}\n", g.edge_rows ? "edges" : "nodes", g.heads,
-                         g.k, g.n, g.tile, g.coarsen, g.scatter != Gather::None ? " store=atomic" : g.accumulate ? " store=add" : " store=plain",
-                         g.launch_bounds ? fmt::format(" launch_bounds={}", *g.launch_bounds) : "");
-      out += fmt::format("    from: {}\n", g.source);
-    } else {
-      const TraversalInstance& t = k.trav;
-      if (k.kind == Kernel::Kind::Torch)
-        out += fmt::format("torch {}:  PyTorch calls over all {}s\n", t.name, inter::is_edge_loop(t.loop->loop) ? "edge" : "node");
-      else
-        out += fmt::format("traversal {}:  threads={} one warp per {}\n", t.name, t.threads,
-                           inter::is_edge_loop(t.loop->loop) ? "edge" : "node");
-      for (const auto& [local, tensor] : t.materialized) out += fmt::format("    local {} -> {}\n", local, tensor);
-      for (const auto& [field, tensor] : t.field_tensor) out += fmt::format("    field {} -> {}\n", field, tensor);
-      out += inter::print_stmt(t.loop, "    ");
-    }
+    out += std::visit(
+        [](const auto& x) -> std::string {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, GemmInstance>) return print_gemm(x);
+          else if constexpr (std::is_same_v<T, WeightGradInstance>) return print_wgrad(x);
+          else if constexpr (std::is_same_v<T, SegmentSumInstance>) return print_segsum(x);
+          else if constexpr (std::is_same_v<T, TorchInstance>) return print_torch(x);
+          else return print_traversal(x);
+        },
+        k);
   }
   return out;
 }
 
-std::string verify_program(const Program& p) {
-  std::set<std::string> names, kernels;
-  for (const TensorInfo& t : p.tensors)
-    if (!names.insert(t.name).second) return fmt::format("tensor '{}' is defined twice", t.name);
-  for (const TensorInfo& t : p.tensors) {
-    int64_t n = 1;
-    for (int64_t d : t.shape) {
-      if (d < 1) return fmt::format("tensor '{}' has an empty dimension", t.name);
-      n = n > limits::kRowElements ? n : n * d;  // n <= 2^31 before a product: no overflow
-    }
-    if (n > limits::kRowElements) return fmt::format("tensor '{}' has {} or more elements per row or type", t.name, n);
-  }
-  for (const Kernel& k : p.kernels) {
-    if (!kernels.insert(k.name()).second) return fmt::format("kernel '{}' is defined twice", k.name());
-    if (std::string e = verify_launch(p, k); !e.empty()) return e;
-    if (k.kind != Kernel::Kind::Gemm) continue;
-    const GemmInstance& g = k.gemm;
-    for (const std::string& t : {g.x, g.w, g.y})
-      if (!p.find(t)) return fmt::format("{}: unknown tensor '{}'", g.name, t);
-    if (g.tile % g.coarsen) return fmt::format("{}: tile {} is not a multiple of coarsening {}", g.name, g.tile, g.coarsen);
-    if (p.find(g.x)->row_numel() != g.heads * g.k)
-      return fmt::format("{}: input rows of {} have {} elements, expected {} x {}", g.name, g.x, p.find(g.x)->row_numel(), g.heads, g.k);
-    if (p.find(g.y)->row_numel() != g.heads * g.n)
-      return fmt::format("{}: output rows of {} have {} elements, expected {} x {}", g.name, g.y, p.find(g.y)->row_numel(), g.heads, g.n);
-  }
-  return {};
+std::string print_programs(const std::vector<Program>& phases) {
+  std::string out;
+  for (const Program& p : phases) out += (out.empty() ? "" : "\n") + fmt::format("# ==== {} ====\n", p.phase) + print_program(p);
+  return out;
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Verifier
+// ---------------------------------------------------------------------------------------------------
+namespace {
+
+class ProgramVerifier {
+ public:
+  explicit ProgramVerifier(const Program& p) : p_(p) {}
+
+  std::string run() {
+    std::set<std::string> names, kernels;
+    for (const TensorInfo& t : p_.tensors)
+      if (!names.insert(t.name).second) return fmt::format("tensor '{}' is defined twice", t.name);
+    for (const TensorInfo& t : p_.tensors) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) {
+        if (d < 1) return fmt::format("tensor '{}' has an empty dimension", t.name);
+        n = n > limits::kRowElements ? n : n * d;  // n <= 2^31 before a product: no overflow
+      }
+      if (n > limits::kRowElements) return fmt::format("tensor '{}' has {} or more elements per row or type", t.name, n);
+    }
+    for (const auto& [field, tensor] : p_.aliases)
+      if (!p_.find(tensor)) return fmt::format("alias {} -> {}: unknown tensor", field, tensor);
+    for (const Kernel& k : p_.kernels) {
+      const std::string& name = kernel_name(k);
+      if (!kernels.insert(name).second) return fmt::format("kernel '{}' is defined twice", name);
+      std::string e = verify_launch(p_, k);
+      if (e.empty()) e = std::visit([&](const auto& x) { return check(x); }, k);
+      if (!e.empty()) return e;
+    }
+    return {};
+  }
+
+ private:
+  // A tensor operand: known, and (when it is written) not an input or weight.
+  const TensorInfo* operand(const std::string& kernel, const std::string& name, bool written, std::string& err) const {
+    const TensorInfo* t = p_.find(name);
+    if (!t) err = fmt::format("{}: unknown tensor '{}'", kernel, name);
+    else if (written && (t->role == Role::Input || t->role == Role::Weight))
+      err = fmt::format("{}: writes '{}', an {}", kernel, name, to_string(t->role));
+    return err.empty() ? t : nullptr;
+  }
+
+  std::string rows(const std::string& kernel, const TensorInfo& t, bool edge_rows, Gather g, const char* what) const {
+    if (g != Gather::None && !edge_rows)
+      return fmt::format("{}: {} '{}' is gathered through src/dst, which needs edge rows", kernel, what, t.name);
+    if (t.per == inter::Per::Edge && (!edge_rows || g != Gather::None))
+      return fmt::format("{}: {} '{}' has a row per edge, read as {}", kernel, what, t.name, g == Gather::None ? "nodes" : "gathered node rows");
+    if (t.per == inter::Per::Node && edge_rows && g == Gather::None)
+      return fmt::format("{}: {} '{}' has a row per node, read per edge without a gather", kernel, what, t.name);
+    if (t.per != inter::Per::Edge && t.per != inter::Per::Node)
+      return fmt::format("{}: {} '{}' is a weight, not a row operand", kernel, what, t.name);
+    if (g != Gather::None && !p_.layouts.count(layout::kSortedCoo))
+      return fmt::format("{}: gathers through src/dst need the layout '{}'", kernel, layout::kSortedCoo);
+    return {};
+  }
+
+  std::string segments(const std::string& kernel, Segments s, const TensorInfo& w) const {
+    if (s == Segments::Etype && (w.per != inter::Per::Etype || !p_.layouts.count(layout::kSortedCoo)))
+      return fmt::format("{}: per-edge-type segments need '{}' per etype and the layout '{}'", kernel, w.name, layout::kSortedCoo);
+    if (s == Segments::Ntype && (w.per != inter::Per::Ntype || !p_.layouts.count(layout::kNtypePtr)))
+      return fmt::format("{}: per-node-type segments need '{}' per ntype and the layout '{}'", kernel, w.name, layout::kNtypePtr);
+    if (s == Segments::None && w.per != inter::Per::None)
+      return fmt::format("{}: '{}' has a slice per type but the kernel has no segments", kernel, w.name);
+    return {};
+  }
+
+  std::string check(const GemmInstance& g) const {
+    std::string err;
+    const TensorInfo *x = operand(g.name, g.x, false, err), *w = x ? operand(g.name, g.w, false, err) : nullptr,
+                     *y = w ? operand(g.name, g.y, true, err) : nullptr;
+    if (!y) return err;
+    if (x->row_numel() != g.heads * g.k)
+      return fmt::format("{}: input rows of {} have {} elements, expected {} x {}", g.name, g.x, x->row_numel(), g.heads, g.k);
+    if (y->row_numel() != g.heads * g.n)
+      return fmt::format("{}: output rows of {} have {} elements, expected {} x {}", g.name, g.y, y->row_numel(), g.heads, g.n);
+    int64_t slice = w->row_numel() / (w->shape.size() == 3 ? g.heads : 1);
+    if (slice != g.k * g.n) return fmt::format("{}: weight {} slices have {} elements, expected {} x {}", g.name, g.w, slice, g.k, g.n);
+    if (std::string e = rows(g.name, *x, g.edge_rows, g.gather, "input"); !e.empty()) return e;
+    if (std::string e = rows(g.name, *y, g.edge_rows, g.scatter, "output"); !e.empty()) return e;
+    if (g.scatter != Gather::None && g.accumulate) return fmt::format("{}: a scatter is an accumulation already", g.name);
+    if (!g.row_scalar.empty()) {
+      const TensorInfo* s = operand(g.name, g.row_scalar, false, err);
+      if (!s) return err;
+      if (s->row_numel() != 1 || s->per != (g.edge_rows ? inter::Per::Edge : inter::Per::Node))
+        return fmt::format("{}: row scalar '{}' is not one value per row", g.name, s->name);
+    }
+    return segments(g.name, g.segments, *w);
+  }
+
+  std::string check(const WeightGradInstance& wg) const {
+    std::string err;
+    const TensorInfo *x = operand(wg.name, wg.x, false, err), *dy = x ? operand(wg.name, wg.dy, false, err) : nullptr,
+                     *dw = dy ? operand(wg.name, wg.dw, true, err) : nullptr;
+    if (!dw) return err;
+    if (x->row_numel() != wg.heads * wg.k || dy->row_numel() != wg.heads * wg.n)
+      return fmt::format("{}: rows of {} and {} have {} and {} elements, expected {} x {} and {} x {}", wg.name, wg.x, wg.dy,
+                         x->row_numel(), dy->row_numel(), wg.heads, wg.k, wg.heads, wg.n);
+    if (dw->row_numel() != wg.heads * wg.k * wg.n)
+      return fmt::format("{}: '{}' slices have {} elements, expected {} x {} x {}", wg.name, wg.dw, dw->row_numel(), wg.heads, wg.k, wg.n);
+    if (std::string e = rows(wg.name, *x, wg.edge_rows, wg.x_gather, "input"); !e.empty()) return e;
+    if (std::string e = rows(wg.name, *dy, wg.edge_rows, wg.dy_gather, "input"); !e.empty()) return e;
+    return segments(wg.name, wg.segments, *dw);
+  }
+
+  std::string check(const SegmentSumInstance& s) const {
+    std::string err;
+    const TensorInfo *v = operand(s.name, s.v, false, err), *dw = v ? operand(s.name, s.dw, true, err) : nullptr;
+    if (!dw) return err;
+    if (v->row_numel() != s.numel || dw->row_numel() != s.numel)
+      return fmt::format("{}: rows of {} and slices of {} have {} and {} elements, expected {}", s.name, s.v, s.dw, v->row_numel(),
+                         dw->row_numel(), s.numel);
+    if (std::string e = rows(s.name, *v, s.edge_rows, Gather::None, "input"); !e.empty()) return e;
+    return segments(s.name, s.segments, *dw);
+  }
+
+  std::string check(const TorchInstance& t) const {
+    std::string err;
+    if (!operand(t.name, t.target, true, err)) return err;
+    for (const auto& [local, tensor] : t.materialized)
+      if (!p_.find(tensor)) return fmt::format("{}: local {} -> unknown tensor '{}'", t.name, local, tensor);
+    if (!t.loop || t.loop->kind != inter::StmtKind::For) return fmt::format("{}: not a loop nest", t.name);
+    return {};
+  }
+
+  std::string check(const TraversalInstance& t) const { return verify_traversal(p_, t); }
+
+  const Program& p_;
+};
+
+}  // namespace
+
+std::string verify_program(const Program& p) { return ProgramVerifier(p).run(); }
 
 }  // namespace hectorgen::intra

@@ -1,16 +1,39 @@
-// The intra-operator IR: the kernels of one model, each an instance of one of two templates.
+// The intra-operator IR: the kernels of one model (one phase: forward, training forward or backward), each
+// an instance of one kind. Every kind prints, parses back to the same text (parser.h), and verifies.
 //
-//   GEMM instance       Y[S] = X[G] · W[T]  over the rows of a node or edge loop:
-//                       G gathers input rows (the edge's source or destination node), T selects each row's
-//                       weight (rows are grouped in per-type segments: edges sorted by edge type, nodes by
-//                       node type), S scatters output rows (atomically, into the edge's destination node);
-//                       an optional per-row scalar scales the output tile before it is stored.
-//   traversal instance  a loop nest over edges, or over nodes and their incoming/outgoing edges, holding the
-//                       fused element-wise statements of the inter-operator IR (dot products, exp, softmax
-//                       pieces, aggregations); one warp per row, features across lanes, node aggregates in
-//                       registers (no atomics) when the loop is node-centric.
+//   GEMM instance        Y[S] = X[G] · W[T]  over the rows of a node or edge loop:
+//                        G gathers input rows (the edge's source or destination node), T selects each row's
+//                        weight (rows are grouped in per-type segments: edges sorted by edge type, nodes by
+//                        node type), S scatters output rows (atomically, into the edge's destination node);
+//                        an optional per-row scalar scales the output tile before it is stored.
+//   traversal instance   one warp per row (an edge, or a node and its incoming/outgoing edges) running a
+//                        small explicit program: registers with their lane layout, loads, element-wise
+//                        values, warp reductions, stores, syncs (traversal.h).
+//   weight gradient      dW[t] += sum over the rows r of type t of X[G(r)]^T · DY[G'(r)], deterministic.
+//   segment sum          dW[t] += sum over the rows r of type t of V[r], deterministic.
+//   PyTorch fallback     a statement no template expresses, run as ATen calls from the host code.
 //
 // Edge rows are always in edge-type-sorted order; node rows in the caller's order (sorted by node type).
+// The text form of a program (print_program) holds everything the emitters read: the model's declarations
+// (as in the inter-operator IR's header), the graph layouts, the tensors, then the kernels in order:
+//
+//   # hectorgen intra-operator IR
+//   model rgat
+//   phase forward
+//   hyper heads = 1
+//   input feature: node[in_dim]
+//   ...
+//   layouts csr_by_dst, csr_by_src, etype_sorted_coo
+//   tensor feature: input node[64]
+//   tensor t_hs: temp edge[1, 64]
+//   alias msg -> t_hs
+//
+//   gemm rgat_fw_gemm_hs:  t_hs[row] = feature[src[row]] · W[etype]
+//       rows=edges heads=1 k=64 n=64 tile=16 coarsen=1 store=plain
+//       from: hs = reshape(e.src.feature * W[e.etype], heads, out_dim)
+//
+//   traversal rgat_fw_edges_att: rows=edges(e) threads=256
+//       ...
 #pragma once
 
 #include <cstdint>
@@ -18,9 +41,11 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "ir/inter/ir.h"
+#include "ir/intra/traversal.h"
 
 namespace hectorgen::intra {
 
@@ -43,6 +68,10 @@ struct TensorInfo {
 enum class Gather { None, Src, Dst };
 enum class Segments { None, Etype, Ntype };
 
+const char* to_string(Role r);      // input, weight, output, field, temp
+const char* to_string(Segments s);  // -, etype, ntype
+std::string gathered_row(Gather g); // row, src[row], dst[row]
+
 struct GemmInstance {
   std::string name;
   std::string x, w, y;  // tensors
@@ -57,15 +86,6 @@ struct GemmInstance {
   int tile = 16, coarsen = 1;
   std::optional<int> launch_bounds;
   std::string source;  // the inter-IR statement it implements, for comments
-};
-
-struct TraversalInstance {
-  std::string name;
-  inter::StmtP loop;  // the (rewritten) loop nest: statements read materialised tensors by name
-  std::map<std::string, std::string> materialized;  // local name -> tensor it is read from / stored to
-  std::map<std::string, std::string> field_tensor;  // field name -> tensor (aliases)
-  int threads = 256;
-  std::string torch_target;  // Torch instances: the tensor the statement writes
 };
 
 // A weight gradient as a grouped GEMM: dW[t] += sum over the rows r of segment t of X[G(r)]^T · (s_r DY[G'(r)]).
@@ -94,29 +114,32 @@ struct SegmentSumInstance {
   std::string source;
 };
 
-// The lowest preference level: a loop nest the two templates cannot express (e.g. concat, outer), run
-// as vectorised PyTorch (ATen) calls from the host code. Same fields as a traversal instance.
-using TorchInstance = TraversalInstance;
-
-struct Kernel {
-  enum class Kind { Gemm, Traversal, Torch, WeightGrad, SegmentSum } kind;
-  GemmInstance gemm;
-  TraversalInstance trav;  // Traversal and Torch
-  WeightGradInstance wgrad;
-  SegmentSumInstance segsum;
-  static Kernel of(GemmInstance g) { Kernel k{Kind::Gemm, std::move(g), {}, {}, {}}; return k; }
-  static Kernel of(Kind kind, TraversalInstance t) { Kernel k{kind, {}, std::move(t), {}, {}}; return k; }
-  static Kernel of(WeightGradInstance w) { Kernel k{Kind::WeightGrad, {}, {}, std::move(w), {}}; return k; }
-  static Kernel of(SegmentSumInstance s) { Kernel k{Kind::SegmentSum, {}, {}, {}, std::move(s)}; return k; }
-  const std::string& name() const {
-    switch (kind) {
-      case Kind::Gemm: return gemm.name;
-      case Kind::WeightGrad: return wgrad.name;
-      case Kind::SegmentSum: return segsum.name;
-      default: return trav.name;
-    }
-  }
+// The lowest preference level: a statement the templates cannot express (e.g. concat, outer), run as
+// vectorised PyTorch (ATen) calls over all rows of its loop from the host code. `loop` is the statement in
+// its loop nest, reading materialised tensors by name.
+struct TorchInstance {
+  std::string name;
+  inter::StmtP loop;
+  std::map<std::string, std::string> materialized;  // local name -> tensor it is read from / stored to
+  std::map<std::string, std::string> field_tensor;  // field name -> tensor (aliases)
+  std::string target;                               // the tensor the statement writes
 };
+
+using Kernel = std::variant<GemmInstance, TraversalInstance, WeightGradInstance, SegmentSumInstance, TorchInstance>;
+
+// A traversal stage as the lowering cuts it out of the inter-operator IR (what a traversal instance is lowered
+// from, passes::lower_traversal): the fused loop nest, its statements reading materialised tensors by name.
+struct TraversalSource {
+  std::string name;
+  inter::StmtP loop;
+  std::map<std::string, std::string> materialized;  // local name -> tensor it is read from / stored to
+  std::map<std::string, std::string> field_tensor;  // field name -> tensor (aliases)
+  int threads = 256;
+};
+
+const std::string& kernel_name(const Kernel& k);
+// The tensors a kernel stores into (the output of a GEMM, the rows a traversal stores, ...).
+std::set<std::string> kernel_writes(const Kernel& k);
 
 // True when the traversal template can emit `e` (else the statement falls back to PyTorch calls).
 bool traversal_supports(const inter::ExprP& e);
@@ -143,8 +166,20 @@ inline constexpr const char* kNtypePtr = "ntype_ptr";          // node-type segm
 inline constexpr const char* kInvRelInDegree = "inv_relation_in_degree";
 }  // namespace layout
 
+// The text form (see the top of this file); parser.h reads it back.
 std::string print_program(const Program& p);
-// Checks the invariants the emitters rely on; returns an error message, empty if valid.
+// Several phases in one text, each after a `# ==== <phase> ====` line (the .intra.ir file).
+std::string print_programs(const std::vector<Program>& phases);
+
+// Checks every kernel against the program: tensors known, of the roles and row shapes their operands need,
+// graph layouts present, names unique; traversal instances by verify_traversal. Returns an error, or "".
 std::string verify_program(const Program& p);
+
+// Checks a traversal instance against the program's tensors and layouts: names defined once and before
+// use, row variables of the right kind, register types and lane layouts consistent, graph layouts present,
+// rows other warps own never read or written plainly, and every cross-lane read-after-write or
+// write-after-read of global memory separated by a sync. Returns an error message, empty if valid.
+std::string verify_traversal(const Program& p, const TraversalInstance& t);
+
 
 }  // namespace hectorgen::intra

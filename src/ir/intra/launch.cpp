@@ -64,57 +64,47 @@ std::string GridExtent::expr(const std::string& rows, const std::string& segment
 LaunchConfig launch_config(const Program& p, const Kernel& k) {
   (void)p;
   LaunchConfig c;
-  switch (k.kind) {
-    case Kernel::Kind::Gemm: {
-      const GemmInstance& g = k.gemm;
-      c.threads = gemm_threads(g.tile, g.coarsen);
-      c.static_shared_bytes = gemm_shared_bytes(g.tile);
-      c.min_blocks_per_sm = g.launch_bounds.value_or(0);
-      c.x.rows_per_block = g.tile;
-      if (g.segments != Segments::None) {
-        // Every segment's last tile may be partial: one extra tile per segment, but never more tiles than rows.
-        c.x.per_segment = 1;
-        c.x.at_most_rows = true;
-      }
-      const int64_t col_tiles = g.tile > 0 ? ceil_div(g.n, g.tile) : 0;
-      if (col_tiles <= limits::kGridYZ && g.heads <= limits::kGridYZ) {
-        c.y = GridExtent::constant(col_tiles);
-        c.z = GridExtent::constant(g.heads);
-      } else {
-        const int64_t blocks = col_tiles * g.heads;
-        c.fold_yz = true;
-        c.y = GridExtent::constant(std::min(blocks, limits::kGridYZ));
-        c.z = GridExtent::constant(ceil_div(blocks, c.y.fixed));
-      }
-      break;
+  if (auto* gp = std::get_if<GemmInstance>(&k)) {
+    const GemmInstance& g = *gp;
+    c.threads = gemm_threads(g.tile, g.coarsen);
+    c.static_shared_bytes = gemm_shared_bytes(g.tile);
+    c.min_blocks_per_sm = g.launch_bounds.value_or(0);
+    c.x.rows_per_block = g.tile;
+    if (g.segments != Segments::None) {
+      // Every segment's last tile may be partial: one extra tile per segment, but never more tiles than rows.
+      c.x.per_segment = 1;
+      c.x.at_most_rows = true;
     }
-    case Kernel::Kind::WeightGrad: {
-      const WeightGradInstance& w = k.wgrad;
-      c.threads = gemm_threads(w.tile, w.coarsen);
-      c.static_shared_bytes = gemm_shared_bytes(w.tile);
-      if (w.tile > 0) c.x = GridExtent::constant(ceil_div(w.k, w.tile) * ceil_div(w.n, w.tile) * w.heads);
-      c.y = segments_extent(w.segments);
-      c.z = GridExtent::constant(1);
-      break;
+    const int64_t col_tiles = g.tile > 0 ? ceil_div(g.n, g.tile) : 0;
+    if (col_tiles <= limits::kGridYZ && g.heads <= limits::kGridYZ) {
+      c.y = GridExtent::constant(col_tiles);
+      c.z = GridExtent::constant(g.heads);
+    } else {
+      const int64_t blocks = col_tiles * g.heads;
+      c.fold_yz = true;
+      c.y = GridExtent::constant(std::min(blocks, limits::kGridYZ));
+      c.z = GridExtent::constant(ceil_div(blocks, c.y.fixed));
     }
-    case Kernel::Kind::SegmentSum: {
-      const SegmentSumInstance& s = k.segsum;
-      c.threads = kSegsumThreads;
-      c.static_shared_bytes = kSegsumThreads * 4;
-      c.x = GridExtent::constant(s.numel);
-      c.y = segments_extent(s.segments);
-      c.z = GridExtent::constant(1);
-      break;
-    }
-    case Kernel::Kind::Traversal: {
-      // One warp per row; the kernel strides over the rows past its grid.
-      c.threads = k.trav.threads;
-      c.x.rows_per_block = std::max<int64_t>(1, k.trav.threads / limits::kWarp);
-      c.y = GridExtent::constant(1);
-      c.z = GridExtent::constant(1);
-      break;
-    }
-    case Kernel::Kind::Torch: break;
+  } else if (auto* wp = std::get_if<WeightGradInstance>(&k)) {
+    const WeightGradInstance& w = *wp;
+    c.threads = gemm_threads(w.tile, w.coarsen);
+    c.static_shared_bytes = gemm_shared_bytes(w.tile);
+    if (w.tile > 0) c.x = GridExtent::constant(ceil_div(w.k, w.tile) * ceil_div(w.n, w.tile) * w.heads);
+    c.y = segments_extent(w.segments);
+    c.z = GridExtent::constant(1);
+  } else if (auto* sp = std::get_if<SegmentSumInstance>(&k)) {
+    const SegmentSumInstance& s = *sp;
+    c.threads = kSegsumThreads;
+    c.static_shared_bytes = kSegsumThreads * 4;
+    c.x = GridExtent::constant(s.numel);
+    c.y = segments_extent(s.segments);
+    c.z = GridExtent::constant(1);
+  } else if (auto* tp = std::get_if<TraversalInstance>(&k)) {
+    // One warp per row; the kernel strides over the rows past its grid.
+    c.threads = tp->threads;
+    c.x.rows_per_block = std::max<int64_t>(1, tp->threads / limits::kWarp);
+    c.y = GridExtent::constant(1);
+    c.z = GridExtent::constant(1);
   }
   return c;
 }
@@ -149,12 +139,12 @@ std::string check_launch_limits(const LaunchConfig& c) {
 }
 
 std::string verify_launch(const Program& p, const Kernel& k) {
-  if (k.kind == Kernel::Kind::Torch) return {};
-  const std::string& name = k.name();
+  if (std::holds_alternative<TorchInstance>(k)) return {};
+  const std::string& name = kernel_name(k);
   const LaunchConfig c = launch_config(p, k);
   if (std::string e = check_launch_limits(c); !e.empty()) return fmt::format("{}: {}", name, e);
   // What each template assumes of its configuration.
-  if (k.kind == Kernel::Kind::Traversal && c.threads % limits::kWarp)
+  if (std::holds_alternative<TraversalInstance>(k) && c.threads % limits::kWarp)
     return fmt::format("{}: {} threads per block is not a whole number of warps (one warp per row)", name, c.threads);
   auto tile_coarsen = [&](int tile, int coarsen) -> std::string {
     if (!valid_tile(tile)) return fmt::format("{}: tile {} is not one of 8, 16, 32, 64", name, tile);
@@ -162,9 +152,9 @@ std::string verify_launch(const Program& p, const Kernel& k) {
       return fmt::format("{}: coarsening {} is not 1, 2 or 4, or does not divide tile {}", name, coarsen, tile);
     return {};
   };
-  if (k.kind == Kernel::Kind::WeightGrad) return tile_coarsen(k.wgrad.tile, k.wgrad.coarsen);
-  if (k.kind == Kernel::Kind::Gemm) {
-    const GemmInstance& g = k.gemm;
+  if (auto* w = std::get_if<WeightGradInstance>(&k)) return tile_coarsen(w->tile, w->coarsen);
+  if (auto* gp = std::get_if<GemmInstance>(&k)) {
+    const GemmInstance& g = *gp;
     if (std::string e = tile_coarsen(g.tile, g.coarsen); !e.empty()) return e;
     const int64_t blocks = ceil_div(g.n, g.tile) * g.heads;
     if (c.y.fixed * c.z.fixed < blocks || (!c.fold_yz && c.z.fixed != g.heads))
@@ -255,7 +245,7 @@ struct RowUse {
 
 // Every row an expression of a traversal touches, resolved as emit/traversal.cpp resolves them: inputs
 // (n.feature), weight rows (w[e.etype], a shared w), fields (e["att"]) and materialised locals.
-void rows_of(const Program& p, const TraversalInstance& t, const ExprP& e, std::vector<RowUse>& out) {
+void rows_of(const Program& p, const TraversalSource& t, const ExprP& e, std::vector<RowUse>& out) {
   if (!e) return;
   switch (e->kind) {
     case ExprKind::Attr:
@@ -293,7 +283,7 @@ void for_each_stmt(const StmtP& s, const std::function<void(const Stmt&)>& f) {
 
 }  // namespace
 
-bool check_shape_limits(const Program& p, Diagnostics& diags) {
+bool check_shape_limits(const Program& p, const std::vector<TraversalSource>& traversals, Diagnostics& diags) {
   const int before = diags.error_count();
   // Rows and weight slices: below 2^31 elements.
   for (const TensorInfo& t : p.tensors) {
@@ -309,14 +299,13 @@ bool check_shape_limits(const Program& p, Diagnostics& diags) {
   if (diags.error_count() != before) return false;
   // Traversals hold their rows in registers.
   std::set<std::string> reported;
-  for (const Kernel& k : p.kernels) {
-    if (k.kind != Kernel::Kind::Traversal) continue;
+  for (const TraversalSource& t : traversals) {
     bool done = false;
-    for_each_stmt(k.trav.loop, [&](const Stmt& s) {
+    for_each_stmt(t.loop, [&](const Stmt& s) {
       if (done || s.kind == StmtKind::For) return;
       std::vector<RowUse> rows;
-      rows_of(p, k.trav, s.target, rows);
-      rows_of(p, k.trav, s.value, rows);
+      rows_of(p, t, s.target, rows);
+      rows_of(p, t, s.value, rows);
       for (const RowUse& r : rows) {
         if (r.elements <= limits::kTraversalRowElements) continue;
         done = true;
@@ -327,7 +316,7 @@ bool check_shape_limits(const Program& p, Diagnostics& diags) {
         diags.error(at, "row-too-wide",
                     fmt::format("'{}' has rows of {} elements, but a traversal kernel (one warp per {}, holding the row in "
                                 "registers) supports at most {}",
-                                r.name, r.elements, inter::is_edge_loop(k.trav.loop->loop) ? "edge" : "node",
+                                r.name, r.elements, inter::is_edge_loop(t.loop->loop) ? "edge" : "node",
                                 limits::kTraversalRowElements));
         return;
       }

@@ -105,8 +105,8 @@ inline constexpr int kGemmCoarsenings[] = {1, 2, 4};
 std::vector<ScheduleProblem> check_schedule(const inter::Schedule& s);
 
 // Shape-dependent limits of a lowered program (a row or weight slice of 2^31 elements or more; a traversal
-// over rows wider than limits::kTraversalRowElements), as errors at the statement or declaration at fault.
-// Returns false if it reported an error.
-bool check_shape_limits(const Program& p, Diagnostics& diags);
+// over rows wider than limits::kTraversalRowElements, found in the loop nests its traversal instances were
+// lowered from), as errors at the statement or declaration at fault. Returns false if it reported an error.
+bool check_shape_limits(const Program& p, const std::vector<TraversalSource>& traversals, Diagnostics& diags);
 
 }  // namespace hectorgen::intra

@@ -1,0 +1,257 @@
+#include "ir/intra/interpreter.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+namespace hectorgen::intra {
+
+namespace {
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Interpreter {
+ public:
+  Interpreter(const Program& p, const inter::HeteroGraph& g, inter::TensorMap& t) : p_(p), g_(g), t_(t) {}
+
+  void run() {
+    allocate();
+    for (const Kernel& k : p_.kernels) std::visit([&](const auto& x) { kernel(x); }, k);
+  }
+
+ private:
+  // ---- tensors ------------------------------------------------------------------------------------
+  int64_t rows(inter::Per per) const {
+    switch (per) {
+      case inter::Per::Node: return g_.num_nodes;
+      case inter::Per::Edge: return g_.num_edges();
+      case inter::Per::Etype: return g_.num_etypes;
+      case inter::Per::Ntype: return g_.num_ntypes;
+      case inter::Per::None: return 1;
+    }
+    return 1;
+  }
+
+  void allocate() {
+    for (const TensorInfo& t : p_.tensors) {
+      int64_t size = rows(t.per) * t.row_numel();
+      auto it = t_.find(t.name);
+      if (it != t_.end()) {
+        if (it->second.numel() != size) throw Error(fmt::format("tensor '{}' has {} elements, the program needs {}", t.name, it->second.numel(), size));
+        continue;
+      }
+      if (t.role == Role::Input && t.from_graph == layout::kInvRelInDegree) {
+        t_[t.name] = inter::inv_relation_in_degree(g_);
+        continue;
+      }
+      if (t.role == Role::Input || t.role == Role::Weight) throw Error(fmt::format("missing input or weight '{}'", t.name));
+      inter::Tensor64 x;
+      x.shape = {rows(t.per)};
+      x.shape.insert(x.shape.end(), t.shape.begin(), t.shape.end());
+      x.data.assign(static_cast<size_t>(size), t.zero_init ? 0.0 : std::numeric_limits<double>::quiet_NaN());
+      t_[t.name] = std::move(x);
+    }
+  }
+
+  const TensorInfo& info(const std::string& n) const {
+    const TensorInfo* t = p_.find(n);
+    if (!t) throw Error("unknown tensor " + n);
+    return *t;
+  }
+  double* row(const std::string& tensor, int64_t r) {
+    const TensorInfo& ti = info(tensor);
+    if (r < 0 || r >= rows(ti.per)) throw Error(fmt::format("row {} of '{}' is out of range", r, tensor));
+    return t_.at(tensor).data.data() + r * ti.row_numel();
+  }
+
+  int64_t gathered(Gather g, int64_t r) const {
+    if (g == Gather::Src) return g_.src[static_cast<size_t>(r)];
+    if (g == Gather::Dst) return g_.dst[static_cast<size_t>(r)];
+    return r;
+  }
+  int64_t segment(Segments s, bool edge_rows, int64_t r) const {
+    if (s == Segments::Etype) return g_.etype[static_cast<size_t>(r)];
+    if (s == Segments::Ntype) {
+      if (edge_rows) throw Error("node-type segments over edge rows");
+      return g_.ntype[static_cast<size_t>(r)];
+    }
+    return 0;
+  }
+
+  // ---- template instances -------------------------------------------------------------------------
+  void kernel(const GemmInstance& k) {
+    const TensorInfo& w = info(k.w);
+    bool per_head = w.shape.size() == 3;
+    int64_t n_rows = k.edge_rows ? g_.num_edges() : g_.num_nodes;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const double* x = row(k.x, gathered(k.gather, r));
+      const double* slice = row(k.w, k.segments == Segments::None ? 0 : segment(k.segments, k.edge_rows, r));
+      double* y = row(k.y, gathered(k.scatter, r));
+      double scale = k.row_scalar.empty() ? 1.0 : row(k.row_scalar, r)[0];
+      for (int64_t h = 0; h < k.heads; ++h) {
+        const double* wh = slice + (per_head ? h * k.k * k.n : 0);
+        for (int64_t c = 0; c < k.n; ++c) {
+          double acc = 0;
+          for (int64_t i = 0; i < k.k; ++i) acc += x[h * k.k + i] * (k.transpose_w ? wh[c * k.k + i] : wh[i * k.n + c]);
+          double v = acc * scale;
+          double& out = y[h * k.n + c];
+          out = k.scatter != Gather::None || k.accumulate ? out + v : v;
+        }
+      }
+    }
+  }
+
+  void kernel(const WeightGradInstance& k) {
+    int64_t n_rows = k.edge_rows ? g_.num_edges() : g_.num_nodes;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const double* x = row(k.x, gathered(k.x_gather, r));
+      const double* dy = row(k.dy, gathered(k.dy_gather, r));
+      double scale = k.row_scalar.empty() ? 1.0 : row(k.row_scalar, r)[0];
+      double* dw = row(k.dw, k.segments == Segments::None ? 0 : segment(k.segments, k.edge_rows, r));
+      for (int64_t h = 0; h < k.heads; ++h)
+        for (int64_t i = 0; i < k.k; ++i)
+          for (int64_t c = 0; c < k.n; ++c) dw[(h * k.k + i) * k.n + c] += x[h * k.k + i] * dy[h * k.n + c] * scale;
+    }
+  }
+
+  void kernel(const SegmentSumInstance& k) {
+    int64_t n_rows = k.edge_rows ? g_.num_edges() : g_.num_nodes;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const double* v = row(k.v, r);
+      double* dw = row(k.dw, k.segments == Segments::None ? 0 : segment(k.segments, k.edge_rows, r));
+      for (int64_t j = 0; j < k.numel; ++j) dw[j] += v[j];
+    }
+  }
+
+  void kernel(const TorchInstance& k) { throw Error(fmt::format("{}: PyTorch instances are not interpreted", k.name)); }
+
+  // ---- traversal instances --------------------------------------------------------------------------
+  struct Env {
+    std::map<std::string, std::vector<double>> regs;
+    std::map<std::string, int64_t> ints;
+  };
+
+  void kernel(const TraversalInstance& t) {
+    int64_t n_rows = t.rows == inter::LoopKind::Edges ? g_.num_edges() : g_.num_nodes;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      Env env;
+      env.ints[t.row] = r;
+      block(t.body, env);
+    }
+  }
+
+  int64_t integer(const Env& env, const std::string& n) const {
+    if (n == "0") return 0;
+    auto it = env.ints.find(n);
+    if (it == env.ints.end()) throw Error("unknown row " + n);
+    return it->second;
+  }
+
+  void block(const std::vector<Instr>& body, Env& env) {
+    for (const Instr& in : body) {
+      if (auto* x = std::get_if<IndexDef>(&in.v)) {
+        auto e = static_cast<size_t>(integer(env, x->of));
+        switch (x->array) {
+          case GraphArray::Src:
+          case GraphArray::InSrc: env.ints[x->name] = g_.src[e]; break;  // a CSR position is its edge here
+          case GraphArray::Dst:
+          case GraphArray::OutDst: env.ints[x->name] = g_.dst[e]; break;
+          case GraphArray::Etype: env.ints[x->name] = g_.etype[e]; break;
+          case GraphArray::Ntype: env.ints[x->name] = g_.ntype[e]; break;
+        }
+      } else if (auto* d = std::get_if<Def>(&in.v)) {
+        env.regs[d->name] = source(*d, env);
+      } else if (auto* u = std::get_if<Update>(&in.v)) {
+        std::vector<double>& r = env.regs.at(u->name);
+        auto n = static_cast<int64_t>(r.size());
+        std::vector<double> v(r.size());
+        for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = value(u->value, env, i, n);
+        for (size_t i = 0; i < r.size(); ++i) {
+          switch (u->op) {
+            case inter::AssignOp::Set: r[i] = v[i]; break;
+            case inter::AssignOp::Add: r[i] += v[i]; break;
+            case inter::AssignOp::Sub: r[i] -= v[i]; break;
+            case inter::AssignOp::Mul: r[i] *= v[i]; break;
+            case inter::AssignOp::Div: r[i] /= v[i]; break;
+          }
+        }
+      } else if (auto* s = std::get_if<Store>(&in.v)) {
+        const std::vector<double>& r = env.regs.at(s->reg);
+        double* out = row(s->tensor, integer(env, s->row));
+        for (size_t i = 0; i < r.size(); ++i) out[i] = s->atomic ? out[i] + r[i] : r[i];
+      } else if (auto* l = std::get_if<EdgeLoop>(&in.v)) {
+        bool incoming = l->kind == inter::LoopKind::IncomingEdges;
+        int64_t node = integer(env, l->node);
+        for (int64_t e = 0; e < g_.num_edges(); ++e) {
+          if ((incoming ? g_.dst : g_.src)[static_cast<size_t>(e)] != node) continue;
+          Env inner = env;
+          inner.ints[l->pos] = e;
+          inner.ints[l->var] = e;
+          block(l->body, inner);
+          for (auto& [name, v] : env.regs) v = inner.regs.at(name);  // updates of outer registers
+        }
+      }
+    }
+  }
+
+  std::vector<double> source(const Def& d, const Env& env) {
+    auto n = d.type.numel();
+    std::vector<double> out(static_cast<size_t>(n));
+    if (auto* l = std::get_if<Load>(&d.source)) {
+      const double* r = row(l->tensor, integer(env, l->row));
+      out.assign(r, r + n);
+    } else if (auto* e = std::get_if<Eval>(&d.source)) {
+      for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = value(e->value, env, i, n);
+    } else {
+      const Reduce& r = std::get<Reduce>(d.source);
+      for (int64_t m = 0; m < n; ++m) {
+        double acc = r.op == ReduceOp::Sum ? 0.0 : -HUGE_VAL;
+        for (int64_t k = 0; k < r.axis; ++k) {
+          double v = value(r.value, env, m * r.axis + k, n * r.axis);
+          acc = r.op == ReduceOp::Sum ? acc + v : std::max(acc, v);
+        }
+        out[static_cast<size_t>(m)] = acc;
+      }
+    }
+    return out;
+  }
+
+  // Element i of `v` in an instruction over n elements (operands broadcast by prefix).
+  double value(const ValueP& v, const Env& env, int64_t i, int64_t n) const {
+    switch (v->kind) {
+      case Value::Kind::Const: return v->number;
+      case Value::Kind::Reg: {
+        const std::vector<double>& r = env.regs.at(v->reg);
+        auto size = static_cast<int64_t>(r.size());
+        return r[static_cast<size_t>(i / (n / size))];
+      }
+      case Value::Kind::Op: break;
+    }
+    std::vector<double> args;
+    for (const ValueP& a : v->args) args.push_back(value(a, env, i, n));
+    return evaluate(v->op, args);
+  }
+
+  const Program& p_;
+  const inter::HeteroGraph& g_;
+  inter::TensorMap& t_;
+};
+
+}  // namespace
+
+std::string interpret(const Program& p, const inter::HeteroGraph& g, inter::TensorMap& tensors) {
+  try {
+    Interpreter(p, g, tensors).run();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return {};
+}
+
+}  // namespace hectorgen::intra

@@ -1,0 +1,215 @@
+// Traversal instances of the intra-operator IR: a small explicit program per kernel, one warp per row.
+//
+// A traversal instance holds every decision the CUDA printer needs, so the printer decides nothing:
+//
+//   rows        the row loop: edges (walked in edge-type-sorted order), dst_nodes or src_nodes; one warp
+//               owns one row at a time (grid-stride loop over the rows)
+//   for         inner loops over the incoming (csr_by_dst) or outgoing (csr_by_src) edges of the row node
+//   index       an integer read from a graph array: e_src = src[e], e_etype = etype[e], e_src = in_src[i_e]
+//   let / var   a register value (immutable / mutable) with its type: shape and per-lane layout.
+//               `lanes`: element i sits in lane i % 32, slot i / 32 (vectors of 32 or more elements);
+//               `replicated`: every lane holds every element (scalars and short vectors).
+//               Defined by a load of a tensor row (each lane its elements; every lane all of them; or,
+//               `by lane0`, lane 0 and a shuffle to the others), an element-wise expression, or a
+//               reduction of the last axis (a warp reduction when the reduced value is spread over the
+//               lanes, else per lane).
+//   x op= v     an update of a mutable register (node aggregates and edge fields kept in registers)
+//   store       a register into a tensor row: lane-partitioned (each lane its own elements), by lane 0
+//               (replicated values), or atomically added (scatters into other rows)
+//   sync        __syncwarp(): orders the warp's global-memory accesses (a lane-0 store read back by the
+//               other lanes, or a row the other lanes read before lane 0 overwrites it)
+//   # text      the source statement the following instructions implement (printed as a comment)
+//
+// Text form (see intra.h for the whole program):
+//
+//   traversal rgat_fw_nodes_att_max: rows=dst_nodes(n) threads=256
+//       # n["att_max"] = -1e+30
+//       var v_att_max: [1] replicated(1) = -1e+30
+//       for e in csr_by_dst.incoming(n) at i_e:
+//           # n["att_max"] = max(n["att_max"], e["att"])
+//           let v_att: [1] replicated(1) = load att[e]
+//           v_att_max = max(v_att_max, v_att)
+//       sync
+//       for e in csr_by_dst.incoming(n) at i_e:
+//           # e["att"] = exp(e["att"] - e.dst["att_max"])
+//           var v_att: [1] replicated(1) = load att[e] by lane0
+//           v_att = exp(v_att - v_att_max)
+//           store att[e] = v_att by lane0
+//       ...
+//
+// (edge rows print as `rows=etype_sorted_coo.edges(e)`).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "ir/inter/ir.h"
+#include "ir/inter/ops.h"
+
+namespace hectorgen::intra {
+
+// ---------------------------------------------------------------------------------------------------
+// Register types
+// ---------------------------------------------------------------------------------------------------
+enum class LaneLayout { Lanes, Replicated };
+
+struct RegType {
+  std::vector<int64_t> shape;
+  LaneLayout layout = LaneLayout::Replicated;
+  int64_t numel() const;
+  int64_t slots() const;  // registers per lane
+  bool operator==(const RegType&) const = default;
+};
+
+// The layout the lowering gives a value of `numel` elements: 32 or more are spread over the lanes.
+LaneLayout layout_for(int64_t numel);
+const char* to_string(LaneLayout l);
+
+// ---------------------------------------------------------------------------------------------------
+// Element-wise values over registers
+// ---------------------------------------------------------------------------------------------------
+// The operators are the element-wise rows of the operator table (inter::Form::Map: its name and syntax in
+// the text, its CUDA spelling, its float64 evaluation); a constant parameter (leakyrelu's slope) is a constant
+// argument.
+struct Value;
+using ValueP = std::shared_ptr<const Value>;
+
+struct Value {
+  enum class Kind { Reg, Const, Op };
+  Kind kind = Kind::Const;
+  std::string reg;    // Reg
+  double number = 0;  // Const
+  inter::Op op{};     // Op
+  std::vector<ValueP> args;
+
+  static ValueP reg_ref(std::string name);
+  static ValueP constant(double v);
+  static ValueP apply(inter::Op op, std::vector<ValueP> args);
+};
+
+// True for the operators a value may apply (the table's element-wise rows).
+bool is_elementwise(inter::Op op);
+// The operator's value on scalars, in float64 (the table's evaluation).
+double evaluate(inter::Op op, const std::vector<double>& args);
+// Infix operators bind as in C, C++ and Python: 1 additive, 2 multiplicative; 3 prefix; 4 anything else.
+int binding(inter::Op op);
+
+bool equal(const ValueP& a, const ValueP& b);
+// Registers a value reads, in first-use order, without repeats.
+std::vector<std::string> regs_of(const ValueP& v);
+
+// ---------------------------------------------------------------------------------------------------
+// Instructions
+// ---------------------------------------------------------------------------------------------------
+// Graph arrays an index reads: src/dst/etype are indexed by edge id, in_src/out_dst by the position in a
+// CSR (the inner loop's position variable), ntype by node id.
+enum class GraphArray { Src, Dst, Etype, InSrc, OutDst, Ntype };
+const char* to_string(GraphArray a);
+std::optional<GraphArray> parse_graph_array(std::string_view s);
+
+struct Comment {
+  std::string text;
+};
+
+struct IndexDef {
+  std::string name;
+  GraphArray array = GraphArray::Src;
+  std::string of;  // an edge variable, a loop position, or the row node
+};
+
+struct Load {
+  std::string tensor;
+  std::string row;     // a row variable or index; "0" for a weight without rows
+  bool lane0 = false;  // replicated values: lane 0 loads, the other lanes get it by a shuffle (a row lane 0
+                       // also stores is then touched by lane 0 alone); else every lane loads
+};
+struct Eval {
+  ValueP value;
+};
+enum class ReduceOp { Sum, Max };
+struct Reduce {
+  ReduceOp op = ReduceOp::Sum;
+  bool warp = true;  // over the lanes (the value is spread over them), or within each lane (replicated)
+  ValueP value;      // the reduced element-wise value
+  int64_t axis = 1;  // size of its last axis, the one reduced
+};
+using Source = std::variant<Load, Eval, Reduce>;
+
+struct Def {
+  std::string name;
+  bool is_mutable = false;  // var (updated later) or let
+  RegType type;
+  Source source;
+};
+
+struct Update {
+  std::string name;
+  inter::AssignOp op = inter::AssignOp::Set;
+  ValueP value;
+};
+
+enum class StoreLanes { Partitioned, Lane0 };
+struct Store {
+  std::string tensor;
+  std::string row;
+  std::string reg;
+  StoreLanes lanes = StoreLanes::Partitioned;
+  bool atomic = false;  // atomicAdd into the row (a scatter into rows other warps also own)
+};
+
+struct Sync {};
+
+struct Instr;
+struct EdgeLoop {
+  std::string var;    // the edge id
+  std::string pos;    // the position in the CSR
+  inter::LoopKind kind = inter::LoopKind::IncomingEdges;  // IncomingEdges or OutgoingEdges
+  std::string node;   // the row node
+  std::vector<Instr> body;
+};
+
+struct Instr {
+  std::variant<Comment, IndexDef, Def, Update, Store, Sync, EdgeLoop> v;
+};
+
+struct TraversalInstance {
+  std::string name;
+  inter::LoopKind rows = inter::LoopKind::Edges;  // Edges, DstNodes or SrcNodes
+  std::string row;                                 // the row variable
+  int threads = 256;
+  std::vector<Instr> body;
+};
+
+// Identifiers a traversal kernel cannot give its variables: what the CUDA printer declares or calls in
+// every kernel (lane, first_row, warp_sum, the graph arrays, ...), C++ keywords and CUDA built-ins.
+bool is_kernel_reserved(std::string_view name);
+
+// The graph layout a loop walks (etype_sorted_coo for edge rows, csr_by_dst / csr_by_src for inner loops),
+// or "" (node rows: the nodes in order).
+const char* walked_layout(inter::LoopKind k);
+
+// ---------------------------------------------------------------------------------------------------
+// Text form of one traversal instance (see the top of this file); `indent` prefixes the body lines.
+std::string print_traversal(const TraversalInstance& t);
+std::string print_value(const ValueP& v);
+std::string print_reg_type(const RegType& t);
+
+// The access pattern of every load and store of an instance, in program order, for the hazard analysis.
+// Cross-lane conflicts: two accesses of one tensor, at least one a store, by different lane partitions
+// (lane-partitioned rows vs lane 0 vs every lane), not separated by a sync.
+struct Hazard {
+  std::string tensor;
+  std::string first, second;  // the two accesses as IR text
+};
+// The first unsynchronised cross-lane conflict, if any.
+std::optional<Hazard> find_warp_hazard(const TraversalInstance& t);
+// Inserts the syncs the instance needs (one before a loop rather than one per iteration where that
+// suffices); afterwards find_warp_hazard returns nothing.
+void insert_warp_syncs(TraversalInstance& t);
+
+}  // namespace hectorgen::intra

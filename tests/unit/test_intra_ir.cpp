@@ -1,0 +1,423 @@
+// The intra-operator IR as a level of its own: traversal instances print, parse back to the same text,
+// verify (one negative test per rule), and get the warp syncs they need.
+#include <catch2/catch.hpp>
+
+#include "ir/intra/intra.h"
+#include "ir/intra/parser.h"
+
+using namespace hectorgen;
+using namespace hectorgen::intra;
+
+namespace {
+
+// The tensors and layouts of RGAT's forward, enough for its traversal instances.
+Program rgat_like() {
+  Program p;
+  p.model = "rgat";
+  auto add = [&](std::string name, Role role, inter::Per per, std::vector<int64_t> shape) {
+    TensorInfo t;
+    t.name = std::move(name);
+    t.role = role;
+    t.per = per;
+    t.shape = std::move(shape);
+    p.tensors.push_back(t);
+  };
+  add("feature", Role::Input, inter::Per::Node, {64});
+  add("w_s", Role::Weight, inter::Per::Etype, {1, 64});
+  add("w_t", Role::Weight, inter::Per::Etype, {1, 64});
+  add("shared", Role::Weight, inter::Per::None, {4});
+  add("h", Role::Output, inter::Per::Node, {1, 64});
+  add("att_max", Role::Field, inter::Per::Node, {1});
+  add("att_sum", Role::Field, inter::Per::Node, {1});
+  add("att", Role::Field, inter::Per::Edge, {1});
+  add("t_hs", Role::Temp, inter::Per::Edge, {1, 64});
+  add("t_ht", Role::Temp, inter::Per::Edge, {1, 64});
+  p.layouts = {layout::kCsrByDst, layout::kSortedCoo};
+  return p;
+}
+
+// RGAT's node softmax as the lowering builds it, before the syncs.
+const char* kSoftmax = R"(traversal rgat_fw_nodes_att_max: rows=dst_nodes(n) threads=256
+    # n["att_max"] = -1e+30
+    var v_att_max: [1] replicated(1) = -1e+30
+    for e in csr_by_dst.incoming(n) at i_e:
+        # n["att_max"] = max(n["att_max"], e["att"])
+        let v_att: [1] replicated(1) = load att[e]
+        v_att_max = max(v_att_max, v_att)
+    for e in csr_by_dst.incoming(n) at i_e:
+        # e["att"] = exp(e["att"] - e.dst["att_max"])
+        var v_att: [1] replicated(1) = load att[e]
+        v_att = exp(v_att - v_att_max)
+        store att[e] = v_att by lane0
+    # n["att_sum"] = 0.0
+    var v_att_sum: [1] replicated(1) = 0
+    for e in csr_by_dst.incoming(n) at i_e:
+        # n["att_sum"] += e["att"]
+        let v_att: [1] replicated(1) = load att[e]
+        v_att_sum += v_att
+    var v_h: [1, 64] lanes(2) = 0
+    for e in csr_by_dst.incoming(n) at i_e:
+        let v_msg: [1, 64] lanes(2) = load t_hs[e]
+        # e["att"] = e["att"] / e.dst["att_sum"]
+        var v_att: [1] replicated(1) = load att[e]
+        v_att = v_att / v_att_sum
+        # n["h"] += e["att"] * e["msg"]
+        v_h += v_att * v_msg
+        store att[e] = v_att by lane0
+    store att_max[n] = v_att_max by lane0
+    store att_sum[n] = v_att_sum by lane0
+    store h[n] = v_h by lanes
+)";
+
+// RGAT's edge kernel: warp reductions, gathers through etype.
+const char* kEdges = R"(traversal rgat_fw_edges_att: rows=etype_sorted_coo.edges(e) threads=256
+    index e_etype = etype[e]
+    let hs: [1, 64] lanes(2) = load t_hs[e]
+    let ht: [1, 64] lanes(2) = load t_ht[e]
+    let v_w_s: [1, 64] lanes(2) = load w_s[e_etype]
+    let v_w_t: [1, 64] lanes(2) = load w_t[e_etype]
+    # e["att"] = leakyrelu(dot(hs, w_s[e.etype]) + dot(ht, w_t[e.etype]), negative_slope)
+    let dot_hs_w_s: [1] replicated(1) = warp_sum(hs * v_w_s, 64)
+    let dot_ht_w_t: [1] replicated(1) = warp_sum(ht * v_w_t, 64)
+    let v_att: [1] replicated(1) = leakyrelu(dot_hs_w_s + dot_ht_w_t, 0.2)
+    store att[e] = v_att by lane0
+)";
+
+TraversalInstance parse(const std::string& text) {
+  SourceFile f("test.intra.ir", text);
+  Diagnostics d;
+  auto t = parse_traversal(f, d);
+  std::ostringstream err;
+  d.render(err);
+  INFO(err.str());
+  REQUIRE(t);
+  return *t;
+}
+
+std::string parse_error(const std::string& text) {
+  SourceFile f("test.intra.ir", text);
+  Diagnostics d;
+  auto t = parse_traversal(f, d);
+  REQUIRE_FALSE(t);
+  std::ostringstream err;
+  d.render(err);
+  return err.str();
+}
+
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  if (at == std::string::npos) throw std::runtime_error("test: pattern not found: " + from);
+  return text.replace(at, from.size(), to);
+}
+
+// The verifier's message for `text` (empty when it verifies).
+std::string verify(const std::string& text, const Program& p = rgat_like()) { return verify_traversal(p, parse(text)); }
+
+}  // namespace
+
+TEST_CASE("traversal instances print, parse back and print the same text", "[intra][roundtrip]") {
+  for (const char* text : {kSoftmax, kEdges}) {
+    TraversalInstance t = parse(text);
+    CHECK(print_traversal(t) == text);
+    CHECK(print_traversal(parse(print_traversal(t))) == text);
+  }
+}
+
+TEST_CASE("element-wise values print with the fewest parentheses and parse back", "[intra][roundtrip]") {
+  using V = Value;
+  using inter::Op;
+  auto a = V::reg_ref("a"), b = V::reg_ref("b"), c = V::reg_ref("c");
+  struct Case {
+    ValueP v;
+    const char* text;
+  } cases[] = {
+      {V::apply(Op::Sub, {a, V::apply(Op::Sub, {b, c})}), "a - (b - c)"},
+      {V::apply(Op::Sub, {V::apply(Op::Sub, {a, b}), c}), "a - b - c"},
+      {V::apply(Op::Mul, {V::apply(Op::Add, {a, b}), c}), "(a + b) * c"},
+      {V::apply(Op::Div, {a, V::apply(Op::Mul, {b, c})}), "a / (b * c)"},
+      {V::apply(Op::Neg, {V::apply(Op::Mul, {a, b})}), "-(a * b)"},
+      {V::apply(Op::Mul, {V::apply(Op::Neg, {a}), b}), "-a * b"},
+      {V::apply(Op::Sub, {a, V::constant(-1e30)}), "a - -1e+30"},
+      {V::apply(Op::LeakyReluGrad, {V::apply(Op::Add, {a, b}), V::constant(0.01)}), "leakyrelu_grad(a + b, 0.01)"},
+      {V::apply(Op::MaxGrad, {a, V::constant(0.5)}), "max_grad(a, 0.5)"},
+      {V::apply(Op::Sigmoid, {V::apply(Op::Tanh, {V::apply(Op::Sqrt, {V::apply(Op::Relu, {a})})})}), "sigmoid(tanh(sqrt(relu(a))))"},
+  };
+  for (const Case& c : cases) {
+    CHECK(print_value(c.v) == c.text);
+    std::string text = std::string("traversal k: rows=etype_sorted_coo.edges(e) threads=32\n    let x: [] replicated(1) = ") + c.text + "\n";
+    CHECK(print_traversal(parse(text)) == text);
+  }
+}
+
+TEST_CASE("the intra parser reports positioned errors", "[intra][parser]") {
+  CHECK(parse_error("traversal k: rows=etype_sorted_coo.edges(e) threads=32\n    let x: [64] lanes(3) = 0\n") ==
+        "test.intra.ir:2:23: error: 64 elements spread over the lanes take 2 slot(s) per lane, not 3 [intra-syntax]\n"
+        "    2 |     let x: [64] lanes(3) = 0\n"
+        "      |                       ^\n");
+  CHECK(parse_error("traversal k: rows=etype_sorted_coo.edges(e) threads=32\n    let x: [] replicated(1) = frob(y)\n")
+            .find("2:31: error: unknown element-wise function 'frob'") != std::string::npos);
+  CHECK(parse_error("traversal k: rows=nodes(n) threads=32\n").find("unknown row loop 'nodes'") != std::string::npos);
+  CHECK(parse_error("traversal k: rows=edges(e) threads=32\n").find("1:19: error: edges walks the layout etype_sorted_coo: write "
+                                                                   "etype_sorted_coo.edges") != std::string::npos);
+  CHECK(parse_error("traversal k: rows=dst_nodes(n) threads=32\n    for e in csr_by_src.incoming(n) at i:\n        sync\n")
+            .find("2:14: error: incoming walks the layout csr_by_dst: write csr_by_dst.incoming") != std::string::npos);
+  CHECK(parse_error("traversal k: rows=etype_sorted_coo.edges(e) threads=32\n    store att[e] = v by warp\n").find("unknown store lanes 'warp'") !=
+        std::string::npos);
+  CHECK(parse_error("traversal k: rows=etype_sorted_coo.edges(e) threads=32\n      sync\n").find("unexpected indentation") != std::string::npos);
+  CHECK(parse_error("traversal k: rows=etype_sorted_coo.edges(e) threads=32\n    sync now\n").find("expected an instruction") != std::string::npos);
+}
+
+TEST_CASE("the traversal verifier accepts the lowered kernels", "[intra][verifier]") {
+  CHECK(verify(kEdges) == "");
+  TraversalInstance t = parse(kSoftmax);
+  insert_warp_syncs(t);
+  CHECK(verify_traversal(rgat_like(), t) == "");
+}
+
+TEST_CASE("the traversal verifier rejects each broken rule", "[intra][verifier]") {
+  const std::string sm = kSoftmax, ed = kEdges;
+  // Without its syncs the softmax races: lane 0 overwrites att[e] that the other lanes read.
+  CHECK(verify(sm) == "rgat_fw_nodes_att_max: lanes race on 'att': 'load att[e] into v_att' and then 'store att[e] by lane0' "
+                      "with no sync between them");
+  struct Case {
+    std::string text;
+    const char* message;
+  } cases[] = {
+      // names
+      {replace(ed, "let ht:", "let hs:"), "'hs' is defined twice"},
+      {replace(ed, "let ht:", "let att:"), "'att' is also a tensor (a kernel parameter)"},
+      {replace(ed, "let ht:", "let lane:"), "'lane' is reserved in kernels (the printer's own names, C++ and CUDA)"},
+      {replace(ed, "hs * v_w_s", "hs * v_w_q"), "register 'v_w_q' is read before it is defined"},
+      {replace(ed, "store att[e] = v_att", "store att[e] = v_at"), "store of undefined register 'v_at'"},
+      {replace(ed, "store att[e] = v_att by lane0\n", "v_att = 1\n"), "'v_att' is a let: it cannot be updated"},
+      {replace(ed, "store att[e] = v_att by lane0\n", "v_x = 1\n"), "update of undefined register 'v_x'"},
+      // rows
+      {replace(ed, "load w_s[e_etype]", "load w_s[e]"), "'w_s' is indexed by an edge type (index = etype[e]), not by 'e'"},
+      {replace(ed, "load t_hs[e]", "load t_hs[e_etype]"), "'t_hs' is indexed by an edge, not by 'e_etype'"},
+      {replace(ed, "load t_hs[e]", "load t_hs[f]"), "row 'f' of 't_hs' is not defined"},
+      {replace(ed, "index e_etype = etype[e]", "index e_etype = ntype[e]"), "index 'e_etype': ntype[] cannot be indexed by 'e'"},
+      {replace(ed, "index e_etype = etype[e]", "index e_etype = in_src[e]"), "index 'e_etype': in_src[] cannot be indexed by 'e'"},
+      {replace(ed, "store att[e] = v_att by lane0", "store feature[e] = v_att by lane0"), "store to 'feature', an input"},
+      {replace(ed, "store att[e] = v_att by lane0", "store shared[0] = v_att by lane0"), "store to 'shared', a weight"},
+      // types and lane layouts
+      {replace(ed, "let hs: [1, 64] lanes(2)", "let hs: [1, 32] lanes(1)"), "'hs' has 32 elements, rows of 't_hs' have 64"},
+      {replace(ed, "load t_hs[e]", "load t_hs[e] by lane0"), "'hs' is spread over the lanes: each lane loads its elements, not lane 0"},
+      {replace(ed, "let hs: [1, 64] lanes(2)", "let hs: [1, 64] replicated(64)"), "'hs' is laid out replicated where the instruction computes lanes"},
+      {replace(ed, "warp_sum(hs * v_w_s, 64)", "warp_sum(hs * v_w_s, 32)"), "'dot_hs_w_s' reduces 64 elements by 32 into 1: the counts do not match"},
+      {replace(ed, "warp_sum(hs * v_w_s, 64)", "lane_sum(hs * v_w_s, 64)"), "'hs' is laid out lanes where the instruction computes replicated"},
+      {replace(ed, "let v_att: [1] replicated(1) = leakyrelu(dot_hs_w_s + dot_ht_w_t, 0.2)",
+               "let v_att: [3] replicated(3) = hs"),
+       "'hs' has 64 elements, which do not broadcast to 3"},
+      {replace(ed, "store att[e] = v_att by lane0", "store att[e] = v_att by lanes"), "'v_att' is replicated: it is stored by lane0"},
+      {replace(ed, "store att[e] = v_att by lane0", "store att[e] = hs by lane0"), "store of 'hs' (64 elements) into rows of 'att' (1 elements)"},
+      // layouts, loops and ownership
+      {replace(sm, "for e in csr_by_dst.incoming(n) at i_e:\n        # n[\"att_max\"]", "for e in csr_by_src.outgoing(n) at i_e:\n        # n[\"att_max\"]"),
+       "loop over 'e' needs the graph layout 'csr_by_src', which the program does not have"},
+      {replace(sm, "csr_by_dst.incoming(n) at i_e:\n        # n[\"att_max\"]", "csr_by_dst.incoming(m) at i_e:\n        # n[\"att_max\"]"),
+       "edge loop over 'm': inner loops walk the edges of the row node"},
+      {replace(ed, "store att[e] = v_att by lane0", "index e_src = src[e]\n    store att_max[e_src] = v_att by lane0"),
+       "'att_max' is stored by this kernel but stored through row 'e_src', which other warps own"},
+      {replace(ed, "store att[e] = v_att by lane0", "index e_src = src[e]\n    store att_max[e_src] += v_att by lane0 atomic\n"
+                                                   "    let back: [1] replicated(1) = load att_max[e_src]"),
+       "'att_max' is atomically updated by other warps while this kernel loads it"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.text);
+    std::string msg = verify(c.text);
+    CHECK(msg.find(c.message) != std::string::npos);
+    CHECK(msg.rfind(msg.find("rgat_fw_nodes") == 0 ? "rgat_fw_nodes_att_max: " : "rgat_fw_edges_att: ", 0) == 0);
+  }
+  TraversalInstance inner = parse(ed);
+  inner.rows = inter::LoopKind::IncomingEdges;
+  CHECK(verify_traversal(rgat_like(), inner) == "rgat_fw_edges_att: the row loop must be over edges, dst_nodes or src_nodes");
+  Program no_coo = rgat_like();
+  no_coo.layouts.erase(layout::kSortedCoo);
+  CHECK(verify(ed, no_coo) == "rgat_fw_edges_att: an edge row loop walks the layout 'etype_sorted_coo', which the program does not have");
+}
+
+TEST_CASE("warp syncs go where lanes exchange values through global memory", "[intra][sync]") {
+  TraversalInstance t = parse(kSoftmax);
+  insert_warp_syncs(t);
+  // One sync before each lane-0 overwrite of a row the other lanes have read, one before the loop that
+  // reads back what lane 0 wrote; none per iteration where one before the loop suffices.
+  CHECK(print_traversal(t) == replace(replace(replace(kSoftmax,
+                                                      "        v_att = exp(v_att - v_att_max)\n",
+                                                      "        v_att = exp(v_att - v_att_max)\n        sync\n"),
+                                              "    for e in csr_by_dst.incoming(n) at i_e:\n        # n[\"att_sum\"] += e[\"att\"]",
+                                              "    sync\n    for e in csr_by_dst.incoming(n) at i_e:\n        # n[\"att_sum\"] += e[\"att\"]"),
+                                      "        v_h += v_att * v_msg\n", "        v_h += v_att * v_msg\n        sync\n"));
+  // Loaded by lane 0 where lane 0 overwrites them, the rows of att are exchanged only between loops.
+  TraversalInstance owned = parse(replace(replace(kSoftmax, "        var v_att: [1] replicated(1) = load att[e]\n        v_att = exp",
+                                                  "        var v_att: [1] replicated(1) = load att[e] by lane0\n        v_att = exp"),
+                                          "        var v_att: [1] replicated(1) = load att[e]\n        v_att = v_att /",
+                                          "        var v_att: [1] replicated(1) = load att[e] by lane0\n        v_att = v_att /"));
+  insert_warp_syncs(owned);
+  std::string synced = print_traversal(owned);
+  CHECK(synced.find("    sync\n    for e in csr_by_dst.incoming(n) at i_e:\n        # e[\"att\"] = exp") != std::string::npos);
+  CHECK(synced.find("    sync\n    for e in csr_by_dst.incoming(n) at i_e:\n        # n[\"att_sum\"]") != std::string::npos);
+  CHECK(synced.find("    sync\n    for e in csr_by_dst.incoming(n) at i_e:\n        let v_msg") != std::string::npos);
+  CHECK(synced.find("        sync\n") == std::string::npos);
+  // Inserting again changes nothing.
+  std::string once = print_traversal(t);
+  insert_warp_syncs(t);
+  CHECK(print_traversal(t) == once);
+  // Lane-partitioned rows read back by the same lanes need no sync; read back by all lanes they do.
+  const std::string lanes = R"(traversal k: rows=etype_sorted_coo.edges(e) threads=32
+    let x: [1, 64] lanes(2) = load t_hs[e]
+    store t_ht[e] = x by lanes
+    let y: [1, 64] lanes(2) = load t_ht[e]
+    let s: [1] replicated(1) = warp_sum(y, 64)
+    store att[e] = s by lane0
+)";
+  TraversalInstance u = parse(lanes);
+  insert_warp_syncs(u);
+  CHECK(print_traversal(u) == lanes);
+  TraversalInstance v = parse(replace(lanes, "let y: [1, 64] lanes(2) = load t_ht[e]\n    let s: [1] replicated(1) = warp_sum(y, 64)",
+                                      "let y: [1, 64] replicated(64) = load t_ht[e]\n    let s: [1] replicated(1) = lane_sum(y, 64)"));
+  CHECK(find_warp_hazard(v)->tensor == "t_ht");
+  insert_warp_syncs(v);
+  CHECK(print_traversal(v).find("    store t_ht[e] = x by lanes\n    sync\n    let y:") != std::string::npos);
+}
+
+namespace {
+
+// A program with one instance of each template kind (what the verifier checks of each).
+const char* kProgram = R"(# hectorgen intra-operator IR
+model m
+phase backward
+hyper d = 64
+input x: node[d]
+input norm: edge[]
+weight W: etype[d, d] init="glorot"
+weight b: etype[4] init="zeros"
+output y: node[d]
+option materialization = "vanilla"
+option reorder = "off"
+option dtype = "fp32"
+option gemm_tile = 16
+option gemm_coarsen = 1
+option traversal_threads = 256
+layouts etype_sorted_coo
+tensor x: input node[64]
+tensor norm: input edge[]
+tensor W: weight etype[64, 64]
+tensor b: weight etype[4]
+tensor y: output node[64] zero_init
+tensor d_W: output etype[64, 64] zero_init
+tensor d_b: output etype[4] zero_init
+tensor t_e: temp edge[64]
+tensor t_b: temp edge[4]
+alias tb -> t_b
+
+gemm m_gemm:  t_e[row] = x[src[row]] · W[etype] * norm[row]
+    rows=edges heads=1 k=64 n=64 tile=16 coarsen=1 store=plain
+    from: e["t"] = e.src.x * W[e.etype] * e.norm
+
+wgrad m_wgrad:  d_W[etype] += sum over rows x[src[row]]^T · t_e[row]
+    rows=edges heads=1 k=64 n=64 tile=16 coarsen=1 deterministic
+    from: d_W[e.etype] += outer(e.src.x, e["t"])
+
+torch m_torch: target=t_b
+    field tb -> t_b
+    for e in g.edges():
+        e["tb"] = b[e.etype] * e.norm
+
+segsum m_segsum:  d_b[etype] += sum over rows t_b[row]
+    rows=edges numel=4 deterministic
+    from: d_b[e.etype] += e["tb"]
+)";
+
+std::optional<Program> parse_program_text(const std::string& text, std::string* err = nullptr) {
+  SourceFile f("m.intra.ir", text);
+  Diagnostics d;
+  auto p = parse_program(f, d);
+  if (err) {
+    std::ostringstream s;
+    d.render(s);
+    *err = s.str();
+  }
+  return p;
+}
+
+std::string verify_text(const std::string& text) {
+  std::string err;
+  auto p = parse_program_text(text, &err);
+  INFO(err);
+  REQUIRE(p);
+  return verify_program(*p);
+}
+
+}  // namespace
+
+TEST_CASE("a program with every instance kind prints, parses back and verifies", "[intra][roundtrip][verifier]") {
+  std::string err;
+  auto p = parse_program_text(kProgram, &err);
+  INFO(err);
+  REQUIRE(p);
+  CHECK(print_program(*p) == kProgram);
+  CHECK(verify_program(*p) == "");
+  REQUIRE(p->kernels.size() == 4);
+  CHECK(std::get<GemmInstance>(p->kernels[0]).row_scalar == "norm");
+  CHECK(std::get<TorchInstance>(p->kernels[2]).field_tensor.at("tb") == "t_b");
+  CHECK(p->decl.find_hyper("d")->value == 64);
+}
+
+TEST_CASE("the program verifier rejects each broken rule", "[intra][verifier]") {
+  const std::string p = kProgram;
+  struct Case {
+    std::string text;
+    const char* message;
+  } cases[] = {
+      {replace(p, "tensor t_b: temp edge[4]\n", "tensor t_b: temp edge[4]\ntensor x: input node[64]\n"), "tensor 'x' is defined twice"},
+      {replace(p, "alias tb -> t_b", "alias tb -> t_c"), "alias tb -> t_c: unknown tensor"},
+      {replace(p, "wgrad m_wgrad:", "wgrad m_gemm:"), "kernel 'm_gemm' is defined twice"},
+      {replace(p, "= x[src[row]] · W", "= q[src[row]] · W"), "m_gemm: unknown tensor 'q'"},
+      {replace(p, "t_e[row] = x[src[row]]", "norm[row] = x[src[row]]"), "m_gemm: writes 'norm', an input"},
+      {replace(p, "tile=16 coarsen=1 store", "tile=16 coarsen=3 store"), "m_gemm: coarsening 3 is not 1, 2 or 4, or does not divide tile 16"},
+      {replace(p, "heads=1 k=64 n=64 tile=16 coarsen=1", "heads=1 k=32 n=64 tile=16 coarsen=1"),
+       "m_gemm: input rows of x have 64 elements, expected 1 x 32"},
+      {replace(p, "heads=1 k=64 n=64 tile=16 coarsen=1", "heads=1 k=64 n=32 tile=16 coarsen=1"),
+       "m_gemm: output rows of t_e have 64 elements, expected 1 x 32"},
+      {replace(p, "tensor W: weight etype[64, 64]", "tensor W: weight etype[64, 32]"), "m_gemm: weight W slices have 2048 elements, expected 64 x 64"},
+      {replace(p, "    rows=edges heads=1 k=64 n=64 tile=16 coarsen=1", "    rows=nodes heads=1 k=64 n=64 tile=16 coarsen=1"),
+       "m_gemm: input 'x' is gathered through src/dst, which needs edge rows"},
+      {replace(p, "t_e[row] = x[src[row]]", "t_e[row] = x[row]"), "m_gemm: input 'x' has a row per node, read per edge without a gather"},
+      {replace(p, "· W[etype] * norm[row]", "· W[ntype] * norm[row]"),
+       "m_gemm: per-node-type segments need 'W' per ntype and the layout 'ntype_ptr'"},
+      {replace(p, "· W[etype] * norm[row]", "· W[-] * norm[row]"), "m_gemm: 'W' has a slice per type but the kernel has no segments"},
+      {replace(p, "layouts etype_sorted_coo", "layouts csr_by_dst"), "m_gemm: gathers through src/dst need the layout 'etype_sorted_coo'"},
+      {replace(p, "* norm[row]\n", "* t_e[row]\n"), "m_gemm: row scalar 't_e' is not one value per row"},
+      {replace(p, "    rows=edges heads=1 k=64 n=64 tile=16 coarsen=1 deterministic", "    rows=edges heads=1 k=64 n=32 tile=16 coarsen=1 deterministic"),
+       "m_wgrad: rows of x and t_e have 64 and 64 elements, expected 1 x 64 and 1 x 32"},
+      {replace(p, "d_W[etype] += sum over rows x[src[row]]^T · t_e[row]", "W[etype] += sum over rows x[src[row]]^T · t_e[row]"),
+       "m_wgrad: writes 'W', an weight"},
+      {replace(p, "numel=4", "numel=5"), "m_segsum: rows of t_b and slices of d_b have 4 and 4 elements, expected 5"},
+      {replace(p, "target=t_b", "target=t_c"), "m_torch: unknown tensor 't_c'"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.message);
+    CHECK(verify_text(c.text) == c.message);
+  }
+}
+
+TEST_CASE("the program parser reports positioned errors, into the declarations too", "[intra][parser]") {
+  const std::string p = kProgram;
+  std::string err;
+  CHECK_FALSE(parse_program_text(replace(p, "tensor y: output", "tensor y: outptu"), &err));
+  CHECK_THAT(err, Catch::StartsWith("m.intra.ir:21:11: error: unknown role 'outptu' (input, weight, output, field, temp) [intra-syntax]"));
+  CHECK_FALSE(parse_program_text(replace(p, "hyper d = 64", "hyper d = q"), &err));
+  CHECK_THAT(err, Catch::StartsWith("m.intra.ir:4:11: error: "));
+  CHECK_FALSE(parse_program_text(replace(p, "coarsen=1 store=plain", "coarsen=1 store=add"), &err));
+  CHECK_THAT(err, Catch::Contains("29:58: error: the output is written 'plain' (by its formula), not 'add'"));
+  CHECK_FALSE(parse_program_text(replace(p, "segsum m_segsum:", "segment m_segsum:"), &err));
+  CHECK_THAT(err, Catch::Contains("error: expected a kernel (gemm, traversal, wgrad, segsum or torch)"));
+  CHECK_FALSE(parse_program_text(replace(p, "        e[\"tb\"] = b[e.etype] * e.norm", "        e[\"tb\"] = (b[e.etype] * e.norm"), &err));
+  CHECK_THAT(err, Catch::StartsWith("m.intra.ir:39:39: error: expected ')' to close '('"));
+  // The phases of an .intra.ir file must be headed by their own name.
+  SourceFile f("two.intra.ir", "# ==== forward ====\n" + p);
+  Diagnostics d;
+  CHECK_FALSE(parse_programs(f, d));
+  std::ostringstream s;
+  d.render(s);
+  CHECK(s.str().find("the section of phase 'backward' is headed '# ==== forward ===='") != std::string::npos);
+}

@@ -1,0 +1,524 @@
+// The intra-operator IR of the bundled and test specs: it round-trips through its text form (and the
+// emitters print the same files from the parsed text), verifies, and carries the lowering decisions:
+// what stays in registers, where loads go, which reductions run over the warp, where the syncs are.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <regex>
+
+#include "emit/emit.h"
+#include "helpers.h"
+#include "ir/inter/verifier.h"
+#include "ir/intra/interpreter.h"
+#include "ir/intra/parser.h"
+#include "passes/passes.h"
+
+using namespace hectorgen;
+using namespace hectorgen::test;
+using namespace hectorgen::intra;
+
+namespace {
+
+std::vector<std::string> all_specs() {
+  std::vector<std::string> out;
+  for (const char* dir : {"/specs", "/tests/gpu/specs"})
+    for (const auto& f : std::filesystem::directory_iterator(std::string(HECTORGEN_SOURCE_DIR) + dir))
+      if (f.path().extension() == ".yaml" || f.path().extension() == ".json") out.push_back(f.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<Program> lower_source(const std::string& path, const std::string& text) {
+  auto c = compile_text(path, text);
+  INFO(c->rendered());
+  REQUIRE(c->module);
+  std::vector<Program> out;
+  Diagnostics d;
+  auto lower = [&](const inter::Module& m, const std::string& phase) {
+    REQUIRE(inter::verify(m, d));
+    inter::Module fused = passes::fuse_loops(m);
+    REQUIRE(inter::verify(fused, d));
+    auto p = passes::lower(fused, d, phase);
+    std::ostringstream err;
+    d.render(err);
+    INFO(err.str());
+    REQUIRE(p);
+    out.push_back(*p);
+  };
+  lower(*c->module, "forward");
+  if (auto tm = passes::autodiff(*c->module, d)) {
+    lower(tm->forward, "forward_train");
+    out.back().saved = tm->saved;
+    lower(tm->backward, "backward");
+  }
+  // As the driver does: every phase shares one preprocessing.
+  std::set<std::string> layouts;
+  for (const auto& p : out) layouts.insert(p.layouts.begin(), p.layouts.end());
+  for (auto& p : out) p.layouts = layouts;
+  return out;
+}
+
+std::vector<Program> lower_path(const std::string& path) { return lower_source(path, read_file(path)); }
+
+const TraversalInstance& traversal(const std::vector<Program>& phases, const std::string& name) {
+  for (const Program& p : phases)
+    for (const Kernel& k : p.kernels)
+      if (auto* t = std::get_if<TraversalInstance>(&k); t && t->name == name) return *t;
+  throw std::runtime_error("test: no traversal instance " + name);
+}
+
+const EdgeLoop& loop_at(const TraversalInstance& t, size_t n) {
+  for (const Instr& in : t.body)
+    if (auto* l = std::get_if<EdgeLoop>(&in.v))
+      if (n-- == 0) return *l;
+  throw std::runtime_error("test: no such loop");
+}
+
+// The top-level instructions of a body, as their first words ("var v_h", "for e", "sync", "store att", ...).
+std::vector<std::string> outline(const std::vector<Instr>& body) {
+  std::vector<std::string> out;
+  for (const Instr& in : body)
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, Def>) out.push_back(std::string(x.is_mutable ? "var " : "let ") + x.name);
+          else if constexpr (std::is_same_v<T, Update>) out.push_back("update " + x.name);
+          else if constexpr (std::is_same_v<T, Store>) out.push_back("store " + x.tensor);
+          else if constexpr (std::is_same_v<T, Sync>) out.push_back("sync");
+          else if constexpr (std::is_same_v<T, EdgeLoop>) out.push_back("for " + x.var);
+          else if constexpr (std::is_same_v<T, IndexDef>) out.push_back("index " + x.name);
+        },
+        in.v);
+  return out;
+}
+
+// The first definition of register `name` in `body` or its loops.
+const Def* find_def(const std::vector<Instr>& body, const std::string& name) {
+  for (const Instr& in : body) {
+    if (auto* d = std::get_if<Def>(&in.v); d && d->name == name) return d;
+    if (auto* l = std::get_if<EdgeLoop>(&in.v))
+      if (const Def* d = find_def(l->body, name)) return d;
+  }
+  return nullptr;
+}
+const Def& def_named(const std::vector<Instr>& body, const std::string& name) {
+  if (const Def* d = find_def(body, name)) return *d;
+  throw std::runtime_error("test: no register " + name);
+}
+
+int count_instrs(const std::vector<Instr>& body, const std::function<bool(const Instr&)>& pred) {
+  int n = 0;
+  for (const Instr& in : body) {
+    n += pred(in);
+    if (auto* l = std::get_if<EdgeLoop>(&in.v)) n += count_instrs(l->body, pred);
+  }
+  return n;
+}
+
+bool is_reduce(const Instr& in) {
+  auto* d = std::get_if<Def>(&in.v);
+  return d && std::holds_alternative<Reduce>(d->source);
+}
+bool is_sync(const Instr& in) { return std::holds_alternative<Sync>(in.v); }
+
+}  // namespace
+
+TEST_CASE("every spec's intra IR prints, parses back to the same text and the same generated files", "[intra][roundtrip]") {
+  for (const std::string& path : all_specs()) {
+    CAPTURE(path);
+    std::vector<Program> phases = lower_path(path);
+    for (const Program& p : phases) CHECK(verify_program(p) == "");
+    std::string text = print_programs(phases);
+    SourceFile file("spec.intra.ir", text);
+    Diagnostics d;
+    auto parsed = parse_programs(file, d);
+    std::ostringstream err;
+    d.render(err);
+    INFO(err.str());
+    REQUIRE(parsed);
+    CHECK(print_programs(*parsed) == text);
+    for (const Program& p : *parsed) CHECK(verify_program(p) == "");
+    // The text holds everything the emitters read: they print the same files from it.
+    OutputSet from_ir, direct;
+    emit::emit_all(*parsed, {"spec.yaml", "test"}, from_ir);
+    emit::emit_all(phases, {"spec.yaml", "test"}, direct);
+    CHECK(from_ir.files() == direct.files());
+  }
+}
+
+TEST_CASE("the committed .intra.ir goldens parse back to themselves", "[intra][roundtrip]") {
+  for (const char* model : {"rgcn", "rgat", "hgt"}) {
+    CAPTURE(model);
+    std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/generated/" + model + "/" + model + ".intra.ir";
+    std::string text = read_file(path);
+    SourceFile file(path, text);
+    Diagnostics d;
+    auto parsed = parse_programs(file, d);
+    REQUIRE(parsed);
+    CHECK(print_programs(*parsed) == text);
+  }
+}
+
+TEST_CASE("--emit=intra-ir prints the phases that parse back", "[intra][driver]") {
+  driver::Options o;
+  o.spec_path = spec_path("rgat.yaml");
+  o.emit = "intra-ir";
+  std::ostringstream out, err;
+  REQUIRE(driver::run(o, out, err) == 0);
+  SourceFile file("rgat.intra.ir", out.str());
+  Diagnostics d;
+  auto parsed = parse_programs(file, d);
+  REQUIRE(parsed);
+  REQUIRE(parsed->size() == 3);
+  CHECK(print_programs(*parsed) == out.str());
+  CHECK(out.str() == read_file(std::string(HECTORGEN_SOURCE_DIR) + "/generated/rgat/rgat.intra.ir"));
+}
+
+TEST_CASE("RGAT's node softmax keeps the node's values in registers and syncs where lanes exchange att", "[intra][lowering]") {
+  auto phases = lower_path(spec_path("rgat.yaml"));
+  const TraversalInstance& t = traversal(phases, "rgat_fw_nodes_att_max");
+  CHECK(t.rows == inter::LoopKind::DstNodes);
+  // att_max, att_sum and h are registers of the whole row, stored once at its end. Loops that overwrite
+  // att[e] load it by lane 0 (which also stores it) and shuffle it to the other lanes: no lane but lane 0
+  // touches those rows, so no sync inside a loop; one sync before each loop whose accesses to att cross
+  // lanes with the previous loop's (all lanes read att, then lane 0 overwrites it; lane 0 writes it, then
+  // all lanes read it).
+  CHECK(outline(t.body) == std::vector<std::string>{"var v_att_max", "for e", "sync", "for e", "var v_att_sum", "sync", "for e",
+                                                    "var v_h", "sync", "for e", "store att_max", "store att_sum", "store h"});
+  CHECK(outline(loop_at(t, 0).body) == std::vector<std::string>{"let v_att", "update v_att_max"});
+  CHECK(outline(loop_at(t, 1).body) == std::vector<std::string>{"var v_att", "update v_att", "store att"});
+  CHECK(std::get<Load>(def_named(loop_at(t, 1).body, "v_att").source).lane0);
+  CHECK_FALSE(std::get<Load>(def_named(loop_at(t, 2).body, "v_att").source).lane0);
+  CHECK(outline(loop_at(t, 3).body) == std::vector<std::string>{"let v_msg", "var v_att", "update v_att", "update v_h", "store att"});
+  const Def& h = def_named(t.body, "v_h");
+  CHECK(h.type == RegType{{1, 64}, LaneLayout::Lanes});  // spread over the lanes: 2 slots each
+  CHECK(h.type.slots() == 2);
+  const Store& att = std::get<Store>(loop_at(t, 1).body.back().v);
+  CHECK(att.lanes == StoreLanes::Lane0);
+  CHECK(std::get<Store>(t.body.back().v).lanes == StoreLanes::Partitioned);
+  // The same kernel without its syncs races.
+  TraversalInstance racy = t;
+  std::function<void(std::vector<Instr>&)> strip = [&](std::vector<Instr>& b) {
+    b.erase(std::remove_if(b.begin(), b.end(), is_sync), b.end());
+    for (Instr& in : b)
+      if (auto* l = std::get_if<EdgeLoop>(&in.v)) strip(l->body);
+  };
+  strip(racy.body);
+  REQUIRE(find_warp_hazard(racy));
+  CHECK(find_warp_hazard(racy)->tensor == "att");
+}
+
+TEST_CASE("RGAT's edge kernels reduce over the warp once per value, loading each row once", "[intra][lowering]") {
+  auto phases = lower_path(spec_path("rgat.yaml"));
+  const TraversalInstance& fw = traversal(phases, "rgat_fw_edges_att");
+  CHECK(count_instrs(fw.body, is_reduce) == 2);
+  CHECK(count_instrs(fw.body, is_sync) == 0);
+  for (const Instr& in : fw.body)
+    if (auto* d = std::get_if<Def>(&in.v); d && std::holds_alternative<Reduce>(d->source)) CHECK(std::get<Reduce>(d->source).warp);
+  // The backward repeats dot(e.hs, w_s[e.etype]) in four statements: computed once; hs loaded once.
+  const TraversalInstance& bw = traversal(phases, "rgat_bw_edges_d_hs");
+  CHECK(count_instrs(bw.body, is_reduce) == 2);
+  CHECK(count_instrs(bw.body, [](const Instr& in) {
+          auto* d = std::get_if<Def>(&in.v);
+          auto* l = d ? std::get_if<Load>(&d->source) : nullptr;
+          return l && l->tensor == "hs";
+        }) == 1);
+  // d_hs is accumulated twice in registers and stored once.
+  CHECK(count_instrs(bw.body, [](const Instr& in) {
+          auto* s = std::get_if<Store>(&in.v);
+          return s && s->tensor == "d_hs";
+        }) == 1);
+}
+
+TEST_CASE("RGAT's backward node kernel hoists the node's rows out of the edge loops, and lane 0 owns what it overwrites",
+          "[intra][lowering]") {
+  auto phases = lower_path(spec_path("rgat.yaml"));
+  const TraversalInstance& t = traversal(phases, "rgat_bw_nodes_d_att");
+  // n.d_h, att_sum and att_max of the row node: loaded once per node, not once per edge.
+  std::vector<std::string> top = outline(t.body);
+  CHECK(std::vector<std::string>(top.begin(), top.begin() + 3) == std::vector<std::string>{"let v_d_h", "let v_att_sum", "let v_att_max"});
+  // Loop 2 accumulates into d_att__1 that loop 1 stored, loop 3 into d_att__0 of loop 2: lane 0 stores
+  // those rows and loads them back itself, so the lanes exchange nothing through memory: no sync.
+  CHECK(std::count(top.begin(), top.end(), "sync") == 0);
+  CHECK(std::get<Load>(def_named(loop_at(t, 1).body, "v_d_att__1").source).lane0);
+  CHECK(std::get<Load>(def_named(loop_at(t, 2).body, "v_d_att__0").source).lane0);
+}
+
+TEST_CASE("HGT and RGCN: gathers through dst, node sums without atomics or syncs", "[intra][lowering]") {
+  auto hgt = lower_path(spec_path("hgt.yaml"));
+  const TraversalInstance& att = traversal(hgt, "hgt_fw_edges_att");
+  CHECK(outline(att.body)[0] == "index e_dst");
+  CHECK(std::get<IndexDef>(att.body[0].v).array == GraphArray::Dst);
+  auto rgcn = lower_path(spec_path("rgcn.yaml"));
+  const TraversalInstance& sum = traversal(rgcn, "rgcn_fwt_sum_h");
+  // h starts from what the self-loop GEMM stored, adds the edge rows in a register, and is stored once.
+  CHECK(outline(sum.body) == std::vector<std::string>{"var v_h", "for e", "store h"});
+  CHECK(std::get<Load>(def_named(sum.body, "v_h").source).tensor == "h");
+  // In RGAT's backward the first node sum of d_feature starts at zero (nothing to load), the second from it.
+  auto rgat = lower_path(spec_path("rgat.yaml"));
+  CHECK(std::get<Eval>(def_named(traversal(rgat, "rgat_bw_sum_d_feature").body, "v_d_feature").source).value->kind ==
+        Value::Kind::Const);
+  CHECK(std::get<Load>(def_named(traversal(rgat, "rgat_bw_sum_d_feature_2").body, "v_d_feature").source).tensor == "d_feature");
+  CHECK(count_instrs(sum.body, is_sync) == 0);
+}
+
+TEST_CASE("generated traversal kernels: source names, no copies, no one-iteration loops", "[intra][emit]") {
+  for (const std::string& path : all_specs()) {
+    CAPTURE(path);
+    auto phases = lower_path(path);
+    std::string cu = emit::emit_kernels_cu(phases, {"spec.yaml", "test"});
+    CHECK_FALSE(std::regex_search(cu, std::regex(R"(\bv[0-9]+\b)")));        // no v0, v1, ...
+    CHECK_FALSE(std::regex_search(cu, std::regex(R"(< 1; \+\+)")));          // no loop of one iteration
+    CHECK_FALSE(std::regex_search(cu, std::regex(R"(\b(\w+)\[0\] = (\w+)\[0\];)")));  // no copies
+    for (const Program& p : phases)
+      for (const Kernel& k : p.kernels)
+        if (auto* t = std::get_if<TraversalInstance>(&k)) {
+          CAPTURE(t->name);
+          // A register defined as another register is a copy.
+          CHECK(count_instrs(t->body, [](const Instr& in) {
+                  auto* d = std::get_if<Def>(&in.v);
+                  auto* e = d ? std::get_if<Eval>(&d->source) : nullptr;
+                  return e && e->value->kind == Value::Kind::Reg;
+                }) == 0);
+          CHECK_FALSE(find_warp_hazard(*t));
+        }
+  }
+}
+
+namespace {
+
+std::vector<Program> lower_text(const std::string& text) { return lower_source("spec.yaml", text); }
+
+}  // namespace
+
+TEST_CASE("a reshaped local keeps its shape: dot and sum reduce its last axis", "[intra][lowering]") {
+  auto phases = lower_text(R"(model: ops
+hyper: {d: 48, heads: 4}
+inputs:
+  feature: {per: node, shape: [d]}
+weights:
+  a: {per: etype, shape: [heads, 12]}
+outputs:
+  h: {per: node, shape: [heads, 12]}
+program: |
+  for e in g.edges():
+      x = reshape(e.src.feature, heads, 12)
+      e["att"] = exp(dot(x, a[e.etype]))
+      e["z"] = sum(e["att"])
+      e["m"] = x * e["att"] * e["z"]
+  for n in g.dst_nodes():
+      for e in n.incoming_edges():
+          n["h"] += e["m"]
+)");
+  const TraversalInstance& t = traversal(phases, "ops_fw_nodes_att");  // fused into the node loop
+  const Def& dot = def_named(t.body, "dot_x_a");
+  CHECK(dot.type == RegType{{4}, LaneLayout::Replicated});  // four heads of 12, not one sum of 48
+  CHECK(std::get<Reduce>(dot.source).axis == 12);
+  CHECK(std::get<Reduce>(dot.source).warp);
+  const Def& z = def_named(t.body, "v_z");
+  CHECK(std::get<Reduce>(z.source).axis == 4);
+  CHECK_FALSE(std::get<Reduce>(z.source).warp);  // a replicated value: summed within each lane
+}
+
+TEST_CASE("an edge loop adding into its source's row stores atomically; training sums per node instead", "[intra][lowering]") {
+  auto phases = lower_text(R"(model: scatter
+hyper: {d: 40}
+inputs:
+  feature: {per: node, shape: [d]}
+outputs:
+  h: {per: node, shape: [d]}
+program: |
+  for e in g.edges():
+      e.src["h"] += exp(e.src.feature) - e.dst.feature
+)");
+  const TraversalInstance& fw = traversal(phases, "scatter_fw_edges_h");
+  const Store& s = std::get<Store>(fw.body.back().v);
+  CHECK(s.atomic);
+  CHECK(s.tensor == "h");
+  CHECK(s.lanes == StoreLanes::Partitioned);
+  CHECK(s.row == "e_src");
+  for (size_t i = 1; i < phases.size(); ++i)
+    for (const Kernel& k : phases[i].kernels)
+      if (auto* t = std::get_if<TraversalInstance>(&k))
+        CHECK(count_instrs(t->body, [](const Instr& in) {
+                auto* st = std::get_if<Store>(&in.v);
+                return st && st->atomic;
+              }) == 0);
+}
+
+// ---- semantics -------------------------------------------------------------------------------------
+namespace {
+
+inter::HeteroGraph random_graph(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  inter::HeteroGraph g;
+  g.num_nodes = 23;
+  g.num_ntypes = 2;
+  g.num_etypes = 3;
+  for (int64_t n = 0; n < g.num_nodes; ++n) g.ntype.push_back(static_cast<int>(rng() % 2));
+  for (int e = 0; e < 90; ++e) {
+    g.src.push_back(static_cast<int64_t>(rng() % 23));
+    g.dst.push_back(e < 3 ? 5 : static_cast<int64_t>(rng() % 20));  // nodes 20..22 have no incoming edge
+    g.etype.push_back(static_cast<int>(rng() % 3));
+  }
+  return g;
+}
+
+inter::Tensor64 random_tensor(std::vector<int64_t> shape, std::mt19937_64& rng) {
+  inter::Tensor64 t;
+  t.shape = std::move(shape);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  t.data.resize(static_cast<size_t>(t.numel()));
+  for (double& x : t.data) x = u(rng);
+  return t;
+}
+
+// Inputs (not computed from the graph) and weights of a module, random.
+inter::TensorMap random_inputs(const inter::ModelDecl& d, const inter::HeteroGraph& g, std::mt19937_64& rng,
+                               const inter::TensorMap& given = {}) {
+  inter::TensorMap out;
+  for (const auto* list : {&d.inputs, &d.weights})
+    for (const inter::TensorDecl& t : *list) {
+      if (!t.from_graph.empty()) continue;
+      if (auto it = given.find(t.name); it != given.end()) out[t.name] = it->second;
+      else out[t.name] = random_tensor(inter::full_shape(t, g), rng);
+    }
+  return out;
+}
+
+void check_close(const std::string& what, const inter::Tensor64& got, const inter::Tensor64& want) {
+  CAPTURE(what);
+  REQUIRE(got.data.size() == want.data.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.data.size(); ++i) worst = std::max(worst, std::abs(got.data[i] - want.data[i]) / (1 + std::abs(want.data[i])));
+  CHECK(worst < 1e-9);
+}
+
+// Runs phase `p` in the intra interpreter and compares `names` (outputs, saved fields) with the inter
+// interpreter's `want` (outputs and fields); returns the tensors the program computed.
+inter::TensorMap run_and_compare(const Program& p, const inter::HeteroGraph& g, inter::TensorMap tensors,
+                                 const inter::InterpretResult& want, const std::vector<std::string>& names) {
+  std::string err = intra::interpret(p, g, tensors);
+  INFO(p.phase << ": " << err);
+  REQUIRE(err.empty());
+  for (const std::string& n : names) {
+    auto alias = p.aliases.find(n);
+    const std::string& tensor_name = alias == p.aliases.end() ? n : alias->second;
+    const inter::Tensor64* ref = want.outputs.count(n) ? &want.outputs.at(n) : want.fields.count(n) ? &want.fields.at(n) : nullptr;
+    REQUIRE(ref);
+    check_close(p.phase + " " + n, tensors.at(tensor_name), *ref);
+  }
+  return tensors;
+}
+
+bool has_torch(const std::vector<Program>& phases) {
+  for (const Program& p : phases)
+    for (const Kernel& k : p.kernels)
+      if (std::holds_alternative<TorchInstance>(k)) return true;
+  return false;
+}
+
+}  // namespace
+
+// Specs exercising what the bundled ones do not: reshaped locals reduced per head, element-wise operators,
+// replicated vectors summed within a lane, a shared weight, outgoing-edge loops, atomic scatters, dot() with
+// 32 or more outputs.
+const char* kExtraSpecs[] = {
+    R"(model: ops
+hyper: {d: 48, heads: 4}
+inputs:
+  feature: {per: node, shape: [d]}
+  w_e: {per: edge, shape: []}
+weights:
+  a: {per: etype, shape: [heads, 12]}
+  s: {per: none, shape: [heads]}
+outputs:
+  h: {per: node, shape: [heads, 12]}
+program: |
+  for e in g.edges():
+      x = reshape(e.src.feature, heads, 12)
+      y = reshape(e.dst.feature, heads, 12)
+      e["att"] = sigmoid(dot(x, a[e.etype])) * s + tanh(sum(y)) - relu(sqrt(e.w_e * e.w_e + 1.0))
+      e["z"] = sum(e["att"])
+      e["m"] = x * e["att"] + y * e["z"]
+  for n in g.src_nodes():
+      for e in n.outgoing_edges():
+          n["h"] += e["m"] * e["z"]
+)",
+    R"(model: scatter
+hyper: {d: 40}
+inputs:
+  feature: {per: node, shape: [d]}
+outputs:
+  h: {per: node, shape: [d]}
+program: |
+  for e in g.edges():
+      e["v"] = exp(e.src.feature) * 0.5
+  for e in g.edges():
+      e.src["h"] += e["v"] - e.dst.feature
+)",
+    R"(model: heads40
+hyper: {in_dim: 8, out_dim: 3, heads: 40}
+inputs:
+  feature: {per: node, shape: [in_dim]}
+weights:
+  W: {per: etype, shape: [in_dim, heads * out_dim]}
+  w_s: {per: etype, shape: [heads, out_dim]}
+outputs:
+  h: {per: node, shape: [heads, out_dim]}
+program: |
+  for e in g.edges():
+      hs = reshape(e.src.feature * W[e.etype], heads, out_dim)
+      e["att"] = exp(dot(hs, w_s[e.etype]))
+      e["msg"] = hs
+  for n in g.dst_nodes():
+      for e in n.incoming_edges():
+          n["h"] += e["att"] * e["msg"]
+)",
+};
+
+TEST_CASE("lowering keeps the meaning: the intra IR computes what the inter IR computes, forward and backward",
+          "[intra][semantics]") {
+  std::vector<std::pair<std::string, std::string>> specs;
+  for (const std::string& path : all_specs()) specs.push_back({path, read_file(path)});
+  for (const char* text : kExtraSpecs) specs.push_back({"extra.yaml", text});
+  for (const auto& [path, text] : specs) {
+    CAPTURE(path, text);
+    auto c = compile_text(path, text);
+    REQUIRE(c->module);
+    std::vector<Program> phases = lower_source(path, text);
+    if (has_torch(phases)) continue;  // PyTorch instances are checked on the GPU (tools/gpu_check.sh)
+    Diagnostics d;
+    auto tm = passes::autodiff(*c->module, d);
+    for (uint64_t seed : {1u, 2u}) {
+      CAPTURE(seed);
+      inter::HeteroGraph g = seed == 1 ? tiny_graph() : random_graph(seed);
+      std::mt19937_64 rng(seed);
+      // forward
+      inter::TensorMap in = random_inputs(c->module->decl, g, rng);
+      inter::InterpretResult fw = inter::interpret(passes::fuse_loops(*c->module), g, in);
+      REQUIRE(fw.ok);
+      std::vector<std::string> outputs;
+      for (const auto& o : c->module->decl.outputs) outputs.push_back(o.name);
+      run_and_compare(phases[0], g, in, fw, outputs);
+      if (!tm || phases.size() < 3) continue;
+      // training forward: the outputs and every field the backward reads
+      inter::InterpretResult fwt = inter::interpret(passes::fuse_loops(tm->forward), g, in);
+      REQUIRE(fwt.ok);
+      std::vector<std::string> kept = outputs;
+      kept.insert(kept.end(), tm->saved.begin(), tm->saved.end());
+      run_and_compare(phases[1], g, in, fwt, kept);
+      // backward, from the reference's saved fields and random output gradients
+      inter::TensorMap given = in;
+      for (const std::string& s : tm->saved) given[s] = fwt.fields.count(s) ? fwt.fields.at(s) : fwt.outputs.at(s);
+      inter::TensorMap bin = random_inputs(tm->backward.decl, g, rng, given);
+      inter::InterpretResult bw = inter::interpret(passes::fuse_loops(tm->backward), g, bin);
+      REQUIRE(bw.ok);
+      std::vector<std::string> grads;
+      for (const auto& o : tm->backward.decl.outputs) grads.push_back(o.name);
+      run_and_compare(phases[2], g, bin, bw, grads);
+    }
+  }
+}
