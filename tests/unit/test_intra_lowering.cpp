@@ -40,18 +40,21 @@ std::vector<Program> lower_source(const std::string& path, const std::string& te
     REQUIRE(inter::verify(m, d));
     inter::Module fused = passes::fuse_loops(m);
     REQUIRE(inter::verify(fused, d));
-    auto p = passes::lower(fused, d, phase);
+    Diagnostics ld;
+    auto p = passes::lower(fused, ld, phase);
     std::ostringstream err;
-    d.render(err);
+    ld.render(err);
     INFO(err.str());
+    if (!p && phase == "backward") return false;  // as the driver does: no training code, with a warning
     REQUIRE(p);
     out.push_back(*p);
+    return true;
   };
   lower(*c->module, "forward");
   if (auto tm = passes::autodiff(*c->module, d)) {
     lower(tm->forward, "forward_train");
     out.back().saved = tm->saved;
-    lower(tm->backward, "backward");
+    if (!lower(tm->backward, "backward")) out.pop_back();
   }
   // As the driver does: every phase shares one preprocessing.
   std::set<std::string> layouts;
