@@ -92,7 +92,7 @@ std::vector<at::Tensor> hgt_forward_op(
   at::Tensor agg = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor att_max = at::empty({num_nodes, 1}, options);  // field
   at::Tensor att_sum = at::empty({num_nodes, 1}, options);  // field
-  at::Tensor k = at::empty({num_nodes, 1, 64}, options);  // field
+  at::Tensor k_ = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor q = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor v = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor att = at::empty({num_edges, 1}, options);  // field
@@ -129,7 +129,7 @@ std::vector<at::Tensor> hgt_forward_op(
   a.agg = agg.data_ptr<float>();
   a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
-  a.k = k.data_ptr<float>();
+  a.k_ = k_.data_ptr<float>();
   a.q = q.data_ptr<float>();
   a.v = v.data_ptr<float>();
   a.att = att.data_ptr<float>();
@@ -238,7 +238,7 @@ std::vector<at::Tensor> hgt_forward_train_op(
   at::Tensor agg = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor att_max = at::empty({num_nodes, 1}, options);  // field
   at::Tensor att_sum = at::empty({num_nodes, 1}, options);  // field
-  at::Tensor k = at::empty({num_nodes, 1, 64}, options);  // field
+  at::Tensor k_ = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor q = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor v = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor att = at::empty({num_edges, 1}, options);  // field
@@ -277,7 +277,7 @@ std::vector<at::Tensor> hgt_forward_train_op(
   a.agg = agg.data_ptr<float>();
   a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
-  a.k = k.data_ptr<float>();
+  a.k_ = k_.data_ptr<float>();
   a.q = q.data_ptr<float>();
   a.v = v.data_ptr<float>();
   a.att = att.data_ptr<float>();
@@ -294,7 +294,7 @@ std::vector<at::Tensor> hgt_forward_train_op(
   C10_CUDA_CHECK(launch_hgt_fwt_edges_att__0(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_nodes_att_max(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_h(a, stream));
-  return {h, agg, att, att__0, att__1, att_max, att_sum, k, msg, q, v};
+  return {h, agg, att, att__0, att__1, att_max, att_sum, k_, msg, q, v};
 }
 
 // Shape-only implementation of the forward_train pass, for tracing and torch.compile.
@@ -329,14 +329,14 @@ std::vector<at::Tensor> hgt_forward_train_meta(
   at::Tensor agg = at::empty({num_nodes, 1, 64}, feature.options());
   at::Tensor att_max = at::empty({num_nodes, 1}, feature.options());
   at::Tensor att_sum = at::empty({num_nodes, 1}, feature.options());
-  at::Tensor k = at::empty({num_nodes, 1, 64}, feature.options());
+  at::Tensor k_ = at::empty({num_nodes, 1, 64}, feature.options());
   at::Tensor q = at::empty({num_nodes, 1, 64}, feature.options());
   at::Tensor v = at::empty({num_nodes, 1, 64}, feature.options());
   at::Tensor att = at::empty({num_edges, 1}, feature.options());
   at::Tensor att__0 = at::empty({num_edges, 1}, feature.options());
   at::Tensor att__1 = at::empty({num_edges, 1}, feature.options());
   at::Tensor msg = at::empty({num_edges, 1, 64}, feature.options());
-  return {h, agg, att, att__0, att__1, att_max, att_sum, k, msg, q, v};
+  return {h, agg, att, att__0, att__1, att_max, att_sum, k_, msg, q, v};
 }
 
 // The backward pass. Returns the outputs.
@@ -366,7 +366,7 @@ std::vector<at::Tensor> hgt_backward_op(
     const at::Tensor& att__1,
     const at::Tensor& att_max,
     const at::Tensor& att_sum,
-    const at::Tensor& k,
+    const at::Tensor& k_,
     const at::Tensor& msg,
     const at::Tensor& q,
     const at::Tensor& v,
@@ -403,7 +403,7 @@ std::vector<at::Tensor> hgt_backward_op(
   check(att__1, "input 'att__1'", at::kFloat, {num_edges, 1}, device);
   check(att_max, "input 'att_max'", at::kFloat, {num_nodes, 1}, device);
   check(att_sum, "input 'att_sum'", at::kFloat, {num_nodes, 1}, device);
-  check(k, "input 'k'", at::kFloat, {num_nodes, 1, 64}, device);
+  check(k_, "input 'k_'", at::kFloat, {num_nodes, 1, 64}, device);
   check(msg, "input 'msg'", at::kFloat, {num_edges, 1, 64}, device);
   check(q, "input 'q'", at::kFloat, {num_nodes, 1, 64}, device);
   check(v, "input 'v'", at::kFloat, {num_nodes, 1, 64}, device);
@@ -435,13 +435,13 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor d_att__1 = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_msg = at::empty({num_edges, 1, 64}, options);  // field
   at::Tensor t_d_v_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___op0 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_op0 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_d_k_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___op1 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_op1 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_lin_11 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_lin_12 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___sc2 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___wg3 = at::empty({num_edges, 1}, options);  // intermediate
+  at::Tensor t_sc2 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_wg3 = at::empty({num_edges, 1}, options);  // intermediate
   HgtBackwardArgs a;
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -468,7 +468,7 @@ std::vector<at::Tensor> hgt_backward_op(
   a.att__1 = att__1.data_ptr<float>();
   a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
-  a.k = k.data_ptr<float>();
+  a.k_ = k_.data_ptr<float>();
   a.msg = msg.data_ptr<float>();
   a.q = q.data_ptr<float>();
   a.v = v.data_ptr<float>();
@@ -499,13 +499,13 @@ std::vector<at::Tensor> hgt_backward_op(
   a.d_att__1 = d_att__1.data_ptr<float>();
   a.d_msg = d_msg.data_ptr<float>();
   a.t_d_v_edges = t_d_v_edges.data_ptr<float>();
-  a.t___op0 = t___op0.data_ptr<float>();
+  a.t_op0 = t_op0.data_ptr<float>();
   a.t_d_k_edges = t_d_k_edges.data_ptr<float>();
-  a.t___op1 = t___op1.data_ptr<float>();
+  a.t_op1 = t_op1.data_ptr<float>();
   a.t_lin_11 = t_lin_11.data_ptr<float>();
   a.t_lin_12 = t_lin_12.data_ptr<float>();
-  a.t___sc2 = t___sc2.data_ptr<float>();
-  a.t___wg3 = t___wg3.data_ptr<float>();
+  a.t_sc2 = t_sc2.data_ptr<float>();
+  a.t_wg3 = t_wg3.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_agg(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_a(a, stream));
@@ -559,7 +559,7 @@ std::vector<at::Tensor> hgt_backward_meta(
     const at::Tensor& att__1,
     const at::Tensor& att_max,
     const at::Tensor& att_sum,
-    const at::Tensor& k,
+    const at::Tensor& k_,
     const at::Tensor& msg,
     const at::Tensor& q,
     const at::Tensor& v,
@@ -585,7 +585,7 @@ std::vector<at::Tensor> hgt_backward_meta(
 TORCH_LIBRARY(hectorgen_hgt, m) {
   m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
   m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor k, Tensor msg, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor k_, Tensor msg, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_hgt, CUDA, m) {
   m.impl("forward", &hgt_forward_op);

@@ -18,7 +18,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // ==== forward ====
 
-// hgt_fw_gemm_k: GEMM instance  k[row] = feature[row] * W_k[ntype]
+// hgt_fw_gemm_k: GEMM instance  k_[row] = feature[row] * W_k[ntype]
 //   from: n["k"] = reshape(n.feature * W_k[n.ntype], heads, d_k)
 __global__ void __launch_bounds__(256) hgt_fw_gemm_k(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(256) hgt_fw_gemm_k(
   }
 }
 
-// hgt_fw_gemm_lin_3: GEMM instance  t_lin_3[row] = k[src[row]] * W_att[etype]
+// hgt_fw_gemm_lin_3: GEMM instance  t_lin_3[row] = k_[src[row]] * W_att[etype]
 //   from: e["att"] = dot(e.src["k"] * W_att[e.etype], e.dst["q"]) * mu[e.etype] / sqrt(d_k)
 __global__ void __launch_bounds__(256) hgt_fw_gemm_lin_3(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(256) hgt_fw_gemm_lin_3(
 
 // hgt_fw_edges_att: traversal instance, one warp per edge
 //   for e in g.edges():
-//       e["att"] = dot(__t_lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
+//       e["att"] = dot($lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
 __global__ void __launch_bounds__(256) hgt_fw_edges_att(
     int64_t num_rows,
     const int32_t* __restrict__ dst,
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(256) hgt_fw_edges_att(
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
-    // e["att"] = dot(__t_lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
+    // e["att"] = dot($lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
     float v0[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v0[j] = q[e_dst * 64 + lane + 32 * j];
@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(256) hgt_fw_nodes_att_max(
 
 // hgt_fwt_edges_att__0: traversal instance, one warp per edge
 //   for e in g.edges():
-//       e["att__0"] = dot(__t_lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
+//       e["att__0"] = dot($lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
 __global__ void __launch_bounds__(256) hgt_fwt_edges_att__0(
     int64_t num_rows,
     const int32_t* __restrict__ dst,
@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(256) hgt_fwt_edges_att__0(
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
-    // e["att__0"] = dot(__t_lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
+    // e["att__0"] = dot($lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
     float v0[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v0[j] = q[e_dst * 64 + lane + 32 * j];
@@ -412,7 +412,7 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
 // ==== backward ====
 
 // hgt_bw_gemm_d_agg: GEMM instance  d_agg[row] += d_h[row] * W_a[ntype]^T
-//   from: n["d_agg"] += reshape(linear_t(n.d_h, W_a[n.ntype]), 1, 64)
+//   from: n["d$agg"] += reshape(linear_t(n.d$h, W_a[n.ntype]), 1, 64)
 __global__ void __launch_bounds__(256) hgt_bw_gemm_d_agg(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
     const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
@@ -467,7 +467,7 @@ __global__ void __launch_bounds__(256) hgt_bw_gemm_d_agg(
 }
 
 // hgt_bw_wgrad_d_W_a: weight-gradient instance  d_W_a[ntype] += sum_row agg[row]^T * d_h[row]
-//   from: d_W_a[n.ntype] += outer(reshape(n.agg, heads * d_k), n.d_h)
+//   from: d$W_a[n.ntype] += outer(reshape(n.agg, heads * d_k), n.d$h)
 // One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_a(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
@@ -667,7 +667,7 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
 }
 
 // hgt_bw_gemm_d_v_edges: GEMM instance  t_d_v_edges[row] = d_msg[row] * W_msg[etype]^T
-//   from: e.src["d_v"] += linear_t(e["d_msg"], W_msg[e.etype])
+//   from: e.src["d$v"] += linear_t(e["d$msg"], W_msg[e.etype])
 __global__ void __launch_bounds__(256) hgt_bw_gemm_d_v_edges(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
     const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
@@ -722,7 +722,7 @@ __global__ void __launch_bounds__(256) hgt_bw_gemm_d_v_edges(
 }
 
 // hgt_bw_wgrad_d_W_msg: weight-gradient instance  d_W_msg[etype] += sum_row v[static_cast<int64_t>(src[row])]^T * d_msg[row]
-//   from: d_W_msg[e.etype] += outer(e.src.v, e["d_msg"])
+//   from: d$W_msg[e.etype] += outer(e.src.v, e["d$msg"])
 // One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_msg(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
@@ -759,7 +759,7 @@ __global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_msg(
 
 // hgt_bw_edges_loop: traversal instance, one warp per edge
 //   for e in g.edges():
-//       __op0 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
+//       $op0 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
 __global__ void __launch_bounds__(256) hgt_bw_edges_loop(
     int64_t num_rows,
     const int32_t* __restrict__ dst,
@@ -767,14 +767,14 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop(
     const float* __restrict__ q,
     const float* __restrict__ mu,
     const float* __restrict__ d_att__0,
-    float* __restrict__ t___op0) {
+    float* __restrict__ t_op0) {
   const int lane = threadIdx.x & 31;
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
-    // __op0 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
+    // $op0 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
     float v0[1];
     v0[0] = d_att__0[e];
     float v1[1];
@@ -790,14 +790,14 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop(
     #pragma unroll
     for (int j = 0; j < 2; ++j) v5[j] = v3[0] * v4[j];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) t___op0[e * 64 + lane + 32 * j] = v5[j];
+    for (int j = 0; j < 2; ++j) t_op0[e * 64 + lane + 32 * j] = v5[j];
   }
 }
 
 // hgt_bw_sum_d_v: traversal instance, one warp per node
 //   for n in g.src_nodes():
 //       for e in n.outgoing_edges():
-//           n["d_v"] += __scatter
+//           n["d_v"] += $scatter
 __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
     int64_t num_rows,
     const int32_t* __restrict__ out_ptr,
@@ -813,7 +813,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
     for (int j = 0; j < 2; ++j) f_d_v[j] = 0.f;
     for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
       const int64_t e = out_eid[i_e];
-      // n["d_v"] += __scatter
+      // n["d_v"] += $scatter
       float v0[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) v0[j] = t_d_v_edges[e * 64 + lane + 32 * j];
@@ -827,7 +827,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
 
 // hgt_bw_edges_loop_2: traversal instance, one warp per edge
 //   for e in g.edges():
-//       __op1 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
+//       $op1 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
 __global__ void __launch_bounds__(256) hgt_bw_edges_loop_2(
     int64_t num_rows,
     const int32_t* __restrict__ dst,
@@ -835,14 +835,14 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_2(
     const float* __restrict__ q,
     const float* __restrict__ mu,
     const float* __restrict__ d_att__0,
-    float* __restrict__ t___op1) {
+    float* __restrict__ t_op1) {
   const int lane = threadIdx.x & 31;
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
-    // __op1 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
+    // $op1 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
     float v0[1];
     v0[0] = d_att__0[e];
     float v1[1];
@@ -858,14 +858,14 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_2(
     #pragma unroll
     for (int j = 0; j < 2; ++j) v5[j] = v3[0] * v4[j];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) t___op1[e * 64 + lane + 32 * j] = v5[j];
+    for (int j = 0; j < 2; ++j) t_op1[e * 64 + lane + 32 * j] = v5[j];
   }
 }
 
 // hgt_bw_sum_d_k: traversal instance, one warp per node
 //   for n in g.src_nodes():
 //       for e in n.outgoing_edges():
-//           n["d_k"] += __scatter
+//           n["d_k"] += $scatter
 __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
     int64_t num_rows,
     const int32_t* __restrict__ out_ptr,
@@ -881,7 +881,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
     for (int j = 0; j < 2; ++j) f_d_k[j] = 0.f;
     for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
       const int64_t e = out_eid[i_e];
-      // n["d_k"] += __scatter
+      // n["d_k"] += $scatter
       float v0[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) v0[j] = t_d_k_edges[e * 64 + lane + 32 * j];
@@ -895,8 +895,8 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
 
 // hgt_bw_edges_loop_3: traversal instance, one warp per edge
 //   for e in g.edges():
-//       __sc2 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * __t_lin_11
-//       __wg3 = e["d_att__0"] / sqrt(d_k) * dot(__t_lin_12, e.dst.q)
+//       $sc2 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * $lin_11
+//       $wg3 = e["d_att__0"] / sqrt(d_k) * dot($lin_12, e.dst.q)
 __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
     int64_t num_rows,
     const int32_t* __restrict__ dst,
@@ -906,15 +906,15 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
     const float* __restrict__ d_att__0,
     const float* __restrict__ t_lin_11,
     const float* __restrict__ t_lin_12,
-    float* __restrict__ t___sc2,
-    float* __restrict__ t___wg3) {
+    float* __restrict__ t_sc2,
+    float* __restrict__ t_wg3) {
   const int lane = threadIdx.x & 31;
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
-    // __sc2 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * __t_lin_11
+    // $sc2 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * $lin_11
     float v0[1];
     v0[0] = d_att__0[e];
     float v1[1];
@@ -930,8 +930,8 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
     #pragma unroll
     for (int j = 0; j < 2; ++j) v5[j] = v3[0] * v4[j];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) t___sc2[e * 64 + lane + 32 * j] = v5[j];
-    // __wg3 = e["d_att__0"] / sqrt(d_k) * dot(__t_lin_12, e.dst.q)
+    for (int j = 0; j < 2; ++j) t_sc2[e * 64 + lane + 32 * j] = v5[j];
+    // $wg3 = e["d_att__0"] / sqrt(d_k) * dot($lin_12, e.dst.q)
     float v6[1];
     v6[0] = d_att__0[e];
     float v7[1];
@@ -955,12 +955,12 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
     }
     float v11[1];
     v11[0] = v7[0] * v10[0];
-    if (lane == 0) t___wg3[e] = v11[0];
+    if (lane == 0) t_wg3[e] = v11[0];
   }
 }
 
-// hgt_bw_segsum_d_mu: segment sum  d_mu[etype] += sum_row t___wg3[row]
-//   from: d_mu[e.etype] += e["d_att__0"] / sqrt(d_k) * dot(e.src.k * W_att[e.etype], e.dst.q)
+// hgt_bw_segsum_d_mu: segment sum  d_mu[etype] += sum_row t_wg3[row]
+//   from: d$mu[e.etype] += e["d$att$0"] / sqrt(d_k) * dot(e.src.k * W_att[e.etype], e.dst.q)
 // One block per (element of dW, segment): a fixed assignment of rows to threads and a fixed reduction
 // tree, so the result is bit-identical from run to run.
 __global__ void __launch_bounds__(256) hgt_bw_segsum_d_mu(
@@ -987,13 +987,13 @@ __global__ void __launch_bounds__(256) hgt_bw_segsum_d_mu(
 // hgt_bw_sum_d_q: traversal instance, one warp per node
 //   for n in g.dst_nodes():
 //       for e in n.incoming_edges():
-//           n["d_q"] += __scatter
+//           n["d_q"] += $scatter
 __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
     const int32_t* __restrict__ in_eid,
     float* __restrict__ d_q,
-    const float* __restrict__ t___sc2) {
+    const float* __restrict__ t_sc2) {
   const int lane = threadIdx.x & 31;
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -1003,10 +1003,10 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
     for (int j = 0; j < 2; ++j) f_d_q[j] = 0.f;
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
-      // n["d_q"] += __scatter
+      // n["d_q"] += $scatter
       float v0[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v0[j] = t___sc2[e * 64 + lane + 32 * j];
+      for (int j = 0; j < 2; ++j) v0[j] = t_sc2[e * 64 + lane + 32 * j];
       #pragma unroll
       for (int j = 0; j < 2; ++j) f_d_q[j] += v0[j];
     }
@@ -1020,7 +1020,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
 cudaError_t launch_hgt_fw_gemm_k(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_fw_gemm_k
     const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
-    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k_, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1049,7 +1049,7 @@ cudaError_t launch_hgt_fw_gemm_v(const HgtForwardArgs& a, cudaStream_t stream) {
 cudaError_t launch_hgt_fw_gemm_lin_3(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_fw_gemm_lin_3
     const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k_, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1109,7 +1109,7 @@ cudaError_t launch_hgt_fwt_gemm_k(const HgtForwardTrainArgs& a, cudaStream_t str
   // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fwt_gemm_k
     const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes), 4, 1);
-    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k_, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1139,7 +1139,7 @@ cudaError_t launch_hgt_fwt_gemm_lin_3(const HgtForwardTrainArgs& a, cudaStream_t
   // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_fwt_gemm_lin_3
     const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k_, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1243,7 +1243,7 @@ cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& a, cudaStream_t s
 cudaError_t launch_hgt_bw_edges_loop(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_bw_edges_loop
     const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    hgt_bw_edges_loop<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t___op0);
+    hgt_bw_edges_loop<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t_op0);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1262,7 +1262,7 @@ cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& a, cudaStream_t 
   // same kernel as hgt_bw_gemm_d_v_edges
   if (a.num_edges > 0) {  // hgt_bw_gemm_d_k_edges
     const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
-    hgt_bw_gemm_d_v_edges<<<grid, 256, 0, stream>>>(a.t___op0, a.W_att, a.t_d_k_edges, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_bw_gemm_d_v_edges<<<grid, 256, 0, stream>>>(a.t_op0, a.W_att, a.t_d_k_edges, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1271,7 +1271,7 @@ cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& a, cudaStream_t 
 cudaError_t launch_hgt_bw_edges_loop_2(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_bw_edges_loop_2
     const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    hgt_bw_edges_loop_2<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t___op1);
+    hgt_bw_edges_loop_2<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t_op1);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1290,7 +1290,7 @@ cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& a, cudaStream_t s
   // same kernel as hgt_bw_wgrad_d_W_msg
   {  // hgt_bw_wgrad_d_W_att
     const dim3 grid(4, 4, static_cast<unsigned>(a.num_etypes * 1));
-    hgt_bw_wgrad_d_W_msg<<<grid, 256, 0, stream>>>(a.k, a.t___op1, a.d_W_att, a.src, a.etype_ptr, a.num_edges);
+    hgt_bw_wgrad_d_W_msg<<<grid, 256, 0, stream>>>(a.k_, a.t_op1, a.d_W_att, a.src, a.etype_ptr, a.num_edges);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1300,7 +1300,7 @@ cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& a, cudaStream_t str
   // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_bw_gemm_lin_11
     const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_11, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k_, a.W_att, a.t_lin_11, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1310,7 +1310,7 @@ cudaError_t launch_hgt_bw_gemm_lin_12(const HgtBackwardArgs& a, cudaStream_t str
   // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_bw_gemm_lin_12
     const dim3 grid(static_cast<unsigned>((a.num_edges + 16 - 1) / 16 + a.num_etypes), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_12, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k_, a.W_att, a.t_lin_12, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1319,7 +1319,7 @@ cudaError_t launch_hgt_bw_gemm_lin_12(const HgtBackwardArgs& a, cudaStream_t str
 cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_bw_edges_loop_3
     const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    hgt_bw_edges_loop_3<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t_lin_11, a.t_lin_12, a.t___sc2, a.t___wg3);
+    hgt_bw_edges_loop_3<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t_lin_11, a.t_lin_12, a.t_sc2, a.t_wg3);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1328,7 +1328,7 @@ cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& a, cudaStream_t st
 cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& a, cudaStream_t stream) {
   {  // hgt_bw_segsum_d_mu
     const dim3 grid(1, static_cast<unsigned>(a.num_etypes));
-    hgt_bw_segsum_d_mu<<<grid, 256, 0, stream>>>(a.t___wg3, a.d_mu, a.etype_ptr, a.num_edges);
+    hgt_bw_segsum_d_mu<<<grid, 256, 0, stream>>>(a.t_wg3, a.d_mu, a.etype_ptr, a.num_edges);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1337,7 +1337,7 @@ cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& a, cudaStream_t str
 cudaError_t launch_hgt_bw_sum_d_q(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_bw_sum_d_q
     const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
-    hgt_bw_sum_d_q<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.d_q, a.t___sc2);
+    hgt_bw_sum_d_q<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.d_q, a.t_sc2);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -327,8 +327,8 @@ std::vector<at::Tensor> rgat_backward_op(
   at::Tensor d_hs = at::empty({num_edges, 1, 64}, options);  // field
   at::Tensor d_ht = at::empty({num_edges, 1, 64}, options);  // field
   at::Tensor d_msg = at::empty({num_edges, 1, 64}, options);  // field
-  at::Tensor t___wg0 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___wg1 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_wg0 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_wg1 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_d_feature_edges = at::empty({num_edges, 64}, options);  // intermediate
   at::Tensor t_d_feature_edges_2 = at::empty({num_edges, 64}, options);  // intermediate
   RgatBackwardArgs a;
@@ -372,8 +372,8 @@ std::vector<at::Tensor> rgat_backward_op(
   a.d_hs = d_hs.data_ptr<float>();
   a.d_ht = d_ht.data_ptr<float>();
   a.d_msg = d_msg.data_ptr<float>();
-  a.t___wg0 = t___wg0.data_ptr<float>();
-  a.t___wg1 = t___wg1.data_ptr<float>();
+  a.t_wg0 = t_wg0.data_ptr<float>();
+  a.t_wg1 = t_wg1.data_ptr<float>();
   a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
   a.t_d_feature_edges_2 = t_d_feature_edges_2.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();

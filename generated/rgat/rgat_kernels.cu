@@ -608,9 +608,9 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
 // rgat_bw_edges_d_hs: traversal instance, one warp per edge
 //   for e in g.edges():
 //       e["d_hs"] += e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * reshape(w_s[e.etype], 1, 64)
-//       __wg0 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
+//       $wg0 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
 //       e["d_ht"] += e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * reshape(w_t[e.etype], 1, 64)
-//       __wg1 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.ht
+//       $wg1 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.ht
 //       e["d_hs"] += e["d_msg"]
 __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     int64_t num_rows,
@@ -623,8 +623,8 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     float* __restrict__ d_hs,
     float* __restrict__ d_ht,
     const float* __restrict__ d_msg,
-    float* __restrict__ t___wg0,
-    float* __restrict__ t___wg1) {
+    float* __restrict__ t_wg0,
+    float* __restrict__ t_wg1) {
   const int lane = threadIdx.x & 31;
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -686,7 +686,7 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     for (int j = 0; j < 2; ++j) v12[j] += v11[j];
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_hs[e * 64 + lane + 32 * j] = v12[j];
-    // __wg0 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
+    // $wg0 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
     float v13[1];
     v13[0] = d_att__0[e];
     float v14[2];
@@ -736,7 +736,7 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     #pragma unroll
     for (int j = 0; j < 2; ++j) v24[j] = v22[0] * v23[j];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) t___wg0[e * 64 + lane + 32 * j] = v24[j];
+    for (int j = 0; j < 2; ++j) t_wg0[e * 64 + lane + 32 * j] = v24[j];
     // e["d_ht"] += e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * reshape(w_t[e.etype], 1, 64)
     float v25[1];
     v25[0] = d_att__0[e];
@@ -793,7 +793,7 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     for (int j = 0; j < 2; ++j) v37[j] += v36[j];
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_ht[e * 64 + lane + 32 * j] = v37[j];
-    // __wg1 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.ht
+    // $wg1 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.ht
     float v38[1];
     v38[0] = d_att__0[e];
     float v39[2];
@@ -843,7 +843,7 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     #pragma unroll
     for (int j = 0; j < 2; ++j) v49[j] = v47[0] * v48[j];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) t___wg1[e * 64 + lane + 32 * j] = v49[j];
+    for (int j = 0; j < 2; ++j) t_wg1[e * 64 + lane + 32 * j] = v49[j];
     // e["d_hs"] += e["d_msg"]
     float v50[2];
     #pragma unroll
@@ -855,8 +855,8 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
   }
 }
 
-// rgat_bw_segsum_d_w_s: segment sum  d_w_s[etype] += sum_row t___wg0[row]
-//   from: d_w_s[e.etype] += e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
+// rgat_bw_segsum_d_w_s: segment sum  d_w_s[etype] += sum_row t_wg0[row]
+//   from: d$w_s[e.etype] += e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
 // One block per (element of dW, segment): a fixed assignment of rows to threads and a fixed reduction
 // tree, so the result is bit-identical from run to run.
 __global__ void __launch_bounds__(256) rgat_bw_segsum_d_w_s(
@@ -881,7 +881,7 @@ __global__ void __launch_bounds__(256) rgat_bw_segsum_d_w_s(
 }
 
 // rgat_bw_gemm_d_feature_edges: GEMM instance  t_d_feature_edges[row] = d_ht[row] * W[etype]^T
-//   from: e.dst["d_feature"] += linear_t(reshape(e["d_ht"], 64), W[e.etype])
+//   from: e.dst["d$feature"] += linear_t(reshape(e["d$ht"], 64), W[e.etype])
 __global__ void __launch_bounds__(256) rgat_bw_gemm_d_feature_edges(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
     const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
@@ -936,7 +936,7 @@ __global__ void __launch_bounds__(256) rgat_bw_gemm_d_feature_edges(
 }
 
 // rgat_bw_wgrad_d_W: weight-gradient instance  d_W[etype] += sum_row feature[static_cast<int64_t>(dst[row])]^T * d_ht[row]
-//   from: d_W[e.etype] += outer(e.dst.feature, reshape(e["d_ht"], 64))
+//   from: d$W[e.etype] += outer(e.dst.feature, reshape(e["d$ht"], 64))
 // One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) rgat_bw_wgrad_d_W(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
@@ -972,7 +972,7 @@ __global__ void __launch_bounds__(256) rgat_bw_wgrad_d_W(
 }
 
 // rgat_bw_wgrad_d_W_2: weight-gradient instance  d_W[etype] += sum_row feature[static_cast<int64_t>(src[row])]^T * d_hs[row]
-//   from: d_W[e.etype] += outer(e.src.feature, reshape(e["d_hs"], 64))
+//   from: d$W[e.etype] += outer(e.src.feature, reshape(e["d$hs"], 64))
 // One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) rgat_bw_wgrad_d_W_2(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
@@ -1010,7 +1010,7 @@ __global__ void __launch_bounds__(256) rgat_bw_wgrad_d_W_2(
 // rgat_bw_sum_d_feature: traversal instance, one warp per node
 //   for n in g.dst_nodes():
 //       for e in n.incoming_edges():
-//           n["d_feature"] += __scatter
+//           n["d_feature"] += $scatter
 __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
@@ -1026,7 +1026,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature(
     for (int j = 0; j < 2; ++j) f_d_feature[j] = d_feature[n * 64 + lane + 32 * j];
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
-      // n["d_feature"] += __scatter
+      // n["d_feature"] += $scatter
       float v0[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) v0[j] = t_d_feature_edges[e * 64 + lane + 32 * j];
@@ -1041,7 +1041,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature(
 // rgat_bw_sum_d_feature_2: traversal instance, one warp per node
 //   for n in g.src_nodes():
 //       for e in n.outgoing_edges():
-//           n["d_feature"] += __scatter
+//           n["d_feature"] += $scatter
 __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
     int64_t num_rows,
     const int32_t* __restrict__ out_ptr,
@@ -1057,7 +1057,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
     for (int j = 0; j < 2; ++j) f_d_feature[j] = d_feature[n * 64 + lane + 32 * j];
     for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
       const int64_t e = out_eid[i_e];
-      // n["d_feature"] += __scatter
+      // n["d_feature"] += $scatter
       float v0[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) v0[j] = t_d_feature_edges_2[e * 64 + lane + 32 * j];
@@ -1173,7 +1173,7 @@ cudaError_t launch_rgat_bw_nodes_d_att(const RgatBackwardArgs& a, cudaStream_t s
 cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // rgat_bw_edges_d_hs
     const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    rgat_bw_edges_d_hs<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.hs, a.ht, a.w_s, a.w_t, a.d_att__0, a.d_hs, a.d_ht, a.d_msg, a.t___wg0, a.t___wg1);
+    rgat_bw_edges_d_hs<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.hs, a.ht, a.w_s, a.w_t, a.d_att__0, a.d_hs, a.d_ht, a.d_msg, a.t_wg0, a.t_wg1);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1182,7 +1182,7 @@ cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& a, cudaStream_t st
 cudaError_t launch_rgat_bw_segsum_d_w_s(const RgatBackwardArgs& a, cudaStream_t stream) {
   {  // rgat_bw_segsum_d_w_s
     const dim3 grid(64, static_cast<unsigned>(a.num_etypes));
-    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t___wg0, a.d_w_s, a.etype_ptr, a.num_edges);
+    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t_wg0, a.d_w_s, a.etype_ptr, a.num_edges);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1192,7 +1192,7 @@ cudaError_t launch_rgat_bw_segsum_d_w_t(const RgatBackwardArgs& a, cudaStream_t 
   // same kernel as rgat_bw_segsum_d_w_s
   {  // rgat_bw_segsum_d_w_t
     const dim3 grid(64, static_cast<unsigned>(a.num_etypes));
-    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t___wg1, a.d_w_t, a.etype_ptr, a.num_edges);
+    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t_wg1, a.d_w_t, a.etype_ptr, a.num_edges);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -125,8 +125,8 @@ struct RgatBackwardArgs {
   float* d_hs = nullptr;  // [num_edges, 1, 64]
   float* d_ht = nullptr;  // [num_edges, 1, 64]
   float* d_msg = nullptr;  // [num_edges, 1, 64]
-  float* t___wg0 = nullptr;  // [num_edges, 1, 64]
-  float* t___wg1 = nullptr;  // [num_edges, 1, 64]
+  float* t_wg0 = nullptr;  // [num_edges, 1, 64]
+  float* t_wg1 = nullptr;  // [num_edges, 1, 64]
   float* t_d_feature_edges = nullptr;  // [num_edges, 64]
   float* t_d_feature_edges_2 = nullptr;  // [num_edges, 64]
 };

@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(256) rgcn_fwt_gemm_h_edges(
 // rgcn_fwt_sum_h: traversal instance, one warp per node
 //   for n in g.dst_nodes():
 //       for e in n.incoming_edges():
-//           n["h"] += __scatter
+//           n["h"] += $scatter
 __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
     int64_t num_rows,
     const int32_t* __restrict__ in_ptr,
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
     for (int j = 0; j < 2; ++j) f_h[j] = h[n * 64 + lane + 32 * j];
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
-      // n["h"] += __scatter
+      // n["h"] += $scatter
       float v0[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) v0[j] = t_h_edges[e * 64 + lane + 32 * j];
@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
 // ==== backward ====
 
 // rgcn_bw_gemm_d_feature_edges: GEMM instance  t_d_feature_edges[row] = d_h[dst[row]] * W[etype]^T * norm[row]
-//   from: e.src["d_feature"] += linear_t(n.d_h * e.norm, W[e.etype])
+//   from: e.src["d$feature"] += linear_t(n.d$h * e.norm, W[e.etype])
 __global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature_edges(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
     const int32_t* __restrict__ dst,
@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature_edges(
 }
 
 // rgcn_bw_wgrad_d_W: weight-gradient instance  d_W[etype] += sum_row feature[static_cast<int64_t>(src[row])]^T * d_h[static_cast<int64_t>(dst[row])] * norm[row]
-//   from: d_W[e.etype] += outer(e.src.feature, n.d_h * e.norm)
+//   from: d$W[e.etype] += outer(e.src.feature, n.d$h * e.norm)
 // One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) rgcn_bw_wgrad_d_W(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_wgrad_d_W(
 }
 
 // rgcn_bw_gemm_d_feature: GEMM instance  d_feature[row] += d_h[row] * W0[-]^T
-//   from: n["d_feature"] += linear_t(n.d_h, W0)
+//   from: n["d$feature"] += linear_t(n.d$h, W0)
 __global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
     int64_t num_rows, int num_segments) {
@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature(
 }
 
 // rgcn_bw_wgrad_d_W0: weight-gradient instance  d_W0[-] += sum_row feature[row]^T * d_h[row]
-//   from: d_W0 += outer(n.feature, n.d_h)
+//   from: d$W0 += outer(n.feature, n.d$h)
 // One block per (segment, head, dW tile) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) rgcn_bw_wgrad_d_W0(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_wgrad_d_W0(
 // rgcn_bw_sum_d_feature: traversal instance, one warp per node
 //   for n in g.src_nodes():
 //       for e in n.outgoing_edges():
-//           n["d_feature"] += __scatter
+//           n["d_feature"] += $scatter
 __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
     int64_t num_rows,
     const int32_t* __restrict__ out_ptr,
@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
     for (int j = 0; j < 2; ++j) f_d_feature[j] = d_feature[n * 64 + lane + 32 * j];
     for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
       const int64_t e = out_eid[i_e];
-      // n["d_feature"] += __scatter
+      // n["d_feature"] += $scatter
       float v0[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) v0[j] = t_d_feature_edges[e * 64 + lane + 32 * j];

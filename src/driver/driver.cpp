@@ -12,6 +12,7 @@
 
 #include "driver/reference_io.h"
 #include "emit/emit.h"
+#include "emit/names.h"
 #include "emit/printer.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
@@ -60,6 +61,7 @@ std::optional<inter::Module> frontend(const SourceFile& spec, Diagnostics& diags
   PassLog passes(opts, log);
   auto parsed = spec::load_module(spec, diags);
   if (!parsed) return std::nullopt;
+  if (!emit::check_public_names(parsed->decl, diags)) return std::nullopt;
   passes.after("parse", *parsed);
   inter::Module m = passes::inline_functions(*parsed, diags);
   if (diags.has_errors()) return std::nullopt;

@@ -22,6 +22,13 @@ std::optional<inter::Module> parse_module(const ProgramText& text, Diagnostics& 
 // Parses one expression (used for hyper-parameter values and shape entries inside the spec).
 inter::ExprP parse_expression(const ProgramText& text, Diagnostics& diags);
 
+// The keywords of the language (for, in, def, if, else, while, return, lambda): no name can be one.
+bool is_language_keyword(std::string_view word);
+
+// Why a hyper-parameter or weight, which the program names bare, cannot have `name` ("" if it can): a keyword,
+// or g (the graph).
+std::string bare_name_reason(std::string_view name);
+
 // Evaluates a constant expression over already-evaluated hyper-parameters. Reports and returns nullopt
 // on unknown names or non-constant constructs.
 std::optional<double> eval_constant(const inter::ExprP& e, const inter::ModelDecl& decl, Diagnostics& diags);

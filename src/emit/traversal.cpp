@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "emit/emit.h"
+#include "emit/names.h"
 #include "emit/printer.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
@@ -50,7 +51,16 @@ struct CVal {
 class TraversalEmitter {
  public:
   TraversalEmitter(const Program& p, const TraversalInstance& t, const std::set<std::string>& written_before)
-      : p_(p), t_(t), written_before_(written_before) {}
+      : p_(p), t_(t), written_before_(written_before) {
+    // The kernel's own temporaries (v0, f_att, e_src, i_e) avoid its parameters and loop variables.
+    for (const TensorInfo& x : p_.tensors) names_.take(x.name);
+    std::function<void(const StmtP&)> loops = [&](const StmtP& s) {
+      if (s->kind != StmtKind::For) return;
+      names_.take(s->var);
+      for (const StmtP& b : s->body) loops(b);
+    };
+    loops(t_.loop);
+  }
 
   using Result = TraversalCode;
 
@@ -124,7 +134,7 @@ class TraversalEmitter {
     node_var_ = L.var;
     if (mentions_attr(L, L.var, "ntype")) {
       graph_used_.insert("ntype");
-      line(fmt::format("const int {}_ntype = ntype[{}];", L.var, L.var));
+      line(fmt::format("const int {} = ntype[{}];", endpoint(L.var, "ntype"), L.var));
     }
     // Node fields of this node written here live in registers for the whole iteration (partial
     // aggregation without atomics); they are stored once at the end.
@@ -151,7 +161,7 @@ class TraversalEmitter {
                 other = incoming ? "in_src" : "out_dst";
     graph_used_.insert(ptr);
     graph_used_.insert(eid);
-    std::string i = "i_" + s.var;
+    std::string i = endpoint(s.var, "index");  // i_e: one per edge variable (its loops are siblings)
     line(fmt::format("for (int32_t {i} = {p}[{n}]; {i} < {p}[{n} + 1]; ++{i}) {{", fmt::arg("i", i), fmt::arg("p", ptr),
                      fmt::arg("n", s.parent)));
     {
@@ -180,13 +190,13 @@ class TraversalEmitter {
         std::string arr = expr.substr(0, expr.find('['));
         graph_used_.insert(arr == csr_other ? csr_other : arr);
       }
-      line(fmt::format("const int64_t {}_{} = {};", e, which, expr));
+      line(fmt::format("const int64_t {} = {};", endpoint(e, which), expr));
     };
     if (need("src")) declare_node("src", src);
     if (need("dst")) declare_node("dst", dst);
     if (need("etype")) {
       graph_used_.insert("etype");
-      line(fmt::format("const int {}_etype = etype[{}];", e, e));
+      line(fmt::format("const int {} = etype[{}];", endpoint(e, "etype"), e));
     }
   }
 
@@ -310,7 +320,7 @@ class TraversalEmitter {
       return;
     }
     // e.src["f"] += v / e.dst["f"] += v: scatter into another node's row.
-    std::string row = base->args[0]->name + "_" + base->name;
+    std::string row = endpoint(base->args[0]->name, base->name);
     CVal v = value.shape == ti.shape ? value : copy(value, ti.shape);
     if (s.op == AssignOp::Sub) v = unary(v, [](const std::string& x) { return "-" + x; });
     store_row(v, tn, row, true);
@@ -358,12 +368,12 @@ class TraversalEmitter {
         if (base->kind == ExprKind::Name && p_.decl.find_weight(base->name)) {
           const TensorDecl* wd = p_.decl.find_weight(base->name);
           const ExprP& sel = e->args[1];  // X.etype / X.ntype
-          std::string type_var = row_expr(sel->args[0]) + "_" + sel->name;
+          std::string type_var = sel->args[0]->kind == ExprKind::Name ? endpoint(sel->args[0]->name, sel->name) : "";
           if (sel->args[0]->kind == ExprKind::Attr) {  // e.src.ntype: look the node's type up
             graph_used_.insert("ntype");
             type_var = "ntype[" + row_expr(sel->args[0]) + "]";
           } else if (sel->name == "ntype" && node_loop_ && sel->args[0]->name == node_var_) {
-            type_var = node_var_ + "_ntype";
+            type_var = endpoint(node_var_, "ntype");
           }
           CVal v = declare(wd->shape);
           load_row(v, wd->name, type_var);
@@ -564,7 +574,7 @@ class TraversalEmitter {
   CVal declare(const std::vector<int64_t>& shape, const std::string& name = "") {
     CVal v;
     v.shape = shape;
-    v.var = name.empty() ? fmt::format("v{}", next_++) : name;
+    v.var = names_.fresh(name.empty() ? fmt::format("v{}", next_++) : name);
     line(fmt::format("float {}[{}];", v.var, v.slots()));
     return v;
   }
@@ -625,11 +635,21 @@ class TraversalEmitter {
           (inner->loop == LoopKind::OutgoingEdges && base->name == "src"))
         return node_var_;
     }
-    return e + "_" + base->name;
+    return endpoint(e, base->name);
+  }
+
+  // The variable holding an edge's endpoint or type, or a node's type (e_src, e_etype, n_ntype), or the
+  // CSR position of an inner loop's edge (i_e).
+  const std::string& endpoint(const std::string& var, const std::string& which) {
+    auto key = std::make_pair(var, which);
+    auto it = endpoints_.find(key);
+    if (it == endpoints_.end())
+      it = endpoints_.emplace(key, names_.fresh(which == "index" ? "i_" + var : var + "_" + which)).first;
+    return it->second;
   }
 
   std::string row_of(const TensorInfo& t) {
-    if (t.per == Per::Node) return node_loop_ ? node_var_ : edge_vars_.back() + "_src";
+    if (t.per == Per::Node) return node_loop_ ? node_var_ : endpoint(edge_vars_.back(), "src");
     return edge_vars_.back();
   }
 
@@ -662,6 +682,8 @@ class TraversalEmitter {
   std::set<std::string> graph_used_, tensors_used_, tensors_written_;
   bool uses_warp_sum_ = false;
   int next_ = 0;
+  NameScope names_{cpp_reserved()};
+  std::map<std::pair<std::string, std::string>, std::string> endpoints_;
 };
 
 }  // namespace

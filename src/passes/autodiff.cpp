@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "dsl/parser.h"
+#include "ir/inter/names.h"
 #include "ir/inter/verifier.h"
 #include "passes/passes.h"
 
@@ -59,7 +60,7 @@ class Normalizer {
 
   std::string version_name(const std::string& f, int k) const {
     int total = sets_.count(f) ? sets_.at(f) : 0;
-    return k >= total - 1 ? f : fmt::format("{}__{}", f, k);
+    return k >= total - 1 ? f : inter::version_name(f, k);
   }
   std::string current(const std::string& f) const {
     auto it = version_.find(f);
@@ -109,15 +110,35 @@ class Normalizer {
     return Stmt::assign(target, AssignOp::Set, Expr::binary(op == AssignOp::Mul ? BinOp::Mul : BinOp::Div, cur, value, loc), loc);
   }
 
-  // A unique field name for a local (locals of different loops may share a name).
+  // A field name for a local: the local's own name unless a declared tensor, a hyper-parameter, a field
+  // of the program or one of its versions has it (locals of different loops may share a name).
   std::string local_field(const std::string& local) {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
       if (auto f = it->find(local); f != it->end()) return f->second.second;
-    std::string name = local;
-    for (int k = 2; used_.count(name) || m_.decl.find_input(name) || m_.decl.find_output(name) || sets_.count(name); ++k)
-      name = fmt::format("{}_{}", local, k);
-    used_.insert(name);
+    if (taken_.empty()) collect_taken();
+    std::string name = fresh_name(local, [&](const std::string& n) { return taken_.count(n) > 0; });
+    taken_.insert(name);
     return name;
+  }
+  void collect_taken() {
+    const ModelDecl& d = m_.decl;
+    for (const auto& list : {&d.inputs, &d.weights, &d.outputs})
+      for (const TensorDecl& t : *list) taken_.insert(t.name);
+    for (const HyperParam& h : d.hyper) taken_.insert(h.name);
+    std::function<void(const ExprP&)> fields = [&](const ExprP& e) {
+      if (is_field(e)) taken_.insert(e->args[1]->name);
+      for (const ExprP& a : e->args) fields(a);
+    };
+    std::function<void(const std::vector<StmtP>&)> walk = [&](const std::vector<StmtP>& body) {
+      for (const StmtP& s : body) {
+        if (s->target) fields(s->target);
+        if (s->value) fields(s->value);
+        walk(s->body);
+      }
+    };
+    walk(m_.body);
+    for (const auto& [f, total] : sets_)
+      for (int k = 0; k + 1 < total; ++k) taken_.insert(version_name(f, k));
   }
 
   ExprP rewrite(const ExprP& e) {
@@ -136,7 +157,7 @@ class Normalizer {
 
   const Module& m_;
   std::map<std::string, int> sets_, version_;
-  std::set<std::string> used_;
+  std::set<std::string> taken_;  // names a local's field must not take
   std::vector<std::map<std::string, std::pair<std::string, std::string>>> scopes_;  // local -> (element var, field)
 };
 
@@ -173,7 +194,7 @@ class Differentiator {
     }
     for (const TensorDecl& o : f_.decl.outputs) {
       TensorDecl t = o;
-      t.name = "d_" + o.name;
+      t.name = grad_name(o.name);
       t.requires_grad = false;
       b.decl.inputs.push_back(t);
     }
@@ -181,13 +202,13 @@ class Differentiator {
     for (const TensorDecl& t : f_.decl.inputs)
       if (t.requires_grad && t.from_graph.empty()) {
         TensorDecl g = t;
-        g.name = "d_" + t.name;
+        g.name = grad_name(t.name);
         b.decl.outputs.push_back(g);
       }
     for (const TensorDecl& w : f_.decl.weights)
       if (w.requires_grad) {
         TensorDecl g = w;
-        g.name = "d_" + w.name;
+        g.name = grad_name(w.name);
         g.init.clear();
         b.decl.outputs.push_back(g);
       }
@@ -215,12 +236,24 @@ class Differentiator {
     return Stmt::for_loop(L.var, L.loop, L.parent, body, L.loc);
   }
 
-  // The gradient of the value a statement stores, or null when nothing depends on it.
+  // The gradient of the value a statement stores, or null when nothing depends on it. An output's gradient
+  // comes in as the input d$h; when the program also reads the output (n["y"] = n["h"] * 2), what flows back
+  // through those reads is accumulated in a field of its own, d$h$reads, and added.
   ExprP grad_of(const Expr& target) {
     const std::string& f = target.args[1]->name;
     if (!grad_.count(f)) return nullptr;
-    if (f_.decl.find_output(f)) return Expr::attr(target.args[0], "d_" + f);
-    return field(target.args[0], "d_" + f);
+    if (!f_.decl.find_output(f)) return field(target.args[0], grad_name(f));
+    ExprP g = Expr::attr(target.args[0], grad_name(f));
+    if (read_grads_.count(f)) g = Expr::binary(BinOp::Add, g, field(target.args[0], read_grad_field(f)));
+    return g;
+  }
+  static std::string read_grad_field(const std::string& output) { return derived_name(grad_name(output), "reads"); }
+  // The field that accumulates the gradient of forward field (or output) f.
+  std::string grad_field(const std::string& f) {
+    std::string g = f_.decl.find_output(f) ? read_grad_field(f) : grad_name(f);
+    if (f_.decl.find_output(f)) read_grads_.insert(f);
+    grad_fields_[g] = f;
+    return g;
   }
 
   void statement(const Stmt& s, std::vector<StmtP>& out) {
@@ -245,20 +278,20 @@ class Differentiator {
     if (is_field(leaf)) {
       const std::string& f = leaf->args[1]->name;
       grad_.insert(f);
-      out.push_back(Stmt::assign(field(leaf->args[0], "d_" + f), AssignOp::Add, grad, loc));
+      out.push_back(Stmt::assign(field(leaf->args[0], grad_field(f)), AssignOp::Add, grad, loc));
       return;
     }
     if (leaf->kind == ExprKind::Attr) {
       const TensorDecl* in = f_.decl.find_input(leaf->name);
       if (!in || !in->requires_grad || !in->from_graph.empty()) return;
-      out.push_back(Stmt::assign(field(leaf->args[0], "d_" + in->name), AssignOp::Add, grad, loc));
+      out.push_back(Stmt::assign(field(leaf->args[0], grad_name(in->name)), AssignOp::Add, grad, loc));
       return;
     }
     // A weight: W0, or W[sel].
     const std::string& w = leaf->kind == ExprKind::Name ? leaf->name : leaf->args[0]->name;
     const TensorDecl* wd = f_.decl.find_weight(w);
     if (!wd || !wd->requires_grad) return;
-    ExprP target = leaf->kind == ExprKind::Name ? Expr::name_ref("d_" + w) : Expr::index(Expr::name_ref("d_" + w), leaf->args[1]);
+    ExprP target = leaf->kind == ExprKind::Name ? Expr::name_ref(grad_name(w)) : Expr::index(Expr::name_ref(grad_name(w)), leaf->args[1]);
     out.push_back(Stmt::assign(target, AssignOp::Add, grad, loc));
   }
 
@@ -272,15 +305,16 @@ class Differentiator {
         return {};
       }
       case ExprKind::Attr: {
-        if (e->name.rfind("d_", 0) == 0) return shape_of_field(e->name.substr(2));
+        if (auto x = grad_target(e->name)) return shape_of_field(*x);
         if (const TensorDecl* in = f_.decl.find_input(e->name)) return in->shape;
         return shape_of_field(e->name);
       }
       case ExprKind::Index: {
         if (e->args[0]->kind == ExprKind::Name && f_.decl.find_weight(e->args[0]->name))
           return f_.decl.find_weight(e->args[0]->name)->shape;
-        std::string f = e->args[1]->name;
-        return shape_of_field(f.rfind("d_", 0) == 0 && !known_field(f) ? f.substr(2) : f);
+        const std::string& f = e->args[1]->name;
+        if (auto it = grad_fields_.find(f); it != grad_fields_.end()) return shape_of_field(it->second);
+        return shape_of_field(grad_target(f).value_or(f));
       }
       case ExprKind::Neg: return shape(e->args[0]);
       case ExprKind::Binary: {
@@ -327,7 +361,6 @@ class Differentiator {
     }
     return {};
   }
-  bool known_field(const std::string& f) const { return a_.node_fields.count(f) || a_.edge_fields.count(f); }
   std::vector<int64_t> shape_of_field(const std::string& f) {
     if (auto it = a_.node_fields.find(f); it != a_.node_fields.end()) return it->second.shape;
     if (auto it = a_.edge_fields.find(f); it != a_.edge_fields.end()) return it->second.shape;
@@ -490,6 +523,8 @@ class Differentiator {
   const Analysis& a_;
   std::set<std::string> grad_;   // fields with a gradient (some later statement depends on them)
   std::set<std::string> saved_;  // forward fields the backward reads
+  std::set<std::string> read_grads_;  // outputs the program reads (their gradient has a d$h$reads part)
+  std::map<std::string, std::string> grad_fields_;  // gradient field -> forward field
 };
 
 }  // namespace

@@ -40,11 +40,12 @@ namespace hectorgen::passes {
 
 // Autodiff at the inter-operator level (thesis: "Backward Propagation").
 //   forward   the training forward: locals become fields (so the backward can read them) and every field
-//             is in SSA form (a re-assigned field gets a new version `f__k`; the last keeps the name);
-//   backward  reads the forward's saved fields as inputs (`e.att`) and the output gradients (`n.d_h`),
-//             accumulates gradient fields `d_f`, and writes the gradients of node/edge inputs (`d_feature`)
-//             and of weights (`d_W[e.etype] += ...`). Gradients of inputs marked requires_grad: false are
+//             is in SSA form (a re-assigned field gets a new version `f$k`; the last keeps the name);
+//   backward  reads the forward's saved fields as inputs (`e.att`) and the output gradients (`n.d$h`),
+//             accumulates gradient fields `d$f`, and writes the gradients of node/edge inputs (`d$feature`)
+//             and of weights (`d$W[e.etype] += ...`). Gradients of inputs marked requires_grad: false are
 //             never computed; statements whose target gets no gradient are dropped.
+//             Derived names carry the sigil '$' (ir/inter/names.h): they cannot collide with user names.
 struct TrainingModules {
   inter::Module forward;
   inter::Module backward;

@@ -8,6 +8,7 @@
 #include "dsl/parser.h"
 #include "helpers.h"
 #include "ir/inter/interpreter.h"
+#include "ir/inter/names.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
 #include "passes/passes.h"
@@ -31,7 +32,7 @@ double loss(const Module& fwd, const HeteroGraph& g, const TensorMap& t, const T
   REQUIRE(r.ok);
   double l = 0;
   for (const auto& [name, dy] : d_out) {
-    const Tensor64& y = r.outputs.at(name.substr(2));
+    const Tensor64& y = r.outputs.at(*grad_target(name));
     for (size_t i = 0; i < y.data.size(); ++i) l += y.data[i] * dy.data[i];
   }
   return l;
@@ -64,7 +65,7 @@ void check_gradients(const std::string& spec, const std::vector<std::pair<std::s
     if (d.from_graph.empty()) t[d.name] = random_tensor(full_shape(d, g), rng, 1.0);
   for (const TensorDecl& d : c->module->decl.weights) t[d.name] = random_tensor(full_shape(d, g), rng, 0.7);
   TensorMap d_out;
-  for (const TensorDecl& o : c->module->decl.outputs) d_out["d_" + o.name] = random_tensor(full_shape(o, g), rng, 1.0);
+  for (const TensorDecl& o : c->module->decl.outputs) d_out[grad_name(o.name)] = random_tensor(full_shape(o, g), rng, 1.0);
 
   // Backward: forward inputs and weights, the saved fields, the output gradients.
   InterpretResult fr = interpret(tm->forward, g, t);
@@ -79,7 +80,7 @@ void check_gradients(const std::string& spec, const std::vector<std::pair<std::s
   const double eps = 1e-6;
   int checked = 0;
   for (const TensorDecl& o : tm->backward.decl.outputs) {
-    std::string x = o.name.substr(2);
+    std::string x = *grad_target(o.name);
     const Tensor64& grad = br.outputs.at(o.name);
     REQUIRE(grad.data.size() == t.at(x).data.size());
     double max_err = 0, max_ref = 0;
