@@ -82,12 +82,21 @@ class Normalizer {
     ExprP value = rewrite(s.value);
     const Expr& t = *s.target;
     if (t.kind == ExprKind::Name) {
-      std::string f = local_field(t.name);
-      ExprP target = field(Expr::name_ref(L.var, t.loc), f, t.loc);  // the innermost loop's element
-      if (s.op == AssignOp::Set) {
+      // Every value of a local gets a field of its own (x, then x$2 ...): the backward reads each one saved.
+      // An aggregation into a local of an enclosing loop (x += v in an inner edge loop) accumulates in place.
+      bool own = scopes_.back().count(t.name) > 0;
+      if (s.op == AssignOp::Set || own) {
+        ExprP cur = s.op == AssignOp::Set ? nullptr : rewrite(s.target);
+        std::string f = new_local_field(t.name);
         scopes_.back()[t.name] = {L.var, f};
-        return Stmt::assign(target, AssignOp::Set, value, s.loc);
+        ExprP target = field(Expr::name_ref(L.var, t.loc), f, t.loc);  // the innermost loop's element
+        if (s.op == AssignOp::Set) return Stmt::assign(target, AssignOp::Set, value, s.loc);
+        static const std::map<AssignOp, BinOp> kOp = {
+            {AssignOp::Add, BinOp::Add}, {AssignOp::Sub, BinOp::Sub}, {AssignOp::Mul, BinOp::Mul}, {AssignOp::Div, BinOp::Div}};
+        return Stmt::assign(target, AssignOp::Set, Expr::binary(kOp.at(s.op), cur, value, s.loc), s.loc);
       }
+      std::string f = local_field(t.name);
+      ExprP target = field(Expr::name_ref(L.var, t.loc), f, t.loc);
       ExprP cur = rewrite(s.target);
       return update(target, s.op, cur, value, s.loc);
     }
@@ -110,11 +119,15 @@ class Normalizer {
     return Stmt::assign(target, AssignOp::Set, Expr::binary(op == AssignOp::Mul ? BinOp::Mul : BinOp::Div, cur, value, loc), loc);
   }
 
-  // A field name for a local: the local's own name unless a declared tensor, a hyper-parameter, a field
-  // of the program or one of its versions has it (locals of different loops may share a name).
+  // The field of a local's current value (see new_local_field).
   std::string local_field(const std::string& local) {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
       if (auto f = it->find(local); f != it->end()) return f->second.second;
+    return new_local_field(local);
+  }
+  // A field name for a new value of a local: the local's own name unless a declared tensor, a hyper-parameter,
+  // a field of the program, one of its versions or an earlier value has it (x, x$2, ...).
+  std::string new_local_field(const std::string& local) {
     if (taken_.empty()) collect_taken();
     std::string name = fresh_name(local, [&](const std::string& n) { return taken_.count(n) > 0; });
     taken_.insert(name);

@@ -132,3 +132,9 @@ TEST_CASE("autodiff: the backward program prints and parses back", "[autodiff][r
   REQUIRE(back);
   CHECK(print_module(*back) == text);
 }
+
+TEST_CASE("autodiff: a local assigned twice is two values", "[autodiff][names]") {
+  auto edits = kSmall;
+  edits.push_back({"      e[\"msg\"] = hs\n", "      hs = hs * hs\n      e[\"msg\"] = hs\n"});
+  check_gradients("rgat.yaml", edits);
+}
