@@ -145,7 +145,8 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
     std::vector<intra::Program> programs;
     Diagnostics lower_diags;
     for (auto& [phase, module] : phases) {
-      auto program = passes::lower(module, lower_diags, phase);  // checks the shape limits too
+      std::vector<std::string> saved = phase == "forward_train" ? training->saved : std::vector<std::string>{};
+      auto program = passes::lower(module, lower_diags, phase, saved);  // checks the shape limits too
       if (!program) {
         if (phase == "forward") {
           lower_diags.render(err);
@@ -158,7 +159,6 @@ int run(const Options& opts, std::ostream& out, std::ostream& err) {
         programs.resize(1);
         break;
       }
-      if (phase == "forward_train") program->saved = training->saved;
       if (std::string e = intra::verify_program(*program); !e.empty()) {
         err << "hectorgen: internal error: intra-operator IR (" << phase << "): " << e << "\n";
         return 2;

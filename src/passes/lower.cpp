@@ -823,8 +823,13 @@ class Lowering {
 
 }  // namespace
 
-std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const std::string& phase) {
-  return Lowering(m, diags, phase).run();
+std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const std::string& phase,
+                                    const std::vector<std::string>& saved) {
+  auto p = Lowering(m, diags, phase).run();
+  if (!p) return p;
+  p->saved = saved;
+  drop_dead_stores(*p);
+  return p;
 }
 
 }  // namespace hectorgen::passes
