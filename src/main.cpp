@@ -16,10 +16,16 @@ int main(int argc, char** argv) {
   hectorgen::driver::Options opts;
   CLI::App app{"hectorgen: a compiler for relational graph neural networks (RGCN, RGAT, HGT) to CUDA"};
   app.set_version_flag("--version", std::string("hectorgen ") + HECTORGEN_VERSION);
-  app.add_option("spec", opts.spec_path, "model spec (.yaml, .yml or .json)")->required();
+  app.add_option("spec", opts.spec_path, "model spec (.yaml, .yml or .json); with --run-pass, printed inter IR")->required();
   app.add_option("-o,--output", opts.out_dir, "output directory ('-' or omitted: print to stdout)");
   app.add_option("--emit", opts.emit, "what to emit")->check(CLI::IsMember({"all", "inter-ir", "intra-ir"}));
-  app.add_option("--print-ir-after", opts.print_ir_after, "print the IR after a pass (or 'all') to stdout");
+  app.add_option("--print-ir-after", opts.print_ir_after,
+                 "print the IR of every phase after a pass (or 'all') to stdout; passes: parse, inline-functions, "
+                 "typecheck, autodiff, fuse-loops, lower");
+  app.add_option("--run-pass", opts.run_pass,
+                 "read the input as printed inter IR, run only this pass on it and print the result (pass tests)");
+  app.add_option("--phase", opts.phase, "with --run-pass: the phase of the input module (names lowered kernels)")
+      ->check(CLI::IsMember({"forward", "forward_train", "backward"}));
   app.add_option("--reference", opts.reference_dir,
                  "run the float64 CPU reference on DIR/meta.json (see driver/reference_io.h) instead of generating");
   app.add_flag("-v,--verbose", opts.verbose, "log pipeline steps and pass timing to stderr");

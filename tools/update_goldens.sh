@@ -3,7 +3,8 @@
 #   1. tests/diagnostics/fail_*.stderr: the exact stderr of hectorgen on each fail_*.yaml / fail_*.json
 #      (checked by tests/diagnostics/run.cmake, ctest test `diagnostics`);
 #   2. generated/<model>/: the generated code of the bundled specs (checked by the ctest test
-#      `golden_generated`, tests/golden/check_generated.sh).
+#      `golden_generated`, tests/golden/check_generated.sh);
+#   3. tests/golden/print_ir_after/rgat.txt: --print-ir-after=all on specs/rgat.yaml (ctest test `print_ir_after`).
 # Review the resulting diff (git diff) before committing.
 #
 #   tools/update_goldens.sh [--diagnostics-only] [HECTORGEN]      (default HECTORGEN: build/hectorgen)
@@ -65,6 +66,7 @@ if [[ $DIAGNOSTICS_ONLY -eq 0 ]]; then
   else
     echo "update_goldens: no tests/golden/check_generated.sh; generated code not re-blessed" >&2
   fi
+  bash "$ROOT/tests/golden/check_print_ir_after.sh" "$HECTORGEN" "$ROOT" --bless || status=1
 fi
 # ==== end of the generated-code section ===============================================================
 

@@ -108,7 +108,7 @@ def forward(g, feature, W_k, W_q, W_v, W_att, W_msg, mu, W_a):
     if not isinstance(g, hectorgen_runtime.Graph):
         raise TypeError("hgt.forward: the first argument must be a Graph from prepare_graph()")
     tensors = [feature, W_k, W_q, W_v, W_att, W_msg, mu, W_a]
-    if TRAINABLE and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         outs = _Function.apply(g, *tensors)
         outs = outs if isinstance(outs, tuple) else (outs,)
     else:

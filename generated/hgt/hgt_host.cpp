@@ -429,6 +429,7 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor d_W_msg = at::zeros({num_etypes, 1, 64, 64}, options);
   at::Tensor d_mu = at::zeros({num_etypes, 1}, options);
   at::Tensor d_W_a = at::zeros({num_ntypes, 64, 64}, options);
+  at::Tensor att_max__ties = at::empty({num_nodes, 1}, options);  // field
   at::Tensor d_agg = at::zeros({num_nodes, 1, 64}, options);  // field
   at::Tensor d_att_max = at::zeros({num_nodes, 1}, options);  // field
   at::Tensor d_att_sum = at::zeros({num_nodes, 1}, options);  // field
@@ -493,6 +494,7 @@ std::vector<at::Tensor> hgt_backward_op(
   a.d_W_msg = d_W_msg.data_ptr<float>();
   a.d_mu = d_mu.data_ptr<float>();
   a.d_W_a = d_W_a.data_ptr<float>();
+  a.att_max__ties = att_max__ties.data_ptr<float>();
   a.d_agg = d_agg.data_ptr<float>();
   a.d_att_max = d_att_max.data_ptr<float>();
   a.d_att_sum = d_att_sum.data_ptr<float>();

@@ -471,6 +471,7 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
       if (lane == 0) d_att__1[e] = v_d_att__1;
     }
     float v_d_att_max = 0.0f;
+    float v_att_max__ties = 0.0f;
     __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
@@ -482,14 +483,16 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
       const float v_d_att__0 = v_d_att__1 * expf(v_att__0 - v_att_max);
       // e.dst["d_att_max"] += -(e["d_att__1"] * exp(e.att__0 - e.dst.att_max))
       v_d_att_max += -(v_d_att__1 * expf(v_att__0 - v_att_max));
+      // n["att_max__ties"] += max_grad(e.att__0, n.att_max)
+      v_att_max__ties += (v_att__0 >= v_att_max ? 1.f : 0.f);
       if (lane == 0) d_att__0[e] = v_d_att__0;
     }
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
-      // e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max)
+      // e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max) / max(n["att_max__ties"], 1.0)
       float v_d_att__0 = __shfl_sync(0xffffffffu, lane == 0 ? d_att__0[e] : 0.f, 0);
-      v_d_att__0 += v_d_att_max * (v_att__0 >= v_att_max ? 1.f : 0.f);
+      v_d_att__0 += v_d_att_max * (v_att__0 >= v_att_max ? 1.f : 0.f) / fmaxf(v_att_max__ties, 1.0f);
       if (lane == 0) d_att__0[e] = v_d_att__0;
     }
   }

@@ -160,6 +160,7 @@ struct HgtBackwardArgs {
   float* d_W_msg = nullptr;  // [num_etypes, 1, 64, 64]
   float* d_mu = nullptr;  // [num_etypes, 1]
   float* d_W_a = nullptr;  // [num_ntypes, 64, 64]
+  float* att_max__ties = nullptr;  // [num_nodes, 1]
   float* d_agg = nullptr;  // [num_nodes, 1, 64]
   float* d_att_max = nullptr;  // [num_nodes, 1]
   float* d_att_sum = nullptr;  // [num_nodes, 1]

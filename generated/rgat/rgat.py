@@ -108,7 +108,7 @@ def forward(g, feature, W, w_s, w_t):
     if not isinstance(g, hectorgen_runtime.Graph):
         raise TypeError("rgat.forward: the first argument must be a Graph from prepare_graph()")
     tensors = [feature, W, w_s, w_t]
-    if TRAINABLE and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         outs = _Function.apply(g, *tensors)
         outs = outs if isinstance(outs, tuple) else (outs,)
     else:

@@ -324,6 +324,7 @@ std::vector<at::Tensor> rgat_backward_op(
   at::Tensor d_W = at::zeros({num_etypes, 64, 64}, options);
   at::Tensor d_w_s = at::zeros({num_etypes, 1, 64}, options);
   at::Tensor d_w_t = at::zeros({num_etypes, 1, 64}, options);
+  at::Tensor att_max__ties = at::empty({num_nodes, 1}, options);  // field
   at::Tensor d_att_max = at::zeros({num_nodes, 1}, options);  // field
   at::Tensor d_att_sum = at::zeros({num_nodes, 1}, options);  // field
   at::Tensor d_att = at::empty({num_edges, 1}, options);  // field
@@ -369,6 +370,7 @@ std::vector<at::Tensor> rgat_backward_op(
   a.d_W = d_W.data_ptr<float>();
   a.d_w_s = d_w_s.data_ptr<float>();
   a.d_w_t = d_w_t.data_ptr<float>();
+  a.att_max__ties = att_max__ties.data_ptr<float>();
   a.d_att_max = d_att_max.data_ptr<float>();
   a.d_att_sum = d_att_sum.data_ptr<float>();
   a.d_att = d_att.data_ptr<float>();

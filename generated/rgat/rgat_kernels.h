@@ -117,6 +117,7 @@ struct RgatBackwardArgs {
   float* d_W = nullptr;  // [num_etypes, 64, 64]
   float* d_w_s = nullptr;  // [num_etypes, 1, 64]
   float* d_w_t = nullptr;  // [num_etypes, 1, 64]
+  float* att_max__ties = nullptr;  // [num_nodes, 1]
   float* d_att_max = nullptr;  // [num_nodes, 1]
   float* d_att_sum = nullptr;  // [num_nodes, 1]
   float* d_att = nullptr;  // [num_edges, 1]

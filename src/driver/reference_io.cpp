@@ -8,7 +8,7 @@
 #include <optional>
 #include <set>
 
-#include "driver/output.h"
+#include "support/output.h"
 #include "ir/inter/interpreter.h"
 #include "ir/inter/verifier.h"
 #include "passes/passes.h"

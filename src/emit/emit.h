@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "driver/output.h"
+#include "support/output.h"
 #include "ir/intra/intra.h"
 
 namespace hectorgen::emit {
@@ -12,12 +12,15 @@ namespace hectorgen::emit {
 struct EmitContext {
   std::string spec_name;  // as shown in banners (the spec's path as given)
   std::string version;
+  // Why no training code was generated (the generation-time warning), for the module's error when a parameter
+  // requires grad; empty when the model is trainable or no reason is known.
+  std::string no_training_reason = {};
 };
 
 // Adds every generated file for `p` to `out`: kernels (.cu/.h), host stubs, Python module, CMakeLists,
 // manifest. Throws TemplateError/logic_error on internal inconsistencies (exit code 2).
 // `phases` starts with the forward; when the model is trainable forward_train and backward follow.
-void emit_all(const std::vector<intra::Program>& phases, const EmitContext& ctx, driver::OutputSet& out);
+void emit_all(const std::vector<intra::Program>& phases, const EmitContext& ctx, OutputSet& out);
 
 // Individual emitters (used by emit_all and the tests).
 std::string emit_kernels_cu(const std::vector<intra::Program>& phases, const EmitContext& ctx);

@@ -189,7 +189,8 @@ std::string emit_host_cpp(const std::vector<Program>& phases, const EmitContext&
 }
 
 std::string python_training(const std::vector<Program>& phases, const std::vector<std::string>& user_inputs,
-                            const std::vector<std::string>& weights, const std::string& from_graph_args);
+                            const std::vector<std::string>& weights, const std::string& from_graph_args,
+                            const std::string& no_training_reason);
 
 std::string emit_python(const std::vector<Program>& phases, const EmitContext& ctx) {
   const Program& p = phases.front();
@@ -245,7 +246,9 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
   for (const auto& t : p.decl.inputs)  // computed by the runtime, in edge-type-sorted order
     if (!t.from_graph.empty()) fg += fmt::format("g.array(\"{}\"), ", t.from_graph);
   v["from_graph_args"] = fg;
-  v["training"] = python_training(phases, user_inputs, weights, fg);
+  v["training"] = python_training(phases, user_inputs, weights, fg, ctx.no_training_reason);
+  v["grad_path"] = phases.size() < 3 ? "_refuse_grad(tensors)"
+                                     : "outs = _Function.apply(g, *tensors)\nouts = outs if isinstance(outs, tuple) else (outs,)";
   std::vector<std::string> outs;
   std::string ret;
   for (size_t i = 0; i < p.decl.outputs.size(); ++i) {
@@ -285,9 +288,37 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
 }
 
 // The autograd.Function that pairs the forward_train op with the backward op.
+// A Python string literal (JSON's escapes are Python's; non-ASCII stays UTF-8, which Python source is).
+std::string python_string(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// An untrainable model: the module refuses to run under autograd when an argument requires grad, naming the
+// arguments and the reason, instead of silently returning outputs with no gradient.
+std::string python_untrainable(const std::vector<std::string>& user_inputs, const std::vector<std::string>& weights,
+                               const std::string& model, const std::string& reason) {
+  std::string names;
+  for (const auto& n : user_inputs) names += python_string(n) + ", ";
+  for (const auto& n : weights) names += python_string(n) + ", ";
+  std::string out;
+  out += "TRAINABLE = False  # hectorgen generated no backward pass for this model (it warned why)\n";
+  out += fmt::format("NO_BACKWARD_REASON = {}\n", python_string(reason.empty() ? "the backward pass is not supported" : reason));
+  out += fmt::format("_ARGUMENT_NAMES = ({})  # user inputs, then weights\n\n\n", names);
+  out += "def _refuse_grad(tensors):\n";
+  out += "    \"\"\"Raises instead of running kernels that would return outputs with no gradient.\"\"\"\n";
+  out += "    names = \", \".join(n for n, t in zip(_ARGUMENT_NAMES, tensors) if t.requires_grad)\n";
+  out += fmt::format("    raise RuntimeError(\n"
+                     "        f\"{0}: {{names}} requires grad, but hectorgen generated no backward pass for {0} \"\n"
+                     "        f\"({{NO_BACKWARD_REASON}}). For inference, call it under torch.no_grad() or set requires_grad_(False) \"\n"
+                     "        f\"on {{names}}; to train, change the spec so that it avoids the reason given\")",
+                     model);
+  return out;
+}
+
 std::string python_training(const std::vector<Program>& phases, const std::vector<std::string>& user_inputs,
-                            const std::vector<std::string>& weights, const std::string& from_graph_args) {
-  if (phases.size() < 3) return "TRAINABLE = False  # the autodiff pass does not support this model yet (see the hectorgen warning)";
+                            const std::vector<std::string>& weights, const std::string& from_graph_args,
+                            const std::string& no_training_reason) {
+  if (phases.size() < 3) return python_untrainable(user_inputs, weights, phases.front().model, no_training_reason);
   const Program& f = phases[0];
   const Program& t = phases[1];
   const Program& b = phases[2];
@@ -421,7 +452,7 @@ std::string emit_manifest(const std::vector<Program>& phases, const EmitContext&
   return j.dump(2, ' ', true, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-void emit_all(const std::vector<Program>& phases, const EmitContext& ctx, driver::OutputSet& out) {
+void emit_all(const std::vector<Program>& phases, const EmitContext& ctx, OutputSet& out) {
   const Program& p = phases.front();
   out.add(p.model + "_kernels.cu", emit_kernels_cu(phases, ctx));
   out.add(p.model + "_kernels.h", emit_kernels_h(phases, ctx));

@@ -188,8 +188,7 @@ class Differentiator {
     ctx_ = TypeContext::of(b);
     for (const TensorDecl& o : f_.decl.outputs) grad_.insert(o.name);  // output gradients come in
     std::vector<StmtP> body;
-    for (auto it = f_.body.rbegin(); it != f_.body.rend(); ++it)
-      if (StmtP s = loop(**it)) body.push_back(s);
+    for (auto it = f_.body.rbegin(); it != f_.body.rend(); ++it) loop(**it, body);
     zero_unreached_gradients(b, body);
     b.body = body;
     // Every node and edge gradient is written, with its declared shape (the rules broadcast explicitly).
@@ -213,18 +212,22 @@ class Differentiator {
   }
 
  private:
-  StmtP loop(const Stmt& L) {
-    std::vector<StmtP> body;
+  // Appends the backward of loop L to `out` (nothing when no gradient flows through it), preceded by a loop of
+  // the same kind that counts tied maxima when L's max-aggregations need one.
+  void loop(const Stmt& L, std::vector<StmtP>& out) {
+    std::vector<StmtP> body, outer_ties;
+    std::swap(outer_ties, ties_);
     for (auto it = L.body.rbegin(); it != L.body.rend(); ++it) {
       const StmtP& s = *it;
       if (s->kind == StmtKind::For) {
-        if (StmtP inner = loop(*s)) body.push_back(inner);
+        loop(*s, body);
         continue;
       }
       statement(*s, body);
     }
-    if (body.empty()) return nullptr;
-    return Stmt::for_loop(L.var, L.loop, L.parent, body, L.loc);
+    std::swap(outer_ties, ties_);
+    if (!outer_ties.empty()) out.push_back(Stmt::for_loop(L.var, L.loop, L.parent, outer_ties, L.loc));
+    if (!body.empty()) out.push_back(Stmt::for_loop(L.var, L.loop, L.parent, body, L.loc));
   }
 
   // The gradient of an input that no value with a gradient depends on is zero: written explicitly, in a
@@ -261,10 +264,18 @@ class Differentiator {
     if (s.op == AssignOp::Sub) g = typed::apply(Op::Neg, {g});
     std::vector<std::pair<ExprP, ExprP>> contributions;  // (leaf, gradient)
     if (is_max_aggregation(s)) {
-      // m = max(m, x) over edges: the gradient goes to the x that equal the final maximum.
+      // m = max(m, x) over edges: the gradient goes to the x that equal the final maximum, split evenly among
+      // tied ones (parallel edges tie exactly). Every convex split over the maxima is a valid subgradient; the
+      // even one is torch's (amax, maximum) and does not depend on the order the edges are visited in, which
+      // the generated kernels choose (edges sorted by type) and the user's graph does not. A loop before this
+      // one counts the ties per element; a maximum that no x reaches (the initial value) gives x no gradient.
       const ExprP& x = s.value->args[1];
       ExprP mask = typed::apply(Op::MaxGrad, {saved(x), saved(s.target)});
-      diff(x, reduce(typed::apply(Op::Mul, {g, mask}), x), contributions);
+      const ExprP& base = s.target->args[0];
+      std::string ties = s.target->args[1]->name + "__ties";
+      ties_.push_back(write(base, ties, mask, s.loc));
+      ExprP count = typed::apply(Op::Max, {typed::field(base, ties, ctx_), typed::number(1.0, false)});
+      diff(x, reduce(typed::apply(Op::Div, {typed::apply(Op::Mul, {g, mask}), count}), x), contributions);
     } else {
       diff(s.value, g, contributions);
     }
@@ -382,6 +393,7 @@ class Differentiator {
   TypeContext ctx_;
   std::set<std::string> grad_;   // fields with a gradient (some later statement depends on them)
   std::set<std::string> saved_;  // forward fields the backward reads
+  std::vector<StmtP> ties_;      // tie counts of the max-aggregations of the loop being differentiated
 };
 
 }  // namespace

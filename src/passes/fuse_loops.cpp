@@ -6,7 +6,10 @@
 //   3. adjacent node loops fuse when neither reads, through another node, a node field the other writes,
 //      nor reads an edge field the other writes over a different edge set;
 //   4. adjacent inner edge loops of one node loop fuse when the second does not read a node field the
-//      first aggregates (it would see a partial sum).
+//      first aggregates (it would see a partial sum), and GEMM work of the second (a linear transform or a
+//      weight-gradient outer product) neither reads nor writes what the first touches: lowering cannot
+//      flush a stage in the middle of an inner edge loop, so such a fused loop would not lower (the
+//      dependency the user split the loops for).
 #include <fmt/format.h>
 
 #include <functional>
@@ -60,7 +63,28 @@ struct Access {
   std::set<LoopKind> edge_sets;  // how the edges are reached: Edges, IncomingEdges, OutgoingEdges
   bool has_linear = false;
   std::set<std::string> locals;
+  // Statements with GEMM work (linear, linear_t, outer): the fields and locals they read and write.
+  std::set<std::string> gemm_reads, gemm_writes;
 };
+
+bool has_gemm_work(const Expr& e) {
+  if ((e.kind == ExprKind::Call || e.kind == ExprKind::Binary) &&
+      (e.fn == Op::Linear || e.fn == Op::LinearT || e.fn == Op::Outer))
+    return true;
+  for (const ExprP& x : e.args)
+    if (has_gemm_work(*x)) return true;
+  return false;
+}
+
+// The field names and local names an expression reads.
+void names_read(const Expr& e, std::set<std::string>& out) {
+  if (e.kind == ExprKind::Index && e.args[1]->kind == ExprKind::String) {
+    out.insert(e.args[1]->name);
+    return;
+  }
+  if (e.kind == ExprKind::Name) out.insert(e.name);
+  for (const ExprP& x : e.args) names_read(*x, out);
+}
 
 class Analyzer {
  public:
@@ -85,6 +109,11 @@ class Analyzer {
       if (s->kind != StmtKind::Assign) continue;
       expr(s->value, a, inner);
       const Expr& t = *s->target;
+      if (has_gemm_work(*s->value)) {
+        names_read(*s->value, a.gemm_reads);
+        if (s->op != AssignOp::Set) names_read(t, a.gemm_reads);
+        a.gemm_writes.insert(t.kind == ExprKind::Index && t.args[1]->kind == ExprKind::String ? t.args[1]->name : t.name);
+      }
       if (t.kind == ExprKind::Name) {
         a.locals.insert(t.name);
         continue;
@@ -193,7 +222,12 @@ StmtP fuse_inner(const StmtP& node_loop, const Module& m) {
       Access b = an.run(*Stmt::for_loop(node_loop->var, node_loop->loop, "g", {s}));
       bool reads_partial = intersects(unite(b.node_reads_own, b.node_reads_other), unite(a.node_writes_own, a.node_writes_other));
       bool writes_read = intersects(unite(b.node_writes_own, b.node_writes_other), unite(a.node_reads_own, a.node_reads_other));
-      if (!reads_partial && !writes_read && !intersects(a.locals, b.locals)) {
+      // GEMM work of the second loop depending on the first (or overwriting what it reads) would have to
+      // wait for the first loop's values in the middle of the fused loop.
+      std::set<std::string> a_touches = unite(unite(unite(a.node_writes_own, a.node_writes_other), a.edge_writes), a.locals);
+      std::set<std::string> a_reads = unite(unite(a.node_reads_own, a.node_reads_other), a.edge_reads);
+      bool gemm_depends = intersects(b.gemm_reads, a_touches) || intersects(b.gemm_writes, unite(a_touches, a_reads));
+      if (!reads_partial && !writes_read && !gemm_depends && !intersects(a.locals, b.locals)) {
         body.back() = fuse(body.back(), s, m);
         continue;
       }

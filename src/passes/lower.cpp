@@ -329,6 +329,14 @@ class Lowering {
         force_materialize_.insert(local);
         ExprP v = s->op == AssignOp::Sub ? typed::apply(Op::Neg, {value}) : value;
         StmtP def = Stmt::assign(typed::name(local, value_type(v->type), s->loc), AssignOp::Set, v, s->loc);
+        if (!intra::traversal_supports(v)) {
+          // What the traversal template cannot compute (slice, concat): PyTorch calls store the per-edge
+          // values, then the sum adds them up.
+          torch_fallback(def, def.get(), ctx, stage, inner, inner_body);
+          pending_gather_sums_.push_back({field_tensor(f->field), local, f->node_role == "src", true});
+          emit_gather_sums(ctx);
+          return nullptr;
+        }
         record_access(def, ctx, stage);
         stage.reg_locals.insert(local);
         stage.writes.insert(field_tensor(f->field));
@@ -619,10 +627,17 @@ class Lowering {
     note_write(o->name, /*accumulates=*/true);
     ss.name = unique(fmt::format("{}_segsum_{}", prefix_, o->name));
     ss.source = print_expr(s->target) + " += " + print_expr(s->value);
-    pending_segment_sums_.push_back(ss);
     ExprP value = extract_linears(s->value, ctx, stage, inner, true, s);
     if (!value) return nullptr;
     StmtP out = Stmt::assign(typed::name(local, value_type(value->type), s->loc), AssignOp::Set, value, s->loc);
+    if (!intra::traversal_supports(value)) {
+      // What the traversal template cannot compute (slice, concat): PyTorch calls store v per row first.
+      torch_fallback(out, out.get(), ctx, stage, inner, nullptr);
+      ss.v = ctx.materialized.at(local);
+      p_.kernels.push_back(ss);
+      return nullptr;
+    }
+    pending_segment_sums_.push_back(ss);
     record_access(out, ctx, stage);
     stage.reg_locals.insert(local);
     return out;
@@ -825,11 +840,20 @@ class Lowering {
 
 std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const std::string& phase,
                                     const std::vector<std::string>& saved) {
-  auto p = Lowering(m, diags, phase).run();
-  if (!p) return p;
-  p->saved = saved;
-  drop_dead_stores(*p);
-  return p;
+  try {
+    auto p = Lowering(m, diags, phase).run();
+    if (!p) return p;
+    p->saved = saved;
+    drop_dead_stores(*p);
+    return p;
+  } catch (const std::logic_error& e) {
+    // A traversal kernel the verifier rejects (e.g. a node field both stored and atomically updated by one
+    // kernel) is a loop nest the templates cannot run safely yet: refuse it rather than emit a race.
+    std::string what = e.what();
+    diags.error({}, "unsupported", "the " + phase + " pass needs a kernel the traversal template cannot run safely: " +
+                                       what.substr(0, what.find('\n')));
+    return std::nullopt;
+  }
 }
 
 }  // namespace hectorgen::passes

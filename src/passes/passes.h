@@ -1,5 +1,5 @@
 // Passes over the inter-operator IR. Each pass is a function Module -> Module that reports user errors
-// to Diagnostics. The pipeline (pipeline.cpp) lists them in order.
+// to Diagnostics. The pipeline (src/driver/pipeline.cpp) lists them in order over the phases.
 #pragma once
 
 #include "diag/diagnostics.h"

@@ -35,10 +35,10 @@ def run(args, env_extra=None, check=False):
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    """rgcn (trainable), rgat_concat (no backward: concat), simplehgn (does not generate today)."""
+    """rgcn (trainable), rgat_concat_outer (no backward: outer), simplehgn (does not generate today)."""
     root = tmp_path_factory.mktemp("dry")
     gen = root / "gen" / "generated"
-    p = run(["--prepare", "rgcn", "tests/gpu/specs/rgat_concat.yaml", "simplehgn", "--device", "cpu",
+    p = run(["--prepare", "rgcn", "tests/specs/rgat_concat_outer.yaml", "simplehgn", "--device", "cpu",
              "--hectorgen", str(BIN), "--generated", str(gen), "--out", str(root / "out")])
     return root, gen, p
 
@@ -55,10 +55,10 @@ def test_dry_run_statuses(prepared):
     assert "forward-only (no backward)" in prep.stdout and "GENERATION FAILED" in prep.stdout
     status = json.loads((gen.parent / "generation.json").read_text())
     assert status["rgcn"]["ok"] and status["rgcn"]["no_backward"] is None
-    assert "concat" in status["rgat_concat"]["no_backward"]
+    assert "outer" in status["rgat_concat_outer"]["no_backward"]
     assert not status["simplehgn"]["ok"]
     out = root / "out"
-    p = run(["rgcn", "tests/gpu/specs/rgat_concat.yaml", "simplehgn", "--device", "cpu", "--hectorgen", str(BIN),
+    p = run(["rgcn", "tests/specs/rgat_concat_outer.yaml", "simplehgn", "--device", "cpu", "--hectorgen", str(BIN),
              "--generated", str(gen), "--out", str(out), "--graphs", "tiny,mini", "--timing-iters", "2",
              "--timing-warmup", "1", "--seed", "123"])
     assert p.returncode == 1, p.stdout[-3000:]
@@ -71,16 +71,16 @@ def test_dry_run_statuses(prepared):
                   "weight grads bit-identical (2nd backward, poisoned)", "poisoned backward vs interp64"):
         assert ok[("rgcn", "tiny", check)], check
     assert ok[("rgcn", "mini", "forward vs torch-ref64")] and ok[("rgcn", "mini", "grad W vs torch-ref64")]
-    assert ok[("rgat_concat", "tiny", "no backward: requires_grad raises")]
-    assert not any(k[0] == "rgat_concat" and k[2].startswith("grad ") for k in rows)
+    assert ok[("rgat_concat_outer", "tiny", "no backward: requires_grad raises")]
+    assert not any(k[0] == "rgat_concat_outer" and k[2].startswith("grad ") for k in rows)
     assert not ok[("simplehgn", "tiny", "generate/build/import")]
-    assert {t["model"] for t in data["timings"]} == {"rgcn", "rgat_concat"}
+    assert {t["model"] for t in data["timings"]} == {"rgcn", "rgat_concat_outer"}
     s = run(["--summary", "--out", str(out)])
     assert s.returncode == 1
     table = s.stdout.split("===== summary =====")[1]
     lines = {ln.split()[0]: ln for ln in table.strip().splitlines()[1:-1]}
     assert lines["rgcn"].split()[1] == "PASS"
-    assert lines["rgat_concat"].split()[1] == "FWD-ONLY" and "concat" in lines["rgat_concat"]
+    assert lines["rgat_concat_outer"].split()[1] == "FWD-ONLY" and "outer" in lines["rgat_concat_outer"]
     assert lines["simplehgn"].split()[1] == "FAIL" and "generation failed" in lines["simplehgn"]
     assert (out / "summary.txt").read_text().strip() == table.strip()
 
@@ -90,7 +90,7 @@ def test_dry_run_statuses(prepared):
     ("forward", "rgcn", "poisoned re-run vs interp64"),
     ("grad", "rgcn", "grad W0 vs interp64"),
     ("nondet", "rgcn", "weight grads bit-identical (2nd backward, poisoned)"),
-    ("no-raise", "tests/gpu/specs/rgat_concat.yaml", "no backward: requires_grad raises"),
+    ("no-raise", "tests/specs/rgat_concat_outer.yaml", "no backward: requires_grad raises"),
 ])
 def test_defects_are_caught(prepared, tmp_path, bug, spec, check):
     _, gen, _ = prepared
@@ -170,13 +170,13 @@ def test_adapter_fits_the_generated_modules(prepared):
     _, gen, _ = prepared
     g = tiny_graph()
     gpu_check.add_to_sys_path(gen / "rgcn")  # the hectorgen_runtime package the modules import
-    for name in ("rgcn", "rgat_concat"):
+    for name in ("rgcn", "rgat_concat_outer"):
         sys.path.insert(0, str(gen / name))
         try:
             mod = importlib.import_module(name)
         finally:
             sys.path.remove(str(gen / name))
-        spec = {"rgcn": "specs/rgcn.yaml", "rgat_concat": "tests/gpu/specs/rgat_concat.yaml"}[name]
+        spec = {"rgcn": "specs/rgcn.yaml", "rgat_concat_outer": "tests/specs/rgat_concat_outer.yaml"}[name]
         model = ir_torch.load_model(REPO / spec)
         ad = gpu_check.Adapter(mod, model, "cpu", bool(mod.TRAINABLE))
         assert ad.cls.__name__ == name.capitalize() and ad.input_names == ["feature"]

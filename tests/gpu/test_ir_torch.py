@@ -53,8 +53,6 @@ AUTODIFF_BUGS = {
         "gradient: the output-gradient input d_<out> and the gradient field d_<out> are confused",
     "tests/gpu/ir_cases/ad_output_updated.yaml":
         "autodiff: n['h'] /= 2.0 after the aggregation into the output h: the factor is lost",
-    "tests/gpu/ir_cases/ad_max_ties.yaml":
-        "autodiff: max_grad gives each tied maximum the full gradient (parallel edges tie); torch splits it",
 }
 
 

@@ -8,6 +8,7 @@
 
 #include "diag/diagnostics.h"
 #include "driver/driver.h"
+#include "driver/pipeline.h"
 #include "ir/inter/interpreter.h"
 #include "ir/inter/ir.h"
 

@@ -183,6 +183,12 @@ const std::vector<GradCase> kGradCases = {
     {Op::Dot, kAB, "[]", "dot(e.src.a, e.dst.b)"},
     {Op::Reshape, kM, "[8]", "reshape(e.src.m, 8)"},
     {Op::Expand, kA, "[4, 3]", "expand(e.src.a, 4, 3) * 2.0"},
+    {Op::Concat, "inputs:\n  a: {per: node, shape: [4]}\n  c: {per: node, shape: [3]}\n", "[7]",
+     "concat(e.src.a, e.dst.c * e.dst.c)"},
+    {Op::Concat, kM, "[2, 12]", "concat(e.src.m, exp(e.dst.m), e.src.m * e.dst.m)"},
+    {Op::Slice, kA, "[2]", "slice(e.src.a * e.dst.a, 1, 2)"},
+    {Op::Slice, kM, "[2, 3]", "slice(exp(e.src.m), 0, 3)"},
+    {Op::Slice, kA, "[1]", "slice(e.src.a, 3, 1)"},
     {Op::Linear, "inputs:\n  a: {per: node, shape: [4]}\nweights:\n  W: {per: etype, shape: [4, 3]}\n", "[3]", "e.src.a * W[e.etype]"},
     {Op::Linear, "inputs:\n  m: {per: node, shape: [2, 4]}\nweights:\n  H: {per: etype, shape: [2, 4, 3]}\n", "[2, 3]",
      "linear(e.dst.m, H[e.etype])"},
@@ -194,7 +200,6 @@ const std::vector<std::pair<Op, const char*>> kNoGradCases = {
     {Op::LeakyReluGrad, kA},
     {Op::MaxGrad, kAB},
     {Op::Outer, kAB},
-    {Op::Concat, kAB},
 };
 
 }  // namespace
@@ -220,10 +225,9 @@ TEST_CASE("autodiff: an operator without a derivative rule is reported from the 
   const std::map<Op, const char*> uses = {{Op::LinearT, "linear_t(e.src.c, W[e.etype])"},
                                           {Op::LeakyReluGrad, "leakyrelu_grad(e.src.a, 0.2)"},
                                           {Op::MaxGrad, "max_grad(e.src.a, e.dst.b)"},
-                                          {Op::Outer, "outer(e.src.a, e.dst.b)"},
-                                          {Op::Concat, "concat(e.src.a, e.dst.b)"}};
+                                          {Op::Outer, "outer(e.src.a, e.dst.b)"}};
   const std::map<Op, const char*> shapes = {{Op::LinearT, "[4]"}, {Op::LeakyReluGrad, "[4]"}, {Op::MaxGrad, "[4]"},
-                                            {Op::Outer, "[4, 4]"}, {Op::Concat, "[8]"}};
+                                            {Op::Outer, "[4, 4]"}};
   for (const auto& [op, decls] : kNoGradCases) {
     const OpInfo& info = op_info(op);
     CAPTURE(info.name);
@@ -283,4 +287,55 @@ program: |
   REQUIRE(p);
   REQUIRE(p->find("d_U"));
   CHECK(p->find("d_U")->zero_init);
+}
+
+TEST_CASE("autodiff: tied maxima share the gradient evenly", "[autodiff]") {
+  // tiny_graph: node 2 has two parallel edges from node 4 (e0, e3) and one from node 0 (e5); node 1 gets edges
+  // from 0 and 3. x[4] > x[0] makes e0 and e3 tie for node 2's maximum: each gets half of d_m[2], so d_x[4]
+  // is d_m[2] (it was twice that: every tied maximum got the full gradient).
+  auto c = compile_text("ties.yaml", R"(model: ties
+inputs:
+  x: {per: node, shape: [2]}
+outputs:
+  m: {per: node, shape: [2]}
+program: |
+  for n in g.dst_nodes():
+      n["m"] = -1e30
+      for e in n.incoming_edges():
+          n["m"] = max(n["m"], e.src.x)
+)");
+  INFO(c->rendered());
+  REQUIRE(c->module);
+  Diagnostics d;
+  auto tm = passes::autodiff(*c->module, d);
+  REQUIRE(tm);
+  Diagnostics v;
+  INFO(print_module(tm->backward));
+  REQUIRE(verify(tm->backward, v));
+  HeteroGraph g = tiny_graph();
+  TensorMap t;
+  t["x"] = Tensor64{{5, 2}, {1.0, -1.0, 0.5, 0.5, 0.0, 0.0, 3.0, -2.0, 2.0, 2.0}};
+  InterpretResult fr = interpret(tm->forward, g, t);
+  REQUIRE(fr.ok);
+  TensorMap bt = t;
+  for (const std::string& s : tm->saved) bt[s] = fr.fields.at(s);
+  bt["d_m"] = Tensor64{{5, 2}, {0.0, 0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0}};
+  InterpretResult br = interpret(tm->backward, g, bt);
+  INFO(br.error);
+  REQUIRE(br.ok);
+  const std::vector<double>& dx = br.outputs.at("d_x").data;
+  // node 1: max(x[0], x[3]) = (3, -1): x[3] wins column 0 and x[0] column 1 (no ties).
+  // node 2: max(x[4], x[4], x[0]) = (2, 2): the two edges from 4 tie, x[0] loses.
+  // node 3: x[2] = (0, 0) alone; node 4: x[1] = (0.5, 0.5) alone.
+  CHECK(dx == std::vector<double>{0.0, 20.0, 70.0, 80.0, 50.0, 60.0, 10.0, 0.0, 30.0, 40.0});
+  // A tie between different sources splits too: x[3] = x[0] in column 0 of node 1.
+  bt["x"] = t["x"];
+  bt["x"].data[6] = 1.0;
+  fr = interpret(tm->forward, g, bt);
+  REQUIRE(fr.ok);
+  for (const std::string& s : tm->saved) bt[s] = fr.fields.at(s);
+  br = interpret(tm->backward, g, bt);
+  REQUIRE(br.ok);
+  CHECK(br.outputs.at("d_x").data[0] == 5.0);
+  CHECK(br.outputs.at("d_x").data[6] == 5.0);
 }

@@ -140,7 +140,7 @@ TEST_CASE("every spec's intra IR prints, parses back to the same text and the sa
     CHECK(print_programs(*parsed) == text);
     for (const Program& p : *parsed) CHECK(verify_program(p) == "");
     // The text holds everything the emitters read: they print the same files from it.
-    driver::OutputSet from_ir, direct;
+    OutputSet from_ir, direct;
     emit::emit_all(*parsed, {"spec.yaml", "test"}, from_ir);
     emit::emit_all(phases, {"spec.yaml", "test"}, direct);
     CHECK(from_ir.files() == direct.files());

@@ -92,7 +92,7 @@ TEST_CASE("training phases are deterministic: no atomic scatters, weight gradien
 
 TEST_CASE("the generated files are deterministic and carry the banner", "[emit]") {
   auto l = lower_all("hgt.yaml");
-  driver::OutputSet a, b;
+  OutputSet a, b;
   emit::emit_all(l.phases, {"specs/hgt.yaml", "0.1.0"}, a);
   emit::emit_all(l.phases, {"specs/hgt.yaml", "0.1.0"}, b);
   REQUIRE(a.files() == b.files());

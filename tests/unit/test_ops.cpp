@@ -102,6 +102,7 @@ TEST_CASE("each operator's float64 evaluation", "[ops][interpreter]") {
   check(Op::Dot, eval(Op::Dot, {a, b}), v({}, {-5}));
   check(Op::Outer, eval(Op::Outer, {a, v({3}, {1, 2, 3})}), v({2, 3}, {1, 2, 3, -2, -4, -6}));
   check(Op::Concat, eval(Op::Concat, {v({2, 1}, {1, 2}), v({2, 2}, {3, 4, 5, 6})}), v({2, 3}, {1, 3, 4, 2, 5, 6}));
+  check(Op::Slice, eval(Op::Slice, {v({2, 3}, {1, 2, 3, 4, 5, 6}), s(1), s(2)}, {2, 2}), v({2, 2}, {2, 3, 5, 6}));
   check(Op::Reshape, eval(Op::Reshape, {v({2, 2}, {1, 2, 3, 4}), s(4)}, {4}), v({4}, {1, 2, 3, 4}));
   check(Op::Expand, eval(Op::Expand, {v({2}, {1, 2}), s(2), s(3)}, {2, 3}), v({2, 3}, {1, 1, 1, 2, 2, 2}));
   Value64 w = v({2, 3}, {1, 2, 3, 4, 5, 6});
@@ -175,6 +176,8 @@ const std::vector<Good> kGood = {
     {Op::Dot, "dot(e.src.m, e.dst.m)", "edge[2]"},
     {Op::Outer, "outer(e.src.m, e.dst.m)", "edge[2, 4, 4]"},
     {Op::Concat, "concat(e.src.a, e.dst.b, e.dst.c)", "edge[11]"},
+    {Op::Slice, "slice(e.dst.m, 1, 2)", "edge[2, 2]"},
+    {Op::Slice, "slice(e.src.a, k - 1, 1)", "src_etype[1]"},
     {Op::Reshape, "reshape(e.dst.m, k, 2)", "edge[4, 2]"},
     {Op::Expand, "expand(e.dst.m, 2, k, 3)", "edge[2, 4, 3]"},
     {Op::Expand, "expand(0.0, 3)", "const[3]"},
@@ -208,6 +211,10 @@ const std::vector<Bad> kBad = {
     {Op::Concat, "concat(e.src.a, e.s)", "shape-mismatch", "e.s)"},
     {Op::Concat, "concat(e.src.a, e.dst.m)", "shape-mismatch", "e.dst.m"},
     {Op::Concat, "concat(e.src.a)", "wrong-arguments", "concat"},
+    {Op::Slice, "slice(e.dst.a, 2, 3)", "shape-mismatch", "slice"},
+    {Op::Slice, "slice(e.dst.a, e.s, 1)", "bad-shape", "e.s"},
+    {Op::Slice, "slice(e.dst.a, 0, 0)", "bad-shape", "0)"},
+    {Op::Slice, "slice(e.s, 0, 1)", "shape-mismatch", "e.s"},
     {Op::Reshape, "reshape(e.dst.m, 3, 2)", "shape-mismatch", "reshape"},
     {Op::Reshape, "reshape(e.dst.m, 0, 8)", "bad-shape", "0"},
     {Op::Reshape, "reshape(e.dst.m, e.s)", "bad-shape", "e.s"},

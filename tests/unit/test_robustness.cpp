@@ -17,6 +17,13 @@
 // Unexpected failures are saved under ./robustness-failures/ (the test's working directory, build/tests
 // under ctest) with a line each in robustness-failures/failures.txt, for replay with build/hectorgen.
 //
+// Accepted mutants must also compile. With HECTORGEN_FUZZ_COMPILE_DIR set (the ctest test robustness_fuzz sets
+// it), a deterministic sample of the accepted mutants whose generated code differs from the bundled specs' and
+// from each other's (HECTORGEN_FUZZ_COMPILE_SAMPLE of them, 8 by default, evenly spread over the run) is written
+// there, each as <seed>-<index>-<spec>/{<spec>, mutation.txt, out/}; the next test, robustness_compile
+// (tests/compile/compile_mutants.sh), compiles every out/ with nvcc, against torch's headers and with py_compile,
+// and saves a mutant whose output does not compile under robustness-failures/ like the failures above.
+//
 // Known bugs: failures that match an entry of known_issues() are counted and reported (WARN), not failed,
 // so that this test guards against new problems while those are open. Each known bug also has a pinned
 // reproducer below, tagged [!shouldfail]: it asserts the correct behaviour, so it starts to "fail" once
@@ -24,7 +31,7 @@
 //
 // Knobs for longer local runs (the defaults keep ctest deterministic and fast):
 //   HECTORGEN_FUZZ_SEED=<n>    another seed            HECTORGEN_FUZZ_COUNT=<n>  mutants per spec
-//   HECTORGEN_FUZZ_STRICT=1    known bugs fail too
+//   HECTORGEN_FUZZ_STRICT=1    known bugs fail too     HECTORGEN_FUZZ_COMPILE_DIR / _SAMPLE  (see above)
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -588,12 +595,53 @@ struct TempDir {
   }
 };
 
+// The generated code of a successful run (the files that the compile check compiles), for telling apart
+// mutants that change the generated code from those that only change, e.g., spaces or comments.
+std::string generated_code(const fs::path& out) {
+  std::string code;
+  for (const auto& [file, content] : snapshot(out)) {
+    std::string ext = fs::path(file).extension().string();
+    if (ext == ".cu" || ext == ".h" || ext == ".cpp" || ext == ".py") code += file + '\0' + content + '\0';
+  }
+  return code;
+}
+
+// An accepted mutant whose generated code no earlier run produced.
+struct Accepted {
+  std::string spec_name;  // e.g. rgat.yaml
+  size_t index = 0;
+  Mutant mutant;
+};
+
+// Writes `sample` evenly spread picks of `accepted` under `dir` (removed first) as <seed>-<index>-<spec>/ with
+// the mutant spec, mutation.txt (how it was made) and out/ (hectorgen's output). Returns how many it wrote.
+size_t write_compile_sample(const fs::path& dir, uint64_t seed, const std::vector<Accepted>& accepted, size_t sample) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const size_t n = std::min(sample, accepted.size());
+  size_t written = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const Accepted& a = accepted[k * accepted.size() / n];
+    const fs::path case_dir = dir / (std::to_string(seed) + "-" + std::to_string(a.index) + "-" + a.spec_name);
+    fs::create_directories(case_dir);
+    std::ofstream(case_dir / a.spec_name, std::ios::binary) << a.mutant.text;
+    std::ofstream(case_dir / "mutation.txt", std::ios::binary) << a.spec_name << " #" << a.index << " [" << a.mutant.what << "]\n";
+    Outcome r = run_in_process((case_dir / a.spec_name).string(), (case_dir / "out").string());
+    INFO(a.spec_name << " #" << a.index << ": " << printable(r.err, 300));
+    CHECK(r.code == 0);  // accepted once, so accepted again
+    written += r.code == 0;
+  }
+  return written;
+}
+
 }  // namespace
 
-TEST_CASE("mutated specs never crash and fail with a well-formed diagnostic", "[robustness]") {
+TEST_CASE("mutated specs never crash and fail with a well-formed diagnostic", "[robustness][fuzz]") {
   const uint64_t seed = env_u64("HECTORGEN_FUZZ_SEED", 20240611);
   const size_t per_spec = env_u64("HECTORGEN_FUZZ_COUNT", 200);
   const size_t subprocess_every = 12;
+  const char* compile_dir = std::getenv("HECTORGEN_FUZZ_COMPILE_DIR");
+  const size_t compile_sample = env_u64("HECTORGEN_FUZZ_COMPILE_SAMPLE", 8);
 
   TempDir tmp("robustness");
   fs::create_directories(tmp.path / "in");
@@ -604,12 +652,21 @@ TEST_CASE("mutated specs never crash and fail with a well-formed diagnostic", "[
   std::map<int, size_t> codes;
   std::map<std::string, std::pair<size_t, std::string>> known_hits;  // id -> count, first example
   std::vector<std::string> failures;
+  std::set<std::string> seen_code;  // the generated code of the bundled specs and of the accepted mutants so far
+  std::vector<Accepted> accepted;   // the accepted mutants that generated new code, in order
 
   const char* specs[] = {"rgcn.yaml", "rgat.yaml", "hgt.yaml", "rgcn.json"};
   for (size_t si = 0; si < std::size(specs); ++si) {
     const std::string name = specs[si];
     const std::string original = read_file(spec_path(name));
     REQUIRE_FALSE(original.empty());
+    {
+      const std::string spec = (tmp.path / "in" / name).string();
+      std::ofstream(spec, std::ios::binary | std::ios::trunc) << original;
+      fs::remove_all(out);
+      REQUIRE(run_in_process(spec, out.string()).code == 0);
+      seen_code.insert(generated_code(out));
+    }
     Rng rng(seed * 1000003u + si);
     Mutator mutator(rng);
     const std::string model = name.substr(0, name.find('.'));
@@ -637,6 +694,7 @@ TEST_CASE("mutated specs never crash and fail with a well-formed diagnostic", "[
       } else {
         for (const auto& [file, _] : snapshot(out))
           if (file.find(".tmp") != std::string::npos) problem = "a temporary file was left behind: " + file;
+        if (problem.empty() && seen_code.insert(generated_code(out)).second) accepted.push_back({name, i, m});
       }
       if (!problem.empty()) known = known_issue(r.code, r.err, spec);
 
@@ -666,16 +724,25 @@ TEST_CASE("mutated specs never crash and fail with a well-formed diagnostic", "[
     }
   }
 
+  size_t sampled = 0;
+  if (compile_dir && *compile_dir) sampled = write_compile_sample(compile_dir, seed, accepted, compile_sample);
+
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::ostringstream summary;
-  summary << runs << " mutants (seed " << seed << "): " << codes[0] << " accepted, " << rejected << " rejected ("
-          << positionless << " without a position), " << codes[2] << " internal errors; " << subprocess_runs
-          << " also through the binary; " << secs << " s";
+  summary << runs << " mutants (seed " << seed << "): " << codes[0] << " accepted (" << accepted.size()
+          << " with new generated code), " << rejected << " rejected (" << positionless << " without a position), "
+          << codes[2] << " internal errors; " << subprocess_runs << " also through the binary; " << secs << " s";
+  if (compile_dir && *compile_dir) summary << "\n" << sampled << " accepted mutants written to " << compile_dir << " to compile";
   for (const auto& [id, hit] : known_hits)
     summary << "\nknown bug '" << id << "' hit " << hit.first << " time(s), e.g. " << hit.second;
   WARN(summary.str());
   CHECK(runs >= 600);
   CHECK(subprocess_runs >= 50);
+  if (compile_dir && *compile_dir) {
+    // A full sample: enough accepted mutants with new generated code (a mutator gone useless fails here).
+    CHECK(accepted.size() >= compile_sample);
+    CHECK(sampled == compile_sample);
+  }
   for (const std::string& f : failures) FAIL_CHECK(f);
   CHECK(failures.empty());
 }

@@ -100,6 +100,27 @@ TypeResult concat_rule(const OpArgs& a) {
   return acc;
 }
 
+// slice(x, start, length): elements start .. start + length - 1 of the last axis.
+TypeResult slice_rule(const OpArgs& a) {
+  Type t = a.types[0];
+  if (t.shape.empty()) return error(a.args[0]->loc, "shape-mismatch", "'slice' takes part of a vector's last dimension; got a scalar");
+  int64_t bounds[2];
+  for (size_t i = 1; i < 3; ++i) {
+    const std::optional<double>& v = a.types[i].value;
+    if (!v || *v < (i == 1 ? 0 : 1) || static_cast<double>(static_cast<int64_t>(*v)) != *v)
+      return error(a.args[i]->loc, "bad-shape",
+                   i == 1 ? "the start of 'slice' must be a non-negative integer constant"
+                          : "the length of 'slice' must be a positive integer constant");
+    bounds[i - 1] = static_cast<int64_t>(*v);
+  }
+  if (bounds[0] + bounds[1] > t.shape.back())
+    return error(a.loc, "shape-mismatch", fmt::format("slice({}, {}) is out of a last dimension of {}", bounds[0], bounds[1],
+                                                      t.shape.back()));
+  t.shape.back() = bounds[1];
+  t.value.reset();
+  return t;
+}
+
 TypeResult reshape_rule(const OpArgs& a) {
   const Type& x = a.types[0];
   Type t = x;
@@ -243,6 +264,15 @@ Value64 eval_concat(const Args& parts, const Type&) {
   return out;
 }
 
+Value64 eval_slice(const Args& a, const Type& result) {
+  const Value64& x = a[0];
+  int64_t width = x.shape.back(), start = static_cast<int64_t>(a[1].data[0]), length = result.shape.back();
+  Value64 out{result.shape, {}};
+  for (int64_t r = 0; r < numel(x.shape) / width; ++r)
+    out.data.insert(out.data.end(), x.data.begin() + r * width + start, x.data.begin() + r * width + start + length);
+  return out;
+}
+
 Value64 eval_reshape(const Args& a, const Type& result) { return Value64{result.shape, a[0].data}; }
 
 Value64 eval_expand(const Args& a, const Type& result) { return broadcast_to(a[0], result.shape); }
@@ -342,6 +372,34 @@ std::vector<ExprP> grad_expand(const GradArgs& g) {
   std::vector<ExprP> out(g.call.args.size());
   out[0] = g.adjoint;
   return out;
+}
+// Each part's adjoint is its slice of the result's.
+std::vector<ExprP> grad_concat(const GradArgs& g) {
+  std::vector<ExprP> out;
+  int64_t start = 0;
+  for (const ExprP& part : g.call.args) {
+    int64_t width = value_type(part->type).shape.back();
+    out.push_back(fn(Op::Slice, {g.adjoint, typed::number(static_cast<double>(start), true),
+                                 typed::number(static_cast<double>(width), true)}));
+    start += width;
+  }
+  return out;
+}
+// The adjoint of x: the result's adjoint where the slice took it, zero elsewhere.
+std::vector<ExprP> grad_slice(const GradArgs& g) {
+  const std::vector<int64_t>& shape = value_type(g.call.args[0]->type).shape;
+  int64_t start = static_cast<int64_t>(g.call.args[1]->type.value.value_or(0.0)), length = value_type(g.call.type).shape.back();
+  auto zeros = [&](int64_t width) {
+    std::vector<ExprP> args{num(0.0)};
+    for (size_t i = 0; i + 1 < shape.size(); ++i) args.push_back(typed::number(static_cast<double>(shape[i]), true));
+    args.push_back(typed::number(static_cast<double>(width), true));
+    return fn(Op::Expand, std::move(args));
+  };
+  std::vector<ExprP> parts;
+  if (start > 0) parts.push_back(zeros(start));
+  parts.push_back(g.adjoint);
+  if (start + length < shape.back()) parts.push_back(zeros(shape.back() - start - length));
+  return {parts.size() == 1 ? g.adjoint : fn(Op::Concat, std::move(parts)), nullptr, nullptr};
 }
 std::vector<ExprP> grad_dot(const GradArgs& g) {
   const ExprP &a = g.call.args[0], &b = g.call.args[1];
@@ -443,7 +501,12 @@ std::vector<OpInfo> make_table() {
   row({Op::Outer, "outer", Syntax::Call, kTwo, false, outer_rule, false, eval_outer, nullptr, kTorchOnly, Form::None, "",
        "({0}.unsqueeze(-1) * {1}.unsqueeze(-2))", AtenArgs::Rows});
   row({Op::Concat, "concat", Syntax::Call, {tensor("an argument"), tensor("an argument")}, true, concat_rule, false, eval_concat,
-       nullptr, kTorchOnly, Form::None, "", "at::cat({{*}}, -1)", AtenArgs::Rows});
+       grad_concat, kTorchOnly, Form::None, "", "at::cat({{*}}, -1)", AtenArgs::Rows});
+  row({Op::Slice, "slice", Syntax::Call,
+       {tensor("the input"), dimension("the start of 'slice' must be a non-negative integer constant"),
+        dimension("the length of 'slice' must be a positive integer constant")},
+       false, slice_rule, false, eval_slice, grad_slice, kTorchOnly, Form::None, "",
+       "{0}.narrow(-1, static_cast<int64_t>({1}), static_cast<int64_t>({2}))", AtenArgs::Rows});
   row({Op::Reshape, "reshape", Syntax::Call,
        {tensor("the input"), dimension("reshape dimensions must be positive integer constants")}, true, reshape_rule, false,
        eval_reshape, grad_reshape, kAnywhere, Form::View, "", "{0}.reshape({{rows}{dims}})", AtenArgs::Rows});

@@ -9,9 +9,8 @@
 // Adding an operator is one enum value below and one row in make_table() (ops.cpp), plus its tests: the
 // tests that iterate the table (test_ops.cpp: consistency, evaluation, one good and one bad typing case;
 // test_autodiff.cpp: the derivative against finite differences, or "no derivative" reported) fail until the
-// new row is covered. A row without a derivative says so (grad = nullptr: outer, concat, the *_grad helpers
-// for now). The shapes of the rows fit what comes next: a slice is a row with constant parameters (like
-// reshape) and its own evaluation and spellings; a dtype cast is a row whose type rule sets Type::dtype
+// new row is covered. A row without a derivative says so (grad = nullptr: outer, the *_grad helpers for now).
+// slice is a row with constant parameters (like reshape) and its own evaluation and spellings; a dtype cast is a row whose type rule sets Type::dtype
 // (with a parameter kind for the dtype's name).
 #pragma once
 
@@ -35,7 +34,7 @@ enum class Op : uint8_t {
   // element-wise functions
   Exp, Relu, Tanh, Sigmoid, Sqrt, LeakyRelu, LeakyReluGrad, Max, MaxGrad,
   // reductions and shape operators
-  Sum, Dot, Outer, Concat, Reshape, Expand,
+  Sum, Dot, Outer, Concat, Slice, Reshape, Expand,
   // linear transforms (x * W is Linear once typed)
   Linear, LinearT,
   Count  // not an operator: the number of enum values

@@ -1,12 +1,13 @@
-// Every generated file goes through an OutputSet: files are collected in memory while the pipeline
-// runs, and written only when it succeeded, each atomically (temp file + rename) and only if its
-// content changed, so build systems see stable timestamps and a failed run leaves OUTDIR untouched.
+// Every generated file goes through an OutputSet: emitters add files to it, the driver writes it (a neutral
+// header, so emit/ does not include driver/). Files are collected in memory while the pipeline runs and
+// written only when it succeeded, each atomically (temp file + rename) and only if its content changed, so
+// build systems see stable timestamps and a failed run leaves OUTDIR untouched.
 #pragma once
 
 #include <map>
 #include <string>
 
-namespace hectorgen::driver {
+namespace hectorgen {
 
 class OutputSet {
  public:
@@ -24,4 +25,4 @@ class OutputSet {
 // Writes one file atomically if its content differs. Returns an error message, empty on success.
 std::string write_file_atomically(const std::string& path, const std::string& content);
 
-}  // namespace hectorgen::driver
+}  // namespace hectorgen

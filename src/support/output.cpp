@@ -1,4 +1,4 @@
-#include "driver/output.h"
+#include "support/output.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace hectorgen::driver {
+namespace hectorgen {
 
 namespace fs = std::filesystem;
 
@@ -77,4 +77,4 @@ std::string OutputSet::commit(const std::string& dir) const {
   return {};
 }
 
-}  // namespace hectorgen::driver
+}  // namespace hectorgen

@@ -1,0 +1,279 @@
+// The pipeline: frontend() and compile() list the passes in order, one line each, followed by
+// `log.after(PASS, phases)`, which times the pass (-v), prints every phase when --print-ir-after names it and,
+// with --verify-each, verifies every phase. A new pass is one line here plus its name in pass_names().
+#include "driver/pipeline.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <ostream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "dsl/parser.h"
+#include "emit/emit.h"
+#include "ir/inter/printer.h"
+#include "ir/inter/verifier.h"
+#include "ir/intra/launch.h"
+#include "passes/passes.h"
+#include "spec/loader.h"
+
+namespace hectorgen::driver {
+
+const std::vector<std::string>& pass_names() {
+  static const std::vector<std::string> names = {"parse",    "inline-functions", "typecheck",
+                                                 "autodiff", "fuse-loops",       "lower"};
+  return names;
+}
+
+bool is_pass_name(const std::string& name) {
+  return std::find(pass_names().begin(), pass_names().end(), name) != pass_names().end();
+}
+
+namespace {
+
+constexpr int kUserError = 1;
+constexpr int kInternalError = 2;
+
+// The inter IR as text; typed modules annotate each assignment with the type of what it stores.
+std::string print_inter(const inter::Module& m, bool types) {
+  if (!types) return inter::print_module(m);
+  return inter::print_module(m, [](const inter::Stmt& s) -> std::string {
+    return s.kind == inter::StmtKind::Assign && s.target->type.typed() ? s.target->type.str() : "";
+  });
+}
+
+// What happens after each pass: its time, the IR of every phase for --print-ir-after, the verifier.
+class PassLog {
+ public:
+  PassLog(const Options& o, std::ostream& log, std::ostream& err) : o_(o), log_(log), err_(err) {}
+
+  // Inter-IR phases. Returns false (after an internal error on `err`) when --verify-each finds a phase that
+  // does not verify; `typed` is false before typecheck.
+  bool after(const std::string& pass, const std::vector<Phase>& phases, bool typed = true) {
+    timed(pass, phases.size());
+    for (const Phase& p : phases) {
+      if (printing(pass)) log_ << banner(pass, p.name) << print_inter(p.module, typed);
+      if (!typed || !o_.verify_each) continue;
+      Diagnostics vd;
+      if (inter::verify(p.module, vd)) continue;
+      vd.render(err_);
+      err_ << "hectorgen: internal error: the " << p.name << " IR does not verify after " << pass << "\n";
+      return false;
+    }
+    last_ = std::chrono::steady_clock::now();  // printing and verifying are not the next pass's time
+    return true;
+  }
+  // Intra-IR programs (after lower); they were verified by lower_phases.
+  void after(const std::string& pass, const std::vector<intra::Program>& programs) {
+    timed(pass, programs.size());
+    if (printing(pass))
+      for (const intra::Program& p : programs) log_ << banner(pass, p.phase) << intra::print_program(p);
+    last_ = std::chrono::steady_clock::now();
+  }
+
+ private:
+  bool printing(const std::string& pass) const { return o_.print_ir_after == pass || o_.print_ir_after == "all"; }
+  static std::string banner(const std::string& pass, const std::string& phase) {
+    return fmt::format("# ---- IR after {} ({}) ----\n", pass, phase);
+  }
+  void timed(const std::string& pass, size_t phases) {
+    if (!is_pass_name(pass)) throw std::logic_error("pipeline: pass '" + pass + "' is missing from pass_names()");
+    auto now = std::chrono::steady_clock::now();
+    spdlog::debug("pass {:<18} {:8.3f} ms  ({} phase{})", pass,
+                  std::chrono::duration<double, std::milli>(now - last_).count(), phases, phases == 1 ? "" : "s");
+  }
+
+  const Options& o_;
+  std::ostream& log_;
+  std::ostream& err_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+// parse, inline-functions, typecheck.
+std::optional<inter::Module> run_frontend(const SourceFile& spec, Diagnostics& diags, PassLog& log) {
+  std::optional<inter::Module> parsed = spec::load_module(spec, diags);
+  if (!parsed) return std::nullopt;
+  log.after("parse", {{"forward", *parsed}}, /*typed=*/false);
+
+  inter::Module inlined = passes::inline_functions(*parsed, diags);
+  if (diags.has_errors()) return std::nullopt;
+  log.after("inline-functions", {{"forward", inlined}}, /*typed=*/false);
+
+  std::optional<inter::Module> typed = inter::typecheck(inlined, diags);
+  if (!typed) return std::nullopt;
+  log.after("typecheck", {{"forward", *typed}});
+  return typed;
+}
+
+// Why a model has no training code, for the generated module's error when a parameter requires grad.
+std::string reason(const Diagnostic& d) {
+  return d.loc.valid() ? fmt::format("{} (spec line {})", d.message, d.loc.line) : d.message;
+}
+
+// autodiff adds the training forward and the backward after the forward; a model that cannot train keeps only
+// the forward, with a warning saying why (also kept in `no_training`).
+void add_training_phases(std::vector<Phase>& phases, std::vector<std::string>& saved, std::string& no_training,
+                         std::ostream& err) {
+  Diagnostics diags;
+  std::optional<passes::TrainingModules> training = passes::autodiff(phases.front().module, diags);
+  if (!training) {
+    for (const auto& d : diags.all()) {
+      err << Diagnostics::format({Severity::Warning, d.loc, "no backward pass generated: " + d.message, d.kind});
+      if (no_training.empty()) no_training = reason(d);
+    }
+    return;
+  }
+  phases.push_back({"forward_train", std::move(training->forward)});
+  phases.push_back({"backward", std::move(training->backward)});
+  saved = std::move(training->saved);
+}
+
+// lower, for each phase. The forward must lower (else a user error); a training phase that does not drops the
+// training code with a warning. Sets `status` on errors.
+std::vector<intra::Program> lower_phases(const std::vector<Phase>& phases, const std::vector<std::string>& saved,
+                                         std::string& no_training, std::ostream& err, int& status) {
+  std::vector<intra::Program> programs;
+  Diagnostics diags;
+  for (const Phase& phase : phases) {
+    const std::vector<std::string> none;
+    std::optional<intra::Program> program =
+        passes::lower(phase.module, diags, phase.name, phase.name == "forward_train" ? saved : none);  // checks shape limits too
+    if (!program) {
+      if (phase.name == "forward") {
+        diags.render(err);
+        status = kUserError;
+        return {};
+      }
+      for (const auto& d : diags.all()) {
+        err << Diagnostics::format({Severity::Warning, d.loc, "backward: " + d.message, d.kind});
+        if (no_training.empty()) no_training = "the " + phase.name + " pass does not lower: " + reason(d);
+      }
+      diags = Diagnostics{};
+      err << "hectorgen: warning: no training code generated (the " << phase.name << " pass does not lower)\n";
+      programs.resize(1);
+      break;
+    }
+    if (std::string e = intra::verify_program(*program); !e.empty()) {
+      err << "hectorgen: internal error: intra-operator IR (" << phase.name << "): " << e << "\n";
+      status = kInternalError;
+      return {};
+    }
+    programs.push_back(std::move(*program));
+  }
+  diags.render(err);
+  // One graph preprocessing serves every phase: all share the union of their graph layouts.
+  std::set<std::string> layouts;
+  for (const auto& p : programs) layouts.insert(p.layouts.begin(), p.layouts.end());
+  for (auto& p : programs) p.layouts = layouts;
+  return programs;
+}
+
+const inter::Module* find_phase(const std::vector<Phase>& phases, const std::string& name) {
+  for (const Phase& p : phases)
+    if (p.name == name) return &p.module;
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<inter::Module> frontend(const SourceFile& spec, Diagnostics& diags, const Options& opts,
+                                      std::ostream& log) {
+  PassLog passes(opts, log, log);
+  return run_frontend(spec, diags, passes);
+}
+
+int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::ostream& ir_log, std::ostream& err) {
+  PassLog log(opts, ir_log, err);
+  Diagnostics diags;
+  std::optional<inter::Module> typed = run_frontend(spec, diags, log);  // parse, inline-functions, typecheck
+  diags.render(err);
+  if (!typed) return kUserError;
+  const std::string model = typed->decl.name;
+
+  std::vector<Phase> phases = {{"forward", std::move(*typed)}};
+  std::vector<std::string> saved;  // forward_train fields the backward reads
+  std::string no_training;         // why there is no training code, if there is none
+  add_training_phases(phases, saved, no_training, err);
+  if (!log.after("autodiff", phases)) return kInternalError;
+
+  for (Phase& p : phases) p.module = passes::fuse_loops(p.module);
+  if (!log.after("fuse-loops", phases)) return kInternalError;
+
+  files.add(model + ".inter.ir", print_inter(phases.front().module, /*types=*/true));
+  if (const inter::Module* backward = find_phase(phases, "backward"))
+    files.add(model + ".backward.inter.ir", print_inter(*backward, /*types=*/false));
+  if (opts.emit == "inter-ir") return 0;
+
+  int status = 0;
+  std::vector<intra::Program> programs = lower_phases(phases, saved, no_training, err, status);
+  if (status != 0) return status;
+  log.after("lower", programs);
+
+  if (opts.emit == "intra-ir") {
+    files = OutputSet{};
+    files.add(model + ".intra.ir", intra::print_programs(programs));
+    return 0;
+  }
+  // Banners name the spec as given when relative (specs/rgat.yaml), by file name when absolute, so the output
+  // does not depend on where the repository sits.
+  std::filesystem::path spec_path(spec.path());
+  std::string shown = spec_path.is_absolute() ? spec_path.filename().string() : spec_path.lexically_normal().string();
+  auto start = std::chrono::steady_clock::now();
+  emit::emit_all(programs, emit::EmitContext{shown, HECTORGEN_VERSION, no_training}, files);
+  std::chrono::duration<double, std::milli> emit_time = std::chrono::steady_clock::now() - start;
+  spdlog::debug("{:<23} {:8.3f} ms  ({} files)", "emit", emit_time.count(), files.files().size());
+  return 0;
+}
+
+int run_pass(const SourceFile& ir, const Options& opts, std::ostream& out, std::ostream& err) {
+  const std::string& pass = opts.run_pass;
+  Diagnostics diags;
+  std::optional<inter::Module> m = dsl::parse_module(dsl::ProgramText{ir.text(), &ir, {}, {}}, diags);
+  std::vector<Phase> phases;
+  std::vector<intra::Program> programs;
+  bool typed = true;
+  if (m && (pass == "parse" || pass == "inline-functions")) {
+    typed = false;
+    if (pass == "inline-functions") m = passes::inline_functions(*m, diags);
+    if (!diags.has_errors()) phases.push_back({"forward", std::move(*m)});
+  } else if (m) {
+    std::optional<inter::Module> t = inter::typecheck(*m, diags);
+    if (t && pass == "typecheck") {
+      phases.push_back({"forward", std::move(*t)});
+    } else if (t && pass == "autodiff") {
+      if (std::optional<passes::TrainingModules> tm = passes::autodiff(*t, diags)) {
+        phases.push_back({"forward_train", std::move(tm->forward)});
+        phases.push_back({"backward", std::move(tm->backward)});
+      }
+    } else if (t && pass == "fuse-loops") {
+      phases.push_back({opts.phase, passes::fuse_loops(*t)});
+    } else if (t && pass == "lower") {
+      std::optional<intra::Program> p = passes::lower(*t, diags, opts.phase);
+      if (p) {  // lower checks the shape limits
+        if (std::string e = intra::verify_program(*p); !e.empty()) {
+          err << "hectorgen: internal error: intra-operator IR (" << opts.phase << "): " << e << "\n";
+          return kInternalError;
+        }
+        programs.push_back(std::move(*p));
+      }
+    }
+  }
+  diags.render(err);
+  if (diags.has_errors() || (phases.empty() && programs.empty())) return kUserError;
+
+  Options quiet = opts;
+  quiet.print_ir_after.clear();
+  std::ostringstream none;
+  if (!PassLog(quiet, none, err).after(pass, phases, typed)) return kInternalError;
+  for (const Phase& p : phases)
+    out << (phases.size() > 1 ? "# phase " + p.name + "\n" : "") << print_inter(p.module, typed);
+  for (const intra::Program& p : programs) out << intra::print_program(p);
+  return 0;
+}
+
+}  // namespace hectorgen::driver

@@ -1,0 +1,211 @@
+// Semantic pass tests: for every bundled and test spec (specs/, tests/gpu/specs/, tests/specs/), on random
+// graphs and random inputs, the float64 interpreter gives the same results before and after each pass of the
+// pipeline over the inter IR:
+//   fuse-loops  the forward's outputs; the training forward's outputs and fields; the backward's gradients;
+//   autodiff    the training forward's outputs equal the forward's (SSA versions and saved locals change
+//               nothing the model returns).
+// inline-functions is covered by the interpreter needing inlined programs (every module here went through it)
+// and by tests/passes/inline_functions.ir; lower by the GPU check (tools/gpu_check.sh), which runs the kernels
+// against this interpreter. The pipeline tests at the end check --print-ir-after=all and --run-pass.
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <random>
+
+#include "helpers.h"
+#include "ir/inter/interpreter.h"
+#include "ir/inter/printer.h"
+#include "ir/inter/verifier.h"
+#include "passes/passes.h"
+
+using namespace hectorgen;
+using namespace hectorgen::inter;
+using namespace hectorgen::test;
+
+namespace {
+
+std::vector<std::string> all_specs() {
+  std::vector<std::string> specs;
+  for (const char* dir : {"specs", "tests/gpu/specs", "tests/specs"})
+    for (const auto& entry : std::filesystem::directory_iterator(std::string(HECTORGEN_SOURCE_DIR) + "/" + dir)) {
+      std::string ext = entry.path().extension().string();
+      if (ext == ".yaml" || ext == ".yml" || ext == ".json") specs.push_back(entry.path().string());
+    }
+  std::sort(specs.begin(), specs.end());
+  return specs;
+}
+
+// A random typed graph: isolated nodes, parallel edges and self-loops all possible.
+HeteroGraph random_graph(std::mt19937& rng) {
+  HeteroGraph g;
+  g.num_nodes = std::uniform_int_distribution<int64_t>(1, 7)(rng);
+  g.num_ntypes = std::uniform_int_distribution<int>(1, 3)(rng);
+  g.num_etypes = std::uniform_int_distribution<int>(1, 3)(rng);
+  for (int64_t n = 0; n < g.num_nodes; ++n) g.ntype.push_back(std::uniform_int_distribution<int>(0, g.num_ntypes - 1)(rng));
+  int edges = std::uniform_int_distribution<int>(0, 14)(rng);
+  std::uniform_int_distribution<int64_t> node(0, g.num_nodes - 1);
+  for (int i = 0; i < edges; ++i) {
+    g.src.push_back(node(rng));
+    g.dst.push_back(node(rng));
+    g.etype.push_back(std::uniform_int_distribution<int>(0, g.num_etypes - 1)(rng));
+  }
+  return g;
+}
+
+Tensor64 random_tensor(std::vector<int64_t> shape, std::mt19937& rng) {
+  Tensor64 t = Tensor64::zeros(std::move(shape));
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (double& v : t.data) v = u(rng);
+  return t;
+}
+
+InterpretResult run(const Module& m, const HeteroGraph& g, const TensorMap& t, const std::string& what) {
+  InterpretResult r = interpret(m, g, t);
+  INFO(what << ": " << r.error);
+  REQUIRE(r.ok);
+  return r;
+}
+
+// Equal up to rounding: a pass may reorder independent loops, never an element's own arithmetic, so the
+// tolerance is a few ulps.
+void require_equal(const TensorMap& before, const TensorMap& after, const std::string& what) {
+  for (const auto& [name, a] : before) {
+    INFO(what << ": " << name);
+    REQUIRE(after.count(name));
+    const Tensor64& b = after.at(name);
+    REQUIRE(a.shape == b.shape);
+    size_t i = 0;
+    while (i < a.data.size() && std::abs(a.data[i] - b.data[i]) <= 1e-12 * std::max(1.0, std::abs(a.data[i]))) ++i;
+    if (i == a.data.size()) continue;
+    INFO("element " << i << ": " << a.data[i] << " vs " << b.data[i]);
+    FAIL("the results differ");
+  }
+}
+
+void require_verifies(const Module& m, const std::string& what) {
+  Diagnostics d;
+  bool ok = verify(m, d);
+  std::ostringstream s;
+  d.render(s);
+  INFO(what << "\n" << s.str() << print_module(m));
+  REQUIRE(ok);
+}
+
+}  // namespace
+
+TEST_CASE("every pass keeps the interpreter's results on random graphs, for every bundled and test spec",
+          "[passes][semantics]") {
+  std::vector<std::string> specs = all_specs();
+  REQUIRE(specs.size() >= 10);
+  for (const std::string& path : specs) {
+    SECTION(std::filesystem::path(path).filename().string()) {
+      auto c = compile_text(path, read_file(path));
+      INFO(c->rendered());
+      REQUIRE(c->module);
+      const Module& forward = *c->module;
+
+      Module fused = passes::fuse_loops(forward);
+      require_verifies(fused, "fuse-loops (forward)");
+      Diagnostics ad;
+      std::optional<passes::TrainingModules> tm = passes::autodiff(forward, ad);
+      std::optional<Module> fused_train, fused_backward;
+      if (tm) {
+        require_verifies(tm->forward, "autodiff (forward_train)");
+        require_verifies(tm->backward, "autodiff (backward)");
+        fused_train = passes::fuse_loops(tm->forward);
+        fused_backward = passes::fuse_loops(tm->backward);
+        require_verifies(*fused_train, "fuse-loops (forward_train)");
+        require_verifies(*fused_backward, "fuse-loops (backward)");
+      }
+
+      std::mt19937 rng(1234);
+      for (int trial = 0; trial < 3; ++trial) {
+        HeteroGraph g = random_graph(rng);
+        TensorMap t;
+        for (const TensorDecl& d : forward.decl.inputs)
+          if (d.from_graph.empty()) t[d.name] = random_tensor(full_shape(d, g), rng);
+        for (const TensorDecl& d : forward.decl.weights) t[d.name] = random_tensor(full_shape(d, g), rng);
+        std::string graph = fmt::format("graph {}: {} nodes, {} edges, {} node types, {} edge types", trial,
+                                        g.num_nodes, g.num_edges(), g.num_ntypes, g.num_etypes);
+        INFO(graph);
+
+        InterpretResult before = run(forward, g, t, "forward");
+        require_equal(before.outputs, run(fused, g, t, "fuse-loops (forward)").outputs, "fuse-loops (forward)");
+        if (!tm) continue;
+
+        InterpretResult train = run(tm->forward, g, t, "autodiff (forward_train)");
+        require_equal(before.outputs, train.outputs, "autodiff: training forward vs forward");
+        InterpretResult train_fused = run(*fused_train, g, t, "fuse-loops (forward_train)");
+        require_equal(train.outputs, train_fused.outputs, "fuse-loops (forward_train) outputs");
+        TensorMap saved_before, saved_after;
+        for (const std::string& s : tm->saved) {
+          saved_before[s] = train.fields.at(s);
+          saved_after[s] = train_fused.fields.at(s);
+        }
+        require_equal(saved_before, saved_after, "fuse-loops (forward_train) saved fields");
+
+        TensorMap bt = t;
+        for (const auto& [s, v] : saved_before) bt[s] = v;
+        for (const TensorDecl& o : forward.decl.outputs) bt["d_" + o.name] = random_tensor(full_shape(o, g), rng);
+        InterpretResult grads = run(tm->backward, g, bt, "autodiff (backward)");
+        require_equal(grads.outputs, run(*fused_backward, g, bt, "fuse-loops (backward)").outputs,
+                      "fuse-loops (backward) gradients");
+      }
+    }
+  }
+}
+
+TEST_CASE("pipeline: --print-ir-after=all prints every phase after every pass, in pass_names() order",
+          "[passes][pipeline]") {
+  driver::Options o;
+  o.spec_path = spec_path("rgat.yaml");
+  o.print_ir_after = "all";
+  o.verify_each = true;
+  auto spec = driver::read_source(o.spec_path, std::cerr);
+  REQUIRE(spec);
+  OutputSet files;
+  std::ostringstream log, err;
+  REQUIRE(driver::compile(*spec, o, files, log, err) == 0);
+  INFO(err.str());
+  std::vector<std::string> expected;
+  for (const std::string& pass : driver::pass_names()) {
+    bool front = pass == "parse" || pass == "inline-functions" || pass == "typecheck";
+    for (const char* phase : {"forward", "forward_train", "backward"}) {
+      if (front && std::string(phase) != "forward") continue;
+      expected.push_back(fmt::format("# ---- IR after {} ({}) ----", pass, phase));
+    }
+  }
+  std::vector<std::string> banners;
+  std::istringstream lines(log.str());
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("# ---- IR after ", 0) == 0) banners.push_back(line);
+  CHECK(banners == expected);
+  // compile() does no I/O: the files are in the OutputSet, the output directory is not touched.
+  CHECK(files.files().count("rgat_kernels.cu") == 1);
+  CHECK(files.files().count("rgat.backward.inter.ir") == 1);
+}
+
+TEST_CASE("pipeline: one pass on printed IR equals that pass in the pipeline", "[passes][pipeline]") {
+  // fuse-loops on the printed typed forward (what --run-pass reads) gives the pipeline's forward IR.
+  for (const char* name : {"rgcn.yaml", "rgat.yaml", "hgt.yaml"}) {
+    auto c = compile_spec(name);
+    REQUIRE(c->module);
+    std::string text = print_module(*c->module);
+    SourceFile f("<typed>", text);
+    driver::Options o;
+    o.run_pass = "fuse-loops";
+    o.verify_each = true;
+    std::ostringstream out, err;
+    REQUIRE(driver::run_pass(f, o, out, err) == 0);
+    INFO(err.str());
+    std::string expected = read_file(std::string(HECTORGEN_SOURCE_DIR) + "/generated/" +
+                                     std::string(name).substr(0, std::string(name).find('.')) + "/" +
+                                     std::string(name).substr(0, std::string(name).find('.')) + ".inter.ir");
+    CHECK(out.str() == expected);
+  }
+}
