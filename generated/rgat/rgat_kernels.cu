@@ -178,8 +178,6 @@ __global__ void __launch_bounds__(256) rgat_fw_nodes_att_max(
     const int32_t* __restrict__ in_ptr,
     const int32_t* __restrict__ in_eid,
     float* __restrict__ h,
-    float* __restrict__ att_max,
-    float* __restrict__ att_sum,
     float* __restrict__ att,
     const float* __restrict__ t_hs) {
   const int lane = threadIdx.x & 31;
@@ -199,7 +197,7 @@ __global__ void __launch_bounds__(256) rgat_fw_nodes_att_max(
       const int64_t e = in_eid[i_e];
       // e["att"] = exp(e["att"] - e.dst["att_max"])
       float v_att = __shfl_sync(0xffffffffu, lane == 0 ? att[e] : 0.f, 0);
-      v_att = expf((v_att - v_att_max));
+      v_att = expf(v_att - v_att_max);
       if (lane == 0) att[e] = v_att;
     }
     // n["att_sum"] = 0.0
@@ -214,22 +212,18 @@ __global__ void __launch_bounds__(256) rgat_fw_nodes_att_max(
     float v_h[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_h[j] = 0.0f;
-    __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       float v_msg[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_msg[j] = t_hs[e * 64 + lane + 32 * j];
       // e["att"] = e["att"] / e.dst["att_sum"]
-      float v_att = __shfl_sync(0xffffffffu, lane == 0 ? att[e] : 0.f, 0);
+      float v_att = att[e];
       v_att = v_att / v_att_sum;
       // n["h"] += e["att"] * e["msg"]
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_h[j] += v_att * v_msg[j];
-      if (lane == 0) att[e] = v_att;
     }
-    if (lane == 0) att_max[n] = v_att_max;
-    if (lane == 0) att_sum[n] = v_att_sum;
     #pragma unroll
     for (int j = 0; j < 2; ++j) h[n * 64 + lane + 32 * j] = v_h[j];
   }
@@ -306,7 +300,7 @@ __global__ void __launch_bounds__(256) rgat_fwt_nodes_att_max(
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["att__1"] = exp(e["att__0"] - e.dst["att_max"])
-      const float v_att__1 = expf((v_att__0 - v_att_max));
+      const float v_att__1 = expf(v_att__0 - v_att_max);
       if (lane == 0) att__1[e] = v_att__1;
     }
     // n["att_sum"] = 0.0
@@ -355,10 +349,6 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
     const float* __restrict__ att_sum,
     const float* __restrict__ msg,
     const float* __restrict__ d_h,
-    float* __restrict__ att_max__ties,
-    float* __restrict__ d_att_max,
-    float* __restrict__ d_att_sum,
-    float* __restrict__ d_att,
     float* __restrict__ d_att__0,
     float* __restrict__ d_att__1,
     float* __restrict__ d_msg) {
@@ -392,26 +382,25 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
       const float v_d_att__1 = v_d_att / v_att_sum;
       // e.dst["d_att_sum"] += -(e["d_att"] * e.att__1 / (e.dst.att_sum * e.dst.att_sum))
       v_d_att_sum += -(v_d_att * v_att__1 / (v_att_sum * v_att_sum));
-      if (lane == 0) d_att[e] = v_d_att;
       #pragma unroll
       for (int j = 0; j < 2; ++j) d_msg[e * 64 + lane + 32 * j] = v_d_msg[j];
       if (lane == 0) d_att__1[e] = v_d_att__1;
     }
     float v_d_att_max = 0.0f;
     float v_att_max__ties = 0.0f;
+    __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["d_att__1"] += n["d_att_sum"]
-      float v_d_att__1 = __shfl_sync(0xffffffffu, lane == 0 ? d_att__1[e] : 0.f, 0);
+      float v_d_att__1 = d_att__1[e];
       v_d_att__1 += v_d_att_sum;
       // e["d_att__0"] += e["d_att__1"] * exp(e.att__0 - e.dst.att_max)
-      const float v_d_att__0 = v_d_att__1 * expf((v_att__0 - v_att_max));
+      const float v_d_att__0 = v_d_att__1 * expf(v_att__0 - v_att_max);
       // e.dst["d_att_max"] += -(e["d_att__1"] * exp(e.att__0 - e.dst.att_max))
-      v_d_att_max += -(v_d_att__1 * expf((v_att__0 - v_att_max)));
+      v_d_att_max += -(v_d_att__1 * expf(v_att__0 - v_att_max));
       // n["att_max__ties"] += max_grad(e.att__0, n.att_max)
       v_att_max__ties += (v_att__0 >= v_att_max ? 1.f : 0.f);
-      if (lane == 0) d_att__1[e] = v_d_att__1;
       if (lane == 0) d_att__0[e] = v_d_att__0;
     }
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
@@ -422,9 +411,6 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
       v_d_att__0 += v_d_att_max * (v_att__0 >= v_att_max ? 1.f : 0.f) / fmaxf(v_att_max__ties, 1.0f);
       if (lane == 0) d_att__0[e] = v_d_att__0;
     }
-    if (lane == 0) d_att_sum[n] = v_d_att_sum;
-    if (lane == 0) d_att_max[n] = v_d_att_max;
-    if (lane == 0) att_max__ties[n] = v_att_max__ties;
   }
 }
 
@@ -769,7 +755,7 @@ cudaError_t launch_rgat_fw_edges_att(const RgatForwardArgs& a, cudaStream_t stre
 cudaError_t launch_rgat_fw_nodes_att_max(const RgatForwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // rgat_fw_nodes_att_max
     const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
-    rgat_fw_nodes_att_max<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.h, a.att_max, a.att_sum, a.att, a.t_hs);
+    rgat_fw_nodes_att_max<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.h, a.att, a.t_hs);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -832,7 +818,7 @@ cudaError_t rgat_forward_train(const RgatForwardTrainArgs& a, cudaStream_t strea
 cudaError_t launch_rgat_bw_nodes_d_att(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // rgat_bw_nodes_d_att
     const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
-    rgat_bw_nodes_d_att<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.att, a.att__0, a.att__1, a.att_max, a.att_sum, a.msg, a.d_h, a.att_max__ties, a.d_att_max, a.d_att_sum, a.d_att, a.d_att__0, a.d_att__1, a.d_msg);
+    rgat_bw_nodes_d_att<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.att, a.att__0, a.att__1, a.att_max, a.att_sum, a.msg, a.d_h, a.d_att__0, a.d_att__1, a.d_msg);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

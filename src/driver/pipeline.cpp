@@ -140,7 +140,9 @@ std::vector<intra::Program> lower_phases(const std::vector<Phase>& phases, const
   std::vector<intra::Program> programs;
   Diagnostics diags;
   for (const Phase& phase : phases) {
-    std::optional<intra::Program> program = passes::lower(phase.module, diags, phase.name);  // checks shape limits too
+    const std::vector<std::string> none;
+    std::optional<intra::Program> program =
+        passes::lower(phase.module, diags, phase.name, phase.name == "forward_train" ? saved : none);  // checks shape limits too
     if (!program) {
       if (phase.name == "forward") {
         diags.render(err);
@@ -156,7 +158,6 @@ std::vector<intra::Program> lower_phases(const std::vector<Phase>& phases, const
       programs.resize(1);
       break;
     }
-    if (phase.name == "forward_train") program->saved = saved;
     if (std::string e = intra::verify_program(*program); !e.empty()) {
       err << "hectorgen: internal error: intra-operator IR (" << phase.name << "): " << e << "\n";
       status = kInternalError;

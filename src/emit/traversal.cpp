@@ -327,11 +327,24 @@ class TraversalPrinter {
       CExpr a = value(v->args[k], it, j);
       bool parens = info.syntax == inter::Syntax::Infix ? (k == 0 ? a.prec < p : a.prec <= p)
                     : info.syntax == inter::Syntax::Prefix ? a.prec <= 3
-                                                          : a.prec < 4;
+                                                          : a.prec < 4 && !delimited(info.cuda, k);
       args.push_back(paren(a, parens));
     }
     std::string text = inter::spell(info.cuda, args);
     return CExpr{text, info.syntax == inter::Syntax::Call ? (primary(text) ? 4 : 0) : p};
+  }
+
+  // True when every use of argument k in the spelling stands alone between ( or , and ) or , (a function
+  // argument, or already parenthesised).
+  static bool delimited(std::string_view pattern, size_t k) {
+    std::string hole = "{" + std::to_string(k) + "}";
+    for (size_t at = pattern.find(hole); at != std::string_view::npos; at = pattern.find(hole, at + 1)) {
+      size_t before = pattern.find_last_not_of(' ', at == 0 ? std::string_view::npos : at - 1);
+      size_t after = pattern.find_first_not_of(' ', at + hole.size());
+      if (at == 0 || before == std::string_view::npos || after == std::string_view::npos) return false;
+      if ((pattern[before] != '(' && pattern[before] != ',') || (pattern[after] != ')' && pattern[after] != ',')) return false;
+    }
+    return true;
   }
 
   // True when `text` needs no parentheses as an operand: a name or number, a call, or parenthesised whole.

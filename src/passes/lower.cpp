@@ -846,9 +846,14 @@ class Lowering {
 
 }  // namespace
 
-std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const std::string& phase) {
+std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const std::string& phase,
+                                    const std::vector<std::string>& saved) {
   try {
-    return Lowering(m, diags, phase).run();
+    auto p = Lowering(m, diags, phase).run();
+    if (!p) return p;
+    p->saved = saved;
+    drop_dead_stores(*p);
+    return p;
   } catch (const std::logic_error& e) {
     // A traversal kernel the verifier rejects (e.g. a node field both stored and atomically updated by one
     // kernel) is a loop nest the templates cannot run safely yet: refuse it rather than emit a race.

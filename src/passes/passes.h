@@ -38,7 +38,16 @@ intra::TraversalInstance lower_traversal(const intra::Program& p, const intra::T
 // shape), the remaining statements of each loop nest become one traversal instance (split only where a
 // GEMM needs a value the loop computes). Locals used inside one instance stay in registers.
 // `phase` (forward | forward_train | backward) names the kernels: <model>_fw_*, <model>_fwt_*, <model>_bw_*.
-std::optional<intra::Program> lower(const inter::Module& m, Diagnostics& diags, const std::string& phase = "forward");
+// `saved` (forward_train): the fields the program returns for the backward, after the outputs. Stores that
+// nothing reads afterwards are dropped (drop_dead_stores).
+std::optional<intra::Program> lower(const inter::Module& m, Diagnostics& diags, const std::string& phase = "forward",
+                                    const std::vector<std::string>& saved = {});
+
+// Removes what the traversal instances compute for nobody: stores of fields and temporaries that are neither
+// outputs nor saved for the backward and that no later kernel reads (nor the kernel itself), then the
+// registers and indices nothing reads any more; then re-decides which loads lane 0 makes alone (only rows
+// lane 0 still overwrites) and the syncs.
+void drop_dead_stores(intra::Program& p);
 
 // Canonicalises loops with the graph-semantic rule (an edge loop is a loop over the destination nodes'
 // incoming edges) and fuses adjacent loop nests when no element reads what another element of the

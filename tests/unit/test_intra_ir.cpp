@@ -4,6 +4,7 @@
 
 #include "ir/intra/intra.h"
 #include "ir/intra/parser.h"
+#include "passes/passes.h"
 
 using namespace hectorgen;
 using namespace hectorgen::intra;
@@ -420,4 +421,68 @@ TEST_CASE("the program parser reports positioned errors, into the declarations t
   std::ostringstream s;
   d.render(s);
   CHECK(s.str().find("the section of phase 'backward' is headed '# ==== forward ===='") != std::string::npos);
+}
+
+TEST_CASE("drop-dead-stores: IR in, IR out", "[intra][pass]") {
+  const std::string head = R"(# hectorgen intra-operator IR
+model m
+phase forward
+input x: edge[]
+output y: edge[]
+option materialization = "vanilla"
+option reorder = "off"
+option dtype = "fp32"
+option gemm_tile = 16
+option gemm_coarsen = 1
+option traversal_threads = 256
+layouts etype_sorted_coo
+tensor x: input edge[]
+tensor y: output edge[]
+tensor t: temp edge[]
+tensor u: field edge[]
+)";
+  const std::string before = head + R"(
+traversal m_a: rows=etype_sorted_coo.edges(e) threads=256
+    let v_x: [] replicated(1) = load x[e]
+    # t = exp(x)
+    let v_t: [] replicated(1) = exp(v_x)
+    # u = 2 * x
+    let v_u: [] replicated(1) = v_x * 2
+    store t[e] = v_t by lane0
+    store u[e] = v_u by lane0
+
+traversal m_b: rows=etype_sorted_coo.edges(e) threads=256
+    let v_u: [] replicated(1) = load u[e]
+    store y[e] = v_u by lane0
+)";
+  // Nothing reads t: its store goes, and then exp(x). u is read by m_b, y is an output.
+  const std::string after = head + R"(
+traversal m_a: rows=etype_sorted_coo.edges(e) threads=256
+    let v_x: [] replicated(1) = load x[e]
+    # t = exp(x)
+    # u = 2 * x
+    let v_u: [] replicated(1) = v_x * 2
+    store u[e] = v_u by lane0
+
+traversal m_b: rows=etype_sorted_coo.edges(e) threads=256
+    let v_u: [] replicated(1) = load u[e]
+    store y[e] = v_u by lane0
+)";
+  auto p = parse_program_text(before);
+  REQUIRE(p);
+  CHECK(print_program(*p) == before);
+  passes::drop_dead_stores(*p);
+  CHECK(print_program(*p) == after);
+  CHECK(verify_program(*p) == "");
+  // Saved for the backward, u stays even without a reader.
+  auto q = parse_program_text(replace(before, "    let v_u: [] replicated(1) = load u[e]\n    store y[e] = v_u by lane0\n",
+                                             "    let v_x: [] replicated(1) = load x[e]\n    store y[e] = v_x by lane0\n"));
+  REQUIRE(q);
+  CHECK(verify_program(*q) == "");
+  q->saved = {"u"};
+  passes::drop_dead_stores(*q);
+  CHECK(print_program(*q).find("store u[e] = v_u by lane0") != std::string::npos);
+  q->saved = {};
+  passes::drop_dead_stores(*q);
+  CHECK(print_program(*q).find("store u[e]") == std::string::npos);
 }

@@ -36,12 +36,12 @@ std::vector<Program> lower_source(const std::string& path, const std::string& te
   REQUIRE(c->module);
   std::vector<Program> out;
   Diagnostics d;
-  auto lower = [&](const inter::Module& m, const std::string& phase) {
+  auto lower = [&](const inter::Module& m, const std::string& phase, const std::vector<std::string>& saved) {
     REQUIRE(inter::verify(m, d));
     inter::Module fused = passes::fuse_loops(m);
     REQUIRE(inter::verify(fused, d));
     Diagnostics ld;
-    auto p = passes::lower(fused, ld, phase);
+    auto p = passes::lower(fused, ld, phase, saved);
     std::ostringstream err;
     ld.render(err);
     INFO(err.str());
@@ -50,11 +50,11 @@ std::vector<Program> lower_source(const std::string& path, const std::string& te
     out.push_back(*p);
     return true;
   };
-  lower(*c->module, "forward");
+  lower(*c->module, "forward", {});
   if (auto tm = passes::autodiff(*c->module, d)) {
-    lower(tm->forward, "forward_train");
+    lower(tm->forward, "forward_train", tm->saved);
     out.back().saved = tm->saved;
-    if (!lower(tm->backward, "backward")) out.pop_back();
+    if (!lower(tm->backward, "backward", {})) out.pop_back();
   }
   // As the driver does: every phase shares one preprocessing.
   std::set<std::string> layouts;
@@ -183,18 +183,24 @@ TEST_CASE("RGAT's node softmax keeps the node's values in registers and syncs wh
   auto phases = lower_path(spec_path("rgat.yaml"));
   const TraversalInstance& t = traversal(phases, "rgat_fw_nodes_att_max");
   CHECK(t.rows == inter::LoopKind::DstNodes);
-  // att_max, att_sum and h are registers of the whole row, stored once at its end. Loops that overwrite
-  // att[e] load it by lane 0 (which also stores it) and shuffle it to the other lanes: no lane but lane 0
-  // touches those rows, so no sync inside a loop; one sync before each loop whose accesses to att cross
-  // lanes with the previous loop's (all lanes read att, then lane 0 overwrites it; lane 0 writes it, then
-  // all lanes read it).
+  // att_max, att_sum and h are registers of the whole row (in inference only h is stored: nothing reads the
+  // others afterwards). The loop that overwrites att[e] for the later loops loads it by lane 0 (which also
+  // stores it) and shuffles it to the other lanes: no other lane touches those rows in the loop, so no sync
+  // inside it; one sync before each loop whose accesses to att cross lanes with an earlier loop's (all lanes
+  // read att, then lane 0 overwrites it; lane 0 wrote it, then all lanes read it). The last loop's new att
+  // is not stored (nothing reads it in inference).
   CHECK(outline(t.body) == std::vector<std::string>{"var v_att_max", "for e", "sync", "for e", "var v_att_sum", "sync", "for e",
-                                                    "var v_h", "sync", "for e", "store att_max", "store att_sum", "store h"});
+                                                    "var v_h", "for e", "store h"});
   CHECK(outline(loop_at(t, 0).body) == std::vector<std::string>{"let v_att", "update v_att_max"});
   CHECK(outline(loop_at(t, 1).body) == std::vector<std::string>{"var v_att", "update v_att", "store att"});
   CHECK(std::get<Load>(def_named(loop_at(t, 1).body, "v_att").source).lane0);
   CHECK_FALSE(std::get<Load>(def_named(loop_at(t, 2).body, "v_att").source).lane0);
-  CHECK(outline(loop_at(t, 3).body) == std::vector<std::string>{"let v_msg", "var v_att", "update v_att", "update v_h", "store att"});
+  CHECK(outline(loop_at(t, 3).body) == std::vector<std::string>{"let v_msg", "var v_att", "update v_att", "update v_h"});
+  // Training saves att_max, att_sum and every att for the backward: all stored.
+  const TraversalInstance& fwt = traversal(phases, "rgat_fwt_nodes_att_max");
+  std::vector<std::string> top = outline(fwt.body);
+  CHECK(std::vector<std::string>(top.end() - 3, top.end()) == std::vector<std::string>{"store att_max", "store att_sum", "store h"});
+  CHECK(outline(loop_at(fwt, 3).body).back() == "store att");
   const Def& h = def_named(t.body, "v_h");
   CHECK(h.type == RegType{{1, 64}, LaneLayout::Lanes});  // spread over the lanes: 2 slots each
   CHECK(h.type.slots() == 2);
@@ -242,11 +248,18 @@ TEST_CASE("RGAT's backward node kernel hoists the node's rows out of the edge lo
   // n.d_h, att_sum and att_max of the row node: loaded once per node, not once per edge.
   std::vector<std::string> top = outline(t.body);
   CHECK(std::vector<std::string>(top.begin(), top.begin() + 3) == std::vector<std::string>{"let v_d_h", "let v_att_sum", "let v_att_max"});
-  // Loop 2 accumulates into d_att__1 that loop 1 stored, loop 3 into d_att__0 of loop 2: lane 0 stores
-  // those rows and loads them back itself, so the lanes exchange nothing through memory: no sync.
-  CHECK(std::count(top.begin(), top.end(), "sync") == 0);
-  CHECK(std::get<Load>(def_named(loop_at(t, 1).body, "v_d_att__1").source).lane0);
+  // Loop 2 reads d_att__1 that lane 0 stored in loop 1: one sync before it. Loop 3 accumulates into d_att__0
+  // that loop 2 stored, for the next kernel: lane 0 loads it back itself, no sync. What nothing reads later
+  // (d_att, loop 2's d_att__1, d_att_sum, d_att_max) is not stored.
+  CHECK(std::count(top.begin(), top.end(), "sync") == 1);
+  CHECK(top[std::find(top.begin(), top.end(), "sync") - top.begin() + 1] == "for e");
+  CHECK_FALSE(std::get<Load>(def_named(loop_at(t, 1).body, "v_d_att__1").source).lane0);
   CHECK(std::get<Load>(def_named(loop_at(t, 2).body, "v_d_att__0").source).lane0);
+  for (const char* dead : {"d_att", "d_att_sum", "d_att_max"})
+    CHECK(count_instrs(t.body, [&](const Instr& in) {
+            auto* st = std::get_if<Store>(&in.v);
+            return st && st->tensor == dead;
+          }) == 0);
 }
 
 TEST_CASE("HGT and RGCN: gathers through dst, node sums without atomics or syncs", "[intra][lowering]") {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <set>
 
 #include "ir/inter/ops.h"
@@ -37,6 +38,50 @@ std::set<std::string> kernel_writes(const Kernel& k) {
   if (auto* s = std::get_if<SegmentSumInstance>(&k)) out.insert(s->dw);
   if (auto* t = std::get_if<TorchInstance>(&k)) out.insert(t->target);
   if (auto* t = std::get_if<TraversalInstance>(&k)) traversal_stores(t->body, out);
+  return out;
+}
+
+std::set<std::string> kernel_reads(const Kernel& k) {
+  std::set<std::string> out;
+  if (auto* g = std::get_if<GemmInstance>(&k)) out = {g->x, g->w};
+  if (auto* g = std::get_if<GemmInstance>(&k); g && (g->accumulate || g->scatter != Gather::None)) out.insert(g->y);
+  if (auto* w = std::get_if<WeightGradInstance>(&k)) out = {w->x, w->dy, w->dw};
+  if (auto* s = std::get_if<SegmentSumInstance>(&k)) out = {s->v, s->dw};
+  for (const std::string* scalar : {std::get_if<GemmInstance>(&k) ? &std::get<GemmInstance>(k).row_scalar : nullptr,
+                                    std::get_if<WeightGradInstance>(&k) ? &std::get<WeightGradInstance>(k).row_scalar : nullptr})
+    if (scalar && !scalar->empty()) out.insert(*scalar);
+  if (auto* t = std::get_if<TraversalInstance>(&k)) {
+    std::function<void(const std::vector<Instr>&)> walk = [&](const std::vector<Instr>& body) {
+      for (const Instr& in : body) {
+        if (auto* d = std::get_if<Def>(&in.v))
+          if (auto* l = std::get_if<Load>(&d->source)) out.insert(l->tensor);
+        if (auto* s = std::get_if<Store>(&in.v); s && s->atomic) out.insert(s->tensor);
+        if (auto* l = std::get_if<EdgeLoop>(&in.v)) walk(l->body);
+      }
+    };
+    walk(t->body);
+  }
+  if (auto* t = std::get_if<TorchInstance>(&k)) {
+    // Every tensor the statement names: materialised locals, fields (through their aliases), inputs, weights.
+    std::function<void(const inter::ExprP&)> expr = [&](const inter::ExprP& e) {
+      if (e->kind == inter::ExprKind::Name) {
+        if (auto it = t->materialized.find(e->name); it != t->materialized.end()) out.insert(it->second);
+        out.insert(e->name);
+      }
+      if (e->kind == inter::ExprKind::Attr) out.insert(e->name);
+      if (e->kind == inter::ExprKind::String) {
+        auto it = t->field_tensor.find(e->name);
+        out.insert(it == t->field_tensor.end() ? e->name : it->second);
+      }
+      for (const inter::ExprP& a : e->args) expr(a);
+    };
+    std::function<void(const inter::StmtP&)> stmt = [&](const inter::StmtP& s) {
+      if (s->target) expr(s->target);
+      if (s->value) expr(s->value);
+      for (const inter::StmtP& b : s->body) stmt(b);
+    };
+    stmt(t->loop);
+  }
   return out;
 }
 

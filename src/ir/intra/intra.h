@@ -138,8 +138,9 @@ struct TraversalSource {
 };
 
 const std::string& kernel_name(const Kernel& k);
-// The tensors a kernel stores into (the output of a GEMM, the rows a traversal stores, ...).
+// The tensors a kernel stores into (the output of a GEMM, the rows a traversal stores, ...) and reads.
 std::set<std::string> kernel_writes(const Kernel& k);
+std::set<std::string> kernel_reads(const Kernel& k);
 
 // True when the traversal template can emit `e` (else the statement falls back to PyTorch calls).
 bool traversal_supports(const inter::ExprP& e);
