@@ -13,7 +13,8 @@ every relation joins one (source type, destination type) pair, so the same graph
 
 The generator follows synth.py: node-type and relation sizes are Zipf-like (exponent ``type_skew``, 1.1), each
 relation picks a random (source type, destination type) pair, sources follow a power law inside their type
-segment (Pareto shape ``skew``, 1.5: smaller is more skewed) and destinations are uniform. It draws everything
+segment (a Pareto(``skew``) offset times the segment size / 20, wrapped around the segment: the default 1.5 is
+synth.py's, a larger ``skew`` puts the sources on fewer nodes) and destinations are uniform. It draws everything
 with numpy in a few vectorised calls (mag, 21M edges: a few seconds on one core), so the same seed gives the same
 graph on every machine, with or without a GPU; its random-number stream differs from synth.py's per-relation
 loop, so graphs are statistically, not bit-for-bit, those of the anchors.
@@ -47,9 +48,11 @@ GENERATOR_VERSION = 1  # bump when the generator's output changes: it is part of
 
 def _zipf_sizes(total: int, k: int, rng, a: float) -> np.ndarray:
     """``total`` split into ``k`` positive parts with Zipf-like sizes in random order."""
+    if total < k:
+        raise ValueError(f"cannot split {total} into {k} positive parts")
     w = 1.0 / np.arange(1, k + 1) ** a
     w = rng.permutation(w)
-    s = np.maximum(1, np.floor(w / w.sum() * total).astype(np.int64))
+    s = 1 + np.floor(w / w.sum() * (total - k)).astype(np.int64)   # sums to at most total
     s[np.argmax(s)] += total - s.sum()
     return s
 
@@ -60,7 +63,7 @@ def generate(num_nodes: int, num_ntypes: int, num_edges: int, num_etypes: int, *
     if min(num_nodes, num_ntypes, num_edges, num_etypes) < 1 or num_ntypes > num_nodes or num_etypes > num_edges:
         raise ValueError(f"bad sizes: N={num_nodes} T={num_ntypes} E={num_edges} R={num_etypes}")
     if skew <= 0:
-        raise ValueError(f"skew (the Pareto shape of source degrees) must be > 0, got {skew}")
+        raise ValueError(f"skew (the Pareto shape of the source offsets) must be > 0, got {skew}")
     rng = np.random.default_rng(seed)
     nsizes = _zipf_sizes(num_nodes, num_ntypes, rng, type_skew)
     nptr = np.concatenate([[0], np.cumsum(nsizes)])
@@ -317,11 +320,11 @@ def load_ogb(root, name: str | None = None) -> dict:
     return g
 
 
-def load(spec: str, seed: int = 0, skew: float = 1.5, type_skew: float = 1.1) -> dict:
+def load(spec: str, seed: int = 0, skew: float = 1.5, type_skew: float = 1.1, scale: float = 1.0) -> dict:
     """A dataset by name (synthetic), or ``name=path`` for a real one: .nt/.nt.gz files (RDF), .txt/.tsv
     (triples, comma-separated list allowed) or an OGB folder."""
     if "=" not in spec:
-        return synthetic(spec, seed, skew, type_skew)
+        return synthetic(spec, seed, skew, type_skew, scale=scale)
     name, path = spec.split("=", 1)
     paths = path.split(",")
     if all(re.search(r"\.nt(\.gz)?$", p) for p in paths):

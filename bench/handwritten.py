@@ -121,6 +121,7 @@ class DeviceGraph:
         self.norm = (1.0 / counts.to(norm_dtype))[inverse]   # float64 for the tests' float64 reference
         self._layouts = {}
         self._choice = {}
+        self.segmm_ms = {}   # dtype -> {kind: ms} of choose()'s timings
 
     def layout(self, kind: str) -> EdgeLayout:
         if kind not in self._layouts:
@@ -163,7 +164,7 @@ class DeviceGraph:
                 except torch.OutOfMemoryError:
                     continue
             best = min(times, key=times.get) if times else kinds[-1]
-            self.segmm_times = {str(dtype): times}
+            self.segmm_ms[dtype] = times
             del x, W
         self._choice[dtype] = best
         return best
@@ -221,7 +222,7 @@ class HandLayer(torch.nn.Module):
     float64 for a float64 layer, the tests' reference)."""
 
     def __init__(self, model: str, dg: DeviceGraph, dtype=torch.float32, layout: str = "auto", dim: int = 64,
-                 seed: int = 0):
+                 seed: int = 0, weights: dict | None = None):
         super().__init__()
         self.model, self.dg, self.dtype, self.dim = model, dg, dtype, dim
         self.acc = torch.float64 if dtype == torch.float64 else torch.float32
@@ -230,6 +231,9 @@ class HandLayer(torch.nn.Module):
         self.nseg = dg.node_segments(self.kind)
         gen = torch.Generator().manual_seed(seed)
         for name, shape in spec_shapes(model, dg.num_etypes, dg.num_ntypes, dim).items():
+            if weights is not None:   # shared, not copied (a stand-in module's own parameters)
+                setattr(self, name, weights[name])
+                continue
             if name == "mu":
                 t = torch.ones(shape, dtype=dtype, device=dg.device)
             elif len(shape) >= 2 and shape[-2] > 1:

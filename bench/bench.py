@@ -1,0 +1,462 @@
+#!/usr/bin/env python3
+"""The benchmark: hectorgen's generated layers against the strongest baselines, one process, on one GPU.
+
+    bench/run.sh [--part K/N] [--datasets aifb,am] [--models rgcn,hgt] [--variants fp32,bf16] ...   (the command)
+    python3 bench/bench.py --prepare --gen-dir DIR --hectorgen BIN --models ... --variants ...     (generate, build)
+    python3 bench/bench.py --gen-dir DIR --out OUT [--part K/N] ...                                 (measure)
+    python3 bench/bench.py --plan 4                                                                  (the parts)
+
+Cases: datasets x models x {infer, train} x systems (systems.py: hectorgen variants, then hand-written
+baselines, then PyG). Per case: setup (not timed), warm-up calls, then CUDA-event times of up to --max-iters calls
+within --case-budget seconds, the median reported; peak memory (torch.cuda.max_memory_allocated, reset before the
+setup; it includes the dataset's features and graph); OOM and errors become cells and the run goes on. Every case
+is one JSON line in OUT/results-<part>.jsonl (after a "meta" line: GPU, driver, torch, measured bandwidth, seeds),
+printed as it finishes; the part ends with the short table of report.py.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gc
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import torch  # noqa: E402
+
+import datasets  # noqa: E402
+import handwritten as hw  # noqa: E402
+import report  # noqa: E402
+import roofline  # noqa: E402
+import systems  # noqa: E402
+
+T0 = time.time()
+# Rough seconds per dataset for every model, mode and default system on an H100 (graph generation included):
+# the weights with which --part balances the datasets over the parts.
+COST_S = {"aifb": 15, "mutag": 15, "bgs": 25, "fb15k": 40, "biokg": 60, "am": 150, "wikikg2": 200, "mag": 200}
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.time() - T0:6.1f}s] {msg}", flush=True)
+
+
+def plan(names: list, parts: int) -> list:
+    """Datasets over ``parts`` parts, longest first onto the least loaded part (deterministic)."""
+    load = [0.0] * parts
+    out = [[] for _ in range(parts)]
+    for n in sorted(names, key=lambda n: (-COST_S.get(n, 100), n)):
+        i = min(range(parts), key=lambda k: (load[k], k))
+        load[i] += COST_S.get(n, 100)
+        out[i].append(n)
+    order = {n: i for i, n in enumerate(names)}
+    return [sorted(p, key=order.get) for p in out]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Preparation: generate and build the hectorgen variants
+
+
+def prepare(a) -> int:
+    gen_dir = Path(a.gen_dir)
+    gen_dir.mkdir(parents=True, exist_ok=True)
+    status = {}
+    todo = []
+    for v in [systems.VARIANTS[k] for k in a.variants]:
+        for m in a.models:
+            name = v.module(m)
+            try:
+                status[name] = {"ok": True, "msg": systems.generate(m, v, gen_dir, a.hectorgen or None)}
+                todo.append((m, v))
+            except Exception as e:  # noqa: BLE001
+                status[name] = {"ok": False, "msg": str(e)}
+            log(f"[generate] {status[name]['msg'] if status[name]['ok'] else 'FAILED ' + status[name]['msg']}")
+    jobs = max(2, (os.cpu_count() or 4) // max(1, len(todo)))
+
+    def one(mv):
+        m, v = mv
+        t = time.time()
+        try:
+            systems.build(m, v, gen_dir, timeout=a.build_timeout, jobs=jobs)
+            return v.module(m), True, f"built in {time.time() - t:.0f} s"
+        except Exception as e:  # noqa: BLE001
+            return v.module(m), False, str(e)
+    with ThreadPoolExecutor(max_workers=max(1, len(todo))) as ex:
+        for name, ok, msg in ex.map(one, todo):
+            status[name] = {"ok": ok, "msg": msg if ok else f"build failed: {msg}"}
+            log(f"[build] {name}: {'OK ' + msg if ok else 'FAILED ' + msg[-1500:]}")
+    (gen_dir / "prepare.json").write_text(json.dumps(status, indent=1))
+    return 0 if all(s["ok"] for s in status.values()) else 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Measurement
+
+
+DEVICE = "cuda"   # --device cpu: a dry run of the whole harness (stand-in modules, wall-clock times, no memory)
+
+
+def sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+class _WallEvent:
+    def record(self):
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end) -> float:
+        return (end.t - self.t) * 1e3
+
+
+def event():
+    return torch.cuda.Event(enable_timing=True) if DEVICE == "cuda" else _WallEvent()
+
+
+def memory(kind: str) -> float:
+    """MiB: "allocated" now, "peak" since the last reset ("reset" resets); 0 without CUDA."""
+    if DEVICE != "cuda":
+        return 0.0
+    if kind == "reset":
+        torch.cuda.reset_peak_memory_stats()
+        return 0.0
+    return (torch.cuda.memory_allocated() if kind == "allocated" else torch.cuda.max_memory_allocated()) / 2**20
+
+
+def empty_cache():
+    gc.collect()
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+
+
+def measure_copy_bandwidth(gib: float = 1.0) -> float:
+    """Device-to-device copy bandwidth in bytes/s (bytes read plus bytes written), median of 10 copies."""
+    n = int(gib * 2**30) // 4
+    a = torch.randn(n, device=DEVICE)
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    ts = []
+    for _ in range(10):
+        e0, e1 = event(), event()
+        e0.record()
+        b.copy_(a)
+        e1.record()
+        sync()
+        ts.append(e0.elapsed_time(e1))
+    ms = sorted(ts)[len(ts) // 2]
+    del a, b
+    empty_cache()
+    return 2 * n * 4 / (ms / 1e3)
+
+
+def time_fn(fn, budget_s: float, min_iters: int, max_iters: int) -> dict:
+    """Warm-up (two calls, one if the first is slow), then CUDA-event times of single calls: as many as fit in
+    ~60% of the budget, at least min_iters when they fit, at most max_iters."""
+    t = time.perf_counter()
+    fn()
+    sync()
+    first = time.perf_counter() - t
+    if first < budget_s / 4:
+        fn()
+        sync()
+    spent = time.perf_counter() - t
+    n = int((0.6 * budget_s - spent) / max(first, 1e-5))
+    n = max(min(n, max_iters), min_iters if first * min_iters < budget_s else 1)
+    ts = []
+    for _ in range(n):
+        e0, e1 = event(), event()
+        e0.record()
+        fn()
+        e1.record()
+        sync()
+        ts.append(e0.elapsed_time(e1))
+    ts.sort()
+    return {"ms": ts[len(ts) // 2], "ms_min": ts[0], "ms_max": ts[-1], "iters": n, "first_ms": first * 1e3}
+
+
+def rel_err(got, ref) -> float:
+    got, ref = got.double().reshape(ref.shape), ref.double()
+    return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+class Runner:
+    def __init__(self, a, out_path: Path):
+        self.a = a
+        self.out = open(out_path, "a")
+        self.deadline = T0 + a.budget_s
+        self.dead = None     # set when the CUDA context is lost
+
+    def emit(self, rec: dict) -> None:
+        self.out.write(json.dumps(rec) + "\n")
+        self.out.flush()
+
+    def case(self, ctx, ds_rec, model, mode, system) -> dict:
+        g = ctx.g
+        rec = dict(type="case", dataset=g["name"], model=model, mode=mode, system=system.name, kind=system.kind,
+                   klass=system.klass, dtype=system.dtype, status="skip", note="", ms=None, peak_mib=None)
+        train = mode == "train"
+        N, E, R, T = g["num_nodes"], g["src"].numel(), g["num_etypes"], g["num_ntypes"]
+        rec["floor_ms"] = roofline.floor_ms(model, mode, N, E, R, T, system.dtype, self.bandwidth)
+        budget = self.a.case_budget
+        if self.dead:
+            rec["note"] = f"skip: CUDA context lost ({self.dead})"
+            return rec
+        if time.time() + min(budget, 20) > self.deadline:
+            rec["note"] = "skip: part time budget spent (run it in a part of its own: --datasets)"
+            return rec
+        reason = system.skip_reason(ctx, model, train, budget)
+        if reason:
+            rec["status"] = "ERR" if reason.startswith("ERR") else "skip"
+            rec["note"] = reason
+            return rec
+        fn = None
+        try:
+            system.presetup(ctx, model)
+            torch.backends.cuda.matmul.allow_tf32 = system.tf32
+            torch.backends.cudnn.allow_tf32 = system.tf32
+            sync()
+            empty_cache()
+            memory("reset")
+            rec["base_mib"] = memory("allocated")
+            t = time.perf_counter()
+            fn = system.setup(ctx, model, train)
+            sync()
+            rec["setup_ms"] = (time.perf_counter() - t) * 1e3
+            if train:
+                res = time_fn(fn, budget, self.a.min_iters, self.a.max_iters)
+            else:
+                with torch.no_grad():
+                    res = time_fn(fn, budget, self.a.min_iters, self.a.max_iters)
+            rec.update(res, status="ok", peak_mib=memory("peak"))
+            rec["note"] = getattr(system, "note", "")
+            if system.kind == "hectorgen":
+                rec["prepare_graph_ms"] = system.prepare_ms(ctx, model)
+                if not train and self.a.check:
+                    rec["err"], rec["err_ref"] = self.check(ctx, model, system, fn)
+        except torch.OutOfMemoryError as e:
+            rec.update(status="OOM", note="OOM: " + str(e).splitlines()[0][:160])
+        except Exception as e:  # noqa: BLE001
+            rec.update(status="ERR", note=f"ERR {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
+            traceback.print_exc()
+        finally:
+            fn = None
+            if hasattr(system, "last_layer"):
+                system.last_layer = None
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        try:
+            sync()
+            empty_cache()
+        except Exception as e:  # noqa: BLE001
+            self.dead = f"after {g['name']}/{model}/{mode}/{system.name}: {type(e).__name__}"
+        return rec
+
+    def check(self, ctx, model, system, fn):
+        """Relative error of the generated layer's inference output against the hand-written fp32 layer with the
+        same weights (TF32 off): a guard that every timed variant computes the spec's function."""
+        try:
+            with torch.no_grad():
+                out = fn().float()
+                ref = hw.HandLayer(model, ctx.dg, torch.float32, layout=ctx.dg.choose(torch.float32))
+                ref.load(dict(system.last_layer.named_parameters()))
+                expect = ref(ctx.x)
+                return rel_err(out, expect), "hand_fp32"
+        except torch.OutOfMemoryError:
+            return None, "check skipped: OOM"
+        except Exception as e:  # noqa: BLE001
+            return None, f"check failed: {type(e).__name__}: {str(e)[:120]}"
+
+    def dataset(self, name: str, models: list, hg_systems: list, base_systems: list) -> None:
+        a = self.a
+        if self.dead or time.time() + 20 > self.deadline:
+            for m in models:
+                for mode in a.modes:
+                    for s in hg_systems + base_systems:
+                        if s.supports(m):
+                            self.emit(dict(type="case", dataset=name, model=m, mode=mode, system=s.name,
+                                           kind=s.kind, klass=s.klass, dtype=s.dtype, status="skip", ms=None,
+                                           note="skip: part time budget spent (run it in a part of its own)"))
+            log(f"== {name}: skipped (time budget)")
+            return
+        t = time.perf_counter()
+        g = datasets.load(name, a.seed, a.skew, a.type_skew, scale=a.scale)
+        gen_s = time.perf_counter() - t
+        N, E = g["num_nodes"], g["src"].numel()
+        drec = dict(type="dataset", dataset=g["name"], N=N, E=E, R=g["num_etypes"], T=g["num_ntypes"],
+                    seed=g.get("seed"), skew=g.get("skew"), type_skew=g.get("type_skew"),
+                    source=g.get("source"), load_s=gen_s, fingerprint=datasets.fingerprint(g))
+        log(f"== {g['name']}: N={N} E={E} R={g['num_etypes']} T={g['num_ntypes']} (loaded in {gen_s:.1f} s, "
+            f"graph {drec['fingerprint']})")
+        gen = torch.Generator().manual_seed(a.seed)
+        dg = hw.DeviceGraph(g, DEVICE)
+        ctx = systems.Context(g=g, dg=dg, x=torch.randn(N, systems.DIM, generator=gen).to(DEVICE),
+                              label=torch.randint(0, systems.DIM, (N,), generator=gen).to(DEVICE))
+        self.emit(drec)
+        for model in models:
+            for mode in a.modes:
+                for s in hg_systems + base_systems:
+                    if not s.supports(model):
+                        continue
+                    rec = self.case(ctx, drec, model, mode, s)
+                    rec.update(N=N, E=E, R=g["num_etypes"], T=g["num_ntypes"])
+                    self.emit(rec)
+                    val = f"{rec['ms']:10.3f} ms" if rec["status"] == "ok" else f"{rec['status']:>10s}   "
+                    peak = f"peak {rec['peak_mib']:9.1f} MiB" if rec.get("peak_mib") else " " * 19
+                    extra = f" err {rec['err']:.1e}" if rec.get("err") is not None else ""
+                    log(f"{g['name']:8s} {model:4s} {mode:5s} {s.name:22s} {val} {peak}{extra} {rec['note']}")
+            ctx.cache.clear()
+        del ctx, dg, g
+        empty_cache()
+
+
+def meta_record(a, bandwidth: float) -> dict:
+    if DEVICE == "cuda":
+        p = torch.cuda.get_device_properties(0)
+        gpu, sms, mem = p.name, p.multi_processor_count, p.total_memory / 2**30
+    else:
+        gpu, sms, mem = f"CPU dry run ({platform.processor() or platform.machine()})", 0, 0.0
+    try:
+        drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+    except Exception:  # noqa: BLE001
+        drv = "?"
+    try:
+        import torch_geometric
+        pyg = torch_geometric.__version__
+    except Exception as e:  # noqa: BLE001
+        pyg = f"not importable ({type(e).__name__})"
+    try:
+        commit = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=20).stdout.strip() or "?"
+    except Exception:  # noqa: BLE001
+        commit = "?"
+    return dict(type="meta", part=a.part, gpu=gpu, sms=sms, gpu_mem_gib=mem, driver=drv, torch=torch.__version__, cuda=torch.version.cuda,
+                pyg=pyg, python=platform.python_version(), date=_dt.datetime.now(_dt.timezone.utc).isoformat(
+                    timespec="seconds"), commit=commit, seed=a.seed, skew=a.skew, type_skew=a.type_skew,
+                bandwidth_gbs=bandwidth / 1e9, case_budget_s=a.case_budget, max_iters=a.max_iters,
+                datasets=a.datasets, models=a.models, variants=a.variants, baselines=a.baselines, modes=a.modes)
+
+
+def load_variants(a) -> list:
+    """A HectorgenSystem per selected variant; a module that failed to generate, build or import becomes an ERR
+    cell of its cases (with the reason), never a crash."""
+    gen_dir = Path(a.gen_dir)
+    prep = json.loads((gen_dir / "prepare.json").read_text()) if (gen_dir / "prepare.json").is_file() else {}
+    out = []
+    for key in a.variants:
+        v = systems.VARIANTS[key]
+        mods = {}
+        for m in a.models:
+            name = v.module(m)
+            if DEVICE != "cuda":
+                standin = systems.StandInModule(m)
+                mods[m] = (standin, standin.Layer)
+                continue
+            if name in prep and not prep[name]["ok"]:
+                mods[m] = RuntimeError(prep[name]["msg"].splitlines()[0][:300])
+                continue
+            try:
+                mods[m] = systems.load(m, v, gen_dir)
+            except Exception as e:  # noqa: BLE001
+                mods[m] = RuntimeError(f"import of {name} failed: {type(e).__name__}: {str(e)[:200]}")
+            log(f"[variant] {v.label} {m}: {mods[m] if isinstance(mods[m], BaseException) else 'loaded'}")
+        out.append(systems.HectorgenSystem(mods, v))
+    return out
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    lst = lambda s: [x for x in s.split(",") if x]  # noqa: E731
+    p.add_argument("--datasets", type=lst, default=list(datasets.STATS),
+                   help="names (synthetic) or name=path (real files, datasets.load); default all 8")
+    p.add_argument("--models", type=lst, default=list(systems.MODELS))
+    p.add_argument("--modes", type=lst, default=["infer", "train"])
+    p.add_argument("--variants", type=lst, default=["fp32"], help=f"hectorgen variants: {', '.join(systems.VARIANTS)}")
+    p.add_argument("--baselines", type=lst, default=list(systems.DEFAULT_BASELINES))
+    p.add_argument("--part", default="1/1", help="K/N: the K-th of N parts of the datasets (--plan N shows them)")
+    p.add_argument("--plan", type=int, default=0, help="print the datasets of each of N parts and exit")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skew", type=float, default=1.5, help="Pareto shape of the source offsets (larger: sources on fewer nodes)")
+    p.add_argument("--type-skew", type=float, default=1.1, help="Zipf exponent of node-type and relation sizes")
+    p.add_argument("--case-budget", type=float, default=40.0, help="seconds of timed calls per case (soft)")
+    p.add_argument("--budget-s", type=float, default=540.0, help="no case starts after this many seconds")
+    p.add_argument("--min-iters", type=int, default=3)
+    p.add_argument("--max-iters", type=int, default=20)
+    p.add_argument("--no-check", dest="check", action="store_false", help="skip the error check of the variants")
+    p.add_argument("--gen-dir", default=str(HERE.parent / "build" / "bench" / "gen"))
+    p.add_argument("--hectorgen", default="")
+    p.add_argument("--build-timeout", type=float, default=400.0)
+    p.add_argument("--prepare", action="store_true", help="generate and build the variants, then exit")
+    p.add_argument("--out", default=os.environ.get("OUT", str(HERE.parent / "out" / "bench")))
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: a dry run of the harness (stand-in modules; tests/bench/test_bench.py)")
+    p.add_argument("--scale", type=float, default=1.0, help="shrink the synthetic graphs (dry runs)")
+    a = p.parse_args(argv)
+    for k in a.variants:
+        if k not in systems.VARIANTS:
+            p.error(f"unknown variant {k!r} (known: {', '.join(systems.VARIANTS)})")
+    for m in a.models:
+        if m not in systems.MODELS:
+            p.error(f"unknown model {m!r} (known: {', '.join(systems.MODELS)})")
+    for m in a.modes:
+        if m not in ("infer", "train"):
+            p.error(f"unknown mode {m!r} (infer, train)")
+    try:
+        k, n = (int(x) for x in a.part.split("/"))
+        assert 1 <= k <= n
+    except Exception:  # noqa: BLE001
+        p.error(f"--part must be K/N with 1 <= K <= N, got {a.part!r}")
+    a.part_k, a.part_n = k, n
+    return a
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if a.plan:
+        for i, ds in enumerate(plan(a.datasets, a.plan), 1):
+            print(f"part {i}/{a.plan}: {','.join(ds)} (~{sum(COST_S.get(d, 100) for d in ds)} s + setup)")
+        return 0
+    if a.prepare:
+        return prepare(a)
+    global DEVICE
+    DEVICE = a.device
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        print("bench: no CUDA device (the benchmark needs one; --device cpu is a dry run of the harness)",
+              file=sys.stderr)
+        return 2
+    names = plan(a.datasets, a.part_n)[a.part_k - 1]
+    out_dir = Path(a.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out_path = out_dir / f"results-{a.part_k}of{a.part_n}.jsonl"
+    out_path.unlink(missing_ok=True)
+    baseline_systems = systems.baselines(a.baselines)
+    hg = load_variants(a)
+    bw = measure_copy_bandwidth(1.0 if DEVICE == "cuda" else 0.01)
+    r = Runner(a, out_path)
+    r.bandwidth = bw
+    meta = meta_record(a, bw)
+    meta["part_datasets"] = names
+    r.emit(meta)
+    log(f"{meta['gpu']}, driver {meta['driver']}, torch {meta['torch']}, PyG {meta['pyg']}; copy bandwidth "
+        f"{bw / 1e9:.0f} GB/s; part {a.part}: {','.join(names)}; results: {out_path}")
+    for name in names:
+        r.dataset(name, a.models, hg, baseline_systems)
+    r.out.close()
+    log(f"done: {out_path}")
+    recs = report.read([out_path])
+    print(report.text_table(recs), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

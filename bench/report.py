@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""Benchmark results (bench.py's JSON lines, any number of parts) -> bench/results.md and PNG plots.
+
+    python3 bench/report.py results-*.jsonl [--out bench/results.md] [--plots bench]
+
+Per case (dataset, model, mode) and hectorgen variant: its median time, peak memory, the best baseline of its
+precision class (fp32 class: fp32 baselines run with TF32 allowed; bf16 class: bf16 baselines) and the speed-up
+over it, the HBM floor (roofline.py) and the ratio to it, the error check; then the geometric mean of the
+speed-ups per variant, model and mode over the datasets where both ran. A later line for the same case and
+system replaces an earlier one (re-run a case in a later part to fix it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import OrderedDict
+from pathlib import Path
+
+MODES = ("infer", "train")
+MODEL_NAMES = {"rgcn": "RGCN", "rgat": "RGAT", "hgt": "HGT"}
+
+
+def read(paths) -> dict:
+    """{"meta": [meta records], "datasets": {name: record}, "cases": {(ds, model, mode, system): record}}."""
+    out = {"meta": [], "datasets": OrderedDict(), "cases": OrderedDict()}
+    for p in paths:
+        for i, line in enumerate(Path(p).read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SystemExit(f"{p}:{i}: not JSON ({e}): a truncated file? (re-run that part)")
+            t = r.get("type")
+            if t == "meta":
+                out["meta"].append(r)
+            elif t == "dataset":
+                out["datasets"][r["dataset"]] = r
+            elif t == "case":
+                out["cases"][(r["dataset"], r["model"], r["mode"], r["system"])] = r
+    return out
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def best_baseline(recs, ds, model, mode, klass):
+    """The fastest baseline of ``klass`` that ran in this case, or None."""
+    cands = [r for (d, m, md, _), r in recs["cases"].items()
+             if (d, m, md) == (ds, model, mode) and r["kind"] == "baseline" and r["klass"] == klass
+             and r["status"] == "ok"]
+    return min(cands, key=lambda r: r["ms"]) if cands else None
+
+
+def comparisons(recs) -> list:
+    """One row per hectorgen case: the record, its best baseline, speed-up and floor ratio."""
+    rows = []
+    for (ds, model, mode, system), r in recs["cases"].items():
+        if r["kind"] != "hectorgen":
+            continue
+        b = best_baseline(recs, ds, model, mode, r["klass"])
+        ok = r["status"] == "ok"
+        rows.append(dict(rec=r, base=b, speedup=(b["ms"] / r["ms"]) if ok and b else None,
+                         floor_ratio=(r["ms"] / r["floor_ms"]) if ok and r.get("floor_ms") else None))
+    return rows
+
+
+def geomeans(rows) -> dict:
+    """{(system, model, mode): (geomean speed-up, count, min, max)}."""
+    acc = OrderedDict()
+    for row in rows:
+        r = row["rec"]
+        acc.setdefault((r["system"], r["model"], r["mode"]), []).append(row["speedup"])
+    out = OrderedDict()
+    for k, v in acc.items():
+        got = [x for x in v if x]
+        out[k] = (geomean(got), len(got), min(got) if got else None, max(got) if got else None, len(v))
+    return out
+
+
+def _ms(r):
+    if r is None:
+        return "-"
+    return f"{r['ms']:.3f}" if r["status"] == "ok" else r["status"]
+
+
+def _x(v, digits=2):
+    return "-" if v is None else f"{v:.{digits}f}x"
+
+
+def text_table(recs) -> str:
+    """The short table printed at the end of a run."""
+    rows = comparisons(recs)
+    lines = [f"{'dataset':8s} {'model':5s} {'mode':5s} {'system':16s} {'ms':>10s} {'best baseline':>24s} "
+             f"{'speed-up':>8s} {'x floor':>8s} {'peak MiB':>9s}"]
+    for row in rows:
+        r, b = row["rec"], row["base"]
+        bl = f"{b['system']} {b['ms']:.3f}" if b else "none ran"
+        peak = f"{r['peak_mib']:.0f}" if r.get("peak_mib") else "-"
+        lines.append(f"{r['dataset']:8s} {r['model']:5s} {r['mode']:5s} {r['system']:16s} {_ms(r):>10s} "
+                     f"{bl:>24s} {_x(row['speedup']):>8s} {_x(row['floor_ratio'], 1):>8s} {peak:>9s}")
+    lines.append("geomean speed-up over the best baseline of the same precision class:")
+    for (s, m, md), (gm, n, lo, hi, tot) in geomeans(rows).items():
+        lines.append(f"  {s:16s} {m:5s} {md:5s} {_x(gm)} over {n}/{tot} datasets"
+                     + (f" (min {lo:.2f}x, max {hi:.2f}x)" if n else ""))
+    bad = [r for r in recs["cases"].values() if r["status"] in ("OOM", "ERR")]
+    lines.append(f"{len(recs['cases'])} cells: {sum(r['status'] == 'ok' for r in recs['cases'].values())} ok, "
+                 f"{sum(r['status'] == 'OOM' for r in bad)} OOM, {sum(r['status'] == 'ERR' for r in bad)} ERR, "
+                 f"{sum(r['status'] == 'skip' for r in recs['cases'].values())} skipped")
+    return "\n".join(lines)
+
+
+def _fmt_n(n):
+    return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}K" if n >= 1e3 else str(n)
+
+
+def markdown(recs, plots: list) -> str:
+    meta = recs["meta"]
+    rows = comparisons(recs)
+    md = ["# Benchmark: hectorgen vs the strongest baselines", ""]
+    md.append("Generated by `bench/report.py` from the JSON lines of `bench/run.sh` (see bench/README.md); "
+              "do not edit by hand.")
+    md.append("")
+    if meta:
+        m0 = meta[0]
+        uniq = lambda k: ", ".join(sorted({str(m.get(k)) for m in meta}))  # noqa: E731
+        md += [f"- GPU: {uniq('gpu')} ({m0.get('sms')} SMs, {m0.get('gpu_mem_gib', 0):.0f} GiB), driver "
+               f"{uniq('driver')}", f"- torch {uniq('torch')} (CUDA {uniq('cuda')}), PyG {uniq('pyg')}, "
+               f"Python {uniq('python')}", f"- date: {uniq('date')}; commit {uniq('commit')}; parts "
+               f"{uniq('part')}", f"- graphs: seed {uniq('seed')}, skew {uniq('skew')} (Pareto shape of "
+               f"the source offsets), type skew {uniq('type_skew')} (Zipf exponent of type sizes)",
+               f"- measured copy bandwidth (read + write): {uniq('bandwidth_gbs')} GB/s; case budget "
+               f"{uniq('case_budget_s')} s, at most {uniq('max_iters')} timed calls (median of CUDA-event times "
+               "after warm-up)", ""]
+    md += ["One layer, 64 -> 64, one head. Inference: one forward pass without autograd. Training step: forward, "
+           "cross-entropy on random labels, backward to every weight (the input features need no gradient). "
+           "Peak memory: `torch.cuda.max_memory_allocated()` from the case's setup on, including the dataset's "
+           "features and graph. Speed-up: best baseline of the same precision class / hectorgen (fp32 and tf32 "
+           "variants against fp32 baselines run with TF32 allowed; bf16 and fp16 variants against bf16 "
+           "baselines). x floor: measured time / HBM floor (bench/roofline.py: the bytes a fused implementation "
+           "must move at the measured bandwidth). err: relative error of the inference output against the "
+           "hand-written fp32 layer with the same weights.", ""]
+    md += ["## Geometric mean of the speed-ups over the datasets", ""]
+    gms = geomeans(rows)
+    systems = sorted({k[0] for k in gms})
+    md.append("| variant | model | inference | training step |")
+    md.append("| --- | --- | --- | --- |")
+    for s in systems:
+        for m in MODEL_NAMES:
+            cells = []
+            for mode in MODES:
+                g = gms.get((s, m, mode))
+                cells.append("-" if not g or g[0] is None else f"**{g[0]:.2f}x** ({g[1]}/{g[4]} datasets, "
+                             f"min {g[2]:.2f}x, max {g[3]:.2f}x)")
+            if any(c != "-" for c in cells) or any((s, m, md_) in gms for md_ in MODES):
+                md.append(f"| {s} | {MODEL_NAMES[m]} | {cells[0]} | {cells[1]} |")
+    md.append("")
+    if recs["datasets"]:
+        md += ["## Datasets", "", "| dataset | nodes | node types | edges | relations | source | generated/loaded "
+               "in | graph hash |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for d in recs["datasets"].values():
+            md.append(f"| {d['dataset']} | {_fmt_n(d['N'])} | {d['T']} | {_fmt_n(d['E'])} | {d['R']} | "
+                      f"{d.get('source')} | {d.get('load_s', 0):.1f} s | {d.get('fingerprint')} |")
+        md.append("")
+    md += ["## hectorgen per case", "", "| dataset | model | mode | variant | ms | peak MiB | best baseline (ms, "
+           "peak MiB) | speed-up | floor ms | x floor | err | note |", "| --- | --- | --- | --- | --- | --- | --- | "
+           "--- | --- | --- | --- | --- |"]
+    for row in rows:
+        r, b = row["rec"], row["base"]
+        bl = f"{b['system']} ({b['ms']:.3f}, {b['peak_mib']:.0f})" if b else "none ran"
+        err = f"{r['err']:.1e}" if r.get("err") is not None else r.get("err_ref", "-") or "-"
+        md.append(f"| {r['dataset']} | {r['model']} | {r['mode']} | {r['system']} | {_ms(r)} | "
+                  f"{r['peak_mib']:.0f} | " if r.get("peak_mib") else
+                  f"| {r['dataset']} | {r['model']} | {r['mode']} | {r['system']} | {_ms(r)} | - | ")
+        md[-1] += (f"{bl} | {_x(row['speedup'])} | {r.get('floor_ms') or 0:.3f} | {_x(row['floor_ratio'], 1)} | "
+                   f"{err} | {_note(r)} |")
+    md.append("")
+    md += ["## Every system per case (ms; OOM, ERR or skip)", ""]
+    allsys = list(OrderedDict.fromkeys(k[3] for k in recs["cases"]))
+    md.append("| dataset | model | mode | " + " | ".join(allsys) + " |")
+    md.append("| --- | --- | --- | " + " | ".join("---" for _ in allsys) + " |")
+    seen = list(OrderedDict.fromkeys(k[:3] for k in recs["cases"]))
+    for key in seen:
+        cells = [_ms(recs["cases"].get(key + (s,))) for s in allsys]
+        md.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
+    notes = [(k, r["note"]) for k, r in recs["cases"].items() if r["status"] != "ok" and r.get("note")]
+    if notes:
+        md += ["", "Why cells did not run:", ""]
+        for k, n in notes:
+            md.append(f"- {'/'.join(k)}: {n}")
+    if plots:
+        md += ["", "## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
+    md.append("")
+    return "\n".join(md)
+
+
+def _note(r) -> str:
+    return (r.get("note") or "").replace("|", "/")[:160]
+
+
+def plot(recs, out_dir: Path) -> list:
+    """PNG plots (matplotlib with the Agg backend); [] when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = comparisons(recs)
+    files = []
+    datasets = list(OrderedDict.fromkeys(k[0] for k in recs["cases"]))
+    variants = sorted({r["rec"]["system"] for r in rows})
+    # 1. speed-up over the best baseline, per model and mode
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5), dpi=110, squeeze=False)
+    for i, mode in enumerate(MODES):
+        for j, m in enumerate(MODEL_NAMES):
+            ax = axes[i][j]
+            w = 0.8 / max(1, len(variants))
+            for k, v in enumerate(variants):
+                ys = []
+                for d in datasets:
+                    row = next((r for r in rows if (r["rec"]["dataset"], r["rec"]["model"], r["rec"]["mode"],
+                                                    r["rec"]["system"]) == (d, m, mode, v)), None)
+                    ys.append(row["speedup"] if row and row["speedup"] else 0)
+                ax.bar([x + k * w for x in range(len(datasets))], ys, w, label=v)
+            ax.axhline(1, color="k", lw=0.8)
+            ax.axhline(3, color="g", lw=0.8, ls="--")
+            ax.set_yscale("log")
+            ax.set_title(f"{MODEL_NAMES[m]} {'inference' if mode == 'infer' else 'training step'}", fontsize=9)
+            ax.set_xticks([x + 0.4 - w / 2 for x in range(len(datasets))])
+            ax.set_xticklabels(datasets, rotation=45, fontsize=7)
+            if j == 0:
+                ax.set_ylabel("speed-up over best baseline")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("hectorgen vs the best baseline of its precision class (dashed: the 3x target)", fontsize=10)
+    fig.tight_layout()
+    p = out_dir / "speedup.png"
+    fig.savefig(p)
+    plt.close(fig)
+    files.append(p)
+    # 2. time of every system, per model and mode
+    allsys = list(OrderedDict.fromkeys(k[3] for k in recs["cases"]))
+    fig, axes = plt.subplots(2, 3, figsize=(14, 7), dpi=110, squeeze=False)
+    for i, mode in enumerate(MODES):
+        for j, m in enumerate(MODEL_NAMES):
+            ax = axes[i][j]
+            present = [s for s in allsys if any(k[1:] == (m, mode, s) for k in recs["cases"])]
+            w = 0.85 / max(1, len(present))
+            for k, s in enumerate(present):
+                ys = []
+                for d in datasets:
+                    r = recs["cases"].get((d, m, mode, s))
+                    ys.append(r["ms"] if r and r["status"] == "ok" else 0)
+                ax.bar([x + k * w for x in range(len(datasets))], ys, w, label=s)
+            ax.set_yscale("log")
+            ax.set_title(f"{MODEL_NAMES[m]} {'inference' if mode == 'infer' else 'training step'}", fontsize=9)
+            ax.set_xticks([x + 0.42 - w / 2 for x in range(len(datasets))])
+            ax.set_xticklabels(datasets, rotation=45, fontsize=7)
+            if j == 0:
+                ax.set_ylabel("ms (log; missing bar: OOM/ERR/skip)")
+            if i == 0 and j == 0:
+                ax.legend(fontsize=6)
+    fig.tight_layout()
+    p = out_dir / "times.png"
+    fig.savefig(p)
+    plt.close(fig)
+    files.append(p)
+    # 3. distance to the HBM floor
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=110)
+    labels, vals = [], []
+    for row in rows:
+        if row["floor_ratio"]:
+            r = row["rec"]
+            labels.append(f"{r['dataset']}/{r['model']}/{r['mode']}/{r['system'].replace('hectorgen_', '')}")
+            vals.append(row["floor_ratio"])
+    ax.bar(range(len(vals)), vals)
+    ax.axhline(2, color="g", lw=0.8, ls="--")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(vals)))
+    ax.set_xticklabels(labels, rotation=90, fontsize=5)
+    ax.set_ylabel("measured / HBM floor")
+    ax.set_title("hectorgen: time over the HBM floor (dashed: 2x)", fontsize=9)
+    fig.tight_layout()
+    p = out_dir / "floor.png"
+    fig.savefig(p)
+    plt.close(fig)
+    files.append(p)
+    return files
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", nargs="+", help="JSON-lines files from bench.py (every part)")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results.md"))
+    p.add_argument("--plots", default=None, help="folder for the PNGs (default: next to --out)")
+    p.add_argument("--no-plots", action="store_true")
+    a = p.parse_args(argv)
+    recs = read(a.results)
+    out = Path(a.out)
+    plots = [] if a.no_plots else plot(recs, Path(a.plots) if a.plots else out.parent)
+    out.write_text(markdown(recs, plots))
+    print(text_table(recs))
+    print(f"wrote {out}" + (f" and {', '.join(str(x) for x in plots)}" if plots else " (no plots: matplotlib "
+                                                                                         "missing or --no-plots)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

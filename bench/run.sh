@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The benchmark in one command on a CUDA machine (run from anywhere; bench/README.md):
+#
+#   bench/run.sh [--part K/N] [--datasets aifb,am] [--models rgcn,rgat,hgt] [--variants fp32,tf32,bf16,fp16]
+#                [--baselines hand_fp32,hand_bf16,pyg_RGCNConv,...] [--modes infer,train] [--seed S] [--skew A]
+#                [--case-budget SECONDS] ...        (every option of bench/bench.py; --plan N lists the parts)
+#
+# 1. hectorgen: $HECTORGEN, build/hectorgen or build/hg_bundle/hectorgen (tools/gpu_check.sh --bundle; carried),
+#    the first that runs; without one only the committed generated/ (the fp32 variant) is benchmarked.
+# 2. the hectorgen runtime, built and installed once into $HG_BENCH_DIR/runtime-prefix (default build/bench/,
+#    which git ignores, so a warm machine keeps it between calls; rebuilt when runtime/ changes).
+# 3. bench.py --prepare: generates each selected model x variant into $HG_BENCH_DIR/gen and builds the
+#    extensions in parallel (incremental: an unchanged module is not rebuilt).
+# 4. bench.py: the cases of this part, one progress line each; JSON lines in $OUT/results-KofN.jsonl, everything
+#    printed in $OUT/bench.log; the short table last. No case starts after BENCH_LIMIT_S (default 570) seconds
+#    of the whole command, so a part fits a 10-minute call; skipped cases say so.
+# Then, on any machine: python3 bench/report.py results-*.jsonl  ->  bench/results.md and bench/*.png
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-$ROOT/out/bench}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+WORK="${HG_BENCH_DIR:-$ROOT/build/bench}"
+mkdir -p "$WORK/bin"
+LIMIT="${BENCH_LIMIT_S:-570}"
+export HG_BENCH_CACHE="${HG_BENCH_CACHE:-$WORK/cache}"
+export PYTHONUNBUFFERED=1
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH="$PATH:/usr/local/cuda/bin"; fi
+
+exec > >(tee -a "$OUT/bench.log") 2>&1
+log() { echo "[run.sh $(printf '%3d' "$SECONDS")s] $*"; }
+left() { echo $((LIMIT - SECONDS)); }
+
+for a in "$@"; do
+  if [[ "$a" == --plan* || "$a" == -h || "$a" == --help ]]; then exec python3 bench/bench.py "$@"; fi
+done
+log "repo $ROOT, OUT $OUT, work $WORK, args: $*"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 || true
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } | sed 's/^/  /'
+
+# ---- 1. hectorgen ---------------------------------------------------------------------------------------------
+HG=""
+HGW="$WORK/bin/hectorgen"
+try_hg() { # try_hg BIN [LIBPATH...]: writes the wrapper with the first library path it runs with
+  local bin="$1" libs
+  shift
+  [[ -x "$bin" ]] || return 1
+  for libs in "$@"; do
+    { echo '#!/bin/sh'
+      [[ -n "$libs" ]] && echo "LD_LIBRARY_PATH=\"$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"; export LD_LIBRARY_PATH"
+      echo "exec \"$bin\" \"\$@\""; } > "$HGW"
+    chmod +x "$HGW"
+    if "$HGW" --version >/dev/null 2>&1; then log "hectorgen: $bin ($("$HGW" --version))"; return 0; fi
+  done
+  return 1
+}
+B="$ROOT/build/hg_bundle"
+if { [[ -n "${HECTORGEN:-}" ]] && try_hg "$HECTORGEN" ""; } || try_hg "$ROOT/build/hectorgen" "" ||
+   try_hg "$B/hectorgen" "" "$B/lib" "$B/lib:$B/lib/std"; then
+  HG="$HGW"
+else
+  log "hectorgen: none runs here (carry build/hg_bundle: tools/gpu_check.sh --bundle); using the committed generated/"
+fi
+
+# ---- 2. the hectorgen runtime ----------------------------------------------------------------------------------
+RT="$WORK/runtime-prefix"
+STAMP="$(find runtime -type f -not -path '*/build/*' -not -name '*.pyc' -not -name '_C*.so' | LC_ALL=C sort |
+         xargs sha1sum | sha1sum | cut -c1-16)"
+ARCH="${HECTORGEN_CUDA_ARCH:-$(python3 -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}{n}")' 2>/dev/null || echo 90)}"
+if [[ -f "$RT/python/hectorgen_runtime/__init__.py" && "$(cat "$RT/stamp" 2>/dev/null)" == "$STAMP-$ARCH" ]]; then
+  log "hectorgen runtime: $RT is current"
+else
+  log "hectorgen runtime: building for sm_$ARCH into $RT (log: $WORK/runtime.log)"
+  rm -rf "$WORK/runtime-build" "$RT"
+  args=(-S runtime -B "$WORK/runtime-build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH"
+        -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+        -DPython3_EXECUTABLE="$(command -v python3)" -DHECTORGEN_RUNTIME_PYTHON_INSTALL_DIR=python)
+  command -v ninja >/dev/null && args+=(-G Ninja)
+  if timeout -k 10 "$(( $(left) < 240 ? $(left) : 240 ))" bash -c 'cmake "${@:3}" && cmake --build "$1" &&
+       cmake --install "$1" --prefix "$2"' _ "$WORK/runtime-build" "$RT" "${args[@]}" > "$WORK/runtime.log" 2>&1; then
+    echo "$STAMP-$ARCH" > "$RT/stamp"
+    log "hectorgen runtime: built in ${SECONDS}s so far"
+  else
+    log "hectorgen runtime: build FAILED; the end of $WORK/runtime.log:"
+    tail -30 "$WORK/runtime.log"
+  fi
+fi
+export CMAKE_PREFIX_PATH="$RT${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+export PYTHONPATH="$RT/python${PYTHONPATH:+:$PYTHONPATH}"
+
+# ---- 3. generate and build the variants -------------------------------------------------------------------------
+log "generating and building the variants (log: $OUT/bench.log)"
+timeout -k 10 "$(( $(left) - 150 > 60 ? $(left) - 150 : 60 ))" \
+  python3 bench/bench.py --prepare "$@" --gen-dir "$WORK/gen" --hectorgen "$HG" || log "prepare: some variants failed (their cells say why)"
+cp "$WORK/gen/prepare.json" "$OUT/prepare.json" 2>/dev/null || true
+
+# ---- 4. the cases -------------------------------------------------------------------------------------------------
+BUDGET=$(( $(left) - 25 ))
+log "benchmark: cases may start during the next ${BUDGET}s"
+rc=0
+timeout -k 10 "$(( $(left) > 10 ? $(left) : 10 ))" \
+  python3 bench/bench.py "$@" --gen-dir "$WORK/gen" --out "$OUT" --budget-s "$BUDGET" || rc=$?
+log "done (rc=$rc) in ${SECONDS}s; results in $OUT"
+exit "$rc"

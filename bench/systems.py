@@ -1,0 +1,384 @@
+"""What the benchmark times: hectorgen variants (data-driven, VARIANTS) and the baselines (hand-written layers in
+fp32 and bf16, PyG's RGCNConv, FastRGCNConv, RGATConv, HGTConv).
+
+A System builds, for one model on one dataset, a callable that runs inference or one training step (forward,
+cross-entropy loss on random labels, backward to every weight; the input features need no gradient, as for a
+first layer). Systems carry a precision class: "fp32" (fp32 and tf32 variants; fp32 baselines run with TF32
+allowed) or "bf16" (bf16 and fp16 variants; bf16 baselines). The report compares each hectorgen variant with the
+best baseline of its class.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+import handwritten as hw  # noqa: E402
+
+MODELS = ("rgcn", "rgat", "hgt")
+DIM = 64
+STORAGE = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# hectorgen variants
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to generate a model: the spec's options.dtype, the precision class it is compared in, and further
+    edits of the spec text ((regex, replacement), each must match exactly once), e.g. a schedule."""
+    key: str
+    dtype: str
+    klass: str
+    edits: tuple = ()
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"hectorgen_{self.key}"
+
+    def module(self, model: str) -> str:
+        """The generated module's name: the bundled model for plain fp32, else <model>_<key>."""
+        return model if self.key == "fp32" and not self.edits else f"{model}_{self.key}"
+
+
+# Add a variant here (an optimisation: a key and its spec edits) and select it with --variants.
+VARIANTS = {
+    "fp32": Variant("fp32", "fp32", "fp32"),
+    "tf32": Variant("tf32", "tf32", "fp32"),
+    "bf16": Variant("bf16", "bf16", "bf16"),
+    "fp16": Variant("fp16", "fp16", "bf16"),
+}
+
+
+def variant_spec_text(model: str, v: Variant) -> str:
+    """specs/<model>.yaml with the module renamed and options.dtype (and v.edits) applied."""
+    text = (REPO / "specs" / f"{model}.yaml").read_text()
+    edits = [(rf"(?m)^model:\s*{model}\s*$", f"model: {v.module(model)}"),
+             (r"(?m)^(\s+)dtype:\s*\w+\s*$", rf"\g<1>dtype: {v.dtype}")] + list(v.edits)
+    for pattern, repl in edits:
+        text, n = re.subn(pattern, repl, text)
+        if n != 1:
+            raise ValueError(f"variant {v.key}: the edit {pattern!r} matched {n} times in specs/{model}.yaml")
+    return text
+
+
+def _gpu_check():
+    sys.path.insert(0, str(REPO / "tests" / "gpu"))
+    import gpu_check  # noqa: E402  (the one place that knows how generated modules are built and imported)
+    return gpu_check
+
+
+def generate(model: str, v: Variant, gen_dir: Path, hectorgen: str | None) -> str:
+    """Writes the variant's module into gen_dir/<module>; returns a status line. An output identical to the one
+    already there is kept with its build folder (no rebuild). Without hectorgen only the plain fp32 variant exists
+    (the committed generated/<model>)."""
+    name = v.module(model)
+    out = gen_dir / name
+    new = gen_dir / f"{name}.new"
+    if new.exists():
+        shutil.rmtree(new)
+    if not hectorgen:
+        if name != model:
+            raise RuntimeError(f"{name}: no hectorgen binary to generate it (only generated/{model} is bundled)")
+        shutil.copytree(REPO / "generated" / model, new, ignore=shutil.ignore_patterns("build"))
+        msg = f"{name}: the committed generated/{model} (no hectorgen)"
+    else:
+        if name == model:
+            spec, cwd = f"specs/{model}.yaml", REPO
+        else:
+            (gen_dir / "specs").mkdir(parents=True, exist_ok=True)
+            spec = gen_dir / "specs" / f"{name}.yaml"
+            spec.write_text(variant_spec_text(model, v))
+            cwd = gen_dir
+        p = subprocess.run([hectorgen, str(spec), "-o", str(new)], cwd=cwd, capture_output=True, text=True,
+                           timeout=300)
+        if p.returncode != 0:
+            shutil.rmtree(new, ignore_errors=True)
+            raise RuntimeError(f"{name}: hectorgen failed (rc {p.returncode}): {p.stderr.strip()[:400]}")
+        warn = [ln for ln in p.stderr.splitlines() if "warning" in ln]
+        msg = f"{name}: generated from {spec}" + (f" ({'; '.join(warn)[:300]})" if warn else "")
+    if out.is_dir() and _same_files(out, new):
+        shutil.rmtree(new)
+        return msg + ", unchanged"
+    if out.exists():
+        shutil.rmtree(out)
+    new.rename(out)
+    return msg
+
+
+def _same_files(a: Path, b: Path) -> bool:
+    files = lambda d: sorted(p.relative_to(d) for p in d.rglob("*") if p.is_file() and "build" not in  # noqa: E731
+                             p.relative_to(d).parts)
+    fa, fb = files(a), files(b)
+    return fa == fb and all((a / f).read_bytes() == (b / f).read_bytes() for f in fa)
+
+
+def build(model: str, v: Variant, gen_dir: Path, timeout: float, jobs: int = 4) -> str:
+    gc = _gpu_check()
+    gc.build_extension(gen_dir / v.module(model), jobs=jobs, timeout=timeout)
+    return f"{v.module(model)}: built"
+
+
+def load(model: str, v: Variant, gen_dir: Path):
+    """(module, layer class) of a built variant."""
+    gc = _gpu_check()
+    gv = gc.Variant(v.module(model), f"specs/{model}.yaml")
+    mod = gc.load_generated(gv, gen_dir, build=False)
+    return mod, gc.layer_class(mod, gv)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Systems
+
+
+@dataclass
+class Context:
+    """One dataset on the device, shared by every case of it."""
+    g: dict
+    dg: hw.DeviceGraph
+    x: torch.Tensor            # [N, 64] float32 features
+    label: torch.Tensor        # [N] random classes in [0, 64)
+    cache: dict = field(default_factory=dict)
+
+
+def _sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def loss_of(out, label):
+    return F.cross_entropy(out.float().reshape(label.numel(), -1), label)
+
+
+class System:
+    name = "?"
+    kind = "baseline"
+    klass = "fp32"
+    tf32 = False          # run with TF32 allowed in cuBLAS/cuDNN (fp32 baselines)
+    dtype = "fp32"
+
+    def supports(self, model: str) -> bool:
+        return True
+
+    def presetup(self, ctx: Context, model: str) -> None:
+        """Work done once, before the measured case (autotuning, module import): not timed, not in its peak."""
+
+    def setup(self, ctx: Context, model: str, train: bool):
+        """A callable running one inference pass or training step."""
+        raise NotImplementedError
+
+    def skip_reason(self, ctx: Context, model: str, train: bool, budget_s: float) -> str | None:
+        return None
+
+
+class HectorgenSystem(System):
+    kind = "hectorgen"
+
+    def __init__(self, model_modules: dict, v: Variant):
+        self.v = v
+        self.name, self.klass, self.dtype = v.label, v.klass, v.dtype
+        self.modules = model_modules   # model -> (module, class) or an exception
+
+    def supports(self, model):
+        return model in self.modules
+
+    def skip_reason(self, ctx, model, train, budget_s):
+        m = self.modules[model]
+        return f"ERR {m}" if isinstance(m, BaseException) else None
+
+    def presetup(self, ctx, model):
+        mod, _ = self.modules[model]
+        key = ("hg_graph", mod.__name__)
+        if key not in ctx.cache:
+            for k in [k for k in ctx.cache if k[0] == "hg_graph"]:
+                del ctx.cache[k]       # one prepared graph at a time
+            g, dg = ctx.g, ctx.dg
+            _sync(dg.device)
+            t = time.perf_counter()
+            hg = mod.prepare_graph(dg.src, dg.dst, dg.etype, g["num_nodes"], g["num_etypes"], ntype=dg.ntype,
+                                   num_ntypes=g["num_ntypes"])
+            _sync(dg.device)
+            ctx.cache[key] = (hg, (time.perf_counter() - t) * 1e3)
+
+    def prepare_ms(self, ctx, model):
+        return ctx.cache[("hg_graph", self.modules[model][0].__name__)][1]
+
+    def make_layer(self, ctx, model):
+        mod, cls = self.modules[model]
+        g = ctx.g
+        kw = {} if STORAGE[self.dtype] == torch.float32 else {"dtype": STORAGE[self.dtype]}
+        return cls(g["num_etypes"], num_ntypes=g["num_ntypes"], device=ctx.x.device, **kw)
+
+    def setup(self, ctx, model, train):
+        hg = ctx.cache[("hg_graph", self.modules[model][0].__name__)][0]
+        layer = self.make_layer(ctx, model)
+        x = ctx.x.to(STORAGE[self.dtype])
+        self.last_layer = layer
+        if not train:
+            return lambda: layer(hg, x)
+        params = list(layer.parameters())
+
+        def step():
+            for p in params:
+                p.grad = None
+            loss_of(layer(hg, x), ctx.label).backward()
+        return step
+
+
+class HandSystem(System):
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+        self.name = f"hand_{dtype}"
+        self.klass = "bf16" if dtype in ("bf16", "fp16") else "fp32"
+        self.tf32 = dtype == "fp32"
+
+    def presetup(self, ctx, model):
+        ctx.dg.choose(STORAGE[self.dtype], DIM)
+
+    def setup(self, ctx, model, train):
+        layer = hw.HandLayer(model, ctx.dg, STORAGE[self.dtype], layout="auto", dim=DIM)
+        times = ctx.dg.segmm_ms.get(STORAGE[self.dtype], {})
+        self.note = f"segment GEMM: {layer.kind}" + (
+            " (" + ", ".join(f"{k} {v:.2f} ms" for k, v in times.items()) + ")" if len(times) > 1 else "")
+        x = ctx.x.to(STORAGE[self.dtype])
+        if not train:
+            return lambda: layer(x)
+        params = list(layer.parameters())
+
+        def step():
+            for p in params:
+                p.grad = None
+            loss_of(layer(x), ctx.label).backward()
+        return step
+
+
+# PyG's layer per model, and a rough cost model (ms per call on an H100, from ../shared/anchors/pyg.txt) used only
+# to skip calls that would take minutes: RGCNConv loops over relations with a mask over all edges.
+PYG_LAYERS = {"RGCNConv": "rgcn", "FastRGCNConv": "rgcn", "RGATConv": "rgat", "HGTConv": "hgt"}
+
+
+def pyg_estimate_ms(layer: str, train: bool, N: int, E: int, R: int) -> float:
+    if layer == "RGCNConv":
+        ms = R * (0.2 + 3.5e-7 * E)
+    elif layer == "HGTConv":
+        ms = 0.25 * R + 1.5e-5 * E
+        ms *= 18 if train else 1
+    else:   # FastRGCNConv, RGATConv: per-edge weight matrices, memory-bound, OOM beyond ~5M edges on 80 GB
+        ms = 1.5e-5 * E
+        ms *= 10 if train else 1
+    return ms
+
+
+class PygSystem(System):
+    def __init__(self, layer: str):
+        self.layer = layer
+        self.name = f"pyg_{layer}"
+        self.tf32 = True
+
+    def supports(self, model):
+        return PYG_LAYERS[self.layer] == model
+
+    def skip_reason(self, ctx, model, train, budget_s):
+        try:
+            import torch_geometric  # noqa: F401
+        except Exception as e:  # noqa: BLE001
+            return f"skip: torch_geometric not importable ({type(e).__name__})"
+        g = ctx.g
+        est = pyg_estimate_ms(self.layer, train, g["num_nodes"], g["src"].numel(), g["num_etypes"])
+        if est * 3 > budget_s * 1e3:
+            return f"skip: estimated {est / 1e3:.0f} s a call, 3 calls exceed the {budget_s:.0f} s case budget"
+        return None
+
+    def setup(self, ctx, model, train):
+        from torch_geometric.nn import FastRGCNConv, HGTConv, RGATConv, RGCNConv
+        g, dg = ctx.g, ctx.dg
+        D = DIM
+        if self.layer == "HGTConv":
+            nptr = g["nptr"].tolist()
+            ntypes = [f"n{i}" for i in range(g["num_ntypes"])]
+            xd = {t: ctx.x[nptr[i]:nptr[i + 1]] for i, t in enumerate(ntypes)}
+            labd = {t: ctx.label[nptr[i]:nptr[i + 1]] for i, t in enumerate(ntypes)}
+            eid, eptr = {}, g["eptr"].tolist()
+            for r, (st, dt) in enumerate(g["rel_types"]):
+                s = dg.src[eptr[r]:eptr[r + 1]] - nptr[st]
+                d = dg.dst[eptr[r]:eptr[r + 1]] - nptr[dt]
+                eid[(ntypes[st], f"r{r}", ntypes[dt])] = torch.stack([s, d])
+            m = HGTConv(D, D, (ntypes, list(eid)), heads=1).to(ctx.x.device)
+            if not train:
+                return lambda: m(xd, eid)
+
+            def step():
+                m.zero_grad(set_to_none=True)
+                out = m(xd, eid)
+                sum(F.cross_entropy(out[k], labd[k]) for k in out if out[k] is not None).backward()
+            return step
+        ei = torch.stack([dg.src, dg.dst])
+        cls = {"RGCNConv": RGCNConv, "FastRGCNConv": FastRGCNConv, "RGATConv": RGATConv}[self.layer]
+        m = cls(D, D, g["num_etypes"], heads=1) if self.layer == "RGATConv" else cls(D, D, g["num_etypes"])
+        m = m.to(ctx.x.device)
+        if not train:
+            return lambda: m(ctx.x, ei, dg.etype)
+
+        def step():
+            m.zero_grad(set_to_none=True)
+            loss_of(m(ctx.x, ei, dg.etype), ctx.label).backward()
+        return step
+
+
+def baselines(names) -> list:
+    out = []
+    for n in names:
+        if n in ("hand_fp32", "hand_bf16", "hand_fp16"):
+            out.append(HandSystem(n.split("_")[1]))
+        elif n.startswith("pyg_") and n[4:] in PYG_LAYERS:
+            out.append(PygSystem(n[4:]))
+        else:
+            raise ValueError(f"unknown baseline {n!r} (hand_fp32, hand_bf16, hand_fp16, "
+                             f"{', '.join('pyg_' + k for k in PYG_LAYERS)})")
+    return out
+
+
+DEFAULT_BASELINES = ("hand_fp32", "hand_bf16", "pyg_RGCNConv", "pyg_FastRGCNConv", "pyg_RGATConv", "pyg_HGTConv")
+
+
+class StandInModule:
+    """What a generated module offers (prepare_graph, a layer class with the spec's parameters), computed by the
+    hand-written float32 layer: lets ``bench.py --device cpu`` run every path of the harness without a GPU."""
+
+    def __init__(self, model: str):
+        self.MODEL = model
+        self.__name__ = f"standin_{model}"
+        outer = self
+
+        class Layer(torch.nn.Module):
+            def __init__(self, num_etypes, num_ntypes=1, device=None, dtype=torch.float32):
+                super().__init__()
+                self.num_etypes, self.num_ntypes = num_etypes, num_ntypes
+                for name, shape in hw.spec_shapes(outer.MODEL, num_etypes, num_ntypes, DIM).items():
+                    t = torch.ones(shape) if name == "mu" else torch.randn(shape) / 8
+                    setattr(self, name, torch.nn.Parameter(t.to(device=device, dtype=dtype)))
+
+            def forward(self, g, x):
+                lay = hw.HandLayer(outer.MODEL, g, x.dtype, layout="loop", dim=DIM, weights=dict(self.named_parameters()))
+                return lay(x)
+        self.Layer = Layer
+
+    def prepare_graph(self, src, dst, etype, num_nodes, num_etypes, ntype=None, num_ntypes=None):
+        ptr = lambda t, n: torch.cat([torch.zeros(1, dtype=torch.int64),  # noqa: E731
+                                      torch.cumsum(torch.bincount(t.cpu(), minlength=n), 0)])
+        eptr, nptr = ptr(etype, num_etypes), ptr(ntype, num_ntypes)
+        g = dict(num_nodes=num_nodes, num_etypes=num_etypes, num_ntypes=num_ntypes, src=src, dst=dst, etype=etype,
+                 ntype=ntype, eptr=eptr, nptr=nptr)
+        return hw.DeviceGraph(g, src.device)

@@ -1,0 +1,366 @@
+#!/usr/bin/env python3
+"""CPU test of the benchmark harness (bench/): CTest "bench_cpu", no GPU, no pytest, no torch_geometric.
+
+    python3 tests/bench/test_bench.py [HECTORGEN]
+
+1. datasets: the generator's statistics, determinism and cache; the loaders on the tiny files of tests/bench/data
+   (N-Triples, TSV triples, OGB raw CSV in both layouts, plain and gzipped) and their errors.
+2. hand-written layers (bench/handwritten.py) in float64, every segment-GEMM form, forward and weight gradients
+   against the generic PyTorch model of the spec (tests/gpu/ir_torch.py) and, given HECTORGEN, against hectorgen's
+   float64 interpreter on the tiny graph; bfloat16 against float64 within bf16 precision.
+3. hectorgen variants: the spec edits; given HECTORGEN, that each edited spec generates.
+4. bench.py --device cpu: the whole run (stand-in modules for the generated layers), JSON lines, OOM/ERR cells.
+5. report.py on a results file with known numbers: best baseline per precision class, speed-ups, geomeans,
+   results.md; PNG plots when matplotlib is installed (skipped otherwise).
+Exit 0 if every section passes (a section that needs what is missing says SKIP), 1 otherwise.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+DATA = HERE / "data"
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests" / "gpu"))
+
+try:
+    import torch
+    torch.set_num_threads(1)   # tiny tensors: threads only contend with a busy machine
+except ImportError:
+    print("bench_cpu: SKIPPED: needs python3 with torch")
+    sys.exit(77)
+
+import datasets  # noqa: E402
+import handwritten as hw  # noqa: E402
+
+HECTORGEN = sys.argv[1] if len(sys.argv) > 1 and os.access(sys.argv[1], os.X_OK) else None
+TMP = Path(tempfile.mkdtemp(prefix="hg_bench_test_"))
+os.environ["HG_BENCH_CACHE"] = str(TMP / "cache")
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def rel(a, b):
+    a, b = a.double().reshape(b.shape), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_generator():
+    for name in ("aifb", "mutag", "fb15k"):
+        g = datasets.synthetic(name, seed=0)
+        datasets.validate(g)
+        n, t, e, r = datasets.STATS[name]
+        check((g["num_nodes"], g["num_ntypes"], g["src"].numel(), g["num_etypes"]) == (n, t, e, r),
+              f"{name}: sizes {g['num_nodes'], g['num_ntypes'], g['src'].numel(), g['num_etypes']}")
+        again = datasets.synthetic(name, seed=0)           # from the cache
+        fresh = datasets.synthetic(name, seed=0, cache=False)
+        check(datasets.fingerprint(g) == datasets.fingerprint(again) == datasets.fingerprint(fresh),
+              f"{name}: not deterministic")
+        check(datasets.fingerprint(datasets.synthetic(name, seed=1)) != datasets.fingerprint(g), "seed ignored")
+    cached = list((TMP / "cache").glob("*.pt"))
+    check(len(cached) == 6, f"cache files: {cached}")
+    for name in ("am", "wikikg2", "mag", "biokg", "bgs"):   # the big ones, shrunk: types kept
+        g = datasets.synthetic(name, scale=0.002, cache=False)
+        datasets.validate(g)
+        check(g["num_ntypes"] == datasets.STATS[name][1] and g["num_etypes"] == datasets.STATS[name][3], name)
+    # skew: a larger Pareto shape puts the sources on fewer nodes
+    uniq = [datasets.unique_src_etype_pairs(datasets.generate(2000, 2, 50000, 4, seed=3, skew=s)) for s in (0.7, 3)]
+    check(uniq[1] < uniq[0] / 2, f"skew has no effect: {uniq}")
+    t = time.perf_counter()
+    datasets.generate(1_000_000, 4, 2_000_000, 8, seed=0)
+    dt = time.perf_counter() - t
+    check(dt < 10, f"generating 2M edges took {dt:.1f} s (not vectorised?)")
+
+
+def test_loaders():
+    g = datasets.load_ntriples(DATA / "rdf_tiny.nt", "rdf_tiny")
+    datasets.validate(g)
+    check(g["ntype_names"] == ["_Literal", "_Untyped", "http://ex.org/Paper", "http://ex.org/Person"], g["ntype_names"])
+    check(g["src"].tolist() == [1, 2, 3, 4, 3] and g["dst"].tolist() == [3, 0, 2, 2, 4]
+          and g["etype"].tolist() == [0, 1, 2, 2, 3], f"rdf edges {g['src'].tolist()} {g['dst'].tolist()}")
+    check(g["rel_types"] == [(1, 3), (2, 0), (3, 2), (3, 3)] and g["num_nodes"] == 5, g["rel_types"])
+    check(g["relation_names"][2] == "http://ex.org/Person|http://ex.org/author|http://ex.org/Paper", g["relation_names"])
+
+    g = datasets.load_tsv_triples([DATA / "fb15k_tiny" / "train.txt", DATA / "fb15k_tiny" / "valid.txt"], "fb")
+    datasets.validate(g)
+    check((g["src"].tolist(), g["dst"].tolist(), g["etype"].tolist()) == ([0, 2, 1], [1, 0, 2], [0, 0, 1]),
+          f"tsv {g['src'].tolist()} {g['dst'].tolist()} {g['etype'].tolist()}")
+
+    for gz in (False, True):
+        root = TMP / f"ogb{int(gz)}"
+        shutil.copytree(DATA, root)
+        if gz:
+            for f in root.rglob("*.csv"):
+                f.with_suffix(".csv.gz").write_bytes(gzip.compress(f.read_bytes()))
+                f.unlink()
+        g = datasets.load_ogb(root / "ogbn_mag_tiny")
+        datasets.validate(g)
+        check(g["num_nodes"] == 5 and g["ntype_names"] == ["author", "paper"], g)
+        check((g["src"].tolist(), g["dst"].tolist(), g["etype"].tolist()) == ([0, 1, 0, 4], [3, 4, 2, 2],
+                                                                              [0, 0, 0, 1]), f"ogb hetero gz={gz}")
+        check(g["rel_types"] == [(0, 1), (1, 1)], g["rel_types"])
+        g = datasets.load_ogb(root / "ogbl_wikikg2_tiny" / "raw", "wikikg2_tiny")
+        datasets.validate(g)
+        check((g["num_nodes"], g["src"].tolist(), g["dst"].tolist(), g["etype"].tolist()) ==
+              (5, [1, 3, 0, 2], [2, 1, 1, 0], [0, 0, 1, 1]), f"ogb homogeneous gz={gz}")
+    g = datasets.load(f"kg={DATA / 'fb15k_tiny' / 'train.txt'}")
+    check(g["name"] == "kg" and g["src"].numel() == 2, "load name=path")
+    # errors name the file and line
+    bad = TMP / "bad.nt"
+    bad.write_text("<a> <b> <c> .\n<a> <b> oops .\n")
+    try:
+        datasets.load_ntriples(bad)
+        raise AssertionError("a malformed N-Triples line was accepted")
+    except ValueError as e:
+        check(f"{bad}:2" in str(e), str(e))
+    bad = TMP / "bad.txt"
+    bad.write_text("a\tb\n")
+    try:
+        datasets.load_tsv_triples(bad)
+        raise AssertionError("a two-field triple was accepted")
+    except ValueError as e:
+        check(f"{bad}:1" in str(e), str(e))
+
+
+def test_hand_vs_spec():
+    import ir_torch
+    g = datasets.generate(80, 3, 600, 9, seed=4, name="small")
+    dg = hw.DeviceGraph(g, "cpu", torch.float64)
+    for model in ("rgcn", "rgat", "hgt"):
+        m = ir_torch.load_model(REPO / "specs" / f"{model}.yaml")
+        t = ir_torch.random_inputs(m, g, seed=11)
+        og = ir_torch.random_output_grads(m, g, seed=11)
+        ref_out, ref_grads = ir_torch.forward_backward(m, g, t, og)
+        ref = ref_out["h"]
+        for kind, dt, tol in (("loop", torch.float64, 1e-12), ("chunks", torch.float64, 1e-12),
+                              ("grouped", torch.float32, 1e-5), ("loop", torch.bfloat16, 3e-2)):
+            layer = hw.HandLayer(model, dg, dt, layout=kind).load(t)
+            out = layer(t["feature"])
+            check(tuple(out.shape) == tuple(ref.shape), f"{model}: shape {tuple(out.shape)} vs {tuple(ref.shape)}")
+            (out.double() * og["h"].reshape(out.shape)).sum().backward()
+            e = rel(out.detach(), ref)
+            check(e < tol, f"{model} {kind} {dt}: forward rel err {e:.1e} > {tol}")
+            for name, p in layer.named_parameters():
+                ge = rel(p.grad, ref_grads[name])
+                check(ge < tol * 10, f"{model} {kind} {dt}: grad {name} rel err {ge:.1e}")
+    # padding of the chunked form: rows of a relation cut into whole chunks
+    lay = dg.layout("chunks")
+    check(lay.pad is not None and int((~lay.pad).sum()) == g["src"].numel(), "chunk padding")
+    check(hw.best_chunk([0, 5, 5, 1000]) in (32, 64, 128, 256, 512, 1024), "best_chunk")
+
+
+def test_hand_vs_interpreter():
+    if not HECTORGEN:
+        return "SKIP (no hectorgen binary given)"
+    import graphs
+    import ir_torch
+    import reference_bridge as rb
+    tg = graphs.tiny_graph()
+    order = torch.argsort(tg.etype, stable=True)
+    g = dict(num_nodes=tg.num_nodes, num_ntypes=tg.num_ntypes, num_etypes=tg.num_etypes, ntype=tg.ntype,
+             nptr=tg.nptr, src=tg.src[order], dst=tg.dst[order], etype=tg.etype[order],
+             eptr=torch.cat([torch.zeros(1, dtype=torch.int64),
+                             torch.cumsum(torch.bincount(tg.etype, minlength=tg.num_etypes), 0)]),
+             rel_types=list(tg.rel_types))
+    dg = hw.DeviceGraph(g, "cpu", torch.float64)
+    for model in ("rgcn", "rgat", "hgt"):
+        spec = REPO / "specs" / f"{model}.yaml"
+        m = ir_torch.load_model(spec)
+        t = ir_torch.random_inputs(m, tg, seed=5)
+        og = ir_torch.random_output_grads(m, tg, seed=5)
+        outs, grads = rb.cpu_reference_grads(HECTORGEN, spec, tg, t, og)
+        for kind in ("loop", "chunks"):
+            layer = hw.HandLayer(model, dg, torch.float64, layout=kind).load(t)
+            out = layer(t["feature"])
+            (out * og["h"].reshape(out.shape)).sum().backward()
+            e = rel(out.detach(), outs["h"])
+            check(e < 1e-12, f"{model} {kind}: forward vs interpreter {e:.1e}")
+            for name, p in layer.named_parameters():
+                ge = rel(p.grad, grads[name])
+                check(ge < 1e-11, f"{model} {kind}: grad {name} vs interpreter {ge:.1e}")
+
+
+def test_variants():
+    import systems
+    for model in systems.MODELS:
+        for key, v in systems.VARIANTS.items():
+            text = systems.variant_spec_text(model, v)
+            check(f"\nmodel: {v.module(model)}\n" in "\n" + text, f"{model}/{key}: module not renamed")
+            check(f"  dtype: {v.dtype}\n" in text, f"{model}/{key}: dtype not set")
+    bad = systems.Variant("x", "fp32", "fp32", edits=((r"no such text", "y"),))
+    try:
+        systems.variant_spec_text("rgcn", bad)
+        raise AssertionError("an edit that matches nothing was accepted")
+    except ValueError:
+        pass
+    if not HECTORGEN:
+        return "SKIP generation (no hectorgen binary given)"
+    gen = TMP / "gen"
+    for model in systems.MODELS:
+        msg = systems.generate(model, systems.VARIANTS["fp32"], gen, HECTORGEN)
+        check((gen / model / f"{model}.py").is_file(), msg)
+        check(systems.generate(model, systems.VARIANTS["fp32"], gen, HECTORGEN).endswith("unchanged"),
+              "an identical regeneration must keep the module (and its build)")
+        ours = sorted(p.name for p in (gen / model).iterdir())
+        check(ours == sorted(p.name for p in (REPO / "generated" / model).iterdir()), f"{model}: files {ours}")
+        for key in ("tf32", "bf16"):
+            try:
+                msg = systems.generate(model, systems.VARIANTS[key], gen, HECTORGEN)
+                check((gen / f"{model}_{key}" / f"{model}_{key}.py").is_file(), msg)
+            except RuntimeError as e:   # a dtype the compiler does not support yet: a positioned diagnostic
+                check("dtype" in str(e) and "error" in str(e), f"{model}/{key}: {e}")
+
+
+def test_dry_run():
+    import bench
+    out = TMP / "dry"
+    args = ["--device", "cpu", "--scale", "0.002", "--datasets", "aifb,mutag", "--out", str(out),
+            "--case-budget", "0.05", "--max-iters", "2", "--min-iters", "1",
+            "--baselines", "hand_fp32,hand_bf16,pyg_RGCNConv,pyg_HGTConv"]
+    rc = bench.main(args)
+    check(rc == 0, f"bench.main rc {rc}")
+    lines = [json.loads(x) for x in (out / "results-1of1.jsonl").read_text().splitlines()]
+    check(lines[0]["type"] == "meta" and lines[0]["gpu"].startswith("CPU dry run"), lines[0])
+    cases = [r for r in lines if r["type"] == "case"]
+    check(len([r for r in lines if r["type"] == "dataset"]) == 2, "dataset records")
+    # 2 datasets x 3 models x 2 modes x (hectorgen + 2 hand) + 2 x 2 x (RGCNConv for rgcn, HGTConv for hgt)
+    check(len(cases) == 2 * 3 * 2 * 3 + 2 * 2 * 2, f"{len(cases)} cases")
+    try:
+        import torch_geometric  # noqa: F401
+        pyg = True
+    except Exception:  # noqa: BLE001
+        pyg = False
+    for r in cases:
+        if r["system"].startswith("pyg_") and not pyg:
+            check(r["status"] == "skip" and "torch_geometric" in r["note"], r)
+        else:
+            check(r["status"] == "ok" and r["ms"] > 0 and r["iters"] >= 1, r)
+        if r["kind"] == "hectorgen" and r["mode"] == "infer":
+            check(r["err"] is not None and r["err"] < 1e-5, f"stand-in error check {r.get('err')}")
+        check(r["floor_ms"] > 0 and r["N"] > 0, r)
+    check(any("segment GEMM" in r["note"] for r in cases if r["system"] == "hand_fp32"), "hand note")
+    # OOM and errors become cells, and the run goes on
+    import systems
+
+    class Failing(systems.System):
+        def __init__(self, exc):
+            self.exc, self.name = exc, f"failing_{type(exc).__name__}"
+
+        def setup(self, ctx, model, train):
+            raise self.exc
+    a = bench.parse_args(args)
+    bench.DEVICE = "cpu"
+    r = bench.Runner(a, TMP / "oom.jsonl")
+    r.bandwidth = 1e11
+    g = datasets.synthetic("aifb", scale=0.002)
+    ctx = systems.Context(g=g, dg=hw.DeviceGraph(g, "cpu"), x=torch.randn(g["num_nodes"], 64),
+                          label=torch.randint(0, 64, (g["num_nodes"],)))
+    got = [r.case(ctx, {}, "rgcn", "train", s)["status"] for s in
+           (Failing(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80 GiB")),
+            Failing(RuntimeError("boom")), systems.HandSystem("fp32"))]
+    check(got == ["OOM", "ERR", "ok"], got)
+    bench.DEVICE = "cuda"
+    return out / "results-1of1.jsonl"
+
+
+def _case(ds, model, mode, system, kind, klass, ms, status="ok", **kw):
+    return dict(type="case", dataset=ds, model=model, mode=mode, system=system, kind=kind, klass=klass,
+                dtype=kw.pop("dtype", "fp32"), status=status, ms=ms if status == "ok" else None,
+                peak_mib=100.0 if status == "ok" else None, floor_ms=kw.pop("floor_ms", 0.5), note=kw.pop("note", ""),
+                **kw)
+
+
+def test_report(dry_results=None):
+    import report
+    fake = TMP / "fake.jsonl"
+    recs = [dict(type="meta", part="1/2", gpu="NVIDIA H100 80GB HBM3", sms=132, gpu_mem_gib=79.2, driver="580",
+                 torch="2.11.0", cuda="13.0", pyg="2.8.0", python="3.12", date="2026-11-23T17:00:00+00:00",
+                 commit="abc", seed=0, skew=1.5, type_skew=1.1, bandwidth_gbs=3000.0, case_budget_s=30,
+                 max_iters=20),
+            dict(type="dataset", dataset="aifb", N=7262, E=48810, R=104, T=7, source="synthetic", load_s=0.1,
+                 fingerprint="f00"),
+            _case("aifb", "rgcn", "infer", "hectorgen_fp32", "hectorgen", "fp32", 1.0, err=1e-7),
+            _case("aifb", "rgcn", "infer", "hectorgen_bf16", "hectorgen", "bf16", 0.5, dtype="bf16"),
+            _case("aifb", "rgcn", "infer", "hand_fp32", "baseline", "fp32", 4.0),
+            _case("aifb", "rgcn", "infer", "pyg_RGCNConv", "baseline", "fp32", 2.0),
+            _case("aifb", "rgcn", "infer", "hand_bf16", "baseline", "bf16", 0.25, dtype="bf16"),
+            _case("aifb", "rgcn", "train", "hectorgen_fp32", "hectorgen", "fp32", 3.0),
+            _case("aifb", "rgcn", "train", "hand_fp32", "baseline", "fp32", None, status="OOM", note="OOM: x"),
+            _case("aifb", "rgcn", "train", "pyg_RGCNConv", "baseline", "fp32", 24.0)]
+    fake.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    part2 = TMP / "fake2.jsonl"   # a second part: another dataset, and a re-run that replaces a cell
+    part2.write_text("\n".join(json.dumps(r) for r in [
+        dict(recs[0], part="2/2"),
+        _case("mutag", "rgcn", "infer", "hectorgen_fp32", "hectorgen", "fp32", 1.0),
+        _case("mutag", "rgcn", "infer", "hand_fp32", "baseline", "fp32", 8.0),
+        _case("aifb", "rgcn", "infer", "pyg_RGCNConv", "baseline", "fp32", 1.5)]) + "\n")
+    data = report.read([fake, part2])
+    rows = {(r["rec"]["dataset"], r["rec"]["mode"], r["rec"]["system"]): r for r in report.comparisons(data)}
+    check(rows[("aifb", "infer", "hectorgen_fp32")]["base"]["system"] == "pyg_RGCNConv", "best fp32 baseline")
+    check(math.isclose(rows[("aifb", "infer", "hectorgen_fp32")]["speedup"], 1.5), "speed-up (re-run replaces)")
+    check(math.isclose(rows[("aifb", "infer", "hectorgen_bf16")]["speedup"], 0.5), "bf16 against bf16 only")
+    check(math.isclose(rows[("aifb", "train", "hectorgen_fp32")]["speedup"], 8.0), "OOM baseline skipped")
+    check(math.isclose(rows[("aifb", "infer", "hectorgen_fp32")]["floor_ratio"], 2.0), "floor ratio")
+    gm = report.geomeans(report.comparisons(data))
+    check(math.isclose(gm[("hectorgen_fp32", "rgcn", "infer")][0], math.sqrt(1.5 * 8.0)), "geomean")
+    md_path = TMP / "results.md"
+    rc = report.main([str(fake), str(part2), "--out", str(md_path)])
+    check(rc == 0, "report rc")
+    md = md_path.read_text()
+    for want in ("NVIDIA H100 80GB HBM3", "driver 580", "torch 2.11.0", "seed 0", "**3.46x** (2/2 datasets",
+                 "| aifb | rgcn | train | hectorgen_fp32 | 3.000 |", "OOM", "3000.0 GB/s"):
+        check(want in md, f"results.md lacks {want!r}")
+    try:
+        import matplotlib  # noqa: F401
+        pngs = sorted(p.name for p in TMP.glob("*.png"))
+        check(pngs == ["floor.png", "speedup.png", "times.png"], pngs)
+        check("![speedup](speedup.png)" in md, "plots not linked")
+        note = ""
+    except ImportError:
+        note = "SKIP plots (no matplotlib)"
+    if dry_results:
+        report.main([str(dry_results), "--out", str(TMP / "dry.md")])
+        check("hectorgen_fp32" in (TMP / "dry.md").read_text(), "report of the dry run")
+    return note
+
+
+def main() -> int:
+    t0 = time.time()
+    failed = 0
+    dry = None
+    for fn in (test_generator, test_loaders, test_hand_vs_spec, test_hand_vs_interpreter, test_variants,
+               test_dry_run, test_report):
+        t = time.time()
+        try:
+            res = fn(dry) if fn is test_report else fn()
+            if fn is test_dry_run:
+                dry, res = res, None
+            print(f"{fn.__name__:26s} PASS{' ' + res if isinstance(res, str) else ''} ({time.time() - t:.1f} s)",
+                  flush=True)
+        except Exception:  # noqa: BLE001
+            failed += 1
+            print(f"{fn.__name__:26s} FAIL ({time.time() - t:.1f} s)", flush=True)
+            traceback.print_exc()
+    shutil.rmtree(TMP, ignore_errors=True)
+    print(f"bench_cpu: {'FAIL' if failed else 'PASS'} ({failed} failed) in {time.time() - t0:.1f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
