@@ -132,8 +132,11 @@ def memory(kind: str) -> float:
     return (torch.cuda.memory_allocated() if kind == "allocated" else torch.cuda.max_memory_allocated()) / 2**20
 
 
-def empty_cache():
-    gc.collect()
+def empty_cache(collect: bool = False):
+    """Returns cached blocks to the device; ``collect``: first break reference cycles (after an exception, whose
+    traceback holds the frames of the failed case)."""
+    if collect:
+        gc.collect()
     if DEVICE == "cuda":
         torch.cuda.empty_cache()
 
@@ -238,7 +241,7 @@ class Runner:
                 with torch.no_grad():
                     res = time_fn(fn, budget, self.a.min_iters, self.a.max_iters)
             rec.update(res, status="ok", peak_mib=memory("peak"))
-            rec["note"] = getattr(system, "note", "")
+            rec["note"] = system.case_note(model)
             if system.kind == "hectorgen":
                 rec["prepare_graph_ms"] = system.prepare_ms(ctx, model)
                 if not train and self.a.check:
@@ -256,7 +259,7 @@ class Runner:
             torch.backends.cudnn.allow_tf32 = False
         try:
             sync()
-            empty_cache()
+            empty_cache(collect=rec["status"] != "ok")
         except Exception as e:  # noqa: BLE001
             self.dead = f"after {g['name']}/{model}/{mode}/{system.name}: {type(e).__name__}"
         return rec
@@ -316,7 +319,7 @@ class Runner:
                     log(f"{g['name']:8s} {model:4s} {mode:5s} {s.name:22s} {val} {peak}{extra} {rec['note']}")
             ctx.cache.clear()
         del ctx, dg, g
-        empty_cache()
+        empty_cache(collect=True)
 
 
 def meta_record(a, bandwidth: float) -> dict:
@@ -430,6 +433,7 @@ def main(argv=None) -> int:
         return prepare(a)
     global DEVICE
     DEVICE = a.device
+    gc.freeze()   # the imported modules' objects: later collections scan only what the cases create
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("bench: no CUDA device (the benchmark needs one; --device cpu is a dry run of the harness)",
               file=sys.stderr)

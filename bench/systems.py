@@ -9,6 +9,7 @@ best baseline of its class.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -95,6 +96,8 @@ def generate(model: str, v: Variant, gen_dir: Path, hectorgen: str | None) -> st
         shutil.copytree(REPO / "generated" / model, new, ignore=shutil.ignore_patterns("build"))
         msg = f"{name}: the committed generated/{model} (no hectorgen)"
     else:
+        if os.sep in hectorgen:
+            hectorgen = str(Path(hectorgen).resolve())   # it runs in another directory
         if name == model:
             spec, cwd = f"specs/{model}.yaml", REPO
         else:
@@ -182,6 +185,10 @@ class System:
     def skip_reason(self, ctx: Context, model: str, train: bool, budget_s: float) -> str | None:
         return None
 
+    def case_note(self, model: str) -> str:
+        """A remark for the case's cell (set up by the last setup())."""
+        return getattr(self, "note", "")
+
 
 class HectorgenSystem(System):
     kind = "hectorgen"
@@ -190,6 +197,23 @@ class HectorgenSystem(System):
         self.v = v
         self.name, self.klass, self.dtype = v.label, v.klass, v.dtype
         self.modules = model_modules   # model -> (module, class) or an exception
+        self.notes = {m: self._dtype_note(mc[0]) for m, mc in model_modules.items() if not isinstance(mc, BaseException)}
+
+    def _dtype_note(self, mod) -> str:
+        """A warning when the module does not declare the variant's dtype (a compiler that ignores options.dtype
+        would label fp32 code as another dtype)."""
+        if self.dtype == "fp32":
+            return ""
+        try:
+            man = json.loads((Path(mod.__file__).parent / "manifest.json").read_text())
+        except Exception:  # noqa: BLE001
+            man = {}
+        declared = man.get("dtype") or man.get("options", {}).get("dtype")
+        return "" if declared == self.dtype else \
+            f"the module does not declare dtype {self.dtype} (manifest: {declared or 'none'}): generated as fp32?"
+
+    def case_note(self, model):
+        return self.notes.get(model, "")
 
     def supports(self, model):
         return model in self.modules
