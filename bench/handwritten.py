@@ -166,6 +166,9 @@ class DeviceGraph:
             best = min(times, key=times.get) if times else kinds[-1]
             self.segmm_ms[dtype] = times
             del x, W
+            keep = set(self._choice.values()) | {best}
+            for k in [k for k in self._layouts if isinstance(k, str) and k not in keep]:
+                del self._layouts[k]   # the index arrays of the forms not chosen: out of every later case's memory
         self._choice[dtype] = best
         return best
 
@@ -256,8 +259,11 @@ class HandLayer(torch.nn.Module):
     def _rgcn(self, x):
         lay = self.lay
         m = lay.seg.mm(x[lay.src], self.W)
-        out = torch.cat([x @ self.W0, x.new_zeros(lay.num_out - self.dg.num_nodes, self.dim)]).to(self.acc)
-        out = out.index_add(0, lay.dst, m.to(self.acc) * lay.norm.to(self.acc).unsqueeze(1))
+        out = x @ self.W0
+        if lay.pad is not None:   # a spare row for the padding
+            out = torch.cat([out, out.new_zeros(1, self.dim)])
+        # in place on a fresh tensor (the mm's output, or its float32 copy): no N x D clone
+        out = out.to(self.acc).index_add_(0, lay.dst, m.to(self.acc) * lay.norm.to(self.acc).unsqueeze(1))
         return out[:self.dg.num_nodes]
 
     def _rgat(self, x):
@@ -278,7 +284,7 @@ class HandLayer(torch.nn.Module):
         k, q, v = kqv[:, :D], kqv[:, D:2 * D], kqv[:, 2 * D:]
         W_att = self.W_att[:, 0] * (self.mu / math.sqrt(D)).unsqueeze(-1)           # prior folded into W_att
         katt = lay.seg.mm(k[lay.src], W_att)
-        score = (katt.to(self.acc) * q[lay.dst_gather].to(self.acc)).sum(-1)
+        score = (katt * q[lay.dst_gather]).sum(-1, dtype=self.acc)   # products in the storage dtype, sum in acc
         msg = lay.seg.mm(v[lay.src], self.W_msg[:, 0])
         agg = edge_softmax_aggregate(score, msg, lay, self.dg.num_nodes, self.acc)
         return nseg.mm(agg.to(self.dtype), self.W_a).to(self.acc)
