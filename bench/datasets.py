@@ -68,7 +68,6 @@ def generate(num_nodes: int, num_ntypes: int, num_edges: int, num_etypes: int, *
     nsizes = _zipf_sizes(num_nodes, num_ntypes, rng, type_skew)
     nptr = np.concatenate([[0], np.cumsum(nsizes)])
     esizes = _zipf_sizes(num_edges, num_etypes, rng, type_skew)
-    eptr = np.concatenate([[0], np.cumsum(esizes)])
     rel_src = rng.integers(0, num_ntypes, num_etypes)
     rel_dst = rng.integers(0, num_ntypes, num_etypes)
     etype = np.repeat(np.arange(num_etypes), esizes)

@@ -122,6 +122,7 @@ class DeviceGraph:
         self._layouts = {}
         self._choice = {}
         self.segmm_ms = {}   # dtype -> {kind: ms} of choose()'s timings
+        self.segmm_errors = {}   # (dtype, kind) -> why choose() could not time it
 
     def layout(self, kind: str) -> EdgeLayout:
         if kind not in self._layouts:
@@ -161,8 +162,10 @@ class DeviceGraph:
                     y.backward(torch.ones_like(y))
                 try:
                     times[k] = _median_ms(step, reps=3)
-                except torch.OutOfMemoryError:
-                    continue
+                except Exception as e:  # noqa: BLE001  (OOM, or a form this torch cannot run: not a candidate)
+                    self.segmm_errors[(dtype, k)] = f"{type(e).__name__}: {str(e)[:120]}"
+                    W.grad = None
+                    torch.cuda.empty_cache()
             best = min(times, key=times.get) if times else kinds[-1]
             self.segmm_ms[dtype] = times
             del x, W
@@ -211,7 +214,8 @@ def edge_softmax_aggregate(score, msg, lay: EdgeLayout, num_nodes: int, acc=torc
     if lay.pad is not None:
         score = score.masked_fill(lay.pad, float("-inf"))
     with torch.no_grad():
-        smax = torch.full((lay.num_out,), -1e30, device=score.device, dtype=acc).scatter_reduce_(0, lay.dst, score, "amax")
+        smax = torch.full((lay.num_out,), -1e30, device=score.device, dtype=acc)
+        smax = smax.scatter_reduce_(0, lay.dst, score, "amax")
     ex = torch.exp(score - smax[lay.dst])
     den = torch.zeros(lay.num_out, device=score.device, dtype=acc).index_add_(0, lay.dst, ex)
     num = torch.zeros(lay.num_out, msg.shape[-1], device=score.device, dtype=acc)

@@ -48,7 +48,8 @@ try_hg() { # try_hg BIN [LIBPATH...]: writes the wrapper with the first library 
   [[ -x "$bin" ]] || return 1
   for libs in "$@"; do
     { echo '#!/bin/sh'
-      [[ -n "$libs" ]] && echo "LD_LIBRARY_PATH=\"$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"; export LD_LIBRARY_PATH"
+      [[ -n "$libs" ]] &&
+        echo "LD_LIBRARY_PATH=\"$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"; export LD_LIBRARY_PATH"
       echo "exec \"$bin\" \"\$@\""; } > "$HGW"
     chmod +x "$HGW"
     if "$HGW" --version >/dev/null 2>&1; then log "hectorgen: $bin ($("$HGW" --version))"; return 0; fi
@@ -67,7 +68,8 @@ fi
 RT="$WORK/runtime-prefix"
 STAMP="$(find runtime -type f -not -path '*/build/*' -not -name '*.pyc' -not -name '_C*.so' | LC_ALL=C sort |
          xargs sha1sum | sha1sum | cut -c1-16)"
-ARCH="${HECTORGEN_CUDA_ARCH:-$(python3 -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}{n}")' 2>/dev/null || echo 90)}"
+CAP='import torch; print("%d%d" % torch.cuda.get_device_capability(0))'
+ARCH="${HECTORGEN_CUDA_ARCH:-$(python3 -c "$CAP" 2>/dev/null || echo 90)}"
 if [[ -f "$RT/python/hectorgen_runtime/__init__.py" && "$(cat "$RT/stamp" 2>/dev/null)" == "$STAMP-$ARCH" ]]; then
   log "hectorgen runtime: $RT is current"
 else
@@ -92,7 +94,8 @@ export PYTHONPATH="$RT/python${PYTHONPATH:+:$PYTHONPATH}"
 # ---- 3. generate and build the variants -------------------------------------------------------------------------
 log "generating and building the variants (log: $OUT/bench.log)"
 timeout -k 10 "$(( $(left) - 150 > 60 ? $(left) - 150 : 60 ))" \
-  python3 bench/bench.py --prepare "$@" --gen-dir "$WORK/gen" --hectorgen "$HG" || log "prepare: some variants failed (their cells say why)"
+  python3 bench/bench.py --prepare "$@" --gen-dir "$WORK/gen" --hectorgen "$HG" ||
+  log "prepare: some variants failed (their cells say why)"
 cp "$WORK/gen/prepare.json" "$OUT/prepare.json" 2>/dev/null || true
 
 # ---- 4. the cases -------------------------------------------------------------------------------------------------

@@ -197,7 +197,8 @@ class HectorgenSystem(System):
         self.v = v
         self.name, self.klass, self.dtype = v.label, v.klass, v.dtype
         self.modules = model_modules   # model -> (module, class) or an exception
-        self.notes = {m: self._dtype_note(mc[0]) for m, mc in model_modules.items() if not isinstance(mc, BaseException)}
+        self.notes = {m: self._dtype_note(mc[0]) for m, mc in model_modules.items()
+                      if not isinstance(mc, BaseException)}
 
     def _dtype_note(self, mod) -> str:
         """A warning when the module does not declare the variant's dtype (a compiler that ignores options.dtype
@@ -395,7 +396,8 @@ class StandInModule:
                     setattr(self, name, torch.nn.Parameter(t.to(device=device, dtype=dtype)))
 
             def forward(self, g, x):
-                lay = hw.HandLayer(outer.MODEL, g, x.dtype, layout="loop", dim=DIM, weights=dict(self.named_parameters()))
+                lay = hw.HandLayer(outer.MODEL, g, x.dtype, layout="loop", dim=DIM,
+                                   weights=dict(self.named_parameters()))
                 return lay(x)
         self.Layer = Layer
 

@@ -21,7 +21,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -95,7 +94,8 @@ def test_loaders():
     check(g["src"].tolist() == [1, 2, 3, 4, 3] and g["dst"].tolist() == [3, 0, 2, 2, 4]
           and g["etype"].tolist() == [0, 1, 2, 2, 3], f"rdf edges {g['src'].tolist()} {g['dst'].tolist()}")
     check(g["rel_types"] == [(1, 3), (2, 0), (3, 2), (3, 3)] and g["num_nodes"] == 5, g["rel_types"])
-    check(g["relation_names"][2] == "http://ex.org/Person|http://ex.org/author|http://ex.org/Paper", g["relation_names"])
+    check(g["relation_names"][2] == "http://ex.org/Person|http://ex.org/author|http://ex.org/Paper",
+          g["relation_names"])
 
     g = datasets.load_tsv_triples([DATA / "fb15k_tiny" / "train.txt", DATA / "fb15k_tiny" / "valid.txt"], "fb")
     datasets.validate(g)
