@@ -346,7 +346,7 @@ def meta_record(a, bandwidth: float) -> dict:
                 cuda=torch.version.cuda,
                 pyg=pyg, python=platform.python_version(), date=_dt.datetime.now(_dt.timezone.utc).isoformat(
                     timespec="seconds"), commit=commit, seed=a.seed, skew=a.skew, type_skew=a.type_skew,
-                bandwidth_gbs=bandwidth / 1e9, case_budget_s=a.case_budget, max_iters=a.max_iters,
+                bandwidth_gbs=round(bandwidth / 1e9, 1), case_budget_s=a.case_budget, max_iters=a.max_iters,
                 datasets=a.datasets, models=a.models, variants=a.variants, baselines=a.baselines, modes=a.modes)
 
 

@@ -208,6 +208,7 @@ def plot(recs, out_dir: Path) -> list:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter
     except ImportError:
         return []
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -226,11 +227,13 @@ def plot(recs, out_dir: Path) -> list:
                 for d in datasets:
                     row = next((r for r in rows if (r["rec"]["dataset"], r["rec"]["model"], r["rec"]["mode"],
                                                     r["rec"]["system"]) == (d, m, mode, v)), None)
-                    ys.append(row["speedup"] if row and row["speedup"] else 0)
+                    ys.append(row["speedup"] if row and row["speedup"] else float("nan"))
                 ax.bar([x + k * w for x in range(len(datasets))], ys, w, label=v)
             ax.axhline(1, color="k", lw=0.8)
             ax.axhline(3, color="g", lw=0.8, ls="--")
             ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+            ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
             ax.set_title(f"{MODEL_NAMES[m]} {'inference' if mode == 'infer' else 'training step'}", fontsize=9)
             ax.set_xticks([x + 0.4 - w / 2 for x in range(len(datasets))])
             ax.set_xticklabels(datasets, rotation=45, fontsize=7)
@@ -255,7 +258,7 @@ def plot(recs, out_dir: Path) -> list:
                 ys = []
                 for d in datasets:
                     r = recs["cases"].get((d, m, mode, s))
-                    ys.append(r["ms"] if r and r["status"] == "ok" else 0)
+                    ys.append(r["ms"] if r and r["status"] == "ok" else float("nan"))
                 ax.bar([x + k * w for x in range(len(datasets))], ys, w, label=s)
             ax.set_yscale("log")
             ax.set_title(f"{MODEL_NAMES[m]} {'inference' if mode == 'infer' else 'training step'}", fontsize=9)
