@@ -12,7 +12,7 @@
 # 3. bench.py --prepare: generates each selected model x variant into $HG_BENCH_DIR/gen and builds the
 #    extensions in parallel (incremental: an unchanged module is not rebuilt).
 # 4. bench.py: the cases of this part, one progress line each; JSON lines in $OUT/results-KofN.jsonl, everything
-#    printed in $OUT/bench.log; the short table last. No case starts after BENCH_LIMIT_S (default 570) seconds
+#    printed in $OUT/bench.log; the short table last. No case starts after BENCH_LIMIT_S (default 540) seconds
 #    of the whole command, so a part fits a 10-minute call; skipped cases say so.
 # Then, on any machine: python3 bench/report.py results-*.jsonl  ->  bench/results.md and bench/*.png
 set -uo pipefail
@@ -23,7 +23,7 @@ mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 WORK="${HG_BENCH_DIR:-$ROOT/build/bench}"
 mkdir -p "$WORK/bin"
-LIMIT="${BENCH_LIMIT_S:-570}"
+LIMIT="${BENCH_LIMIT_S:-540}"
 export HG_BENCH_CACHE="${HG_BENCH_CACHE:-$WORK/cache}"
 export PYTHONUNBUFFERED=1
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH="$PATH:/usr/local/cuda/bin"; fi
