@@ -10,7 +10,8 @@ What makes them strong (and what ../shared/anchors/handwritten.py, the layers th
   forms, chosen per graph and dtype by timing them once on the device (``layout="auto"``):
   ``grouped``: torch._grouped_mm, one CUTLASS launch; torch 2.11 has that kernel for bfloat16 only (on sm_90 and
   later); other dtypes fall back to a loop of mm with a host sync, so they do not use it;
-  ``loop``: one mm per non-empty relation (few, large relations: mag, am);
+  ``loop``: one mm per non-empty relation (few, large relations: mag, am), the weight slices taken by one unbind so
+  the backward stacks their gradients once instead of zero-filling an [R, K, M] gradient per relation;
   ``chunks``: each relation's rows cut into chunks of C rows, the last one padded, and one torch.bmm over all
   chunks (many small relations: fb15k, wikikg2). Padding rows read node 0 and write to a spare node row N that
   is dropped, so the per-edge work never unpads.
@@ -60,7 +61,8 @@ class Segments:
             K, M = W.shape[-2:]
             out = torch.bmm(rows.view(self.num_chunks, self.chunk, K), W[self.chunk_seg])
             return out.view(self.num_chunks * self.chunk, M)
-        parts = [rows[a:b] @ W[s] for s, a, b in self.nonempty]
+        Ws = W.unbind(0)   # one backward op for all slices (W[s] would zero-fill an [S, K, M] gradient per slice)
+        parts = [rows[a:b] @ Ws[s] for s, a, b in self.nonempty]
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
 
