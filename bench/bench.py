@@ -436,6 +436,8 @@ def main(argv=None) -> int:
     global DEVICE
     DEVICE = a.device
     gc.freeze()   # the imported modules' objects: later collections scan only what the cases create
+    if DEVICE == "cpu":
+        torch.set_num_threads(1)   # a dry run's tiny tensors: more threads only contend (and crawl on a busy machine)
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("bench: no CUDA device (the benchmark needs one; --device cpu is a dry run of the harness)",
               file=sys.stderr)

@@ -17,7 +17,7 @@
 # Then, on any machine: python3 bench/report.py results-*.jsonl  ->  bench/results.md and bench/*.png
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+cd "$ROOT" || exit 1
 OUT="${OUT:-$ROOT/out/bench}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
@@ -29,6 +29,15 @@ export PYTHONUNBUFFERED=1
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH="$PATH:/usr/local/cuda/bin"; fi
 
 exec > >(tee -a "$OUT/bench.log") 2>&1
+TEE_PID=$!
+# shellcheck disable=SC2317  # invoked by the EXIT trap: let tee finish writing bench.log before the call returns
+finish() {
+  local rc=$?
+  exec 1>&- 2>&-
+  wait "$TEE_PID" 2>/dev/null || true
+  exit "$rc"
+}
+trap finish EXIT
 log() { echo "[run.sh $(printf '%3d' "$SECONDS")s] $*"; }
 left() { echo $((LIMIT - SECONDS)); }
 
@@ -79,6 +88,7 @@ else
         -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
         -DPython3_EXECUTABLE="$(command -v python3)" -DHECTORGEN_RUNTIME_PYTHON_INSTALL_DIR=python)
   command -v ninja >/dev/null && args+=(-G Ninja)
+  # shellcheck disable=SC2016  # $1, $2 expand in the inner shell
   if timeout -k 10 "$(( $(left) < 240 ? $(left) : 240 ))" bash -c 'cmake "${@:3}" && cmake --build "$1" &&
        cmake --install "$1" --prefix "$2"' _ "$WORK/runtime-build" "$RT" "${args[@]}" > "$WORK/runtime.log" 2>&1; then
     echo "$STAMP-$ARCH" > "$RT/stamp"
