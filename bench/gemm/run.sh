@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# GEMM-template microbenchmark, one command on a GPU machine (see docs/gemm_template.md):
+#   bench/gemm/run.sh [--build-only] [gemm_bench arguments...]
+# Builds every source for sm_90a (run) and sm_80 (compile check) in parallel with -Werror, prints the
+# registers/spills of each kernel and its tensor-core instruction counts, runs the checks and timings, and
+# writes everything under $OUT (default bench/gemm/out): env.txt, build.log, kernels.txt (registers, spills,
+# SASS instruction counts), bench.log, results.csv. The short table comes last on stdout.
+# CuTe/CUTLASS headers: $CUTLASS_INCLUDE, else ./.cutlass/include at the repository root (the include/
+# folder of the nvidia-cutlass wheel: cutlass_library/source/include).
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+out="${OUT:-$here/out}"
+build="${BUILD_DIR:-$(mktemp -d /tmp/gemm_bench.XXXXXX)}"
+mkdir -p "$out" "$build"
+
+build_only=0
+if [ "${1:-}" = "--build-only" ]; then
+  build_only=1
+  shift
+fi
+
+cutlass="${CUTLASS_INCLUDE:-$root/.cutlass/include}"
+if [ ! -f "$cutlass/cute/tensor.hpp" ]; then
+  echo "run.sh: no CuTe headers at $cutlass: set CUTLASS_INCLUDE or carry .cutlass (see docs/gemm_template.md)" >&2
+  exit 1
+fi
+nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+cuobjdump="$(command -v cuobjdump || echo "$(dirname "$nvcc")/cuobjdump")"
+
+{
+  date -u
+  nvidia-smi 2>&1 || echo "(no nvidia-smi)"
+  "$nvcc" --version
+  echo "CUTLASS headers: $cutlass"
+  grep -E "define CUTLASS_(MAJOR|MINOR|PATCH) " "$cutlass/cutlass/version.h"
+} > "$out/env.txt" 2>&1
+
+flags=(-std=c++17 -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra -isystem "$cutlass" --expt-relaxed-constexpr
+       -lineinfo -Xptxas -v)
+
+compile() {  # translation unit, arch
+  "$nvcc" "${flags[@]}" "-gencode=arch=compute_$2,code=sm_$2" -c "$here/$1.cu" -o "$build/$1_$2.o" \
+    > "$out/build_$1_$2.log" 2>&1
+}
+
+echo "[build] main.cu and cute_gemm.cu for sm_90a and sm_80, in parallel (logs: $out/build_*.log)"
+start=$SECONDS
+pids=()
+names=()
+for arch in 90a 80; do
+  for tu in main cute_gemm; do
+    compile "$tu" "$arch" &
+    pids+=($!)
+    names+=("$tu sm_$arch")
+  done
+done
+failed=0
+for i in "${!pids[@]}"; do
+  if wait "${pids[$i]}"; then
+    echo "[build] ${names[$i]}: ok"
+  else
+    echo "[build] ${names[$i]}: FAILED"
+    failed=1
+  fi
+done
+if [ "$failed" -ne 0 ]; then
+  for log in "$out"/build_*.log; do
+    echo "== $log"
+    grep -E "error|warning" "$log" | grep -v "ptxas info" | head -20
+  done
+  exit 1
+fi
+"$nvcc" -gencode=arch=compute_90a,code=sm_90a "$build/main_90a.o" "$build/cute_gemm_90a.o" -o "$build/gemm_bench" \
+  || { echo "[build] link FAILED"; exit 1; }
+echo "[build] done in $((SECONDS - start)) s"
+
+# Resources per kernel (sm_90a) and the matrix instructions each one really uses: $out/kernels.txt.
+{
+  echo "== registers / shared memory / spills (sm_90a) =="
+  for tu in main cute_gemm; do
+    grep -E "Compiling entry|Used|spill" "$out/build_${tu}_90a.log" | sed -E 's/ptxas info *: //' | paste - - - |
+      sed -E "s/Compiling entry function '([^']*)' for 'sm_90a'/\1/"
+  done
+} > "$out/kernels.txt" 2>&1
+"$cuobjdump" -sass "$build/gemm_bench" 2>&1 | awk '
+  /Function :/ { if (name != "") printf "%s HMMA %d FFMA %d LDSM %d LDGSTS %d\n", name, h, f, l, g;
+                 name = $3; h = f = l = g = 0 }
+  /HMMA/ { h++ } /FFMA/ { f++ } /LDSM/ { l++ } /LDGSTS/ { g++ }
+  END { if (name != "") printf "%s HMMA %d FFMA %d LDSM %d LDGSTS %d\n", name, h, f, l, g }' > "$build/sass.txt"
+{
+  echo
+  echo "== SASS instruction counts: HMMA (tensor cores), FFMA, LDSM (ldmatrix), LDGSTS (cp.async) =="
+  cat "$build/sass.txt"
+} >> "$out/kernels.txt"
+tc_pattern="^_ZN10gemm_bench(2tc(19segment_gemm|20wgrad_partial)|9cute_impl)"
+echo "[sass] tensor-core kernels with HMMA in their SASS: $(grep -E "$tc_pattern" "$build/sass.txt" |
+  grep -cE "HMMA [1-9]") of $(grep -cE "$tc_pattern" "$build/sass.txt")"
+echo "[ptxas] kernels with a stack frame or spills: $(grep -cE " [1-9][0-9]* bytes (stack frame|spill)" \
+  "$out/kernels.txt") (details: $out/kernels.txt)"
+cat "$out"/build_*.log > "$build/build.log" && rm -f "$out"/build_*.log && mv "$build/build.log" "$out/build.log"
+
+if [ "$build_only" -eq 1 ]; then
+  echo "[build-only] binary at $build/gemm_bench"
+  exit 0
+fi
+
+echo "[run] $build/gemm_bench $* (log: $out/bench.log)"
+"$build/gemm_bench" --csv "$out/results.csv" "$@" 2>&1 | tee "$out/bench.log"
+status=${PIPESTATUS[0]}
+echo "[run] exit status $status (0: every check passed; 1: some FAIL rows; 2: CUDA error)"
+exit "$status"
