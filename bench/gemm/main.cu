@@ -4,7 +4,9 @@
 // inputs with the output poisoned first, weight gradients are run twice and compared bit for bit, and then
 // timed with CUDA events (median). See docs/gemm_template.md and bench/gemm/run.sh.
 //
-//   gemm_bench [--case NAME]... [--budget SECONDS] [--csv FILE] [--seed N] [--skew S]
+//   gemm_bench [--case NAME]... [--impls simt,tc,cute] [--budget SECONDS] [--csv FILE] [--seed N] [--skew S]
+//   gemm_bench --list                 the case names, cheapest first
+//   gemm_bench --table FILE.csv...    the summary table of earlier runs' CSV files (exit 1 if a row FAILed)
 
 #include <algorithm>
 #include <chrono>
@@ -47,6 +49,9 @@ const Case kCases[] = {
 
 struct Options {
   std::vector<std::string> cases;  // empty: all
+  std::vector<std::string> impls = {"simt", "tc", "cute"};
+  std::vector<std::string> tables;  // --table: print the summary of these CSV files and exit
+  bool list = false;
   double budget_s = 210;           // wall-clock budget: later cases are skipped (and reported) past it
   std::string csv;
   uint64_t seed = 8;
@@ -65,6 +70,15 @@ Options parse_args(int argc, char** argv) {
       return argv[++i];
     };
     if (arg == "--case") o.cases.push_back(value());
+    else if (arg == "--impls") {
+      o.impls.clear();
+      std::string list = value();
+      for (size_t begin = 0, end; begin <= list.size(); begin = end + 1) {
+        end = std::min(list.find(',', begin), list.size());
+        o.impls.push_back(list.substr(begin, end - begin));
+      }
+    } else if (arg == "--table") o.tables.push_back(value());
+    else if (arg == "--list") o.list = true;
     else if (arg == "--budget") o.budget_s = std::stod(value());
     else if (arg == "--csv") o.csv = value();
     else if (arg == "--seed") o.seed = std::stoull(value());
@@ -187,7 +201,7 @@ Graph make_graph(const Case& c, const Options& o) {
 
 struct Row {
   std::string case_name, op, impl, dtype;
-  double ms = NAN, gflops = NAN, gbs = NAN, floor_ms = NAN, rel_err = NAN;
+  double ms = NAN, gflops = NAN, gbs = NAN, floor_ms = NAN, rel_err = NAN, bandwidth_gbs = NAN;
   std::string status;  // ok, FAIL (error over tolerance, non-finite output, or not deterministic), SKIP
   std::string note;
 };
@@ -196,6 +210,10 @@ struct Context {
   Options options;
   double bandwidth_gbs = 0;  // measured device-to-device copy bandwidth, bytes read + written
   std::vector<Row> rows;
+  FILE* csv = nullptr;  // rows are appended as they finish, so a crash keeps the finished ones
+  bool enabled(const char* impl) const {
+    return std::find(options.impls.begin(), options.impls.end(), impl) != options.impls.end();
+  }
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   double elapsed_s() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -207,6 +225,25 @@ void print_row(const Row& r) {
               r.case_name.c_str(), r.op.c_str(), r.impl.c_str(), r.dtype.c_str(), r.ms, r.gflops, r.gbs,
               r.floor_ms, r.ms / r.floor_ms, r.rel_err, r.status.c_str(), r.note.c_str());
   std::fflush(stdout);
+}
+
+void open_csv(Context& ctx) {
+  if (ctx.options.csv.empty()) return;
+  ctx.csv = std::fopen(ctx.options.csv.c_str(), "w");
+  if (!ctx.csv) {
+    std::fprintf(stderr, "gemm_bench: cannot write %s\n", ctx.options.csv.c_str());
+    std::exit(1);
+  }
+  std::fprintf(ctx.csv, "case,op,impl,dtype,ms,gflops,gbs,floor_ms,ratio_to_floor,rel_err,status,note,copy_gbs\n");
+  std::fflush(ctx.csv);
+}
+
+void append_csv(Context& ctx, const Row& r) {
+  if (!ctx.csv) return;
+  std::fprintf(ctx.csv, "%s,%s,%s,%s,%.5f,%.1f,%.1f,%.5f,%.3f,%.3e,%s,%s,%.0f\n", r.case_name.c_str(), r.op.c_str(),
+               r.impl.c_str(), r.dtype.c_str(), r.ms, r.gflops, r.gbs, r.floor_ms, r.ms / r.floor_ms, r.rel_err,
+               r.status.c_str(), r.note.c_str(), r.bandwidth_gbs);
+  std::fflush(ctx.csv);
 }
 
 // Median of per-launch CUDA-event times; prepare() runs before each launch, outside the timed region.
@@ -416,7 +453,9 @@ class DtypeRun {
     r.gflops = flops / (r.ms * 1e-3) / 1e9;
     r.gbs = row_bytes / (r.ms * 1e-3) / 1e9;
     r.floor_ms = floor_bytes / (ctx_.bandwidth_gbs * 1e9) * 1e3;
+    r.bandwidth_gbs = ctx_.bandwidth_gbs;
     print_row(r);
+    append_csv(ctx_, r);
     ctx_.rows.push_back(r);
   }
 
@@ -455,6 +494,7 @@ class DtypeRun {
 
 template <int D>
 void run_simt(Context& ctx, const Graph& g, uint64_t seed) {
+  if (!ctx.enabled("simt")) return;
   DtypeRun<float> run(ctx, g, Dtype::kFp32, seed);
   run.gather_store("simt", g.tile_simt.get(), [](const SegmentGemmArgs<float, float>& a) {
     simt::launch_segment_gemm<D, D, Epilogue::kStore>(a, nullptr);
@@ -467,24 +507,27 @@ void run_simt(Context& ctx, const Graph& g, uint64_t seed) {
 
 template <class T, int D>
 void run_tensor_cores(Context& ctx, const Graph& g, Dtype dtype, uint64_t seed) {
+  const bool use_tc = ctx.enabled("tc"), use_cute = !std::is_same_v<T, float> && ctx.enabled("cute");
+  if (!use_tc && !use_cute) return;
   DtypeRun<T> run(ctx, g, dtype, seed);
   using StoreOut = typename tc::ForwardConfig<T, D, D, Epilogue::kStore>::OutT;
-  run.gather_store("tc", g.tile_tc.get(), [](const SegmentGemmArgs<T, StoreOut>& a) {
+  if (use_tc) run.gather_store("tc", g.tile_tc.get(), [](const SegmentGemmArgs<T, StoreOut>& a) {
     tc::launch_segment_gemm<T, D, D, Epilogue::kStore>(a, nullptr);
   });
   if constexpr (!std::is_same_v<T, float>) {
-    run.gather_store("cute", g.tile_cute.get(), [](const SegmentGemmArgs<T, T>& a) {
+    if (use_cute) run.gather_store("cute", g.tile_cute.get(), [](const SegmentGemmArgs<T, T>& a) {
       cute_impl::launch_segment_gemm<T, D, D, Epilogue::kStore>(a, nullptr);
     });
   }
-  run.gather_scatter_add("tc", g.tile_tc.get(), [](const SegmentGemmArgs<T, float>& a) {
+  if (use_tc) run.gather_scatter_add("tc", g.tile_tc.get(), [](const SegmentGemmArgs<T, float>& a) {
     tc::launch_segment_gemm<T, D, D, Epilogue::kAtomic>(a, nullptr);
   });
   if constexpr (!std::is_same_v<T, float>) {
-    run.gather_scatter_add("cute", g.tile_cute.get(), [](const SegmentGemmArgs<T, float>& a) {
+    if (use_cute) run.gather_scatter_add("cute", g.tile_cute.get(), [](const SegmentGemmArgs<T, float>& a) {
       cute_impl::launch_segment_gemm<T, D, D, Epilogue::kAtomic>(a, nullptr);
     });
   }
+  if (!use_tc) return;
   DeviceBuffer<float> partial(g.max_chunks_tc * D * D);
   const int32_t* chunk_ptr = g.chunk_tc.get();
   const int chunk_rows = g.chunk_rows_tc;
@@ -502,12 +545,12 @@ void run_case_dim(Context& ctx, const Graph& g, uint64_t seed) {
   run_tensor_cores<__half, D>(ctx, g, Dtype::kFp16, seed + 4);
 }
 
-void print_table(const Context& ctx) {
-  std::printf("\n== GEMM template microbenchmark: median ms (x HBM floor), rel err vs float64; FAIL = wrong ==\n");
+void print_table(const std::vector<Row>& rows) {
+  std::printf("\n== GEMM template microbenchmark: median ms (x its HBM floor); FAIL = wrong or not deterministic ==\n");
   std::printf("%-10s %-11s | %-17s %-17s %-17s %-17s %-17s %-17s\n", "case", "op", "simt fp32", "tc tf32",
               "tc bf16", "cute bf16", "tc fp16", "cute fp16");
   std::vector<std::pair<std::string, std::string>> keys;
-  for (const Row& r : ctx.rows) {
+  for (const Row& r : rows) {
     const auto key = std::make_pair(r.case_name, r.op);
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
   }
@@ -517,11 +560,13 @@ void print_table(const Context& ctx) {
     std::printf("%-10s %-11s |", name.c_str(), op.c_str());
     for (const auto& [impl, dtype] : columns) {
       const Row* found = nullptr;
-      for (const Row& r : ctx.rows) {
+      bool skipped = false;
+      for (const Row& r : rows) {
         if (r.case_name == name && r.op == op && r.impl == impl && r.dtype == dtype) found = &r;
+        skipped |= r.case_name == name && r.op == op && r.status == "SKIP";
       }
       char cell[64] = "";
-      if (found && found->status == "SKIP") std::snprintf(cell, sizeof cell, "skipped");
+      if (skipped) std::snprintf(cell, sizeof cell, "skipped");
       else if (found) {
         std::snprintf(cell, sizeof cell, "%s%.3f (x%.1f)", found->status == "ok" ? "" : "FAIL ", found->ms,
                       found->ms / found->floor_ms);
@@ -530,26 +575,78 @@ void print_table(const Context& ctx) {
     }
     std::printf("\n");
   }
-  int failures = 0;
-  for (const Row& r : ctx.rows) failures += r.status == "FAIL";
-  std::printf("checks: %zu rows, %d FAIL; copy bandwidth %.0f GB/s (floor = bytes each input/output once / it)\n",
-              ctx.rows.size(), failures, ctx.bandwidth_gbs);
+  // Speed-up over the SIMT template, geometric mean over the cases that have both.
+  std::printf("%-22s |", "geomean vs simt fp32");
+  for (const auto& [impl, dtype] : columns) {
+    double log_sum = 0;
+    int count = 0;
+    for (const Row& base : rows) {
+      if (base.impl != std::string("simt") || base.status != "ok") continue;
+      for (const Row& r : rows) {
+        if (r.case_name == base.case_name && r.op == base.op && r.impl == impl && r.dtype == dtype &&
+            r.status == "ok") {
+          log_sum += std::log(base.ms / r.ms);
+          ++count;
+        }
+      }
+    }
+    char cell[64] = "";
+    if (count > 0) std::snprintf(cell, sizeof cell, "%.2fx (%d)", std::exp(log_sum / count), count);
+    std::printf(" %-17s", cell);
+  }
+  std::printf("\n");
+  int failures = 0, checked = 0;
+  double bandwidth = NAN;
+  for (const Row& r : rows) {
+    failures += r.status == "FAIL";
+    checked += r.status == "ok" || r.status == "FAIL";
+    if (!std::isnan(r.bandwidth_gbs)) bandwidth = r.bandwidth_gbs;
+  }
+  std::printf("%d rows checked, %d FAIL; floor = bytes (each input and output once) / copy bandwidth %.0f GB/s\n",
+              checked, failures, bandwidth);
 }
 
-void write_csv(const Context& ctx) {
-  if (ctx.options.csv.empty()) return;
-  FILE* f = std::fopen(ctx.options.csv.c_str(), "w");
+// Reads rows written by append_csv (fields never contain commas).
+std::vector<Row> read_csv(const std::string& path) {
+  std::vector<Row> rows;
+  FILE* f = std::fopen(path.c_str(), "r");
   if (!f) {
-    std::fprintf(stderr, "gemm_bench: cannot write %s\n", ctx.options.csv.c_str());
-    return;
+    std::fprintf(stderr, "gemm_bench: cannot read %s\n", path.c_str());
+    return rows;
   }
-  std::fprintf(f, "case,op,impl,dtype,ms,gflops,gbs,floor_ms,ratio_to_floor,rel_err,status,note\n");
-  for (const Row& r : ctx.rows) {
-    std::fprintf(f, "%s,%s,%s,%s,%.5f,%.1f,%.1f,%.5f,%.3f,%.3e,%s,%s\n", r.case_name.c_str(), r.op.c_str(),
-                 r.impl.c_str(), r.dtype.c_str(), r.ms, r.gflops, r.gbs, r.floor_ms, r.ms / r.floor_ms, r.rel_err,
-                 r.status.c_str(), r.note.c_str());
+  char line[1024];
+  bool header = true;
+  while (std::fgets(line, sizeof line, f)) {
+    if (header) {
+      header = false;
+      continue;
+    }
+    std::vector<std::string> field;
+    std::string text(line);
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    for (size_t begin = 0, end; begin <= text.size(); begin = end + 1) {
+      end = std::min(text.find(',', begin), text.size());
+      field.push_back(text.substr(begin, end - begin));
+    }
+    if (field.size() < 13) continue;
+    auto number = [](const std::string& s) { return s.empty() ? NAN : std::strtod(s.c_str(), nullptr); };
+    Row r;
+    r.case_name = field[0];
+    r.op = field[1];
+    r.impl = field[2];
+    r.dtype = field[3];
+    r.ms = number(field[4]);
+    r.gflops = number(field[5]);
+    r.gbs = number(field[6]);
+    r.floor_ms = number(field[7]);
+    r.rel_err = number(field[9]);
+    r.status = field[10];
+    r.note = field[11];
+    r.bandwidth_gbs = number(field[12]);
+    rows.push_back(r);
   }
   std::fclose(f);
+  return rows;
 }
 
 }  // namespace
@@ -559,6 +656,20 @@ int main(int argc, char** argv) {
   using namespace gemm_bench;
   Context ctx;
   ctx.options = parse_args(argc, argv);
+  if (ctx.options.list) {
+    for (const Case& c : kCases) std::printf("%s\n", c.name);
+    return 0;
+  }
+  if (!ctx.options.tables.empty()) {
+    std::vector<Row> rows;
+    for (const std::string& path : ctx.options.tables) {
+      const std::vector<Row> more = read_csv(path);
+      rows.insert(rows.end(), more.begin(), more.end());
+    }
+    print_table(rows);
+    return std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.status == "FAIL"; }) ? 1 : 0;
+  }
+  open_csv(ctx);
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   int driver = 0, runtime = 0;
@@ -585,6 +696,7 @@ int main(int argc, char** argv) {
       r.impl = "-";
       r.dtype = "-";
       r.status = "SKIP";
+      append_csv(ctx, r);
       ctx.rows.push_back(r);
       continue;
     }
@@ -597,8 +709,8 @@ int main(int argc, char** argv) {
     if (c.dim == 64) run_case_dim<64>(ctx, g, seed);
     else run_case_dim<128>(ctx, g, seed);
   }
-  print_table(ctx);
-  write_csv(ctx);
+  print_table(ctx.rows);
+  if (ctx.csv) std::fclose(ctx.csv);
   int failures = 0;
   for (const Row& r : ctx.rows) failures += r.status == "FAIL";
   return failures == 0 ? 0 : 1;

@@ -106,8 +106,43 @@ if [ "$build_only" -eq 1 ]; then
   exit 0
 fi
 
-echo "[run] $build/gemm_bench $* (log: $out/bench.log)"
-"$build/gemm_bench" --csv "$out/results.csv" "$@" 2>&1 | tee "$out/bench.log"
-status=${PIPESTATUS[0]}
-echo "[run] exit status $status (0: every check passed; 1: some FAIL rows; 2: CUDA error)"
-exit "$status"
+# One process per case, so that a kernel fault (a sticky CUDA error) costs only its case: that case is then
+# rerun one implementation per process to isolate the culprit. Cases are cheapest first; past the budget
+# (seconds since the start of this script, $BUDGET, default 200) the rest are skipped.
+budget="${BUDGET:-200}"
+bench="$build/gemm_bench"
+csvs=()
+: > "$out/bench.log"
+run_one() {  # csv name, gemm_bench arguments...
+  local name=$1
+  shift
+  "$bench" --csv "$build/$name.csv" "$@" 2>&1 | tee -a "$out/bench.log"
+  local status=${PIPESTATUS[0]}
+  if [ "$status" -le 1 ]; then csvs+=("$build/$name.csv"); fi
+  return "$status"
+}
+for case_name in $("$bench" --list); do
+  if [ "$SECONDS" -gt "$budget" ]; then
+    echo "[run] $case_name: SKIPPED, over the ${budget} s budget" | tee -a "$out/bench.log"
+    continue
+  fi
+  echo "[run] $SECONDS s: $case_name" | tee -a "$out/bench.log"
+  run_one "$case_name" --case "$case_name" "$@"
+  if [ $? -ge 2 ]; then
+    echo "[run] $case_name: CUDA error; rerunning it one implementation at a time" | tee -a "$out/bench.log"
+    for impl in simt tc cute; do
+      run_one "$case_name-$impl" --case "$case_name" --impls "$impl" "$@" ||
+        echo "[run] $case_name --impls $impl: exit $?" | tee -a "$out/bench.log"
+    done
+  fi
+done
+if [ "${#csvs[@]}" -eq 0 ]; then
+  echo "[run] no results"
+  exit 2
+fi
+{
+  head -n 1 "${csvs[0]}"
+  for f in "${csvs[@]}"; do tail -n +2 "$f"; done
+} > "$out/results.csv"
+echo "[run] done in $SECONDS s; all rows: $out/results.csv"
+"$bench" --table "$out/results.csv"
