@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # GEMM-template microbenchmark, one command on a GPU machine (see docs/gemm_template.md):
 #   bench/gemm/run.sh [--build-only] [gemm_bench arguments...]
-# Builds every source for sm_90a (run) and sm_80 (compile check) in parallel with -Werror, prints the
-# registers/spills of each kernel and its tensor-core instruction counts, runs the checks and timings, and
-# writes everything under $OUT (default bench/gemm/out): env.txt, build.log, kernels.txt (registers, spills,
-# SASS instruction counts), bench.log, results.csv. The short table comes last on stdout.
+# Checks the mma fragment offsets on the CPU, builds every source for sm_90a (run) and sm_80 (compile check)
+# in parallel with -Werror, prints the registers/spills of each kernel and its tensor-core instruction counts,
+# runs the checks and timings, and writes everything under $OUT (default bench/gemm/out): env.txt,
+# fragment_check.log, build.log, kernels.txt (registers, spills, SASS instruction counts), bench.log,
+# results.csv. The short table comes last on stdout.
 # CuTe/CUTLASS headers: $CUTLASS_INCLUDE, else ./.cutlass/include at the repository root (the include/
 # folder of the nvidia-cutlass wheel: cutlass_library/source/include).
 set -uo pipefail
@@ -44,6 +45,16 @@ compile() {  # translation unit, arch
   "$nvcc" "${flags[@]}" "-gencode=arch=compute_$2,code=sm_$2" -c "$here/$1.cu" -o "$build/$1_$2.o" \
     > "$out/build_$1_$2.log" 2>&1
 }
+
+# CPU first: the warp-level operand offsets against an emulation of ldmatrix/mma (no GPU needed).
+cxx="${CXX:-$(command -v g++ || command -v c++)}"
+if "$cxx" -std=c++17 -O1 -Wall -Wextra -Werror "$here/fragment_check.cpp" -o "$build/fragment_check" \
+    > "$out/fragment_check.log" 2>&1 && "$build/fragment_check" >> "$out/fragment_check.log" 2>&1; then
+  echo "[check] fragment offsets: ok (CPU emulation of ldmatrix/mma; $out/fragment_check.log)"
+else
+  echo "[check] fragment offsets: FAILED"
+  cat "$out/fragment_check.log"
+fi
 
 echo "[build] main.cu and cute_gemm.cu for sm_90a and sm_80, in parallel (logs: $out/build_*.log)"
 start=$SECONDS

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "common.cuh"
+#include "fragments.h"
 
 namespace gemm_bench::tc {
 
@@ -19,20 +20,15 @@ namespace gemm_bench::tc {
 template <class T> constexpr int kMmaK = 16;
 template <> constexpr int kMmaK<float> = 8;
 
-// ---- warp-level fragment loads ------------------------------------------------------------------------------
-// Operand A of a 16 x kMmaK tile whose rows (m) run along shared-memory rows (row-major, stride in elements).
+// ---- warp-level fragment loads (offsets in fragments.h, checked on the CPU by fragment_check.cpp) ----------
+// Operand A of a 16 x kMmaK tile whose rows (m) run along shared-memory rows (k contiguous).
 template <class T>
 __device__ inline void load_a_rowmajor(uint32_t (&a)[4], const T* tile, int stride, int lane) {
   if constexpr (std::is_same_v<T, float>) {
-    const int g = lane / 4, t = lane % 4;
-    const float* p = tile + g * stride + t;
-    a[0] = to_tf32(p[0]);               // (g,     t)
-    a[1] = to_tf32(p[8 * stride]);      // (g + 8, t)
-    a[2] = to_tf32(p[4]);               // (g,     t + 4)
-    a[3] = to_tf32(p[8 * stride + 4]);  // (g + 8, t + 4)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[r] = to_tf32(tile[fragments::a_rowmajor_tf32(lane, stride, r)]);
   } else {
-    // matrices: rows 0-7/k 0-7, rows 8-15/k 0-7, rows 0-7/k 8-15, rows 8-15/k 8-15
-    ldmatrix_x4(a, tile + (lane % 16) * stride + (lane / 16) * 8);
+    ldmatrix_x4(a, tile + fragments::a_rowmajor_ldsm(lane, stride));
   }
 }
 
@@ -40,32 +36,25 @@ __device__ inline void load_a_rowmajor(uint32_t (&a)[4], const T* tile, int stri
 template <class T>
 __device__ inline void load_a_colmajor(uint32_t (&a)[4], const T* tile, int stride, int lane) {
   if constexpr (std::is_same_v<T, float>) {
-    const int g = lane / 4, t = lane % 4;
-    const float* p = tile + t * stride + g;
-    a[0] = to_tf32(p[0]);               // (m g,     k t)
-    a[1] = to_tf32(p[8]);               // (m g + 8, k t)
-    a[2] = to_tf32(p[4 * stride]);      // (m g,     k t + 4)
-    a[3] = to_tf32(p[4 * stride + 8]);  // (m g + 8, k t + 4)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[r] = to_tf32(tile[fragments::a_colmajor_tf32(lane, stride, r)]);
   } else {
-    // matrix j = lane / 8 covers m (j % 2) * 8.., k (j / 2) * 8..; transposed on the way into registers
-    ldmatrix_x4_trans(a, tile + (lane % 8 + (lane / 16) * 8) * stride + ((lane / 8) % 2) * 8);
+    ldmatrix_x4_trans(a, tile + fragments::a_colmajor_ldsm_trans(lane, stride));
   }
 }
 
-// Operand B of two kMmaK x 8 tiles (n 0-7 and 8-15) stored with k along shared-memory rows, n along columns.
+// Operand B of two kMmaK x 8 tiles (n 0-7 and 8-15) stored with k along shared-memory rows, n contiguous.
 template <class T>
 __device__ inline void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* tile, int stride, int lane) {
   if constexpr (std::is_same_v<T, float>) {
-    const int g = lane / 4, t = lane % 4;
-    const float* p = tile + t * stride + g;
-    b0[0] = to_tf32(p[0]);
-    b0[1] = to_tf32(p[4 * stride]);
-    b1[0] = to_tf32(p[8]);
-    b1[1] = to_tf32(p[4 * stride + 8]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      b0[r] = to_tf32(tile[fragments::b_tf32(lane, stride, r)]);
+      b1[r] = to_tf32(tile[fragments::b_tf32(lane, stride, r) + 8]);
+    }
   } else {
-    // matrices: k 0-7/n 0-7, k 8-15/n 0-7, k 0-7/n 8-15, k 8-15/n 8-15
     uint32_t r[4];
-    ldmatrix_x4_trans(r, tile + (lane % 16) * stride + (lane / 16) * 8);
+    ldmatrix_x4_trans(r, tile + fragments::b_ldsm_trans(lane, stride));
     b0[0] = r[0];
     b0[1] = r[1];
     b1[0] = r[2];
