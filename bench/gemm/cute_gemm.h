@@ -1,7 +1,8 @@
 // (c) The forward segment GEMM built on CuTe (cute/ headers of CUTLASS, header-only): CuTe's MMA atoms, tiled
 // MMA partitioning, ldmatrix copy atoms and swizzled shared-memory layouts; the gathered global->shared copies
 // stay hand-written cp.async (CuTe has no gather iterator for SM80 copies). Compiled in its own translation
-// unit (cute_gemm.cu) so that the CuTe headers never reach the other kernels.
+// units (cute_gemm_bf16.cu, cute_gemm_fp16.cu over cute_gemm_kernel.cuh) so that the CuTe headers
+// never reach the other kernels.
 #pragma once
 
 #include <type_traits>

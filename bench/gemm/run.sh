@@ -56,12 +56,13 @@ else
   cat "$out/fragment_check.log"
 fi
 
-echo "[build] main.cu and cute_gemm.cu for sm_90a and sm_80, in parallel (logs: $out/build_*.log)"
+units="main cute_gemm_bf16 cute_gemm_fp16"
+echo "[build] $units for sm_90a and sm_80, in parallel (logs: $out/build_*.log)"
 start=$SECONDS
 pids=()
 names=()
 for arch in 90a 80; do
-  for tu in main cute_gemm; do
+  for tu in $units; do
     compile "$tu" "$arch" &
     pids+=($!)
     names+=("$tu sm_$arch")
@@ -83,14 +84,15 @@ if [ "$failed" -ne 0 ]; then
   done
   exit 1
 fi
-"$nvcc" -gencode=arch=compute_90a,code=sm_90a "$build/main_90a.o" "$build/cute_gemm_90a.o" -o "$build/gemm_bench" \
+"$nvcc" -gencode=arch=compute_90a,code=sm_90a "$build/main_90a.o" "$build/cute_gemm_bf16_90a.o" \
+  "$build/cute_gemm_fp16_90a.o" -o "$build/gemm_bench" \
   || { echo "[build] link FAILED"; exit 1; }
 echo "[build] done in $((SECONDS - start)) s"
 
 # Resources per kernel (sm_90a) and the matrix instructions each one really uses: $out/kernels.txt.
 {
   echo "== registers / shared memory / spills (sm_90a) =="
-  for tu in main cute_gemm; do
+  for tu in $units; do
     grep -E "Compiling entry|Used|spill" "$out/build_${tu}_90a.log" | sed -E 's/ptxas info *: //' | paste - - - |
       sed -E "s/Compiling entry function '([^']*)' for 'sm_90a'/\1/"
   done

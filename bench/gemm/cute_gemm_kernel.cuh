@@ -1,15 +1,18 @@
-// (c) Forward segment GEMM on CuTe: the same schedule as tc_gemm.cuh (64 x 64 block tiles of type-sorted rows,
+// (c) Forward segment GEMM on CuTe, the kernel template; cute_gemm_bf16.cu and cute_gemm_fp16.cu instantiate it
+// (two translation units: CuTe compiles slowly, and the two build in parallel). The design: the same schedule as tc_gemm.cuh (64 x 64 block tiles of type-sorted rows,
 // k slabs of 32, a 3-stage cp.async ring, shared-memory staged 16-byte stores), with CuTe doing the parts a
 // library does well: the tiled MMA (2 x 2 warps of SM80 m16n8k16 atoms), the swizzled shared-memory layouts
 // and the ldmatrix partitioning. The gathered cp.async copies address shared memory through CuTe's layouts.
-#include "cute_gemm.h"
+#pragma once
 
 #include <cute/tensor.hpp>
+
+#include "cute_gemm.h"
 
 #include <algorithm>
 
 namespace gemm_bench::cute_impl {
-namespace {
+namespace detail {
 
 using namespace cute;
 
@@ -155,22 +158,21 @@ __global__ void __launch_bounds__(kThreads) segment_gemm_kernel(const SegmentGem
   }
 }
 
-}  // namespace
+}  // namespace detail
 
 template <class T, int K, int N, Epilogue kEpi>
 void launch_segment_gemm(const SegmentGemmArgs<T, OutT<T, kEpi>>& a, cudaStream_t stream) {
   if (a.num_rows == 0) return;
-  const int64_t tiles = (a.num_rows + kBM - 1) / kBM + a.num_segments;  // upper bound, no host sync
-  segment_gemm_kernel<T, K, N, kEpi><<<static_cast<unsigned>(tiles * (N / kBN)), kThreads, 0, stream>>>(a);
+  const int64_t tiles = (a.num_rows + detail::kBM - 1) / detail::kBM + a.num_segments;  // upper bound, no host sync
+  detail::segment_gemm_kernel<T, K, N, kEpi>
+      <<<static_cast<unsigned>(tiles * (N / detail::kBN)), detail::kThreads, 0, stream>>>(a);
 }
 
-#define GEMM_BENCH_INSTANTIATE(T, D)                                                                     \
-  template void launch_segment_gemm<T, D, D, Epilogue::kStore>(const SegmentGemmArgs<T, T>&, cudaStream_t); \
-  template void launch_segment_gemm<T, D, D, Epilogue::kAtomic>(const SegmentGemmArgs<T, float>&, cudaStream_t);
-GEMM_BENCH_INSTANTIATE(__nv_bfloat16, 64)
-GEMM_BENCH_INSTANTIATE(__nv_bfloat16, 128)
-GEMM_BENCH_INSTANTIATE(__half, 64)
-GEMM_BENCH_INSTANTIATE(__half, 128)
-#undef GEMM_BENCH_INSTANTIATE
-
 }  // namespace gemm_bench::cute_impl
+
+// The instances main.cu calls, for one element type.
+#define GEMM_BENCH_CUTE_INSTANTIATE(T, D)                                                                     \
+  template void gemm_bench::cute_impl::launch_segment_gemm<T, D, D, gemm_bench::Epilogue::kStore>(             \
+      const gemm_bench::SegmentGemmArgs<T, T>&, cudaStream_t);                                               \
+  template void gemm_bench::cute_impl::launch_segment_gemm<T, D, D, gemm_bench::Epilogue::kAtomic>(            \
+      const gemm_bench::SegmentGemmArgs<T, float>&, cudaStream_t);
