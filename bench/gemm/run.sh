@@ -41,9 +41,13 @@ cuobjdump="$(command -v cuobjdump || echo "$(dirname "$nvcc")/cuobjdump")"
 flags=(-std=c++17 -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra -isystem "$cutlass" --expt-relaxed-constexpr
        -lineinfo -Xptxas -v)
 
-compile() {  # translation unit, arch
+compile() {  # translation unit, arch; the seconds it took go to $build/<unit>_<arch>.seconds
+  local begin=$SECONDS status
   "$nvcc" "${flags[@]}" "-gencode=arch=compute_$2,code=sm_$2" -c "$here/$1.cu" -o "$build/$1_$2.o" \
     > "$out/build_$1_$2.log" 2>&1
+  status=$?
+  echo $((SECONDS - begin)) > "$build/$1_$2.seconds"
+  return $status
 }
 
 # CPU first: the warp-level operand offsets against an emulation of ldmatrix/mma (no GPU needed).
@@ -65,13 +69,13 @@ for arch in 90a 80; do
   for tu in $units; do
     compile "$tu" "$arch" &
     pids+=($!)
-    names+=("$tu sm_$arch")
+    names+=("${tu}_$arch")
   done
 done
 failed=0
 for i in "${!pids[@]}"; do
   if wait "${pids[$i]}"; then
-    echo "[build] ${names[$i]}: ok"
+    echo "[build] ${names[$i]}: ok ($(cat "$build/${names[$i]}.seconds") s)"
   else
     echo "[build] ${names[$i]}: FAILED"
     failed=1
@@ -137,6 +141,10 @@ run_one() {  # csv name, gemm_bench arguments...
 for case_name in $("$bench" --list); do
   if [ "$SECONDS" -gt "$budget" ]; then
     echo "[run] $case_name: SKIPPED, over the ${budget} s budget" | tee -a "$out/bench.log"
+    skipped="$build/skipped-$case_name.csv"
+    printf '%s\n%s\n' "case,op,impl,dtype,ms,gflops,gbs,floor_ms,ratio_to_floor,rel_err,status,note,copy_gbs" \
+      "$case_name,all,-,-,nan,nan,nan,nan,nan,nan,SKIP,over the run.sh budget,nan" > "$skipped"
+    csvs+=("$skipped")
     continue
   fi
   echo "[run] $SECONDS s: $case_name" | tee -a "$out/bench.log"
