@@ -5,7 +5,8 @@
 // timed with CUDA events (median). See docs/gemm_template.md and bench/gemm/run.sh.
 //
 //   gemm_bench [--case NAME]... [--impls simt,tc,cute] [--budget SECONDS] [--csv FILE] [--seed N] [--skew S]
-//   gemm_bench --list                 the case names, cheapest first
+//   gemm_bench --check-only ...       the checks without the timings (what run.sh runs under compute-sanitizer)
+//   gemm_bench --list                 the default case names, cheapest first
 //   gemm_bench --table FILE.csv...    the summary table of earlier runs' CSV files (exit 1 if a row FAILed)
 
 #include <algorithm>
@@ -36,6 +37,7 @@ struct Case {
   int64_t num_rows;   // edges M
   int64_t num_nodes;  // rows of the gathered table
   int dim;            // K = N
+  bool by_default = true;  // false: only with --case NAME (the small cases for compute-sanitizer)
 };
 
 // Thesis statistics (relations, edges, nodes) of the datasets whose edge GEMMs dominate; 128-wide variants of
@@ -45,6 +47,7 @@ const Case kCases[] = {
     {"biokg-128", 51, 4'800'000, 94'000, 128},   {"am", 108, 5'700'000, 1'900'000, 64},
     {"am-128", 108, 5'700'000, 1'900'000, 128},  {"wikikg2", 535, 16'000'000, 2'500'000, 64},
     {"mag", 4, 21'000'000, 1'900'000, 64},
+    {"tiny", 7, 5'000, 1'000, 64, false},        {"tiny-128", 5, 3'000, 800, 128, false},
 };
 
 struct Options {
@@ -52,6 +55,7 @@ struct Options {
   std::vector<std::string> impls = {"simt", "tc", "cute"};
   std::vector<std::string> tables;  // --table: print the summary of these CSV files and exit
   bool list = false;
+  bool check_only = false;  // checks without timings (for compute-sanitizer)
   double budget_s = 210;           // wall-clock budget: later cases are skipped (and reported) past it
   std::string csv;
   uint64_t seed = 8;
@@ -79,6 +83,7 @@ Options parse_args(int argc, char** argv) {
       }
     } else if (arg == "--table") o.tables.push_back(value());
     else if (arg == "--list") o.list = true;
+    else if (arg == "--check-only") o.check_only = true;
     else if (arg == "--budget") o.budget_s = std::stod(value());
     else if (arg == "--csv") o.csv = value();
     else if (arg == "--seed") o.seed = std::stoull(value());
@@ -355,7 +360,7 @@ class DtypeRun {
                                             g_.type.get(), c.num_rows, c.dim, c.dim, errors_.sums.get());
     CUDA_CHECK(cudaGetLastError());
     finish_check(r, Op::kGatherStore);
-    r.ms = time_median_ms([] {}, [&] { launch(a); });
+    r.ms = ctx_.options.check_only ? NAN : time_median_ms([] {}, [&] { launch(a); });
     const double es = sizeof(T), out_es = sizeof(OutT);
     const double lists = 8.0 * c.num_rows;  // gather list + scale
     const double w_bytes = es * c.num_segments * c.dim * c.dim;
@@ -381,7 +386,7 @@ class DtypeRun {
     ref::compare<<<kFillBlocks, 256>>>(y.get(), ref_scatter_.get(), y.size(), errors_.sums.get());
     CUDA_CHECK(cudaGetLastError());
     finish_check(r, Op::kGatherScatterAdd);
-    r.ms = time_median_ms(zero, [&] { launch(a); });
+    r.ms = ctx_.options.check_only ? NAN : time_median_ms(zero, [&] { launch(a); });
     const double es = sizeof(T);
     const double lists = 12.0 * c.num_rows;  // gather, scatter, scale
     const double w_bytes = es * c.num_segments * c.dim * c.dim;
@@ -420,7 +425,7 @@ class DtypeRun {
     const bool same = std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0;
     r.note += same ? "bit-identical x2" : "NOT DETERMINISTIC";
     if (!same) r.status = "FAIL";
-    r.ms = time_median_ms(prepare, [&] { launch(a); });
+    r.ms = ctx_.options.check_only ? NAN : time_median_ms(prepare, [&] { launch(a); });
     const double es = sizeof(T);
     const double lists = 12.0 * c.num_rows;
     const double dw_bytes = 4.0 * c.num_segments * c.dim * c.dim;
@@ -657,7 +662,9 @@ int main(int argc, char** argv) {
   Context ctx;
   ctx.options = parse_args(argc, argv);
   if (ctx.options.list) {
-    for (const Case& c : kCases) std::printf("%s\n", c.name);
+    for (const Case& c : kCases) {
+      if (c.by_default) std::printf("%s\n", c.name);
+    }
     return 0;
   }
   if (!ctx.options.tables.empty()) {
@@ -677,17 +684,16 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
   std::printf("device: %s, sm_%d%d, %d SMs, L2 %d MB, driver %d, runtime %d\n", prop.name, prop.major, prop.minor,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, driver, runtime);
-  ctx.bandwidth_gbs = measure_bandwidth_gbs();
+  ctx.bandwidth_gbs = ctx.options.check_only ? NAN : measure_bandwidth_gbs();
   std::printf("device-to-device copy: %.0f GB/s (read + write)\n", ctx.bandwidth_gbs);
   std::printf("seed %llu, skew %.2f, budget %.0f s\n", static_cast<unsigned long long>(ctx.options.seed),
               ctx.options.skew, ctx.options.budget_s);
   uint64_t seed = ctx.options.seed * 1000;
   for (const Case& c : kCases) {
     seed += 100;
-    if (!ctx.options.cases.empty() &&
-        std::find(ctx.options.cases.begin(), ctx.options.cases.end(), c.name) == ctx.options.cases.end()) {
-      continue;
-    }
+    const bool named =
+        std::find(ctx.options.cases.begin(), ctx.options.cases.end(), c.name) != ctx.options.cases.end();
+    if (ctx.options.cases.empty() ? !c.by_default : !named) continue;
     if (ctx.elapsed_s() > ctx.options.budget_s) {
       std::printf("[%6.1fs] %s: SKIPPED (over the %.0f s budget)\n", ctx.elapsed_s(), c.name, ctx.options.budget_s);
       Row r;

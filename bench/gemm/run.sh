@@ -5,7 +5,7 @@
 # in parallel with -Werror, prints the registers/spills of each kernel and its tensor-core instruction counts,
 # runs the checks and timings, and writes everything under $OUT (default bench/gemm/out): env.txt,
 # fragment_check.log, build.log, kernels.txt (registers, spills, SASS instruction counts), bench.log,
-# results.csv. The short table comes last on stdout.
+# sanitizer.log, results.csv. The short table comes last on stdout.
 # CuTe/CUTLASS headers: $CUTLASS_INCLUDE, else ./.cutlass/include at the repository root (the include/
 # folder of the nvidia-cutlass wheel: cutlass_library/source/include).
 set -uo pipefail
@@ -161,6 +161,25 @@ if [ "${#csvs[@]}" -eq 0 ]; then
   echo "[run] no results"
   exit 2
 fi
+# compute-sanitizer (memcheck, then racecheck: shared-memory hazards of the cp.async rings) over two small
+# cases, checks only, when time is left: started before $SANITIZER_START s (default 200), 45 s each at most.
+sanitizer="$(command -v compute-sanitizer || echo "$(dirname "$nvcc")/compute-sanitizer")"
+: > "$out/sanitizer.log"
+for tool in memcheck racecheck; do
+  if [ ! -x "$sanitizer" ] || [ "$SECONDS" -gt "${SANITIZER_START:-200}" ]; then
+    echo "[sanitizer] $tool: not run (no compute-sanitizer, or past ${SANITIZER_START:-200} s)" | tee -a "$out/bench.log"
+    continue
+  fi
+  timeout 45 "$sanitizer" --tool "$tool" --error-exitcode 9 "$bench" --case tiny --case tiny-128 --check-only \
+    > "$build/sanitizer_$tool.log" 2>&1
+  status=$?
+  cat "$build/sanitizer_$tool.log" >> "$out/sanitizer.log"
+  summary="$(grep -E "(ERROR|RACECHECK) SUMMARY" "$build/sanitizer_$tool.log" | tail -1)"
+  fails="$(grep -c " FAIL " "$build/sanitizer_$tool.log")"
+  echo "[sanitizer] $tool on tiny + tiny-128: exit $status (124: timed out; 9: errors found); ${summary:-no summary};" \
+    "$fails FAIL rows" | tee -a "$out/bench.log"
+done
+
 {
   head -n 1 "${csvs[0]}"
   for f in "${csvs[@]}"; do tail -n +2 "$f"; done
