@@ -1,0 +1,406 @@
+// (b) + (d) Hand-written tensor-core kernels (mma.sync, sm_80 and later):
+//   segment_gemm: Y[S[row]] = scale[row] * X[G[row]] * W[type(row)] over type-sorted rows;
+//   wgrad:        dW[t] = sum over segment t of X[G[row]]^T (dY[S[row]] * scale[row]), split-K over fixed row
+//                 chunks, fp32 partials reduced in chunk order by a second kernel (deterministic).
+//
+// Both use 32x32 warp tiles of m16n8k16 (bf16/fp16) or m16n8k8 (tf32) MMAs, 16-byte cp.async loads with the
+// gather/scatter lists applied per row, and a kStages-deep cp.async ring over the reduction dimension.
+// Shared-memory rows are padded by 16 bytes (or 4 floats) so ldmatrix and fragment loads are conflict-free.
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#include "common.cuh"
+#include "fragments.h"
+
+namespace gemm_bench::tc {
+
+// Reduction depth of one mma: k16 for the 16-bit types, k8 for tf32 (stored as float).
+template <class T> constexpr int kMmaK = 16;
+template <> constexpr int kMmaK<float> = 8;
+
+// ---- warp-level fragment loads (offsets in fragments.h, checked on the CPU by fragment_check.cpp) ----------
+// Operand A of a 16 x kMmaK tile whose rows (m) run along shared-memory rows (k contiguous).
+template <class T>
+__device__ inline void load_a_rowmajor(uint32_t (&a)[4], const T* tile, int stride, int lane) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[r] = to_tf32(tile[fragments::a_rowmajor_tf32(lane, stride, r)]);
+  } else {
+    ldmatrix_x4(a, tile + fragments::a_rowmajor_ldsm(lane, stride));
+  }
+}
+
+// Operand A of a 16 x kMmaK tile stored transposed: shared-memory rows run along k, columns along m.
+template <class T>
+__device__ inline void load_a_colmajor(uint32_t (&a)[4], const T* tile, int stride, int lane) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[r] = to_tf32(tile[fragments::a_colmajor_tf32(lane, stride, r)]);
+  } else {
+    ldmatrix_x4_trans(a, tile + fragments::a_colmajor_ldsm_trans(lane, stride));
+  }
+}
+
+// Operand B of two kMmaK x 8 tiles (n 0-7 and 8-15) stored with k along shared-memory rows, n contiguous.
+template <class T>
+__device__ inline void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* tile, int stride, int lane) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      b0[r] = to_tf32(tile[fragments::b_tf32(lane, stride, r)]);
+      b1[r] = to_tf32(tile[fragments::b_tf32(lane, stride, r) + 8]);
+    }
+  } else {
+    uint32_t r[4];
+    ldmatrix_x4_trans(r, tile + fragments::b_ldsm_trans(lane, stride));
+    b0[0] = r[0];
+    b0[1] = r[1];
+    b1[0] = r[2];
+    b1[1] = r[3];
+  }
+}
+
+// acc[mt][nt] += A(32 x kMmaK) * B(kMmaK x 32) for one warp: 2 x 4 mma tiles.
+template <class T, bool kATransposed>
+__device__ inline void warp_mma_step(float (&acc)[2][4][4], const T* a_tile, int a_stride, const T* b_tile,
+                                     int b_stride, int lane) {
+  uint32_t a[2][4], b[4][2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    if constexpr (kATransposed) {
+      load_a_colmajor(a[mt], a_tile + mt * 16, a_stride, lane);
+    } else {
+      load_a_rowmajor(a[mt], a_tile + mt * 16 * a_stride, a_stride, lane);
+    }
+  }
+#pragma unroll
+  for (int np = 0; np < 2; ++np) load_b_pair(b[2 * np], b[2 * np + 1], b_tile + np * 16, b_stride, lane);
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) mma_16x8<T>(acc[mt][nt], a[mt], b[nt]);
+  }
+}
+
+// ---- forward: segment GEMM ----------------------------------------------------------------------------------
+
+// Block tile kBM x 64 (kWarpsM x 2 warps of 32 x 32), k slabs of 32. Row tiles never straddle segments:
+// tile_ptr numbers the kBM-row tiles of every segment; the n tiles of one row tile are adjacent block indices
+// so the gathered X rows are re-read from L2.
+template <class ElemT, int kDimK, int kDimN, int kWarpsRows, int kNumStages, Epilogue kEpilogue>
+struct SegmentGemm {
+  using T = ElemT;
+  using OutT = std::conditional_t<kEpilogue == Epilogue::kAtomic, float, T>;
+  static constexpr int K = kDimK, N = kDimN, kWarpsM = kWarpsRows, kStages = kNumStages;
+  static constexpr Epilogue kEpi = kEpilogue;
+  static constexpr int kWarpsN = 2;
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kBM = 32 * kWarpsM, kBN = 32 * kWarpsN, kBK = 32;
+  static constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte copy
+  static constexpr int kXStride = kBK + (sizeof(T) == 4 ? 4 : 8);
+  static constexpr int kWStride = kBN + 8;
+  static constexpr int kYStride = kBN + 8;
+  static constexpr int kXStage = kBM * kXStride, kWStage = kBK * kWStride;
+  static constexpr int kLoadBytes = kStages * (kXStage + kWStage) * static_cast<int>(sizeof(T));
+  static constexpr int kStoreBytes = kBM * kYStride * static_cast<int>(sizeof(OutT));
+  static constexpr int kSmemBytes = kLoadBytes > kStoreBytes ? kLoadBytes : kStoreBytes;
+  static constexpr int kNTiles = N / kBN;
+  static constexpr int kKSlabs = K / kBK;
+  static_assert(K % kBK == 0 && N % kBN == 0, "K must be a multiple of 32 and N of 64");
+  static_assert(kStages >= 2, "at least double buffering");
+  static_assert(kSmemBytes <= 48 * 1024, "static shared memory");
+};
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads)
+    segment_gemm_kernel(const SegmentGemmArgs<typename Cfg::T, typename Cfg::OutT> a) {
+  using T = typename Cfg::T;
+  using OutT = typename Cfg::OutT;
+  constexpr int K = Cfg::K, N = Cfg::N, kStages = Cfg::kStages;
+  constexpr int kThreads = Cfg::kThreads, kBM = Cfg::kBM, kBN = Cfg::kBN, kBK = Cfg::kBK, kVec = Cfg::kVec;
+  __shared__ alignas(16) unsigned char smem[Cfg::kSmemBytes];
+  T* const xs = reinterpret_cast<T*>(smem);      // [kStages][kBM][kXStride]
+  T* const ws = xs + kStages * Cfg::kXStage;     // [kStages][kBK][kWStride]
+
+  const int64_t tile = blockIdx.x / Cfg::kNTiles;
+  const int n0 = static_cast<int>(blockIdx.x % Cfg::kNTiles) * kBN;
+  if (tile >= a.tile_ptr[a.num_segments]) return;  // the grid over-approximates the tile count
+  const int type = find_segment(a.tile_ptr, a.num_segments, tile);
+  const int64_t row_begin = a.seg_ptr[type] + (tile - a.tile_ptr[type]) * kBM;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kBM), a.seg_ptr[type + 1] - row_begin));
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int wm = warp / Cfg::kWarpsN, wn = warp % Cfg::kWarpsN;
+
+  // Each thread copies one 16-byte column of X for kXPasses rows: the gathered row addresses stay fixed
+  // over the k slabs, so the gather list is read once.
+  constexpr int kXChunks = kBK / kVec, kXRowsPerPass = kThreads / kXChunks, kXPasses = kBM / kXRowsPerPass;
+  static_assert(kBM % kXRowsPerPass == 0);
+  const int xc = tid % kXChunks, xr = tid / kXChunks;
+  const T* x_src[kXPasses];
+  bool x_valid[kXPasses];
+#pragma unroll
+  for (int i = 0; i < kXPasses; ++i) {
+    const int r = xr + i * kXRowsPerPass;
+    x_valid[i] = r < rows;
+    const int64_t row = row_begin + r;
+    const int64_t x_row = !x_valid[i] ? 0 : a.gather ? static_cast<int64_t>(a.gather[row]) : row;
+    x_src[i] = a.x + x_row * K + xc * kVec;
+  }
+  constexpr int kWChunks = kBN / kVec, kWRowsPerPass = kThreads / kWChunks, kWPasses = kBK / kWRowsPerPass;
+  static_assert(kWRowsPerPass >= 1 && kBK % kWRowsPerPass == 0);
+  const int wc = tid % kWChunks, wr = tid / kWChunks;
+  const T* const w_src = a.w + static_cast<int64_t>(type) * K * N + static_cast<int64_t>(wr) * N + n0 + wc * kVec;
+
+  auto load_slab = [&](int slab, int stage) {
+    T* const xs_s = xs + stage * Cfg::kXStage;
+    T* const ws_s = ws + stage * Cfg::kWStage;
+#pragma unroll
+    for (int i = 0; i < kXPasses; ++i) {
+      cp_async_16(xs_s + (xr + i * kXRowsPerPass) * Cfg::kXStride + xc * kVec, x_src[i] + slab * kBK, x_valid[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kWPasses; ++i) {
+      cp_async_16(ws_s + (wr + i * kWRowsPerPass) * Cfg::kWStride + wc * kVec,
+                  w_src + static_cast<int64_t>(slab * kBK + i * kWRowsPerPass) * N, true);
+    }
+  };
+
+  float acc[2][4][4] = {};
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < Cfg::kKSlabs) load_slab(s, s);
+    cp_async_commit();
+  }
+  for (int slab = 0; slab < Cfg::kKSlabs; ++slab) {
+    cp_async_wait<kStages - 2>();  // slab's copies have landed (for this thread) ...
+    __syncthreads();               // ... for every thread, and slab - 1's stage is free again
+    const int next = slab + kStages - 1;
+    if (next < Cfg::kKSlabs) load_slab(next, next % kStages);
+    cp_async_commit();
+    const T* const xs_s = xs + (slab % kStages) * Cfg::kXStage + wm * 32 * Cfg::kXStride;
+    const T* const ws_s = ws + (slab % kStages) * Cfg::kWStage + wn * 32;
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += kMmaK<T>) {
+      warp_mma_step<T, false>(acc, xs_s + kk, Cfg::kXStride, ws_s + kk * Cfg::kWStride, Cfg::kWStride, lane);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Epilogue: scale, convert, stage the tile in shared memory, then 16-byte row stores (or vector atomics).
+  OutT* const ys = reinterpret_cast<OutT*>(smem);  // [kBM][kYStride]
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wm * 32 + mt * 16 + g + 8 * h;
+      const float s = a.scale && r < rows ? a.scale[row_begin + r] : 1.f;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int c = wn * 32 + nt * 8 + 2 * t;
+        *reinterpret_cast<typename Pair<OutT>::type*>(ys + r * Cfg::kYStride + c) =
+            Pair<OutT>::make(acc[mt][nt][2 * h] * s, acc[mt][nt][2 * h + 1] * s);
+      }
+    }
+  }
+  __syncthreads();
+  constexpr int kYVec = 16 / sizeof(OutT), kYChunks = kBN / kYVec;
+  for (int i = tid; i < rows * kYChunks; i += kThreads) {
+    const int r = i / kYChunks, c = i % kYChunks * kYVec;
+    const int64_t row = row_begin + r;
+    const int64_t y_row = a.scatter ? static_cast<int64_t>(a.scatter[row]) : row;
+    OutT* const dst = a.y + y_row * N + n0 + c;
+    const uint4 v = *reinterpret_cast<const uint4*>(ys + r * Cfg::kYStride + c);
+    if constexpr (Cfg::kEpi == Epilogue::kAtomic) {
+      atomic_add_float4(reinterpret_cast<float*>(dst), *reinterpret_cast<const float4*>(&v));
+    } else {
+      *reinterpret_cast<uint4*>(dst) = v;
+    }
+  }
+}
+
+// The benchmarked configuration: 64-row tiles (2 x 2 warps), 3 stages for 16-bit types, 2 for tf32. The
+// tile_ptr passed in must be built for kForwardTileRows rows per tile.
+constexpr int kForwardWarpsM = 2;
+constexpr int kForwardTileRows = 32 * kForwardWarpsM;
+template <class T, int K, int N, Epilogue kEpi>
+using ForwardConfig = SegmentGemm<T, K, N, kForwardWarpsM, sizeof(T) == 4 ? 2 : 3, kEpi>;
+
+template <class T, int K, int N, Epilogue kEpi>
+void launch_segment_gemm(const SegmentGemmArgs<T, typename ForwardConfig<T, K, N, kEpi>::OutT>& a,
+                         cudaStream_t stream) {
+  using Cfg = ForwardConfig<T, K, N, kEpi>;
+  if (a.num_rows == 0) return;
+  const int64_t tiles = (a.num_rows + Cfg::kBM - 1) / Cfg::kBM + a.num_segments;  // upper bound, no host sync
+  segment_gemm_kernel<Cfg><<<static_cast<unsigned>(tiles * Cfg::kNTiles), Cfg::kThreads, 0, stream>>>(a);
+}
+
+// ---- weight gradient: split-K over fixed row chunks -------------------------------------------------------
+
+// Each block computes one 64 x 64 tile of dW[type] over one chunk of chunk_rows rows of the segment (chunk_ptr
+// numbers the chunks of every segment, like tile_ptr) and writes it to partial[chunk]. 2 x 2 warps; the rows
+// are the reduction dimension, in slabs of 32.
+template <class T, int K, int N, int kStages>
+struct Wgrad {
+  static constexpr int kThreads = 128;
+  static constexpr int kBM = 64, kBN = 64, kBR = 32;
+  static constexpr int kVec = 16 / sizeof(T);
+  static constexpr int kStride = 64 + 8;  // X slab [kBR][k], dY slab [kBR][n]
+  static constexpr int kStage = kBR * kStride;
+  static constexpr int kKTiles = K / kBM, kNTiles = N / kBN;
+  static_assert(K % kBM == 0 && N % kBN == 0, "K and N must be multiples of 64");
+  static_assert(2 * kStages * kStage * sizeof(T) <= 48 * 1024, "static shared memory");
+};
+
+template <class Cfg, class T, int K, int N, int kStages>
+__global__ void __launch_bounds__(Cfg::kThreads)
+    wgrad_partial_kernel(const WgradArgs<T> a, const int32_t* __restrict__ chunk_ptr, int chunk_rows,
+                         float* __restrict__ partial) {
+  constexpr int kThreads = Cfg::kThreads, kBR = Cfg::kBR, kVec = Cfg::kVec, kStride = Cfg::kStride;
+  __shared__ alignas(16) T xs[kStages][kBR][kStride];
+  __shared__ alignas(16) T ds[kStages][kBR][kStride];
+
+  constexpr int kTiles = Cfg::kKTiles * Cfg::kNTiles;
+  const int64_t chunk = blockIdx.x / kTiles;
+  const int k0 = static_cast<int>(blockIdx.x % kTiles % Cfg::kKTiles) * Cfg::kBM;
+  const int n0 = static_cast<int>(blockIdx.x % kTiles / Cfg::kKTiles) * Cfg::kBN;
+  if (chunk >= chunk_ptr[a.num_segments]) return;  // the grid over-approximates the chunk count
+  const int type = find_segment(chunk_ptr, a.num_segments, chunk);
+  const int64_t row_begin = a.seg_ptr[type] + (chunk - chunk_ptr[type]) * chunk_rows;
+  const int64_t row_end = min(row_begin + chunk_rows, static_cast<int64_t>(a.seg_ptr[type + 1]));
+  const int num_slabs = static_cast<int>((row_end - row_begin + kBR - 1) / kBR);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int wm = warp / 2, wn = warp % 2;
+
+  constexpr int kChunks = 64 / kVec, kRowsPerPass = kThreads / kChunks, kPasses = kBR / kRowsPerPass;
+  static_assert(kBR % kRowsPerPass == 0);
+  const int cc = tid % kChunks, cr = tid / kChunks;
+
+  auto load_slab = [&](int slab, int stage) {
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int r = cr + i * kRowsPerPass;
+      const int64_t row = row_begin + static_cast<int64_t>(slab) * kBR + r;
+      const bool valid = row < row_end;
+      const int64_t x_row = !valid ? 0 : a.gather ? static_cast<int64_t>(a.gather[row]) : row;
+      const int64_t d_row = !valid ? 0 : a.scatter ? static_cast<int64_t>(a.scatter[row]) : row;
+      cp_async_16(&xs[stage][r][cc * kVec], a.x + x_row * K + k0 + cc * kVec, valid);
+      cp_async_16(&ds[stage][r][cc * kVec], a.dy + d_row * N + n0 + cc * kVec, valid);
+    }
+  };
+  // The per-row scalar multiplies dY in shared memory, each thread on the vectors it copied itself.
+  auto scale_slab = [&](int slab, int stage) {
+    if (!a.scale) return;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int r = cr + i * kRowsPerPass;
+      const int64_t row = row_begin + static_cast<int64_t>(slab) * kBR + r;
+      if (row >= row_end) continue;
+      const float s = a.scale[row];
+      T* const p = &ds[stage][r][cc * kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) p[j] = from_float<T>(to_float(p[j]) * s);
+    }
+  };
+
+  float acc[2][4][4] = {};
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_slabs) load_slab(s, s);
+    cp_async_commit();
+  }
+  for (int slab = 0; slab < num_slabs; ++slab) {
+    cp_async_wait<kStages - 2>();
+    scale_slab(slab, slab % kStages);
+    __syncthreads();
+    const int next = slab + kStages - 1;
+    if (next < num_slabs) load_slab(next, next % kStages);
+    cp_async_commit();
+    const int stage = slab % kStages;
+#pragma unroll
+    for (int kk = 0; kk < kBR; kk += kMmaK<T>) {
+      warp_mma_step<T, true>(acc, &xs[stage][kk][wm * 32], kStride, &ds[stage][kk][wn * 32], kStride, lane);
+    }
+  }
+  cp_async_wait<0>();
+
+  float* const out = partial + chunk * K * N;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = k0 + wm * 32 + mt * 16 + g + 8 * h;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int n = n0 + wn * 32 + nt * 8 + 2 * t;
+        *reinterpret_cast<float2*>(out + static_cast<int64_t>(k) * N + n) =
+            make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+      }
+    }
+  }
+}
+
+// dW[t] (+)= sum of partial[c] for c in chunk_ptr[t]..chunk_ptr[t+1], in that order; 4 elements a thread.
+template <int K, int N>
+__global__ void __launch_bounds__(256)
+    wgrad_reduce_kernel(const float* __restrict__ partial, const int32_t* __restrict__ chunk_ptr,
+                        float* __restrict__ dw, int num_segments, bool accumulate) {
+  constexpr int64_t kQuads = K * N / 4;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= num_segments * kQuads) return;
+  const int type = static_cast<int>(i / kQuads);
+  const int64_t e = i % kQuads * 4;
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int c = chunk_ptr[type]; c < chunk_ptr[type + 1]; ++c) {
+    const float4 p = *reinterpret_cast<const float4*>(partial + static_cast<int64_t>(c) * K * N + e);
+    sum.x += p.x;
+    sum.y += p.y;
+    sum.z += p.z;
+    sum.w += p.w;
+  }
+  float4* const dst = reinterpret_cast<float4*>(dw + type * K * N + e);
+  if (accumulate) {
+    const float4 old = *dst;
+    sum.x += old.x;
+    sum.y += old.y;
+    sum.z += old.z;
+    sum.w += old.w;
+  }
+  *dst = sum;
+}
+
+// The fixed partition: chunk_rows depends only on the row count (never on the GPU), a multiple of 32 rows,
+// aiming at about kTargetBlocks blocks (several waves of 132 SMs) over all dW tiles.
+constexpr int64_t kWgradTargetBlocks = 2048;
+inline int wgrad_chunk_rows(int64_t num_rows, int dw_tiles) {
+  const int64_t target_chunks = std::max<int64_t>(1, kWgradTargetBlocks / dw_tiles);
+  const int64_t rows = (num_rows + target_chunks - 1) / target_chunks;
+  return static_cast<int>(std::max<int64_t>(128, (rows + 31) / 32 * 32));
+}
+
+// Upper bound of the chunk count for the grid and the partial workspace: ceil(rows / chunk_rows) + segments.
+inline int64_t wgrad_max_chunks(int64_t num_rows, int num_segments, int chunk_rows) {
+  return (num_rows + chunk_rows - 1) / chunk_rows + num_segments;
+}
+
+template <class T, int K, int N>
+void launch_wgrad(const WgradArgs<T>& a, const int32_t* chunk_ptr, int chunk_rows, float* partial, bool accumulate,
+                  cudaStream_t stream) {
+  constexpr int kStages = sizeof(T) == 4 ? 2 : 3;
+  using Cfg = Wgrad<T, K, N, kStages>;
+  if (a.num_rows > 0) {
+    const int64_t blocks = wgrad_max_chunks(a.num_rows, a.num_segments, chunk_rows) * Cfg::kKTiles * Cfg::kNTiles;
+    wgrad_partial_kernel<Cfg, T, K, N, kStages>
+        <<<static_cast<unsigned>(blocks), Cfg::kThreads, 0, stream>>>(a, chunk_ptr, chunk_rows, partial);
+  }
+  const int64_t threads = static_cast<int64_t>(a.num_segments) * K * N / 4;
+  wgrad_reduce_kernel<K, N>
+      <<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(partial, chunk_ptr, a.dw, a.num_segments,
+                                                                         accumulate);
+}
+
+}  // namespace gemm_bench::tc
