@@ -23,7 +23,7 @@ namespace {
 
 std::vector<std::string> all_specs() {
   std::vector<std::string> out;
-  for (const char* dir : {"/specs", "/tests/gpu/specs"})
+  for (const char* dir : {"/specs", "/tests/gpu/specs", "/tests/specs"})
     for (const auto& f : std::filesystem::directory_iterator(std::string(HECTORGEN_SOURCE_DIR) + dir))
       if (f.path().extension() == ".yaml" || f.path().extension() == ".json") out.push_back(f.path().string());
   std::sort(out.begin(), out.end());
