@@ -761,6 +761,12 @@ class Lowering {
     const ExprP& w = lin->args[1];
     bool edge_rows = inner || !ctx.node_loop;
     std::optional<Input> in = gemm_input(x, ctx, edge_rows);
+    if (!in && x->kind == ExprKind::Index && x->args[0]->kind == ExprKind::Name && m_.decl.find_weight(x->args[0]->name)) {
+      d_.error(x->loc, "unsupported",
+               "a weight row as the input of a linear transform is supported as V[e.etype] (V per etype) in an edge "
+               "loop, projected by a shared weight (per: none)");
+      return false;
+    }
     if (!in) {
       d_.error(x->loc, "unsupported",
                "the code generator needs the input of a linear transform to be a node or edge tensor read "
