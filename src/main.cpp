@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   app.add_option("--emit", opts.emit, "what to emit")->check(CLI::IsMember({"all", "inter-ir", "intra-ir"}));
   app.add_option("--print-ir-after", opts.print_ir_after,
                  "print the IR of every phase after a pass (or 'all') to stdout; passes: parse, inline-functions, "
-                 "typecheck, autodiff, fuse-loops, lower");
+                 "typecheck, hoist-node-transforms, autodiff, fuse-loops, lower");
   app.add_option("--run-pass", opts.run_pass,
                  "read the input as printed inter IR, run only this pass on it and print the result (pass tests)");
   app.add_option("--phase", opts.phase, "with --run-pass: the phase of the input module (names lowered kernels)")

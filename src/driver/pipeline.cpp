@@ -25,7 +25,7 @@
 namespace hectorgen::driver {
 
 const std::vector<std::string>& pass_names() {
-  static const std::vector<std::string> names = {"parse",    "inline-functions", "typecheck",
+  static const std::vector<std::string> names = {"parse",    "inline-functions", "typecheck", "hoist-node-transforms",
                                                  "autodiff", "fuse-loops",       "lower"};
   return names;
 }
@@ -195,7 +195,9 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   if (!typed) return kUserError;
   const std::string model = typed->decl.name;
 
-  std::vector<Phase> phases = {{"forward", std::move(*typed)}};
+  // Before autodiff: the training forward and the backward inherit the hoisted node transforms.
+  std::vector<Phase> phases = {{"forward", passes::hoist_node_transforms(*typed)}};
+  if (!log.after("hoist-node-transforms", phases)) return kInternalError;
   std::vector<std::string> saved;  // forward_train fields the backward reads
   std::string no_training;         // why there is no training code, if there is none
   add_training_phases(phases, saved, no_training, err);
@@ -250,6 +252,8 @@ int run_pass(const SourceFile& ir, const Options& opts, std::ostream& out, std::
         phases.push_back({"forward_train", std::move(tm->forward)});
         phases.push_back({"backward", std::move(tm->backward)});
       }
+    } else if (t && pass == "hoist-node-transforms") {
+      phases.push_back({opts.phase, passes::hoist_node_transforms(*t)});
     } else if (t && pass == "fuse-loops") {
       phases.push_back({opts.phase, passes::fuse_loops(*t)});
     } else if (t && pass == "lower") {

@@ -160,7 +160,7 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
     v["store"] = fmt::format("y[row * (kHeads * kN) + head * kN + col] {}= {};", g.accumulate ? "+" : "", value);
   GemmCode code;
   code.kernel = render_template("cuda/gemm.cu.in", v);
-  std::string rows = g.edge_rows ? "a.num_edges" : "a.num_nodes";
+  std::string rows = g.etype_rows ? "a.num_etypes" : g.edge_rows ? "a.num_edges" : "a.num_nodes";
   std::string segs = seg == "etype" ? "a.num_etypes" : seg == "ntype" ? "a.num_ntypes" : "1";
   std::string arglist = fmt::format("a.{}, a.{}, a.{}", g.x, g.w, g.y);
   for (const auto& a : args) arglist += ", " + a;
@@ -227,7 +227,7 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
   std::string segs = seg == "etype" ? "a.num_etypes" : seg == "ntype" ? "a.num_ntypes" : "1";
   std::string arglist = fmt::format("a.{}, a.{}, a.{}", w.x, w.dy, w.dw);
   for (const auto& a : args) arglist += ", " + a;
-  std::string rows = w.edge_rows ? "a.num_edges" : "a.num_nodes";
+  std::string rows = w.etype_rows ? "a.num_etypes" : w.edge_rows ? "a.num_edges" : "a.num_nodes";
   c.launcher = fmt::format(
       "  {{  // {name}\n"
       "    const dim3 grid({grid});\n"

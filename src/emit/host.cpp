@@ -417,7 +417,7 @@ std::string emit_manifest(const std::vector<Program>& phases, const EmitContext&
     if (auto* gp = std::get_if<intra::GemmInstance>(&k)) {
       const auto& g = *gp;
       x["template"] = "gemm";
-      x["rows"] = g.edge_rows ? "edges" : "nodes";
+      x["rows"] = intra::rows_name(g.edge_rows, g.etype_rows);
       x["x"] = g.x;
       x["w"] = g.w;
       x["y"] = g.y;

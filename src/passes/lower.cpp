@@ -267,7 +267,13 @@ class Lowering {
     }
     // (2) target = [reshape](x * W): the GEMM writes the target directly.
     const ExprP& rhs = strip_reshape(s->value);
-    if (s->op == AssignOp::Set && is_linear(rhs)) {
+    if (s->op == AssignOp::Set && is_etype_product(rhs, ctx) && s->target->kind == ExprKind::Name && rhs == s->value) {
+      // A local holding a product computed per edge type: the edges read its rows through etype[e].
+      ctx.materialized[s->target->name] = etype_product(rhs, s);
+      local_types_[s->target->name] = s->target->type;
+      return nullptr;
+    }
+    if (s->op == AssignOp::Set && is_linear(rhs) && !is_etype_product(rhs, ctx)) {
       const Expr& t = *s->target;
       if (t.kind == ExprKind::Name) {
         std::string tn = unique("t_" + t.name);
@@ -293,7 +299,9 @@ class Lowering {
         return nullptr;
       }
     }
-    // Backward patterns: input gradients through transposed weights, and weight gradients.
+    // Backward patterns: gradients of products computed per edge type, input gradients through transposed
+    // weights, and weight gradients.
+    if (s->op == AssignOp::Add && etype_product_grad(s, ctx, stage, inner, can_flush)) return nullptr;
     if (s->op == AssignOp::Add) {
       if (lower_linear_t(s, ctx, stage, inner, can_flush)) return nullptr;
       if (weight_grad_target(*s->target)) {
@@ -673,6 +681,13 @@ class Lowering {
   }
 
   ExprP extract_linears(const ExprP& e, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush, const StmtP& s) {
+    if (is_etype_product(e, ctx)) {
+      std::string tn = etype_product(e, s);
+      std::string local = "__" + tn;
+      ctx.materialized[local] = tn;
+      local_types_[local] = value_type(e->type);
+      return typed::name(local, value_type(e->type), e->loc);
+    }
     if (is_linear(e)) {
       std::string tn = unique(fmt::format("t_lin_{}", p_.kernels.size()));
       Type ty = value_type(e->type);
@@ -746,6 +761,12 @@ class Lowering {
     const ExprP& w = lin->args[1];
     bool edge_rows = inner || !ctx.node_loop;
     std::optional<Input> in = gemm_input(x, ctx, edge_rows);
+    if (!in && x->kind == ExprKind::Index && x->args[0]->kind == ExprKind::Name && m_.decl.find_weight(x->args[0]->name)) {
+      d_.error(x->loc, "unsupported",
+               "a weight row as the input of a linear transform is supported as V[e.etype] (V per etype) in an edge "
+               "loop, projected by a shared weight (per: none)");
+      return false;
+    }
     if (!in) {
       d_.error(x->loc, "unsupported",
                "the code generator needs the input of a linear transform to be a node or edge tensor read "
@@ -785,6 +806,162 @@ class Lowering {
     d_.error(s->loc, "unsupported", "this linear transform depends on a value computed earlier in the same "
                                     "inner edge loop; split the loop");
     return false;
+  }
+
+  // ---- products that depend only on the edge type ---------------------------------------------------
+  // linear(V[e.etype], W) in an edge loop, V a per-edge-type weight (a weight row as the transform's input)
+  // and W shared: every edge of a type has the same row. It is computed once per edge type (a GEMM over the
+  // edge types, X = V) and the edges read their type's row; its gradients go through the per-type sum of the
+  // edges' gradients (etype_product_grad).
+
+  // V's declaration when `x` is V[e.etype] for an edge variable e of the loop, else null.
+  const TensorDecl* etype_row(const ExprP& x, const LoopCtx& ctx) const {
+    if (x->kind != ExprKind::Index || x->args[0]->kind != ExprKind::Name) return nullptr;
+    const TensorDecl* v = m_.decl.find_weight(x->args[0]->name);
+    const ExprP& sel = x->args[1];
+    if (!v || v->per != Per::Etype || sel->kind != ExprKind::Attr || sel->name != "etype") return nullptr;
+    if (sel->args[0]->kind != ExprKind::Name || !ctx.edge_vars.count(sel->args[0]->name)) return nullptr;
+    return v;
+  }
+  // The shared weight W of `x * W` / linear_t(y, W) (a matrix), else null.
+  const TensorDecl* shared_matrix(const ExprP& w) const {
+    if (w->kind != ExprKind::Name) return nullptr;
+    const TensorDecl* d = m_.decl.find_weight(w->name);
+    return d && d->per == Per::None && d->shape.size() == 2 ? d : nullptr;
+  }
+  bool is_etype_product(const ExprP& e, const LoopCtx& ctx) const {
+    return is_linear(e) && etype_row(e->args[0], ctx) && shared_matrix(e->args[1]);
+  }
+
+  // t[r] = V[r] · W over the edge types, once per product and phase; returns t (a row per edge type).
+  std::string etype_product(const ExprP& lin, const StmtP& s) {
+    std::string key = print_expr(lin->args[0]->args[0]) + " * " + print_expr(lin->args[1]);
+    if (auto it = etype_products_.find(key); it != etype_products_.end()) return it->second;
+    const TensorDecl* v = m_.decl.find_weight(lin->args[0]->args[0]->name);
+    const TensorDecl* w = shared_matrix(lin->args[1]);
+    std::string tn = unique(fmt::format("t_{}_{}", v->name, w->name));
+    add_tensor({tn, Role::Temp, Per::Etype, value_type(lin->type).shape, false, ""});
+    GemmInstance g;
+    g.x = v->name;
+    g.w = w->name;
+    g.y = tn;
+    g.etype_rows = true;
+    g.k = w->shape[0];
+    g.n = w->shape[1];
+    g.heads = tensor(v->name).row_numel() / g.k;  // the same weight applied to each of the row's sub-vectors
+    note_write(tn, false);
+    const auto& sched = m_.decl.options.schedule;
+    g.tile = sched.gemm_tile;
+    g.coarsen = sched.gemm_coarsen;
+    g.launch_bounds = sched.launch_bounds;
+    g.source = print_expr(s->target) + " " + to_string(s->op) + " " + print_expr(s->value);
+    g.name = unique(fmt::format("{}_gemm_{}", prefix_, tn.substr(2)));
+    p_.kernels.push_back(g);  // reads weights only: it may run before anything else of the loop
+    etype_products_[key] = tn;
+    return tn;
+  }
+
+  // The backward of a product computed per edge type. With Y the edges' gradient of linear(V[e.etype], W)
+  // and S[t] the sum of Y over the edges of type t (a deterministic segment sum):
+  //   d_V[e.etype] += linear_t(Y, W)   becomes  d_V[t] += S[t] · W^T      (a GEMM over the edge types)
+  //   d_W += outer(V[e.etype], Y)      becomes  d_W += sum_t V[t]^T · S[t]  (a weight gradient over them)
+  bool etype_product_grad(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush) {
+    const TensorDecl* o = weight_grad_target(*s->target);
+    if (!o || !(inner || !ctx.node_loop)) return false;
+    const ExprP& v = s->value;
+    const TensorDecl* w = nullptr;  // the shared weight (d_V) or the weight row's V (d_W)
+    ExprP y;
+    bool input_grad = is_op(v, Op::LinearT);
+    if (input_grad) {
+      const Expr& t = *s->target;
+      bool by_etype = o->per == Per::Etype && t.kind == ExprKind::Index && t.args[1]->kind == ExprKind::Attr &&
+                      t.args[1]->name == "etype" && t.args[1]->args[0]->kind == ExprKind::Name &&
+                      ctx.edge_vars.count(t.args[1]->args[0]->name);
+      w = shared_matrix(v->args[1]);
+      if (!by_etype || !w) return false;
+      y = v->args[0];
+    } else if (is_op(v, Op::Outer) && o->per == Per::None && o->shape.size() == 2) {
+      w = etype_row(v->args[0], ctx);
+      if (!w) return false;
+      y = v->args[1];
+    } else {
+      return false;
+    }
+    std::string sum = etype_sum(y, ctx, stage, inner, can_flush, s);
+    if (sum.empty()) return false;
+    const TensorInfo& st = tensor(sum);
+    std::string source = print_expr(s->target) + " " + to_string(s->op) + " " + print_expr(s->value);
+    if (input_grad) {
+      GemmInstance g;
+      g.x = sum;
+      g.w = w->name;
+      g.y = o->name;
+      g.etype_rows = true;
+      g.accumulate = true;
+      g.transpose_w = true;
+      g.k = w->shape[1];
+      g.n = w->shape[0];
+      g.heads = st.row_numel() / g.k;
+      if (st.row_numel() != g.heads * g.k || tensor(o->name).row_numel() != g.heads * g.n) return false;
+      return push_gemm(g, s, ctx, stage, can_flush);
+    }
+    intra::WeightGradInstance wg;
+    wg.x = w->name;
+    wg.dy = sum;
+    wg.dw = o->name;
+    wg.etype_rows = true;
+    wg.k = o->shape[0];
+    wg.n = o->shape[1];
+    if (tensor(wg.x).row_numel() != wg.k || st.row_numel() != wg.n) return false;
+    wg.tile = m_.decl.options.schedule.gemm_tile;
+    wg.coarsen = m_.decl.options.schedule.gemm_coarsen;
+    wg.source = source;
+    if (hazard(stage, {wg.x, wg.dy}, wg.dw)) {
+      if (!can_flush) return false;
+      flush(ctx, stage);
+    }
+    note_write(wg.dw, /*accumulates=*/true);
+    wg.name = unique(fmt::format("{}_wgrad_{}", prefix_, o->name));
+    p_.kernels.push_back(wg);
+    return true;
+  }
+
+  // S[t] = the sum of the per-edge value `y` over the edges of type t (a segment sum into a temporary with a
+  // row per edge type), shared by the gradients that need it while y's tensor is not written again. Returns
+  // S, or "" when y cannot be read as edge rows here.
+  std::string etype_sum(ExprP y, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush, const StmtP& s) {
+    std::optional<Input> in = gemm_input(y, ctx, true);
+    if (!in || in->gather != intra::Gather::None) {
+      y = materialize_operand(y, ctx, stage, inner, s);
+      if (!y) return "";
+      in = gemm_input(y, ctx, true);
+      if (!in || in->gather != intra::Gather::None) return "";
+    }
+    if (tensor(in->tensor).per != Per::Edge) return "";
+    if (stage.writes.count(in->tensor)) {
+      if (!can_flush) return "";
+      flush(ctx, stage);
+    }
+    if (auto it = etype_sums_.find(in->tensor); it != etype_sums_.end()) {
+      bool rewritten = false;
+      for (size_t k = it->second.second + 1; k < p_.kernels.size(); ++k)
+        rewritten = rewritten || intra::kernel_writes(p_.kernels[k]).count(in->tensor) > 0;
+      if (!rewritten) return it->second.first;
+    }
+    intra::SegmentSumInstance ss;
+    ss.v = in->tensor;
+    ss.dw = unique(fmt::format("t_{}_per_etype", in->tensor.rfind("t_", 0) == 0 ? in->tensor.substr(2) : in->tensor));
+    add_tensor({ss.dw, Role::Temp, Per::Etype, tensor(in->tensor).shape, false, ""});
+    ss.edge_rows = true;
+    ss.segments = intra::Segments::Etype;
+    ss.numel = tensor(in->tensor).row_numel();
+    ss.source = fmt::format("{}[t] = sum over the edges e of type t of {}", ss.dw, print_expr(y));
+    note_write(ss.dw, /*accumulates=*/true);
+    ss.name = unique(fmt::format("{}_segsum_{}", prefix_, ss.dw.substr(2)));
+    p_.layouts.insert(intra::layout::kSortedCoo);
+    p_.kernels.push_back(ss);
+    etype_sums_[in->tensor] = {ss.dw, p_.kernels.size() - 1};
+    return ss.dw;
   }
 
   // n["f"] += [s *] lin [* s]  in `for e in n.incoming_edges()`, s a per-edge scalar input or field.
@@ -842,6 +1019,8 @@ class Lowering {
   std::vector<intra::SegmentSumInstance> pending_segment_sums_;
   std::vector<intra::TraversalSource> traversal_sources_;  // of the traversal instances, for check_shape_limits
   int wg_count_ = 0;
+  std::map<std::string, std::string> etype_products_;                   // V * W -> its per-edge-type tensor
+  std::map<std::string, std::pair<std::string, size_t>> etype_sums_;    // edge tensor -> (per-type sum, kernel)
 };
 
 }  // namespace

@@ -366,8 +366,14 @@ class TraversalLowering {
   }
 
   // The row of a materialised local's tensor: the node (node rows) or the edge, or a node value computed
-  // per edge (its source's row).
+  // per edge (its source's row), or a value computed once per edge type (the edge's type).
   RowRef materialized_row(Block& b, const TensorInfo& t) {
+    if (t.per == Per::Etype) {
+      Block* eb = &b;
+      while (eb && eb->edge.empty()) eb = eb->parent;
+      if (!eb) throw std::logic_error("lower_traversal: a per-edge-type value outside an edge loop");
+      return RowRef{index(*eb, GraphArray::Etype, eb->edge, base_of(eb->edge) + "_etype"), eb, false, nullptr};
+    }
     if (t.per == Per::Node) {
       if (node_rows_) return RowRef{row_var_, row_, true, nullptr};
       return endpoint(b.edge.empty() ? *row_ : b, "src");

@@ -54,6 +54,15 @@ void drop_dead_stores(intra::Program& p);
 // same loop writes. Takes and returns a typed module (the rewritten loops are re-typed by the Mutator).
 inter::Module fuse_loops(const inter::Module& m);
 
+// Hoists linear transforms out of edge loops to the node domain: `x * W` inside an edge loop whose input x
+// reads one endpoint of the edge only (e.src or e.dst: its inputs, fields the loop nest does not write,
+// constants and shared weights) and whose weight is shared (per: none) or selected by that node's type
+// (W[e.src.ntype]) becomes a node field computed in a node loop placed before the loop nest
+// (`for n in g.src_nodes(): n["feature_W"] = n.feature * W`), read through the endpoint
+// (`e.src["feature_W"]`): an N-row GEMM instead of an E-row one. Identical transforms share one field. Runs
+// before autodiff, so the training forward and the backward inherit it. Takes and returns a typed module.
+inter::Module hoist_node_transforms(const inter::Module& m);
+
 }  // namespace hectorgen::passes
 
 namespace hectorgen::passes {

@@ -23,6 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("HECTORGEN", REPO / "build" / "hectorgen"))
 needs_bin = pytest.mark.skipif(not os.access(BIN, os.X_OK), reason=f"{BIN} not built (set $HECTORGEN)")
 SCRIPT = str(REPO / "tests" / "gpu" / "gpu_check.py")
+# A spec hectorgen rejects (model weight_row), for the harness's "generation failed" paths.
+UNSUPPORTED = "tests/diagnostics/fail_weight_row_input.yaml"
 
 
 def run(args, env_extra=None, check=False):
@@ -35,10 +37,11 @@ def run(args, env_extra=None, check=False):
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    """rgcn (trainable), rgat_concat_outer (no backward: outer), simplehgn (does not generate today)."""
+    """rgcn (trainable), rgat_concat_outer (no backward: outer), weight_row (does not generate: a per-node-type
+    weight row as a linear input, tests/diagnostics/fail_weight_row_input.yaml)."""
     root = tmp_path_factory.mktemp("dry")
     gen = root / "gen" / "generated"
-    p = run(["--prepare", "rgcn", "tests/specs/rgat_concat_outer.yaml", "simplehgn", "--device", "cpu",
+    p = run(["--prepare", "rgcn", "tests/specs/rgat_concat_outer.yaml", UNSUPPORTED, "--device", "cpu",
              "--hectorgen", str(BIN), "--generated", str(gen), "--out", str(root / "out")])
     return root, gen, p
 
@@ -51,14 +54,14 @@ def rows_by_check(out_dir):
 @needs_bin
 def test_dry_run_statuses(prepared):
     root, gen, prep = prepared
-    assert prep.returncode == 1  # simplehgn does not generate
+    assert prep.returncode == 1  # weight_row does not generate
     assert "forward-only (no backward)" in prep.stdout and "GENERATION FAILED" in prep.stdout
     status = json.loads((gen.parent / "generation.json").read_text())
     assert status["rgcn"]["ok"] and status["rgcn"]["no_backward"] is None
     assert "outer" in status["rgat_concat_outer"]["no_backward"]
-    assert not status["simplehgn"]["ok"]
+    assert not status["weight_row"]["ok"]
     out = root / "out"
-    p = run(["rgcn", "tests/specs/rgat_concat_outer.yaml", "simplehgn", "--device", "cpu", "--hectorgen", str(BIN),
+    p = run(["rgcn", "tests/specs/rgat_concat_outer.yaml", UNSUPPORTED, "--device", "cpu", "--hectorgen", str(BIN),
              "--generated", str(gen), "--out", str(out), "--graphs", "tiny,mini", "--timing-iters", "2",
              "--timing-warmup", "1", "--seed", "123"])
     assert p.returncode == 1, p.stdout[-3000:]
@@ -73,7 +76,7 @@ def test_dry_run_statuses(prepared):
     assert ok[("rgcn", "mini", "forward vs torch-ref64")] and ok[("rgcn", "mini", "grad W vs torch-ref64")]
     assert ok[("rgat_concat_outer", "tiny", "no backward: requires_grad raises")]
     assert not any(k[0] == "rgat_concat_outer" and k[2].startswith("grad ") for k in rows)
-    assert not ok[("simplehgn", "tiny", "generate/build/import")]
+    assert not ok[("weight_row", "tiny", "generate/build/import")]
     assert {t["model"] for t in data["timings"]} == {"rgcn", "rgat_concat_outer"}
     s = run(["--summary", "--out", str(out)])
     assert s.returncode == 1
@@ -81,7 +84,7 @@ def test_dry_run_statuses(prepared):
     lines = {ln.split()[0]: ln for ln in table.strip().splitlines()[1:-1]}
     assert lines["rgcn"].split()[1] == "PASS"
     assert lines["rgat_concat_outer"].split()[1] == "FWD-ONLY" and "outer" in lines["rgat_concat_outer"]
-    assert lines["simplehgn"].split()[1] == "FAIL" and "generation failed" in lines["simplehgn"]
+    assert lines["weight_row"].split()[1] == "FAIL" and "generation failed" in lines["weight_row"]
     assert (out / "summary.txt").read_text().strip() == table.strip()
 
 
@@ -149,12 +152,12 @@ def test_sanitizer_log_attribution(tmp_path):
 def test_sanitizer_run_markers(prepared, tmp_path):
     """--sanitizer-run (the command compute-sanitizer wraps) brackets each spec with markers."""
     _, gen, _ = prepared
-    p = run(["--sanitizer-run", "rgcn", "simplehgn", "--device", "cpu", "--generated", str(gen)])
+    p = run(["--sanitizer-run", "rgcn", UNSUPPORTED, "--device", "cpu", "--generated", str(gen)])
     log = tmp_path / "san.log"
     log.write_text(p.stdout)
     res = gpu_check.parse_sanitizer_log(log)
     assert res["rgcn"] == (True, "clean"), p.stdout[-2000:]
-    assert res["simplehgn"][0] is None
+    assert res["weight_row"][0] is None
     assert "forward + backward" in p.stdout and p.returncode == 0
 
 

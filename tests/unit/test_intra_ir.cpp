@@ -401,6 +401,58 @@ TEST_CASE("the program verifier rejects each broken rule", "[intra][verifier]") 
   }
 }
 
+// Rows over the edge types: a product that depends on the edge type only (a weight row projected by a shared
+// weight), and its weight gradient from the per-type sums of the edges' gradients.
+const char* kEtypeRows = R"(# hectorgen intra-operator IR
+model m
+phase backward
+weight V: etype[4] init="glorot"
+weight W: none[4, 8] init="glorot"
+output d_W: none[4, 8]
+option materialization = "vanilla"
+option reorder = "off"
+option dtype = "fp32"
+option gemm_tile = 16
+option gemm_coarsen = 1
+option traversal_threads = 256
+layouts etype_sorted_coo
+tensor V: weight etype[4]
+tensor W: weight none[4, 8]
+tensor d_W: output none[4, 8] zero_init
+tensor t_v: temp etype[8]
+tensor t_s: temp etype[8] zero_init
+tensor t_n: temp node[4]
+
+gemm m_gemm_v:  t_v[row] = V[row] · W[-]
+    rows=etypes heads=1 k=4 n=8 tile=16 coarsen=1 store=plain
+    from: r = linear(V[e.etype], W)
+
+wgrad m_wgrad:  d_W[-] += sum over rows V[row]^T · t_s[row]
+    rows=etypes heads=1 k=4 n=8 tile=16 coarsen=1 deterministic
+    from: d_W += outer(V[e.etype], e["d_r"])
+)";
+
+TEST_CASE("GEMMs and weight gradients over the edge types print, parse back and verify; misuse is rejected",
+          "[intra][roundtrip][verifier]") {
+  std::string err;
+  auto p = parse_program_text(kEtypeRows, &err);
+  INFO(err);
+  REQUIRE(p);
+  CHECK(print_program(*p) == kEtypeRows);
+  CHECK(verify_program(*p) == "");
+  CHECK(std::get<GemmInstance>(p->kernels[0]).etype_rows);
+  CHECK(std::get<WeightGradInstance>(p->kernels[1]).etype_rows);
+  const std::string t = kEtypeRows;
+  CHECK(verify_text(replace(t, "t_v[row] = V[row]", "t_v[row] = t_n[row]")) == "m_gemm_v: 't_n' has no row per edge type (rows=etypes)");
+  CHECK(verify_text(replace(t, "t_v[row] = V[row]", "t_v[row] = V[src[row]]")) ==
+        "m_gemm_v: rows=etypes has no gathers, scatters, segments or row scalars");
+  CHECK(verify_text(replace(t, "sum over rows V[row]^T", "sum over rows t_n[row]^T")) ==
+        "m_wgrad: 't_n' has no row per edge type (rows=etypes)");
+  std::string perr;
+  CHECK_FALSE(parse_program_text(replace(t, "rows=etypes heads=1 k=4 n=8 tile=16 coarsen=1 store", "rows=types heads=1 k=4 n=8 tile=16 coarsen=1 store"), &perr));
+  CHECK(perr.find("expected rows=edges, rows=etypes or rows=nodes, not 'types'") != std::string::npos);
+}
+
 TEST_CASE("the program parser reports positioned errors, into the declarations too", "[intra][parser]") {
   const std::string p = kProgram;
   std::string err;

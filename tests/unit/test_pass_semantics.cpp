@@ -14,11 +14,13 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <random>
 
 #include "helpers.h"
 #include "ir/inter/interpreter.h"
+#include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
 #include "passes/passes.h"
@@ -160,6 +162,102 @@ TEST_CASE("every pass keeps the interpreter's results on random graphs, for ever
   }
 }
 
+namespace {
+
+// Linear transforms inside edge loops (what hoist-node-transforms moves out).
+int edge_loop_linears(const std::vector<StmtP>& body, bool in_edge_loop = false) {
+  int n = 0;
+  std::function<void(const ExprP&)> count = [&](const ExprP& e) {
+    if ((e->kind == ExprKind::Binary || e->kind == ExprKind::Call) && e->fn == Op::Linear) ++n;
+    for (const ExprP& a : e->args) count(a);
+  };
+  for (const StmtP& s : body) {
+    if (s->kind == StmtKind::For) n += edge_loop_linears(s->body, in_edge_loop || is_edge_loop(s->loop));
+    else if (in_edge_loop && s->value) count(s->value);
+  }
+  return n;
+}
+
+}  // namespace
+
+// hoist-node-transforms runs before autodiff: the forward's outputs must not change, and neither may the
+// gradients the backward of the hoisted module computes (with its own saved fields) -- the whole training
+// chain, hoist -> autodiff -> fuse-loops, against autodiff of the unhoisted module.
+TEST_CASE("hoist-node-transforms keeps the outputs and the gradients, for every bundled and test spec",
+          "[passes][semantics][hoist]") {
+  for (const std::string& path : all_specs()) {
+    SECTION(std::filesystem::path(path).filename().string()) {
+      auto c = compile_text(path, read_file(path));
+      INFO(c->rendered());
+      REQUIRE(c->module);
+      const Module& forward = *c->module;
+      Module hoisted = passes::hoist_node_transforms(forward);
+      require_verifies(hoisted, "hoist-node-transforms");
+      CHECK(edge_loop_linears(hoisted.body) <= edge_loop_linears(forward.body));
+      Diagnostics ad, hd;
+      std::optional<passes::TrainingModules> tm = passes::autodiff(forward, ad);
+      std::optional<passes::TrainingModules> th = passes::autodiff(hoisted, hd);
+      REQUIRE(tm.has_value() == th.has_value());
+      std::optional<Module> hb;
+      if (th) hb = passes::fuse_loops(th->backward);
+
+      std::mt19937 rng(4321);
+      for (int trial = 0; trial < 3; ++trial) {
+        HeteroGraph g = random_graph(rng);
+        TensorMap t;
+        for (const TensorDecl& d : forward.decl.inputs)
+          if (d.from_graph.empty()) t[d.name] = random_tensor(full_shape(d, g), rng);
+        for (const TensorDecl& d : forward.decl.weights) t[d.name] = random_tensor(full_shape(d, g), rng);
+        INFO(fmt::format("graph {}: {} nodes, {} edges", trial, g.num_nodes, g.num_edges()));
+        InterpretResult before = run(forward, g, t, "forward");
+        require_equal(before.outputs, run(hoisted, g, t, "hoisted").outputs, "hoist-node-transforms (forward)");
+        if (!tm) continue;
+        TensorMap d_out;
+        for (const TensorDecl& o : forward.decl.outputs) d_out["d_" + o.name] = random_tensor(full_shape(o, g), rng);
+        auto gradients = [&](const passes::TrainingModules& m, const Module& backward, const std::string& what) {
+          InterpretResult train = run(m.forward, g, t, what + " (forward_train)");
+          TensorMap bt = t;
+          for (const std::string& s : m.saved) bt[s] = train.fields.at(s);
+          for (const auto& [n, v] : d_out) bt[n] = v;
+          return run(backward, g, bt, what + " (backward)").outputs;
+        };
+        require_equal(gradients(*tm, tm->backward, "unhoisted"), gradients(*th, *hb, "hoisted"),
+                      "hoist-node-transforms (gradients)");
+      }
+    }
+  }
+}
+
+TEST_CASE("hoist-node-transforms: gcn_shared's shared projection becomes an N-row GEMM in every phase",
+          "[passes][hoist]") {
+  std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/specs/gcn_shared.yaml";
+  auto c = compile_text(path, read_file(path));
+  REQUIRE(c->module);
+  CHECK(edge_loop_linears(c->module->body) == 1);
+  Module hoisted = passes::hoist_node_transforms(*c->module);
+  CHECK(edge_loop_linears(hoisted.body) == 0);
+  REQUIRE(hoisted.node_fields.count("feature_W"));
+  Diagnostics d;
+  std::optional<passes::TrainingModules> tm = passes::autodiff(hoisted, d);
+  REQUIRE(tm);
+  for (const Module* m : {&tm->forward, &tm->backward}) {
+    Module fused = passes::fuse_loops(*m);
+    CHECK(edge_loop_linears(fused.body) == 0);
+    std::optional<intra::Program> p = passes::lower(fused, d, m == &tm->forward ? "forward_train" : "backward", tm->saved);
+    INFO(print_module(fused));
+    REQUIRE(p);
+    int gemms = 0;
+    for (const intra::Kernel& k : p->kernels) {
+      if (const auto* g = std::get_if<intra::GemmInstance>(&k)) {
+        CHECK_FALSE(g->edge_rows);  // x W and dX = dY W^T over the nodes
+        ++gemms;
+      }
+      if (const auto* w = std::get_if<intra::WeightGradInstance>(&k)) CHECK_FALSE(w->edge_rows);  // dW = X^T dY
+    }
+    CHECK(gemms == 1);
+  }
+}
+
 TEST_CASE("pipeline: --print-ir-after=all prints every phase after every pass, in pass_names() order",
           "[passes][pipeline]") {
   driver::Options o;
@@ -174,7 +272,7 @@ TEST_CASE("pipeline: --print-ir-after=all prints every phase after every pass, i
   INFO(err.str());
   std::vector<std::string> expected;
   for (const std::string& pass : driver::pass_names()) {
-    bool front = pass == "parse" || pass == "inline-functions" || pass == "typecheck";
+    bool front = pass == "parse" || pass == "inline-functions" || pass == "typecheck" || pass == "hoist-node-transforms";
     for (const char* phase : {"forward", "forward_train", "backward"}) {
       if (front && std::string(phase) != "forward") continue;
       expected.push_back(fmt::format("# ---- IR after {} ({}) ----", pass, phase));

@@ -280,7 +280,10 @@ class Verifier {
       return nullptr;
     }
     weight_grads_written_.insert(name);
-    Type stored = stored_type(*s.target, s.op, value->type, ctx_);
+    // What it stores, from the target with its children typed (a parsed target's are not yet).
+    Expr with_args = *s.target;
+    if (t.kind == ExprKind::Index) with_args.args = args;
+    Type stored = stored_type(with_args, s.op, value->type, ctx_);
     ExprP target = t.kind == ExprKind::Name ? make(s.target, stored) : make(s.target, args, stored, s.target->fn);
     return typed_assign(sp, target, value);
   }

@@ -88,7 +88,7 @@ class Interpreter {
   void kernel(const GemmInstance& k) {
     const TensorInfo& w = info(k.w);
     bool per_head = w.shape.size() == 3;
-    int64_t n_rows = k.edge_rows ? g_.num_edges() : g_.num_nodes;
+    int64_t n_rows = k.etype_rows ? g_.num_etypes : k.edge_rows ? g_.num_edges() : g_.num_nodes;
     for (int64_t r = 0; r < n_rows; ++r) {
       const double* x = row(k.x, gathered(k.gather, r));
       const double* slice = row(k.w, k.segments == Segments::None ? 0 : segment(k.segments, k.edge_rows, r));
@@ -108,7 +108,7 @@ class Interpreter {
   }
 
   void kernel(const WeightGradInstance& k) {
-    int64_t n_rows = k.edge_rows ? g_.num_edges() : g_.num_nodes;
+    int64_t n_rows = k.etype_rows ? g_.num_etypes : k.edge_rows ? g_.num_edges() : g_.num_nodes;
     for (int64_t r = 0; r < n_rows; ++r) {
       const double* x = row(k.x, gathered(k.x_gather, r));
       const double* dy = row(k.dy, gathered(k.dy_gather, r));

@@ -100,6 +100,8 @@ const char* to_string(Segments s) { return s == Segments::None ? "-" : s == Segm
 
 std::string gathered_row(Gather g) { return g == Gather::None ? "row" : g == Gather::Src ? "src[row]" : "dst[row]"; }
 
+const char* rows_name(bool edge_rows, bool etype_rows) { return etype_rows ? "etypes" : edge_rows ? "edges" : "nodes"; }
+
 bool traversal_supports(const inter::ExprP& e) {
   using inter::ExprKind;
   bool op = e->kind == ExprKind::Call || e->kind == ExprKind::Binary || e->kind == ExprKind::Neg;
@@ -126,7 +128,7 @@ std::string print_gemm(const GemmInstance& g) {
                                             : fmt::format("{}[row] {}=", g.y, g.accumulate ? "+" : "");
   std::string out = fmt::format("gemm {}:  {} {} · {}[{}]{}{}\n", g.name, y, x, g.w, to_string(g.segments), g.transpose_w ? "^T" : "",
                                 g.row_scalar.empty() ? "" : fmt::format(" * {}[row]", g.row_scalar));
-  out += fmt::format("    rows={} heads={} k={} n={} tile={} coarsen={} store={}{}\n", g.edge_rows ? "edges" : "nodes", g.heads, g.k,
+  out += fmt::format("    rows={} heads={} k={} n={} tile={} coarsen={} store={}{}\n", rows_name(g.edge_rows, g.etype_rows), g.heads, g.k,
                      g.n, g.tile, g.coarsen, g.scatter != Gather::None ? "atomic" : g.accumulate ? "add" : "plain",
                      g.launch_bounds ? fmt::format(" launch_bounds={}", *g.launch_bounds) : "");
   return out + fmt::format("    from: {}\n", g.source);
@@ -136,7 +138,7 @@ std::string print_wgrad(const WeightGradInstance& w) {
   std::string out = fmt::format("wgrad {}:  {}[{}] += sum over rows {}[{}]^T · {}[{}]{}\n", w.name, w.dw, to_string(w.segments), w.x,
                                 gathered_row(w.x_gather), w.dy, gathered_row(w.dy_gather),
                                 w.row_scalar.empty() ? "" : fmt::format(" * {}[row]", w.row_scalar));
-  out += fmt::format("    rows={} heads={} k={} n={} tile={} coarsen={} deterministic\n", w.edge_rows ? "edges" : "nodes", w.heads, w.k,
+  out += fmt::format("    rows={} heads={} k={} n={} tile={} coarsen={} deterministic\n", rows_name(w.edge_rows, w.etype_rows), w.heads, w.k,
                      w.n, w.tile, w.coarsen);
   return out + fmt::format("    from: {}\n", w.source);
 }
@@ -264,6 +266,17 @@ class ProgramVerifier {
     return {};
   }
 
+  // Rows over the edge types: every row operand holds a row per edge type; nothing is gathered, scattered,
+  // segmented or scaled per row.
+  std::string etype_rows(const std::string& kernel, std::initializer_list<const TensorInfo*> operands, bool edge_rows,
+                         bool plain) const {
+    if (edge_rows) return fmt::format("{}: rows=etypes and edge rows at once", kernel);
+    if (!plain) return fmt::format("{}: rows=etypes has no gathers, scatters, segments or row scalars", kernel);
+    for (const TensorInfo* t : operands)
+      if (t->per != inter::Per::Etype) return fmt::format("{}: '{}' has no row per edge type (rows=etypes)", kernel, t->name);
+    return {};
+  }
+
   std::string segments(const std::string& kernel, Segments s, const TensorInfo& w) const {
     if (s == Segments::Etype && (w.per != inter::Per::Etype || !p_.layouts.count(layout::kSortedCoo)))
       return fmt::format("{}: per-edge-type segments need '{}' per etype and the layout '{}'", kernel, w.name, layout::kSortedCoo);
@@ -285,6 +298,11 @@ class ProgramVerifier {
       return fmt::format("{}: output rows of {} have {} elements, expected {} x {}", g.name, g.y, y->row_numel(), g.heads, g.n);
     int64_t slice = w->row_numel() / (w->shape.size() == 3 ? g.heads : 1);
     if (slice != g.k * g.n) return fmt::format("{}: weight {} slices have {} elements, expected {} x {}", g.name, g.w, slice, g.k, g.n);
+    if (g.etype_rows) {
+      bool plain = g.gather == Gather::None && g.scatter == Gather::None && g.segments == Segments::None && g.row_scalar.empty();
+      if (std::string e = etype_rows(g.name, {x, y}, g.edge_rows, plain); !e.empty()) return e;
+      return segments(g.name, g.segments, *w);
+    }
     if (std::string e = rows(g.name, *x, g.edge_rows, g.gather, "input"); !e.empty()) return e;
     if (std::string e = rows(g.name, *y, g.edge_rows, g.scatter, "output"); !e.empty()) return e;
     if (g.scatter != Gather::None && g.accumulate) return fmt::format("{}: a scatter is an accumulation already", g.name);
@@ -307,6 +325,11 @@ class ProgramVerifier {
                          x->row_numel(), dy->row_numel(), wg.heads, wg.k, wg.heads, wg.n);
     if (dw->row_numel() != wg.heads * wg.k * wg.n)
       return fmt::format("{}: '{}' slices have {} elements, expected {} x {} x {}", wg.name, wg.dw, dw->row_numel(), wg.heads, wg.k, wg.n);
+    if (wg.etype_rows) {
+      bool plain = wg.x_gather == Gather::None && wg.dy_gather == Gather::None && wg.segments == Segments::None && wg.row_scalar.empty();
+      if (std::string e = etype_rows(wg.name, {x, dy}, wg.edge_rows, plain); !e.empty()) return e;
+      return segments(wg.name, wg.segments, *dw);
+    }
     if (std::string e = rows(wg.name, *x, wg.edge_rows, wg.x_gather, "input"); !e.empty()) return e;
     if (std::string e = rows(wg.name, *dy, wg.edge_rows, wg.dy_gather, "input"); !e.empty()) return e;
     return segments(wg.name, wg.segments, *dw);

@@ -71,11 +71,16 @@ enum class Segments { None, Etype, Ntype };
 const char* to_string(Role r);      // input, weight, output, field, temp
 const char* to_string(Segments s);  // -, etype, ntype
 std::string gathered_row(Gather g); // row, src[row], dst[row]
+const char* rows_name(bool edge_rows, bool etype_rows = false);  // edges, nodes, etypes
 
 struct GemmInstance {
   std::string name;
   std::string x, w, y;  // tensors
   bool edge_rows = false;
+  // Rows are the edge types (rows=etypes): X and Y hold a row per edge type (X a per-etype weight or tensor),
+  // no gather, scatter, segments or row scalar. A product that depends only on the edge type (a weight row
+  // projected by a shared weight) is computed once per type and read by the edges through etype[e].
+  bool etype_rows = false;
   Gather gather = Gather::None;
   Segments segments = Segments::None;
   Gather scatter = Gather::None;  // Src/Dst: atomically add each output row into y[src[e]] / y[dst[e]]
@@ -97,6 +102,7 @@ struct WeightGradInstance {
   Gather x_gather = Gather::None, dy_gather = Gather::None;
   std::string row_scalar;  // scales DY rows, or empty
   bool edge_rows = false;
+  bool etype_rows = false;  // rows are the edge types (as GemmInstance::etype_rows; no segments)
   Segments segments = Segments::None;
   int64_t heads = 1, k = 0, n = 0;  // dW slice per head: k x n
   int tile = 16, coarsen = 1;       // dW tile edge; rows of the dW tile per thread (as GemmInstance)

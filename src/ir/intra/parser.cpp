@@ -444,11 +444,17 @@ Segments parse_segments(Cursor& c) {
   c.fail_at(at, fmt::format("unknown segments '{}' (etype, ntype or -)", s));
 }
 
-bool parse_rows(Cursor& c) {
+// rows=edges | nodes (| etypes, where `etypes` is given): whether the rows are edges.
+bool parse_rows(Cursor& c, bool* etypes = nullptr) {
   c.expect("rows=");
   size_t at = c.pos();
-  std::string r = c.ident("edges or nodes");
-  if (r != "edges" && r != "nodes") c.fail_at(at, fmt::format("expected rows=edges or rows=nodes, not '{}'", r));
+  std::string r = c.ident(etypes ? "edges, nodes or etypes" : "edges or nodes");
+  if (etypes && r == "etypes") {
+    *etypes = true;
+    return false;
+  }
+  if (r != "edges" && r != "nodes")
+    c.fail_at(at, fmt::format("expected rows=edges{} or rows=nodes, not '{}'", etypes ? ", rows=etypes" : "", r));
   return r == "edges";
 }
 
@@ -654,7 +660,7 @@ class ProgramParser {
     }
     {
       Cursor c = body_line("rows=... heads=... k=... n=... tile=... coarsen=... store=...");
-      g.edge_rows = parse_rows(c);
+      g.edge_rows = parse_rows(c, &g.etype_rows);
       g.heads = parse_key(c, "heads");
       g.k = parse_key(c, "k");
       g.n = parse_key(c, "n");
@@ -707,7 +713,7 @@ class ProgramParser {
     }
     {
       Cursor c = body_line("rows=... heads=... k=... n=... tile=... coarsen=... deterministic");
-      w.edge_rows = parse_rows(c);
+      w.edge_rows = parse_rows(c, &w.etype_rows);
       w.heads = parse_key(c, "heads");
       w.k = parse_key(c, "k");
       w.n = parse_key(c, "n");
