@@ -181,7 +181,7 @@ class Lowering {
       if (!later.count(local) && !force_materialize_.count(local)) continue;
       std::string tn = unique("t_" + local);
       const Type& ty = local_types_.at(local);
-      add_tensor({tn, Role::Temp, ctx.node_loop ? Per::Node : Per::Edge, ty.shape, false, ""});
+      add_tensor({tn, Role::Temp, ctx.node_loop && !edge_locals_.count(local) ? Per::Node : Per::Edge, ty.shape, false, ""});
       ctx.materialized[local] = tn;
       stage.writes.insert(tn);
       written_.insert(tn);
@@ -298,7 +298,7 @@ class Lowering {
       if (lower_linear_t(s, ctx, stage, inner, can_flush)) return nullptr;
       if (weight_grad_target(*s->target)) {
         if (lower_weight_grad(s, ctx, stage, inner, can_flush)) return nullptr;
-        return segment_sum(s, ctx, stage, inner);
+        return segment_sum(s, ctx, stage, inner, inner_body);
       }
     }
     // (3) e["f"] = local, where the local is a GEMM result and f is written nowhere else: alias, no copy.
@@ -321,8 +321,9 @@ class Lowering {
       bool other_node = f && !f->on_edge &&
                         (!f->node_role.empty() && !(inner && ((inner->loop == LoopKind::IncomingEdges && f->node_role == "dst") ||
                                                                (inner->loop == LoopKind::OutgoingEdges && f->node_role == "src"))));
-      if (other_node && !inner) {
+      if (other_node) {
         std::string local = fmt::format("__sc{}", wg_count_++);
+        if (inner) edge_locals_.insert(local);  // stored per edge of the inner loop
         Type ty = s->target->type;
         ty.shape = tensor(field_tensor(f->field)).shape;
         local_types_[local] = ty;
@@ -332,7 +333,9 @@ class Lowering {
         if (!intra::traversal_supports(v)) {
           // What the traversal template cannot compute (slice, concat): PyTorch calls store the per-edge
           // values, then the sum adds them up.
+          edge_locals_.erase(local);
           torch_fallback(def, def.get(), ctx, stage, inner, inner_body);
+          if (!ctx.materialized.count(local)) return nullptr;  // the fallback refused it (a diagnostic says why)
           pending_gather_sums_.push_back({field_tensor(f->field), local, f->node_role == "src", true});
           emit_gather_sums(ctx);
           return nullptr;
@@ -614,20 +617,26 @@ class Lowering {
   }
 
   // d_W[sel] += v (any per-row value): the traversal stores v per row; a segment sum reduces it.
-  StmtP segment_sum(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner) {
+  StmtP segment_sum(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner, std::vector<StmtP>* inner_body) {
     const TensorDecl* o = weight_grad_target(*s->target);
-    if (inner) {
-      d_.error(s->loc, "unsupported", "weight gradients accumulated inside an inner edge loop are not supported yet");
+    if (inner && o->per == Per::Ntype) {
+      // The rows of an inner loop are edges; a per-node-type gradient would need the node's type per edge.
+      d_.error(s->loc, "unsupported",
+               "a per-node-type weight gradient accumulated inside an inner edge loop is not supported yet; "
+               "accumulate it in the node loop");
       return nullptr;
     }
     std::string local = fmt::format("__wg{}", wg_count_++);
     Type ty = s->target->type;
     local_types_[local] = ty;
     force_materialize_.insert(local);
+    // Inside an inner edge loop the value is stored per edge (edges are numbered in edge-type order, so the
+    // segment sum reduces each type's edges in a fixed order: no atomics, bit-reproducible).
+    if (inner) edge_locals_.insert(local);
     intra::SegmentSumInstance ss;
     ss.v = local;  // resolved to the materialised tensor at flush
     ss.dw = o->name;
-    ss.edge_rows = !ctx.node_loop;
+    ss.edge_rows = !ctx.node_loop || inner;
     ss.segments = weight_grad_segments(o);
     ss.numel = 1;
     for (int64_t d : o->shape) ss.numel *= d;
@@ -639,7 +648,8 @@ class Lowering {
     StmtP out = Stmt::assign(typed::name(local, value_type(value->type), s->loc), AssignOp::Set, value, s->loc);
     if (!intra::traversal_supports(value)) {
       // What the traversal template cannot compute (slice, concat): PyTorch calls store v per row first.
-      torch_fallback(out, out.get(), ctx, stage, inner, nullptr);
+      if (inner) edge_locals_.erase(local);  // the fallback stores it per edge itself
+      torch_fallback(out, out.get(), ctx, stage, inner, inner_body);
       if (!ctx.materialized.count(local)) return nullptr;  // the fallback refused it (a diagnostic says why)
       ss.v = ctx.materialized.at(local);
       p_.kernels.push_back(ss);
@@ -839,6 +849,7 @@ class Lowering {
   std::set<std::string> aliased_;
   std::map<std::string, Type> local_types_;
   std::set<std::string> force_materialize_;
+  std::set<std::string> edge_locals_;  // locals of a node loop's inner edge loops, materialised per edge
   std::vector<intra::SegmentSumInstance> pending_segment_sums_;
   std::vector<intra::TraversalSource> traversal_sources_;  // of the traversal instances, for check_shape_limits
   int wg_count_ = 0;

@@ -128,6 +128,11 @@ TEST_CASE("autodiff: HGT gradients match finite differences", "[autodiff]") {
   check_gradients("hgt.yaml", {{"in_dim: 64", "in_dim: 3"}, {"out_dim: 64", "out_dim: 4"}, {"heads: 1", "heads: 2"}});
 }
 
+TEST_CASE("autodiff: RGCN with basis decomposition: per-etype weights inside an edge loop", "[autodiff]") {
+  // d_a0[e.etype] += ... inside `for e in n.incoming_edges()`: per-relation sums over edges.
+  check_gradients("../tests/specs/rgcn_basis.yaml", kSmall);
+}
+
 TEST_CASE("autodiff: the backward program prints and parses back", "[autodiff][roundtrip]") {
   auto c = compile_spec("rgat.yaml");
   REQUIRE(c->module);

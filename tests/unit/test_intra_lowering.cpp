@@ -438,10 +438,29 @@ bool has_torch(const std::vector<Program>& phases) {
 
 }  // namespace
 
+// Test specs (tests/specs/) of the model classes of issue 7 item 8 that train without PyTorch instances.
+const char* kTestSpecs[] = {"gcn_shared.yaml", "rgcn_basis.yaml", "split_loops.yaml"};
+
 // Specs exercising what the bundled ones do not: reshaped locals reduced per head, element-wise operators,
 // replicated vectors summed within a lane, a shared weight, outgoing-edge loops, atomic scatters, dot() with
 // 32 or more outputs.
 const char* kExtraSpecs[] = {
+    // Weight gradients accumulated inside an outgoing-edge loop (per etype, a vector; shared, a scalar) and an
+    // input gradient scattered into e.dst from it.
+    R"(model: inner_wgrad
+hyper: {d: 40}
+inputs:
+  feature: {per: node, shape: [d]}
+weights:
+  a: {per: etype, shape: [d]}
+  c: {per: none, shape: []}
+outputs:
+  h: {per: node, shape: [d]}
+program: |
+  for n in g.src_nodes():
+      for e in n.outgoing_edges():
+          n["h"] += tanh(a[e.etype] * e.dst.feature) * c
+)",
     R"(model: ops
 hyper: {d: 48, heads: 4}
 inputs:
@@ -499,6 +518,10 @@ TEST_CASE("lowering keeps the meaning: the intra IR computes what the inter IR c
           "[intra][semantics]") {
   std::vector<std::pair<std::string, std::string>> specs;
   for (const std::string& path : all_specs()) specs.push_back({path, read_file(path)});
+  for (const char* name : kTestSpecs) {
+    std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/specs/" + name;
+    specs.push_back({path, read_file(path)});
+  }
   for (const char* text : kExtraSpecs) specs.push_back({"extra.yaml", text});
   for (const auto& [path, text] : specs) {
     CAPTURE(path, text);
