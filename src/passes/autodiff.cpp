@@ -258,7 +258,15 @@ class Differentiator {
   }
 
   void statement(const Stmt& s, std::vector<StmtP>& out) {
-    if (!is_field(s.target)) throw UnsupportedGradient(s.loc, "autodiff: only field assignments are differentiated");
+    if (!is_field(s.target)) {
+      const Expr& t = *s.target;
+      // A user's output per edge type, node type or none (`acc[e.etype] += v`), written like a weight gradient.
+      const std::string& name = t.kind == ExprKind::Index ? t.args[0]->name : t.name;
+      const TensorDecl* o = f_.decl.find_output(name);
+      throw UnsupportedGradient(s.loc, fmt::format("autodiff: output '{}' is per {}; only outputs per node or per edge are "
+                                                   "differentiated yet",
+                                                   name, o ? to_string(o->per) : "none"));
+    }
     ExprP g = grad_of(*s.target);
     if (!g) return;
     if (s.op == AssignOp::Sub) g = typed::apply(Op::Neg, {g});

@@ -344,3 +344,45 @@ program: |
   CHECK(br.outputs.at("d_x").data[0] == 5.0);
   CHECK(br.outputs.at("d_x").data[6] == 5.0);
 }
+
+TEST_CASE("autodiff: an output per edge type accumulated by the user is reported at its statement", "[autodiff]") {
+  // `acc[e.etype] += v` into an output per etype: type checking crashed ("stored_type: not an assignable target",
+  // exit 2). It now type-checks (the forward generates); its gradient is a positioned diagnostic.
+  auto c = compile_text("acc.yaml", R"(model: acc
+inputs:
+  x: {per: node, shape: [4]}
+weights:
+  a: {per: etype, shape: []}
+outputs:
+  acc: {per: etype, shape: [4]}
+program: |
+  for e in g.edges():
+      acc[e.etype] += a[e.etype] * e.src.x
+)");
+  INFO(c->rendered());
+  REQUIRE(c->module);
+  Diagnostics v;
+  CHECK(verify(*c->module, v));
+  // The float64 interpreter sums per edge type.
+  HeteroGraph g = tiny_graph();
+  std::mt19937 rng(5);
+  TensorMap t;
+  t["x"] = random_tensor({g.num_nodes, 4}, rng, 1.0);
+  t["a"] = random_tensor({g.num_etypes}, rng, 1.0);
+  InterpretResult r = interpret(*c->module, g, t);
+  INFO(r.error);
+  REQUIRE(r.ok);
+  std::vector<double> want(static_cast<size_t>(g.num_etypes * 4), 0.0);
+  for (int64_t e = 0; e < g.num_edges(); ++e)
+    for (int k = 0; k < 4; ++k) want[g.etype[e] * 4 + k] += t["a"].data[g.etype[e]] * t["x"].data[g.src[e] * 4 + k];
+  const std::vector<double>& got = r.outputs.at("acc").data;
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-12));
+  Diagnostics d;
+  CHECK_FALSE(passes::autodiff(*c->module, d));
+  REQUIRE(d.all().size() == 1);
+  CHECK(d.all()[0].kind == "unsupported");
+  CHECK(d.all()[0].message == "autodiff: output 'acc' is per etype; only outputs per node or per edge are differentiated yet");
+  CHECK(d.all()[0].loc.line == 10);
+  CHECK(d.all()[0].loc.col == 7);
+}

@@ -445,6 +445,24 @@ const char* kTestSpecs[] = {"gcn_shared.yaml", "rgcn_basis.yaml", "split_loops.y
 // replicated vectors summed within a lane, a shared weight, outgoing-edge loops, atomic scatters, dot() with
 // 32 or more outputs.
 const char* kExtraSpecs[] = {
+    // A user's output per edge type, accumulated in a top-level edge loop and in an inner one (forward only: its
+    // gradient is not supported yet). Type checking crashed on it ("stored_type: not an assignable target").
+    R"(model: per_etype_output
+hyper: {d: 36}
+inputs:
+  x: {per: node, shape: [d]}
+weights:
+  a: {per: etype, shape: []}
+outputs:
+  acc: {per: etype, shape: [d]}
+  tot: {per: etype, shape: []}
+program: |
+  for e in g.edges():
+      acc[e.etype] += a[e.etype] * e.src.x
+  for n in g.dst_nodes():
+      for e in n.incoming_edges():
+          tot[e.etype] += dot(n.x, e.src.x)
+)",
     // Weight gradients accumulated inside an outgoing-edge loop (per etype, a vector; shared, a scalar) and an
     // input gradient scattered into e.dst from it.
     R"(model: inner_wgrad
