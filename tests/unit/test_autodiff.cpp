@@ -386,3 +386,90 @@ program: |
   CHECK(d.all()[0].loc.line == 10);
   CHECK(d.all()[0].loc.col == 7);
 }
+
+TEST_CASE("autodiff: a field read between two += gets the gradient of the value it read", "[autodiff][versions]") {
+  // s is read (y = s * s) between two accumulations. The saved s the backward reads was the final one, and the
+  // gradient of the output s and of the value y read were one field.
+  const char* decls = R"(inputs:
+  x: {per: node, shape: [3]}
+outputs:
+  y: {per: node, shape: [3]}
+  s: {per: node, shape: [3]}
+)";
+  // Accumulations in separate loops, through the loop node.
+  check_gradients_of("versions.yaml", std::string("model: versions\n") + decls + R"(program: |
+  for n in g.dst_nodes():
+      for e in n.incoming_edges():
+          n["s"] += e.src.x
+  for n in g.dst_nodes():
+      n["y"] = n["s"] * n["s"]
+  for n in g.dst_nodes():
+      for e in n.incoming_edges():
+          n["s"] += e.src.x * e.src.x
+)");
+  // In one node loop, the read between the two inner loops.
+  check_gradients_of("versions.yaml", std::string("model: versions\n") + decls + R"(program: |
+  for n in g.dst_nodes():
+      for e in n.incoming_edges():
+          n["s"] += e.src.x
+      n["y"] = exp(n["s"])
+      for e in n.incoming_edges():
+          n["s"] += e.src.x * e.src.x
+)");
+  // Scattered through e.dst from edge loops, read through e.src in between, then a set and a third +=.
+  check_gradients_of("versions.yaml", std::string("model: versions\n") + decls + R"(program: |
+  for e in g.edges():
+      e.dst["s"] += e.src.x
+  for n in g.dst_nodes():
+      n["y"] = n["s"] * n.x
+  for e in g.edges():
+      e.dst["s"] += tanh(e.src["y"]) * e.src.x
+  for n in g.dst_nodes():
+      n["y"] += n["s"] * n["s"]
+      n["s"] = n["s"] * 0.5
+      n["s"] += n["y"] * n["s"]
+)");
+  // A local read between two updates.
+  check_gradients_of("versions.yaml", std::string("model: versions\n") + decls + R"(program: |
+  for n in g.dst_nodes():
+      t = n.x * 2.0
+      n["y"] = t * t
+      t += n.x * n.x
+      n["s"] = t * n.x
+)");
+  // A local reassigned after a read.
+  check_gradients_of("versions.yaml", std::string("model: versions\n") + decls + R"(program: |
+  for n in g.dst_nodes():
+      t = n.x * 2.0
+      n["y"] = t * t
+      t = exp(n.x)
+      n["s"] = t * t
+)");
+}
+
+TEST_CASE("autodiff: a field accumulated again after a read in the loop that scatters into it is reported", "[autodiff][versions]") {
+  // The new version of s would start from a copy made before the loop, while this loop still writes the old one.
+  auto c = compile_text("v5.yaml", R"(model: v5
+inputs:
+  x: {per: node, shape: [3]}
+outputs:
+  y: {per: node, shape: [3]}
+  s: {per: node, shape: [3]}
+program: |
+  for n in g.dst_nodes():
+      for e in n.incoming_edges():
+          e.src["s"] += e.dst.x
+      n["y"] = n["s"] * n.x
+      for e in n.incoming_edges():
+          e.src["s"] += e.dst.x * e.dst.x
+)");
+  INFO(c->rendered());
+  REQUIRE(c->module);
+  Diagnostics d;
+  CHECK_FALSE(passes::autodiff(*c->module, d));
+  REQUIRE(d.all().size() == 1);
+  CHECK(d.all()[0].kind == "unsupported");
+  CHECK(d.all()[0].message.find("node field 's' is accumulated again after a read") != std::string::npos);
+  CHECK(d.all()[0].loc.line == 13);
+  CHECK(d.all()[0].loc.col == 11);
+}
