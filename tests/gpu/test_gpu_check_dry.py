@@ -35,7 +35,8 @@ def run(args, env_extra=None, check=False):
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    """rgcn (trainable), rgat_concat_outer (no backward: outer), simplehgn (does not generate today)."""
+    """rgcn (trainable), rgat_concat_outer (no backward: its gradient needs the PyTorch fallback, refused in
+    backward code), simplehgn (does not generate today)."""
     root = tmp_path_factory.mktemp("dry")
     gen = root / "gen" / "generated"
     p = run(["--prepare", "rgcn", "tests/specs/rgat_concat_outer.yaml", "simplehgn", "--device", "cpu",
@@ -55,7 +56,7 @@ def test_dry_run_statuses(prepared):
     assert "forward-only (no backward)" in prep.stdout and "GENERATION FAILED" in prep.stdout
     status = json.loads((gen.parent / "generation.json").read_text())
     assert status["rgcn"]["ok"] and status["rgcn"]["no_backward"] is None
-    assert "outer" in status["rgat_concat_outer"]["no_backward"]
+    assert "PyTorch fallback" in status["rgat_concat_outer"]["no_backward"]
     assert not status["simplehgn"]["ok"]
     out = root / "out"
     p = run(["rgcn", "tests/specs/rgat_concat_outer.yaml", "simplehgn", "--device", "cpu", "--hectorgen", str(BIN),
@@ -80,7 +81,7 @@ def test_dry_run_statuses(prepared):
     table = s.stdout.split("===== summary =====")[1]
     lines = {ln.split()[0]: ln for ln in table.strip().splitlines()[1:-1]}
     assert lines["rgcn"].split()[1] == "PASS"
-    assert lines["rgat_concat_outer"].split()[1] == "FWD-ONLY" and "outer" in lines["rgat_concat_outer"]
+    assert lines["rgat_concat_outer"].split()[1] == "FWD-ONLY" and "PyTorch fallback" in lines["rgat_concat_outer"]
     assert lines["simplehgn"].split()[1] == "FAIL" and "generation failed" in lines["simplehgn"]
     assert (out / "summary.txt").read_text().strip() == table.strip()
 
