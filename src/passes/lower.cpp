@@ -321,7 +321,11 @@ class Lowering {
       bool other_node = f && !f->on_edge &&
                         (!f->node_role.empty() && !(inner && ((inner->loop == LoopKind::IncomingEdges && f->node_role == "dst") ||
                                                                (inner->loop == LoopKind::OutgoingEdges && f->node_role == "src"))));
-      if (other_node) {
+      // The loop node's own aggregate over its inner edge loop stays in registers, except for what only the
+      // PyTorch fallback computes: its index_add_ is atomic, so it too becomes per-edge values and a node sum.
+      bool own_node_fallback = f && !f->on_edge && inner && !other_node && !intra::traversal_supports(value);
+      if (other_node || own_node_fallback) {
+        bool via_src = other_node ? f->node_role == "src" : inner->loop == LoopKind::OutgoingEdges;
         std::string local = fmt::format("__sc{}", wg_count_++);
         if (inner) edge_locals_.insert(local);  // stored per edge of the inner loop
         Type ty = s->target->type;
@@ -336,14 +340,14 @@ class Lowering {
           edge_locals_.erase(local);
           torch_fallback(def, def.get(), ctx, stage, inner, inner_body);
           if (!ctx.materialized.count(local)) return nullptr;  // the fallback refused it (a diagnostic says why)
-          pending_gather_sums_.push_back({field_tensor(f->field), local, f->node_role == "src", true});
+          pending_gather_sums_.push_back({field_tensor(f->field), local, via_src, true});
           emit_gather_sums(ctx);
           return nullptr;
         }
         record_access(def, ctx, stage);
         stage.reg_locals.insert(local);
         stage.writes.insert(field_tensor(f->field));
-        pending_gather_sums_.push_back({field_tensor(f->field), local, f->node_role == "src", true});
+        pending_gather_sums_.push_back({field_tensor(f->field), local, via_src, true});
         return def;
       }
     }
@@ -362,18 +366,12 @@ class Lowering {
 
   // Emits one statement as a PyTorch instance, after the statements before it.
   void torch_fallback(const StmtP& s, const Stmt* original, LoopCtx& ctx, Stage& stage, const Stmt* inner, std::vector<StmtP>* inner_body) {
-    if (phase_ == "backward") {
-      // The GPU check found wrong gradients from backward PyTorch-fallback instances on graphs with many edges
-      // per node (rgat_concat, medium graph; the tiny graph agreed): no training code until that is fixed.
-      d_.error(s->loc, "unsupported",
-               "this gradient needs the PyTorch fallback, whose backward code is not correct yet on larger graphs");
-      return;
-    }
-    if (inner && (!inner_body->empty() || inner->body.size() != 1)) {
-      d_.error(s->loc, "unsupported",
-               "this operation needs the PyTorch fallback, which supports it only alone in its inner edge loop; "
-               "move it to its own loop");
-      return;
+    if (inner && !inner_body->empty()) {
+      // The inner loop is split here: its statements so far run over every edge first (their node aggregates
+      // are stored, their locals materialised), this statement next, the rest in a loop of their own. Nothing
+      // after the split reads a node aggregate of the loop (the verifier's read-while-aggregating rule).
+      stage.top.push_back(Stmt::for_loop(inner->var, inner->loop, inner->parent, *inner_body, inner->loc));
+      inner_body->clear();
     }
     flush(ctx, stage);  // stores the locals this statement reads
     const Stmt& L = *ctx.loop;
@@ -390,8 +388,10 @@ class Lowering {
       ctx.materialized[target.name] = written;
     } else if (auto f = field_ref(s->target, ctx.edge_vars)) {
       written = field_tensor(f->field);
-      bool aggregates = s->op != AssignOp::Set && (inner || !f->node_role.empty());
-      note_write(written, aggregates);
+      // The ATen calls add into the tensor (add_, index_add_): a `+=` that writes it first starts from zero, the
+      // edge's own field too. (Backward gradient fields are all written with `+=`: allocated uninitialised, they
+      // gave rgat_concat wrong gradients on the GPU.)
+      note_write(written, s->op != AssignOp::Set);
     }
     written_.insert(written);
     t.target = written;
