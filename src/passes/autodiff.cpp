@@ -34,7 +34,13 @@ class Normalizer : public Mutator {
 
   Module run() {
     count_sets(m_.body);
-    for (const StmtP& s : m_.body) out_.body.push_back(mutate(s));
+    frames_.push_back({"", {}});  // the top level: copy loops of new versions go before the loop that needs them
+    for (const StmtP& s : m_.body) {
+      StmtP r = mutate(s);
+      flush_frame(out_.body);
+      out_.body.push_back(r);
+      ++top_index_;
+    }
     return std::move(out_);
   }
 
@@ -43,8 +49,14 @@ class Normalizer : public Mutator {
     push_scope();
     bind(L->var, loop_var_type(*L));
     scopes_.emplace_back();
+    frames_.push_back({L->var, {}});
     std::vector<StmtP> body;
-    for (const StmtP& s : L->body) body.push_back(s->kind == StmtKind::For ? mutate(s) : assign(*s, *L));
+    for (const StmtP& s : L->body) {
+      StmtP r = s->kind == StmtKind::For ? mutate(s) : assign(*s, *L);
+      flush_frame(body);
+      body.push_back(r);
+    }
+    frames_.pop_back();
     scopes_.pop_back();
     pop_scope();
     return Stmt::for_loop(L->var, L->loop, L->parent, body, L->loc);
@@ -53,7 +65,10 @@ class Normalizer : public Mutator {
   // A local's read becomes a read of its field; a field's read names its current version.
   ExprP visit_name(const ExprP& e) override {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
-      if (auto f = it->find(e->name); f != it->end()) return field(element(f->second.first, e->loc), f->second.second, e->loc);
+      if (auto f = it->find(e->name); f != it->end()) {
+        read_since_write_.insert(f->second.second);
+        return field(element(f->second.first, e->loc), f->second.second, e->loc);
+      }
     return Mutator::visit_name(e);
   }
   ExprP visit_index(const ExprP& e) override {
@@ -65,14 +80,80 @@ class Normalizer : public Mutator {
   }
 
  private:
-  // Set-assignments per field decide the version names: the last one keeps the field's name.
+  // Each value a field takes is a version of its own (SSA): the first write, every set (=, *=, /=), and a `+=`
+  // or `-=` after the field was read since its last version (the read value must stay as it was for the
+  // backward, which reads it saved and gives it a gradient of its own). The last version keeps the field's
+  // name. The pass below decides versions in the same order: `versioned_` marks the accumulations that start one.
   void count_sets(const std::vector<StmtP>& body) {
     for (const StmtP& s : body) {
-      if (s->kind == StmtKind::For) count_sets(s->body);
-      else if (is_field(s->target) && !is_max_aggregation(*s) &&
-               (s->op == AssignOp::Set || s->op == AssignOp::Mul || s->op == AssignOp::Div))
-        ++sets_[s->target->args[1]->name];
+      if (s->kind == StmtKind::For) {
+        count_sets(s->body);
+        continue;
+      }
+      std::set<std::string> reads;
+      collect_field_reads(s->value, reads);
+      for (const std::string& r : reads) read_in_count_.insert(r);
+      if (!is_field(s->target)) continue;
+      const std::string& f = s->target->args[1]->name;
+      bool first = !sets_.count(f), starts = starts_version(*s, read_in_count_.count(f) > 0);
+      if (first) {
+        sets_[f] = 1;
+      } else if (starts) {
+        ++sets_[f];
+        if (s->op == AssignOp::Add || s->op == AssignOp::Sub) versioned_.insert(s.get());
+      }
+      if (first || starts) read_in_count_.erase(f);
     }
+  }
+  static bool starts_version(const Stmt& s, bool read_since) {
+    if (is_max_aggregation(s)) return false;
+    if (s.op == AssignOp::Set || s.op == AssignOp::Mul || s.op == AssignOp::Div) return true;
+    return read_since;
+  }
+  static void collect_field_reads(const ExprP& e, std::set<std::string>& out) {
+    if (is_field(e)) out.insert(e->args[1]->name);
+    for (const ExprP& a : e->args) collect_field_reads(a, out);
+  }
+
+  // Statements to insert before the next statement of a loop body (or, at the top level, before the next loop).
+  struct Frame {
+    std::string var;
+    std::vector<StmtP> pending;
+  };
+  void flush_frame(std::vector<StmtP>& body) {
+    Frame& f = frames_.back();
+    for (StmtP& s : f.pending) body.push_back(std::move(s));
+    f.pending.clear();
+  }
+
+  // `f_new = f_old` for the element `base` denotes, before the statement (or the inner loop holding it) that
+  // starts accumulating into the new version: in the loop of that element, or, for another node reached through
+  // an edge, in a node loop of its own before the current top-level loop.
+  void copy_version(const ExprP& base, const std::string& f, const std::string& from, const std::string& to, const Stmt& L,
+                    SourceLoc loc) {
+    std::string var;
+    if (base->kind == ExprKind::Name) var = base->name;
+    else if (base->kind == ExprKind::Attr &&
+             ((base->name == "dst" && L.loop == LoopKind::IncomingEdges) || (base->name == "src" && L.loop == LoopKind::OutgoingEdges)))
+      var = L.parent;  // the edge's endpoint is the enclosing loop's node
+    for (auto it = frames_.rbegin(); !var.empty() && it != frames_.rend(); ++it)
+      if (it->var == var) {
+        ExprP el = element(var, loc);
+        it->pending.push_back(write(target(el, to, loc), AssignOp::Set, field(el, from, loc), loc));
+        return;
+      }
+    // Another node: all nodes copy before this top-level loop, which must not be writing the old version.
+    if (last_top_write_.count(from) && last_top_write_.at(from) == top_index_)
+      throw UnsupportedGradient(loc, fmt::format("autodiff: node field '{}' is accumulated again after a read, in the loop "
+                                                 "that accumulated it through its edges; split the loop",
+                                                 f));
+    // The copy loop's own node variable, typed as node loops bind it.
+    push_scope();
+    bind("n", Type::node_var());
+    ExprP n = typed::name("n", Type::node_var(), loc);
+    StmtP copy = write(target(n, to, loc), AssignOp::Set, field(n, from, loc), loc);
+    pop_scope();
+    frames_.front().pending.push_back(Stmt::for_loop("n", LoopKind::DstNodes, "g", {copy}, loc));
   }
 
   std::string version_name(const std::string& f, int k) const {
@@ -92,6 +173,8 @@ class Normalizer : public Mutator {
   // `target op= value` into a field: recorded in the field table (the verifier's rule), then typed.
   StmtP write(ExprP target, AssignOp op, ExprP value, SourceLoc loc, bool max_aggregation = false) {
     bool on_edges = target->args[0]->type.kind == ValueKind::Edge;
+    read_since_write_.erase(target->args[1]->name);
+    last_top_write_[target->args[1]->name] = top_index_;
     bool accumulates = op != AssignOp::Set || max_aggregation;
     record_field_write(on_edges ? out_.edge_fields : out_.node_fields, target->args[1]->name, on_edges, accumulates,
                        /*may_grow=*/true, value_type(value->type).shape);
@@ -102,6 +185,20 @@ class Normalizer : public Mutator {
     ExprP value = mutate(s.value);
     const Expr& t = *s.target;
     if (t.kind == ExprKind::Name && !weight_grad_output(m_.decl, t.name)) {
+      // A local bound in this loop body that is set again after a read, or updated in place (*=, /=, or += / -=
+      // after a read), becomes a new field: the value read keeps its own field, saved for the backward.
+      auto bound = scopes_.back().find(t.name);
+      bool here = bound != scopes_.back().end();
+      bool rebind = here && (s.op == AssignOp::Mul || s.op == AssignOp::Div || read_since_write_.count(bound->second.second));
+      if (rebind) {
+        ExprP cur = visit_name(s.target);
+        std::string f = fresh_local_field(t.name);
+        scopes_.back()[t.name] = {L.var, f};
+        ExprP to = this->target(element(L.var, t.loc), f, t.loc);
+        if (s.op == AssignOp::Set) return write(to, AssignOp::Set, value, s.loc);
+        Op op = s.op == AssignOp::Add ? Op::Add : s.op == AssignOp::Sub ? Op::Sub : s.op == AssignOp::Mul ? Op::Mul : Op::Div;
+        return write(to, AssignOp::Set, typed::apply(op, {cur, value}, s.loc), s.loc);
+      }
       std::string f = local_field(t.name);
       ExprP target = this->target(element(L.var, t.loc), f, t.loc);  // the innermost loop's element
       if (s.op == AssignOp::Set) {
@@ -114,12 +211,19 @@ class Normalizer : public Mutator {
     if (!is_field(s.target)) return typed::assign(mutate_target(s.target), s.op, value, context(), nullptr, &s.target->type, s.loc);
     const std::string& f = t.args[1]->name;
     ExprP base = mutate(t.args[0]);
+    bool first = !version_.count(f);
+    if (first) version_[f] = 0;
+    if ((s.op == AssignOp::Add || s.op == AssignOp::Sub) && versioned_.count(&s)) {
+      // A new version, starting from the old value.
+      std::string from = current(f);
+      ++version_[f];
+      copy_version(base, f, from, current(f), L, s.loc);
+      return write(target(base, current(f), t.loc), s.op, value, s.loc);
+    }
     if (s.op == AssignOp::Add || s.op == AssignOp::Sub || is_max_aggregation(s))
       return write(target(base, current(f), t.loc), s.op, value, s.loc, is_max_aggregation(s));
     ExprP old = s.op == AssignOp::Set ? nullptr : field(base, current(f), t.loc);
-    bool first = !version_.count(f);
     if (!first) ++version_[f];
-    else version_[f] = 0;
     ExprP to = target(base, current(f), t.loc);
     if (s.op == AssignOp::Set) return write(to, AssignOp::Set, value, s.loc);
     return write(to, AssignOp::Set, typed::apply(s.op == AssignOp::Mul ? Op::Mul : Op::Div, {old, value}, s.loc), s.loc);
@@ -134,6 +238,9 @@ class Normalizer : public Mutator {
   std::string local_field(const std::string& local) {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
       if (auto f = it->find(local); f != it->end()) return f->second.second;
+    return fresh_local_field(local);
+  }
+  std::string fresh_local_field(const std::string& local) {
     std::string name = local;
     for (int k = 2; used_.count(name) || m_.decl.find_input(name) || m_.decl.find_output(name) || sets_.count(name); ++k)
       name = fmt::format("{}_{}", local, k);
@@ -143,7 +250,13 @@ class Normalizer : public Mutator {
 
   const Module& m_;
   Module out_;
-  std::map<std::string, int> sets_, version_;
+  std::map<std::string, int> sets_, version_;  // versions per field (count_sets), the current one
+  std::set<std::string> read_in_count_;        // count_sets: fields read since their last version
+  std::set<const Stmt*> versioned_;            // accumulations that start a new version
+  std::set<std::string> read_since_write_;     // fields of locals read since they were last written
+  std::map<std::string, size_t> last_top_write_;  // field version -> the top-level loop that last wrote it
+  size_t top_index_ = 0;
+  std::vector<Frame> frames_;
   std::set<std::string> used_;
   std::vector<std::map<std::string, std::pair<std::string, std::string>>> scopes_;  // local -> (element var, field)
 };
@@ -250,15 +363,30 @@ class Differentiator {
   }
 
   // The gradient of the value a statement stores, or null when nothing depends on it.
+  // An output's gradient comes in as the input d_<output>; reads of the output after its last write add theirs
+  // into a field of its own, d_<output>__reads (the input is not written).
   ExprP grad_of(const Expr& target) {
     const std::string& f = target.args[1]->name;
     if (!grad_.count(f)) return nullptr;
-    if (f_.decl.find_output(f)) return typed::attr(target.args[0], "d_" + f, ctx_);
-    return typed::field(target.args[0], "d_" + f, ctx_);
+    if (f_.decl.find_output(f)) {
+      ExprP g = typed::attr(target.args[0], "d_" + f, ctx_);
+      if (!output_reads_.count(f)) return g;
+      return typed::apply(Op::Add, {g, typed::field(target.args[0], grad_field(f), ctx_)});
+    }
+    return typed::field(target.args[0], grad_field(f), ctx_);
   }
+  std::string grad_field(const std::string& f) const { return f_.decl.find_output(f) ? "d_" + f + "__reads" : "d_" + f; }
 
   void statement(const Stmt& s, std::vector<StmtP>& out) {
-    if (!is_field(s.target)) throw UnsupportedGradient(s.loc, "autodiff: only field assignments are differentiated");
+    if (!is_field(s.target)) {
+      const Expr& t = *s.target;
+      // A user's output per edge type, node type or none (`acc[e.etype] += v`), written like a weight gradient.
+      const std::string& name = t.kind == ExprKind::Index ? t.args[0]->name : t.name;
+      const TensorDecl* o = f_.decl.find_output(name);
+      throw UnsupportedGradient(s.loc, fmt::format("autodiff: output '{}' is per {}; only outputs per node or per edge are "
+                                                   "differentiated yet",
+                                                   name, o ? to_string(o->per) : "none"));
+    }
     ExprP g = grad_of(*s.target);
     if (!g) return;
     if (s.op == AssignOp::Sub) g = typed::apply(Op::Neg, {g});
@@ -287,7 +415,8 @@ class Differentiator {
     if (is_field(leaf)) {
       const std::string& f = leaf->args[1]->name;
       grad_.insert(f);
-      out.push_back(write(leaf->args[0], "d_" + f, grad, loc));
+      if (f_.decl.find_output(f)) output_reads_.insert(f);
+      out.push_back(write(leaf->args[0], grad_field(f), grad, loc));
       return;
     }
     if (leaf->kind == ExprKind::Attr) {
@@ -393,6 +522,7 @@ class Differentiator {
   TypeContext ctx_;
   std::set<std::string> grad_;   // fields with a gradient (some later statement depends on them)
   std::set<std::string> saved_;  // forward fields the backward reads
+  std::set<std::string> output_reads_;  // outputs read after their last write (their gradient has two parts)
   std::vector<StmtP> ties_;      // tie counts of the max-aggregations of the loop being differentiated
 };
 

@@ -181,7 +181,7 @@ class Lowering {
       if (!later.count(local) && !force_materialize_.count(local)) continue;
       std::string tn = unique("t_" + local);
       const Type& ty = local_types_.at(local);
-      add_tensor({tn, Role::Temp, ctx.node_loop ? Per::Node : Per::Edge, ty.shape, false, ""});
+      add_tensor({tn, Role::Temp, ctx.node_loop && !edge_locals_.count(local) ? Per::Node : Per::Edge, ty.shape, false, ""});
       ctx.materialized[local] = tn;
       stage.writes.insert(tn);
       written_.insert(tn);
@@ -306,7 +306,7 @@ class Lowering {
       if (lower_linear_t(s, ctx, stage, inner, can_flush)) return nullptr;
       if (weight_grad_target(*s->target)) {
         if (lower_weight_grad(s, ctx, stage, inner, can_flush)) return nullptr;
-        return segment_sum(s, ctx, stage, inner);
+        return segment_sum(s, ctx, stage, inner, inner_body);
       }
     }
     // (3) e["f"] = local, where the local is a GEMM result and f is written nowhere else: alias, no copy.
@@ -329,8 +329,13 @@ class Lowering {
       bool other_node = f && !f->on_edge &&
                         (!f->node_role.empty() && !(inner && ((inner->loop == LoopKind::IncomingEdges && f->node_role == "dst") ||
                                                                (inner->loop == LoopKind::OutgoingEdges && f->node_role == "src"))));
-      if (other_node && !inner) {
+      // The loop node's own aggregate over its inner edge loop stays in registers, except for what only the
+      // PyTorch fallback computes: its index_add_ is atomic, so it too becomes per-edge values and a node sum.
+      bool own_node_fallback = f && !f->on_edge && inner && !other_node && !intra::traversal_supports(value);
+      if (other_node || own_node_fallback) {
+        bool via_src = other_node ? f->node_role == "src" : inner->loop == LoopKind::OutgoingEdges;
         std::string local = fmt::format("__sc{}", wg_count_++);
+        if (inner) edge_locals_.insert(local);  // stored per edge of the inner loop
         Type ty = s->target->type;
         ty.shape = tensor(field_tensor(f->field)).shape;
         local_types_[local] = ty;
@@ -340,15 +345,17 @@ class Lowering {
         if (!intra::traversal_supports(v)) {
           // What the traversal template cannot compute (slice, concat): PyTorch calls store the per-edge
           // values, then the sum adds them up.
+          edge_locals_.erase(local);
           torch_fallback(def, def.get(), ctx, stage, inner, inner_body);
-          pending_gather_sums_.push_back({field_tensor(f->field), local, f->node_role == "src", true});
+          if (!ctx.materialized.count(local)) return nullptr;  // the fallback refused it (a diagnostic says why)
+          pending_gather_sums_.push_back({field_tensor(f->field), local, via_src, true});
           emit_gather_sums(ctx);
           return nullptr;
         }
         record_access(def, ctx, stage);
         stage.reg_locals.insert(local);
         stage.writes.insert(field_tensor(f->field));
-        pending_gather_sums_.push_back({field_tensor(f->field), local, f->node_role == "src", true});
+        pending_gather_sums_.push_back({field_tensor(f->field), local, via_src, true});
         return def;
       }
     }
@@ -367,18 +374,12 @@ class Lowering {
 
   // Emits one statement as a PyTorch instance, after the statements before it.
   void torch_fallback(const StmtP& s, const Stmt* original, LoopCtx& ctx, Stage& stage, const Stmt* inner, std::vector<StmtP>* inner_body) {
-    if (phase_ == "backward") {
-      // The GPU check found wrong gradients from backward PyTorch-fallback instances on graphs with many edges
-      // per node (rgat_concat, medium graph; the tiny graph agreed): no training code until that is fixed.
-      d_.error(s->loc, "unsupported",
-               "this gradient needs the PyTorch fallback, whose backward code is not correct yet on larger graphs");
-      return;
-    }
-    if (inner && (!inner_body->empty() || inner->body.size() != 1)) {
-      d_.error(s->loc, "unsupported",
-               "this operation needs the PyTorch fallback, which supports it only alone in its inner edge loop; "
-               "move it to its own loop");
-      return;
+    if (inner && !inner_body->empty()) {
+      // The inner loop is split here: its statements so far run over every edge first (their node aggregates
+      // are stored, their locals materialised), this statement next, the rest in a loop of their own. Nothing
+      // after the split reads a node aggregate of the loop (the verifier's read-while-aggregating rule).
+      stage.top.push_back(Stmt::for_loop(inner->var, inner->loop, inner->parent, *inner_body, inner->loc));
+      inner_body->clear();
     }
     flush(ctx, stage);  // stores the locals this statement reads
     const Stmt& L = *ctx.loop;
@@ -395,8 +396,10 @@ class Lowering {
       ctx.materialized[target.name] = written;
     } else if (auto f = field_ref(s->target, ctx.edge_vars)) {
       written = field_tensor(f->field);
-      bool aggregates = s->op != AssignOp::Set && (inner || !f->node_role.empty());
-      note_write(written, aggregates);
+      // The ATen calls add into the tensor (add_, index_add_): a `+=` that writes it first starts from zero, the
+      // edge's own field too. (Backward gradient fields are all written with `+=`: allocated uninitialised, they
+      // gave rgat_concat wrong gradients on the GPU.)
+      note_write(written, s->op != AssignOp::Set);
     }
     written_.insert(written);
     t.target = written;
@@ -622,20 +625,26 @@ class Lowering {
   }
 
   // d_W[sel] += v (any per-row value): the traversal stores v per row; a segment sum reduces it.
-  StmtP segment_sum(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner) {
+  StmtP segment_sum(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner, std::vector<StmtP>* inner_body) {
     const TensorDecl* o = weight_grad_target(*s->target);
-    if (inner) {
-      d_.error(s->loc, "unsupported", "weight gradients accumulated inside an inner edge loop are not supported yet");
+    if (inner && o->per == Per::Ntype) {
+      // The rows of an inner loop are edges; a per-node-type gradient would need the node's type per edge.
+      d_.error(s->loc, "unsupported",
+               "a per-node-type weight gradient accumulated inside an inner edge loop is not supported yet; "
+               "accumulate it in the node loop");
       return nullptr;
     }
     std::string local = fmt::format("__wg{}", wg_count_++);
     Type ty = s->target->type;
     local_types_[local] = ty;
     force_materialize_.insert(local);
+    // Inside an inner edge loop the value is stored per edge (edges are numbered in edge-type order, so the
+    // segment sum reduces each type's edges in a fixed order: no atomics, bit-reproducible).
+    if (inner) edge_locals_.insert(local);
     intra::SegmentSumInstance ss;
     ss.v = local;  // resolved to the materialised tensor at flush
     ss.dw = o->name;
-    ss.edge_rows = !ctx.node_loop;
+    ss.edge_rows = !ctx.node_loop || inner;
     ss.segments = weight_grad_segments(o);
     ss.numel = 1;
     for (int64_t d : o->shape) ss.numel *= d;
@@ -647,7 +656,8 @@ class Lowering {
     StmtP out = Stmt::assign(typed::name(local, value_type(value->type), s->loc), AssignOp::Set, value, s->loc);
     if (!intra::traversal_supports(value)) {
       // What the traversal template cannot compute (slice, concat): PyTorch calls store v per row first.
-      torch_fallback(out, out.get(), ctx, stage, inner, nullptr);
+      if (inner) edge_locals_.erase(local);  // the fallback stores it per edge itself
+      torch_fallback(out, out.get(), ctx, stage, inner, inner_body);
       if (!ctx.materialized.count(local)) return nullptr;  // the fallback refused it (a diagnostic says why)
       ss.v = ctx.materialized.at(local);
       p_.kernels.push_back(ss);
@@ -1016,6 +1026,7 @@ class Lowering {
   std::set<std::string> aliased_;
   std::map<std::string, Type> local_types_;
   std::set<std::string> force_materialize_;
+  std::set<std::string> edge_locals_;  // locals of a node loop's inner edge loops, materialised per edge
   std::vector<intra::SegmentSumInstance> pending_segment_sums_;
   std::vector<intra::TraversalSource> traversal_sources_;  // of the traversal instances, for check_shape_limits
   int wg_count_ = 0;

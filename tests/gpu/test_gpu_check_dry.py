@@ -6,10 +6,13 @@ module that runs while parameters require grad) makes its row FAIL, and the sani
 Needs torch, PyYAML and the hectorgen binary ($HECTORGEN or build/hectorgen)."""
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,12 @@ needs_bin = pytest.mark.skipif(not os.access(BIN, os.X_OK), reason=f"{BIN} not b
 SCRIPT = str(REPO / "tests" / "gpu" / "gpu_check.py")
 # A spec hectorgen rejects (model weight_row), for the harness's "generation failed" paths.
 UNSUPPORTED = "tests/diagnostics/fail_weight_row_input.yaml"
+# A forward-only spec: rgat_concat_outer (same model name, weights and shapes) with its attention passed through
+# leakyrelu_grad, an operator without a derivative rule.
+_UNTRAINABLE_DIR = Path(tempfile.mkdtemp(prefix="hectorgen-dry-"))
+atexit.register(shutil.rmtree, _UNTRAINABLE_DIR, True)
+UNTRAINABLE = _UNTRAINABLE_DIR / "rgat_concat_outer.yaml"
+UNTRAINABLE.write_text((REPO / "tests" / "specs" / "rgat_concat_outer.yaml").read_text().replace("leakyrelu(", "leakyrelu_grad("))
 
 
 def run(args, env_extra=None, check=False):
@@ -37,11 +46,11 @@ def run(args, env_extra=None, check=False):
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    """rgcn (trainable), rgat_concat_outer (no backward: outer), weight_row (does not generate: a per-node-type
-    weight row as a linear input, tests/diagnostics/fail_weight_row_input.yaml)."""
+    """rgcn (trainable), rgat_concat_outer (UNTRAINABLE: no backward, leakyrelu_grad), weight_row (does not
+    generate: tests/diagnostics/fail_weight_row_input.yaml)."""
     root = tmp_path_factory.mktemp("dry")
     gen = root / "gen" / "generated"
-    p = run(["--prepare", "rgcn", "tests/specs/rgat_concat_outer.yaml", UNSUPPORTED, "--device", "cpu",
+    p = run(["--prepare", "rgcn", str(UNTRAINABLE), UNSUPPORTED, "--device", "cpu",
              "--hectorgen", str(BIN), "--generated", str(gen), "--out", str(root / "out")])
     return root, gen, p
 
@@ -58,10 +67,10 @@ def test_dry_run_statuses(prepared):
     assert "forward-only (no backward)" in prep.stdout and "GENERATION FAILED" in prep.stdout
     status = json.loads((gen.parent / "generation.json").read_text())
     assert status["rgcn"]["ok"] and status["rgcn"]["no_backward"] is None
-    assert "outer" in status["rgat_concat_outer"]["no_backward"]
+    assert "leakyrelu_grad" in status["rgat_concat_outer"]["no_backward"]
     assert not status["weight_row"]["ok"]
     out = root / "out"
-    p = run(["rgcn", "tests/specs/rgat_concat_outer.yaml", UNSUPPORTED, "--device", "cpu", "--hectorgen", str(BIN),
+    p = run(["rgcn", str(UNTRAINABLE), UNSUPPORTED, "--device", "cpu", "--hectorgen", str(BIN),
              "--generated", str(gen), "--out", str(out), "--graphs", "tiny,mini", "--timing-iters", "2",
              "--timing-warmup", "1", "--seed", "123"])
     assert p.returncode == 1, p.stdout[-3000:]
@@ -83,7 +92,7 @@ def test_dry_run_statuses(prepared):
     table = s.stdout.split("===== summary =====")[1]
     lines = {ln.split()[0]: ln for ln in table.strip().splitlines()[1:-1]}
     assert lines["rgcn"].split()[1] == "PASS"
-    assert lines["rgat_concat_outer"].split()[1] == "FWD-ONLY" and "outer" in lines["rgat_concat_outer"]
+    assert lines["rgat_concat_outer"].split()[1] == "FWD-ONLY" and "leakyrelu_grad" in lines["rgat_concat_outer"]
     assert lines["weight_row"].split()[1] == "FAIL" and "generation failed" in lines["weight_row"]
     assert (out / "summary.txt").read_text().strip() == table.strip()
 
@@ -93,7 +102,7 @@ def test_dry_run_statuses(prepared):
     ("forward", "rgcn", "poisoned re-run vs interp64"),
     ("grad", "rgcn", "grad W0 vs interp64"),
     ("nondet", "rgcn", "weight grads bit-identical (2nd backward, poisoned)"),
-    ("no-raise", "tests/specs/rgat_concat_outer.yaml", "no backward: requires_grad raises"),
+    ("no-raise", str(UNTRAINABLE), "no backward: requires_grad raises"),
 ])
 def test_defects_are_caught(prepared, tmp_path, bug, spec, check):
     _, gen, _ = prepared
@@ -179,7 +188,7 @@ def test_adapter_fits_the_generated_modules(prepared):
             mod = importlib.import_module(name)
         finally:
             sys.path.remove(str(gen / name))
-        spec = {"rgcn": "specs/rgcn.yaml", "rgat_concat_outer": "tests/specs/rgat_concat_outer.yaml"}[name]
+        spec = {"rgcn": "specs/rgcn.yaml", "rgat_concat_outer": str(UNTRAINABLE)}[name]
         model = ir_torch.load_model(REPO / spec)
         ad = gpu_check.Adapter(mod, model, "cpu", bool(mod.TRAINABLE))
         assert ad.cls.__name__ == name.capitalize() and ad.input_names == ["feature"]

@@ -101,6 +101,9 @@ TEST_CASE("each operator's float64 evaluation", "[ops][interpreter]") {
   check(Op::Sum, eval(Op::Sum, {v({2, 2}, {1, 2, 3, 4})}), v({2}, {3, 7}));
   check(Op::Dot, eval(Op::Dot, {a, b}), v({}, {-5}));
   check(Op::Outer, eval(Op::Outer, {a, v({3}, {1, 2, 3})}), v({2, 3}, {1, 2, 3, -2, -4, -6}));
+  // [[1, 2, 3], [4, 5, 6]] times [1, 0, -1]; [1, -2] times [[1, 2, 3], [4, 5, 6]].
+  check(Op::MatVec, eval(Op::MatVec, {v({2, 3}, {1, 2, 3, 4, 5, 6}), v({3}, {1, 0, -1})}, {2}), v({2}, {-2, -2}));
+  check(Op::VecMat, eval(Op::VecMat, {a, v({2, 3}, {1, 2, 3, 4, 5, 6})}, {3}), v({3}, {-7, -8, -9}));
   check(Op::Concat, eval(Op::Concat, {v({2, 1}, {1, 2}), v({2, 2}, {3, 4, 5, 6})}), v({2, 3}, {1, 3, 4, 2, 5, 6}));
   check(Op::Slice, eval(Op::Slice, {v({2, 3}, {1, 2, 3, 4, 5, 6}), s(1), s(2)}, {2, 2}), v({2, 2}, {2, 3, 5, 6}));
   check(Op::Reshape, eval(Op::Reshape, {v({2, 2}, {1, 2, 3, 4}), s(4)}, {4}), v({4}, {1, 2, 3, 4}));
@@ -175,6 +178,8 @@ const std::vector<Good> kGood = {
     {Op::Sum, "sum(e.dst.m)", "edge[2]"},
     {Op::Dot, "dot(e.src.m, e.dst.m)", "edge[2]"},
     {Op::Outer, "outer(e.src.m, e.dst.m)", "edge[2, 4, 4]"},
+    {Op::MatVec, "matvec(outer(e.src.a, e.dst.c), e.dst.c)", "edge[4]"},
+    {Op::VecMat, "vecmat(e.src.a, outer(e.src.a, e.src.c))", "src_etype[3]"},
     {Op::Concat, "concat(e.src.a, e.dst.b, e.dst.c)", "edge[11]"},
     {Op::Slice, "slice(e.dst.m, 1, 2)", "edge[2, 2]"},
     {Op::Slice, "slice(e.src.a, k - 1, 1)", "src_etype[1]"},
@@ -208,6 +213,8 @@ const std::vector<Bad> kBad = {
     {Op::Dot, "dot(e.src.a, e.dst.c)", "shape-mismatch", "dot"},
     {Op::Dot, "dot(e.src.a, e.s)", "shape-mismatch", "dot"},
     {Op::Outer, "outer(e.src.a, e.dst.m)", "shape-mismatch", "outer"},
+    {Op::MatVec, "matvec(e.src.m, e.dst.c)", "shape-mismatch", "matvec"},
+    {Op::VecMat, "vecmat(e.src.a, e.dst.m)", "shape-mismatch", "vecmat"},
     {Op::Concat, "concat(e.src.a, e.s)", "shape-mismatch", "e.s)"},
     {Op::Concat, "concat(e.src.a, e.dst.m)", "shape-mismatch", "e.dst.m"},
     {Op::Concat, "concat(e.src.a)", "wrong-arguments", "concat"},

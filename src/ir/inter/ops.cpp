@@ -79,6 +79,23 @@ TypeResult outer_rule(const OpArgs& a) {
   return r;
 }
 
+// matvec(m [.., M, N], v [.., N]) -> [.., M];  vecmat(v [.., M], m [.., M, N]) -> [.., N]
+TypeResult matvec_rule(const OpArgs& a) {
+  bool vm = a.op.op == Op::VecMat;
+  const Type &m = a.types[vm ? 1 : 0], &v = a.types[vm ? 0 : 1];
+  bool ok = m.shape.size() >= 2 && v.shape.size() + 1 == m.shape.size() &&
+            std::equal(v.shape.begin(), v.shape.end() - 1, m.shape.begin()) &&
+            v.shape.back() == m.shape[m.shape.size() - (vm ? 2 : 1)];
+  if (!ok)
+    return error(a.loc, "shape-mismatch",
+                 fmt::format("'{}' needs a vector [.., {}] and a matrix [.., M, N] with equal leading dimensions, got {} and {}",
+                             a.op.name, vm ? "M" : "N", shape_str(a.types[0].shape), shape_str(a.types[1].shape)));
+  Type t = join(a.types[0], a.types[1]);
+  t.shape = v.shape;
+  t.shape.back() = m.shape[m.shape.size() - (vm ? 1 : 2)];
+  return t;
+}
+
 TypeResult concat_rule(const OpArgs& a) {
   Type acc;
   for (size_t i = 0; i < a.types.size(); ++i) {
@@ -251,6 +268,28 @@ Value64 eval_outer(const Args& a, const Type&) {
   return out;
 }
 
+// y[r, i] = sum_j m[r, i, j] v[r, j]
+Value64 eval_matvec(const Args& a, const Type& result) {
+  const Value64 &m = a[0], &v = a[1];
+  int64_t N = v.shape.back(), M = m.shape[m.shape.size() - 2], rows = numel(v.shape) / N;
+  Value64 out{result.shape, std::vector<double>(static_cast<size_t>(rows * M), 0.0)};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) out.data[r * M + i] += m.data[(r * M + i) * N + j] * v.data[r * N + j];
+  return out;
+}
+
+// y[r, j] = sum_i v[r, i] m[r, i, j]
+Value64 eval_vecmat(const Args& a, const Type& result) {
+  const Value64 &v = a[0], &m = a[1];
+  int64_t M = v.shape.back(), N = m.shape.back(), rows = numel(v.shape) / M;
+  Value64 out{result.shape, std::vector<double>(static_cast<size_t>(rows * N), 0.0)};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) out.data[r * N + j] += v.data[r * M + i] * m.data[(r * M + i) * N + j];
+  return out;
+}
+
 Value64 eval_concat(const Args& parts, const Type&) {
   int64_t rows = numel(parts[0].shape) / parts[0].shape.back(), width = 0;
   for (const Value64& p : parts) width += p.shape.back();
@@ -405,6 +444,21 @@ std::vector<ExprP> grad_dot(const GradArgs& g) {
   const ExprP &a = g.call.args[0], &b = g.call.args[1];
   return {mul(g.adjoint, g.saved(b)), mul(g.adjoint, g.saved(a))};
 }
+// y = outer(a, b), y[i, j] = a[i] b[j]:  da = matvec(dy, b);  db = vecmat(a, dy).
+std::vector<ExprP> grad_outer(const GradArgs& g) {
+  const ExprP &a = g.call.args[0], &b = g.call.args[1];
+  return {fn(Op::MatVec, {g.adjoint, g.saved(b)}), fn(Op::VecMat, {g.saved(a), g.adjoint})};
+}
+// y = matvec(m, v):  dm = outer(dy, v);  dv = vecmat(dy, m).
+std::vector<ExprP> grad_matvec(const GradArgs& g) {
+  const ExprP &m = g.call.args[0], &v = g.call.args[1];
+  return {fn(Op::Outer, {g.adjoint, g.saved(v)}), fn(Op::VecMat, {g.adjoint, g.saved(m)})};
+}
+// y = vecmat(v, m):  dv = matvec(m, dy);  dm = outer(v, dy).
+std::vector<ExprP> grad_vecmat(const GradArgs& g) {
+  const ExprP &v = g.call.args[0], &m = g.call.args[1];
+  return {fn(Op::MatVec, {g.saved(m), g.adjoint}), fn(Op::Outer, {g.saved(v), g.adjoint})};
+}
 std::vector<ExprP> grad_reshape(const GradArgs& g) {
   std::vector<ExprP> out(g.call.args.size());
   const std::vector<int64_t>& shape = value_type(g.call.args[0]->type).shape;
@@ -498,8 +552,13 @@ std::vector<OpInfo> make_table() {
        AtenArgs::Rows});
   row({Op::Dot, "dot", Syntax::Call, kTwo, false, dot_rule, false, eval_dot, grad_dot, kAnywhere, Form::ReduceLast, "",
        "({0} * {1}).sum(-1)", AtenArgs::Rows});
-  row({Op::Outer, "outer", Syntax::Call, kTwo, false, outer_rule, false, eval_outer, nullptr, kTorchOnly, Form::None, "",
+  row({Op::Outer, "outer", Syntax::Call, kTwo, false, outer_rule, false, eval_outer, grad_outer, kTorchOnly, Form::None, "",
        "({0}.unsqueeze(-1) * {1}.unsqueeze(-2))", AtenArgs::Rows});
+  // A matrix times a vector per row, and a vector times a matrix (the derivatives of outer).
+  row({Op::MatVec, "matvec", Syntax::Call, {tensor("the matrix"), tensor("the vector")}, false, matvec_rule, false, eval_matvec,
+       grad_matvec, kTorchOnly, Form::None, "", "({0} * {1}.unsqueeze(-2)).sum(-1)", AtenArgs::Rows});
+  row({Op::VecMat, "vecmat", Syntax::Call, {tensor("the vector"), tensor("the matrix")}, false, matvec_rule, false, eval_vecmat,
+       grad_vecmat, kTorchOnly, Form::None, "", "({0}.unsqueeze(-1) * {1}).sum(-2)", AtenArgs::Rows});
   row({Op::Concat, "concat", Syntax::Call, {tensor("an argument"), tensor("an argument")}, true, concat_rule, false, eval_concat,
        grad_concat, kTorchOnly, Form::None, "", "at::cat({{*}}, -1)", AtenArgs::Rows});
   row({Op::Slice, "slice", Syntax::Call,

@@ -34,7 +34,7 @@ enum class Op : uint8_t {
   // element-wise functions
   Exp, Relu, Tanh, Sigmoid, Sqrt, LeakyRelu, LeakyReluGrad, Max, MaxGrad,
   // reductions and shape operators
-  Sum, Dot, Outer, Concat, Slice, Reshape, Expand,
+  Sum, Dot, Outer, MatVec, VecMat, Concat, Slice, Reshape, Expand,
   // linear transforms (x * W is Linear once typed)
   Linear, LinearT,
   Count  // not an operator: the number of enum values

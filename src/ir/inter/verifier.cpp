@@ -280,10 +280,10 @@ class Verifier {
       return nullptr;
     }
     weight_grads_written_.insert(name);
-    // What it stores, from the target with its children typed (a parsed target's are not yet).
-    Expr with_args = *s.target;
-    if (t.kind == ExprKind::Index) with_args.args = args;
-    Type stored = stored_type(with_args, s.op, value->type, ctx_);
+    // The stored type from the typed target (a user's `acc[e.etype] += v` arrives untyped).
+    auto target0 = std::make_shared<Expr>(t);
+    if (t.kind == ExprKind::Index) target0->args = args;
+    Type stored = stored_type(*target0, s.op, value->type, ctx_);
     ExprP target = t.kind == ExprKind::Name ? make(s.target, stored) : make(s.target, args, stored, s.target->fn);
     return typed_assign(sp, target, value);
   }

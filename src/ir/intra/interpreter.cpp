@@ -8,6 +8,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "ir/inter/ops.h"
+
 namespace hectorgen::intra {
 
 namespace {
@@ -129,7 +131,131 @@ class Interpreter {
     }
   }
 
-  void kernel(const TorchInstance& k) { throw Error(fmt::format("{}: PyTorch instances are not interpreted", k.name)); }
+  // ---- PyTorch instances: the statement per row, in float64, as emit/torch_fallback.cpp's ATen calls compute it
+  // over all rows at once (a node loop's inner edge loop: every edge, the loop node its destination or source).
+  struct TorchRow {
+    const TorchInstance* k = nullptr;
+    int64_t edge = -1;  // the row's edge (edge rows), else -1
+    int64_t node = -1;  // the loop node (node loops), else -1
+    std::string edge_var, node_var;
+  };
+
+  void kernel(const TorchInstance& k) {
+    const inter::Stmt& L = *k.loop;
+    const inter::Stmt* s = L.body.front().get();
+    const inter::Stmt* inner = nullptr;
+    if (s->kind == inter::StmtKind::For) {
+      inner = s;
+      s = s->body.front().get();
+    }
+    bool edge_rows = inter::is_edge_loop(L.loop) || inner;
+    int64_t n_rows = edge_rows ? g_.num_edges() : g_.num_nodes;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      TorchRow row;
+      row.k = &k;
+      if (inter::is_edge_loop(L.loop)) {
+        row.edge = r;
+        row.edge_var = L.var;
+      } else if (inner) {
+        row.edge = r;
+        row.edge_var = inner->var;
+        row.node = (inner->loop == inter::LoopKind::OutgoingEdges ? g_.src : g_.dst)[static_cast<size_t>(r)];
+        row.node_var = L.var;
+      } else {
+        row.node = r;
+        row.node_var = L.var;
+      }
+      torch_assign(*s, row);
+    }
+  }
+
+  void torch_assign(const inter::Stmt& s, const TorchRow& r) {
+    inter::Value64 v = torch_expr(s.value, r);
+    const inter::Expr& t = *s.target;
+    std::string tensor;
+    int64_t at = 0;
+    if (t.kind == inter::ExprKind::Name) {
+      tensor = r.k->materialized.at(t.name);
+      at = info(tensor).per == inter::Per::Edge ? r.edge : r.node;
+    } else {
+      tensor = torch_field_tensor(*r.k, t.args[1]->name);
+      at = torch_row_of(t.args[0], r);
+    }
+    double* out = row(tensor, at);
+    int64_t n = info(tensor).row_numel(), size = static_cast<int64_t>(v.data.size());
+    if (size == 0 || n % size) throw Error(fmt::format("{}: a value of {} elements into rows of {}", r.k->name, size, n));
+    for (int64_t i = 0; i < n; ++i) {
+      double x = v.data[static_cast<size_t>(i / (n / size))];
+      switch (s.op) {
+        case inter::AssignOp::Set: out[i] = x; break;
+        case inter::AssignOp::Add: out[i] += x; break;
+        case inter::AssignOp::Sub: out[i] -= x; break;
+        case inter::AssignOp::Mul: out[i] *= x; break;
+        case inter::AssignOp::Div: out[i] /= x; break;
+      }
+    }
+  }
+
+  static std::string torch_field_tensor(const TorchInstance& k, const std::string& f) {
+    auto it = k.field_tensor.find(f);
+    return it == k.field_tensor.end() ? f : it->second;
+  }
+
+  // The row `base` (an edge or node variable, e.src, e.dst) denotes.
+  int64_t torch_row_of(const inter::ExprP& base, const TorchRow& r) const {
+    if (base->kind == inter::ExprKind::Name) {
+      if (base->name == r.edge_var) return r.edge;
+      if (base->name == r.node_var) return r.node;
+      throw Error(fmt::format("{}: unknown row variable {}", r.k->name, base->name));
+    }
+    if (base->kind == inter::ExprKind::Attr && (base->name == "src" || base->name == "dst") && r.edge >= 0)
+      return (base->name == "src" ? g_.src : g_.dst)[static_cast<size_t>(r.edge)];
+    throw Error(fmt::format("{}: not a row", r.k->name));
+  }
+
+  inter::Value64 tensor_row(const std::string& tensor, int64_t at) {
+    const TensorInfo& ti = info(tensor);
+    const double* x = row(tensor, at);
+    return inter::Value64{ti.shape, std::vector<double>(x, x + ti.row_numel())};
+  }
+
+  inter::Value64 torch_expr(const inter::ExprP& e, const TorchRow& r) {
+    using inter::ExprKind;
+    switch (e->kind) {
+      case ExprKind::Number: return inter::Value64::scalar(e->number);
+      case ExprKind::String: throw Error(r.k->name + ": a string value");
+      case ExprKind::Name: {
+        if (auto it = r.k->materialized.find(e->name); it != r.k->materialized.end())
+          return tensor_row(it->second, info(it->second).per == inter::Per::Edge ? r.edge : r.node);
+        if (e->type.value) return inter::Value64::scalar(*e->type.value);  // a hyper-parameter
+        if (const inter::TensorDecl* w = p_.decl.find_weight(e->name)) return tensor_row(w->name, 0);
+        throw Error(r.k->name + ": unknown name " + e->name);
+      }
+      case ExprKind::Attr: {
+        const inter::TensorDecl* in = p_.decl.find_input(e->name);
+        if (!in) throw Error(r.k->name + ": unknown input " + e->name);
+        return tensor_row(in->name, in->per == inter::Per::Edge ? r.edge : torch_row_of(e->args[0], r));
+      }
+      case ExprKind::Index: {
+        const inter::ExprP& base = e->args[0];
+        if (base->kind == ExprKind::Name && p_.decl.find_weight(base->name)) {
+          const inter::ExprP& sel = e->args[1];  // e.etype or n.ntype
+          int64_t type = sel->name == "etype" ? g_.etype[static_cast<size_t>(r.edge)]
+                                              : g_.ntype[static_cast<size_t>(torch_row_of(sel->args[0], r))];
+          return tensor_row(base->name, type);
+        }
+        return tensor_row(torch_field_tensor(*r.k, e->args[1]->name), torch_row_of(base, r));
+      }
+      case ExprKind::Neg:
+      case ExprKind::Binary:
+      case ExprKind::Call: {
+        std::vector<inter::Value64> args;
+        for (const inter::ExprP& a : e->args) args.push_back(torch_expr(a, r));
+        return inter::op_info(e->fn).eval(args, e->type);
+      }
+    }
+    throw Error(r.k->name + ": unknown expression");
+  }
 
   // ---- traversal instances --------------------------------------------------------------------------
   struct Env {

@@ -1,6 +1,6 @@
 // A float64 interpreter of the intra-operator IR: runs a program's kernels in order on a graph, each as its
 // instance says (a GEMM's gather, weight selection, scale and scatter; a traversal instance's loads,
-// values, reductions and stores), with registers holding whole values (lanes and syncs do not change what a
+// values, reductions and stores; a PyTorch instance's statement row by row, as its ATen calls compute it), with registers holding whole values (lanes and syncs do not change what a
 // race-free kernel computes). Checked against the inter-operator IR's interpreter, it shows that lowering
 // keeps the model's meaning, without a GPU.
 #pragma once
