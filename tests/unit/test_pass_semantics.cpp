@@ -18,6 +18,7 @@
 #include <random>
 
 #include "helpers.h"
+#include "ir/inter/names.h"
 #include "ir/inter/interpreter.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
@@ -151,7 +152,7 @@ TEST_CASE("every pass keeps the interpreter's results on random graphs, for ever
 
         TensorMap bt = t;
         for (const auto& [s, v] : saved_before) bt[s] = v;
-        for (const TensorDecl& o : forward.decl.outputs) bt["d_" + o.name] = random_tensor(full_shape(o, g), rng);
+        for (const TensorDecl& o : forward.decl.outputs) bt[inter::grad_name(o.name)] = random_tensor(full_shape(o, g), rng);
         InterpretResult grads = run(tm->backward, g, bt, "autodiff (backward)");
         require_equal(grads.outputs, run(*fused_backward, g, bt, "fuse-loops (backward)").outputs,
                       "fuse-loops (backward) gradients");
