@@ -55,7 +55,7 @@ const char* const kCudaAndMacros[] = {
 // the host functions). A unit test checks that generated code uses no other fixed identifier.
 const char* const kCppEmitterNames[] = {
     // traversal kernels (emit/traversal.cpp) and launchers (emit/cuda.cpp)
-    "lane", "first_row", "row_stride", "num_rows", "j", "k", "m", "idx", "partial", "total", "warp_sum",
+    "lane", "first_row", "row_stride", "num_rows", "j", "m", "idx", "partial", "total", "warp_sum", "warp_max", "leaky_relu",
     "__shfl_sync", "__shfl_xor_sync", "a", "args", "stream", "err", "grid", "blocks", "cudaError_t",
     "cudaGetLastError", "cudaSuccess", "cudaStream_t",
     // graph arrays and sizes (Args structs, op arguments)
@@ -166,11 +166,24 @@ void scan(std::string_view s, Lang lang, const std::function<void(std::string, s
       i = end == std::string_view::npos ? s.size() : end + 2;
       continue;
     }
-    // template holes $name$
-    if (c == '$') {
-      size_t end = i + 1;
+    // template holes $name$, with what is glued to them (k$Model$GemmTile is no identifier of its own)
+    auto hole_end = [&](size_t at) -> size_t {  // past the hole starting at `at`, or `at` if none starts there
+      if (at >= s.size() || s[at] != '$') return at;
+      size_t end = at + 1;
       while (end < s.size() && ident_char(s[end])) ++end;
-      i = end < s.size() && s[end] == '$' && end > i + 1 ? end + 1 : i + 1;
+      return end < s.size() && s[end] == '$' && end > at + 1 ? end + 1 : at;
+    };
+    auto skip_glued = [&](size_t at) {
+      while (true) {
+        size_t next = hole_end(at);
+        while (next < s.size() && ident_char(s[next])) ++next;
+        if (next == at) return at;
+        at = next;
+      }
+    };
+    if (c == '$') {
+      size_t end = hole_end(i);
+      i = end == i ? i + 1 : skip_glued(end);
       prev = '$';
       continue;
     }
@@ -212,6 +225,12 @@ void scan(std::string_view s, Lang lang, const std::function<void(std::string, s
     if (ident_start(c)) {
       size_t b = i;
       while (i < s.size() && ident_char(s[i])) ++i;
+      if (hole_end(i) != i) {  // glued to a hole: a templated identifier
+        i = skip_glued(i);
+        prev = 'a';
+        last.clear();
+        continue;
+      }
       last = std::string(s.substr(b, i - b));
       f(last, prev == '.' ? qualifier : "");
       prev = 'a';

@@ -489,7 +489,7 @@ class TraversalLowering {
     std::vector<std::string> leaves;
     std::function<void(const ExprP&)> names = [&](const ExprP& a) {
       std::string n;
-      if (a->kind == ExprKind::Name && !a->type.value) n = a->name.substr(std::min(a->name.find_first_not_of('_'), a->name.size()));
+      if (a->kind == ExprKind::Name && !a->type.value) n = plain_spelling(a->name.substr(std::min(a->name.find_first_not_of("_$"), a->name.size())));
       else if (a->kind == ExprKind::Attr) n = a->name;
       else if (a->kind == ExprKind::Index) n = a->args[1]->kind == ExprKind::String ? a->args[1]->name : a->args[0]->name;
       if (!n.empty()) {

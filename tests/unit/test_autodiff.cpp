@@ -277,17 +277,17 @@ program: |
   t["a"] = random_tensor({g.num_nodes, 4}, rng, 1.0);
   t["b"] = random_tensor({g.num_nodes, 4}, rng, 1.0);
   t["U"] = random_tensor({4}, rng, 1.0);
-  t["d_y"] = random_tensor({g.num_edges(), 4}, rng, 1.0);
+  t["d$y"] = random_tensor({g.num_edges(), 4}, rng, 1.0);
   InterpretResult r = interpret(tm->backward, g, t);
   INFO(r.error);
   REQUIRE(r.ok);
-  for (double x : r.outputs.at("d_a").data) CHECK(x == 0.0);
-  for (double x : r.outputs.at("d_U").data) CHECK(x == 0.0);  // U only feeds `t` too
+  for (double x : r.outputs.at("d$a").data) CHECK(x == 0.0);
+  for (double x : r.outputs.at("d$U").data) CHECK(x == 0.0);  // U only feeds `t` too
   // The lowering allocates the never-accumulated weight gradient zeroed.
   auto p = passes::lower(passes::fuse_loops(tm->backward), d, "backward");
   REQUIRE(p);
-  REQUIRE(p->find("d_U"));
-  CHECK(p->find("d_U")->zero_init);
+  REQUIRE(p->find("d$U"));
+  CHECK(p->find("d$U")->zero_init);
 }
 
 TEST_CASE("autodiff: tied maxima share the gradient evenly", "[autodiff]") {
@@ -320,11 +320,11 @@ program: |
   REQUIRE(fr.ok);
   TensorMap bt = t;
   for (const std::string& s : tm->saved) bt[s] = fr.fields.at(s);
-  bt["d_m"] = Tensor64{{5, 2}, {0.0, 0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0}};
+  bt["d$m"] = Tensor64{{5, 2}, {0.0, 0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0}};
   InterpretResult br = interpret(tm->backward, g, bt);
   INFO(br.error);
   REQUIRE(br.ok);
-  const std::vector<double>& dx = br.outputs.at("d_x").data;
+  const std::vector<double>& dx = br.outputs.at("d$x").data;
   // node 1: max(x[0], x[3]) = (3, -1): x[3] wins column 0 and x[0] column 1 (no ties).
   // node 2: max(x[4], x[4], x[0]) = (2, 2): the two edges from 4 tie, x[0] loses.
   // node 3: x[2] = (0, 0) alone; node 4: x[1] = (0.5, 0.5) alone.
@@ -337,8 +337,8 @@ program: |
   for (const std::string& s : tm->saved) bt[s] = fr.fields.at(s);
   br = interpret(tm->backward, g, bt);
   REQUIRE(br.ok);
-  CHECK(br.outputs.at("d_x").data[0] == 5.0);
-  CHECK(br.outputs.at("d_x").data[6] == 5.0);
+  CHECK(br.outputs.at("d$x").data[0] == 5.0);
+  CHECK(br.outputs.at("d$x").data[6] == 5.0);
 }
 
 // A reassigned local gets a field per value (hs, hs$2): before, both values shared one field and the backward

@@ -70,7 +70,7 @@ TEST_CASE("RGAT forward fuses the edge softmax: two GEMMs, one edge and one node
   CHECK(count<intra::TraversalInstance>(fw) == 2);
   CHECK(count<intra::TorchInstance>(fw) == 0);
   // e["msg"] = hs is an alias of the GEMM output, not a copy.
-  CHECK(fw.aliases.at("msg") == "t_hs");
+  CHECK(fw.aliases.at("msg") == "t$hs");
 }
 
 TEST_CASE("training phases are deterministic: no atomic scatters, weight gradients by grouped reductions",

@@ -264,7 +264,7 @@ TEST_CASE("identifiers of a text skip comments, strings and holes, and keep f-st
 
 TEST_CASE("Python names: public names keep their spelling where Python allows it", "[names]") {
   inter::ModelDecl d;
-  d.name = "graph";  // the class Graph exists already
+  d.name = "prepare_graph";  // a function of the module: the class Prepare_graph is free
   auto tensor = [](const char* name, const char* from_graph = "") {
     inter::TensorDecl t;
     t.name = name;
@@ -275,7 +275,10 @@ TEST_CASE("Python names: public names keep their spelling where Python allows it
   d.inputs.push_back(tensor("torch_norm", "inv_relation_in_degree"));  // read from the graph: no Python name
   for (const char* n : {"W", "forward", "cuda", "options", "num_nodes"}) d.weights.push_back(tensor(n));
   emit::PythonNames py = emit::python_names(d);
-  CHECK(py.model_class == "Graph_");
+  CHECK(py.model_class == "Prepare_graph");
+  inter::ModelDecl hyper_model;
+  hyper_model.name = "hYPER";  // its class would be HYPER, a global of the module
+  CHECK(emit::python_names(hyper_model).model_class == "HYPER_");
   CHECK(py.param.at("feature") == "feature");
   CHECK(py.param.at("g") == "g_");
   CHECK(py.param.at("self") == "self_");
@@ -329,7 +332,12 @@ TEST_CASE("the emitters print no fixed identifier that is not reserved", "[names
                                            "incoming_edges", "outgoing_edges", "src", "dst"};
   // Derived and numbered names the scopes allocate: the emitters' temporaries v0, v1, ... and lowering's
   // tensors of its own locals (t$wg0, t$lin_3).
-  const std::regex allocated("v[0-9]+_?|t_(lin_|wg|sc|op)[0-9]+(_[0-9]+)?|[en]|i_[en]");
+  // Registers lower-traversal names after the lowering's locals ($lin_3, $wg0, $scatter) and operands
+  // (leakyrelu_in): bind() keeps them distinct from every name visible in the kernel, the C++ names of the
+  // tensors included (emit/names.cpp).
+  const std::regex allocated(
+      "v[0-9]+_?|t_(lin_|wg|sc|op)[0-9]+(_[0-9]+)?|[en]|i_[en]|(lin_|op|sc|wg)[0-9]+(_[0-9]+)?|scatter(_[0-9]+)?|"
+      "leakyrelu_in(_[0-9]+)?");
   // Kernels of these templates take fixed parameters only: no user name enters them.
   std::set<std::string> kernel_templates;
   for (const char* t : {"cuda/gemm.cu.in", "cuda/wgrad.cu.in", "cuda/segsum.cu.in"})
