@@ -106,7 +106,8 @@ static std::vector<OpArg> op_args(const Program& p) {
   return args;
 }
 
-static std::string emit_op(const Program& p) {
+// `p` with the C++ names (emit/names.h), `ir` the same program with the IR's: messages name the user's tensors.
+static std::string emit_op(const Program& p, const Program& ir) {
   Vars v;
   v["model"] = p.model;
   v["phase"] = p.phase;
@@ -126,12 +127,14 @@ static std::string emit_op(const Program& p) {
   std::string checks;
   for (const std::string& g : graph_arrays(p))
     checks += fmt::format("  check({}, \"graph array '{}'\", at::kInt, {{{}}}, device);\n", g, g, graph_array_rows(g));
-  for (const TensorDecl* t : tensors) {
+  const auto user_tensors = op_tensors(ir);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorDecl* t = tensors[i];
     const TensorInfo* ti = p.find(t->name);
     std::vector<int64_t> shape = t->shape;
     TensorInfo info = ti ? *ti : TensorInfo{t->name, Role::Input, t->per, shape, false, ""};
     checks += fmt::format("  check({}, \"{} '{}'\", at::kFloat, {}, device);\n", t->name,
-                          info.role == Role::Weight ? "weight" : "input", t->name, shape_list(info));
+                          info.role == Role::Weight ? "weight" : "input", user_tensors.at(i)->name, shape_list(info));
   }
   v["checks"] = checks.substr(0, checks.size() - 1);
   std::string alloc, meta, assign;
@@ -172,8 +175,9 @@ std::string emit_host_cpp(const std::vector<Program>& ir_phases, const EmitConte
   const Program& p = phases.front();
   Vars v = banner_vars(p, ctx);
   std::string functions, defs, cuda, meta, pyb, names;
-  for (const Program& ph : phases) {
-    functions += emit_op(ph);
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const Program& ph = phases[i];
+    functions += emit_op(ph, ir_phases[i]);
     defs += fmt::format("  m.def(\"{}({}) -> Tensor[]\");\n", ph.phase, op_schema(ph));
     cuda += fmt::format("  m.impl(\"{}\", &{}_{}_op);\n", ph.phase, ph.model, ph.phase);
     meta += fmt::format("  m.impl(\"{}\", &{}_{}_meta);\n", ph.phase, ph.model, ph.phase);

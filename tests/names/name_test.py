@@ -302,7 +302,7 @@ class Compiler:
                                                         if self.nvcc else "/usr/local/cuda")
             system = [torch_dir / "include", torch_dir / "include" / "torch" / "csrc" / "api" / "include",
                       Path(sysconfig.get_paths()["include"]), Path(cuda_home) / "include"]
-            self.torch_flags = ["-std=c++17", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror",
+            self.torch_flags = ["-std=c++20", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror",
                                 "-DTORCH_EXTENSION_NAME=name_test_ext", "-DTORCH_API_INCLUDE_EXTENSION_H",
                                 f"-D_GLIBCXX_USE_CXX11_ABI={torch_headers.GLIBCXX_USE_CXX11_ABI}",
                                 f"-I{ROOT / 'runtime' / 'include'}", f"-I{ROOT / 'runtime' / 'torch'}"]
@@ -337,10 +337,12 @@ class Compiler:
         return path
 
 
-CU_PRELUDE = ["#include <cstdint>", "#include <cuda_runtime.h>"]
+# What the generated files include before their own headers (the unity files include these first, outside the
+# namespaces).
+CU_PRELUDE = ["#include <algorithm>", "#include <cstdint>", "#include <cuda_runtime.h>"]
 HOST_PRELUDE = ["#include <ATen/cuda/CUDAContext.h>", "#include <c10/cuda/CUDAException.h>",
                 "#include <c10/cuda/CUDAGuard.h>", "#include <torch/extension.h>", "#include <torch/library.h>",
-                "#include <cstdint>", "#include <cuda_runtime.h>", '#include "graph_preprocess_torch.h"']
+                "#include <cstdint>", "#include <cuda_runtime.h>", '#include "hectorgen/runtime_version.h"']
 
 PY_CHECK = r'''
 import builtins, importlib.util, inspect, json, keyword, sys, torch
