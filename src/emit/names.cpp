@@ -69,7 +69,9 @@ const char* const kCppEmitterNames[] = {
 const char* const kPythonEmitterNames[] = {
     "self", "cls", "forward", "backward", "TRAINABLE", "_NUM_OUTPUTS", "_NUM_INPUTS", "_GRAD_SLOTS", "SAVED_FOR_BACKWARD", "_Function",
     "ctx", "g", "tensors", "res", "outs", "saved", "grads", "stored", "device", "d_outs", "d", "s", "result", "r",
-    "i", "t", "o", "zip", "torch", "staticmethod", "super", "isinstance", "tuple", "any", "None"};
+    "i", "t", "o", "zip", "torch", "staticmethod", "super", "isinstance", "tuple", "any", "None",
+    // an untrainable module (emit/host.cpp: python_untrainable)
+    "NO_BACKWARD_REASON", "_ARGUMENT_NAMES", "_refuse_grad", "names", "n", "RuntimeError", "join"};
 
 // Modules a model's file (<model>.py) would shadow for the generated code, or for torch and scripts run
 // beside it: Python's standard library and the packages torch imports.
