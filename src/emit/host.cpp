@@ -134,7 +134,8 @@ static std::string emit_op(const Program& p, const Program& ir) {
     std::vector<int64_t> shape = t->shape;
     TensorInfo info = ti ? *ti : TensorInfo{t->name, Role::Input, t->per, shape, false, ""};
     checks += fmt::format("  check({}, \"{} '{}'\", at::kFloat, {}, device);\n", t->name,
-                          info.role == Role::Weight ? "weight" : "input", user_tensors.at(i)->name, shape_list(info));
+                          info.role == Role::Weight ? "weight" : "input",
+                          is_derived_name(user_tensors.at(i)->name) ? t->name : user_tensors.at(i)->name, shape_list(info));
   }
   v["checks"] = checks.substr(0, checks.size() - 1);
   std::string alloc, meta, assign;
