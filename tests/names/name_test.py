@@ -89,7 +89,8 @@ BARE_ROLES = {"hyper", "weight", "local", "function", "loop"}
 # A model's module <model>.py would shadow a module of that name: the standard library's, torch's and the
 # packages torch imports.
 MODULES = set(sys.stdlib_module_names) | {"torch", "numpy", "typing_extensions", "sympy", "networkx", "jinja2",
-                                          "fsspec", "filelock", "triton", "setuptools", "pybind11"}
+                                          "fsspec", "filelock", "triton", "setuptools", "pybind11",
+                                          "hectorgen_runtime"}
 # The built-in functions of the model language (a user function cannot take their names).
 DSL_FUNCTIONS = {"exp", "relu", "tanh", "sigmoid", "sqrt", "leakyrelu", "dot", "outer", "linear", "concat", "reshape",
                  "sum", "linear_t", "leakyrelu_grad", "max", "max_grad"}
