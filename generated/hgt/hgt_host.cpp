@@ -429,7 +429,7 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor d_W_msg = at::zeros({num_etypes, 1, 64, 64}, options);
   at::Tensor d_mu = at::zeros({num_etypes, 1}, options);
   at::Tensor d_W_a = at::zeros({num_ntypes, 64, 64}, options);
-  at::Tensor att_max__ties = at::empty({num_nodes, 1}, options);  // field
+  at::Tensor att_max_ties = at::empty({num_nodes, 1}, options);  // field
   at::Tensor d_agg = at::zeros({num_nodes, 1, 64}, options);  // field
   at::Tensor d_att_max = at::zeros({num_nodes, 1}, options);  // field
   at::Tensor d_att_sum = at::zeros({num_nodes, 1}, options);  // field
@@ -441,13 +441,13 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor d_att__1 = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_msg = at::empty({num_edges, 1, 64}, options);  // field
   at::Tensor t_d_v_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___op0 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_op0 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_d_k_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___op1 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_op1 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_lin_11 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_lin_12 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___sc2 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___wg3 = at::empty({num_edges, 1}, options);  // intermediate
+  at::Tensor t_sc2 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_wg3 = at::empty({num_edges, 1}, options);  // intermediate
   HgtBackwardArgs a;
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -494,7 +494,7 @@ std::vector<at::Tensor> hgt_backward_op(
   a.d_W_msg = d_W_msg.data_ptr<float>();
   a.d_mu = d_mu.data_ptr<float>();
   a.d_W_a = d_W_a.data_ptr<float>();
-  a.att_max__ties = att_max__ties.data_ptr<float>();
+  a.att_max_ties = att_max_ties.data_ptr<float>();
   a.d_agg = d_agg.data_ptr<float>();
   a.d_att_max = d_att_max.data_ptr<float>();
   a.d_att_sum = d_att_sum.data_ptr<float>();
@@ -506,13 +506,13 @@ std::vector<at::Tensor> hgt_backward_op(
   a.d_att__1 = d_att__1.data_ptr<float>();
   a.d_msg = d_msg.data_ptr<float>();
   a.t_d_v_edges = t_d_v_edges.data_ptr<float>();
-  a.t___op0 = t___op0.data_ptr<float>();
+  a.t_op0 = t_op0.data_ptr<float>();
   a.t_d_k_edges = t_d_k_edges.data_ptr<float>();
-  a.t___op1 = t___op1.data_ptr<float>();
+  a.t_op1 = t_op1.data_ptr<float>();
   a.t_lin_11 = t_lin_11.data_ptr<float>();
   a.t_lin_12 = t_lin_12.data_ptr<float>();
-  a.t___sc2 = t___sc2.data_ptr<float>();
-  a.t___wg3 = t___wg3.data_ptr<float>();
+  a.t_sc2 = t_sc2.data_ptr<float>();
+  a.t_wg3 = t_wg3.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_agg(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_a(a, stream));

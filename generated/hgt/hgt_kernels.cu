@@ -145,19 +145,19 @@ __global__ void __launch_bounds__(256) hgt_fw_edges_att(
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
-    float v_t_lin_3[2];
+    float lin_3[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_t_lin_3[j] = t_lin_3[e * 64 + lane + 32 * j];
+    for (int j = 0; j < 2; ++j) lin_3[j] = t_lin_3[e * 64 + lane + 32 * j];
     float v_dst_q[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
     const float v_mu = mu[e_etype];
-    // e["att"] = dot(__t_lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
-    float dot_t_lin_3_q = 0.f;
+    // e["att"] = dot($lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
+    float dot_lin_3_q = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) dot_t_lin_3_q += v_t_lin_3[j] * v_dst_q[j];
-    dot_t_lin_3_q = warp_sum(dot_t_lin_3_q);
-    const float v_att = dot_t_lin_3_q * v_mu / 8.0f;
+    for (int j = 0; j < 2; ++j) dot_lin_3_q += lin_3[j] * v_dst_q[j];
+    dot_lin_3_q = warp_sum(dot_lin_3_q);
+    const float v_att = dot_lin_3_q * v_mu / 8.0f;
     if (lane == 0) att[e] = v_att;
   }
 }
@@ -236,19 +236,19 @@ __global__ void __launch_bounds__(256) hgt_fwt_edges_att__0(
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
-    float v_t_lin_3[2];
+    float lin_3[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_t_lin_3[j] = t_lin_3[e * 64 + lane + 32 * j];
+    for (int j = 0; j < 2; ++j) lin_3[j] = t_lin_3[e * 64 + lane + 32 * j];
     float v_dst_q[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
     const float v_mu = mu[e_etype];
-    // e["att__0"] = dot(__t_lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
-    float dot_t_lin_3_q = 0.f;
+    // e["att$0"] = dot($lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
+    float dot_lin_3_q = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) dot_t_lin_3_q += v_t_lin_3[j] * v_dst_q[j];
-    dot_t_lin_3_q = warp_sum(dot_t_lin_3_q);
-    const float v_att__0 = dot_t_lin_3_q * v_mu / 8.0f;
+    for (int j = 0; j < 2; ++j) dot_lin_3_q += lin_3[j] * v_dst_q[j];
+    dot_lin_3_q = warp_sum(dot_lin_3_q);
+    const float v_att__0 = dot_lin_3_q * v_mu / 8.0f;
     if (lane == 0) att__0[e] = v_att__0;
   }
 }
@@ -274,13 +274,13 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
-      // n["att_max"] = max(n["att_max"], e["att__0"])
+      // n["att_max"] = max(n["att_max"], e["att$0"])
       v_att_max = fmaxf(v_att_max, v_att__0);
     }
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
-      // e["att__1"] = exp(e["att__0"] - e.dst["att_max"])
+      // e["att$1"] = exp(e["att$0"] - e.dst["att_max"])
       const float v_att__1 = expf(v_att__0 - v_att_max);
       if (lane == 0) att__1[e] = v_att__1;
     }
@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
     __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
-      // n["att_sum"] += e["att__1"]
+      // n["att_sum"] += e["att$1"]
       const float v_att__1 = att__1[e];
       v_att_sum += v_att__1;
     }
@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
       float v_msg[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
-      // e["att"] = e["att__1"] / e.dst["att_sum"]
+      // e["att"] = e["att$1"] / e.dst["att_sum"]
       const float v_att__1 = att__1[e];
       const float v_att = v_att__1 / v_att_sum;
       // n["agg"] += e["att"] * e["msg"]
@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
 // ==== backward ====
 
 // hgt_bw_gemm_d_agg: GEMM instance  d_agg[row] += d_h[row] * W_a[ntype]^T
-//   from: n["d_agg"] += reshape(linear_t(n.d_h, W_a[n.ntype]), 1, 64)
+//   from: n["d$agg"] += reshape(linear_t(n.d$h, W_a[n.ntype]), 1, 64)
 __global__ void __launch_bounds__(256) hgt_bw_gemm_d_agg(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
     const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(256) hgt_bw_gemm_d_agg(
 }
 
 // hgt_bw_wgrad_d_W_a: weight-gradient instance  d_W_a[ntype] += sum_row agg[row]^T * d_h[row]
-//   from: d_W_a[n.ntype] += outer(reshape(n.agg, heads * d_k), n.d_h)
+//   from: d$W_a[n.ntype] += outer(reshape(n.agg, heads * d_k), n.d$h)
 // One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_a(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
@@ -453,53 +453,53 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
       for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
       const float v_att = att[e];
       const float v_att__1 = att__1[e];
-      // e["d_att"] += sum(n["d_agg"] * e.msg)
+      // e["d$att"] += sum(n["d$agg"] * e.msg)
       float v_d_att = 0.f;
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_d_att += v_d_agg[j] * v_msg[j];
       v_d_att = warp_sum(v_d_att);
-      // e["d_msg"] += n["d_agg"] * e.att
+      // e["d$msg"] += n["d$agg"] * e.att
       float v_d_msg[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_d_msg[j] = v_d_agg[j] * v_att;
-      // e["d_att__1"] += e["d_att"] / e.dst.att_sum
+      // e["d$att$1"] += e["d$att"] / e.dst.att_sum
       const float v_d_att__1 = v_d_att / v_att_sum;
-      // e.dst["d_att_sum"] += -(e["d_att"] * e.att__1 / (e.dst.att_sum * e.dst.att_sum))
+      // e.dst["d$att_sum"] += -(e["d$att"] * e.att$1 / (e.dst.att_sum * e.dst.att_sum))
       v_d_att_sum += -(v_d_att * v_att__1 / (v_att_sum * v_att_sum));
       #pragma unroll
       for (int j = 0; j < 2; ++j) d_msg[e * 64 + lane + 32 * j] = v_d_msg[j];
       if (lane == 0) d_att__1[e] = v_d_att__1;
     }
     float v_d_att_max = 0.0f;
-    float v_att_max__ties = 0.0f;
+    float v_att_max_ties = 0.0f;
     __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
-      // e["d_att__1"] += n["d_att_sum"]
+      // e["d$att$1"] += n["d$att_sum"]
       float v_d_att__1 = d_att__1[e];
       v_d_att__1 += v_d_att_sum;
-      // e["d_att__0"] += e["d_att__1"] * exp(e.att__0 - e.dst.att_max)
+      // e["d$att$0"] += e["d$att$1"] * exp(e.att$0 - e.dst.att_max)
       const float v_d_att__0 = v_d_att__1 * expf(v_att__0 - v_att_max);
-      // e.dst["d_att_max"] += -(e["d_att__1"] * exp(e.att__0 - e.dst.att_max))
+      // e.dst["d$att_max"] += -(e["d$att$1"] * exp(e.att$0 - e.dst.att_max))
       v_d_att_max += -(v_d_att__1 * expf(v_att__0 - v_att_max));
-      // n["att_max__ties"] += max_grad(e.att__0, n.att_max)
-      v_att_max__ties += (v_att__0 >= v_att_max ? 1.f : 0.f);
+      // n["att_max$ties"] += max_grad(e.att$0, n.att_max)
+      v_att_max_ties += (v_att__0 >= v_att_max ? 1.f : 0.f);
       if (lane == 0) d_att__0[e] = v_d_att__0;
     }
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
-      // e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max) / max(n["att_max__ties"], 1.0)
+      // e["d$att$0"] += n["d$att_max"] * max_grad(e.att$0, n.att_max) / max(n["att_max$ties"], 1.0)
       float v_d_att__0 = __shfl_sync(0xffffffffu, lane == 0 ? d_att__0[e] : 0.f, 0);
-      v_d_att__0 += v_d_att_max * (v_att__0 >= v_att_max ? 1.f : 0.f) / fmaxf(v_att_max__ties, 1.0f);
+      v_d_att__0 += v_d_att_max * (v_att__0 >= v_att_max ? 1.f : 0.f) / fmaxf(v_att_max_ties, 1.0f);
       if (lane == 0) d_att__0[e] = v_d_att__0;
     }
   }
 }
 
 // hgt_bw_gemm_d_v_edges: GEMM instance  t_d_v_edges[row] = d_msg[row] * W_msg[etype]^T
-//   from: e.src["d_v"] += linear_t(e["d_msg"], W_msg[e.etype])
+//   from: e.src["d$v"] += linear_t(e["d$msg"], W_msg[e.etype])
 __global__ void __launch_bounds__(256) hgt_bw_gemm_d_v_edges(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
     const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
@@ -554,7 +554,7 @@ __global__ void __launch_bounds__(256) hgt_bw_gemm_d_v_edges(
 }
 
 // hgt_bw_wgrad_d_W_msg: weight-gradient instance  d_W_msg[etype] += sum_row v[static_cast<int64_t>(src[row])]^T * d_msg[row]
-//   from: d_W_msg[e.etype] += outer(e.src.v, e["d_msg"])
+//   from: d$W_msg[e.etype] += outer(e.src.v, e["d$msg"])
 // One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_msg(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
@@ -610,7 +610,7 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop(
     const float* __restrict__ q,
     const float* __restrict__ mu,
     const float* __restrict__ d_att__0,
-    float* __restrict__ t___op0) {
+    float* __restrict__ t_op0) {
   const int lane = threadIdx.x & 31;
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -622,12 +622,12 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop(
     float v_dst_q[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
-    // __op0 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
+    // $op0 = e["d$att$0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
     float op0[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) op0[j] = v_d_att__0 / 8.0f * v_mu * v_dst_q[j];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) t___op0[e * 64 + lane + 32 * j] = op0[j];
+    for (int j = 0; j < 2; ++j) t_op0[e * 64 + lane + 32 * j] = op0[j];
   }
 }
 
@@ -650,7 +650,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
       float scatter[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) scatter[j] = t_d_v_edges[e * 64 + lane + 32 * j];
-      // n["d_v"] += __scatter
+      // n["d$v"] += $scatter
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_d_v[j] += scatter[j];
     }
@@ -667,7 +667,7 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_2(
     const float* __restrict__ q,
     const float* __restrict__ mu,
     const float* __restrict__ d_att__0,
-    float* __restrict__ t___op1) {
+    float* __restrict__ t_op1) {
   const int lane = threadIdx.x & 31;
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -679,12 +679,12 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_2(
     float v_dst_q[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
-    // __op1 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
+    // $op1 = e["d$att$0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
     float op1[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) op1[j] = v_d_att__0 / 8.0f * v_mu * v_dst_q[j];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) t___op1[e * 64 + lane + 32 * j] = op1[j];
+    for (int j = 0; j < 2; ++j) t_op1[e * 64 + lane + 32 * j] = op1[j];
   }
 }
 
@@ -707,7 +707,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
       float scatter[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) scatter[j] = t_d_k_edges[e * 64 + lane + 32 * j];
-      // n["d_k"] += __scatter
+      // n["d$k"] += $scatter
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_d_k[j] += scatter[j];
     }
@@ -726,8 +726,8 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
     const float* __restrict__ d_att__0,
     const float* __restrict__ t_lin_11,
     const float* __restrict__ t_lin_12,
-    float* __restrict__ t___sc2,
-    float* __restrict__ t___wg3) {
+    float* __restrict__ t_sc2,
+    float* __restrict__ t_wg3) {
   const int lane = threadIdx.x & 31;
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -736,33 +736,33 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
     const int64_t e_dst = dst[e];
     const float v_d_att__0 = d_att__0[e];
     const float v_mu = mu[e_etype];
-    float v_t_lin_11[2];
+    float lin_11[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_t_lin_11[j] = t_lin_11[e * 64 + lane + 32 * j];
-    float v_t_lin_12[2];
+    for (int j = 0; j < 2; ++j) lin_11[j] = t_lin_11[e * 64 + lane + 32 * j];
+    float lin_12[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_t_lin_12[j] = t_lin_12[e * 64 + lane + 32 * j];
+    for (int j = 0; j < 2; ++j) lin_12[j] = t_lin_12[e * 64 + lane + 32 * j];
     float v_dst_q[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
-    // __sc2 = e["d_att__0"] / sqrt(d_k) * mu[e.etype] * __t_lin_11
+    // $sc2 = e["d$att$0"] / sqrt(d_k) * mu[e.etype] * $lin_11
     float sc2[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) sc2[j] = v_d_att__0 / 8.0f * v_mu * v_t_lin_11[j];
-    // __wg3 = e["d_att__0"] / sqrt(d_k) * dot(__t_lin_12, e.dst.q)
-    float dot_t_lin_12_q = 0.f;
+    for (int j = 0; j < 2; ++j) sc2[j] = v_d_att__0 / 8.0f * v_mu * lin_11[j];
+    // $wg3 = e["d$att$0"] / sqrt(d_k) * dot($lin_12, e.dst.q)
+    float dot_lin_12_q = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) dot_t_lin_12_q += v_t_lin_12[j] * v_dst_q[j];
-    dot_t_lin_12_q = warp_sum(dot_t_lin_12_q);
-    const float wg3 = v_d_att__0 / 8.0f * dot_t_lin_12_q;
+    for (int j = 0; j < 2; ++j) dot_lin_12_q += lin_12[j] * v_dst_q[j];
+    dot_lin_12_q = warp_sum(dot_lin_12_q);
+    const float wg3 = v_d_att__0 / 8.0f * dot_lin_12_q;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) t___sc2[e * 64 + lane + 32 * j] = sc2[j];
-    if (lane == 0) t___wg3[e] = wg3;
+    for (int j = 0; j < 2; ++j) t_sc2[e * 64 + lane + 32 * j] = sc2[j];
+    if (lane == 0) t_wg3[e] = wg3;
   }
 }
 
-// hgt_bw_segsum_d_mu: segment sum  d_mu[etype] += sum_row t___wg3[row]
-//   from: d_mu[e.etype] += e["d_att__0"] / sqrt(d_k) * dot(e.src.k * W_att[e.etype], e.dst.q)
+// hgt_bw_segsum_d_mu: segment sum  d_mu[etype] += sum_row t_wg3[row]
+//   from: d$mu[e.etype] += e["d$att$0"] / sqrt(d_k) * dot(e.src.k * W_att[e.etype], e.dst.q)
 // One block per (element of dW, segment): a fixed assignment of rows to threads and a fixed reduction
 // tree, so the result is bit-identical from run to run.
 __global__ void __launch_bounds__(256) hgt_bw_segsum_d_mu(
@@ -794,7 +794,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
     const int32_t* __restrict__ in_ptr,
     const int32_t* __restrict__ in_eid,
     float* __restrict__ d_q,
-    const float* __restrict__ t___sc2) {
+    const float* __restrict__ t_sc2) {
   const int lane = threadIdx.x & 31;
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -806,8 +806,8 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
       const int64_t e = in_eid[i_e];
       float scatter[2];
       #pragma unroll
-      for (int j = 0; j < 2; ++j) scatter[j] = t___sc2[e * 64 + lane + 32 * j];
-      // n["d_q"] += __scatter
+      for (int j = 0; j < 2; ++j) scatter[j] = t_sc2[e * 64 + lane + 32 * j];
+      // n["d$q"] += $scatter
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_d_q[j] += scatter[j];
     }
@@ -1044,7 +1044,7 @@ cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& a, cudaStream_t s
 cudaError_t launch_hgt_bw_edges_loop(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_bw_edges_loop
     const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    hgt_bw_edges_loop<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t___op0);
+    hgt_bw_edges_loop<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t_op0);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1063,7 +1063,7 @@ cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& a, cudaStream_t 
   // same kernel as hgt_bw_gemm_d_v_edges
   if (a.num_edges > 0) {  // hgt_bw_gemm_d_k_edges
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_bw_gemm_d_v_edges<<<grid, 256, 0, stream>>>(a.t___op0, a.W_att, a.t_d_k_edges, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_bw_gemm_d_v_edges<<<grid, 256, 0, stream>>>(a.t_op0, a.W_att, a.t_d_k_edges, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1072,7 +1072,7 @@ cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& a, cudaStream_t 
 cudaError_t launch_hgt_bw_edges_loop_2(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_bw_edges_loop_2
     const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    hgt_bw_edges_loop_2<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t___op1);
+    hgt_bw_edges_loop_2<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t_op1);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1091,7 +1091,7 @@ cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& a, cudaStream_t s
   // same kernel as hgt_bw_wgrad_d_W_msg
   {  // hgt_bw_wgrad_d_W_att
     const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
-    hgt_bw_wgrad_d_W_msg<<<grid, 256, 0, stream>>>(a.k, a.t___op1, a.d_W_att, a.src, a.etype_ptr, a.num_edges, a.num_etypes);
+    hgt_bw_wgrad_d_W_msg<<<grid, 256, 0, stream>>>(a.k, a.t_op1, a.d_W_att, a.src, a.etype_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1120,7 +1120,7 @@ cudaError_t launch_hgt_bw_gemm_lin_12(const HgtBackwardArgs& a, cudaStream_t str
 cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_bw_edges_loop_3
     const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    hgt_bw_edges_loop_3<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t_lin_11, a.t_lin_12, a.t___sc2, a.t___wg3);
+    hgt_bw_edges_loop_3<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t_lin_11, a.t_lin_12, a.t_sc2, a.t_wg3);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1129,7 +1129,7 @@ cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& a, cudaStream_t st
 cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& a, cudaStream_t stream) {
   {  // hgt_bw_segsum_d_mu
     const dim3 grid(1, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
-    hgt_bw_segsum_d_mu<<<grid, 256, 0, stream>>>(a.t___wg3, a.d_mu, a.etype_ptr, a.num_edges, a.num_etypes);
+    hgt_bw_segsum_d_mu<<<grid, 256, 0, stream>>>(a.t_wg3, a.d_mu, a.etype_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1138,7 +1138,7 @@ cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& a, cudaStream_t str
 cudaError_t launch_hgt_bw_sum_d_q(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_bw_sum_d_q
     const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
-    hgt_bw_sum_d_q<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.d_q, a.t___sc2);
+    hgt_bw_sum_d_q<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.d_q, a.t_sc2);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -160,7 +160,7 @@ struct HgtBackwardArgs {
   float* d_W_msg = nullptr;  // [num_etypes, 1, 64, 64]
   float* d_mu = nullptr;  // [num_etypes, 1]
   float* d_W_a = nullptr;  // [num_ntypes, 64, 64]
-  float* att_max__ties = nullptr;  // [num_nodes, 1]
+  float* att_max_ties = nullptr;  // [num_nodes, 1]
   float* d_agg = nullptr;  // [num_nodes, 1, 64]
   float* d_att_max = nullptr;  // [num_nodes, 1]
   float* d_att_sum = nullptr;  // [num_nodes, 1]
@@ -172,13 +172,13 @@ struct HgtBackwardArgs {
   float* d_att__1 = nullptr;  // [num_edges, 1]
   float* d_msg = nullptr;  // [num_edges, 1, 64]
   float* t_d_v_edges = nullptr;  // [num_edges, 1, 64]
-  float* t___op0 = nullptr;  // [num_edges, 1, 64]
+  float* t_op0 = nullptr;  // [num_edges, 1, 64]
   float* t_d_k_edges = nullptr;  // [num_edges, 1, 64]
-  float* t___op1 = nullptr;  // [num_edges, 1, 64]
+  float* t_op1 = nullptr;  // [num_edges, 1, 64]
   float* t_lin_11 = nullptr;  // [num_edges, 1, 64]
   float* t_lin_12 = nullptr;  // [num_edges, 1, 64]
-  float* t___sc2 = nullptr;  // [num_edges, 1, 64]
-  float* t___wg3 = nullptr;  // [num_edges, 1]
+  float* t_sc2 = nullptr;  // [num_edges, 1, 64]
+  float* t_wg3 = nullptr;  // [num_edges, 1]
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.

@@ -324,7 +324,7 @@ std::vector<at::Tensor> rgat_backward_op(
   at::Tensor d_W = at::zeros({num_etypes, 64, 64}, options);
   at::Tensor d_w_s = at::zeros({num_etypes, 1, 64}, options);
   at::Tensor d_w_t = at::zeros({num_etypes, 1, 64}, options);
-  at::Tensor att_max__ties = at::empty({num_nodes, 1}, options);  // field
+  at::Tensor att_max_ties = at::empty({num_nodes, 1}, options);  // field
   at::Tensor d_att_max = at::zeros({num_nodes, 1}, options);  // field
   at::Tensor d_att_sum = at::zeros({num_nodes, 1}, options);  // field
   at::Tensor d_att = at::empty({num_edges, 1}, options);  // field
@@ -333,8 +333,8 @@ std::vector<at::Tensor> rgat_backward_op(
   at::Tensor d_hs = at::empty({num_edges, 1, 64}, options);  // field
   at::Tensor d_ht = at::empty({num_edges, 1, 64}, options);  // field
   at::Tensor d_msg = at::empty({num_edges, 1, 64}, options);  // field
-  at::Tensor t___wg0 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t___wg1 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_wg0 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_wg1 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_d_feature_edges = at::empty({num_edges, 64}, options);  // intermediate
   at::Tensor t_d_feature_edges_2 = at::empty({num_edges, 64}, options);  // intermediate
   RgatBackwardArgs a;
@@ -370,7 +370,7 @@ std::vector<at::Tensor> rgat_backward_op(
   a.d_W = d_W.data_ptr<float>();
   a.d_w_s = d_w_s.data_ptr<float>();
   a.d_w_t = d_w_t.data_ptr<float>();
-  a.att_max__ties = att_max__ties.data_ptr<float>();
+  a.att_max_ties = att_max_ties.data_ptr<float>();
   a.d_att_max = d_att_max.data_ptr<float>();
   a.d_att_sum = d_att_sum.data_ptr<float>();
   a.d_att = d_att.data_ptr<float>();
@@ -379,8 +379,8 @@ std::vector<at::Tensor> rgat_backward_op(
   a.d_hs = d_hs.data_ptr<float>();
   a.d_ht = d_ht.data_ptr<float>();
   a.d_msg = d_msg.data_ptr<float>();
-  a.t___wg0 = t___wg0.data_ptr<float>();
-  a.t___wg1 = t___wg1.data_ptr<float>();
+  a.t_wg0 = t_wg0.data_ptr<float>();
+  a.t_wg1 = t_wg1.data_ptr<float>();
   a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
   a.t_d_feature_edges_2 = t_d_feature_edges_2.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();

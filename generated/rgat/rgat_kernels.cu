@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(256) rgat_fwt_edges_att__0(
     float v_w_t[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_w_t[j] = w_t[e_etype * 64 + lane + 32 * j];
-    // e["att__0"] = leakyrelu(dot(e["hs"], w_s[e.etype]) + dot(e["ht"], w_t[e.etype]), negative_slope)
+    // e["att$0"] = leakyrelu(dot(e["hs"], w_s[e.etype]) + dot(e["ht"], w_t[e.etype]), negative_slope)
     float dot_hs_w_s = 0.f;
     #pragma unroll
     for (int j = 0; j < 2; ++j) dot_hs_w_s += v_hs[j] * v_w_s[j];
@@ -293,13 +293,13 @@ __global__ void __launch_bounds__(256) rgat_fwt_nodes_att_max(
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
-      // n["att_max"] = max(n["att_max"], e["att__0"])
+      // n["att_max"] = max(n["att_max"], e["att$0"])
       v_att_max = fmaxf(v_att_max, v_att__0);
     }
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
-      // e["att__1"] = exp(e["att__0"] - e.dst["att_max"])
+      // e["att$1"] = exp(e["att$0"] - e.dst["att_max"])
       const float v_att__1 = expf(v_att__0 - v_att_max);
       if (lane == 0) att__1[e] = v_att__1;
     }
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(256) rgat_fwt_nodes_att_max(
     __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
-      // n["att_sum"] += e["att__1"]
+      // n["att_sum"] += e["att$1"]
       const float v_att__1 = att__1[e];
       v_att_sum += v_att__1;
     }
@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(256) rgat_fwt_nodes_att_max(
       float v_msg[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_msg[j] = hs[e * 64 + lane + 32 * j];
-      // e["att"] = e["att__1"] / e.dst["att_sum"]
+      // e["att"] = e["att$1"] / e.dst["att_sum"]
       const float v_att__1 = att__1[e];
       const float v_att = v_att__1 / v_att_sum;
       // n["h"] += e["att"] * e["msg"]
@@ -369,46 +369,46 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
       for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
       const float v_att = att[e];
       const float v_att__1 = att__1[e];
-      // e["d_att"] += sum(n.d_h * e.msg)
+      // e["d$att"] += sum(n.d$h * e.msg)
       float v_d_att = 0.f;
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_d_att += v_d_h[j] * v_msg[j];
       v_d_att = warp_sum(v_d_att);
-      // e["d_msg"] += n.d_h * e.att
+      // e["d$msg"] += n.d$h * e.att
       float v_d_msg[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_d_msg[j] = v_d_h[j] * v_att;
-      // e["d_att__1"] += e["d_att"] / e.dst.att_sum
+      // e["d$att$1"] += e["d$att"] / e.dst.att_sum
       const float v_d_att__1 = v_d_att / v_att_sum;
-      // e.dst["d_att_sum"] += -(e["d_att"] * e.att__1 / (e.dst.att_sum * e.dst.att_sum))
+      // e.dst["d$att_sum"] += -(e["d$att"] * e.att$1 / (e.dst.att_sum * e.dst.att_sum))
       v_d_att_sum += -(v_d_att * v_att__1 / (v_att_sum * v_att_sum));
       #pragma unroll
       for (int j = 0; j < 2; ++j) d_msg[e * 64 + lane + 32 * j] = v_d_msg[j];
       if (lane == 0) d_att__1[e] = v_d_att__1;
     }
     float v_d_att_max = 0.0f;
-    float v_att_max__ties = 0.0f;
+    float v_att_max_ties = 0.0f;
     __syncwarp();
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
-      // e["d_att__1"] += n["d_att_sum"]
+      // e["d$att$1"] += n["d$att_sum"]
       float v_d_att__1 = d_att__1[e];
       v_d_att__1 += v_d_att_sum;
-      // e["d_att__0"] += e["d_att__1"] * exp(e.att__0 - e.dst.att_max)
+      // e["d$att$0"] += e["d$att$1"] * exp(e.att$0 - e.dst.att_max)
       const float v_d_att__0 = v_d_att__1 * expf(v_att__0 - v_att_max);
-      // e.dst["d_att_max"] += -(e["d_att__1"] * exp(e.att__0 - e.dst.att_max))
+      // e.dst["d$att_max"] += -(e["d$att$1"] * exp(e.att$0 - e.dst.att_max))
       v_d_att_max += -(v_d_att__1 * expf(v_att__0 - v_att_max));
-      // n["att_max__ties"] += max_grad(e.att__0, n.att_max)
-      v_att_max__ties += (v_att__0 >= v_att_max ? 1.f : 0.f);
+      // n["att_max$ties"] += max_grad(e.att$0, n.att_max)
+      v_att_max_ties += (v_att__0 >= v_att_max ? 1.f : 0.f);
       if (lane == 0) d_att__0[e] = v_d_att__0;
     }
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
-      // e["d_att__0"] += n["d_att_max"] * max_grad(e.att__0, n.att_max) / max(n["att_max__ties"], 1.0)
+      // e["d$att$0"] += n["d$att_max"] * max_grad(e.att$0, n.att_max) / max(n["att_max$ties"], 1.0)
       float v_d_att__0 = __shfl_sync(0xffffffffu, lane == 0 ? d_att__0[e] : 0.f, 0);
-      v_d_att__0 += v_d_att_max * (v_att__0 >= v_att_max ? 1.f : 0.f) / fmaxf(v_att_max__ties, 1.0f);
+      v_d_att__0 += v_d_att_max * (v_att__0 >= v_att_max ? 1.f : 0.f) / fmaxf(v_att_max_ties, 1.0f);
       if (lane == 0) d_att__0[e] = v_d_att__0;
     }
   }
@@ -426,8 +426,8 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     float* __restrict__ d_hs,
     float* __restrict__ d_ht,
     const float* __restrict__ d_msg,
-    float* __restrict__ t___wg0,
-    float* __restrict__ t___wg1) {
+    float* __restrict__ t_wg0,
+    float* __restrict__ t_wg1) {
   const int lane = threadIdx.x & 31;
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -449,7 +449,7 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     float v_d_msg[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_msg[j] = d_msg[e * 64 + lane + 32 * j];
-    // e["d_hs"] += e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * reshape(w_s[e.etype], 1, 64)
+    // e["d$hs"] += e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * reshape(w_s[e.etype], 1, 64)
     float dot_hs_w_s = 0.f;
     #pragma unroll
     for (int j = 0; j < 2; ++j) dot_hs_w_s += v_hs[j] * v_w_s[j];
@@ -461,34 +461,34 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     float v_d_hs[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_hs[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_w_s[j];
-    // __wg0 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
+    // $wg0 = e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
     float wg0[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) wg0[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_hs[j];
-    // e["d_ht"] += e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * reshape(w_t[e.etype], 1, 64)
+    // e["d$ht"] += e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * reshape(w_t[e.etype], 1, 64)
     float v_d_ht[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_ht[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_w_t[j];
-    // __wg1 = e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.ht
+    // $wg1 = e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.ht
     float wg1[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) wg1[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_ht[j];
-    // e["d_hs"] += e["d_msg"]
+    // e["d$hs"] += e["d$msg"]
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_hs[j] += v_d_msg[j];
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_hs[e * 64 + lane + 32 * j] = v_d_hs[j];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) t___wg0[e * 64 + lane + 32 * j] = wg0[j];
+    for (int j = 0; j < 2; ++j) t_wg0[e * 64 + lane + 32 * j] = wg0[j];
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_ht[e * 64 + lane + 32 * j] = v_d_ht[j];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) t___wg1[e * 64 + lane + 32 * j] = wg1[j];
+    for (int j = 0; j < 2; ++j) t_wg1[e * 64 + lane + 32 * j] = wg1[j];
   }
 }
 
-// rgat_bw_segsum_d_w_s: segment sum  d_w_s[etype] += sum_row t___wg0[row]
-//   from: d_w_s[e.etype] += e["d_att__0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
+// rgat_bw_segsum_d_w_s: segment sum  d_w_s[etype] += sum_row t_wg0[row]
+//   from: d$w_s[e.etype] += e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
 // One block per (element of dW, segment): a fixed assignment of rows to threads and a fixed reduction
 // tree, so the result is bit-identical from run to run.
 __global__ void __launch_bounds__(256) rgat_bw_segsum_d_w_s(
@@ -515,7 +515,7 @@ __global__ void __launch_bounds__(256) rgat_bw_segsum_d_w_s(
 }
 
 // rgat_bw_gemm_d_feature_edges: GEMM instance  t_d_feature_edges[row] = d_ht[row] * W[etype]^T
-//   from: e.dst["d_feature"] += linear_t(reshape(e["d_ht"], 64), W[e.etype])
+//   from: e.dst["d$feature"] += linear_t(reshape(e["d$ht"], 64), W[e.etype])
 __global__ void __launch_bounds__(256) rgat_bw_gemm_d_feature_edges(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
     const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
@@ -570,7 +570,7 @@ __global__ void __launch_bounds__(256) rgat_bw_gemm_d_feature_edges(
 }
 
 // rgat_bw_wgrad_d_W: weight-gradient instance  d_W[etype] += sum_row feature[static_cast<int64_t>(dst[row])]^T * d_ht[row]
-//   from: d_W[e.etype] += outer(e.dst.feature, reshape(e["d_ht"], 64))
+//   from: d$W[e.etype] += outer(e.dst.feature, reshape(e["d$ht"], 64))
 // One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) rgat_bw_wgrad_d_W(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
@@ -619,7 +619,7 @@ __global__ void __launch_bounds__(256) rgat_bw_wgrad_d_W(
 }
 
 // rgat_bw_wgrad_d_W_2: weight-gradient instance  d_W[etype] += sum_row feature[static_cast<int64_t>(src[row])]^T * d_hs[row]
-//   from: d_W[e.etype] += outer(e.src.feature, reshape(e["d_hs"], 64))
+//   from: d$W[e.etype] += outer(e.src.feature, reshape(e["d$hs"], 64))
 // One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) rgat_bw_wgrad_d_W_2(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
@@ -686,7 +686,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature(
       float scatter[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) scatter[j] = t_d_feature_edges[e * 64 + lane + 32 * j];
-      // n["d_feature"] += __scatter
+      // n["d$feature"] += $scatter
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_d_feature[j] += scatter[j];
     }
@@ -714,7 +714,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
       float scatter[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) scatter[j] = t_d_feature_edges_2[e * 64 + lane + 32 * j];
-      // n["d_feature"] += __scatter
+      // n["d$feature"] += $scatter
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_d_feature[j] += scatter[j];
     }
@@ -827,7 +827,7 @@ cudaError_t launch_rgat_bw_nodes_d_att(const RgatBackwardArgs& a, cudaStream_t s
 cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // rgat_bw_edges_d_hs
     const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    rgat_bw_edges_d_hs<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.hs, a.ht, a.w_s, a.w_t, a.d_att__0, a.d_hs, a.d_ht, a.d_msg, a.t___wg0, a.t___wg1);
+    rgat_bw_edges_d_hs<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.hs, a.ht, a.w_s, a.w_t, a.d_att__0, a.d_hs, a.d_ht, a.d_msg, a.t_wg0, a.t_wg1);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -836,7 +836,7 @@ cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& a, cudaStream_t st
 cudaError_t launch_rgat_bw_segsum_d_w_s(const RgatBackwardArgs& a, cudaStream_t stream) {
   {  // rgat_bw_segsum_d_w_s
     const dim3 grid(64, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
-    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t___wg0, a.d_w_s, a.etype_ptr, a.num_edges, a.num_etypes);
+    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t_wg0, a.d_w_s, a.etype_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -846,7 +846,7 @@ cudaError_t launch_rgat_bw_segsum_d_w_t(const RgatBackwardArgs& a, cudaStream_t 
   // same kernel as rgat_bw_segsum_d_w_s
   {  // rgat_bw_segsum_d_w_t
     const dim3 grid(64, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
-    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t___wg1, a.d_w_t, a.etype_ptr, a.num_edges, a.num_etypes);
+    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t_wg1, a.d_w_t, a.etype_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

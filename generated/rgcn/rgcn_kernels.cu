@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
       float scatter[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) scatter[j] = t_h_edges[e * 64 + lane + 32 * j];
-      // n["h"] += __scatter
+      // n["h"] += $scatter
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_h[j] += scatter[j];
     }
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
 // ==== backward ====
 
 // rgcn_bw_gemm_d_feature_edges: GEMM instance  t_d_feature_edges[row] = d_h[dst[row]] * W[etype]^T * norm[row]
-//   from: e.src["d_feature"] += linear_t(n.d_h * e.norm, W[e.etype])
+//   from: e.src["d$feature"] += linear_t(n.d$h * e.norm, W[e.etype])
 __global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature_edges(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
     const int32_t* __restrict__ dst,
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature_edges(
 }
 
 // rgcn_bw_wgrad_d_W: weight-gradient instance  d_W[etype] += sum_row feature[static_cast<int64_t>(src[row])]^T * d_h[static_cast<int64_t>(dst[row])] * norm[row]
-//   from: d_W[e.etype] += outer(e.src.feature, n.d_h * e.norm)
+//   from: d$W[e.etype] += outer(e.src.feature, n.d$h * e.norm)
 // One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) rgcn_bw_wgrad_d_W(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_wgrad_d_W(
 }
 
 // rgcn_bw_gemm_d_feature: GEMM instance  d_feature[row] += d_h[row] * W0[-]^T
-//   from: n["d_feature"] += linear_t(n.d_h, W0)
+//   from: n["d$feature"] += linear_t(n.d$h, W0)
 __global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
     int64_t num_rows, int num_segments) {
@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature(
 }
 
 // rgcn_bw_wgrad_d_W0: weight-gradient instance  d_W0[-] += sum_row feature[row]^T * d_h[row]
-//   from: d_W0 += outer(n.feature, n.d_h)
+//   from: d$W0 += outer(n.feature, n.d$h)
 // One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
 __global__ void __launch_bounds__(256) rgcn_bw_wgrad_d_W0(
     const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
       float scatter[2];
       #pragma unroll
       for (int j = 0; j < 2; ++j) scatter[j] = t_d_feature_edges[e * 64 + lane + 32 * j];
-      // n["d_feature"] += __scatter
+      // n["d$feature"] += $scatter
       #pragma unroll
       for (int j = 0; j < 2; ++j) v_d_feature[j] += scatter[j];
     }

@@ -16,6 +16,7 @@
 
 #include "dsl/parser.h"
 #include "emit/emit.h"
+#include "emit/names.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
 #include "ir/intra/launch.h"
@@ -98,6 +99,7 @@ class PassLog {
 std::optional<inter::Module> run_frontend(const SourceFile& spec, Diagnostics& diags, PassLog& log) {
   std::optional<inter::Module> parsed = spec::load_module(spec, diags);
   if (!parsed) return std::nullopt;
+  if (!emit::check_public_names(parsed->decl, diags)) return std::nullopt;  // names no generated module can carry
   log.after("parse", {{"forward", *parsed}}, /*typed=*/false);
 
   inter::Module inlined = passes::inline_functions(*parsed, diags);

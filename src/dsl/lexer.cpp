@@ -5,6 +5,8 @@
 #include <cctype>
 #include <utility>
 
+#include "ir/inter/names.h"
+
 namespace hectorgen::dsl {
 
 SourceLoc ProgramText::map(int line, int col) const {
@@ -59,7 +61,7 @@ namespace {
 
 class Lexer {
  public:
-  Lexer(const ProgramText& p, Diagnostics& d) : p_(p), d_(d) {}
+  Lexer(const ProgramText& p, Diagnostics& d, NameSpace names) : p_(p), d_(d), names_(names) {}
 
   std::vector<Token> run() {
     const std::string& s = p_.text;
@@ -113,10 +115,11 @@ class Lexer {
         }
         if (c == ' ' || c == '\t' || c == '\r') { ++i; continue; }
         if (c == '#') { while (i < s.size() && s[i] != '\n') ++i; continue; }
-        if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+        if (std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == inter::kSigil) {
           size_t b = i;
-          while (i < s.size() && (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_')) ++i;
+          while (i < s.size() && (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_' || s[i] == inter::kSigil)) ++i;
           push(Tok::Name, s.substr(b, i - b), loc);
+          check_sigil(toks_.back());
           continue;
         }
         if (std::isdigit(static_cast<unsigned char>(c)) ||
@@ -152,6 +155,7 @@ class Lexer {
             continue;
           }
           push(Tok::String, s.substr(b, i - b), loc);
+          check_sigil(toks_.back());
           ++i;
           continue;
         }
@@ -199,6 +203,12 @@ class Lexer {
 
  private:
   void push(Tok k, std::string text, SourceLoc loc) { toks_.push_back({k, std::move(text), loc}); }
+  // User text cannot name what the compiler derives (a field "d$att" would be the gradient of att).
+  void check_sigil(const Token& t) {
+    if (names_ == NameSpace::User && inter::is_derived_name(t.text))
+      d_.error(t.loc, "reserved-name", fmt::format("{} '{}' {}", t.kind == Tok::String ? "field name" : "name", t.text,
+                                                   inter::reserved_name_reason(t.text)));
+  }
   // A newline token points just past the last token of its line.
   SourceLoc last_loc(SourceLoc fallback) const {
     if (toks_.empty()) return fallback;
@@ -209,13 +219,14 @@ class Lexer {
 
   const ProgramText& p_;
   Diagnostics& d_;
+  NameSpace names_;
   std::vector<Token> toks_;
 };
 
 }  // namespace
 
-std::vector<Token> lex(const ProgramText& program, Diagnostics& diags) {
-  return Lexer(program, diags).run();
+std::vector<Token> lex(const ProgramText& program, Diagnostics& diags, NameSpace names) {
+  return Lexer(program, diags, names).run();
 }
 
 }  // namespace hectorgen::dsl

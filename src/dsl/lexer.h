@@ -42,7 +42,11 @@ struct Token {
 
 const char* describe(Tok t);
 
+// Which names the text may contain. A spec's program is user text: the sigil '$' of the names the compiler
+// derives (ir/inter/names.h) is an error there, in names and strings alike. Printed IR contains them.
+enum class NameSpace { User, Compiler };
+
 // Returns the tokens, always ending in End; reports lexical errors (and keeps going past them).
-std::vector<Token> lex(const ProgramText& program, Diagnostics& diags);
+std::vector<Token> lex(const ProgramText& program, Diagnostics& diags, NameSpace names = NameSpace::User);
 
 }  // namespace hectorgen::dsl

@@ -400,9 +400,7 @@ class Parser {
       }
       case Tok::String: ++p_; return Expr::string_lit(t.text, t.loc);
       case Tok::Name: {
-        static const std::set<std::string, std::less<>> kReserved = {"for", "in", "def", "if", "else",
-                                                                     "while", "return", "lambda"};
-        if (kReserved.count(t.text)) {
+        if (is_language_keyword(t.text)) {
           error(t.loc, "syntax", fmt::format("unexpected keyword '{}'", t.text));
           return nullptr;
         }
@@ -505,9 +503,20 @@ class Parser {
 
 }  // namespace
 
-bool parse_program(const ProgramText& program, Module& module, Diagnostics& diags) {
+bool is_language_keyword(std::string_view word) {
+  static const std::set<std::string, std::less<>> kKeywords = {"for", "in", "def", "if", "else", "while", "return", "lambda"};
+  return kKeywords.count(word) > 0;
+}
+
+std::string bare_name_reason(std::string_view name) {
+  if (is_language_keyword(name)) return "is a keyword of the model language: the program could not name it";
+  if (name == "g") return "is the graph in the model language: the program could not name it";
+  return "";
+}
+
+bool parse_program(const ProgramText& program, Module& module, Diagnostics& diags, NameSpace names) {
   int before = diags.error_count();
-  auto toks = lex(program, diags);
+  auto toks = lex(program, diags, names);
   if (diags.error_count() != before) return false;
   Parser(std::move(toks), diags).program(module, /*allow_functions=*/true);
   return diags.error_count() == before;
@@ -515,7 +524,7 @@ bool parse_program(const ProgramText& program, Module& module, Diagnostics& diag
 
 std::optional<Module> parse_module(const ProgramText& text, Diagnostics& diags) {
   int before = diags.error_count();
-  auto toks = lex(text, diags);
+  auto toks = lex(text, diags, NameSpace::Compiler);
   if (diags.error_count() != before) return std::nullopt;
   Parser p(std::move(toks), diags);
   Module m;

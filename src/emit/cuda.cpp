@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "emit/emit.h"
+#include "emit/names.h"
 #include "emit/printer.h"
 #include "emit/traversal.h"
 #include "ir/inter/printer.h"
@@ -346,7 +347,8 @@ static KernelsCode phase_kernels(const Program& p, std::map<std::string, std::st
   return KernelsCode{kernels, launchers, helpers, gemms, travs};
 }
 
-std::string emit_kernels_cu(const std::vector<Program>& phases, const EmitContext& ctx) {
+std::string emit_kernels_cu(const std::vector<Program>& ir_phases, const EmitContext& ctx) {
+  const std::vector<Program> phases = with_cpp_names(ir_phases);
   const Program& p = phases.front();
   KernelsCode all;
   std::string phase_names;
@@ -370,7 +372,8 @@ std::string emit_kernels_cu(const std::vector<Program>& phases, const EmitContex
   return render_template("cuda/kernels.cu.in", v);
 }
 
-std::string emit_kernels_h(const std::vector<Program>& phases, const EmitContext& ctx) {
+std::string emit_kernels_h(const std::vector<Program>& ir_phases, const EmitContext& ctx) {
+  const std::vector<Program> phases = with_cpp_names(ir_phases);
   const Program& p = phases.front();
   Vars v = banner_vars(p, ctx);
   v["Model"] = capitalize(p.model);

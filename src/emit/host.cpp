@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "emit/emit.h"
+#include "emit/names.h"
+#include "ir/inter/names.h"
 #include "emit/printer.h"
 #include "hectorgen/runtime_version.h"
 #include "ir/inter/printer.h"
@@ -104,7 +106,8 @@ static std::vector<OpArg> op_args(const Program& p) {
   return args;
 }
 
-static std::string emit_op(const Program& p) {
+// `p` with the C++ names (emit/names.h), `ir` the same program with the IR's: messages name the user's tensors.
+static std::string emit_op(const Program& p, const Program& ir) {
   Vars v;
   v["model"] = p.model;
   v["phase"] = p.phase;
@@ -124,12 +127,15 @@ static std::string emit_op(const Program& p) {
   std::string checks;
   for (const std::string& g : graph_arrays(p))
     checks += fmt::format("  check({}, \"graph array '{}'\", at::kInt, {{{}}}, device);\n", g, g, graph_array_rows(g));
-  for (const TensorDecl* t : tensors) {
+  const auto user_tensors = op_tensors(ir);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorDecl* t = tensors[i];
     const TensorInfo* ti = p.find(t->name);
     std::vector<int64_t> shape = t->shape;
     TensorInfo info = ti ? *ti : TensorInfo{t->name, Role::Input, t->per, shape, false, ""};
     checks += fmt::format("  check({}, \"{} '{}'\", at::kFloat, {}, device);\n", t->name,
-                          info.role == Role::Weight ? "weight" : "input", t->name, shape_list(info));
+                          info.role == Role::Weight ? "weight" : "input",
+                          is_derived_name(user_tensors.at(i)->name) ? t->name : user_tensors.at(i)->name, shape_list(info));
   }
   v["checks"] = checks.substr(0, checks.size() - 1);
   std::string alloc, meta, assign;
@@ -165,12 +171,14 @@ static std::string op_schema(const Program& p) {
   return sch;
 }
 
-std::string emit_host_cpp(const std::vector<Program>& phases, const EmitContext& ctx) {
+std::string emit_host_cpp(const std::vector<Program>& ir_phases, const EmitContext& ctx) {
+  const std::vector<Program> phases = with_cpp_names(ir_phases);
   const Program& p = phases.front();
   Vars v = banner_vars(p, ctx);
   std::string functions, defs, cuda, meta, pyb, names;
-  for (const Program& ph : phases) {
-    functions += emit_op(ph);
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const Program& ph = phases[i];
+    functions += emit_op(ph, ir_phases[i]);
     defs += fmt::format("  m.def(\"{}({}) -> Tensor[]\");\n", ph.phase, op_schema(ph));
     cuda += fmt::format("  m.impl(\"{}\", &{}_{}_op);\n", ph.phase, ph.model, ph.phase);
     meta += fmt::format("  m.impl(\"{}\", &{}_{}_meta);\n", ph.phase, ph.model, ph.phase);
@@ -195,7 +203,8 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
 std::string emit_python(const std::vector<Program>& phases, const EmitContext& ctx) {
   const Program& p = phases.front();
   Vars v = banner_vars(p, ctx);
-  v["Model"] = capitalize(p.model);
+  const PythonNames py = python_names(p.decl);
+  v["Model"] = py.model_class;
   bool ntype = p.layouts.count(intra::layout::kNtypePtr) > 0;
   v["ntype_args_doc"] = ntype ? ", ntype=ntype, num_ntypes=T" : "";
   v["ctor_doc"] = ntype ? ", num_ntypes=T" : "";
@@ -208,7 +217,12 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
     for (size_t i = 0; i < xs.size(); ++i) s += (i ? sep : "") + xs[i];
     return s;
   };
-  v["input_names"] = join(user_inputs, ", ");
+  auto params = [&](const std::vector<std::string>& names) {
+    std::vector<std::string> out;
+    for (const std::string& n : names) out.push_back(py.param.at(n));
+    return out;
+  };
+  v["input_names"] = join(params(user_inputs), ", ");
   std::string dims;
   for (const auto& h : p.decl.hyper) dims += (dims.empty() ? "" : ", ") + fmt::format("{}={}", h.name, h.is_integer ? fmt::format("{}", static_cast<long long>(h.value)) : fmt::format("{}", h.value));
   v["dims_doc"] = dims;
@@ -231,16 +245,16 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
   v["runtime_version"] = runtime_version();
   v["runtime_major"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MAJOR);
   std::vector<std::string> fn_params{"g"};
-  fn_params.insert(fn_params.end(), user_inputs.begin(), user_inputs.end());
-  fn_params.insert(fn_params.end(), weights.begin(), weights.end());
+  for (const std::string& n : params(user_inputs)) fn_params.push_back(n);
+  for (const std::string& n : params(weights)) fn_params.push_back(n);
   v["fn_params"] = join(fn_params, ", ");
   std::string perm;
   for (const auto& t : p.decl.inputs)
     if (t.from_graph.empty() && t.per == Per::Edge)
-      perm += fmt::format("    {0} = {0}.index_select(0, g.perm)  # edge rows in edge-type-sorted order\n", t.name);
+      perm += fmt::format("    {0} = {0}.index_select(0, g.perm)  # edge rows in edge-type-sorted order\n", py.param.at(t.name));
   v["edge_input_perm"] = perm;
-  std::vector<std::string> tensor_args = user_inputs;
-  tensor_args.insert(tensor_args.end(), weights.begin(), weights.end());
+  std::vector<std::string> tensor_args = params(user_inputs);
+  for (const std::string& n : params(weights)) tensor_args.push_back(n);
   v["tensor_args"] = join(tensor_args, ", ");
   std::string fg;
   for (const auto& t : p.decl.inputs)  // computed by the runtime, in edge-type-sorted order
@@ -266,14 +280,15 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
     std::vector<std::string> dims;
     if (!rows.empty()) dims.push_back(rows);
     for (int64_t d : w.shape) dims.push_back(std::to_string(d));
-    wdoc += (wdoc.empty() ? "" : ", ") + fmt::format("{} [{}]", w.name, join(dims, ", "));
+    const std::string& attr = py.attr.at(w.name);
+    wdoc += (wdoc.empty() ? "" : ", ") + fmt::format("{} [{}]", attr, join(dims, ", "));
     std::string tuple = dims.size() == 1 ? dims[0] + "," : join(dims, ", ");
-    init += fmt::format("        self.{} = torch.nn.Parameter(torch.empty(({}), device=device, dtype=dtype))\n", w.name, tuple);
-    if (w.init == "ones") reset += fmt::format("        torch.nn.init.ones_(self.{})\n", w.name);
-    else if (w.init == "zeros") reset += fmt::format("        torch.nn.init.zeros_(self.{})\n", w.name);
+    init += fmt::format("        self.{} = torch.nn.Parameter(torch.empty(({}), device=device, dtype=dtype))\n", attr, tuple);
+    if (w.init == "ones") reset += fmt::format("        torch.nn.init.ones_(self.{})\n", attr);
+    else if (w.init == "zeros") reset += fmt::format("        torch.nn.init.zeros_(self.{})\n", attr);
     else {
       int64_t fan_in = w.shape.size() >= 2 ? w.shape[w.shape.size() - 2] : 1, fan_out = w.shape.empty() ? 1 : w.shape.back();
-      reset += fmt::format("        torch.nn.init.uniform_(self.{}, -{:.6f}, {:.6f})  # Glorot: fan_in {}, fan_out {}\n", w.name,
+      reset += fmt::format("        torch.nn.init.uniform_(self.{}, -{:.6f}, {:.6f})  # Glorot: fan_in {}, fan_out {}\n", attr,
                            std::sqrt(6.0 / static_cast<double>(fan_in + fan_out)), std::sqrt(6.0 / static_cast<double>(fan_in + fan_out)),
                            fan_in, fan_out);
     }
@@ -282,7 +297,7 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
   v["params_init"] = init.substr(0, init.size() - 1);
   v["reset"] = reset.substr(0, reset.size() - 1);
   std::vector<std::string> wargs;
-  for (const auto& n : weights) wargs.push_back("self." + n);
+  for (const auto& n : weights) wargs.push_back("self." + py.attr.at(n));
   v["weight_args"] = join(wargs, ", ");
   return render_template("python/module.py.in", v);
 }
@@ -320,7 +335,6 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
                             const std::string& no_training_reason) {
   if (phases.size() < 3) return python_untrainable(user_inputs, weights, phases.front().model, no_training_reason);
   const Program& f = phases[0];
-  const Program& t = phases[1];
   const Program& b = phases[2];
   size_t n_out = 0;
   for (const TensorInfo& x : f.tensors)
@@ -331,7 +345,7 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
   size_t result = 0;
   for (const TensorInfo& x : b.tensors) {
     if (x.role != Role::Output) continue;
-    std::string of = x.name.substr(2);
+    std::string of = grad_target(x.name).value_or("");
     for (size_t i = 0; i < n_t; ++i) {
       std::string name = i < n_in ? user_inputs[i] : weights[i - n_in];
       if (name == of) grad_slots.push_back(fmt::format("({}, {})", result, i));
@@ -347,7 +361,8 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
   out += fmt::format("_GRAD_SLOTS = ({})  # (backward result, argument) pairs\n", slots);
   out += fmt::format("SAVED_FOR_BACKWARD = ({})  # forward fields the backward reads\n\n\n", [&] {
     std::string s;
-    for (const auto& x : t.saved) s += "\"" + x + "\", ";
+    const std::vector<Program> cpp = with_cpp_names(phases);  // the host code's names of the saved fields
+    for (const auto& x : cpp[1].saved) s += "\"" + x + "\", ";
     return s;
   }());
   out += "class _Function(torch.autograd.Function):\n";
@@ -386,7 +401,8 @@ std::string emit_cmake(const Program& p, const EmitContext& ctx) {
   return render_template("cmake/CMakeLists.txt.in", v);
 }
 
-std::string emit_manifest(const std::vector<Program>& phases, const EmitContext& ctx) {
+std::string emit_manifest(const std::vector<Program>& ir_phases, const EmitContext& ctx) {
+  const std::vector<Program> phases = with_cpp_names(ir_phases);
   const Program& p = phases.front();
   nlohmann::ordered_json j;
   j["generator"] = "hectorgen " + ctx.version;

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "ir/inter/mutator.h"
+#include "ir/inter/names.h"
 #include "ir/inter/ops.h"
 #include "ir/inter/typing.h"
 #include "passes/passes.h"
@@ -158,7 +159,7 @@ class Normalizer : public Mutator {
 
   std::string version_name(const std::string& f, int k) const {
     int total = sets_.count(f) ? sets_.at(f) : 0;
-    return k >= total - 1 ? f : fmt::format("{}__{}", f, k);
+    return k >= total - 1 ? f : inter::version_name(f, k);
   }
   std::string current(const std::string& f) const {
     auto it = version_.find(f);
@@ -234,18 +235,39 @@ class Normalizer : public Mutator {
     return write(target, AssignOp::Set, typed::apply(op == AssignOp::Mul ? Op::Mul : Op::Div, {cur, value}, loc), loc);
   }
 
-  // A unique field name for a local (locals of different loops may share a name).
+  // The field of a local's current value (see new_local_field).
   std::string local_field(const std::string& local) {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
       if (auto f = it->find(local); f != it->end()) return f->second.second;
     return fresh_local_field(local);
   }
+  // A field name for a new value of a local: the local's own name unless a declared tensor, a hyper-parameter,
+  // a field of the program, one of its versions or an earlier value has it (x, x$2, ...).
   std::string fresh_local_field(const std::string& local) {
-    std::string name = local;
-    for (int k = 2; used_.count(name) || m_.decl.find_input(name) || m_.decl.find_output(name) || sets_.count(name); ++k)
-      name = fmt::format("{}_{}", local, k);
-    used_.insert(name);
+    if (taken_.empty()) collect_taken();
+    std::string name = fresh_name(local, [&](const std::string& n) { return taken_.count(n) > 0 || sets_.count(n) > 0; });
+    taken_.insert(name);
     return name;
+  }
+  void collect_taken() {
+    const ModelDecl& d = m_.decl;
+    for (const auto* list : {&d.inputs, &d.weights, &d.outputs})
+      for (const TensorDecl& t : *list) taken_.insert(t.name);
+    for (const HyperParam& h : d.hyper) taken_.insert(h.name);
+    std::function<void(const ExprP&)> fields = [&](const ExprP& e) {
+      if (is_field(e)) taken_.insert(e->args[1]->name);
+      for (const ExprP& a : e->args) fields(a);
+    };
+    std::function<void(const std::vector<StmtP>&)> walk = [&](const std::vector<StmtP>& body) {
+      for (const StmtP& s : body) {
+        if (s->target) fields(s->target);
+        if (s->value) fields(s->value);
+        walk(s->body);
+      }
+    };
+    walk(m_.body);
+    for (const auto& [f, total] : sets_)
+      for (int k = 0; k + 1 < total; ++k) taken_.insert(version_name(f, k));
   }
 
   const Module& m_;
@@ -257,7 +279,7 @@ class Normalizer : public Mutator {
   std::map<std::string, size_t> last_top_write_;  // field version -> the top-level loop that last wrote it
   size_t top_index_ = 0;
   std::vector<Frame> frames_;
-  std::set<std::string> used_;
+  std::set<std::string> taken_;  // names a local's field must not take
   std::vector<std::map<std::string, std::pair<std::string, std::string>>> scopes_;  // local -> (element var, field)
 };
 
@@ -279,7 +301,7 @@ class Differentiator {
     b.decl.inputs = f_.decl.inputs;
     for (const TensorDecl& o : f_.decl.outputs) {
       TensorDecl t = o;
-      t.name = "d_" + o.name;
+      t.name = grad_name(o.name);
       t.requires_grad = false;
       b.decl.inputs.push_back(t);
     }
@@ -287,13 +309,13 @@ class Differentiator {
     for (const TensorDecl& t : f_.decl.inputs)
       if (t.requires_grad && t.from_graph.empty()) {
         TensorDecl g = t;
-        g.name = "d_" + t.name;
+        g.name = grad_name(t.name);
         b.decl.outputs.push_back(g);
       }
     for (const TensorDecl& w : f_.decl.weights)
       if (w.requires_grad) {
         TensorDecl g = w;
-        g.name = "d_" + w.name;
+        g.name = grad_name(w.name);
         g.init.clear();
         b.decl.outputs.push_back(g);
       }
@@ -319,7 +341,7 @@ class Differentiator {
       saved.push_back(name);
       inputs.push_back(*b.decl.find_input(name));
     }
-    for (const TensorDecl& o : f_.decl.outputs) inputs.push_back(*b.decl.find_input("d_" + o.name));
+    for (const TensorDecl& o : f_.decl.outputs) inputs.push_back(*b.decl.find_input(grad_name(o.name)));
     b.decl.inputs = std::move(inputs);
     return b;
   }
@@ -363,19 +385,22 @@ class Differentiator {
   }
 
   // The gradient of the value a statement stores, or null when nothing depends on it.
-  // An output's gradient comes in as the input d_<output>; reads of the output after its last write add theirs
-  // into a field of its own, d_<output>__reads (the input is not written).
+  // An output's gradient comes in as the input d$h; reads of the output after its last write add theirs into a
+  // field of its own, d$h$reads (the input is not written).
   ExprP grad_of(const Expr& target) {
     const std::string& f = target.args[1]->name;
     if (!grad_.count(f)) return nullptr;
     if (f_.decl.find_output(f)) {
-      ExprP g = typed::attr(target.args[0], "d_" + f, ctx_);
+      ExprP g = typed::attr(target.args[0], grad_name(f), ctx_);
       if (!output_reads_.count(f)) return g;
       return typed::apply(Op::Add, {g, typed::field(target.args[0], grad_field(f), ctx_)});
     }
     return typed::field(target.args[0], grad_field(f), ctx_);
   }
-  std::string grad_field(const std::string& f) const { return f_.decl.find_output(f) ? "d_" + f + "__reads" : "d_" + f; }
+  // The field that accumulates the gradient of forward field (or output) f.
+  std::string grad_field(const std::string& f) const {
+    return f_.decl.find_output(f) ? derived_name(grad_name(f), "reads") : grad_name(f);
+  }
 
   void statement(const Stmt& s, std::vector<StmtP>& out) {
     if (!is_field(s.target)) {
@@ -400,7 +425,7 @@ class Differentiator {
       const ExprP& x = s.value->args[1];
       ExprP mask = typed::apply(Op::MaxGrad, {saved(x), saved(s.target)});
       const ExprP& base = s.target->args[0];
-      std::string ties = s.target->args[1]->name + "__ties";
+      std::string ties = derived_name(s.target->args[1]->name, "ties");
       ties_.push_back(write(base, ties, mask, s.loc));
       ExprP count = typed::apply(Op::Max, {typed::field(base, ties, ctx_), typed::number(1.0, false)});
       diff(x, reduce(typed::apply(Op::Div, {typed::apply(Op::Mul, {g, mask}), count}), x), contributions);
@@ -422,14 +447,14 @@ class Differentiator {
     if (leaf->kind == ExprKind::Attr) {
       const TensorDecl* in = f_.decl.find_input(leaf->name);
       if (!in || !in->requires_grad || !in->from_graph.empty()) return;
-      out.push_back(write(leaf->args[0], "d_" + in->name, grad, loc));
+      out.push_back(write(leaf->args[0], grad_name(in->name), grad, loc));
       return;
     }
     // A weight: W0, or W[sel].
     const std::string& w = leaf->kind == ExprKind::Name ? leaf->name : leaf->args[0]->name;
     const TensorDecl* wd = f_.decl.find_weight(w);
     if (!wd || !wd->requires_grad) return;
-    ExprP dw = typed::name("d_" + w, weight_ref(*b_->decl.find_output("d_" + w)));
+    ExprP dw = typed::name(grad_name(w), weight_ref(*b_->decl.find_output(grad_name(w))));
     ExprP target = leaf->kind == ExprKind::Name ? dw : typed::with_type(Expr::index(dw, leaf->args[1]), leaf->type);
     out.push_back(typed::assign(target, AssignOp::Add, grad, ctx_, nullptr, nullptr, loc));
   }

@@ -1,6 +1,7 @@
 // drop-dead-stores (see passes.h): a pass over the intra-operator IR, after the whole program is lowered (a
 // traversal instance cannot know, when it is lowered, which of its stores later kernels read).
 #include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -40,35 +41,72 @@ void erase_if(std::vector<Instr>& body, const F& dead) {
     if (auto* l = std::get_if<EdgeLoop>(&in.v)) erase_if(l->body, dead);
 }
 
-// Removes definitions, updates and indices nothing reads (a register only updated is not read).
+// The registers and indices one instruction reads (not those of the loop body it holds; an update does not
+// read the register it updates).
+void reads_of(const Instr& in, std::set<std::string>& read) {
+  if (auto* d = std::get_if<Def>(&in.v)) {
+    if (auto* l = std::get_if<Load>(&d->source)) read.insert(l->row);
+    if (auto* e = std::get_if<Eval>(&d->source))
+      for (const std::string& r : regs_of(e->value)) read.insert(r);
+    if (auto* r = std::get_if<Reduce>(&d->source))
+      for (const std::string& x : regs_of(r->value)) read.insert(x);
+  }
+  if (auto* u = std::get_if<Update>(&in.v))
+    for (const std::string& r : regs_of(u->value))
+      if (r != u->name) read.insert(r);
+  if (auto* s = std::get_if<Store>(&in.v)) read.insert({s->reg, s->row});
+  if (auto* x = std::get_if<IndexDef>(&in.v)) read.insert(x->of);
+  if (auto* l = std::get_if<EdgeLoop>(&in.v)) read.insert(l->node);
+}
+
+// True when an instruction of body[from...] (loop bodies included) reads `name`.
+bool read_after(const std::vector<Instr>& body, size_t from, const std::string& name) {
+  for (size_t i = from; i < body.size(); ++i) {
+    std::set<std::string> read;
+    reads_of(body[i], read);
+    if (read.count(name)) return true;
+    if (auto* l = std::get_if<EdgeLoop>(&body[i].v); l && read_after(l->body, 0, name)) return true;
+  }
+  return false;
+}
+
+// Removes definitions, updates and indices nothing reads (a register only updated is not read). A definition
+// is read only after it, in its own block: sibling loops may define registers of the same name.
 void drop_unread(TraversalInstance& t) {
   for (bool changed = true; changed;) {
     changed = false;
     std::set<std::string> read;
-    each(t.body, [&](Instr& in) {
-      if (auto* d = std::get_if<Def>(&in.v)) {
-        if (auto* l = std::get_if<Load>(&d->source)) read.insert(l->row);
-        if (auto* e = std::get_if<Eval>(&d->source))
-          for (const std::string& r : regs_of(e->value)) read.insert(r);
-        if (auto* r = std::get_if<Reduce>(&d->source))
-          for (const std::string& x : regs_of(r->value)) read.insert(x);
+    each(t.body, [&](Instr& in) { reads_of(in, read); });
+    std::function<void(std::vector<Instr>&)> sweep = [&](std::vector<Instr>& body) {
+      for (size_t i = 0; i < body.size();) {
+        const Instr& in = body[i];
+        bool dead = false;
+        if (auto* d = std::get_if<Def>(&in.v)) dead = !read_after(body, i + 1, d->name);
+        if (auto* x = std::get_if<IndexDef>(&in.v)) dead = !read_after(body, i + 1, x->name);
+        if (auto* u = std::get_if<Update>(&in.v)) dead = !read.count(u->name);
+        if (dead && std::holds_alternative<Def>(in.v)) {  // its updates go with it (they follow it in its block)
+          const std::string name = std::get<Def>(in.v).name;
+          std::function<void(std::vector<Instr>&)> drop = [&](std::vector<Instr>& b) {
+            std::erase_if(b, [&](const Instr& x) { auto* u = std::get_if<Update>(&x.v); return u && u->name == name; });
+            for (Instr& x : b)
+              if (auto* l = std::get_if<EdgeLoop>(&x.v)) drop(l->body);
+          };
+          std::vector<Instr> rest(std::make_move_iterator(body.begin() + static_cast<std::ptrdiff_t>(i) + 1),
+                                  std::make_move_iterator(body.end()));
+          drop(rest);
+          body.resize(i + 1);
+          std::move(rest.begin(), rest.end(), std::back_inserter(body));
+        }
+        if (dead) {
+          body.erase(body.begin() + static_cast<std::ptrdiff_t>(i));
+          changed = true;
+          continue;
+        }
+        if (auto* l = std::get_if<EdgeLoop>(&body[i].v)) sweep(l->body);
+        ++i;
       }
-      if (auto* u = std::get_if<Update>(&in.v))
-        for (const std::string& r : regs_of(u->value))
-          if (r != u->name) read.insert(r);
-      if (auto* s = std::get_if<Store>(&in.v)) read.insert({s->reg, s->row});
-      if (auto* x = std::get_if<IndexDef>(&in.v)) read.insert(x->of);
-      if (auto* l = std::get_if<EdgeLoop>(&in.v)) read.insert(l->node);
-    });
-    erase_if(t.body, [&](const Instr& in) {
-      const std::string* name = nullptr;
-      if (auto* d = std::get_if<Def>(&in.v)) name = &d->name;
-      if (auto* u = std::get_if<Update>(&in.v)) name = &u->name;
-      if (auto* x = std::get_if<IndexDef>(&in.v)) name = &x->name;
-      bool dead = name && !read.count(*name);
-      changed = changed || dead;
-      return dead;
-    });
+    };
+    sweep(t.body);
   }
 }
 

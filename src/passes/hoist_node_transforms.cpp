@@ -20,6 +20,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "ir/inter/names.h"
 #include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
@@ -257,7 +258,7 @@ class Hoister {
     for (const Hoisted& o : hoisted_)
       if (o.key == key) h = &o;
     if (!h) {
-      std::string field = fresh(x_name + "_" + w_name);
+      std::string field = fresh(derived_name(x_name, w_name));  // feature$W: no user name has the sigil
       ExprP target = Expr::index(Expr::name_ref("$node", lin->loc), Expr::string_lit(field, lin->loc), lin->loc);
       hoisted_.push_back({*end, key, field, Stmt::assign(target, AssignOp::Set, node_lin, lin->loc)});
       h = &hoisted_.back();
@@ -290,8 +291,7 @@ class Hoister {
 
   // A name no declaration, field, local or loop variable of the module uses yet.
   std::string fresh(const std::string& base) {
-    std::string n = base;
-    for (int k = 2; names_.count(n) || bad_name_reason(n) != ""; ++k) n = fmt::format("{}_{}", base, k);
+    std::string n = fresh_name(base, [&](const std::string& x) { return names_.count(x) > 0; });
     names_.insert(n);
     return n;
   }

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "ir/inter/names.h"
 #include "ir/inter/ops.h"
 #include "passes/passes.h"
 
@@ -37,16 +38,18 @@ class Inliner {
  public:
   Inliner(const Module& m, Diagnostics& d) : m_(m), d_(d) {}
 
-  std::vector<StmtP> block(const std::vector<StmtP>& body, const Bindings& b) {
+  // `depth`: how many loops enclose `body` at its final place (after inlining).
+  std::vector<StmtP> block(const std::vector<StmtP>& body, const Bindings& b, int depth = 0) {
     std::vector<StmtP> out;
+    auto renamed = [&](const std::string& n) {
+      auto it = b.find(n);
+      return it != b.end() && it->second->kind == ExprKind::Name ? it->second->name : n;
+    };
     for (const StmtP& s : body) {
       switch (s->kind) {
-        case StmtKind::For: {
-          std::string parent = s->parent;
-          if (auto it = b.find(parent); it != b.end() && it->second->kind == ExprKind::Name) parent = it->second->name;
-          out.push_back(Stmt::for_loop(s->var, s->loop, parent, block(s->body, b), s->loc));
+        case StmtKind::For:
+          out.push_back(Stmt::for_loop(renamed(s->var), s->loop, renamed(s->parent), block(s->body, b, depth + 1), s->loc));
           break;
-        }
         case StmtKind::Assign:
           out.push_back(Stmt::assign(subst(s->target, b), s->op, subst(s->value, b), s->loc));
           break;
@@ -56,7 +59,7 @@ class Inliner {
             out.push_back(s);  // not a user function: the verifier reports it
             break;
           }
-          expand(*f, *s, b, out);
+          expand(*f, *s, b, depth, out);
           break;
         }
       }
@@ -65,6 +68,18 @@ class Inliner {
   }
 
  private:
+  // Locals assigned and loop variables bound in a body (calls inside are renamed when they are expanded).
+  static void collect_defined(const std::vector<StmtP>& body, std::set<std::string>& out) {
+    for (const StmtP& s : body) {
+      if (s->kind == StmtKind::For) {
+        out.insert(s->var);
+        collect_defined(s->body, out);
+      } else if (s->kind == StmtKind::Assign && s->target->kind == ExprKind::Name) {
+        out.insert(s->target->name);
+      }
+    }
+  }
+
   const FuncDef* find(const std::string& n) {
     if (by_name_.empty())
       for (const FuncDef& f : m_.functions) by_name_.emplace(f.name, &f);  // the first definition wins
@@ -77,7 +92,7 @@ class Inliner {
   static constexpr size_t kMaxDepth = 64;
   static constexpr size_t kMaxExpansions = 10000;
 
-  void expand(const FuncDef& f, const Stmt& call, const Bindings& outer, std::vector<StmtP>& out) {
+  void expand(const FuncDef& f, const Stmt& call, const Bindings& outer, int depth, std::vector<StmtP>& out) {
     const ExprP& c = call.value;
     if (c->args.size() != f.params.size()) {
       d_.error(c->loc, "wrong-arguments", fmt::format("'{}' takes {} argument{}, got {}", f.name, f.params.size(),
@@ -111,8 +126,17 @@ class Inliner {
       }
       b[f.params[i]] = arg;
     }
+    // Hygiene: inside a loop of the caller, the function's locals and loop variables get names of their own
+    // (x$1), so they neither capture nor clobber the caller's. At the top level its loops are scopes of their own.
+    if (depth > 0) {
+      int k = ++renamings_;
+      std::set<std::string> own;
+      collect_defined(f.body, own);
+      for (const std::string& n : own)
+        if (!b.count(n)) b[n] = Expr::name_ref(derived_name(n, std::to_string(k)));
+    }
     active_.push_back(f.name);
-    for (StmtP& s : block(f.body, b)) out.push_back(std::move(s));
+    for (StmtP& s : block(f.body, b, depth)) out.push_back(std::move(s));
     active_.pop_back();
   }
 
@@ -121,6 +145,7 @@ class Inliner {
   std::vector<std::string> active_;  // the chain of calls being expanded
   std::map<std::string, const FuncDef*> by_name_;
   size_t expansions_ = 0;
+  int renamings_ = 0;
 };
 
 }  // namespace
@@ -132,6 +157,11 @@ Module inline_functions(const Module& m, Diagnostics& diags) {
       diags.error(f.loc, "duplicate-name", fmt::format("function '{}' is defined twice", f.name));
     if (call_op(f.name))
       diags.error(f.loc, "duplicate-name", fmt::format("function '{}' has the name of a built-in", f.name));
+    if (std::string why = reserved_name_reason(f.name); !why.empty())
+      diags.error(f.loc, "reserved-name", fmt::format("function '{}' {}", f.name, why));
+    for (const auto& p : f.params)
+      if (std::string why = reserved_name_reason(p); !why.empty())
+        diags.error(f.loc, "reserved-name", fmt::format("parameter '{}' of '{}' {}", p, f.name, why));
     std::set<std::string> params;
     for (const auto& p : f.params)
       if (!params.insert(p).second)

@@ -4,6 +4,7 @@
 #include <functional>
 #include <set>
 
+#include "ir/inter/names.h"
 #include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/typing.h"
@@ -100,7 +101,10 @@ class Lowering {
 
  private:
   // ---- bookkeeping ----------------------------------------------------------------------------
-  void add_tensor(TensorInfo t) { p_.tensors.push_back(std::move(t)); }
+  void add_tensor(TensorInfo t) {
+    used_names_.insert(t.name);
+    p_.tensors.push_back(std::move(t));
+  }
   TensorInfo& tensor(const std::string& n) {
     for (TensorInfo& t : p_.tensors)
       if (t.name == n) return t;
@@ -121,11 +125,27 @@ class Lowering {
   void note_write(const std::string& tensor_name, bool accumulates) {
     if (written_.insert(tensor_name).second && accumulates) tensor(tensor_name).zero_init = true;
   }
-  std::string unique(const std::string& base) {
-    std::string n = base;
-    for (int i = 2; used_names_.count(n); ++i) n = fmt::format("{}_{}", base, i);
+  // Lowering's names are derived (ir/inter/names.h): t$hs is the tensor of the local hs, $sc0 a local.
+  // `fresh` makes a tensor name no other tensor has; `unique` a kernel name (rgat_fw_gemm_hs, ..._2), an
+  // identifier already: '$' spelled '_'.
+  std::string fresh(const std::string& base) {
+    std::string n = fresh_name(base, [&](const std::string& x) { return used_names_.count(x) > 0; });
     used_names_.insert(n);
     return n;
+  }
+  std::string temp_tensor(const std::string& local) {
+    return fresh(local.front() == kSigil ? "t" + local : derived_name("t", local));
+  }
+  std::string unique(const std::string& base) {
+    const std::string spelled = plain_spelling(base);
+    std::string n = spelled;
+    for (int i = 2; kernel_names_.count(n); ++i) n = fmt::format("{}_{}", spelled, i);
+    kernel_names_.insert(n);
+    return n;
+  }
+  // What a kernel computes, for its name: the tensor without its t$.
+  static std::string shown(const std::string& tensor) {
+    return tensor.rfind(derived_name("t", ""), 0) == 0 ? tensor.substr(2) : tensor;
   }
 
   // ---- the open traversal stage of the current loop -----------------------------------------------
@@ -179,7 +199,7 @@ class Lowering {
     for (size_t i = ctx.position; i < L.body.size(); ++i) collect_names(L.body[i], later);
     for (const std::string& local : stage.reg_locals) {
       if (!later.count(local) && !force_materialize_.count(local)) continue;
-      std::string tn = unique("t_" + local);
+      std::string tn = temp_tensor(local);
       const Type& ty = local_types_.at(local);
       add_tensor({tn, Role::Temp, ctx.node_loop && !edge_locals_.count(local) ? Per::Node : Per::Edge, ty.shape, false, ""});
       ctx.materialized[local] = tn;
@@ -209,8 +229,8 @@ class Lowering {
     for (GatherSum& gs : pending_gather_sums_) {
       std::string edges = gs.is_local ? ctx.materialized.at(gs.edges) : gs.edges;
       intra::TraversalSource t;
-      std::string local = "__scatter";
-      // for n in g.dst_nodes(): for e in n.incoming_edges(): n[field] += __scatter   (or src / outgoing)
+      std::string local = "$scatter";
+      // for n in g.dst_nodes(): for e in n.incoming_edges(): n[field] += $scatter   (or src / outgoing)
       Type scatter = Type::tensor(Domain::Edge, tensor(edges).shape);
       scatter.dep_edge = true;
       ExprP target = typed::with_type(Expr::index(typed::name("n", Type::node_var()), typed::string(gs.field)),
@@ -276,7 +296,7 @@ class Lowering {
     if (s->op == AssignOp::Set && is_linear(rhs) && !is_etype_product(rhs, ctx)) {
       const Expr& t = *s->target;
       if (t.kind == ExprKind::Name) {
-        std::string tn = unique("t_" + t.name);
+        std::string tn = temp_tensor(t.name);
         const Type& ty = s->target->type;
         local_types_[t.name] = ty;
         add_tensor({tn, Role::Temp, inner || !ctx.node_loop ? Per::Edge : Per::Node, ty.shape, false, ""});
@@ -334,7 +354,7 @@ class Lowering {
       bool own_node_fallback = f && !f->on_edge && inner && !other_node && !intra::traversal_supports(value);
       if (other_node || own_node_fallback) {
         bool via_src = other_node ? f->node_role == "src" : inner->loop == LoopKind::OutgoingEdges;
-        std::string local = fmt::format("__sc{}", wg_count_++);
+        std::string local = fmt::format("{}sc{}", kSigil, wg_count_++);
         if (inner) edge_locals_.insert(local);  // stored per edge of the inner loop
         Type ty = s->target->type;
         ty.shape = tensor(field_tensor(f->field)).shape;
@@ -389,7 +409,7 @@ class Lowering {
     const Expr& target = *s->target;
     std::string written;
     if (target.kind == ExprKind::Name) {
-      written = unique("t_" + target.name);
+      written = temp_tensor(target.name);
       const Type& ty = original->target->type;
       local_types_[target.name] = ty;
       add_tensor({written, Role::Temp, inner || !ctx.node_loop ? Per::Edge : Per::Node, ty.shape, false, ""});
@@ -405,7 +425,7 @@ class Lowering {
     t.target = written;
     t.materialized = ctx.materialized;
     t.field_tensor = alias_;
-    t.name = unique(fmt::format("{}_torch_{}", prefix_, written.rfind("t_", 0) == 0 ? written.substr(2) : written));
+    t.name = unique(fmt::format("{}_torch_{}", prefix_, shown(written)));
     p_.kernels.push_back(t);
   }
 
@@ -521,7 +541,7 @@ class Lowering {
     }
     if (deterministic_ && g.scatter != intra::Gather::None) {
       // The GEMM stores one row per edge; a node-centric sum (after this loop's stage) adds them up.
-      std::string tn = unique("t_" + g.y + "_edges");
+      std::string tn = fresh(derived_name("t", derived_name(g.y, "edges")));
       add_tensor({tn, Role::Temp, Per::Edge, tensor(g.y).shape, false, ""});
       pending_gather_sums_.push_back({g.y, tn, g.scatter == intra::Gather::Src, false});
       stage.writes.insert(g.y);  // later readers of the node field wait for the sum
@@ -530,7 +550,7 @@ class Lowering {
       g.accumulate = false;
     }
     note_write(g.y, g.accumulate || g.scatter != intra::Gather::None);
-    g.name = unique(fmt::format("{}_gemm_{}", prefix_, g.y.rfind("t_", 0) == 0 ? g.y.substr(2) : g.y));
+    g.name = unique(fmt::format("{}_gemm_{}", prefix_, shown(g.y)));
     p_.kernels.push_back(g);
     return true;
   }
@@ -604,7 +624,7 @@ class Lowering {
   // Computes `e` per row in the open traversal stage, stores it, and closes the stage; returns a read of it.
   ExprP materialize_operand(const ExprP& e, LoopCtx& ctx, Stage& stage, const Stmt* inner, const StmtP& s) {
     if (inner) return nullptr;
-    std::string local = fmt::format("__op{}", wg_count_++);
+    std::string local = fmt::format("{}op{}", kSigil, wg_count_++);
     Type ty;
     ty.domain = ctx.node_loop ? Domain::Node : Domain::Edge;
     ty.shape = value_type(e->type).shape;
@@ -634,7 +654,7 @@ class Lowering {
                "accumulate it in the node loop");
       return nullptr;
     }
-    std::string local = fmt::format("__wg{}", wg_count_++);
+    std::string local = fmt::format("{}wg{}", kSigil, wg_count_++);
     Type ty = s->target->type;
     local_types_[local] = ty;
     force_materialize_.insert(local);
@@ -693,17 +713,17 @@ class Lowering {
   ExprP extract_linears(const ExprP& e, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush, const StmtP& s) {
     if (is_etype_product(e, ctx)) {
       std::string tn = etype_product(e, s);
-      std::string local = "__" + tn;
+      std::string local = kSigil + tn;
       ctx.materialized[local] = tn;
       local_types_[local] = value_type(e->type);
       return typed::name(local, value_type(e->type), e->loc);
     }
     if (is_linear(e)) {
-      std::string tn = unique(fmt::format("t_lin_{}", p_.kernels.size()));
+      std::string tn = fresh(derived_name("t", fmt::format("lin_{}", p_.kernels.size())));
       Type ty = value_type(e->type);
       add_tensor({tn, Role::Temp, inner || !ctx.node_loop ? Per::Edge : Per::Node, ty.shape, false, ""});
       if (!emit_gemm(e, tn, ctx, stage, inner, can_flush, s)) return nullptr;
-      std::string local = "__" + tn;
+      std::string local = tn.substr(1);  // $lin_3
       ctx.materialized[local] = tn;
       local_types_[local] = ty;
       return typed::name(local, ty, e->loc);
@@ -849,7 +869,7 @@ class Lowering {
     if (auto it = etype_products_.find(key); it != etype_products_.end()) return it->second;
     const TensorDecl* v = m_.decl.find_weight(lin->args[0]->args[0]->name);
     const TensorDecl* w = shared_matrix(lin->args[1]);
-    std::string tn = unique(fmt::format("t_{}_{}", v->name, w->name));
+    std::string tn = fresh(derived_name("t", derived_name(v->name, w->name)));  // t$rel_emb$W_r
     add_tensor({tn, Role::Temp, Per::Etype, value_type(lin->type).shape, false, ""});
     GemmInstance g;
     g.x = v->name;
@@ -960,14 +980,14 @@ class Lowering {
     }
     intra::SegmentSumInstance ss;
     ss.v = in->tensor;
-    ss.dw = unique(fmt::format("t_{}_per_etype", in->tensor.rfind("t_", 0) == 0 ? in->tensor.substr(2) : in->tensor));
+    ss.dw = fresh(derived_name(in->tensor, "per_etype"));  // t$d$r$per_etype
     add_tensor({ss.dw, Role::Temp, Per::Etype, tensor(in->tensor).shape, false, ""});
     ss.edge_rows = true;
     ss.segments = intra::Segments::Etype;
     ss.numel = tensor(in->tensor).row_numel();
     ss.source = fmt::format("{}[t] = sum over the edges e of type t of {}", ss.dw, print_expr(y));
     note_write(ss.dw, /*accumulates=*/true);
-    ss.name = unique(fmt::format("{}_segsum_{}", prefix_, ss.dw.substr(2)));
+    ss.name = unique(fmt::format("{}_segsum_{}", prefix_, ss.dw.rfind("t$", 0) == 0 ? ss.dw.substr(2) : ss.dw));
     p_.layouts.insert(intra::layout::kSortedCoo);
     p_.kernels.push_back(ss);
     etype_sums_[in->tensor] = {ss.dw, p_.kernels.size() - 1};
@@ -1021,7 +1041,8 @@ class Lowering {
   intra::Program p_;
   std::map<std::string, int> writes_;
   std::set<std::string> written_;
-  std::set<std::string> used_names_;
+  std::set<std::string> used_names_;   // tensors
+  std::set<std::string> kernel_names_;
   std::map<std::string, std::string> alias_;  // field -> tensor
   std::set<std::string> aliased_;
   std::map<std::string, Type> local_types_;

@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "ir/inter/names.h"
 #include "ir/inter/ops.h"
 #include "ir/inter/typing.h"
 #include "ir/inter/printer.h"
@@ -72,7 +73,8 @@ struct Block {
   std::vector<Cached> reductions;
 };
 
-std::string base_of(const std::string& placeholder) { return placeholder.substr(0, placeholder.find('$')); }
+// The base of a placeholder, as an identifier: the IR names it comes from may be derived (d$att: v_d_att).
+std::string base_of(const std::string& placeholder) { return plain_spelling(placeholder.substr(0, placeholder.rfind('$'))); }
 
 class TraversalLowering {
  public:
@@ -120,7 +122,7 @@ class TraversalLowering {
 
   // A register name for a DSL local: the local's name, unless that names a tensor.
   std::string local_base(const std::string& local) const {
-    std::string b = local.substr(std::min(local.find_first_not_of('_'), local.size()));
+    std::string b = plain_spelling(local.substr(std::min(local.find_first_not_of("_$"), local.size())));
     if (b.empty()) b = "tmp";
     if (p_.find(b)) b = "v_" + b;
     return b;
@@ -493,7 +495,7 @@ class TraversalLowering {
     std::vector<std::string> leaves;
     std::function<void(const ExprP&)> names = [&](const ExprP& a) {
       std::string n;
-      if (a->kind == ExprKind::Name && !a->type.value) n = a->name.substr(std::min(a->name.find_first_not_of('_'), a->name.size()));
+      if (a->kind == ExprKind::Name && !a->type.value) n = plain_spelling(a->name.substr(std::min(a->name.find_first_not_of("_$"), a->name.size())));
       else if (a->kind == ExprKind::Attr) n = a->name;
       else if (a->kind == ExprKind::Index) n = a->args[1]->kind == ExprKind::String ? a->args[1]->name : a->args[0]->name;
       if (!n.empty()) {
@@ -647,7 +649,7 @@ class TraversalLowering {
   // True for the values (not loads) the statement being lowered computed into registers: they take the
   // name of what the statement assigns.
   bool made_by_this_statement(const std::string& reg) const {
-    return !regs_.at(reg).is_load && std::stoi(reg.substr(reg.find('$') + 1)) >= statement_first_;
+    return !regs_.at(reg).is_load && std::stoi(reg.substr(reg.rfind('$') + 1)) >= statement_first_;
   }
 
   // ---- final names ----------------------------------------------------------------------------------
@@ -659,7 +661,7 @@ class TraversalLowering {
 
   std::string bind(const std::string& placeholder, std::vector<std::set<std::string>>& scopes) {
     std::string base = base_of(placeholder);
-    if (auto it = renamed_base_.find(placeholder); it != renamed_base_.end()) base = it->second;
+    if (auto it = renamed_base_.find(placeholder); it != renamed_base_.end()) base = plain_spelling(it->second);
     auto taken = [&](const std::string& n) {
       if (p_.find(n) || intra::is_kernel_reserved(n)) return true;
       for (const auto& s : scopes)

@@ -58,8 +58,8 @@ inter::Module fuse_loops(const inter::Module& m);
 // reads one endpoint of the edge only (e.src or e.dst: its inputs, fields the loop nest does not write,
 // constants and shared weights) and whose weight is shared (per: none) or selected by that node's type
 // (W[e.src.ntype]) becomes a node field computed in a node loop placed before the loop nest
-// (`for n in g.src_nodes(): n["feature_W"] = n.feature * W`), read through the endpoint
-// (`e.src["feature_W"]`): an N-row GEMM instead of an E-row one. Identical transforms share one field. Runs
+// (`for n in g.src_nodes(): n["feature$W"] = n.feature * W`), read through the endpoint
+// (`e.src["feature$W"]`): an N-row GEMM instead of an E-row one. Identical transforms share one field. Runs
 // before autodiff, so the training forward and the backward inherit it. Takes and returns a typed module.
 inter::Module hoist_node_transforms(const inter::Module& m);
 
@@ -68,12 +68,15 @@ inter::Module hoist_node_transforms(const inter::Module& m);
 namespace hectorgen::passes {
 
 // Autodiff at the inter-operator level (thesis: "Backward Propagation").
-//   forward   the training forward: locals become fields (so the backward can read them) and every field
-//             is in SSA form (a re-assigned field gets a new version `f__k`; the last keeps the name);
-//   backward  reads the forward's saved fields as inputs (`e.att`) and the output gradients (`n.d_h`),
-//             accumulates gradient fields `d_f`, and writes the gradients of node/edge inputs (`d_feature`)
-//             and of weights (`d_W[e.etype] += ...`). Gradients of inputs marked requires_grad: false are
+//   forward   the training forward: locals become fields (so the backward can read them; every value of a
+//             local a field of its own: x, x$2) and every field is in SSA form (a re-assigned field gets a new
+//             version `f$k`; the last keeps the name);
+//   backward  reads the forward's saved fields as inputs (`e.att`) and the output gradients (`n.d$h`),
+//             accumulates gradient fields `d$f`, and writes the gradients of node/edge inputs (`d$feature`)
+//             and of weights (`d$W[e.etype] += ...`). An output the program also reads gets what flows back
+//             through those reads in a field `d$h$reads`. Gradients of inputs marked requires_grad: false are
 //             never computed; statements whose target gets no gradient are dropped.
+//             Derived names carry the sigil '$' (ir/inter/names.h): they cannot collide with user names.
 // Takes a typed module; both results are typed (the derivative rules of the operator table build typed
 // nodes), so neither needs type inference again.
 struct TrainingModules {

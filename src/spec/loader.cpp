@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "dsl/parser.h"
+#include "ir/inter/names.h"
 #include "ir/inter/constant.h"
 #include "ir/intra/launch.h"
 
@@ -50,9 +51,20 @@ class SchemaReader {
   void error(const YAML::Node& n, const char* kind, std::string msg) { d_.error(loc(n), kind, std::move(msg)); }
 
   // Names become identifiers in the generated code (and the manifest's JSON).
+  // Names become identifiers in the generated code (and the manifest's JSON); the emitters mangle what
+  // collides with a target language. Some are reserved (inter::reserved_name_reason).
   void check_name(SourceLoc at, const std::string& what, const std::string& name) {
     if (std::string why = bad_name_reason(name); !why.empty())
       d_.error(at, "bad-name", fmt::format("{} '{}' {}", what, name, why));
+    else if (std::string reserved = reserved_name_reason(name); !reserved.empty())
+      d_.error(at, "reserved-name", fmt::format("{} '{}' {}", what, name, reserved));
+  }
+
+  // Weights and hyper-parameters are named bare in the program.
+  void check_bare_name(SourceLoc at, const std::string& what, const std::string& name) {
+    if (bad_name_reason(name).empty() && reserved_name_reason(name).empty())
+      if (std::string why = dsl::bare_name_reason(name); !why.empty())
+        d_.error(at, "reserved-name", fmt::format("{} '{}' {}", what, name, why));
   }
 
   static const char* type_name(const YAML::Node& n) {
@@ -230,6 +242,10 @@ class SchemaReader {
     t.name = name;
     t.loc = loc(key);
     check_name(t.loc, std::string(section), name);
+    if (section == "weight") check_bare_name(t.loc, "weight", name);
+    else if (bad_name_reason(name).empty() && reserved_name_reason(name).empty())
+      if (std::string why = attribute_name_reason(name); !why.empty())
+        d_.error(t.loc, "reserved-name", fmt::format("{} '{}' {}", section, name, why));
     std::string what = fmt::format("{} '{}'", section, name);
     if (!expect_type(n, YAML::NodeType::Map, what)) return t;
     bool is_weight = section == "weight", is_input = section == "input";
@@ -429,6 +445,7 @@ class SchemaReader {
           h.name = name;
           h.loc = loc(hk);
           check_name(h.loc, "hyper-parameter", name);
+          check_bare_name(h.loc, "hyper-parameter", name);
           h.expr = expr_value(hv, fmt::format("hyper-parameter '{}'", name));
           if (h.expr) out.decl.hyper.push_back(std::move(h));
         });

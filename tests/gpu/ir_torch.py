@@ -56,6 +56,8 @@ __all__ = [
     "load_model",
     "model_from_spec",
     "model_from_ir_text",
+    "grad_name",
+    "SIGIL",
     "evaluate",
     "forward_backward",
     "grad_names",
@@ -268,10 +270,20 @@ def model_from_spec(path, hyper_overrides: Mapping[str, Any] | None = None) -> M
 _DECL_RE = re.compile(r"^(input|weight|output)\s+(\w+)\s*:\s*(\w+)\s*\[(.*)\]\s*(.*)$")
 
 
+# The compiler's derived names carry the sigil '$' (d$h, att$0), which Python's parser does not take: printed IR
+# is read with it spelled as SIGIL, a letter no user name contains (grad_name(h) is the name of h's gradient).
+SIGIL = "\u01c2"
+
+
+def grad_name(name: str) -> str:
+    """The name of the gradient of ``name`` in printed backward IR, as :func:`model_from_ir_text` reads it."""
+    return f"d{SIGIL}{name}"
+
+
 def model_from_ir_text(text: str, source: str = "<ir>") -> Model:
     """Reads printed inter-operator IR: the header (model, hyper, input, weight, output, option lines),
-    then ``program:`` and the loops."""
-    lines = text.splitlines()
+    then ``program:`` and the loops. Derived names are read with '$' spelled SIGIL."""
+    lines = text.replace("$", SIGIL).splitlines()
     name, hyper, decls = None, {}, {"input": [], "weight": [], "output": []}
     for i, line in enumerate(lines):
         s = line.split("#", 1)[0].strip()

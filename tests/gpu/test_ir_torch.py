@@ -165,17 +165,17 @@ def test_printed_backward_ir_matches_autograd(path, tmp_path):
     if not bw_path.exists():
         pytest.skip("no backward pass")
     bw = ir_torch.load_model(bw_path)
-    known = {d.name for d in model.inputs} | {f"d_{o.name}" for o in model.outputs}
+    known = {d.name for d in model.inputs} | {ir_torch.grad_name(o.name) for o in model.outputs}
     saved = [d.name for d in bw.inputs if d.name not in known]
     if saved:
         pytest.skip(f"the backward reads saved forward fields {saved}")
-    grad_of = {f"d_{n}": n for n in ir_torch.grad_names(model)}
+    grad_of = {ir_torch.grad_name(n): n for n in ir_torch.grad_names(model)}
     assert sorted(o.name for o in bw.outputs) == sorted(grad_of), "backward outputs"
     g = graphs()[1]
     inputs = ir_torch.random_inputs(model, g, SEED)
     d_out = ir_torch.random_output_grads(model, g, SEED)
     _, grads = ir_torch.forward_backward(model, g, inputs, d_out)
-    got = ir_torch.evaluate(bw, g, {**inputs, **{f"d_{k}": t for k, t in d_out.items()}})
+    got = ir_torch.evaluate(bw, g, {**inputs, **{ir_torch.grad_name(k): t for k, t in d_out.items()}})
     _assert_close({grad_of[k]: t for k, t in got.items()}, grads, _noise32(model, g, inputs, d_out),
                   f"{path}: printed backward IR vs autograd")
 

@@ -89,7 +89,7 @@ class UntrainableModule(unittest.TestCase):
             self.run_model({"feature"})
 
     def test_runs_without_grad(self):
-        calls, module = self.run_model({"W", "w_a", "V"}, grad_enabled=False)
+        calls, module = self.run_model({"W", "a", "V"}, grad_enabled=False)
         self.assertFalse(module.TRAINABLE)
         self.assertEqual([phase for phase, _ in calls], ["forward"])
         calls, _ = self.run_model(set())

@@ -173,14 +173,14 @@ TEST_CASE("schema errors point at the key or value", "[spec][diagnostics]") {
 }
 
 TEST_CASE("DSL positions map to the real line and column in the spec file", "[spec][diagnostics]") {
-  auto c = compile_text("specs/rgat.yaml", replace(read_file(spec_path("rgat.yaml")), "ht = reshape(", "ht = reshape($"));
+  auto c = compile_text("specs/rgat.yaml", replace(read_file(spec_path("rgat.yaml")), "ht = reshape(", "ht = reshape(@"));
   REQUIRE_FALSE(c->module);
   const Diagnostic& d = c->diags.all().front();
   CHECK(d.kind == "bad-character");
   CHECK(d.loc.line == 42);
   CHECK(d.loc.col == 20);
-  CHECK(c->rendered().find("specs/rgat.yaml:42:20: error: unexpected character '$' [bad-character]\n"
-                           "   42 |       ht = reshape($e.dst.feature") != std::string::npos);
+  CHECK(c->rendered().find("specs/rgat.yaml:42:20: error: unexpected character '@' [bad-character]\n"
+                           "   42 |       ht = reshape(@e.dst.feature") != std::string::npos);
 }
 
 TEST_CASE("a NUL byte in a YAML spec is reported where it is", "[spec][diagnostics]") {

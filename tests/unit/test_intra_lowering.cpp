@@ -239,7 +239,7 @@ TEST_CASE("RGAT's edge kernels reduce over the warp once per value, loading each
   // d_hs is accumulated twice in registers and stored once.
   CHECK(count_instrs(bw.body, [](const Instr& in) {
           auto* s = std::get_if<Store>(&in.v);
-          return s && s->tensor == "d_hs";
+          return s && s->tensor == "d$hs";
         }) == 1);
 }
 
@@ -250,14 +250,14 @@ TEST_CASE("RGAT's backward node kernel hoists the node's rows out of the edge lo
   // n.d_h, att_sum and att_max of the row node: loaded once per node, not once per edge.
   std::vector<std::string> top = outline(t.body);
   CHECK(std::vector<std::string>(top.begin(), top.begin() + 3) == std::vector<std::string>{"let v_d_h", "let v_att_sum", "let v_att_max"});
-  // Loop 2 reads d_att__1 that lane 0 stored in loop 1: one sync before it. Loop 3 accumulates into d_att__0
+  // Loop 2 reads d$att$1 that lane 0 stored in loop 1: one sync before it. Loop 3 accumulates into d$att$0
   // that loop 2 stored, for the next kernel: lane 0 loads it back itself, no sync. What nothing reads later
-  // (d_att, loop 2's d_att__1, d_att_sum, d_att_max) is not stored.
+  // (d$att, loop 2's d$att$1, d$att_sum, d$att_max) is not stored.
   CHECK(std::count(top.begin(), top.end(), "sync") == 1);
   CHECK(top[std::find(top.begin(), top.end(), "sync") - top.begin() + 1] == "for e");
   CHECK_FALSE(std::get<Load>(def_named(loop_at(t, 1).body, "v_d_att__1").source).lane0);
   CHECK(std::get<Load>(def_named(loop_at(t, 2).body, "v_d_att__0").source).lane0);
-  for (const char* dead : {"d_att", "d_att_sum", "d_att_max"})
+  for (const char* dead : {"d$att", "d$att_sum", "d$att_max"})
     CHECK(count_instrs(t.body, [&](const Instr& in) {
             auto* st = std::get_if<Store>(&in.v);
             return st && st->tensor == dead;
@@ -278,7 +278,7 @@ TEST_CASE("HGT and RGCN: gathers through dst, node sums without atomics or syncs
   auto rgat = lower_path(spec_path("rgat.yaml"));
   CHECK(std::get<Eval>(def_named(traversal(rgat, "rgat_bw_sum_d_feature").body, "v_d_feature").source).value->kind ==
         Value::Kind::Const);
-  CHECK(std::get<Load>(def_named(traversal(rgat, "rgat_bw_sum_d_feature_2").body, "v_d_feature").source).tensor == "d_feature");
+  CHECK(std::get<Load>(def_named(traversal(rgat, "rgat_bw_sum_d_feature_2").body, "v_d_feature").source).tensor == "d$feature");
   CHECK(count_instrs(sum.body, is_sync) == 0);
 }
 

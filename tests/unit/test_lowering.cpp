@@ -72,7 +72,7 @@ TEST_CASE("RGAT forward fuses the edge softmax: two GEMMs, one edge and one node
   CHECK(count<intra::TraversalInstance>(fw) == 2);
   CHECK(count<intra::TorchInstance>(fw) == 0);
   // e["msg"] = hs is an alias of the GEMM output, not a copy.
-  CHECK(fw.aliases.at("msg") == "t_hs");
+  CHECK(fw.aliases.at("msg") == "t$hs");
 }
 
 TEST_CASE("training phases are deterministic: no atomic scatters, weight gradients by grouped reductions",
@@ -130,7 +130,7 @@ TEST_CASE("weight gradients accumulated inside an inner edge loop: per-edge valu
       CHECK(v->per == inter::Per::Edge);
       summed.insert(ss->dw);
     }
-  CHECK(summed == std::set<std::string>{"d_a0", "d_a1"});
+  CHECK(summed == std::set<std::string>{"d$a0", "d$a1"});
   int src_sums = 0;
   for (const auto& k : bw.kernels)
     if (auto* t = std::get_if<intra::TraversalInstance>(&k); t && t->rows == inter::LoopKind::SrcNodes) ++src_sums;

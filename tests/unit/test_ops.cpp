@@ -122,7 +122,7 @@ TEST_CASE("each operator's float64 evaluation", "[ops][interpreter]") {
 // ---- type inference on each operator -------------------------------------------------------------------
 namespace {
 
-const char* kTypeSpec = R"(model: types
+const char* kTypeSpec = R"(model: optypes
 hyper:
   k: 4
 inputs:
@@ -251,7 +251,7 @@ bool contains(const ExprP& e, Op op) {
 }
 
 std::unique_ptr<Compiled> compile_expr(const std::string& expr) {
-  return compile_text("types.yaml", replace(kTypeSpec, "EXPR", expr));
+  return compile_text("optypes.yaml", replace(kTypeSpec, "EXPR", expr));
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <random>
 
 #include "helpers.h"
+#include "ir/inter/names.h"
 #include "ir/inter/interpreter.h"
 #include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
@@ -153,7 +154,7 @@ TEST_CASE("every pass keeps the interpreter's results on random graphs, for ever
 
         TensorMap bt = t;
         for (const auto& [s, v] : saved_before) bt[s] = v;
-        for (const TensorDecl& o : forward.decl.outputs) bt["d_" + o.name] = random_tensor(full_shape(o, g), rng);
+        for (const TensorDecl& o : forward.decl.outputs) bt[inter::grad_name(o.name)] = random_tensor(full_shape(o, g), rng);
         InterpretResult grads = run(tm->backward, g, bt, "autodiff (backward)");
         require_equal(grads.outputs, run(*fused_backward, g, bt, "fuse-loops (backward)").outputs,
                       "fuse-loops (backward) gradients");
@@ -213,7 +214,7 @@ TEST_CASE("hoist-node-transforms keeps the outputs and the gradients, for every 
         require_equal(before.outputs, run(hoisted, g, t, "hoisted").outputs, "hoist-node-transforms (forward)");
         if (!tm) continue;
         TensorMap d_out;
-        for (const TensorDecl& o : forward.decl.outputs) d_out["d_" + o.name] = random_tensor(full_shape(o, g), rng);
+        for (const TensorDecl& o : forward.decl.outputs) d_out[inter::grad_name(o.name)] = random_tensor(full_shape(o, g), rng);
         auto gradients = [&](const passes::TrainingModules& m, const Module& backward, const std::string& what) {
           InterpretResult train = run(m.forward, g, t, what + " (forward_train)");
           TensorMap bt = t;
@@ -236,7 +237,7 @@ TEST_CASE("hoist-node-transforms: gcn_shared's shared projection becomes an N-ro
   CHECK(edge_loop_linears(c->module->body) == 1);
   Module hoisted = passes::hoist_node_transforms(*c->module);
   CHECK(edge_loop_linears(hoisted.body) == 0);
-  REQUIRE(hoisted.node_fields.count("feature_W"));
+  REQUIRE(hoisted.node_fields.count("feature$W"));
   Diagnostics d;
   std::optional<passes::TrainingModules> tm = passes::autodiff(hoisted, d);
   REQUIRE(tm);

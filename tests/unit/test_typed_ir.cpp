@@ -214,8 +214,8 @@ program: |
   Diagnostics d;
   auto p = passes::lower(passes::fuse_loops(*c->module), d, "forward");
   REQUIRE(p);
-  CHECK(intra::verify_program(*p).empty());  // was: "output rows of t_lin_0 have 8 elements, expected 4 x 8"
-  const intra::TensorInfo* t = p->find("t_lin_0");
+  CHECK(intra::verify_program(*p).empty());  // was: "output rows of t$lin_0 have 8 elements, expected 4 x 8"
+  const intra::TensorInfo* t = p->find("t$lin_0");
   REQUIRE(t);
   CHECK(t->shape == std::vector<int64_t>{4, 8});
   REQUIRE(std::holds_alternative<intra::GemmInstance>(p->kernels.front()));
@@ -243,7 +243,7 @@ program: |
   auto p = passes::lower(passes::fuse_loops(*c->module), d, "forward");
   REQUIRE(p);
   CHECK(intra::verify_program(*p).empty());
-  const intra::TensorInfo* t = p->find("t___op0");
+  const intra::TensorInfo* t = p->find("t$op0");
   REQUIRE(t);
   CHECK(t->shape == std::vector<int64_t>{8});  // operand_shape said [4] (concat's first argument)
   // concat is not a traversal operator: the operand is stored by the PyTorch fallback, then the GEMM reads it.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ir/inter/names.h"
 #include "ir/inter/ops.h"
 
 namespace hectorgen::inter {
@@ -181,28 +182,10 @@ std::optional<DType> parse_dtype(std::string_view s) {
 }
 
 std::string bad_name_reason(std::string_view name) {
-  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == kSigil; };
   auto alnum = [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); };
   if (name.empty() || !alpha(name[0]) || !std::all_of(name.begin(), name.end(), alnum))
     return "is not an identifier ([A-Za-z_][A-Za-z0-9_]*)";
-  static const std::set<std::string, std::less<>> kReserved = {
-      // C++20 keywords and alternative tokens
-      "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch",
-      "char", "char8_t", "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr",
-      "constinit", "const_cast", "continue", "co_await", "co_return", "co_yield", "decltype", "default", "delete",
-      "do", "double", "dynamic_cast", "else", "enum", "explicit", "export", "extern", "false", "float", "for",
-      "friend", "goto", "if", "inline", "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq",
-      "nullptr", "operator", "or", "or_eq", "private", "protected", "public", "register", "reinterpret_cast",
-      "requires", "return", "short", "signed", "sizeof", "static", "static_assert", "static_cast", "struct",
-      "switch", "template", "this", "thread_local", "throw", "true", "try", "typedef", "typeid", "typename",
-      "union", "unsigned", "using", "virtual", "void", "volatile", "wchar_t", "while", "xor", "xor_eq",
-      // CUDA built-in variables
-      "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
-      // Python keywords
-      "False", "None", "True", "as", "assert", "async", "await", "def", "del", "elif", "except", "finally",
-      "from", "global", "import", "in", "is", "lambda", "nonlocal", "pass", "raise", "with", "yield"};
-  if (kReserved.count(name)) return "is a reserved word in C++, CUDA or Python";
-  if (name.rfind("__", 0) == 0) return "is reserved (names starting with '__' belong to the compilers)";
   return "";
 }
 

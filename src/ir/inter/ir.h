@@ -253,8 +253,9 @@ inline bool is_edge_loop(LoopKind k) {
   return k == LoopKind::Edges || k == LoopKind::IncomingEdges || k == LoopKind::OutgoingEdges;
 }
 
-// The model's, tensors', fields', locals' and loop variables' names become identifiers in the generated
-// C++, CUDA and Python. Returns "" when `name` can be one, otherwise why not (to follow "'<name>' ").
+// Names must be identifiers (the sigil of derived names, ir/inter/names.h, included). Returns "" when
+// `name` is one, otherwise why not (to follow "'<name>' "). Keywords are fine: the emitters mangle what
+// collides in a target language (emit/names.h); reserved_name_reason() says what users cannot name.
 std::string bad_name_reason(std::string_view name);
 
 // `x = max(x, v)`: a max-aggregation (legal where `+=` is: into a node from its edges).

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "ir/inter/constant.h"
+#include "ir/inter/names.h"
 #include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/typing.h"
@@ -411,9 +412,17 @@ class Verifier {
   }
 
   // Names become identifiers in the generated code.
+  // Names become identifiers in the generated code (the emitters mangle keywords); '__x' is reserved. Names
+  // with the sigil only come from the compiler (the lexer rejects them in user text).
   bool check_name(const std::string& n, SourceLoc loc, const char* what) {
     std::string why = bad_name_reason(n);
-    if (!why.empty()) d_.error(loc, "bad-name", fmt::format("{} '{}' {}", what, n, why));
+    const char* kind = "bad-name";
+    if (why.empty() && !is_derived_name(n)) {
+      why = reserved_name_reason(n);
+      if (why.empty() && std::string_view(what) != "loop variable") why = attribute_name_reason(n);
+      kind = "reserved-name";
+    }
+    if (!why.empty()) d_.error(loc, kind, fmt::format("{} '{}' {}", what, n, why));
     return why.empty();
   }
 

@@ -37,8 +37,8 @@ std::vector<Line> split_lines(const SourceFile& f) {
   return out;
 }
 
-bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
-bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == '$'; }  // '$': derived names (d$att)
+bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; }
 
 // A cursor over one line, with the helpers every line form needs.
 class Cursor {
@@ -790,7 +790,7 @@ class ProgramParser {
       text.origins.push_back({l.no, 4});
     }
     inter::Module m;
-    if (!dsl::parse_program(text, m, d_)) throw ParseError{};
+    if (!dsl::parse_program(text, m, d_, dsl::NameSpace::Compiler)) throw ParseError{};
     if (m.body.size() != 1 || m.body[0]->kind != inter::StmtKind::For || !m.functions.empty()) {
       d_.error(SourceLoc{&f_, text.origins.front().line, 5}, "intra-syntax", "a PyTorch instance holds one loop nest");
       throw ParseError{};
