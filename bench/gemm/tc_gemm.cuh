@@ -5,7 +5,8 @@
 //
 // Both use 32x32 warp tiles of m16n8k16 (bf16/fp16) or m16n8k8 (tf32) MMAs, 16-byte cp.async loads with the
 // gather/scatter lists applied per row, and a kStages-deep cp.async ring over the reduction dimension.
-// Shared-memory rows are padded by 16 bytes (or 4 floats) so ldmatrix and fragment loads are conflict-free.
+// The forward's shared-memory tiles are dense and XOR-swizzled (fragments::Swizzled), the weight gradient's rows
+// are padded by 16 bytes (fragments::Padded): either way ldmatrix and the tf32 fragment loads are conflict-free.
 #pragma once
 
 #include <algorithm>
@@ -20,41 +21,55 @@ namespace gemm_bench::tc {
 template <class T> constexpr int kMmaK = 16;
 template <> constexpr int kMmaK<float> = 8;
 
-// ---- warp-level fragment loads (offsets in fragments.h, checked on the CPU by fragment_check.cpp) ----------
+// ---- warp-level fragment loads (positions in fragments.h, checked on the CPU by fragment_check.cpp) ---------
+// Each takes the tile's shared-memory base, its layout (fragments::Padded or fragments::Swizzled) and the
+// (row, col) origin of the operand inside it: a swizzle is not translation-invariant, so origins are coordinates.
+
 // Operand A of a 16 x kMmaK tile whose rows (m) run along shared-memory rows (k contiguous).
-template <class T>
-__device__ inline void load_a_rowmajor(uint32_t (&a)[4], const T* tile, int stride, int lane) {
+template <class T, class Layout>
+__device__ inline void load_a_rowmajor(uint32_t (&a)[4], const T* base, Layout l, int m0, int k0, int lane) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) a[r] = to_tf32(tile[fragments::a_rowmajor_tf32(lane, stride, r)]);
+    for (int r = 0; r < 4; ++r) {
+      const fragments::RowCol p = fragments::a_rowmajor_tf32(lane, r);
+      a[r] = to_tf32(base[l.offset(m0 + p.row, k0 + p.col)]);
+    }
   } else {
-    ldmatrix_x4(a, tile + fragments::a_rowmajor_ldsm(lane, stride));
+    const fragments::RowCol p = fragments::a_rowmajor_ldsm(lane);
+    ldmatrix_x4(a, base + l.offset(m0 + p.row, k0 + p.col));
   }
 }
 
 // Operand A of a 16 x kMmaK tile stored transposed: shared-memory rows run along k, columns along m.
-template <class T>
-__device__ inline void load_a_colmajor(uint32_t (&a)[4], const T* tile, int stride, int lane) {
+template <class T, class Layout>
+__device__ inline void load_a_colmajor(uint32_t (&a)[4], const T* base, Layout l, int m0, int k0, int lane) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) a[r] = to_tf32(tile[fragments::a_colmajor_tf32(lane, stride, r)]);
+    for (int r = 0; r < 4; ++r) {
+      const fragments::RowCol p = fragments::a_colmajor_tf32(lane, r);
+      a[r] = to_tf32(base[l.offset(k0 + p.row, m0 + p.col)]);
+    }
   } else {
-    ldmatrix_x4_trans(a, tile + fragments::a_colmajor_ldsm_trans(lane, stride));
+    const fragments::RowCol p = fragments::a_colmajor_ldsm_trans(lane);
+    ldmatrix_x4_trans(a, base + l.offset(k0 + p.row, m0 + p.col));
   }
 }
 
 // Operand B of two kMmaK x 8 tiles (n 0-7 and 8-15) stored with k along shared-memory rows, n contiguous.
-template <class T>
-__device__ inline void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* tile, int stride, int lane) {
+template <class T, class Layout>
+__device__ inline void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* base, Layout l, int k0, int n0,
+                                   int lane) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      b0[r] = to_tf32(tile[fragments::b_tf32(lane, stride, r)]);
-      b1[r] = to_tf32(tile[fragments::b_tf32(lane, stride, r) + 8]);
+      const fragments::RowCol p = fragments::b_tf32(lane, r);
+      b0[r] = to_tf32(base[l.offset(k0 + p.row, n0 + p.col)]);
+      b1[r] = to_tf32(base[l.offset(k0 + p.row, n0 + p.col + 8)]);
     }
   } else {
+    const fragments::RowCol p = fragments::b_ldsm_trans(lane);
     uint32_t r[4];
-    ldmatrix_x4_trans(r, tile + fragments::b_ldsm_trans(lane, stride));
+    ldmatrix_x4_trans(r, base + l.offset(k0 + p.row, n0 + p.col));
     b0[0] = r[0];
     b0[1] = r[1];
     b1[0] = r[2];
@@ -62,21 +77,22 @@ __device__ inline void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T
   }
 }
 
-// acc[mt][nt] += A(32 x kMmaK) * B(kMmaK x 32) for one warp: 2 x 4 mma tiles.
-template <class T, bool kATransposed>
-__device__ inline void warp_mma_step(float (&acc)[2][4][4], const T* a_tile, int a_stride, const T* b_tile,
-                                     int b_stride, int lane) {
+// acc[mt][nt] += A(32 x kMmaK) * B(kMmaK x 32) for one warp: 2 x 4 mma tiles. The warp's A tile starts at
+// (m0, k0) (row-major; transposed: shared-memory row k0, column m0), its B tile at (k0, n0).
+template <class T, bool kATransposed, class ALayout, class BLayout>
+__device__ inline void warp_mma_step(float (&acc)[2][4][4], const T* a_base, ALayout al, int m0, const T* b_base,
+                                     BLayout bl, int n0, int k0, int lane) {
   uint32_t a[2][4], b[4][2];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
     if constexpr (kATransposed) {
-      load_a_colmajor(a[mt], a_tile + mt * 16, a_stride, lane);
+      load_a_colmajor(a[mt], a_base, al, m0 + mt * 16, k0, lane);
     } else {
-      load_a_rowmajor(a[mt], a_tile + mt * 16 * a_stride, a_stride, lane);
+      load_a_rowmajor(a[mt], a_base, al, m0 + mt * 16, k0, lane);
     }
   }
 #pragma unroll
-  for (int np = 0; np < 2; ++np) load_b_pair(b[2 * np], b[2 * np + 1], b_tile + np * 16, b_stride, lane);
+  for (int np = 0; np < 2; ++np) load_b_pair(b[2 * np], b[2 * np + 1], b_base, bl, k0, n0 + np * 16, lane);
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -89,40 +105,51 @@ __device__ inline void warp_mma_step(float (&acc)[2][4][4], const T* a_tile, int
 // Block tile kBM x 64 (kWarpsM x 2 warps of 32 x 32), k slabs of 32. Row tiles never straddle segments:
 // tile_ptr numbers the kBM-row tiles of every segment; the n tiles of one row tile are adjacent block indices
 // so the gathered X rows are re-read from L2.
-template <class ElemT, int kDimK, int kDimN, int kWarpsRows, int kNumStages, Epilogue kEpilogue>
+//
+// Occupancy is what the forward's speed is made of (it is memory-bound by ~8x on tensor cores, and each block
+// has all of its loads in flight at once): shared memory holds dense XOR-swizzled tiles (no padding), the ring
+// is no deeper than the k loop (K = 64: 2 slabs, 2 stages), the row scalars are read once into shared memory,
+// and kMinBlocks caps the registers so that many blocks share an SM (16-bit, K = 64: 16.6 KB and <= 48
+// registers, 10 blocks an SM where the padded 3-stage version had 29 KB, 68 registers and 7).
+template <class ElemT, int kDimK, int kDimN, int kWarpsRows, int kNumStages, Epilogue kEpilogue, int kMinBlocksPerSm>
 struct SegmentGemm {
   using T = ElemT;
   using OutT = std::conditional_t<kEpilogue == Epilogue::kAtomic, float, T>;
-  static constexpr int K = kDimK, N = kDimN, kWarpsM = kWarpsRows, kStages = kNumStages;
+  static constexpr int K = kDimK, N = kDimN, kWarpsM = kWarpsRows, kMinBlocks = kMinBlocksPerSm;
   static constexpr Epilogue kEpi = kEpilogue;
   static constexpr int kWarpsN = 2;
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kBM = 32 * kWarpsM, kBN = 32 * kWarpsN, kBK = 32;
   static constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte copy
-  static constexpr int kXStride = kBK + (sizeof(T) == 4 ? 4 : 8);
-  static constexpr int kWStride = kBN + 8;
-  static constexpr int kYStride = kBN + 8;
-  static constexpr int kXStage = kBM * kXStride, kWStage = kBK * kWStride;
-  static constexpr int kLoadBytes = kStages * (kXStage + kWStage) * static_cast<int>(sizeof(T));
-  static constexpr int kStoreBytes = kBM * kYStride * static_cast<int>(sizeof(OutT));
-  static constexpr int kSmemBytes = kLoadBytes > kStoreBytes ? kLoadBytes : kStoreBytes;
   static constexpr int kNTiles = N / kBN;
   static constexpr int kKSlabs = K / kBK;
+  static constexpr int kStages = kNumStages < kKSlabs ? kNumStages : kKSlabs < 2 ? 2 : kKSlabs;
+  using XLayout = fragments::Swizzled<kBK, sizeof(T)>;     // [kBM][kBK] per stage
+  using WLayout = fragments::Swizzled<kBN, sizeof(T)>;     // [kBK][kBN] per stage
+  using YLayout = fragments::Swizzled<kBN, sizeof(OutT)>;  // [kBM][kBN], the epilogue's staging tile
+  static constexpr int kXStage = kBM * kBK, kWStage = kBK * kBN;
+  static constexpr int kLoadBytes = kStages * (kXStage + kWStage) * static_cast<int>(sizeof(T));
+  static constexpr int kStoreBytes = kBM * kBN * static_cast<int>(sizeof(OutT));
+  static constexpr int kSmemBytes = kLoadBytes > kStoreBytes ? kLoadBytes : kStoreBytes;
   static_assert(K % kBK == 0 && N % kBN == 0, "K must be a multiple of 32 and N of 64");
   static_assert(kStages >= 2, "at least double buffering");
   static_assert(kSmemBytes <= 48 * 1024, "static shared memory");
 };
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     segment_gemm_kernel(const SegmentGemmArgs<typename Cfg::T, typename Cfg::OutT> a) {
   using T = typename Cfg::T;
   using OutT = typename Cfg::OutT;
+  using XL = typename Cfg::XLayout;
+  using WL = typename Cfg::WLayout;
+  using YL = typename Cfg::YLayout;
   constexpr int K = Cfg::K, N = Cfg::N, kStages = Cfg::kStages;
   constexpr int kThreads = Cfg::kThreads, kBM = Cfg::kBM, kBN = Cfg::kBN, kBK = Cfg::kBK, kVec = Cfg::kVec;
-  __shared__ alignas(16) unsigned char smem[Cfg::kSmemBytes];
-  T* const xs = reinterpret_cast<T*>(smem);      // [kStages][kBM][kXStride]
-  T* const ws = xs + kStages * Cfg::kXStage;     // [kStages][kBK][kWStride]
+  __shared__ alignas(128) unsigned char smem[Cfg::kSmemBytes];
+  __shared__ float row_scale[kBM];
+  T* const xs = reinterpret_cast<T*>(smem);      // [kStages][kBM x kBK swizzled]
+  T* const ws = xs + kStages * Cfg::kXStage;     // [kStages][kBK x kBN swizzled]
 
   const int64_t tile = blockIdx.x / Cfg::kNTiles;
   const int n0 = static_cast<int>(blockIdx.x % Cfg::kNTiles) * kBN;
@@ -158,11 +185,11 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     T* const ws_s = ws + stage * Cfg::kWStage;
 #pragma unroll
     for (int i = 0; i < kXPasses; ++i) {
-      cp_async_16(xs_s + (xr + i * kXRowsPerPass) * Cfg::kXStride + xc * kVec, x_src[i] + slab * kBK, x_valid[i]);
+      cp_async_16(xs_s + XL::offset(xr + i * kXRowsPerPass, xc * kVec), x_src[i] + slab * kBK, x_valid[i]);
     }
 #pragma unroll
     for (int i = 0; i < kWPasses; ++i) {
-      cp_async_16(ws_s + (wr + i * kWRowsPerPass) * Cfg::kWStride + wc * kVec,
+      cp_async_16(ws_s + WL::offset(wr + i * kWRowsPerPass, wc * kVec),
                   w_src + static_cast<int64_t>(slab * kBK + i * kWRowsPerPass) * N, true);
     }
   };
@@ -173,35 +200,38 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     if (s < Cfg::kKSlabs) load_slab(s, s);
     cp_async_commit();
   }
+  // The row scalars, read while the first slabs are in flight; the loop's first barrier publishes them.
+  for (int r = tid; r < kBM; r += kThreads) row_scale[r] = a.scale && r < rows ? a.scale[row_begin + r] : 1.f;
   for (int slab = 0; slab < Cfg::kKSlabs; ++slab) {
     cp_async_wait<kStages - 2>();  // slab's copies have landed (for this thread) ...
     __syncthreads();               // ... for every thread, and slab - 1's stage is free again
     const int next = slab + kStages - 1;
     if (next < Cfg::kKSlabs) load_slab(next, next % kStages);
     cp_async_commit();
-    const T* const xs_s = xs + (slab % kStages) * Cfg::kXStage + wm * 32 * Cfg::kXStride;
-    const T* const ws_s = ws + (slab % kStages) * Cfg::kWStage + wn * 32;
+    const T* const xs_s = xs + (slab % kStages) * Cfg::kXStage;
+    const T* const ws_s = ws + (slab % kStages) * Cfg::kWStage;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += kMmaK<T>) {
-      warp_mma_step<T, false>(acc, xs_s + kk, Cfg::kXStride, ws_s + kk * Cfg::kWStride, Cfg::kWStride, lane);
+      warp_mma_step<T, false>(acc, xs_s, XL{}, wm * 32, ws_s, WL{}, wn * 32, kk, lane);
     }
   }
   cp_async_wait<0>();
   __syncthreads();
 
-  // Epilogue: scale, convert, stage the tile in shared memory, then 16-byte row stores (or vector atomics).
-  OutT* const ys = reinterpret_cast<OutT*>(smem);  // [kBM][kYStride]
+  // Epilogue: scale, convert, stage the tile in shared memory (swizzled like the loads: the fragment writes
+  // and the 16-byte row reads are both conflict-free), then 16-byte row stores (or vector atomics).
+  OutT* const ys = reinterpret_cast<OutT*>(smem);  // [kBM x kBN swizzled]
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = wm * 32 + mt * 16 + g + 8 * h;
-      const float s = a.scale && r < rows ? a.scale[row_begin + r] : 1.f;
+      const float s = row_scale[r];
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int c = wn * 32 + nt * 8 + 2 * t;
-        *reinterpret_cast<typename Pair<OutT>::type*>(ys + r * Cfg::kYStride + c) =
+        *reinterpret_cast<typename Pair<OutT>::type*>(ys + YL::offset(r, c)) =
             Pair<OutT>::make(acc[mt][nt][2 * h] * s, acc[mt][nt][2 * h + 1] * s);
       }
     }
@@ -213,7 +243,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     const int64_t row = row_begin + r;
     const int64_t y_row = a.scatter ? static_cast<int64_t>(a.scatter[row]) : row;
     OutT* const dst = a.y + y_row * N + n0 + c;
-    const uint4 v = *reinterpret_cast<const uint4*>(ys + r * Cfg::kYStride + c);
+    const uint4 v = *reinterpret_cast<const uint4*>(ys + YL::offset(r, c));
     if constexpr (Cfg::kEpi == Epilogue::kAtomic) {
       atomic_add_float4(reinterpret_cast<float*>(dst), *reinterpret_cast<const float4*>(&v));
     } else {
@@ -222,12 +252,15 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   }
 }
 
-// The benchmarked configuration: 64-row tiles (2 x 2 warps), 3 stages for 16-bit types, 2 for tf32. The
+// The benchmarked configuration: 64-row tiles (2 x 2 warps), up to 3 stages for 16-bit types, 2 for tf32, and
+// the register cap of kForwardMinBlocks blocks an SM (tf32: 6, its 32 KB of shared memory allow no more). The
 // tile_ptr passed in must be built for kForwardTileRows rows per tile.
 constexpr int kForwardWarpsM = 2;
 constexpr int kForwardTileRows = 32 * kForwardWarpsM;
+template <class T> constexpr int kForwardMinBlocks = 10;
+template <> constexpr int kForwardMinBlocks<float> = 6;
 template <class T, int K, int N, Epilogue kEpi>
-using ForwardConfig = SegmentGemm<T, K, N, kForwardWarpsM, sizeof(T) == 4 ? 2 : 3, kEpi>;
+using ForwardConfig = SegmentGemm<T, K, N, kForwardWarpsM, sizeof(T) == 4 ? 2 : 3, kEpi, kForwardMinBlocks<T>>;
 
 template <class T, int K, int N, Epilogue kEpi>
 void launch_segment_gemm(const SegmentGemmArgs<T, typename ForwardConfig<T, K, N, kEpi>::OutT>& a,
@@ -322,7 +355,8 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     const int stage = slab % kStages;
 #pragma unroll
     for (int kk = 0; kk < kBR; kk += kMmaK<T>) {
-      warp_mma_step<T, true>(acc, &xs[stage][kk][wm * 32], kStride, &ds[stage][kk][wn * 32], kStride, lane);
+      warp_mma_step<T, true>(acc, &xs[stage][0][0], fragments::Padded{kStride}, wm * 32, &ds[stage][0][0],
+                             fragments::Padded{kStride}, wn * 32, kk, lane);
     }
   }
   cp_async_wait<0>();
