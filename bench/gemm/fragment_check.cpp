@@ -147,8 +147,18 @@ int check(const char* name, bool tf32, bool a_transposed, ALayout al, BLayout bl
   for (float& v : b_smem) v = static_cast<float>(value(rng));
   auto A = [&](int m, int k) { return a_transposed ? a_smem[al.offset(k, m)] : a_smem[al.offset(m, k)]; };
   auto B = [&](int k, int n) { return b_smem[bl.offset(k, n)]; };
-  auto a_off = [&](int m, int k, RowCol p) {  // p: the lane's position relative to the operand tile's origin
-    return a_transposed ? al.offset(k + p.row, m + p.col) : al.offset(m + p.row, k + p.col);
+  // As the kernels address them: each lane's offset at the warp tile's origin (its first fragment position),
+  // displaced by the fragment's, the k step's and the 16-row / 16-column tile's offsets (layout.displace).
+  std::array<int, kLanes> a_lane{}, b_lane{};
+  for (int l = 0; l < kLanes; ++l) {
+    const RowCol pa = tf32 ? (a_transposed ? a_colmajor_tf32(l, 0) : a_rowmajor_tf32(l, 0))
+                           : (a_transposed ? a_colmajor_ldsm_trans(l) : a_rowmajor_ldsm(l));
+    a_lane[l] = a_transposed ? al.offset(pa.row, m0 + pa.col) : al.offset(m0 + pa.row, pa.col);
+    const RowCol pb = tf32 ? b_tf32(l, 0) : b_ldsm_trans(l);
+    b_lane[l] = bl.offset(pb.row, n0 + pb.col);
+  }
+  auto a_off = [&](int l, int dm, int dk) {
+    return a_transposed ? al.displace(a_lane[l], dk, dm) : al.displace(a_lane[l], dm, dk);
   };
 
   Acc acc[2][4] = {};
@@ -161,8 +171,11 @@ int check(const char* name, bool tf32, bool a_transposed, ALayout al, BLayout bl
         for (int r = 0; r < 4; ++r) {
           std::vector<int> bytes;
           for (int l = 0; l < kLanes; ++l) {
-            const int offset =
-                a_off(m0 + mt * 16, kk, a_transposed ? a_colmajor_tf32(l, r) : a_rowmajor_tf32(l, r));
+            const RowCol p = a_transposed ? a_colmajor_tf32(l, r) : a_rowmajor_tf32(l, r);
+            const RowCol p0 = a_transposed ? a_colmajor_tf32(l, 0) : a_rowmajor_tf32(l, 0);
+            const int dr = p.row - p0.row, dc = p.col - p0.col;
+            const int offset = a_transposed ? al.displace(a_lane[l], kk + dr, mt * 16 + dc)
+                                            : al.displace(a_lane[l], mt * 16 + dr, kk + dc);
             a[mt][l][r] = a_smem[offset];
             bytes.push_back(offset * 4);
           }
@@ -174,8 +187,7 @@ int check(const char* name, bool tf32, bool a_transposed, ALayout al, BLayout bl
           for (int half = 0; half < 2; ++half) {
             std::vector<int> bytes;
             for (int l = 0; l < kLanes; ++l) {
-              const RowCol p = b_tf32(l, r);
-              const int offset = bl.offset(kk + p.row, n0 + np * 16 + p.col + 8 * half);
+              const int offset = bl.displace(b_lane[l], kk + 4 * r, np * 16 + 8 * half);
               b[2 * np + half][l][r] = b_smem[offset];
               bytes.push_back(offset * 4);
             }
@@ -192,15 +204,14 @@ int check(const char* name, bool tf32, bool a_transposed, ALayout al, BLayout bl
       for (int mt = 0; mt < 2; ++mt) {
         std::array<int, kLanes> addr{};
         for (int l = 0; l < kLanes; ++l) {
-          addr[l] = a_off(m0 + mt * 16, kk, a_transposed ? a_colmajor_ldsm_trans(l) : a_rowmajor_ldsm(l));
+          addr[l] = a_off(l, mt * 16, kk);
         }
         a[mt] = ldmatrix_x4(a_smem, addr, a_transposed);
       }
       for (int np = 0; np < 2; ++np) {
         std::array<int, kLanes> addr{};
         for (int l = 0; l < kLanes; ++l) {
-          const RowCol p = b_ldsm_trans(l);
-          addr[l] = bl.offset(kk + p.row, n0 + np * 16 + p.col);
+          addr[l] = bl.displace(b_lane[l], kk, np * 16);
         }
         const auto r = ldmatrix_x4(b_smem, addr, true);
         for (int l = 0; l < kLanes; ++l) {
@@ -262,10 +273,10 @@ int check_swizzle(int rows) {
 
 // The epilogue's staging writes (Pair<OutT>: 4 or 8 bytes per lane at (g + 8 h, 2 t) of each 16 x 8 tile) into
 // the swizzled [64][64] tile must be conflict-free too: phases of 128 bytes (32 lanes x 4 B, or 16 lanes x 8 B).
-template <int kElemBytes>
-int check_staging() {
-  using L = gemm_bench::fragments::Swizzled<64, kElemBytes>;
+template <class L, int kElemBytes>
+int check_staging(const char* name) {
   g_stats = {};
+  int errors = 0;
   const int pair_bytes = 2 * kElemBytes, lanes_per_phase = 128 / pair_bytes;
   for (int wm = 0; wm < 2; ++wm) {
     for (int wn = 0; wn < 2; ++wn) {
@@ -275,8 +286,11 @@ int check_staging() {
             for (int first = 0; first < kLanes; first += lanes_per_phase) {
               std::vector<int> bytes;
               for (int l = first; l < first + lanes_per_phase; ++l) {
+                const int y_lane = L::offset(wm * 32 + l / 4, wn * 32 + 2 * (l % 4));
+                const int o = L::displace(y_lane, mt * 16 + 8 * h, nt * 8);
                 const int r = wm * 32 + mt * 16 + l / 4 + 8 * h, c = wn * 32 + nt * 8 + 2 * (l % 4);
-                bytes.push_back(L::offset(r, c) * kElemBytes);
+                if (o != L::offset(r, c)) ++errors;  // the displacement must reach the same element
+                bytes.push_back(o * kElemBytes);
               }
               count_phase(bytes, pair_bytes);
             }
@@ -285,9 +299,10 @@ int check_staging() {
       }
     }
   }
-  std::printf("staging_check %d-byte output: %s (%d of %d phases with a bank conflict)\n", kElemBytes,
-              g_stats.conflicted_phases ? "FAIL" : "ok", g_stats.conflicted_phases, g_stats.phases);
-  return g_stats.conflicted_phases;
+  std::printf("staging_check %-14s %d-byte output: %s (%d wrong displacements; %d of %d phases with a bank conflict)\n",
+              name, kElemBytes, errors || g_stats.conflicted_phases ? "FAIL" : "ok", errors, g_stats.conflicted_phases,
+              g_stats.phases);
+  return errors + g_stats.conflicted_phases;
 }
 
 }  // namespace
@@ -301,17 +316,19 @@ int main() {
     for (int n0 = 0; n0 <= 32; n0 += 32) {
       // forward (tc_gemm.cuh SegmentGemm): X [64][32] and W [32][64], dense and swizzled
       errors += check("fwd X/W swizzled", false, false, Swizzled<32, 2>{}, Swizzled<64, 2>{}, m0, n0, rng);
-      errors += check("fwd X/W swizzled", true, false, Swizzled<32, 4>{}, Swizzled<64, 4>{}, m0, n0, rng);
+      errors += check("fwd X/W padded 36/72", true, false, Padded<36>{}, Padded<72>{}, m0, n0, rng);
       // weight gradient: X and dY slabs [32][64 + 8], A transposed
-      errors += check("wgrad padded 72", false, true, Padded{72}, Padded{72}, m0, n0, rng);
-      errors += check("wgrad padded 72", true, true, Padded{72}, Padded{72}, m0, n0, rng);
+      errors += check("wgrad padded 72", false, true, Padded<72>{}, Padded<72>{}, m0, n0, rng);
+      errors += check("wgrad padded 72", true, true, Padded<72>{}, Padded<72>{}, m0, n0, rng);
     }
   }
   errors += check_swizzle<32, 2>(64);
   errors += check_swizzle<64, 2>(64);
   errors += check_swizzle<32, 4>(64);
   errors += check_swizzle<64, 4>(64);
-  errors += check_staging<2>();
-  errors += check_staging<4>();
+  // the epilogue's staging tile: swizzled for the 16-bit types (bf16/fp16 store, fp32 scatter-add), padded for tf32
+  errors += check_staging<Swizzled<64, 2>, 2>("swizzled");
+  errors += check_staging<Swizzled<64, 4>, 4>("swizzled");
+  errors += check_staging<Padded<72>, 4>("padded 72");
   return errors == 0 ? 0 : 1;
 }

@@ -55,10 +55,14 @@ FRAGMENTS_HD constexpr int c_col(int lane, int reg) { return (lane % 4) * 2 + re
 
 // ---- shared-memory layouts: (row, col) -> element offset.
 
-// Rows padded to `stride` elements (the weight gradient's tiles: 64 + 8).
+// Rows padded to kStride elements (the weight gradient's tiles: 64 + 8; the tf32 forward's: 32 + 4 and 64 + 8).
+// A displacement is an add, which the compiler folds into the load's immediate offset: the tf32 fragments are
+// 16 scalar loads a k step, and as XORs (Swizzled::displace) each of them would hold an address register.
+template <int kStride>
 struct Padded {
-  int stride;
-  FRAGMENTS_HD constexpr int offset(int row, int col) const { return row * stride + col; }
+  FRAGMENTS_HD static constexpr int offset(int row, int col) { return row * kStride + col; }
+  // offset(row + dr, col + dc) from o = offset(row, col)
+  FRAGMENTS_HD static constexpr int displace(int o, int dr, int dc) { return o + dr * kStride + dc; }
 };
 
 // Dense rows of kCols elements of kElemBytes, the 16-byte chunks XOR-permuted (CuTe's Swizzle<B, 3, 3> in
@@ -75,6 +79,11 @@ struct Swizzled {
     const int l = row * kChunks + col / kVec;
     return (l ^ ((l >> 3) & kMask)) * kVec + col % kVec;
   }
+  // offset(row + dr, col + dc) from o = offset(row, col) as one XOR with a constant, valid when dc is a whole
+  // number of chunks and the chunk indices of (row, col) and (dr, dc) share no set bit (then the swizzle of their
+  // sum is the XOR of their swizzles). The kernels compute each lane's offset once and displace it by the
+  // compile-time fragment, k-step and n-tile offsets; fragment_check.cpp runs exactly these displacements.
+  FRAGMENTS_HD static constexpr int displace(int o, int dr, int dc) { return o ^ offset(dr, dc); }
 };
 
 }  // namespace gemm_bench::fragments

@@ -22,54 +22,56 @@ template <class T> constexpr int kMmaK = 16;
 template <> constexpr int kMmaK<float> = 8;
 
 // ---- warp-level fragment loads (positions in fragments.h, checked on the CPU by fragment_check.cpp) ---------
-// Each takes the tile's shared-memory base, its layout (fragments::Padded or fragments::Swizzled) and the
-// (row, col) origin of the operand inside it: a swizzle is not translation-invariant, so origins are coordinates.
+// Each lane computes the offset of its first fragment position inside the warp's tile once (a_lane_offset,
+// b_lane_offset, through the layout, fragments::Padded or fragments::Swizzled); every other position is that
+// offset displaced by a compile-time (rows, cols) (layout.displace: an add, or for the swizzle one XOR).
 
-// Operand A of a 16 x kMmaK tile whose rows (m) run along shared-memory rows (k contiguous).
-template <class T, class Layout>
-__device__ inline void load_a_rowmajor(uint32_t (&a)[4], const T* base, Layout l, int m0, int k0, int lane) {
+// The lane's first position of each operand (register 0 of the fragment, or the ldmatrix row address).
+template <class T, bool kATransposed>
+__device__ inline fragments::RowCol a_lane_position(int lane) {
+  if constexpr (std::is_same_v<T, float>) {
+    return kATransposed ? fragments::a_colmajor_tf32(lane, 0) : fragments::a_rowmajor_tf32(lane, 0);
+  } else {
+    return kATransposed ? fragments::a_colmajor_ldsm_trans(lane) : fragments::a_rowmajor_ldsm(lane);
+  }
+}
+template <class T>
+__device__ inline fragments::RowCol b_lane_position(int lane) {
+  if constexpr (std::is_same_v<T, float>) return fragments::b_tf32(lane, 0);
+  else return fragments::b_ldsm_trans(lane);
+}
+
+// Operand A of a 16 x kMmaK tile at (dm, dk) from the lane's origin; kATransposed: stored with k along
+// shared-memory rows, m contiguous (the weight gradient's X^T), else m along rows, k contiguous.
+template <class T, bool kATransposed, class Layout>
+__device__ inline void load_a(uint32_t (&a)[4], const T* base, Layout l, int lane_offset, int dm, int dk) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const fragments::RowCol p = fragments::a_rowmajor_tf32(lane, r);
-      a[r] = to_tf32(base[l.offset(m0 + p.row, k0 + p.col)]);
+      // register r sits (m, k) = ((r % 2) * 8, (r / 2) * 4) from register 0 (fragments::a_*_tf32)
+      const int m = dm + (r % 2) * 8, k = dk + (r / 2) * 4;
+      a[r] = to_tf32(base[kATransposed ? l.displace(lane_offset, k, m) : l.displace(lane_offset, m, k)]);
     }
+  } else if constexpr (kATransposed) {
+    ldmatrix_x4_trans(a, base + l.displace(lane_offset, dk, dm));
   } else {
-    const fragments::RowCol p = fragments::a_rowmajor_ldsm(lane);
-    ldmatrix_x4(a, base + l.offset(m0 + p.row, k0 + p.col));
+    ldmatrix_x4(a, base + l.displace(lane_offset, dm, dk));
   }
 }
 
-// Operand A of a 16 x kMmaK tile stored transposed: shared-memory rows run along k, columns along m.
+// Operand B of two kMmaK x 8 tiles (n 0-7 and 8-15) at (dk, dn) from the lane's origin, k along rows.
 template <class T, class Layout>
-__device__ inline void load_a_colmajor(uint32_t (&a)[4], const T* base, Layout l, int m0, int k0, int lane) {
+__device__ inline void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* base, Layout l, int lane_offset,
+                                   int dk, int dn) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const fragments::RowCol p = fragments::a_colmajor_tf32(lane, r);
-      a[r] = to_tf32(base[l.offset(k0 + p.row, m0 + p.col)]);
+    for (int r = 0; r < 2; ++r) {  // b0 (k t, n g), b1 (k t + 4, n g); the second n tile 8 columns on
+      b0[r] = to_tf32(base[l.displace(lane_offset, dk + 4 * r, dn)]);
+      b1[r] = to_tf32(base[l.displace(lane_offset, dk + 4 * r, dn + 8)]);
     }
   } else {
-    const fragments::RowCol p = fragments::a_colmajor_ldsm_trans(lane);
-    ldmatrix_x4_trans(a, base + l.offset(k0 + p.row, m0 + p.col));
-  }
-}
-
-// Operand B of two kMmaK x 8 tiles (n 0-7 and 8-15) stored with k along shared-memory rows, n contiguous.
-template <class T, class Layout>
-__device__ inline void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* base, Layout l, int k0, int n0,
-                                   int lane) {
-  if constexpr (std::is_same_v<T, float>) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const fragments::RowCol p = fragments::b_tf32(lane, r);
-      b0[r] = to_tf32(base[l.offset(k0 + p.row, n0 + p.col)]);
-      b1[r] = to_tf32(base[l.offset(k0 + p.row, n0 + p.col + 8)]);
-    }
-  } else {
-    const fragments::RowCol p = fragments::b_ldsm_trans(lane);
     uint32_t r[4];
-    ldmatrix_x4_trans(r, base + l.offset(k0 + p.row, n0 + p.col));
+    ldmatrix_x4_trans(r, base + l.displace(lane_offset, dk, dn));
     b0[0] = r[0];
     b0[1] = r[1];
     b1[0] = r[2];
@@ -77,22 +79,16 @@ __device__ inline void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T
   }
 }
 
-// acc[mt][nt] += A(32 x kMmaK) * B(kMmaK x 32) for one warp: 2 x 4 mma tiles. The warp's A tile starts at
-// (m0, k0) (row-major; transposed: shared-memory row k0, column m0), its B tile at (k0, n0).
+// acc[mt][nt] += A(32 x kMmaK) * B(kMmaK x 32) for one warp at k step k0: 2 x 4 mma tiles. a_lane/b_lane: the
+// lane's offsets at the warp tile's origin (for k0 = 0).
 template <class T, bool kATransposed, class ALayout, class BLayout>
-__device__ inline void warp_mma_step(float (&acc)[2][4][4], const T* a_base, ALayout al, int m0, const T* b_base,
-                                     BLayout bl, int n0, int k0, int lane) {
+__device__ inline void warp_mma_step(float (&acc)[2][4][4], const T* a_base, ALayout al, int a_lane, const T* b_base,
+                                     BLayout bl, int b_lane, int k0) {
   uint32_t a[2][4], b[4][2];
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
-    if constexpr (kATransposed) {
-      load_a_colmajor(a[mt], a_base, al, m0 + mt * 16, k0, lane);
-    } else {
-      load_a_rowmajor(a[mt], a_base, al, m0 + mt * 16, k0, lane);
-    }
-  }
+  for (int mt = 0; mt < 2; ++mt) load_a<T, kATransposed>(a[mt], a_base, al, a_lane, mt * 16, k0);
 #pragma unroll
-  for (int np = 0; np < 2; ++np) load_b_pair(b[2 * np], b[2 * np + 1], b_base, bl, k0, n0 + np * 16, lane);
+  for (int np = 0; np < 2; ++np) load_b_pair(b[2 * np], b[2 * np + 1], b_base, bl, b_lane, k0, np * 16);
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -109,8 +105,9 @@ __device__ inline void warp_mma_step(float (&acc)[2][4][4], const T* a_base, ALa
 // Occupancy is what the forward's speed is made of (it is memory-bound by ~8x on tensor cores, and each block
 // has all of its loads in flight at once): shared memory holds dense XOR-swizzled tiles (no padding), the ring
 // is no deeper than the k loop (K = 64: 2 slabs, 2 stages), the row scalars are read once into shared memory,
-// and kMinBlocks caps the registers so that many blocks share an SM (16-bit, K = 64: 16.6 KB and <= 48
-// registers, 10 blocks an SM where the padded 3-stage version had 29 KB, 68 registers and 7).
+// and kMinBlocks caps the registers so that many blocks share an SM (16-bit, K = 64: 16.6 KB and <= 56
+// registers, 9 blocks an SM, as many as the CuTe version, where the padded 3-stage version had 29 KB, 68
+// registers and 7).
 template <class ElemT, int kDimK, int kDimN, int kWarpsRows, int kNumStages, Epilogue kEpilogue, int kMinBlocksPerSm>
 struct SegmentGemm {
   using T = ElemT;
@@ -124,12 +121,16 @@ struct SegmentGemm {
   static constexpr int kNTiles = N / kBN;
   static constexpr int kKSlabs = K / kBK;
   static constexpr int kStages = kNumStages < kKSlabs ? kNumStages : kKSlabs < 2 ? 2 : kKSlabs;
-  using XLayout = fragments::Swizzled<kBK, sizeof(T)>;     // [kBM][kBK] per stage
-  using WLayout = fragments::Swizzled<kBN, sizeof(T)>;     // [kBK][kBN] per stage
-  using YLayout = fragments::Swizzled<kBN, sizeof(OutT)>;  // [kBM][kBN], the epilogue's staging tile
-  static constexpr int kXStage = kBM * kBK, kWStage = kBK * kBN;
+  // 16-bit: dense swizzled tiles; tf32: padded rows (see fragments::Padded; its occupancy is the same either
+  // way, 6 blocks an SM by its 32-37 KB of shared memory).
+  static constexpr bool kSwizzle = sizeof(T) == 2;
+  using XLayout = std::conditional_t<kSwizzle, fragments::Swizzled<kBK, sizeof(T)>, fragments::Padded<kBK + 4>>;
+  using WLayout = std::conditional_t<kSwizzle, fragments::Swizzled<kBN, sizeof(T)>, fragments::Padded<kBN + 8>>;
+  // The epilogue's staging tile [kBM][kBN] of OutT, laid out like the loads.
+  using YLayout = std::conditional_t<kSwizzle, fragments::Swizzled<kBN, sizeof(OutT)>, fragments::Padded<kBN + 8>>;
+  static constexpr int kXStage = kBM * (kSwizzle ? kBK : kBK + 4), kWStage = kBK * (kSwizzle ? kBN : kBN + 8);
   static constexpr int kLoadBytes = kStages * (kXStage + kWStage) * static_cast<int>(sizeof(T));
-  static constexpr int kStoreBytes = kBM * kBN * static_cast<int>(sizeof(OutT));
+  static constexpr int kStoreBytes = kBM * (kSwizzle ? kBN : kBN + 8) * static_cast<int>(sizeof(OutT));
   static constexpr int kSmemBytes = kLoadBytes > kStoreBytes ? kLoadBytes : kStoreBytes;
   static_assert(K % kBK == 0 && N % kBN == 0, "K must be a multiple of 32 and N of 64");
   static_assert(kStages >= 2, "at least double buffering");
@@ -194,14 +195,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
   };
 
+  const fragments::RowCol pa = a_lane_position<T, false>(lane), pb = b_lane_position<T>(lane);
+  const int a_lane = XL::offset(wm * 32 + pa.row, pa.col), b_lane = WL::offset(pb.row, wn * 32 + pb.col);
   float acc[2][4][4] = {};
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < Cfg::kKSlabs) load_slab(s, s);
     cp_async_commit();
   }
-  // The row scalars, read while the first slabs are in flight; the loop's first barrier publishes them.
-  for (int r = tid; r < kBM; r += kThreads) row_scale[r] = a.scale && r < rows ? a.scale[row_begin + r] : 1.f;
   for (int slab = 0; slab < Cfg::kKSlabs; ++slab) {
     cp_async_wait<kStages - 2>();  // slab's copies have landed (for this thread) ...
     __syncthreads();               // ... for every thread, and slab - 1's stage is free again
@@ -212,26 +213,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const T* const ws_s = ws + (slab % kStages) * Cfg::kWStage;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += kMmaK<T>) {
-      warp_mma_step<T, false>(acc, xs_s, XL{}, wm * 32, ws_s, WL{}, wn * 32, kk, lane);
+      warp_mma_step<T, false>(acc, xs_s, XL{}, a_lane, ws_s, WL{}, b_lane, kk);
     }
   }
   cp_async_wait<0>();
+  for (int r = tid; r < kBM; r += kThreads) row_scale[r] = a.scale && r < rows ? a.scale[row_begin + r] : 1.f;
   __syncthreads();
 
   // Epilogue: scale, convert, stage the tile in shared memory (swizzled like the loads: the fragment writes
   // and the 16-byte row reads are both conflict-free), then 16-byte row stores (or vector atomics).
   OutT* const ys = reinterpret_cast<OutT*>(smem);  // [kBM x kBN swizzled]
   const int g = lane / 4, t = lane % 4;
+  const int y_lane = YL::offset(wm * 32 + g, wn * 32 + 2 * t);  // c0 c1 of the first 16 x 8 tile
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = wm * 32 + mt * 16 + g + 8 * h;
-      const float s = row_scale[r];
+      const float s = row_scale[wm * 32 + mt * 16 + g + 8 * h];
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
-        const int c = wn * 32 + nt * 8 + 2 * t;
-        *reinterpret_cast<typename Pair<OutT>::type*>(ys + YL::offset(r, c)) =
+        *reinterpret_cast<typename Pair<OutT>::type*>(ys + YL::displace(y_lane, mt * 16 + 8 * h, nt * 8)) =
             Pair<OutT>::make(acc[mt][nt][2 * h] * s, acc[mt][nt][2 * h + 1] * s);
       }
     }
@@ -257,7 +258,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 // tile_ptr passed in must be built for kForwardTileRows rows per tile.
 constexpr int kForwardWarpsM = 2;
 constexpr int kForwardTileRows = 32 * kForwardWarpsM;
-template <class T> constexpr int kForwardMinBlocks = 10;
+template <class T> constexpr int kForwardMinBlocks = 9;
 template <> constexpr int kForwardMinBlocks<float> = 6;
 template <class T, int K, int N, Epilogue kEpi>
 using ForwardConfig = SegmentGemm<T, K, N, kForwardWarpsM, sizeof(T) == 4 ? 2 : 3, kEpi, kForwardMinBlocks<T>>;
@@ -339,6 +340,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     }
   };
 
+  using Layout = fragments::Padded<kStride>;
+  constexpr Layout layout{};
+  const fragments::RowCol pa = a_lane_position<T, true>(lane), pb = b_lane_position<T>(lane);
+  const int a_lane = layout.offset(pa.row, wm * 32 + pa.col), b_lane = layout.offset(pb.row, wn * 32 + pb.col);
   float acc[2][4][4] = {};
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -355,8 +360,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     const int stage = slab % kStages;
 #pragma unroll
     for (int kk = 0; kk < kBR; kk += kMmaK<T>) {
-      warp_mma_step<T, true>(acc, &xs[stage][0][0], fragments::Padded{kStride}, wm * 32, &ds[stage][0][0],
-                             fragments::Padded{kStride}, wn * 32, kk, lane);
+      warp_mma_step<T, true>(acc, &xs[stage][0][0], layout, a_lane, &ds[stage][0][0], layout, b_lane, kk);
     }
   }
   cp_async_wait<0>();
