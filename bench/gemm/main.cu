@@ -669,6 +669,27 @@ void print_table(const std::vector<Row>& rows) {
     std::printf(" %-17s", cell);
   }
   std::printf("\n");
+  // What determinism costs: fwd-sorted time / fwd-scatter time of the same implementation (issue 8, item 4:
+  // the deterministic scatter becomes the default unless this costs more than 5%).
+  std::printf("%-22s |", "fwd-sorted/fwd-scatter");
+  for (const auto& [impl, dtype] : columns) {
+    double log_sum = 0;
+    int count = 0;
+    for (const Row& sorted : rows) {
+      if (sorted.op != "fwd-sorted" || sorted.impl != impl || sorted.dtype != dtype || sorted.status != "ok") continue;
+      for (const Row& r : rows) {
+        if (r.case_name == sorted.case_name && r.op == "fwd-scatter" && r.impl == impl && r.dtype == dtype &&
+            r.status == "ok") {
+          log_sum += std::log(sorted.ms / r.ms);
+          ++count;
+        }
+      }
+    }
+    char cell[64] = "";
+    if (count > 0) std::snprintf(cell, sizeof cell, "%.2fx (%d)", std::exp(log_sum / count), count);
+    std::printf(" %-17s", cell);
+  }
+  std::printf("\n");
   int failures = 0, checked = 0;
   double bandwidth = NAN;
   for (const Row& r : rows) {
