@@ -4,7 +4,7 @@
 // inputs with the output poisoned first, weight gradients are run twice and compared bit for bit, and then
 // timed with CUDA events (median). See docs/gemm_template.md and bench/gemm/run.sh.
 //
-//   gemm_bench [--case NAME]... [--impls simt,tc,cute] [--budget SECONDS] [--csv FILE] [--seed N] [--skew S]
+//   gemm_bench [--case NAME]... [--impls simt,tc,cute] [--dtypes fp32,tf32,bf16,fp16] [--budget SECONDS] [--csv FILE] [--seed N] [--skew S]
 //   gemm_bench --check-only ...       the checks without the timings (what run.sh runs under compute-sanitizer)
 //   gemm_bench --list                 the default case names, cheapest first
 //   gemm_bench --table FILE.csv...    the summary table of earlier runs' CSV files (exit 1 if a row FAILed)
@@ -54,6 +54,7 @@ const Case kCases[] = {
 struct Options {
   std::vector<std::string> cases;  // empty: all
   std::vector<std::string> impls = {"simt", "tc", "cute"};
+  std::vector<std::string> dtypes = {"fp32", "tf32", "bf16", "fp16"};
   std::vector<std::string> tables;  // --table: print the summary of these CSV files and exit
   bool list = false;
   bool check_only = false;  // checks without timings (for compute-sanitizer)
@@ -75,12 +76,13 @@ Options parse_args(int argc, char** argv) {
       return argv[++i];
     };
     if (arg == "--case") o.cases.push_back(value());
-    else if (arg == "--impls") {
-      o.impls.clear();
+    else if (arg == "--impls" || arg == "--dtypes") {
+      std::vector<std::string>& out = arg == "--impls" ? o.impls : o.dtypes;
+      out.clear();
       std::string list = value();
       for (size_t begin = 0, end; begin <= list.size(); begin = end + 1) {
         end = std::min(list.find(',', begin), list.size());
-        o.impls.push_back(list.substr(begin, end - begin));
+        out.push_back(list.substr(begin, end - begin));
       }
     } else if (arg == "--table") o.tables.push_back(value());
     else if (arg == "--list") o.list = true;
@@ -231,6 +233,9 @@ struct Context {
   FILE* csv = nullptr;  // rows are appended as they finish, so a crash keeps the finished ones
   bool enabled(const char* impl) const {
     return std::find(options.impls.begin(), options.impls.end(), impl) != options.impls.end();
+  }
+  bool enabled(Dtype d) const {
+    return std::find(options.dtypes.begin(), options.dtypes.end(), dtype_name(d)) != options.dtypes.end();
   }
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   double elapsed_s() const {
@@ -613,10 +618,10 @@ void run_tensor_cores(Context& ctx, const Graph& g, Dtype dtype, uint64_t seed) 
 
 template <int D>
 void run_case_dim(Context& ctx, const Graph& g, uint64_t seed) {
-  run_simt<D>(ctx, g, seed + 1);
-  run_tensor_cores<float, D>(ctx, g, Dtype::kTf32, seed + 2);
-  run_tensor_cores<__nv_bfloat16, D>(ctx, g, Dtype::kBf16, seed + 3);
-  run_tensor_cores<__half, D>(ctx, g, Dtype::kFp16, seed + 4);
+  if (ctx.enabled(Dtype::kFp32)) run_simt<D>(ctx, g, seed + 1);
+  if (ctx.enabled(Dtype::kTf32)) run_tensor_cores<float, D>(ctx, g, Dtype::kTf32, seed + 2);
+  if (ctx.enabled(Dtype::kBf16)) run_tensor_cores<__nv_bfloat16, D>(ctx, g, Dtype::kBf16, seed + 3);
+  if (ctx.enabled(Dtype::kFp16)) run_tensor_cores<__half, D>(ctx, g, Dtype::kFp16, seed + 4);
 }
 
 void print_table(const std::vector<Row>& rows) {

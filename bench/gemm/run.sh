@@ -163,10 +163,11 @@ if [ "${#csvs[@]}" -eq 0 ]; then
 fi
 # compute-sanitizer, checks only, when time is left (started before $SANITIZER_START s, default 200):
 #   memcheck over two small cases (tiny, tiny-128: 5K and 3K rows), every implementation, 60 s at most;
-#   racecheck (shared-memory hazards of the cp.async rings) over tiny-128 and the tensor-core kernels only: K = 128
-#   is the case whose forward ring wraps (4 slabs, 3 stages; K = 64 has 2 slabs in 2 stages) and racecheck
-#   instruments every shared-memory access (45 s did not cover tiny + tiny-128 with every implementation). It gets
-#   what is left of $TOTAL_BUDGET (default 235 s, the whole script's 4-minute budget), at least 30 s.
+#   racecheck (shared-memory hazards of the cp.async rings) over tiny-128 and the tensor-core kernels in tf32 and
+#   bf16 only (fp16 is the bf16 code with another mma): K = 128 is the case whose forward ring wraps (4 slabs,
+#   3 stages; K = 64 has 2 slabs in 2 stages) and racecheck instruments every shared-memory access (45 s did not
+#   cover tiny + tiny-128 with every implementation). It gets what is left of $TOTAL_BUDGET (default 235 s, the
+#   whole script's 4-minute budget), at least 30 s.
 sanitizer="$(command -v compute-sanitizer || echo "$(dirname "$nvcc")/compute-sanitizer")"
 : > "$out/sanitizer.log"
 for tool in memcheck racecheck; do
@@ -180,7 +181,7 @@ for tool in memcheck racecheck; do
   else
     limit=$(( ${TOTAL_BUDGET:-235} - SECONDS ))
     [ "$limit" -lt 30 ] && limit=30
-    scope=(--case tiny-128 --impls tc,cute)
+    scope=(--case tiny-128 --impls tc,cute --dtypes tf32,bf16)
   fi
   timeout "$limit" "$sanitizer" --tool "$tool" --error-exitcode 9 "$bench" "${scope[@]}" --check-only \
     > "$build/sanitizer_$tool.log" 2>&1
