@@ -122,7 +122,7 @@ struct SegmentGemm {
   static constexpr int kKSlabs = K / kBK;
   static constexpr int kStages = kNumStages < kKSlabs ? kNumStages : kKSlabs < 2 ? 2 : kKSlabs;
   // 16-bit: dense swizzled tiles; tf32: padded rows (see fragments::Padded; its occupancy is the same either
-  // way, 6 blocks an SM by its 32-37 KB of shared memory).
+  // way, 6 blocks an SM by its 33-37 KB of shared memory).
   static constexpr bool kSwizzle = sizeof(T) == 2;
   using XLayout = std::conditional_t<kSwizzle, fragments::Swizzled<kBK, sizeof(T)>, fragments::Padded<kBK + 4>>;
   using WLayout = std::conditional_t<kSwizzle, fragments::Swizzled<kBN, sizeof(T)>, fragments::Padded<kBN + 8>>;
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 }
 
 // The benchmarked configuration: 64-row tiles (2 x 2 warps), up to 3 stages for 16-bit types, 2 for tf32, and
-// the register cap of kForwardMinBlocks blocks an SM (tf32: 6, its 32 KB of shared memory allow no more). The
+// the register cap of kForwardMinBlocks blocks an SM (tf32: 6, its 37 KB of shared memory allow no more). The
 // tile_ptr passed in must be built for kForwardTileRows rows per tile.
 constexpr int kForwardWarpsM = 2;
 constexpr int kForwardTileRows = 32 * kForwardWarpsM;
