@@ -3,6 +3,7 @@
 // offsets of fragments.h the way tc_gemm.cuh's warp_mma_step does (32 x 32 warp tile, two k steps), and
 // compares the accumulators with a plain product. Integer-valued inputs make the comparison exact.
 //   g++ -std=c++17 -O1 fragment_check.cpp -o fragment_check && ./fragment_check
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <random>
@@ -20,6 +21,7 @@ using gemm_bench::fragments::b_ldsm_trans;
 using gemm_bench::fragments::b_tf32;
 using gemm_bench::fragments::c_col;
 using gemm_bench::fragments::c_row;
+using gemm_bench::fragments::RowCol;
 
 constexpr int kLanes = 32;
 struct Pair {  // one 32-bit register holding two 16-bit elements: lo at the lower address
@@ -125,33 +127,55 @@ void mma_1688(Acc& d, const std::array<std::array<float, 4>, kLanes>& a, const s
   }
 }
 
-// One warp's 32 x 32 tile over a k depth of 32, as warp_mma_step runs it in the kernels:
-//   a_transposed = false (forward): A[m][k] = a_smem[m * a_stride + k]; the caller's tile is a_smem + kk.
-//   a_transposed = true  (wgrad):   A[m][k] = a_smem[k * a_stride + m]; the caller's tile is a_smem + kk * stride.
-//   B[k][n] = b_smem[k * b_stride + n]; the caller's tile is b_smem + kk * b_stride.
-int check(bool tf32, bool a_transposed, int a_stride, int b_stride, std::mt19937& rng) {
+// One warp's 32 x 32 tile over a k depth of 32 at origin (m0, n0) of a block tile, as warp_mma_step runs it:
+//   a_transposed = false (forward): A[m][k] at al.offset(m, k); true (wgrad): at al.offset(k, m).
+//   B[k][n] at bl.offset(k, n).
+template <class ALayout, class BLayout>
+int check(const char* name, bool tf32, bool a_transposed, ALayout al, BLayout bl, int m0, int n0, std::mt19937& rng) {
   g_stats = {};
   std::uniform_int_distribution<int> value(-4, 4);
-  Smem a_smem(32 * a_stride), b_smem(32 * b_stride);
+  // 64 x 64 block tiles (the largest origin is 32, the warp tile 32 wide, k 32 deep)
+  int a_size = 0, b_size = 0;
+  for (int r = 0; r < 64; ++r) {
+    for (int c = 0; c < 64; ++c) {
+      a_size = std::max(a_size, al.offset(r, c) + 1);
+      b_size = std::max(b_size, bl.offset(r, c) + 1);
+    }
+  }
+  Smem a_smem(a_size), b_smem(b_size);
   for (float& v : a_smem) v = static_cast<float>(value(rng));
   for (float& v : b_smem) v = static_cast<float>(value(rng));
-  auto A = [&](int m, int k) { return a_transposed ? a_smem[k * a_stride + m] : a_smem[m * a_stride + k]; };
-  auto B = [&](int k, int n) { return b_smem[k * b_stride + n]; };
+  auto A = [&](int m, int k) { return a_transposed ? a_smem[al.offset(k, m)] : a_smem[al.offset(m, k)]; };
+  auto B = [&](int k, int n) { return b_smem[bl.offset(k, n)]; };
+  // As the kernels address them: each lane's offset at the warp tile's origin (its first fragment position),
+  // displaced by the fragment's, the k step's and the 16-row / 16-column tile's offsets (layout.displace).
+  std::array<int, kLanes> a_lane{}, b_lane{};
+  for (int l = 0; l < kLanes; ++l) {
+    const RowCol pa = tf32 ? (a_transposed ? a_colmajor_tf32(l, 0) : a_rowmajor_tf32(l, 0))
+                           : (a_transposed ? a_colmajor_ldsm_trans(l) : a_rowmajor_ldsm(l));
+    a_lane[l] = a_transposed ? al.offset(pa.row, m0 + pa.col) : al.offset(m0 + pa.row, pa.col);
+    const RowCol pb = tf32 ? b_tf32(l, 0) : b_ldsm_trans(l);
+    b_lane[l] = bl.offset(pb.row, n0 + pb.col);
+  }
+  auto a_off = [&](int l, int dm, int dk) {
+    return a_transposed ? al.displace(a_lane[l], dk, dm) : al.displace(a_lane[l], dm, dk);
+  };
 
   Acc acc[2][4] = {};
   const int mma_k = tf32 ? 8 : 16;
   for (int kk = 0; kk < 32; kk += mma_k) {
-    const int a_tile = a_transposed ? kk * a_stride : kk;
-    const int b_tile = kk * b_stride;
     if (tf32) {
       std::array<std::array<float, 4>, kLanes> a[2];
       std::array<std::array<float, 2>, kLanes> b[4];
       for (int mt = 0; mt < 2; ++mt) {
-        const int tile = a_tile + (a_transposed ? mt * 16 : mt * 16 * a_stride);
         for (int r = 0; r < 4; ++r) {
           std::vector<int> bytes;
           for (int l = 0; l < kLanes; ++l) {
-            const int offset = tile + (a_transposed ? a_colmajor_tf32(l, a_stride, r) : a_rowmajor_tf32(l, a_stride, r));
+            const RowCol p = a_transposed ? a_colmajor_tf32(l, r) : a_rowmajor_tf32(l, r);
+            const RowCol p0 = a_transposed ? a_colmajor_tf32(l, 0) : a_rowmajor_tf32(l, 0);
+            const int dr = p.row - p0.row, dc = p.col - p0.col;
+            const int offset = a_transposed ? al.displace(a_lane[l], kk + dr, mt * 16 + dc)
+                                            : al.displace(a_lane[l], mt * 16 + dr, kk + dc);
             a[mt][l][r] = a_smem[offset];
             bytes.push_back(offset * 4);
           }
@@ -159,12 +183,11 @@ int check(bool tf32, bool a_transposed, int a_stride, int b_stride, std::mt19937
         }
       }
       for (int np = 0; np < 2; ++np) {
-        const int tile = b_tile + np * 16;
         for (int r = 0; r < 2; ++r) {
           for (int half = 0; half < 2; ++half) {
             std::vector<int> bytes;
             for (int l = 0; l < kLanes; ++l) {
-              const int offset = tile + b_tf32(l, b_stride, r) + 8 * half;
+              const int offset = bl.displace(b_lane[l], kk + 4 * r, np * 16 + 8 * half);
               b[2 * np + half][l][r] = b_smem[offset];
               bytes.push_back(offset * 4);
             }
@@ -179,16 +202,17 @@ int check(bool tf32, bool a_transposed, int a_stride, int b_stride, std::mt19937
       std::array<std::array<Pair, 4>, kLanes> a[2];
       std::array<std::array<Pair, 2>, kLanes> b[4];
       for (int mt = 0; mt < 2; ++mt) {
-        const int tile = a_tile + (a_transposed ? mt * 16 : mt * 16 * a_stride);
         std::array<int, kLanes> addr{};
         for (int l = 0; l < kLanes; ++l) {
-          addr[l] = tile + (a_transposed ? a_colmajor_ldsm_trans(l, a_stride) : a_rowmajor_ldsm(l, a_stride));
+          addr[l] = a_off(l, mt * 16, kk);
         }
         a[mt] = ldmatrix_x4(a_smem, addr, a_transposed);
       }
       for (int np = 0; np < 2; ++np) {
         std::array<int, kLanes> addr{};
-        for (int l = 0; l < kLanes; ++l) addr[l] = b_tile + np * 16 + b_ldsm_trans(l, b_stride);
+        for (int l = 0; l < kLanes; ++l) {
+          addr[l] = bl.displace(b_lane[l], kk, np * 16);
+        }
         const auto r = ldmatrix_x4(b_smem, addr, true);
         for (int l = 0; l < kLanes; ++l) {
           b[2 * np][l] = {r[l][0], r[l][1]};
@@ -206,7 +230,7 @@ int check(bool tf32, bool a_transposed, int a_stride, int b_stride, std::mt19937
     for (int nt = 0; nt < 4; ++nt) {
       for (int l = 0; l < kLanes; ++l) {
         for (int r = 0; r < 4; ++r) {
-          const int m = mt * 16 + c_row(l, r), n = nt * 8 + c_col(l, r);
+          const int m = m0 + mt * 16 + c_row(l, r), n = n0 + nt * 8 + c_col(l, r);
           float want = 0;
           for (int k = 0; k < 32; ++k) want += A(m, k) * B(k, n);
           if (acc[mt][nt][l][r] != want) ++errors;
@@ -215,23 +239,96 @@ int check(bool tf32, bool a_transposed, int a_stride, int b_stride, std::mt19937
     }
   }
   errors += g_stats.misaligned;
-  std::printf("fragment_check %-5s A %-10s a_stride %2d b_stride %2d: %s (%d wrong of 1024, %d misaligned "
-              "ldmatrix rows; %d of %d shared-memory phases with a bank conflict)\n",
-              tf32 ? "tf32" : "16bit", a_transposed ? "transposed" : "row-major", a_stride, b_stride,
-              errors ? "FAIL" : "ok", errors - g_stats.misaligned, g_stats.misaligned, g_stats.conflicted_phases,
-              g_stats.phases);
+  const bool conflict_free = g_stats.conflicted_phases == 0;
+  std::printf("fragment_check %-5s %-28s warp (%2d, %2d): %s (%d wrong of 1024, %d misaligned ldmatrix rows; "
+              "%d of %d shared-memory phases with a bank conflict)\n",
+              tf32 ? "tf32" : "16bit", name, m0, n0, errors || !conflict_free ? "FAIL" : "ok",
+              errors - g_stats.misaligned, g_stats.misaligned, g_stats.conflicted_phases, g_stats.phases);
+  return errors + (conflict_free ? 0 : 1);
+}
+
+// A swizzled layout must be a bijection of the rows x kCols tile onto [0, rows * kCols) that keeps each 16-byte
+// chunk contiguous and aligned (what the 16-byte cp.async copies and row reads need).
+template <int kCols, int kElemBytes>
+int check_swizzle(int rows) {
+  using L = gemm_bench::fragments::Swizzled<kCols, kElemBytes>;
+  std::vector<int> hits(rows * kCols, 0);
+  int errors = 0;
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < kCols; ++c) {
+      const int o = L::offset(r, c);
+      if (o < 0 || o >= rows * kCols) {
+        ++errors;
+        continue;
+      }
+      ++hits[o];
+      if (c % L::kVec != 0 && o != L::offset(r, c - c % L::kVec) + c % L::kVec) ++errors;
+      if (c % L::kVec == 0 && o * kElemBytes % 16 != 0) ++errors;
+    }
+  }
+  for (int h : hits) errors += h != 1;
+  std::printf("swizzle_check %3d x %2d of %d-byte elements: %s\n", rows, kCols, kElemBytes, errors ? "FAIL" : "ok");
   return errors;
+}
+
+// The epilogue's staging writes (Pair<OutT>: 4 or 8 bytes per lane at (g + 8 h, 2 t) of each 16 x 8 tile) into
+// the swizzled [64][64] tile must be conflict-free too: phases of 128 bytes (32 lanes x 4 B, or 16 lanes x 8 B).
+template <class L, int kElemBytes>
+int check_staging(const char* name) {
+  g_stats = {};
+  int errors = 0;
+  const int pair_bytes = 2 * kElemBytes, lanes_per_phase = 128 / pair_bytes;
+  for (int wm = 0; wm < 2; ++wm) {
+    for (int wn = 0; wn < 2; ++wn) {
+      for (int mt = 0; mt < 2; ++mt) {
+        for (int h = 0; h < 2; ++h) {
+          for (int nt = 0; nt < 4; ++nt) {
+            for (int first = 0; first < kLanes; first += lanes_per_phase) {
+              std::vector<int> bytes;
+              for (int l = first; l < first + lanes_per_phase; ++l) {
+                const int y_lane = L::offset(wm * 32 + l / 4, wn * 32 + 2 * (l % 4));
+                const int o = L::displace(y_lane, mt * 16 + 8 * h, nt * 8);
+                const int r = wm * 32 + mt * 16 + l / 4 + 8 * h, c = wn * 32 + nt * 8 + 2 * (l % 4);
+                if (o != L::offset(r, c)) ++errors;  // the displacement must reach the same element
+                bytes.push_back(o * kElemBytes);
+              }
+              count_phase(bytes, pair_bytes);
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("staging_check %-14s %d-byte output: %s (%d wrong displacements; %d of %d phases with a bank conflict)\n",
+              name, kElemBytes, errors || g_stats.conflicted_phases ? "FAIL" : "ok", errors, g_stats.conflicted_phases,
+              g_stats.phases);
+  return errors + g_stats.conflicted_phases;
 }
 
 }  // namespace
 
 int main() {
+  using gemm_bench::fragments::Padded;
+  using gemm_bench::fragments::Swizzled;
   std::mt19937 rng(8);
   int errors = 0;
-  // the strides of tc_gemm.cuh: forward X 32 + 8 (16-bit) or 32 + 4 (tf32), W 64 + 8; wgrad 64 + 8 for both
-  errors += check(false, false, 40, 72, rng);
-  errors += check(false, true, 72, 72, rng);
-  errors += check(true, false, 36, 72, rng);
-  errors += check(true, true, 72, 72, rng);
+  for (int m0 = 0; m0 <= 32; m0 += 32) {
+    for (int n0 = 0; n0 <= 32; n0 += 32) {
+      // forward (tc_gemm.cuh SegmentGemm): X [64][32] and W [32][64], dense and swizzled
+      errors += check("fwd X/W swizzled", false, false, Swizzled<32, 2>{}, Swizzled<64, 2>{}, m0, n0, rng);
+      errors += check("fwd X/W padded 36/72", true, false, Padded<36>{}, Padded<72>{}, m0, n0, rng);
+      // weight gradient: X and dY slabs [32][64 + 8], A transposed
+      errors += check("wgrad padded 72", false, true, Padded<72>{}, Padded<72>{}, m0, n0, rng);
+      errors += check("wgrad padded 72", true, true, Padded<72>{}, Padded<72>{}, m0, n0, rng);
+    }
+  }
+  errors += check_swizzle<32, 2>(64);
+  errors += check_swizzle<64, 2>(64);
+  errors += check_swizzle<32, 4>(64);
+  errors += check_swizzle<64, 4>(64);
+  // the epilogue's staging tile: swizzled for the 16-bit types (bf16/fp16 store, fp32 scatter-add), padded for tf32
+  errors += check_staging<Swizzled<64, 2>, 2>("swizzled");
+  errors += check_staging<Swizzled<64, 4>, 4>("swizzled");
+  errors += check_staging<Padded<72>, 4>("padded 72");
   return errors == 0 ? 0 : 1;
 }

@@ -4,10 +4,11 @@
 // inputs with the output poisoned first, weight gradients are run twice and compared bit for bit, and then
 // timed with CUDA events (median). See docs/gemm_template.md and bench/gemm/run.sh.
 //
-//   gemm_bench [--case NAME]... [--impls simt,tc,cute] [--budget SECONDS] [--csv FILE] [--seed N] [--skew S]
+//   gemm_bench [--case NAME]... [--impls simt,tc,cute] [--dtypes fp32,tf32,bf16,fp16] [--budget SECONDS] [--csv FILE] [--seed N] [--skew S]
 //   gemm_bench --check-only ...       the checks without the timings (what run.sh runs under compute-sanitizer)
 //   gemm_bench --list                 the default case names, cheapest first
 //   gemm_bench --table FILE.csv...    the summary table of earlier runs' CSV files (exit 1 if a row FAILed)
+// Operations: fwd-store, fwd-scatter (atomics), fwd-sorted (deterministic: destination-sorted segment sum), wgrad.
 
 #include <algorithm>
 #include <chrono>
@@ -53,6 +54,7 @@ const Case kCases[] = {
 struct Options {
   std::vector<std::string> cases;  // empty: all
   std::vector<std::string> impls = {"simt", "tc", "cute"};
+  std::vector<std::string> dtypes = {"fp32", "tf32", "bf16", "fp16"};
   std::vector<std::string> tables;  // --table: print the summary of these CSV files and exit
   bool list = false;
   bool check_only = false;  // checks without timings (for compute-sanitizer)
@@ -74,12 +76,13 @@ Options parse_args(int argc, char** argv) {
       return argv[++i];
     };
     if (arg == "--case") o.cases.push_back(value());
-    else if (arg == "--impls") {
-      o.impls.clear();
+    else if (arg == "--impls" || arg == "--dtypes") {
+      std::vector<std::string>& out = arg == "--impls" ? o.impls : o.dtypes;
+      out.clear();
       std::string list = value();
       for (size_t begin = 0, end; begin <= list.size(); begin = end + 1) {
         end = std::min(list.find(',', begin), list.size());
-        o.impls.push_back(list.substr(begin, end - begin));
+        out.push_back(list.substr(begin, end - begin));
       }
     } else if (arg == "--table") o.tables.push_back(value());
     else if (arg == "--list") o.list = true;
@@ -166,6 +169,9 @@ struct Graph {
   Case c;
   std::vector<int32_t> seg_ptr_host;
   DeviceBuffer<int32_t> seg_ptr, src, dst, type, tile_simt, tile_tc, tile_cute, chunk_tc, chunk_ref;
+  // destination-sorted order for fwd-sorted: dst_pos[e] = position of edge e (stable counting sort by dst),
+  // dst_ptr[v] = first position of destination v (CSR, num_nodes + 1 entries)
+  DeviceBuffer<int32_t> dst_pos, dst_ptr;
   DeviceBuffer<float> scale;
   int chunk_rows_tc = 0;
   int64_t max_chunks_tc = 0;
@@ -199,6 +205,15 @@ Graph make_graph(const Case& c, const Options& o) {
   ref::row_types<<<kFillBlocks, 256>>>(g.seg_ptr.get(), c.num_segments, g.type.get(), c.num_rows);
   CUDA_CHECK(cudaGetLastError());
   CUDA_CHECK(cudaDeviceSynchronize());
+  // Preprocessing of the destination-sorted scatter (like tile_ptr: once per graph, not timed).
+  const std::vector<int32_t> dst = g.dst.download();
+  std::vector<int32_t> ptr(c.num_nodes + 1, 0), pos(c.num_rows);
+  for (int32_t v : dst) ++ptr[v + 1];
+  for (int64_t v = 0; v < c.num_nodes; ++v) ptr[v + 1] += ptr[v];
+  std::vector<int32_t> next(ptr.begin(), ptr.end() - 1);
+  for (int64_t e = 0; e < c.num_rows; ++e) pos[e] = next[dst[e]]++;
+  g.dst_ptr = upload(ptr);
+  g.dst_pos = upload(pos);
   return g;
 }
 
@@ -218,6 +233,9 @@ struct Context {
   FILE* csv = nullptr;  // rows are appended as they finish, so a crash keeps the finished ones
   bool enabled(const char* impl) const {
     return std::find(options.impls.begin(), options.impls.end(), impl) != options.impls.end();
+  }
+  bool enabled(Dtype d) const {
+    return std::find(options.dtypes.begin(), options.dtypes.end(), dtype_name(d)) != options.dtypes.end();
   }
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   double elapsed_s() const {
@@ -302,11 +320,12 @@ struct ErrorSums {
 
 // ---- one dtype of one case ----------------------------------------------------------------------------------
 
-enum class Op { kGatherStore, kGatherScatterAdd, kWgrad };
+enum class Op { kGatherStore, kGatherScatterAdd, kGatherSorted, kWgrad };
 const char* op_name(Op op) {
   switch (op) {
     case Op::kGatherStore: return "fwd-store";
     case Op::kGatherScatterAdd: return "fwd-scatter";
+    case Op::kGatherSorted: return "fwd-sorted";
     case Op::kWgrad: return "wgrad";
   }
   return "?";
@@ -393,6 +412,53 @@ class DtypeRun {
     const double out_bytes = 4.0 * c.num_nodes * c.dim;
     finish_row(r, es * c.num_nodes * c.dim + w_bytes + lists + out_bytes,
                es * c.num_rows * c.dim + w_bytes + lists + 4.0 * c.num_rows * c.dim);
+  }
+
+  // ---- forward, deterministic scatter-add (tc_gemm.cuh, "destination-sorted segment sum"): the store GEMM
+  // writes each edge's row to E[dst_pos[row]], then Y[v] = sum of E[dst_ptr[v] .. dst_ptr[v + 1]) in order.
+  // Same result contract as fwd-scatter (fp32 Y, the same float64 reference) but Y is overwritten (poisoned
+  // first), and two runs must be bit-identical.
+  template <class Launch>
+  void gather_sorted(const char* impl, const int32_t* tile_ptr, Launch launch_gemm) {
+    const Case& c = g_.c;
+    ensure_scatter_reference();
+    DeviceBuffer<T> e(c.num_rows * c.dim);  // the per-edge rows, destination-sorted (a reused workspace)
+    DeviceBuffer<float> y(c.num_nodes * c.dim);
+    SegmentGemmArgs<T, T> a{in_.x.get(), in_.w.get(), e.get(), g_.src.get(), g_.dst_pos.get(), g_.scale.get(),
+                            g_.seg_ptr.get(), tile_ptr, c.num_rows, c.num_segments};
+    const int32_t* const dst_ptr = g_.dst_ptr.get();
+    auto launch = [&] {
+      launch_gemm(a);
+      if (c.dim == 64) tc::launch_csr_segment_sum<T, 64>(e.get(), dst_ptr, y.get(), c.num_nodes, nullptr);
+      else tc::launch_csr_segment_sum<T, 128>(e.get(), dst_ptr, y.get(), c.num_nodes, nullptr);
+    };
+    Row r = start_row(Op::kGatherSorted, impl);
+    ref::poison(e.get(), e.size(), nullptr);
+    ref::poison(y.get(), y.size(), nullptr);
+    launch();
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> first = y.download();
+    errors_.reset();
+    ref::compare<<<kFillBlocks, 256>>>(y.get(), ref_scatter_.get(), y.size(), errors_.sums.get());
+    CUDA_CHECK(cudaGetLastError());
+    finish_check(r, Op::kGatherSorted);
+    ref::poison(e.get(), e.size(), nullptr);
+    ref::poison(y.get(), y.size(), nullptr);
+    launch();
+    CUDA_CHECK(cudaGetLastError());
+    const std::vector<float> second = y.download();
+    const bool same = std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0;
+    r.note += same ? "bit-identical x2" : "NOT DETERMINISTIC";
+    if (!same) r.status = "FAIL";
+    r.ms = ctx_.options.check_only ? NAN : time_median_ms([] {}, launch);
+    const double es = sizeof(T);
+    const double lists = 12.0 * c.num_rows + 4.0 * c.num_nodes;  // gather, dst_pos, scale; dst_ptr
+    const double w_bytes = es * c.num_segments * c.dim * c.dim;
+    const double out_bytes = 4.0 * c.num_nodes * c.dim;
+    // floor: as fwd-scatter's (what a fused implementation must move); moved: E written and read once more
+    finish_row(r, es * c.num_nodes * c.dim + w_bytes + lists + out_bytes,
+               es * c.num_rows * c.dim + w_bytes + lists + 2 * es * c.num_rows * c.dim + out_bytes);
   }
 
   // ---- weight gradient: dW[t] = sum_rows X[src]^T (dY[dst] * scale) ----
@@ -532,6 +598,14 @@ void run_tensor_cores(Context& ctx, const Graph& g, Dtype dtype, uint64_t seed) 
       cute_impl::launch_segment_gemm<T, D, D, Epilogue::kAtomic>(a, nullptr);
     });
   }
+  if (use_tc) run.gather_sorted("tc", g.tile_tc.get(), [](const SegmentGemmArgs<T, StoreOut>& a) {
+    tc::launch_segment_gemm<T, D, D, Epilogue::kStore>(a, nullptr);
+  });
+  if constexpr (!std::is_same_v<T, float>) {
+    if (use_cute) run.gather_sorted("cute", g.tile_cute.get(), [](const SegmentGemmArgs<T, T>& a) {
+      cute_impl::launch_segment_gemm<T, D, D, Epilogue::kStore>(a, nullptr);
+    });
+  }
   if (!use_tc) return;
   DeviceBuffer<float> partial(g.max_chunks_tc * D * D);
   const int32_t* chunk_ptr = g.chunk_tc.get();
@@ -544,10 +618,10 @@ void run_tensor_cores(Context& ctx, const Graph& g, Dtype dtype, uint64_t seed) 
 
 template <int D>
 void run_case_dim(Context& ctx, const Graph& g, uint64_t seed) {
-  run_simt<D>(ctx, g, seed + 1);
-  run_tensor_cores<float, D>(ctx, g, Dtype::kTf32, seed + 2);
-  run_tensor_cores<__nv_bfloat16, D>(ctx, g, Dtype::kBf16, seed + 3);
-  run_tensor_cores<__half, D>(ctx, g, Dtype::kFp16, seed + 4);
+  if (ctx.enabled(Dtype::kFp32)) run_simt<D>(ctx, g, seed + 1);
+  if (ctx.enabled(Dtype::kTf32)) run_tensor_cores<float, D>(ctx, g, Dtype::kTf32, seed + 2);
+  if (ctx.enabled(Dtype::kBf16)) run_tensor_cores<__nv_bfloat16, D>(ctx, g, Dtype::kBf16, seed + 3);
+  if (ctx.enabled(Dtype::kFp16)) run_tensor_cores<__half, D>(ctx, g, Dtype::kFp16, seed + 4);
 }
 
 void print_table(const std::vector<Row>& rows) {
@@ -591,6 +665,27 @@ void print_table(const std::vector<Row>& rows) {
         if (r.case_name == base.case_name && r.op == base.op && r.impl == impl && r.dtype == dtype &&
             r.status == "ok") {
           log_sum += std::log(base.ms / r.ms);
+          ++count;
+        }
+      }
+    }
+    char cell[64] = "";
+    if (count > 0) std::snprintf(cell, sizeof cell, "%.2fx (%d)", std::exp(log_sum / count), count);
+    std::printf(" %-17s", cell);
+  }
+  std::printf("\n");
+  // What determinism costs: fwd-sorted time / fwd-scatter time of the same implementation (issue 8, item 4:
+  // the deterministic scatter becomes the default unless this costs more than 5%).
+  std::printf("%-22s |", "fwd-sorted/fwd-scatter");
+  for (const auto& [impl, dtype] : columns) {
+    double log_sum = 0;
+    int count = 0;
+    for (const Row& sorted : rows) {
+      if (sorted.op != "fwd-sorted" || sorted.impl != impl || sorted.dtype != dtype || sorted.status != "ok") continue;
+      for (const Row& r : rows) {
+        if (r.case_name == sorted.case_name && r.op == "fwd-scatter" && r.impl == impl && r.dtype == dtype &&
+            r.status == "ok") {
+          log_sum += std::log(sorted.ms / r.ms);
           ++count;
         }
       }

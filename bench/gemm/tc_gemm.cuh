@@ -5,7 +5,8 @@
 //
 // Both use 32x32 warp tiles of m16n8k16 (bf16/fp16) or m16n8k8 (tf32) MMAs, 16-byte cp.async loads with the
 // gather/scatter lists applied per row, and a kStages-deep cp.async ring over the reduction dimension.
-// Shared-memory rows are padded by 16 bytes (or 4 floats) so ldmatrix and fragment loads are conflict-free.
+// The forward's shared-memory tiles are dense and XOR-swizzled (fragments::Swizzled), the weight gradient's rows
+// are padded by 16 bytes (fragments::Padded): either way ldmatrix and the tf32 fragment loads are conflict-free.
 #pragma once
 
 #include <algorithm>
@@ -20,41 +21,57 @@ namespace gemm_bench::tc {
 template <class T> constexpr int kMmaK = 16;
 template <> constexpr int kMmaK<float> = 8;
 
-// ---- warp-level fragment loads (offsets in fragments.h, checked on the CPU by fragment_check.cpp) ----------
-// Operand A of a 16 x kMmaK tile whose rows (m) run along shared-memory rows (k contiguous).
+// ---- warp-level fragment loads (positions in fragments.h, checked on the CPU by fragment_check.cpp) ---------
+// Each lane computes the offset of its first fragment position inside the warp's tile once (a_lane_offset,
+// b_lane_offset, through the layout, fragments::Padded or fragments::Swizzled); every other position is that
+// offset displaced by a compile-time (rows, cols) (layout.displace: an add, or for the swizzle one XOR).
+
+// The lane's first position of each operand (register 0 of the fragment, or the ldmatrix row address).
+template <class T, bool kATransposed>
+__device__ inline fragments::RowCol a_lane_position(int lane) {
+  if constexpr (std::is_same_v<T, float>) {
+    return kATransposed ? fragments::a_colmajor_tf32(lane, 0) : fragments::a_rowmajor_tf32(lane, 0);
+  } else {
+    return kATransposed ? fragments::a_colmajor_ldsm_trans(lane) : fragments::a_rowmajor_ldsm(lane);
+  }
+}
 template <class T>
-__device__ inline void load_a_rowmajor(uint32_t (&a)[4], const T* tile, int stride, int lane) {
+__device__ inline fragments::RowCol b_lane_position(int lane) {
+  if constexpr (std::is_same_v<T, float>) return fragments::b_tf32(lane, 0);
+  else return fragments::b_ldsm_trans(lane);
+}
+
+// Operand A of a 16 x kMmaK tile at (dm, dk) from the lane's origin; kATransposed: stored with k along
+// shared-memory rows, m contiguous (the weight gradient's X^T), else m along rows, k contiguous.
+template <class T, bool kATransposed, class Layout>
+__device__ inline void load_a(uint32_t (&a)[4], const T* base, Layout l, int lane_offset, int dm, int dk) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) a[r] = to_tf32(tile[fragments::a_rowmajor_tf32(lane, stride, r)]);
+    for (int r = 0; r < 4; ++r) {
+      // register r sits (m, k) = ((r % 2) * 8, (r / 2) * 4) from register 0 (fragments::a_*_tf32)
+      const int m = dm + (r % 2) * 8, k = dk + (r / 2) * 4;
+      a[r] = to_tf32(base[kATransposed ? l.displace(lane_offset, k, m) : l.displace(lane_offset, m, k)]);
+    }
+  } else if constexpr (kATransposed) {
+    ldmatrix_x4_trans(a, base + l.displace(lane_offset, dk, dm));
   } else {
-    ldmatrix_x4(a, tile + fragments::a_rowmajor_ldsm(lane, stride));
+    ldmatrix_x4(a, base + l.displace(lane_offset, dm, dk));
   }
 }
 
-// Operand A of a 16 x kMmaK tile stored transposed: shared-memory rows run along k, columns along m.
-template <class T>
-__device__ inline void load_a_colmajor(uint32_t (&a)[4], const T* tile, int stride, int lane) {
+// Operand B of two kMmaK x 8 tiles (n 0-7 and 8-15) at (dk, dn) from the lane's origin, k along rows.
+template <class T, class Layout>
+__device__ inline void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* base, Layout l, int lane_offset,
+                                   int dk, int dn) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) a[r] = to_tf32(tile[fragments::a_colmajor_tf32(lane, stride, r)]);
-  } else {
-    ldmatrix_x4_trans(a, tile + fragments::a_colmajor_ldsm_trans(lane, stride));
-  }
-}
-
-// Operand B of two kMmaK x 8 tiles (n 0-7 and 8-15) stored with k along shared-memory rows, n contiguous.
-template <class T>
-__device__ inline void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* tile, int stride, int lane) {
-  if constexpr (std::is_same_v<T, float>) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      b0[r] = to_tf32(tile[fragments::b_tf32(lane, stride, r)]);
-      b1[r] = to_tf32(tile[fragments::b_tf32(lane, stride, r) + 8]);
+    for (int r = 0; r < 2; ++r) {  // b0 (k t, n g), b1 (k t + 4, n g); the second n tile 8 columns on
+      b0[r] = to_tf32(base[l.displace(lane_offset, dk + 4 * r, dn)]);
+      b1[r] = to_tf32(base[l.displace(lane_offset, dk + 4 * r, dn + 8)]);
     }
   } else {
     uint32_t r[4];
-    ldmatrix_x4_trans(r, tile + fragments::b_ldsm_trans(lane, stride));
+    ldmatrix_x4_trans(r, base + l.displace(lane_offset, dk, dn));
     b0[0] = r[0];
     b0[1] = r[1];
     b1[0] = r[2];
@@ -62,21 +79,16 @@ __device__ inline void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T
   }
 }
 
-// acc[mt][nt] += A(32 x kMmaK) * B(kMmaK x 32) for one warp: 2 x 4 mma tiles.
-template <class T, bool kATransposed>
-__device__ inline void warp_mma_step(float (&acc)[2][4][4], const T* a_tile, int a_stride, const T* b_tile,
-                                     int b_stride, int lane) {
+// acc[mt][nt] += A(32 x kMmaK) * B(kMmaK x 32) for one warp at k step k0: 2 x 4 mma tiles. a_lane/b_lane: the
+// lane's offsets at the warp tile's origin (for k0 = 0).
+template <class T, bool kATransposed, class ALayout, class BLayout>
+__device__ inline void warp_mma_step(float (&acc)[2][4][4], const T* a_base, ALayout al, int a_lane, const T* b_base,
+                                     BLayout bl, int b_lane, int k0) {
   uint32_t a[2][4], b[4][2];
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
-    if constexpr (kATransposed) {
-      load_a_colmajor(a[mt], a_tile + mt * 16, a_stride, lane);
-    } else {
-      load_a_rowmajor(a[mt], a_tile + mt * 16 * a_stride, a_stride, lane);
-    }
-  }
+  for (int mt = 0; mt < 2; ++mt) load_a<T, kATransposed>(a[mt], a_base, al, a_lane, mt * 16, k0);
 #pragma unroll
-  for (int np = 0; np < 2; ++np) load_b_pair(b[2 * np], b[2 * np + 1], b_tile + np * 16, b_stride, lane);
+  for (int np = 0; np < 2; ++np) load_b_pair(b[2 * np], b[2 * np + 1], b_base, bl, b_lane, k0, np * 16);
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -89,40 +101,56 @@ __device__ inline void warp_mma_step(float (&acc)[2][4][4], const T* a_tile, int
 // Block tile kBM x 64 (kWarpsM x 2 warps of 32 x 32), k slabs of 32. Row tiles never straddle segments:
 // tile_ptr numbers the kBM-row tiles of every segment; the n tiles of one row tile are adjacent block indices
 // so the gathered X rows are re-read from L2.
-template <class ElemT, int kDimK, int kDimN, int kWarpsRows, int kNumStages, Epilogue kEpilogue>
+//
+// Occupancy is what the forward's speed is made of (it is memory-bound by ~8x on tensor cores, and each block
+// has all of its loads in flight at once): shared memory holds dense XOR-swizzled tiles (no padding), the ring
+// is no deeper than the k loop (K = 64: 2 slabs, 2 stages), the row scalars are read once into shared memory,
+// and kMinBlocks caps the registers so that many blocks share an SM (16-bit, K = 64: 16.6 KB and <= 56
+// registers, 9 blocks an SM, as many as the CuTe version, where the padded 3-stage version had 29 KB, 68
+// registers and 7).
+template <class ElemT, int kDimK, int kDimN, int kWarpsRows, int kNumStages, Epilogue kEpilogue, int kMinBlocksPerSm>
 struct SegmentGemm {
   using T = ElemT;
   using OutT = std::conditional_t<kEpilogue == Epilogue::kAtomic, float, T>;
-  static constexpr int K = kDimK, N = kDimN, kWarpsM = kWarpsRows, kStages = kNumStages;
+  static constexpr int K = kDimK, N = kDimN, kWarpsM = kWarpsRows, kMinBlocks = kMinBlocksPerSm;
   static constexpr Epilogue kEpi = kEpilogue;
   static constexpr int kWarpsN = 2;
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kBM = 32 * kWarpsM, kBN = 32 * kWarpsN, kBK = 32;
   static constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte copy
-  static constexpr int kXStride = kBK + (sizeof(T) == 4 ? 4 : 8);
-  static constexpr int kWStride = kBN + 8;
-  static constexpr int kYStride = kBN + 8;
-  static constexpr int kXStage = kBM * kXStride, kWStage = kBK * kWStride;
-  static constexpr int kLoadBytes = kStages * (kXStage + kWStage) * static_cast<int>(sizeof(T));
-  static constexpr int kStoreBytes = kBM * kYStride * static_cast<int>(sizeof(OutT));
-  static constexpr int kSmemBytes = kLoadBytes > kStoreBytes ? kLoadBytes : kStoreBytes;
   static constexpr int kNTiles = N / kBN;
   static constexpr int kKSlabs = K / kBK;
+  static constexpr int kStages = kNumStages < kKSlabs ? kNumStages : kKSlabs < 2 ? 2 : kKSlabs;
+  // 16-bit: dense swizzled tiles; tf32: padded rows (see fragments::Padded; its occupancy is the same either
+  // way, 6 blocks an SM by its 33-37 KB of shared memory).
+  static constexpr bool kSwizzle = sizeof(T) == 2;
+  using XLayout = std::conditional_t<kSwizzle, fragments::Swizzled<kBK, sizeof(T)>, fragments::Padded<kBK + 4>>;
+  using WLayout = std::conditional_t<kSwizzle, fragments::Swizzled<kBN, sizeof(T)>, fragments::Padded<kBN + 8>>;
+  // The epilogue's staging tile [kBM][kBN] of OutT, laid out like the loads.
+  using YLayout = std::conditional_t<kSwizzle, fragments::Swizzled<kBN, sizeof(OutT)>, fragments::Padded<kBN + 8>>;
+  static constexpr int kXStage = kBM * (kSwizzle ? kBK : kBK + 4), kWStage = kBK * (kSwizzle ? kBN : kBN + 8);
+  static constexpr int kLoadBytes = kStages * (kXStage + kWStage) * static_cast<int>(sizeof(T));
+  static constexpr int kStoreBytes = kBM * (kSwizzle ? kBN : kBN + 8) * static_cast<int>(sizeof(OutT));
+  static constexpr int kSmemBytes = kLoadBytes > kStoreBytes ? kLoadBytes : kStoreBytes;
   static_assert(K % kBK == 0 && N % kBN == 0, "K must be a multiple of 32 and N of 64");
   static_assert(kStages >= 2, "at least double buffering");
   static_assert(kSmemBytes <= 48 * 1024, "static shared memory");
 };
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     segment_gemm_kernel(const SegmentGemmArgs<typename Cfg::T, typename Cfg::OutT> a) {
   using T = typename Cfg::T;
   using OutT = typename Cfg::OutT;
+  using XL = typename Cfg::XLayout;
+  using WL = typename Cfg::WLayout;
+  using YL = typename Cfg::YLayout;
   constexpr int K = Cfg::K, N = Cfg::N, kStages = Cfg::kStages;
   constexpr int kThreads = Cfg::kThreads, kBM = Cfg::kBM, kBN = Cfg::kBN, kBK = Cfg::kBK, kVec = Cfg::kVec;
-  __shared__ alignas(16) unsigned char smem[Cfg::kSmemBytes];
-  T* const xs = reinterpret_cast<T*>(smem);      // [kStages][kBM][kXStride]
-  T* const ws = xs + kStages * Cfg::kXStage;     // [kStages][kBK][kWStride]
+  __shared__ alignas(128) unsigned char smem[Cfg::kSmemBytes];
+  __shared__ float row_scale[kBM];
+  T* const xs = reinterpret_cast<T*>(smem);      // [kStages][kBM x kBK swizzled]
+  T* const ws = xs + kStages * Cfg::kXStage;     // [kStages][kBK x kBN swizzled]
 
   const int64_t tile = blockIdx.x / Cfg::kNTiles;
   const int n0 = static_cast<int>(blockIdx.x % Cfg::kNTiles) * kBN;
@@ -158,15 +186,17 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     T* const ws_s = ws + stage * Cfg::kWStage;
 #pragma unroll
     for (int i = 0; i < kXPasses; ++i) {
-      cp_async_16(xs_s + (xr + i * kXRowsPerPass) * Cfg::kXStride + xc * kVec, x_src[i] + slab * kBK, x_valid[i]);
+      cp_async_16(xs_s + XL::offset(xr + i * kXRowsPerPass, xc * kVec), x_src[i] + slab * kBK, x_valid[i]);
     }
 #pragma unroll
     for (int i = 0; i < kWPasses; ++i) {
-      cp_async_16(ws_s + (wr + i * kWRowsPerPass) * Cfg::kWStride + wc * kVec,
+      cp_async_16(ws_s + WL::offset(wr + i * kWRowsPerPass, wc * kVec),
                   w_src + static_cast<int64_t>(slab * kBK + i * kWRowsPerPass) * N, true);
     }
   };
 
+  const fragments::RowCol pa = a_lane_position<T, false>(lane), pb = b_lane_position<T>(lane);
+  const int a_lane = XL::offset(wm * 32 + pa.row, pa.col), b_lane = WL::offset(pb.row, wn * 32 + pb.col);
   float acc[2][4][4] = {};
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -179,29 +209,30 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     const int next = slab + kStages - 1;
     if (next < Cfg::kKSlabs) load_slab(next, next % kStages);
     cp_async_commit();
-    const T* const xs_s = xs + (slab % kStages) * Cfg::kXStage + wm * 32 * Cfg::kXStride;
-    const T* const ws_s = ws + (slab % kStages) * Cfg::kWStage + wn * 32;
+    const T* const xs_s = xs + (slab % kStages) * Cfg::kXStage;
+    const T* const ws_s = ws + (slab % kStages) * Cfg::kWStage;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += kMmaK<T>) {
-      warp_mma_step<T, false>(acc, xs_s + kk, Cfg::kXStride, ws_s + kk * Cfg::kWStride, Cfg::kWStride, lane);
+      warp_mma_step<T, false>(acc, xs_s, XL{}, a_lane, ws_s, WL{}, b_lane, kk);
     }
   }
   cp_async_wait<0>();
+  for (int r = tid; r < kBM; r += kThreads) row_scale[r] = a.scale && r < rows ? a.scale[row_begin + r] : 1.f;
   __syncthreads();
 
-  // Epilogue: scale, convert, stage the tile in shared memory, then 16-byte row stores (or vector atomics).
-  OutT* const ys = reinterpret_cast<OutT*>(smem);  // [kBM][kYStride]
+  // Epilogue: scale, convert, stage the tile in shared memory (swizzled like the loads: the fragment writes
+  // and the 16-byte row reads are both conflict-free), then 16-byte row stores (or vector atomics).
+  OutT* const ys = reinterpret_cast<OutT*>(smem);  // [kBM x kBN swizzled]
   const int g = lane / 4, t = lane % 4;
+  const int y_lane = YL::offset(wm * 32 + g, wn * 32 + 2 * t);  // c0 c1 of the first 16 x 8 tile
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = wm * 32 + mt * 16 + g + 8 * h;
-      const float s = a.scale && r < rows ? a.scale[row_begin + r] : 1.f;
+      const float s = row_scale[wm * 32 + mt * 16 + g + 8 * h];
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
-        const int c = wn * 32 + nt * 8 + 2 * t;
-        *reinterpret_cast<typename Pair<OutT>::type*>(ys + r * Cfg::kYStride + c) =
+        *reinterpret_cast<typename Pair<OutT>::type*>(ys + YL::displace(y_lane, mt * 16 + 8 * h, nt * 8)) =
             Pair<OutT>::make(acc[mt][nt][2 * h] * s, acc[mt][nt][2 * h + 1] * s);
       }
     }
@@ -213,7 +244,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     const int64_t row = row_begin + r;
     const int64_t y_row = a.scatter ? static_cast<int64_t>(a.scatter[row]) : row;
     OutT* const dst = a.y + y_row * N + n0 + c;
-    const uint4 v = *reinterpret_cast<const uint4*>(ys + r * Cfg::kYStride + c);
+    const uint4 v = *reinterpret_cast<const uint4*>(ys + YL::offset(r, c));
     if constexpr (Cfg::kEpi == Epilogue::kAtomic) {
       atomic_add_float4(reinterpret_cast<float*>(dst), *reinterpret_cast<const float4*>(&v));
     } else {
@@ -222,12 +253,15 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   }
 }
 
-// The benchmarked configuration: 64-row tiles (2 x 2 warps), 3 stages for 16-bit types, 2 for tf32. The
+// The benchmarked configuration: 64-row tiles (2 x 2 warps), up to 3 stages for 16-bit types, 2 for tf32, and
+// the register cap of kForwardMinBlocks blocks an SM (tf32: 6, its 37 KB of shared memory allow no more). The
 // tile_ptr passed in must be built for kForwardTileRows rows per tile.
 constexpr int kForwardWarpsM = 2;
 constexpr int kForwardTileRows = 32 * kForwardWarpsM;
+template <class T> constexpr int kForwardMinBlocks = 9;
+template <> constexpr int kForwardMinBlocks<float> = 6;
 template <class T, int K, int N, Epilogue kEpi>
-using ForwardConfig = SegmentGemm<T, K, N, kForwardWarpsM, sizeof(T) == 4 ? 2 : 3, kEpi>;
+using ForwardConfig = SegmentGemm<T, K, N, kForwardWarpsM, sizeof(T) == 4 ? 2 : 3, kEpi, kForwardMinBlocks<T>>;
 
 template <class T, int K, int N, Epilogue kEpi>
 void launch_segment_gemm(const SegmentGemmArgs<T, typename ForwardConfig<T, K, N, kEpi>::OutT>& a,
@@ -236,6 +270,60 @@ void launch_segment_gemm(const SegmentGemmArgs<T, typename ForwardConfig<T, K, N
   if (a.num_rows == 0) return;
   const int64_t tiles = (a.num_rows + Cfg::kBM - 1) / Cfg::kBM + a.num_segments;  // upper bound, no host sync
   segment_gemm_kernel<Cfg><<<static_cast<unsigned>(tiles * Cfg::kNTiles), Cfg::kThreads, 0, stream>>>(a);
+}
+
+// ---- deterministic scatter-add: destination-sorted segment sum ----------------------------------------------
+//
+// Y[v] = sum over the edges e with dst[e] = v of scale[e] * X[src[e]] * W[etype[e]], in a fixed order, without
+// atomics (issue 8, item 4). Edges are sorted by relation, so one destination's edges span several segments
+// (and blocks): a fixed-order sum needs its terms materialised. Two launches:
+//   1. the segment GEMM with the store epilogue and the scatter list dst_pos: the row of edge e lands at
+//      E[dst_pos[e]], its position in the destination-sorted order (stable: ties in edge order). E holds the
+//      per-edge rows in the storage type T, so they are written and read once each (2 * M * N * sizeof(T) bytes
+//      more than the fused atomic version, which instead pays a 4-byte read-modify-write per element in L2).
+//   2. csr_segment_sum: Y[v] = sum of E[dst_ptr[v] .. dst_ptr[v + 1]) in row order, fp32 accumulation, each
+//      thread one 16-byte column of one destination. E is read as a stream, Y written once (no zeroing).
+// Both are deterministic: every value is computed by one thread in an order fixed by the graph alone, so two
+// runs are bit-identical. dst_pos and dst_ptr come from the graph's preprocessing (a stable counting sort by
+// destination), like tile_ptr.
+template <class T, int N>
+__global__ void __launch_bounds__(256)
+    csr_segment_sum_kernel(const T* __restrict__ e, const int32_t* __restrict__ dst_ptr, float* __restrict__ y,
+                           int64_t num_nodes) {
+  constexpr int kVec = 16 / sizeof(T), kChunks = N / kVec;
+  static_assert(N % kVec == 0);
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= num_nodes * kChunks) return;
+  const int64_t v = i / kChunks;
+  const int c = static_cast<int>(i % kChunks) * kVec;
+  const int64_t begin = dst_ptr[v], end = dst_ptr[v + 1];
+  float acc[kVec] = {};
+  auto add = [&](const uint4& raw) {
+    const T* const p = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) acc[k] += to_float(p[k]);
+  };
+  int64_t j = begin;
+  // four rows in flight at a time, added in row order (streaming loads: E is read once)
+  for (; j + 4 <= end; j += 4) {
+    uint4 raw[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) raw[q] = __ldcs(reinterpret_cast<const uint4*>(e + (j + q) * N + c));
+#pragma unroll
+    for (int q = 0; q < 4; ++q) add(raw[q]);
+  }
+  for (; j < end; ++j) add(__ldcs(reinterpret_cast<const uint4*>(e + j * N + c)));
+  float4* const dst = reinterpret_cast<float4*>(y + v * N + c);
+#pragma unroll
+  for (int k = 0; k < kVec; k += 4) dst[k / 4] = make_float4(acc[k], acc[k + 1], acc[k + 2], acc[k + 3]);
+}
+
+template <class T, int N>
+void launch_csr_segment_sum(const T* e, const int32_t* dst_ptr, float* y, int64_t num_nodes, cudaStream_t stream) {
+  const int64_t threads = num_nodes * (N / (16 / static_cast<int>(sizeof(T))));
+  if (threads == 0) return;
+  csr_segment_sum_kernel<T, N><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(e, dst_ptr, y,
+                                                                                                 num_nodes);
 }
 
 // ---- weight gradient: split-K over fixed row chunks -------------------------------------------------------
@@ -306,6 +394,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     }
   };
 
+  using Layout = fragments::Padded<kStride>;
+  constexpr Layout layout{};
+  const fragments::RowCol pa = a_lane_position<T, true>(lane), pb = b_lane_position<T>(lane);
+  const int a_lane = layout.offset(pa.row, wm * 32 + pa.col), b_lane = layout.offset(pb.row, wn * 32 + pb.col);
   float acc[2][4][4] = {};
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -322,7 +414,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     const int stage = slab % kStages;
 #pragma unroll
     for (int kk = 0; kk < kBR; kk += kMmaK<T>) {
-      warp_mma_step<T, true>(acc, &xs[stage][kk][wm * 32], kStride, &ds[stage][kk][wn * 32], kStride, lane);
+      warp_mma_step<T, true>(acc, &xs[stage][0][0], layout, a_lane, &ds[stage][0][0], layout, b_lane, kk);
     }
   }
   cp_async_wait<0>();
