@@ -337,9 +337,13 @@ def meta_record(a, bandwidth: float) -> dict:
         pyg = torch_geometric.__version__
     except Exception as e:  # noqa: BLE001
         pyg = f"not importable ({type(e).__name__})"
+    # The generator's commit, recorded by `tools/gpu_check.sh --bundle` (the GPU machine's copy of the
+    # repository may carry stale git metadata); else the repository's.
+    bundle_commit = HERE.parent / "build" / "hg_bundle" / "COMMIT"
     try:
-        commit = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, timeout=20).stdout.strip() or "?"
+        commit = bundle_commit.read_text().strip() if bundle_commit.exists() else subprocess.run(
+            ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+            timeout=20).stdout.strip() or "?"
     except Exception:  # noqa: BLE001
         commit = "?"
     return dict(type="meta", part=a.part, gpu=gpu, sms=sms, gpu_mem_gib=mem, driver=drv, torch=torch.__version__,

@@ -56,6 +56,9 @@ if [[ "${1:-}" == "--bundle" ]]; then
       *) cp -L "$path" "$dst/lib/$name" ;;
     esac
   done < <(ldd "$src" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
+  # The commit the binary was built from (the GPU machine's copy of the repository may not know it).
+  { git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "?"; } >"$dst/COMMIT"
+  git -C "$ROOT" diff --quiet HEAD -- src templates 2>/dev/null || sed -i 's/$/-dirty/' "$dst/COMMIT"
   "$dst/hectorgen" --version
   echo "gpu_check: wrote $dst ($(du -sh "$dst" | cut -f1)): carry build/hg_bundle to the GPU machine"
   ls -l "$dst" "$dst/lib" "$dst/lib/std"
