@@ -59,7 +59,7 @@ class Segments:
             return torch._grouped_mm(rows, W, offs=self.offs)
         if self.kind == "chunks":
             K, M = W.shape[-2:]
-            out = torch.bmm(rows.view(self.num_chunks, self.chunk, K), W[self.chunk_seg])
+            out = torch.bmm(rows.view(self.num_chunks, self.chunk, K), W.index_select(0, self.chunk_seg))
             return out.view(self.num_chunks * self.chunk, M)
         Ws = W.unbind(0)   # one backward op for all slices (W[s] would zero-fill an [S, K, M] gradient per slice)
         parts = [rows[a:b] @ Ws[s] for s, a, b in self.nonempty]
@@ -289,8 +289,8 @@ class HandLayer(torch.nn.Module):
         kqv = nseg.mm(x, torch.cat([self.W_k, self.W_q, self.W_v], -1))            # [N, 3D], one node GEMM
         k, q, v = kqv[:, :D], kqv[:, D:2 * D], kqv[:, 2 * D:]
         W_att = self.W_att[:, 0] * (self.mu / math.sqrt(D)).unsqueeze(-1)           # prior folded into W_att
-        katt = lay.seg.mm(k[lay.src], W_att)
-        score = (katt * q[lay.dst_gather]).sum(-1, dtype=self.acc)   # products in the storage dtype, sum in acc
-        msg = lay.seg.mm(v[lay.src], self.W_msg[:, 0])
+        katt = lay.seg.mm(k.index_select(0, lay.src), W_att)
+        score = (katt * q.index_select(0, lay.dst_gather)).sum(-1, dtype=self.acc)   # products in the storage dtype, sum in acc
+        msg = lay.seg.mm(v.index_select(0, lay.src), self.W_msg[:, 0])
         agg = edge_softmax_aggregate(score, msg, lay, self.dg.num_nodes, self.acc)
         return nseg.mm(agg.to(self.dtype), self.W_a).to(self.acc)
