@@ -268,27 +268,28 @@ Value64 eval_outer(const Args& a, const Type&) {
   return out;
 }
 
-// y[r, i] = sum_j m[r, i, j] v[r, j]
-Value64 eval_matvec(const Args& a, const Type& result) {
-  const Value64 &m = a[0], &v = a[1];
-  int64_t N = v.shape.back(), M = m.shape[m.shape.size() - 2], rows = numel(v.shape) / N;
-  Value64 out{result.shape, std::vector<double>(static_cast<size_t>(rows * M), 0.0)};
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) out.data[r * M + i] += m.data[(r * M + i) * N + j] * v.data[r * N + j];
+// out[r, j] = sum_i v[r, i] * M_r[i, j], or sum_i v[r, i] * M_r[j, i] when `transposed`, where M_r is the r-th
+// matrix of m when `per_row` (m: [rows, A, B]) and m itself otherwise (m: [A, B]). The float64 product behind
+// linear, linear_t, matvec and vecmat; the result has v's shape with the last dimension replaced.
+Value64 rows_times_matrix(const Value64& v, const Value64& m, bool per_row, bool transposed) {
+  const int64_t A = m.shape[m.shape.size() - 2], B = m.shape.back();
+  const int64_t in = transposed ? B : A, out_width = transposed ? A : B, rows = numel(v.shape) / in;
+  Value64 out{v.shape, std::vector<double>(static_cast<size_t>(rows * out_width), 0.0)};
+  out.shape.back() = out_width;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* M = m.data.data() + (per_row ? r * A * B : 0);
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t j = 0; j < out_width; ++j)
+        out.data[r * out_width + j] += v.data[r * in + i] * (transposed ? M[j * B + i] : M[i * B + j]);
+  }
   return out;
 }
 
+// y[r, i] = sum_j m[r, i, j] v[r, j]
+Value64 eval_matvec(const Args& a, const Type&) { return rows_times_matrix(a[1], a[0], true, true); }
+
 // y[r, j] = sum_i v[r, i] m[r, i, j]
-Value64 eval_vecmat(const Args& a, const Type& result) {
-  const Value64 &v = a[0], &m = a[1];
-  int64_t M = v.shape.back(), N = m.shape.back(), rows = numel(v.shape) / M;
-  Value64 out{result.shape, std::vector<double>(static_cast<size_t>(rows * N), 0.0)};
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) out.data[r * N + j] += v.data[r * M + i] * m.data[(r * M + i) * N + j];
-  return out;
-}
+Value64 eval_vecmat(const Args& a, const Type&) { return rows_times_matrix(a[0], a[1], true, false); }
 
 Value64 eval_concat(const Args& parts, const Type&) {
   int64_t rows = numel(parts[0].shape) / parts[0].shape.back(), width = 0;
@@ -316,45 +317,11 @@ Value64 eval_reshape(const Args& a, const Type& result) { return Value64{result.
 
 Value64 eval_expand(const Args& a, const Type& result) { return broadcast_to(a[0], result.shape); }
 
-Value64 eval_linear(const Args& a, const Type&) {
-  const Value64 &x = a[0], &w = a[1];
-  const auto& ws = w.shape;
-  if (ws.size() == 2) {
-    int64_t K = ws[0], N = ws[1], rows = numel(x.shape) / K;
-    Value64 y{x.shape, std::vector<double>(static_cast<size_t>(rows * N), 0.0)};
-    y.shape.back() = N;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t n = 0; n < N; ++n) y.data[r * N + n] += x.data[r * K + k] * w.data[k * N + n];
-    return y;
-  }
-  int64_t H = ws[0], K = ws[1], N = ws[2];
-  Value64 y{{H, N}, std::vector<double>(static_cast<size_t>(H * N), 0.0)};
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t n = 0; n < N; ++n) y.data[h * N + n] += x.data[h * K + k] * w.data[(h * K + k) * N + n];
-  return y;
-}
+// x * W: a shared W [K, N] for every row, or W [H, K, N] with one matrix per head row.
+Value64 eval_linear(const Args& a, const Type&) { return rows_times_matrix(a[0], a[1], a[1].shape.size() == 3, false); }
 
-Value64 eval_linear_t(const Args& a, const Type&) {
-  const Value64 &y = a[0], &w = a[1];
-  const auto& ws = w.shape;
-  if (ws.size() == 2) {
-    int64_t K = ws[0], N = ws[1], rows = numel(y.shape) / N;
-    Value64 x{y.shape, std::vector<double>(static_cast<size_t>(rows * K), 0.0)};
-    x.shape.back() = K;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t n = 0; n < N; ++n) x.data[r * K + k] += y.data[r * N + n] * w.data[k * N + n];
-    return x;
-  }
-  int64_t H = ws[0], K = ws[1], N = ws[2];
-  Value64 x{{H, K}, std::vector<double>(static_cast<size_t>(H * K), 0.0)};
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t n = 0; n < N; ++n) x.data[h * K + k] += y.data[h * N + n] * w.data[(h * K + k) * N + n];
-  return x;
-}
+// linear_t(y, W) = y * W^T, with W as for linear.
+Value64 eval_linear_t(const Args& a, const Type&) { return rows_times_matrix(a[0], a[1], a[1].shape.size() == 3, true); }
 
 // ---- derivatives ---------------------------------------------------------------------------------------------
 ExprP num(double v) { return typed::number(v, false); }
