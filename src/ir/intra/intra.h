@@ -108,7 +108,7 @@ struct WeightGradInstance {
   bool etype_rows = false;  // rows are the edge types (as GemmInstance::etype_rows; no segments)
   Segments segments = Segments::None;
   int64_t heads = 1, k = 0, n = 0;  // dW slice per head: k x n
-  inter::DType dtype = inter::DType::FP32;  // arithmetic class, as GemmInstance::dtype (dW itself stays fp32)
+  inter::DType dtype = inter::DType::FP32;  // arithmetic class, as GemmInstance::dtype (partials, sums: fp32)
   int tile = 16, coarsen = 1;       // dW tile edge; rows of the dW tile per thread (as GemmInstance)
   std::string source;
 };
