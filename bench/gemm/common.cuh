@@ -1,5 +1,6 @@
-// Shared pieces of the GEMM microbenchmark: error checks, the problem description (segment GEMM over
-// type-sorted rows with gather/scatter lists), storage types, and the PTX wrappers the tensor-core kernels use.
+// Shared pieces of the GEMM microbenchmark: error checks, the storage/arithmetic classes, and the names it takes
+// from the tensor-core kernels' header hectorgen/tc_gemm.cuh (the problem description: segment GEMM over
+// type-sorted rows with gather/scatter lists; conversions; PTX wrappers).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +10,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+
+#include "hectorgen/tc_gemm.cuh"
 
 #define CUDA_CHECK(call)                                                                          \
   do {                                                                                            \
@@ -36,154 +39,18 @@ inline const char* dtype_name(Dtype d) {
   return "?";
 }
 
-// How the GEMM's rows are stored: Y[S[row]] = scale[row] * X[G[row]] * W[T(row)].
-//   kStore:  overwrite the output row (S absent: the row itself; S present: it must be injective).
-//   kAtomic: add into an fp32 output (S present, several rows may share a destination).
-enum class Epilogue { kStore, kAtomic };
-
-// One segment GEMM over type-sorted rows. Rows seg_ptr[t]..seg_ptr[t+1] use weight t. Optional lists may be
-// null. x: [x_rows][k], w: [num_segments][k][n], y: [y_rows][n]; every row index is int32 (like the runtime).
-template <class T, class OutT>
-struct SegmentGemmArgs {
-  const T* x;
-  const T* w;
-  OutT* y;
-  const int32_t* gather;   // G: the X row of each row, or null
-  const int32_t* scatter;  // S: the Y row of each row, or null
-  const float* scale;      // one scalar per row, or null
-  const int32_t* seg_ptr;  // [num_segments + 1]
-  const int32_t* tile_ptr; // [num_segments + 1] prefix sum of ceil(rows / tile rows) for the kernel's tile
-  int64_t num_rows;
-  int num_segments;
-};
-
-// Weight gradient dW[t] (=, or += when accumulate) sum over the rows of segment t of X[G[row]]^T (dY[S[row]] *
-// scale[row]). x: [..][k], dy: [..][n], dw: [num_segments][k][n] in fp32 (the gradient accumulator).
-template <class T>
-struct WgradArgs {
-  const T* x;
-  const T* dy;
-  float* dw;
-  const int32_t* gather;   // X rows, or null
-  const int32_t* scatter;  // dY rows, or null
-  const float* scale;
-  const int32_t* seg_ptr;
-  int64_t num_rows;
-  int num_segments;
-};
-
-// ---- conversions -----------------------------------------------------------------------------------------
-
-template <class T> __host__ __device__ inline float to_float(T v);
-template <> __host__ __device__ inline float to_float<float>(float v) { return v; }
-template <> __host__ __device__ inline float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <> __host__ __device__ inline float to_float<__half>(__half v) { return __half2float(v); }
-
-template <class T> __host__ __device__ inline T from_float(float v);
-template <> __host__ __device__ inline float from_float<float>(float v) { return v; }
-template <> __host__ __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-template <> __host__ __device__ inline __half from_float<__half>(float v) { return __float2half(v); }
-
-// ---- PTX wrappers (sm_80 and later) ------------------------------------------------------------------------
-
-__device__ inline uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global->shared copy that bypasses L1; copies zeros instead when !valid (src is not read then).
-__device__ inline void cp_async_16(void* dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-// Four 8x8 b16 matrices; lane i gives the address of row i % 8 of matrix i / 8; register j holds matrix j.
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-// d += a * b for one 16x8 tile: m16n8k16 (16-bit operands) or m16n8k8 (tf32), fp32 accumulators.
-template <class T>
-__device__ inline void mma_16x8(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
-
-template <>
-__device__ inline void mma_16x8<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-template <>
-__device__ inline void mma_16x8<__half>(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-template <>
-__device__ inline void mma_16x8<float>(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// fp32 -> tf32 bits, rounded to nearest (the mma would otherwise truncate the low mantissa bits).
-__device__ inline uint32_t to_tf32(float v) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
-  return r;
-}
-
-// Two fp32 values as one 32-bit pair of T (for the 16-bit types) for staging stores.
-template <class T> struct Pair;
-template <> struct Pair<__nv_bfloat16> {
-  using type = __nv_bfloat162;
-  __device__ static type make(float a, float b) { return __floats2bfloat162_rn(a, b); }
-};
-template <> struct Pair<__half> {
-  using type = __half2;
-  __device__ static type make(float a, float b) { return __floats2half2_rn(a, b); }
-};
-template <> struct Pair<float> {
-  using type = float2;
-  __device__ static type make(float a, float b) { return make_float2(a, b); }
-};
-
-// Adds a 16-byte vector of four floats to global memory (one vector atomic on sm_90, four scalars before).
-__device__ inline void atomic_add_float4(float* dst, float4 v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float4*>(dst), v);
-#else
-  atomicAdd(dst + 0, v.x);
-  atomicAdd(dst + 1, v.y);
-  atomicAdd(dst + 2, v.z);
-  atomicAdd(dst + 3, v.w);
-#endif
-}
-
-// The last segment s with first[s] <= item (first is a prefix sum of length num_segments + 1).
-__device__ inline int find_segment(const int32_t* __restrict__ first, int num_segments, int64_t item) {
-  int lo = 0, hi = num_segments - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (first[mid] <= item) lo = mid; else hi = mid - 1;
-  }
-  return lo;
-}
+// The kernels' arguments and device helpers come from the runtime's tensor-core header (runtime/include, the home
+// of the kernels the generator uses); the variants here (SIMT, CuTe, reference) share them.
+namespace tc = hectorgen::tc;
+using tc::Epilogue;
+using tc::SegmentGemmArgs;
+using tc::WgradArgs;
+using tc::atomic_add_float4;
+using tc::cp_async_16;
+using tc::cp_async_commit;
+using tc::cp_async_wait;
+using tc::find_segment;
+using tc::from_float;
+using tc::to_float;
 
 }  // namespace gemm_bench

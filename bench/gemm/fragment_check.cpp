@@ -1,27 +1,27 @@
-// CPU check of the warp-level operand layout of tc_gemm.cuh: emulates ldmatrix (.x4, with and without .trans)
-// and mma.sync m16n8k16 / m16n8k8 exactly as the PTX ISA defines their per-lane fragments, drives them with the
-// offsets of fragments.h the way tc_gemm.cuh's warp_mma_step does (32 x 32 warp tile, two k steps), and
-// compares the accumulators with a plain product. Integer-valued inputs make the comparison exact.
-//   g++ -std=c++17 -O1 fragment_check.cpp -o fragment_check && ./fragment_check
+// CPU check of the warp-level operand layout of hectorgen/tc_gemm.cuh (runtime/include): emulates ldmatrix (.x4,
+// with and without .trans) and mma.sync m16n8k16 / m16n8k8 exactly as the PTX ISA defines their per-lane fragments,
+// drives them with the offsets of hectorgen/tc_fragments.h the way tc_gemm.cuh's warp_mma_step does (32 x 32 warp
+// tile, two k steps), and compares the accumulators with a plain product. Integer-valued inputs make the comparison exact.
+//   g++ -std=c++17 -O1 -I ../../runtime/include fragment_check.cpp -o fragment_check && ./fragment_check
 #include <algorithm>
 #include <array>
 #include <cstdio>
 #include <random>
 #include <vector>
 
-#include "fragments.h"
+#include "hectorgen/tc_fragments.h"
 
 namespace {
 
-using gemm_bench::fragments::a_colmajor_ldsm_trans;
-using gemm_bench::fragments::a_colmajor_tf32;
-using gemm_bench::fragments::a_rowmajor_ldsm;
-using gemm_bench::fragments::a_rowmajor_tf32;
-using gemm_bench::fragments::b_ldsm_trans;
-using gemm_bench::fragments::b_tf32;
-using gemm_bench::fragments::c_col;
-using gemm_bench::fragments::c_row;
-using gemm_bench::fragments::RowCol;
+using hectorgen::tc::fragments::a_colmajor_ldsm_trans;
+using hectorgen::tc::fragments::a_colmajor_tf32;
+using hectorgen::tc::fragments::a_rowmajor_ldsm;
+using hectorgen::tc::fragments::a_rowmajor_tf32;
+using hectorgen::tc::fragments::b_ldsm_trans;
+using hectorgen::tc::fragments::b_tf32;
+using hectorgen::tc::fragments::c_col;
+using hectorgen::tc::fragments::c_row;
+using hectorgen::tc::fragments::RowCol;
 
 constexpr int kLanes = 32;
 struct Pair {  // one 32-bit register holding two 16-bit elements: lo at the lower address
@@ -251,7 +251,7 @@ int check(const char* name, bool tf32, bool a_transposed, ALayout al, BLayout bl
 // chunk contiguous and aligned (what the 16-byte cp.async copies and row reads need).
 template <int kCols, int kElemBytes>
 int check_swizzle(int rows) {
-  using L = gemm_bench::fragments::Swizzled<kCols, kElemBytes>;
+  using L = hectorgen::tc::fragments::Swizzled<kCols, kElemBytes>;
   std::vector<int> hits(rows * kCols, 0);
   int errors = 0;
   for (int r = 0; r < rows; ++r) {
@@ -308,8 +308,8 @@ int check_staging(const char* name) {
 }  // namespace
 
 int main() {
-  using gemm_bench::fragments::Padded;
-  using gemm_bench::fragments::Swizzled;
+  using hectorgen::tc::fragments::Padded;
+  using hectorgen::tc::fragments::Swizzled;
   std::mt19937 rng(8);
   int errors = 0;
   for (int m0 = 0; m0 <= 32; m0 += 32) {

@@ -24,7 +24,6 @@
 #include "cute_gemm.h"
 #include "reference.cuh"
 #include "simt.cuh"
-#include "tc_gemm.cuh"
 
 namespace gemm_bench {
 namespace {

@@ -38,8 +38,8 @@ cuobjdump="$(command -v cuobjdump || echo "$(dirname "$nvcc")/cuobjdump")"
   grep -E "define CUTLASS_(MAJOR|MINOR|PATCH) " "$cutlass/cutlass/version.h"
 } > "$out/env.txt" 2>&1
 
-flags=(-std=c++17 -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra -isystem "$cutlass" --expt-relaxed-constexpr
-       -lineinfo -Xptxas -v)
+flags=(-std=c++17 -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra -I "$root/runtime/include"
+       -isystem "$cutlass" --expt-relaxed-constexpr -lineinfo -Xptxas -v)
 
 compile() {  # translation unit, arch; the seconds it took go to $build/<unit>_<arch>.seconds
   local begin=$SECONDS status
@@ -52,7 +52,8 @@ compile() {  # translation unit, arch; the seconds it took go to $build/<unit>_<
 
 # CPU first: the warp-level operand offsets against an emulation of ldmatrix/mma (no GPU needed).
 cxx="${CXX:-$(command -v g++ || command -v c++)}"
-if "$cxx" -std=c++17 -O1 -Wall -Wextra -Werror "$here/fragment_check.cpp" -o "$build/fragment_check" \
+if "$cxx" -std=c++17 -O1 -Wall -Wextra -Werror -I "$root/runtime/include" "$here/fragment_check.cpp" \
+    -o "$build/fragment_check" \
     > "$out/fragment_check.log" 2>&1 && "$build/fragment_check" >> "$out/fragment_check.log" 2>&1; then
   echo "[check] fragment offsets: ok (CPU emulation of ldmatrix/mma; $out/fragment_check.log)"
 else

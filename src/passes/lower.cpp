@@ -529,6 +529,7 @@ class Lowering {
 
   bool push_gemm(GemmInstance& g, const StmtP& s, LoopCtx& ctx, Stage& stage, bool can_flush) {
     const auto& sched = m_.decl.options.schedule;
+    g.dtype = m_.decl.options.dtype;
     g.tile = sched.gemm_tile;
     g.coarsen = sched.gemm_coarsen;
     g.launch_bounds = sched.launch_bounds;
@@ -605,6 +606,7 @@ class Lowering {
       w.n = o->shape[1];
     }
     if (tensor(w.x).row_numel() != w.heads * w.k || tensor(w.dy).row_numel() != w.heads * w.n) return false;
+    w.dtype = m_.decl.options.dtype;
     w.tile = m_.decl.options.schedule.gemm_tile;
     w.coarsen = m_.decl.options.schedule.gemm_coarsen;
     w.source = print_expr(s->target) + " += " + print_expr(s->value);
@@ -881,6 +883,7 @@ class Lowering {
     g.heads = tensor(v->name).row_numel() / g.k;  // the same weight applied to each of the row's sub-vectors
     note_write(tn, false);
     const auto& sched = m_.decl.options.schedule;
+    g.dtype = m_.decl.options.dtype;
     g.tile = sched.gemm_tile;
     g.coarsen = sched.gemm_coarsen;
     g.launch_bounds = sched.launch_bounds;
@@ -943,6 +946,7 @@ class Lowering {
     wg.k = o->shape[0];
     wg.n = o->shape[1];
     if (tensor(wg.x).row_numel() != wg.k || st.row_numel() != wg.n) return false;
+    wg.dtype = m_.decl.options.dtype;
     wg.tile = m_.decl.options.schedule.gemm_tile;
     wg.coarsen = m_.decl.options.schedule.gemm_coarsen;
     wg.source = source;

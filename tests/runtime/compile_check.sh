@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Compile check of the graph preprocessing runtime; needs no GPU. Runnable from any directory.
 #   1. runtime/src/graph_preprocess.cu with nvcc for sm_80 and sm_90 (-c), every warning an error;
-#   2. the public headers hectorgen/graph.h and hectorgen/runtime_version.h as plain C++17 (no nvcc, no CUB);
-#   3. when Python can import torch: the libtorch binding runtime/torch/*.cpp (syntax only).
+#   2. the tensor-core kernels hectorgen/tc_gemm.cuh, each kernel instantiated for each storage type, with nvcc for
+#      sm_80 and sm_90a (-c), every warning an error;
+#   3. the public headers hectorgen/graph.h and hectorgen/runtime_version.h as plain C++17 (no nvcc, no CUB);
+#   4. when Python can import torch: the libtorch binding runtime/torch/*.cpp (syntax only).
 # Environment: NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc), CXX (default c++), PYTHON (python3).
 set -euo pipefail
 
@@ -35,10 +37,39 @@ for arch in 80 90; do
   echo "compile_check: ok  graph_preprocess.cu for sm_$arch"
 done
 
-printf '#include "hectorgen/graph.h"\n#include "hectorgen/runtime_version.h"\nint main() { return 0; }\n' \
-  >"$tmp/header_check.cpp"
+# The tensor-core kernels of the header, for each storage type and both epilogues (what generated code instantiates).
+cat >"$tmp/tc_gemm_check.cu" <<'EOF'
+#include "hectorgen/tc_gemm.cuh"
+
+namespace tc = hectorgen::tc;
+
+template <class T>
+void instantiate(cudaStream_t stream) {
+  using Store = tc::ForwardConfig<T, 64, 64, tc::Epilogue::kStore>;
+  using Atomic = tc::ForwardConfig<T, 128, 128, tc::Epilogue::kAtomic>;
+  tc::launch_segment_gemm<T, 64, 64, tc::Epilogue::kStore>(tc::SegmentGemmArgs<T, typename Store::OutT>{}, stream);
+  tc::launch_segment_gemm<T, 128, 128, tc::Epilogue::kAtomic>(tc::SegmentGemmArgs<T, typename Atomic::OutT>{},
+                                                               stream);
+  tc::launch_csr_segment_sum<T, 64>(nullptr, nullptr, nullptr, 0, stream);
+  tc::launch_wgrad<T, 64, 128>(tc::WgradArgs<T>{}, nullptr, 128, nullptr, false, stream);
+}
+
+void instantiate_all(cudaStream_t stream) {
+  instantiate<float>(stream);
+  instantiate<__nv_bfloat16>(stream);
+  instantiate<__half>(stream);
+}
+EOF
+for arch in 80 90a; do
+  "$nvcc" -std=c++17 -O2 "-gencode=arch=compute_$arch,code=sm_$arch" -I"$runtime/include" \
+    -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c "$tmp/tc_gemm_check.cu" -o "$tmp/tc_gemm_sm$arch.o"
+  echo "compile_check: ok  hectorgen/tc_gemm.cuh for sm_$arch (tf32, bf16, fp16)"
+done
+
+printf '#include "hectorgen/%s"\n' graph.h runtime_version.h tc_fragments.h >"$tmp/header_check.cpp"
+printf 'int main() { return 0; }\n' >>"$tmp/header_check.cpp"
 "$cxx" -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I"$runtime/include" -I"$cuda_include" "$tmp/header_check.cpp"
-echo "compile_check: ok  hectorgen/graph.h, hectorgen/runtime_version.h as plain C++17"
+echo "compile_check: ok  hectorgen/graph.h, hectorgen/runtime_version.h, hectorgen/tc_fragments.h as plain C++17"
 
 torch_query='from torch.utils.cpp_extension import include_paths; print(" ".join(include_paths()))'
 if torch_includes="$("$python" -c "$torch_query" 2>/dev/null)"; then

@@ -311,11 +311,11 @@ tensor t_b: temp edge[4]
 alias tb -> t_b
 
 gemm m_gemm:  t_e[row] = x[src[row]] · W[etype] * norm[row]
-    rows=edges heads=1 k=64 n=64 tile=16 coarsen=1 store=plain
+    rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 store=plain
     from: e["t"] = e.src.x * W[e.etype] * e.norm
 
 wgrad m_wgrad:  d_W[etype] += sum over rows x[src[row]]^T · t_e[row]
-    rows=edges heads=1 k=64 n=64 tile=16 coarsen=1 deterministic
+    rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 deterministic
     from: d_W[e.etype] += outer(e.src.x, e["t"])
 
 torch m_torch: target=t_b
@@ -363,6 +363,35 @@ TEST_CASE("a program with every instance kind prints, parses back and verifies",
   CHECK(p->decl.find_hyper("d")->value == 64);
 }
 
+TEST_CASE("GEMMs and weight gradients carry the model's dtype through print, parse and verify", "[intra][roundtrip][verifier]") {
+  // The same program in bf16: the header option and both instances say so (emission is still SIMT).
+  const std::string bf16 = replace(replace(replace(kProgram, "option dtype = \"fp32\"", "option dtype = \"bf16\""),
+                                           "n=64 dtype=fp32 tile=16 coarsen=1 store", "n=64 dtype=bf16 tile=16 coarsen=1 store"),
+                                   "n=64 dtype=fp32 tile=16 coarsen=1 deterministic", "n=64 dtype=bf16 tile=16 coarsen=1 deterministic");
+  REQUIRE(bf16 != kProgram);
+  std::string err;
+  auto p = parse_program_text(bf16, &err);
+  INFO(err);
+  REQUIRE(p);
+  CHECK(print_program(*p) == bf16);
+  CHECK(verify_program(*p) == "");
+  CHECK(std::get<GemmInstance>(p->kernels[0]).dtype == inter::DType::BF16);
+  CHECK(std::get<WeightGradInstance>(p->kernels[1]).dtype == inter::DType::BF16);
+  for (const char* d : {"tf32", "fp16"}) {
+    auto q = parse_program_text(replace(replace(bf16, "dtype=bf16", std::string("dtype=") + d), "dtype=bf16", std::string("dtype=") + d));
+    REQUIRE(q);
+    CHECK(inter::to_string(std::get<WeightGradInstance>(q->kernels[1]).dtype) == std::string(d));
+  }
+  // One dtype per model: an instance that disagrees with the header is rejected, either way round.
+  CHECK(verify_text(replace(bf16, "dtype=bf16 tile=16 coarsen=1 store", "dtype=fp32 tile=16 coarsen=1 store")) ==
+        "m_gemm: dtype=fp32 but the model's dtype is bf16");
+  CHECK(verify_text(replace(kProgram, "dtype=fp32 tile=16 coarsen=1 deterministic", "dtype=fp16 tile=16 coarsen=1 deterministic")) ==
+        "m_wgrad: dtype=fp16 but the model's dtype is fp32");
+  // A misspelt dtype is a positioned syntax error.
+  CHECK_FALSE(parse_program_text(replace(kProgram, "dtype=fp32 tile=16 coarsen=1 store", "dtype=fp8 tile=16 coarsen=1 store"), &err));
+  CHECK_THAT(err, Catch::StartsWith("m.intra.ir:29:40: error: unknown dtype 'fp8' (fp32, tf32, bf16 or fp16) [intra-syntax]"));
+}
+
 TEST_CASE("the program verifier rejects each broken rule", "[intra][verifier]") {
   const std::string p = kProgram;
   struct Case {
@@ -375,12 +404,12 @@ TEST_CASE("the program verifier rejects each broken rule", "[intra][verifier]") 
       {replace(p, "= x[src[row]] · W", "= q[src[row]] · W"), "m_gemm: unknown tensor 'q'"},
       {replace(p, "t_e[row] = x[src[row]]", "norm[row] = x[src[row]]"), "m_gemm: writes 'norm', an input"},
       {replace(p, "tile=16 coarsen=1 store", "tile=16 coarsen=3 store"), "m_gemm: coarsening 3 is not 1, 2 or 4, or does not divide tile 16"},
-      {replace(p, "heads=1 k=64 n=64 tile=16 coarsen=1", "heads=1 k=32 n=64 tile=16 coarsen=1"),
+      {replace(p, "heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1", "heads=1 k=32 n=64 dtype=fp32 tile=16 coarsen=1"),
        "m_gemm: input rows of x have 64 elements, expected 1 x 32"},
-      {replace(p, "heads=1 k=64 n=64 tile=16 coarsen=1", "heads=1 k=64 n=32 tile=16 coarsen=1"),
+      {replace(p, "heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1", "heads=1 k=64 n=32 dtype=fp32 tile=16 coarsen=1"),
        "m_gemm: output rows of t_e have 64 elements, expected 1 x 32"},
       {replace(p, "tensor W: weight etype[64, 64]", "tensor W: weight etype[64, 32]"), "m_gemm: weight W slices have 2048 elements, expected 64 x 64"},
-      {replace(p, "    rows=edges heads=1 k=64 n=64 tile=16 coarsen=1", "    rows=nodes heads=1 k=64 n=64 tile=16 coarsen=1"),
+      {replace(p, "    rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1", "    rows=nodes heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1"),
        "m_gemm: input 'x' is gathered through src/dst, which needs edge rows"},
       {replace(p, "t_e[row] = x[src[row]]", "t_e[row] = x[row]"), "m_gemm: input 'x' has a row per node, read per edge without a gather"},
       {replace(p, "· W[etype] * norm[row]", "· W[ntype] * norm[row]"),
@@ -388,7 +417,7 @@ TEST_CASE("the program verifier rejects each broken rule", "[intra][verifier]") 
       {replace(p, "· W[etype] * norm[row]", "· W[-] * norm[row]"), "m_gemm: 'W' has a slice per type but the kernel has no segments"},
       {replace(p, "layouts etype_sorted_coo", "layouts csr_by_dst"), "m_gemm: gathers through src/dst need the layout 'etype_sorted_coo'"},
       {replace(p, "* norm[row]\n", "* t_e[row]\n"), "m_gemm: row scalar 't_e' is not one value per row"},
-      {replace(p, "    rows=edges heads=1 k=64 n=64 tile=16 coarsen=1 deterministic", "    rows=edges heads=1 k=64 n=32 tile=16 coarsen=1 deterministic"),
+      {replace(p, "    rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 deterministic", "    rows=edges heads=1 k=64 n=32 dtype=fp32 tile=16 coarsen=1 deterministic"),
        "m_wgrad: rows of x and t_e have 64 and 64 elements, expected 1 x 64 and 1 x 32"},
       {replace(p, "d_W[etype] += sum over rows x[src[row]]^T · t_e[row]", "W[etype] += sum over rows x[src[row]]^T · t_e[row]"),
        "m_wgrad: writes 'W', an weight"},
@@ -424,11 +453,11 @@ tensor t_s: temp etype[8] zero_init
 tensor t_n: temp node[4]
 
 gemm m_gemm_v:  t_v[row] = V[row] · W[-]
-    rows=etypes heads=1 k=4 n=8 tile=16 coarsen=1 store=plain
+    rows=etypes heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 store=plain
     from: r = linear(V[e.etype], W)
 
 wgrad m_wgrad:  d_W[-] += sum over rows V[row]^T · t_s[row]
-    rows=etypes heads=1 k=4 n=8 tile=16 coarsen=1 deterministic
+    rows=etypes heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 deterministic
     from: d_W += outer(V[e.etype], e["d_r"])
 )";
 
@@ -449,7 +478,7 @@ TEST_CASE("GEMMs and weight gradients over the edge types print, parse back and 
   CHECK(verify_text(replace(t, "sum over rows V[row]^T", "sum over rows t_n[row]^T")) ==
         "m_wgrad: 't_n' has no row per edge type (rows=etypes)");
   std::string perr;
-  CHECK_FALSE(parse_program_text(replace(t, "rows=etypes heads=1 k=4 n=8 tile=16 coarsen=1 store", "rows=types heads=1 k=4 n=8 tile=16 coarsen=1 store"), &perr));
+  CHECK_FALSE(parse_program_text(replace(t, "rows=etypes heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 store", "rows=types heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 store"), &perr));
   CHECK(perr.find("expected rows=edges, rows=etypes or rows=nodes, not 'types'") != std::string::npos);
 }
 
@@ -461,7 +490,7 @@ TEST_CASE("the program parser reports positioned errors, into the declarations t
   CHECK_FALSE(parse_program_text(replace(p, "hyper d = 64", "hyper d = q"), &err));
   CHECK_THAT(err, Catch::StartsWith("m.intra.ir:4:11: error: "));
   CHECK_FALSE(parse_program_text(replace(p, "coarsen=1 store=plain", "coarsen=1 store=add"), &err));
-  CHECK_THAT(err, Catch::Contains("29:58: error: the output is written 'plain' (by its formula), not 'add'"));
+  CHECK_THAT(err, Catch::Contains("29:69: error: the output is written 'plain' (by its formula), not 'add'"));
   CHECK_FALSE(parse_program_text(replace(p, "segsum m_segsum:", "segment m_segsum:"), &err));
   CHECK_THAT(err, Catch::Contains("error: expected a kernel (gemm, traversal, wgrad, segsum or torch)"));
   CHECK_FALSE(parse_program_text(replace(p, "        e[\"tb\"] = b[e.etype] * e.norm", "        e[\"tb\"] = (b[e.etype] * e.norm"), &err));

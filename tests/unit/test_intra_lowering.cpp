@@ -153,6 +153,40 @@ TEST_CASE("every spec's intra IR prints, parses back to the same text and the sa
   }
 }
 
+TEST_CASE("the spec's dtype reaches every GEMM and weight-gradient instance, and round-trips", "[intra][lowering][dtype]") {
+  const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgcn.yaml";
+  const std::string fp32 = read_file(path);
+  REQUIRE(fp32.find("dtype: fp32") != std::string::npos);
+  for (const char* name : {"fp32", "tf32", "bf16", "fp16"}) {
+    CAPTURE(name);
+    const inter::DType want = *inter::parse_dtype(name);
+    std::vector<Program> phases = lower_source(path, replace(fp32, "dtype: fp32", std::string("dtype: ") + name));
+    int gemms = 0, wgrads = 0;
+    for (const Program& p : phases) {
+      CHECK(verify_program(p) == "");
+      for (const Kernel& k : p.kernels) {
+        if (auto* g = std::get_if<GemmInstance>(&k)) {
+          CHECK(g->dtype == want);
+          ++gemms;
+        }
+        if (auto* w = std::get_if<WeightGradInstance>(&k)) {
+          CHECK(w->dtype == want);
+          ++wgrads;
+        }
+      }
+    }
+    CHECK(gemms > 0);
+    CHECK(wgrads > 0);
+    const std::string text = print_programs(phases);
+    CHECK(text.find(std::string(" dtype=") + name + " tile=") != std::string::npos);
+    SourceFile file("rgcn.intra.ir", text);
+    Diagnostics d;
+    auto parsed = parse_programs(file, d);
+    REQUIRE(parsed);
+    CHECK(print_programs(*parsed) == text);
+  }
+}
+
 TEST_CASE("the committed .intra.ir goldens parse back to themselves", "[intra][roundtrip]") {
   for (const char* model : {"rgcn", "rgat", "hgt"}) {
     CAPTURE(model);

@@ -128,8 +128,9 @@ std::string print_gemm(const GemmInstance& g) {
                                             : fmt::format("{}[row] {}=", g.y, g.accumulate ? "+" : "");
   std::string out = fmt::format("gemm {}:  {} {} · {}[{}]{}{}\n", g.name, y, x, g.w, to_string(g.segments), g.transpose_w ? "^T" : "",
                                 g.row_scalar.empty() ? "" : fmt::format(" * {}[row]", g.row_scalar));
-  out += fmt::format("    rows={} heads={} k={} n={} tile={} coarsen={} store={}{}\n", rows_name(g.edge_rows, g.etype_rows), g.heads, g.k,
-                     g.n, g.tile, g.coarsen, g.scatter != Gather::None ? "atomic" : g.accumulate ? "add" : "plain",
+  out += fmt::format("    rows={} heads={} k={} n={} dtype={} tile={} coarsen={} store={}{}\n", rows_name(g.edge_rows, g.etype_rows),
+                     g.heads, g.k, g.n, inter::to_string(g.dtype), g.tile, g.coarsen,
+                     g.scatter != Gather::None ? "atomic" : g.accumulate ? "add" : "plain",
                      g.launch_bounds ? fmt::format(" launch_bounds={}", *g.launch_bounds) : "");
   return out + fmt::format("    from: {}\n", g.source);
 }
@@ -138,8 +139,8 @@ std::string print_wgrad(const WeightGradInstance& w) {
   std::string out = fmt::format("wgrad {}:  {}[{}] += sum over rows {}[{}]^T · {}[{}]{}\n", w.name, w.dw, to_string(w.segments), w.x,
                                 gathered_row(w.x_gather), w.dy, gathered_row(w.dy_gather),
                                 w.row_scalar.empty() ? "" : fmt::format(" * {}[row]", w.row_scalar));
-  out += fmt::format("    rows={} heads={} k={} n={} tile={} coarsen={} deterministic\n", rows_name(w.edge_rows, w.etype_rows), w.heads, w.k,
-                     w.n, w.tile, w.coarsen);
+  out += fmt::format("    rows={} heads={} k={} n={} dtype={} tile={} coarsen={} deterministic\n", rows_name(w.edge_rows, w.etype_rows),
+                     w.heads, w.k, w.n, inter::to_string(w.dtype), w.tile, w.coarsen);
   return out + fmt::format("    from: {}\n", w.source);
 }
 
@@ -287,7 +288,15 @@ class ProgramVerifier {
     return {};
   }
 
+  // One dtype per model (the spec's `options: dtype`): every GEMM and weight gradient computes in it.
+  std::string dtype(const std::string& kernel, inter::DType d) const {
+    if (d != p_.decl.options.dtype)
+      return fmt::format("{}: dtype={} but the model's dtype is {}", kernel, inter::to_string(d), inter::to_string(p_.decl.options.dtype));
+    return {};
+  }
+
   std::string check(const GemmInstance& g) const {
+    if (std::string e = dtype(g.name, g.dtype); !e.empty()) return e;
     std::string err;
     const TensorInfo *x = operand(g.name, g.x, false, err), *w = x ? operand(g.name, g.w, false, err) : nullptr,
                      *y = w ? operand(g.name, g.y, true, err) : nullptr;
@@ -316,6 +325,7 @@ class ProgramVerifier {
   }
 
   std::string check(const WeightGradInstance& wg) const {
+    if (std::string e = dtype(wg.name, wg.dtype); !e.empty()) return e;
     std::string err;
     const TensorInfo *x = operand(wg.name, wg.x, false, err), *dy = x ? operand(wg.name, wg.dy, false, err) : nullptr,
                      *dw = dy ? operand(wg.name, wg.dw, true, err) : nullptr;

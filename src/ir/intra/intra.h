@@ -29,7 +29,7 @@
 //   alias msg -> t_hs
 //
 //   gemm rgat_fw_gemm_hs:  t_hs[row] = feature[src[row]] · W[etype]
-//       rows=edges heads=1 k=64 n=64 tile=16 coarsen=1 store=plain
+//       rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 store=plain
 //       from: hs = reshape(e.src.feature * W[e.etype], heads, out_dim)
 //
 //   traversal rgat_fw_edges_att: rows=edges(e) threads=256
@@ -88,6 +88,9 @@ struct GemmInstance {
   bool transpose_w = false;       // Y = X · W^T (backward: input gradients)
   std::string row_scalar;    // tensor with one scalar per row, or empty
   int64_t heads = 1, k = 0, n = 0;
+  // Arithmetic class (the model's `dtype`): fp32 runs the SIMT template; tf32, bf16 and fp16 are meant for the
+  // tensor-core kernels of hectorgen/tc_gemm.cuh (docs/dtype_plan.md; emission is still SIMT).
+  inter::DType dtype = inter::DType::FP32;
   int tile = 16, coarsen = 1;
   std::optional<int> launch_bounds;
   std::string source;  // the inter-IR statement it implements, for comments
@@ -105,6 +108,7 @@ struct WeightGradInstance {
   bool etype_rows = false;  // rows are the edge types (as GemmInstance::etype_rows; no segments)
   Segments segments = Segments::None;
   int64_t heads = 1, k = 0, n = 0;  // dW slice per head: k x n
+  inter::DType dtype = inter::DType::FP32;  // arithmetic class, as GemmInstance::dtype (partials, sums: fp32)
   int tile = 16, coarsen = 1;       // dW tile edge; rows of the dW tile per thread (as GemmInstance)
   std::string source;
 };

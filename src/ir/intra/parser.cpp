@@ -463,6 +463,15 @@ int64_t parse_key(Cursor& c, const char* key) {
   return c.integer();
 }
 
+// dtype=fp32 | tf32 | bf16 | fp16: the arithmetic class of a GEMM or weight-gradient instance.
+inter::DType parse_dtype_key(Cursor& c) {
+  c.expect("dtype=");
+  size_t at = c.pos();
+  std::string s = c.ident("fp32, tf32, bf16 or fp16");
+  if (auto d = inter::parse_dtype(s)) return *d;
+  c.fail_at(at, fmt::format("unknown dtype '{}' (fp32, tf32, bf16 or fp16)", s));
+}
+
 class ProgramParser {
  public:
   ProgramParser(const SourceFile& f, Diagnostics& d, const std::vector<Line>& lines, size_t begin, size_t end)
@@ -659,11 +668,12 @@ class ProgramParser {
       c.end();
     }
     {
-      Cursor c = body_line("rows=... heads=... k=... n=... tile=... coarsen=... store=...");
+      Cursor c = body_line("rows=... heads=... k=... n=... dtype=... tile=... coarsen=... store=...");
       g.edge_rows = parse_rows(c, &g.etype_rows);
       g.heads = parse_key(c, "heads");
       g.k = parse_key(c, "k");
       g.n = parse_key(c, "n");
+      g.dtype = parse_dtype_key(c);
       g.tile = static_cast<int>(parse_key(c, "tile"));
       g.coarsen = static_cast<int>(parse_key(c, "coarsen"));
       c.expect("store=");
@@ -712,11 +722,12 @@ class ProgramParser {
       c.end();
     }
     {
-      Cursor c = body_line("rows=... heads=... k=... n=... tile=... coarsen=... deterministic");
+      Cursor c = body_line("rows=... heads=... k=... n=... dtype=... tile=... coarsen=... deterministic");
       w.edge_rows = parse_rows(c, &w.etype_rows);
       w.heads = parse_key(c, "heads");
       w.k = parse_key(c, "k");
       w.n = parse_key(c, "n");
+      w.dtype = parse_dtype_key(c);
       w.tile = static_cast<int>(parse_key(c, "tile"));
       w.coarsen = static_cast<int>(parse_key(c, "coarsen"));
       c.expect("deterministic");

@@ -1,27 +1,67 @@
-// (b) + (d) Hand-written tensor-core kernels (mma.sync, sm_80 and later):
-//   segment_gemm: Y[S[row]] = scale[row] * X[G[row]] * W[type(row)] over type-sorted rows;
-//   wgrad:        dW[t] = sum over segment t of X[G[row]]^T (dY[S[row]] * scale[row]), split-K over fixed row
-//                 chunks, fp32 partials reduced in chunk order by a second kernel (deterministic).
+// Tensor-core kernels of hectorgen's GEMM and weight-gradient instances (mma.sync, sm_80 and later; header-only,
+// installed with the runtime and included by generated *_kernels.cu):
+//   segment_gemm:    Y[S[row]] = scale[row] * X[G[row]] * W[type(row)] over type-sorted rows;
+//   csr_segment_sum: the second half of the deterministic scatter-add (rows stored destination-sorted, then
+//                    summed per destination in a fixed order);
+//   wgrad:           dW[t] = sum over segment t of X[G[row]]^T (dY[S[row]] * scale[row]), split-K over fixed row
+//                    chunks, fp32 partials reduced in chunk order by a second kernel (deterministic).
 //
-// Both use 32x32 warp tiles of m16n8k16 (bf16/fp16) or m16n8k8 (tf32) MMAs, 16-byte cp.async loads with the
+// Both GEMMs use 32x32 warp tiles of m16n8k16 (bf16/fp16) or m16n8k8 (tf32) MMAs, 16-byte cp.async loads with the
 // gather/scatter lists applied per row, and a kStages-deep cp.async ring over the reduction dimension.
 // The forward's shared-memory tiles are dense and XOR-swizzled (fragments::Swizzled), the weight gradient's rows
 // are padded by 16 bytes (fragments::Padded): either way ldmatrix and the tf32 fragment loads are conflict-free.
+// Design and H100 measurements: docs/gemm_template.md; microbenchmark and CPU fragment check: bench/gemm/.
 #pragma once
 
 #include <algorithm>
 #include <type_traits>
 
-#include "common.cuh"
-#include "fragments.h"
+#include "hectorgen/tc_fragments.h"
+#include "hectorgen/tc_ptx.cuh"
 
-namespace gemm_bench::tc {
+namespace hectorgen::tc {
+
+// How the GEMM's rows are stored: Y[S[row]] = scale[row] * X[G[row]] * W[T(row)].
+//   kStore:  overwrite the output row (S absent: the row itself; S present: it must be injective).
+//   kAtomic: add into an fp32 output (S present, several rows may share a destination).
+enum class Epilogue { kStore, kAtomic };
+
+// One segment GEMM over type-sorted rows. Rows seg_ptr[t]..seg_ptr[t+1] use weight t. Optional lists may be
+// null. x: [x_rows][k], w: [num_segments][k][n], y: [y_rows][n]; every row index is int32 (like the runtime).
+template <class T, class OutT>
+struct SegmentGemmArgs {
+  const T* x;
+  const T* w;
+  OutT* y;
+  const int32_t* gather;   // G: the X row of each row, or null
+  const int32_t* scatter;  // S: the Y row of each row, or null
+  const float* scale;      // one scalar per row, or null
+  const int32_t* seg_ptr;  // [num_segments + 1]
+  const int32_t* tile_ptr; // [num_segments + 1] prefix sum of ceil(rows / tile rows) for the kernel's tile
+  int64_t num_rows;
+  int num_segments;
+};
+
+// Weight gradient dW[t] (=, or += when accumulate) sum over the rows of segment t of X[G[row]]^T (dY[S[row]] *
+// scale[row]). x: [..][k], dy: [..][n], dw: [num_segments][k][n] in fp32 (the gradient accumulator).
+template <class T>
+struct WgradArgs {
+  const T* x;
+  const T* dy;
+  float* dw;
+  const int32_t* gather;   // X rows, or null
+  const int32_t* scatter;  // dY rows, or null
+  const float* scale;
+  const int32_t* seg_ptr;
+  int64_t num_rows;
+  int num_segments;
+};
 
 // Reduction depth of one mma: k16 for the 16-bit types, k8 for tf32 (stored as float).
 template <class T> constexpr int kMmaK = 16;
 template <> constexpr int kMmaK<float> = 8;
 
-// ---- warp-level fragment loads (positions in fragments.h, checked on the CPU by fragment_check.cpp) ---------
+// ---- warp-level fragment loads (positions in tc_fragments.h, checked on the CPU by bench/gemm/fragment_check)
 // Each lane computes the offset of its first fragment position inside the warp's tile once (a_lane_offset,
 // b_lane_offset, through the layout, fragments::Padded or fragments::Swizzled); every other position is that
 // offset displaced by a compile-time (rows, cols) (layout.displace: an add, or for the swizzle one XOR).
@@ -495,4 +535,4 @@ void launch_wgrad(const WgradArgs<T>& a, const int32_t* chunk_ptr, int chunk_row
                                                                          accumulate);
 }
 
-}  // namespace gemm_bench::tc
+}  // namespace hectorgen::tc
