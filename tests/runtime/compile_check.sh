@@ -39,9 +39,11 @@ done
 
 # The tensor-core kernels of the header, for each storage type and both epilogues (what generated code instantiates).
 cat >"$tmp/tc_gemm_check.cu" <<'EOF'
+#include "hectorgen/simt_wgrad.cuh"
 #include "hectorgen/tc_gemm.cuh"
 
 namespace tc = hectorgen::tc;
+namespace simt = hectorgen::simt;
 
 template <class T>
 void instantiate(cudaStream_t stream) {
@@ -52,6 +54,11 @@ void instantiate(cudaStream_t stream) {
                                                                stream);
   tc::launch_csr_segment_sum<T, 64>(nullptr, nullptr, nullptr, 0, stream);
   tc::launch_wgrad<T, 64, 128>(tc::WgradArgs<T>{}, nullptr, 128, nullptr, false, stream);
+  (void)tc::launch_wgrad_partials<T, 64, 64>(tc::WgradArgs<T>{}, nullptr, 128, nullptr, stream);
+  (void)simt::launch_wgrad_partials<T, 64, 64, 1>(simt::WgradArgs<T>{}, nullptr, 128, nullptr, stream);
+  (void)simt::launch_wgrad_partials<T, 16, 48, 4>(simt::WgradArgs<T>{}, nullptr, 128, nullptr, stream);
+  (void)hectorgen::launch_reduce_partials<T>(nullptr, nullptr, nullptr, 1, 64 * 64, true, stream);
+  (void)hectorgen::launch_segment_tile_ptr(nullptr, 1, 0, 64, nullptr, stream);
 }
 
 void instantiate_all(cudaStream_t stream) {
@@ -63,13 +70,13 @@ EOF
 for arch in 80 90a; do
   "$nvcc" -std=c++17 -O2 "-gencode=arch=compute_$arch,code=sm_$arch" -I"$runtime/include" \
     -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c "$tmp/tc_gemm_check.cu" -o "$tmp/tc_gemm_sm$arch.o"
-  echo "compile_check: ok  hectorgen/tc_gemm.cuh for sm_$arch (tf32, bf16, fp16)"
+  echo "compile_check: ok  hectorgen/tc_gemm.cuh, simt_wgrad.cuh, segments.cuh for sm_$arch (fp32/tf32, bf16, fp16)"
 done
 
-printf '#include "hectorgen/%s"\n' graph.h runtime_version.h tc_fragments.h >"$tmp/header_check.cpp"
+printf '#include "hectorgen/%s"\n' graph.h runtime_version.h segments.h tc_fragments.h >"$tmp/header_check.cpp"
 printf 'int main() { return 0; }\n' >>"$tmp/header_check.cpp"
 "$cxx" -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I"$runtime/include" -I"$cuda_include" "$tmp/header_check.cpp"
-echo "compile_check: ok  hectorgen/graph.h, hectorgen/runtime_version.h, hectorgen/tc_fragments.h as plain C++17"
+echo "compile_check: ok  hectorgen/graph.h, runtime_version.h, segments.h, tc_fragments.h as plain C++17"
 
 torch_query='from torch.utils.cpp_extension import include_paths; print(" ".join(include_paths()))'
 if torch_includes="$("$python" -c "$torch_query" 2>/dev/null)"; then

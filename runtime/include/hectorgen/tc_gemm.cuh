@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "hectorgen/segments.cuh"
 #include "hectorgen/tc_fragments.h"
 #include "hectorgen/tc_ptx.cuh"
 
@@ -36,7 +37,7 @@ struct SegmentGemmArgs {
   const int32_t* gather;   // G: the X row of each row, or null
   const int32_t* scatter;  // S: the Y row of each row, or null
   const float* scale;      // one scalar per row, or null
-  const int32_t* seg_ptr;  // [num_segments + 1]
+  const int32_t* seg_ptr;  // [num_segments + 1], or null: one segment of num_rows rows
   const int32_t* tile_ptr; // [num_segments + 1] prefix sum of ceil(rows / tile rows) for the kernel's tile
   int64_t num_rows;
   int num_segments;
@@ -52,7 +53,7 @@ struct WgradArgs {
   const int32_t* gather;   // X rows, or null
   const int32_t* scatter;  // dY rows, or null
   const float* scale;
-  const int32_t* seg_ptr;
+  const int32_t* seg_ptr;  // [num_segments + 1], or null: one segment of num_rows rows
   int64_t num_rows;
   int num_segments;
 };
@@ -196,8 +197,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int n0 = static_cast<int>(blockIdx.x % Cfg::kNTiles) * kBN;
   if (tile >= a.tile_ptr[a.num_segments]) return;  // the grid over-approximates the tile count
   const int type = find_segment(a.tile_ptr, a.num_segments, tile);
-  const int64_t row_begin = a.seg_ptr[type] + (tile - a.tile_ptr[type]) * kBM;
-  const int rows = static_cast<int>(min(static_cast<int64_t>(kBM), a.seg_ptr[type + 1] - row_begin));
+  const int64_t seg_begin = a.seg_ptr ? a.seg_ptr[type] : 0, seg_end = a.seg_ptr ? a.seg_ptr[type + 1] : a.num_rows;
+  const int64_t row_begin = seg_begin + (tile - a.tile_ptr[type]) * kBM;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kBM), seg_end - row_begin));
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wm = warp / Cfg::kWarpsN, wn = warp % Cfg::kWarpsN;
 
@@ -397,8 +399,9 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const int n0 = static_cast<int>(blockIdx.x % kTiles / Cfg::kKTiles) * Cfg::kBN;
   if (chunk >= chunk_ptr[a.num_segments]) return;  // the grid over-approximates the chunk count
   const int type = find_segment(chunk_ptr, a.num_segments, chunk);
-  const int64_t row_begin = a.seg_ptr[type] + (chunk - chunk_ptr[type]) * chunk_rows;
-  const int64_t row_end = min(row_begin + chunk_rows, static_cast<int64_t>(a.seg_ptr[type + 1]));
+  const int64_t seg_begin = a.seg_ptr ? a.seg_ptr[type] : 0, seg_end = a.seg_ptr ? a.seg_ptr[type + 1] : a.num_rows;
+  const int64_t row_begin = seg_begin + (chunk - chunk_ptr[type]) * chunk_rows;
+  const int64_t row_end = min(row_begin + chunk_rows, seg_end);
   const int num_slabs = static_cast<int>((row_end - row_begin + kBR - 1) / kBR);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wm = warp / 2, wn = warp % 2;
@@ -505,30 +508,29 @@ __global__ void __launch_bounds__(256)
   *dst = sum;
 }
 
-// The fixed partition: chunk_rows depends only on the row count (never on the GPU), a multiple of 32 rows,
-// aiming at about kTargetBlocks blocks (several waves of 132 SMs) over all dW tiles.
-constexpr int64_t kWgradTargetBlocks = 2048;
-inline int wgrad_chunk_rows(int64_t num_rows, int dw_tiles) {
-  const int64_t target_chunks = std::max<int64_t>(1, kWgradTargetBlocks / dw_tiles);
-  const int64_t rows = (num_rows + target_chunks - 1) / target_chunks;
-  return static_cast<int>(std::max<int64_t>(128, (rows + 31) / 32 * 32));
-}
+// The fixed partition and the chunk count's bound are hectorgen/segments.cuh's (shared with the SIMT kernel).
+using hectorgen::wgrad_chunk_rows;
+using hectorgen::wgrad_max_chunks;
 
-// Upper bound of the chunk count for the grid and the partial workspace: ceil(rows / chunk_rows) + segments.
-inline int64_t wgrad_max_chunks(int64_t num_rows, int num_segments, int chunk_rows) {
-  return (num_rows + chunk_rows - 1) / chunk_rows + num_segments;
+// First half of the weight gradient: partial[chunk] for every chunk (chunk_ptr from launch_segment_tile_ptr with
+// chunk_rows = wgrad_chunk_rows(num_rows, K / 64 * N / 64)); a.dw is not touched. hectorgen::launch_reduce_partials
+// (or the K x N specialised wgrad_reduce_kernel of launch_wgrad) adds the chunks of each segment in order.
+template <class T, int K, int N>
+cudaError_t launch_wgrad_partials(const WgradArgs<T>& a, const int32_t* chunk_ptr, int chunk_rows, float* partial,
+                                  cudaStream_t stream) {
+  constexpr int kStages = sizeof(T) == 4 ? 2 : 3;
+  using Cfg = Wgrad<T, K, N, kStages>;
+  if (a.num_rows <= 0) return cudaSuccess;
+  const int64_t blocks = wgrad_max_chunks(a.num_rows, a.num_segments, chunk_rows) * Cfg::kKTiles * Cfg::kNTiles;
+  wgrad_partial_kernel<Cfg, T, K, N, kStages>
+      <<<static_cast<unsigned>(blocks), Cfg::kThreads, 0, stream>>>(a, chunk_ptr, chunk_rows, partial);
+  return cudaGetLastError();
 }
 
 template <class T, int K, int N>
 void launch_wgrad(const WgradArgs<T>& a, const int32_t* chunk_ptr, int chunk_rows, float* partial, bool accumulate,
                   cudaStream_t stream) {
-  constexpr int kStages = sizeof(T) == 4 ? 2 : 3;
-  using Cfg = Wgrad<T, K, N, kStages>;
-  if (a.num_rows > 0) {
-    const int64_t blocks = wgrad_max_chunks(a.num_rows, a.num_segments, chunk_rows) * Cfg::kKTiles * Cfg::kNTiles;
-    wgrad_partial_kernel<Cfg, T, K, N, kStages>
-        <<<static_cast<unsigned>(blocks), Cfg::kThreads, 0, stream>>>(a, chunk_ptr, chunk_rows, partial);
-  }
+  launch_wgrad_partials<T, K, N>(a, chunk_ptr, chunk_rows, partial, stream);
   const int64_t threads = static_cast<int64_t>(a.num_segments) * K * N / 4;
   wgrad_reduce_kernel<K, N>
       <<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(partial, chunk_ptr, a.dw, a.num_segments,

@@ -85,6 +85,16 @@ std::set<std::string> kernel_reads(const Kernel& k) {
   return out;
 }
 
+const char* cuda_type(inter::DType storage) {
+  switch (storage) {
+    case inter::DType::FP32:
+    case inter::DType::TF32: return "float";
+    case inter::DType::BF16: return "__nv_bfloat16";
+    case inter::DType::FP16: return "__half";
+  }
+  return "float";
+}
+
 const char* to_string(Role r) {
   switch (r) {
     case Role::Input: return "input";

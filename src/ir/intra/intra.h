@@ -58,6 +58,8 @@ struct TensorInfo {
   std::vector<int64_t> shape;  // per-row shape
   bool zero_init = false;      // its first write accumulates: allocate zeroed
   std::string from_graph;      // inputs computed by graph preprocessing
+  // Element storage type: FP32, BF16 or FP16 (a tf32 model stores FP32). docs/dtype_plan.md has the rule.
+  inter::DType storage = inter::DType::FP32;
   int64_t row_numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -69,6 +71,7 @@ enum class Gather { None, Src, Dst };
 enum class Segments { None, Etype, Ntype };
 
 const char* to_string(Role r);      // input, weight, output, field, temp
+const char* cuda_type(inter::DType storage);  // float, __nv_bfloat16, __half (TF32 stores float)
 const char* to_string(Segments s);  // -, etype, ntype
 std::string gathered_row(Gather g); // row, src[row], dst[row]
 const char* rows_name(bool edge_rows, bool etype_rows = false);  // edges, nodes, etypes

@@ -1,0 +1,126 @@
+// Weight gradients on CUDA cores, for fp32 models and for the instances the tensor-core kernel does not take
+// (several heads, k or n not a multiple of 64): the same fixed split-K schedule as tc::launch_wgrad.
+//   dW[t][h] (+)= sum over the rows r of segment t of X[G(r)][h]^T (dY[S(r)][h] * scale[r])
+// Each block computes one 64 x 64 tile of dW[t][h] over one chunk of chunk_rows rows of segment t (chunk_ptr
+// numbers the chunks of every segment: hectorgen::launch_segment_tile_ptr with tile_rows = chunk_rows) and stores
+// it to partial[chunk][h]; hectorgen::launch_reduce_partials then adds the chunks of each segment in order. The
+// partition depends only on the row count, so two runs give bit-identical gradients. Header-only CUDA.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hectorgen/segments.cuh"
+#include "hectorgen/tc_ptx.cuh"  // to_float, find_segment
+
+namespace hectorgen::simt {
+
+// x: [rows of X][heads][k], dy: [rows of dY][heads][n], any storage type T (converted to fp32 when loaded).
+template <class T>
+struct WgradArgs {
+  const T* x;
+  const T* dy;
+  const int32_t* gather;   // X row of each row, or null (the row itself)
+  const int32_t* scatter;  // dY row of each row, or null
+  const float* scale;      // one scalar per row, or null
+  const int32_t* seg_ptr;  // [num_segments + 1], or null: one segment of num_rows rows
+  int64_t num_rows;
+  int num_segments;
+};
+
+constexpr int kWgradTile = 64;     // dW tile: 64 (k) x 64 (n)
+constexpr int kWgradSlab = 32;     // rows per shared-memory slab (the reduction dimension)
+constexpr int kWgradThreads = 256;  // 16 x 16 threads, each 4 (k) x 4 (n) outputs
+
+// Blocks per chunk: dW tiles x heads. wgrad_chunk_rows(num_rows, this) gives the chunk size.
+template <int K, int N, int kHeads>
+constexpr int wgrad_blocks_per_chunk() {
+  return ((K + kWgradTile - 1) / kWgradTile) * ((N + kWgradTile - 1) / kWgradTile) * kHeads;
+}
+
+template <class T, int K, int N, int kHeads>
+__global__ void __launch_bounds__(kWgradThreads)
+    wgrad_partial_kernel(const WgradArgs<T> a, const int32_t* __restrict__ chunk_ptr, int chunk_rows,
+                         float* __restrict__ partial) {
+  constexpr int kKTiles = (K + kWgradTile - 1) / kWgradTile, kNTiles = (N + kWgradTile - 1) / kWgradTile;
+  constexpr int kBlocksPerChunk = kKTiles * kNTiles * kHeads;
+  // +4: the 4-wide row reads of a warp start in different banks.
+  __shared__ alignas(16) float xs[kWgradSlab][kWgradTile + 4];
+  __shared__ alignas(16) float ds[kWgradSlab][kWgradTile + 4];
+
+  const int64_t chunk = blockIdx.x / kBlocksPerChunk;
+  const int within = static_cast<int>(blockIdx.x % kBlocksPerChunk);
+  const int k0 = within % kKTiles * kWgradTile, n0 = within / kKTiles % kNTiles * kWgradTile;
+  const int head = within / (kKTiles * kNTiles);
+  if (chunk >= chunk_ptr[a.num_segments]) return;  // the grid over-approximates the chunk count
+  const int type = tc::find_segment(chunk_ptr, a.num_segments, chunk);
+  const int64_t seg_begin = a.seg_ptr ? a.seg_ptr[type] : 0, seg_end = a.seg_ptr ? a.seg_ptr[type + 1] : a.num_rows;
+  const int64_t row_begin = seg_begin + (chunk - chunk_ptr[type]) * chunk_rows;
+  const int64_t row_end = min(row_begin + chunk_rows, seg_end);
+
+  const int tid = threadIdx.x;
+  const int tk = tid / 16 * 4, tn = tid % 16 * 4;  // this thread's outputs: k0 + tk + 0..3, n0 + tn + 0..3
+  // Loads: each thread copies 4 consecutive columns of 8 slab rows of both X and dY (a warp: 2 rows, coalesced).
+  const int lc = tid % 16 * 4, lr = tid / 16;
+  float acc[4][4] = {};
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += kWgradSlab) {
+#pragma unroll
+    for (int p = 0; p < kWgradSlab / 16; ++p) {
+      const int r = lr + 16 * p;
+      const int64_t row = r0 + r;
+      const bool valid = row < row_end;
+      const int64_t x_row = !valid ? 0 : a.gather ? static_cast<int64_t>(a.gather[row]) : row;
+      const int64_t d_row = !valid ? 0 : a.scatter ? static_cast<int64_t>(a.scatter[row]) : row;
+      const float s = valid && a.scale ? a.scale[row] : 1.f;
+      const T* xp = a.x + (x_row * kHeads + head) * K;
+      const T* dp = a.dy + (d_row * kHeads + head) * N;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int k = k0 + lc + j, n = n0 + lc + j;
+        xs[r][lc + j] = valid && k < K ? tc::to_float(xp[k]) : 0.f;
+        ds[r][lc + j] = valid && n < N ? tc::to_float(dp[n]) * s : 0.f;
+      }
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int r = 0; r < kWgradSlab; ++r) {
+      const float4 xv = *reinterpret_cast<const float4*>(&xs[r][tk]);
+      const float4 dv = *reinterpret_cast<const float4*>(&ds[r][tn]);
+      const float xk[4] = {xv.x, xv.y, xv.z, xv.w}, dn[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += xk[i] * dn[j];
+      }
+    }
+    __syncthreads();
+  }
+  float* const out = partial + (chunk * kHeads + head) * static_cast<int64_t>(K) * N;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int k = k0 + tk + i;
+    if (k >= K) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int n = n0 + tn + j;
+      if (n < N) out[static_cast<int64_t>(k) * N + n] = acc[i][j];
+    }
+  }
+}
+
+// First half of the weight gradient: partial[chunk][h] for every chunk (chunk_ptr from launch_segment_tile_ptr
+// with chunk_rows = wgrad_chunk_rows(num_rows, wgrad_blocks_per_chunk<K, N, kHeads>())). partial holds
+// wgrad_max_chunks(num_rows, num_segments, chunk_rows) x kHeads x K x N floats.
+template <class T, int K, int N, int kHeads>
+cudaError_t launch_wgrad_partials(const WgradArgs<T>& a, const int32_t* chunk_ptr, int chunk_rows, float* partial,
+                                  cudaStream_t stream) {
+  if (a.num_rows <= 0) return cudaSuccess;  // chunk_ptr is all zeros: the reduction writes zeros
+  const int64_t blocks = wgrad_max_chunks(a.num_rows, a.num_segments, chunk_rows) *
+                         wgrad_blocks_per_chunk<K, N, kHeads>();
+  wgrad_partial_kernel<T, K, N, kHeads>
+      <<<static_cast<unsigned>(blocks), kWgradThreads, 0, stream>>>(a, chunk_ptr, chunk_rows, partial);
+  return cudaGetLastError();
+}
+
+}  // namespace hectorgen::simt
