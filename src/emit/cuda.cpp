@@ -267,6 +267,20 @@ GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
   return c;
 }
 
+// The workspaces of one instance (none yet: every instance is a single kernel over the Args' tensors).
+static std::vector<Workspace> kernel_workspaces(const Program& p, const intra::Kernel& k) {
+  (void)p;
+  (void)k;
+  return {};
+}
+
+std::vector<Workspace> workspaces(const Program& p) {
+  std::vector<Workspace> all;
+  for (const auto& k : p.kernels)
+    for (Workspace& w : kernel_workspaces(p, k)) all.push_back(std::move(w));
+  return all;
+}
+
 static bool has_torch_fallback(const Program& p) {
   for (const auto& k : p.kernels)
     if (std::holds_alternative<intra::TorchInstance>(k)) return true;
@@ -396,6 +410,8 @@ std::string emit_kernels_h(const std::vector<Program>& ir_phases, const EmitCont
         for (int64_t d : t.shape) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
         w.line(fmt::format("{}float* {} = nullptr;  // [{}]", is_const_tensor(t) ? "const " : "", t.name, dims));
       }
+      for (const Workspace& ws : workspaces(ph))
+        w.line(fmt::format("{}* {} = nullptr;  // workspace [{}]: {}", ws.ctype, ws.name, ws.numel, ws.comment));
     }
     w.line("};");
     w.line();

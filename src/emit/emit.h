@@ -34,6 +34,18 @@ std::string args_struct(const intra::Program& p);
 // The ATen code (for the host function) of a PyTorch-fallback instance.
 std::string emit_torch_block(const intra::Program& p, const intra::TorchInstance& t);
 
+// Scratch memory one kernel instance needs for one call (split-K partials, per-call tile offsets, a transposed
+// weight): the host code allocates it from PyTorch's caching allocator (no cudaMalloc, no host sync: a generated
+// layer can be captured in a CUDA graph) and passes it in the Args struct; the launcher fills and reads it.
+struct Workspace {
+  std::string name;     // Args field and host variable (a C++ identifier, unique in the phase)
+  std::string ctype;    // element type: "float" or "int32_t"
+  std::string numel;    // C++ expression of its element count over num_nodes, num_edges, num_etypes, num_ntypes
+  std::string comment;  // what it holds
+};
+// The workspaces of every instance of `p`, in kernel order.
+std::vector<Workspace> workspaces(const intra::Program& p);
+
 // Graph arrays (struct fields / op arguments) the program needs, in a fixed order.
 std::vector<std::string> graph_arrays(const intra::Program& p);
 std::string capitalize(const std::string& s);

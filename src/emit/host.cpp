@@ -147,10 +147,14 @@ static std::string emit_op(const Program& p, const Program& ir) {
     if (std::find(results.begin(), results.end(), t.name) != results.end())
       meta += fmt::format("  at::Tensor {} = at::empty({}, {}.options());\n", t.name, shape_list(t), device_from);
   }
+  for (const Workspace& w : workspaces(p))
+    alloc += fmt::format("  at::Tensor {} = at::empty({{{}}}, options.dtype({}));  // workspace: {}\n", w.name, w.numel,
+                         w.ctype == "int32_t" ? "at::kInt" : "at::kFloat", w.comment);
   v["allocations"] = alloc.substr(0, alloc.size() - 1);
   v["meta_allocations"] = meta.substr(0, meta.size() - 1);
   for (const std::string& g : graph_arrays(p)) assign += fmt::format("  a.{} = {}.data_ptr<int32_t>();\n", g, g);
   for (const TensorInfo& t : p.tensors) assign += fmt::format("  a.{} = {}.data_ptr<float>();\n", t.name, t.name);
+  for (const Workspace& w : workspaces(p)) assign += fmt::format("  a.{} = {}.data_ptr<{}>();\n", w.name, w.name, w.ctype);
   v["assignments"] = assign.substr(0, assign.size() - 1);
   std::string res;
   for (const auto& r : results) res += (res.empty() ? "" : ", ") + r;
