@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "hectorgen/simt_wgrad.cuh"
 #include "cute_gemm.h"
 #include "reference.cuh"
 #include "simt.cuh"
@@ -573,6 +574,21 @@ void run_simt(Context& ctx, const Graph& g, uint64_t seed) {
     simt::launch_segment_gemm<D, D, Epilogue::kAtomic>(a, nullptr);
   });
   run.wgrad("simt", true, [](const WgradArgs<float>& a) { simt::launch_wgrad<D, D>(a, nullptr); });
+  // What generated fp32 code runs (hectorgen/simt_wgrad.cuh): the split-K schedule on CUDA cores, its chunk
+  // offsets computed per call on the GPU, then the ordered reduction of the partials.
+  const int chunk_rows = hectorgen::wgrad_chunk_rows(g.c.num_rows, hectorgen::simt::wgrad_blocks_per_chunk<D, D, 1>());
+  DeviceBuffer<float> partial(hectorgen::wgrad_max_chunks(g.c.num_rows, g.c.num_segments, chunk_rows) * D * D);
+  DeviceBuffer<int32_t> chunk_ptr(g.c.num_segments + 1);
+  run.wgrad("simt-splitk", false, [&](const WgradArgs<float>& a) {
+    const hectorgen::simt::WgradArgs<float> s{a.x, a.dy, a.gather, a.scatter, a.scale, a.seg_ptr, a.num_rows,
+                                              a.num_segments};
+    CUDA_CHECK(hectorgen::launch_segment_tile_ptr(a.seg_ptr, a.num_segments, a.num_rows, chunk_rows,
+                                                  chunk_ptr.get(), nullptr));
+    CUDA_CHECK((hectorgen::simt::launch_wgrad_partials<float, D, D, 1>(s, chunk_ptr.get(), chunk_rows,
+                                                                       partial.get(), nullptr)));
+    CUDA_CHECK(hectorgen::launch_reduce_partials<float>(partial.get(), chunk_ptr.get(), a.dw, a.num_segments,
+                                                        static_cast<int64_t>(D) * D, false, nullptr));
+  });
 }
 
 template <class T, int D>
@@ -625,15 +641,16 @@ void run_case_dim(Context& ctx, const Graph& g, uint64_t seed) {
 
 void print_table(const std::vector<Row>& rows) {
   std::printf("\n== GEMM template microbenchmark: median ms (x its HBM floor); FAIL = wrong or not deterministic ==\n");
-  std::printf("%-10s %-11s | %-17s %-17s %-17s %-17s %-17s %-17s\n", "case", "op", "simt fp32", "tc tf32",
-              "tc bf16", "cute bf16", "tc fp16", "cute fp16");
+  std::printf("%-10s %-11s | %-17s %-17s %-17s %-17s %-17s %-17s %-17s\n", "case", "op", "simt fp32",
+              "simt-splitk fp32", "tc tf32", "tc bf16", "cute bf16", "tc fp16", "cute fp16");
   std::vector<std::pair<std::string, std::string>> keys;
   for (const Row& r : rows) {
     const auto key = std::make_pair(r.case_name, r.op);
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
   }
-  const std::pair<const char*, const char*> columns[] = {{"simt", "fp32"}, {"tc", "tf32"},   {"tc", "bf16"},
-                                                         {"cute", "bf16"}, {"tc", "fp16"}, {"cute", "fp16"}};
+  const std::pair<const char*, const char*> columns[] = {{"simt", "fp32"}, {"simt-splitk", "fp32"}, {"tc", "tf32"},
+                                                         {"tc", "bf16"},   {"cute", "bf16"},        {"tc", "fp16"},
+                                                         {"cute", "fp16"}};
   for (const auto& [name, op] : keys) {
     std::printf("%-10s %-11s |", name.c_str(), op.c_str());
     for (const auto& [impl, dtype] : columns) {
