@@ -16,6 +16,7 @@ printed as it finishes; the part ends with the short table of report.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import gc
 import json
@@ -186,6 +187,28 @@ def time_fn(fn, budget_s: float, min_iters: int, max_iters: int) -> dict:
     return {"ms": ts[len(ts) // 2], "ms_min": ts[0], "ms_max": ts[-1], "iters": n, "first_ms": first * 1e3}
 
 
+def profile_top(fn, train: bool, calls: int = 3, top: int = 8) -> list:
+    """The kernels that take the time of one call, by the torch profiler: [name, ms per call, launches per call]
+    of the `top` kernels by CUDA time (--profile; the case's timing is taken before, without the profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+    with torch.no_grad() if not train else contextlib.nullcontext():
+        fn()
+        sync()
+        cuda = DEVICE == "cuda"
+        with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+            for _ in range(calls):
+                fn()
+            sync()
+    rows = []
+    for ev in prof.key_averages():
+        t = getattr(ev, "self_device_time_total", getattr(ev, "self_cuda_time_total", 0)) if cuda \
+            else ev.self_cpu_time_total
+        if t > 0:
+            rows.append([ev.key[:90], t / 1e3 / calls, ev.count / calls])
+    rows.sort(key=lambda r: -r[1])
+    return [[n, round(ms, 4), round(c, 2)] for n, ms, c in rows[:top]]
+
+
 def rel_err(got, ref) -> float:
     got, ref = got.double().reshape(ref.shape), ref.double()
     return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
@@ -245,6 +268,13 @@ class Runner:
                 rec["prepare_graph_ms"] = system.prepare_ms(ctx, model)
                 if not train and self.a.check:
                     rec["err"], rec["err_ref"] = self.check(ctx, model, system, fn)
+            if self.a.profile:
+                try:
+                    rec["profile"] = profile_top(fn, train)
+                except Exception as e:  # noqa: BLE001  (the timing stands; the profile is extra)
+                    rec["profile"] = [[f"profile failed: {type(e).__name__}: {str(e)[:120]}", 0.0, 0]]
+                for name, ms, count in rec["profile"]:
+                    log(f"    {ms:9.3f} ms  x{count:<5g} {name}")
         except torch.OutOfMemoryError as e:
             rec.update(status="OOM", note="OOM: " + str(e).splitlines()[0][:160])
         except Exception as e:  # noqa: BLE001
@@ -402,6 +432,8 @@ def parse_args(argv=None):
     p.add_argument("--min-iters", type=int, default=3)
     p.add_argument("--max-iters", type=int, default=20)
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the error check of the variants")
+    p.add_argument("--profile", action="store_true",
+                   help="after timing a case, list the kernels that take its time (torch profiler; JSON key profile)")
     p.add_argument("--gen-dir", default=str(HERE.parent / "build" / "bench" / "gen"))
     p.add_argument("--hectorgen", default="")
     p.add_argument("--build-timeout", type=float, default=400.0)
