@@ -12,11 +12,12 @@
 
 #include "hgt_kernels.h"
 #include "hectorgen/runtime_version.h"
+#include "hectorgen/segments.h"  // workspace sizes
 
 // The graph arrays come from the hectorgen runtime (hectorgen_runtime.prepare_graph) this code was generated for.
-static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 0,
-              "hgt was generated for hectorgen runtime 1.0 (any 1.x with x >= "
-              "0), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
+static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 1,
+              "hgt was generated for hectorgen runtime 1.1 (any 1.x with x >= "
+              "1), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
 
 namespace {
 
@@ -448,6 +449,8 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor t_lin_12 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_sc2 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_wg3 = at::empty({num_edges, 1}, options);  // intermediate
+  at::Tensor hgt_bw_segsum_d_mu_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first chunk of each segment (hgt_bw_segsum_d_mu)
+  at::Tensor hgt_bw_segsum_d_mu_partials = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 1)) * 1}, options.dtype(at::kFloat));  // workspace: per-chunk sums (hgt_bw_segsum_d_mu)
   HgtBackwardArgs a;
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -513,6 +516,8 @@ std::vector<at::Tensor> hgt_backward_op(
   a.t_lin_12 = t_lin_12.data_ptr<float>();
   a.t_sc2 = t_sc2.data_ptr<float>();
   a.t_wg3 = t_wg3.data_ptr<float>();
+  a.hgt_bw_segsum_d_mu_chunk_ptr = hgt_bw_segsum_d_mu_chunk_ptr.data_ptr<int32_t>();
+  a.hgt_bw_segsum_d_mu_partials = hgt_bw_segsum_d_mu_partials.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_agg(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_a(a, stream));

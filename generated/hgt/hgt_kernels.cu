@@ -4,6 +4,8 @@
 // instance(s), each with a launcher (see hgt_kernels.h). Torch-free: compile with nvcc alone.
 #include "hgt_kernels.h"
 
+#include "hectorgen/segments.cuh"
+
 #include <algorithm>
 #include <cstdint>
 
@@ -761,33 +763,6 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
   }
 }
 
-// hgt_bw_segsum_d_mu: segment sum  d_mu[etype] += sum_row t_wg3[row]
-//   from: d$mu[e.etype] += e["d$att$0"] / sqrt(d_k) * dot(e.src.k * W_att[e.etype], e.dst.q)
-// One block per (element of dW, segment): a fixed assignment of rows to threads and a fixed reduction
-// tree, so the result is bit-identical from run to run.
-__global__ void __launch_bounds__(256) hgt_bw_segsum_d_mu(
-    const float* __restrict__ v, float* __restrict__ dw,
-    const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int64_t kNumel = 1;
-  __shared__ float partial[256];
-  const int64_t j = blockIdx.x;
-  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
-  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
-    const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-    (void)num_rows;
-    float acc = 0.f;
-    for (int64_t r = row_begin + threadIdx.x; r < row_end; r += blockDim.x) acc += v[r * kNumel + j];
-    partial[threadIdx.x] = acc;
-    __syncthreads();
-    for (int width = blockDim.x / 2; width > 0; width /= 2) {
-      if (threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) dw[type * kNumel + j] += partial[0];
-  }
-}
-
 // hgt_bw_sum_d_q: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
     int64_t num_rows,
@@ -1127,11 +1102,18 @@ cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& a, cudaStream_t st
 }
 
 cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& a, cudaStream_t stream) {
-  {  // hgt_bw_segsum_d_mu
-    const dim3 grid(1, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
-    hgt_bw_segsum_d_mu<<<grid, 256, 0, stream>>>(a.t_wg3, a.d_mu, a.etype_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
+  // hgt_bw_segsum_d_mu: segment sum  d_mu[etype] += sum_row t_wg3[row]
+  //   from: d$mu[e.etype] += e["d$att$0"] / sqrt(d_k) * dot(e.src.k * W_att[e.etype], e.dst.q)
+  const int64_t rows = a.num_edges;
+  const int chunk_rows = hectorgen::segment_sum_chunk_rows(rows, 1);
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, rows, chunk_rows, a.hgt_bw_segsum_d_mu_chunk_ptr, stream);
+      err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_segment_sum_partials(a.t_wg3, 1, a.etype_ptr, rows, a.num_etypes, a.hgt_bw_segsum_d_mu_chunk_ptr,
+                                                               chunk_rows, a.hgt_bw_segsum_d_mu_partials, stream);
+      err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(a.hgt_bw_segsum_d_mu_partials, a.hgt_bw_segsum_d_mu_chunk_ptr, a.d_mu, a.num_etypes, 1,
+                                                                 /*accumulate=*/true, stream);
+      err != cudaSuccess) return err;
   return cudaSuccess;
 }
 

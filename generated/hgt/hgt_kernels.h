@@ -179,6 +179,8 @@ struct HgtBackwardArgs {
   float* t_lin_12 = nullptr;  // [num_edges, 1, 64]
   float* t_sc2 = nullptr;  // [num_edges, 1, 64]
   float* t_wg3 = nullptr;  // [num_edges, 1]
+  int32_t* hgt_bw_segsum_d_mu_chunk_ptr = nullptr;  // workspace: first chunk of each segment (hgt_bw_segsum_d_mu)
+  float* hgt_bw_segsum_d_mu_partials = nullptr;  // workspace: per-chunk sums (hgt_bw_segsum_d_mu)
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.

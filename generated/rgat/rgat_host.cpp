@@ -12,11 +12,12 @@
 
 #include "rgat_kernels.h"
 #include "hectorgen/runtime_version.h"
+#include "hectorgen/segments.h"  // workspace sizes
 
 // The graph arrays come from the hectorgen runtime (hectorgen_runtime.prepare_graph) this code was generated for.
-static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 0,
-              "rgat was generated for hectorgen runtime 1.0 (any 1.x with x >= "
-              "0), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
+static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 1,
+              "rgat was generated for hectorgen runtime 1.1 (any 1.x with x >= "
+              "1), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
 
 namespace {
 
@@ -337,6 +338,10 @@ std::vector<at::Tensor> rgat_backward_op(
   at::Tensor t_wg1 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_d_feature_edges = at::empty({num_edges, 64}, options);  // intermediate
   at::Tensor t_d_feature_edges_2 = at::empty({num_edges, 64}, options);  // intermediate
+  at::Tensor rgat_bw_segsum_d_w_s_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first chunk of each segment (rgat_bw_segsum_d_w_s)
+  at::Tensor rgat_bw_segsum_d_w_s_partials = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: per-chunk sums (rgat_bw_segsum_d_w_s)
+  at::Tensor rgat_bw_segsum_d_w_t_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first chunk of each segment (rgat_bw_segsum_d_w_t)
+  at::Tensor rgat_bw_segsum_d_w_t_partials = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: per-chunk sums (rgat_bw_segsum_d_w_t)
   RgatBackwardArgs a;
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -383,6 +388,10 @@ std::vector<at::Tensor> rgat_backward_op(
   a.t_wg1 = t_wg1.data_ptr<float>();
   a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
   a.t_d_feature_edges_2 = t_d_feature_edges_2.data_ptr<float>();
+  a.rgat_bw_segsum_d_w_s_chunk_ptr = rgat_bw_segsum_d_w_s_chunk_ptr.data_ptr<int32_t>();
+  a.rgat_bw_segsum_d_w_s_partials = rgat_bw_segsum_d_w_s_partials.data_ptr<float>();
+  a.rgat_bw_segsum_d_w_t_chunk_ptr = rgat_bw_segsum_d_w_t_chunk_ptr.data_ptr<int32_t>();
+  a.rgat_bw_segsum_d_w_t_partials = rgat_bw_segsum_d_w_t_partials.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_rgat_bw_nodes_d_att(a, stream));
   C10_CUDA_CHECK(launch_rgat_bw_edges_d_hs(a, stream));

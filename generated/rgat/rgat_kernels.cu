@@ -4,6 +4,8 @@
 // instance(s), each with a launcher (see rgat_kernels.h). Torch-free: compile with nvcc alone.
 #include "rgat_kernels.h"
 
+#include "hectorgen/segments.cuh"
+
 #include <algorithm>
 #include <cstdint>
 
@@ -487,33 +489,6 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
   }
 }
 
-// rgat_bw_segsum_d_w_s: segment sum  d_w_s[etype] += sum_row t_wg0[row]
-//   from: d$w_s[e.etype] += e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
-// One block per (element of dW, segment): a fixed assignment of rows to threads and a fixed reduction
-// tree, so the result is bit-identical from run to run.
-__global__ void __launch_bounds__(256) rgat_bw_segsum_d_w_s(
-    const float* __restrict__ v, float* __restrict__ dw,
-    const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int64_t kNumel = 64;
-  __shared__ float partial[256];
-  const int64_t j = blockIdx.x;
-  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
-  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
-    const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-    (void)num_rows;
-    float acc = 0.f;
-    for (int64_t r = row_begin + threadIdx.x; r < row_end; r += blockDim.x) acc += v[r * kNumel + j];
-    partial[threadIdx.x] = acc;
-    __syncthreads();
-    for (int width = blockDim.x / 2; width > 0; width /= 2) {
-      if (threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) dw[type * kNumel + j] += partial[0];
-  }
-}
-
 // rgat_bw_gemm_d_feature_edges: GEMM instance  t_d_feature_edges[row] = d_ht[row] * W[etype]^T
 //   from: e.dst["d$feature"] += linear_t(reshape(e["d$ht"], 64), W[e.etype])
 __global__ void __launch_bounds__(256) rgat_bw_gemm_d_feature_edges(
@@ -834,21 +809,34 @@ cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& a, cudaStream_t st
 }
 
 cudaError_t launch_rgat_bw_segsum_d_w_s(const RgatBackwardArgs& a, cudaStream_t stream) {
-  {  // rgat_bw_segsum_d_w_s
-    const dim3 grid(64, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
-    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t_wg0, a.d_w_s, a.etype_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
+  // rgat_bw_segsum_d_w_s: segment sum  d_w_s[etype] += sum_row t_wg0[row]
+  //   from: d$w_s[e.etype] += e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
+  const int64_t rows = a.num_edges;
+  const int chunk_rows = hectorgen::segment_sum_chunk_rows(rows, 64);
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, rows, chunk_rows, a.rgat_bw_segsum_d_w_s_chunk_ptr, stream);
+      err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_segment_sum_partials(a.t_wg0, 64, a.etype_ptr, rows, a.num_etypes, a.rgat_bw_segsum_d_w_s_chunk_ptr,
+                                                               chunk_rows, a.rgat_bw_segsum_d_w_s_partials, stream);
+      err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(a.rgat_bw_segsum_d_w_s_partials, a.rgat_bw_segsum_d_w_s_chunk_ptr, a.d_w_s, a.num_etypes, 64,
+                                                                 /*accumulate=*/true, stream);
+      err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
 cudaError_t launch_rgat_bw_segsum_d_w_t(const RgatBackwardArgs& a, cudaStream_t stream) {
-  // same kernel as rgat_bw_segsum_d_w_s
-  {  // rgat_bw_segsum_d_w_t
-    const dim3 grid(64, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
-    rgat_bw_segsum_d_w_s<<<grid, 256, 0, stream>>>(a.t_wg1, a.d_w_t, a.etype_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
+  // rgat_bw_segsum_d_w_t: segment sum  d_w_t[etype] += sum_row t_wg1[row]
+  //   from: d$w_t[e.etype] += e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.ht
+  const int64_t rows = a.num_edges;
+  const int chunk_rows = hectorgen::segment_sum_chunk_rows(rows, 64);
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, rows, chunk_rows, a.rgat_bw_segsum_d_w_t_chunk_ptr, stream);
+      err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_segment_sum_partials(a.t_wg1, 64, a.etype_ptr, rows, a.num_etypes, a.rgat_bw_segsum_d_w_t_chunk_ptr,
+                                                               chunk_rows, a.rgat_bw_segsum_d_w_t_partials, stream);
+      err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(a.rgat_bw_segsum_d_w_t_partials, a.rgat_bw_segsum_d_w_t_chunk_ptr, a.d_w_t, a.num_etypes, 64,
+                                                                 /*accumulate=*/true, stream);
+      err != cudaSuccess) return err;
   return cudaSuccess;
 }
 

@@ -130,6 +130,10 @@ struct RgatBackwardArgs {
   float* t_wg1 = nullptr;  // [num_edges, 1, 64]
   float* t_d_feature_edges = nullptr;  // [num_edges, 64]
   float* t_d_feature_edges_2 = nullptr;  // [num_edges, 64]
+  int32_t* rgat_bw_segsum_d_w_s_chunk_ptr = nullptr;  // workspace: first chunk of each segment (rgat_bw_segsum_d_w_s)
+  float* rgat_bw_segsum_d_w_s_partials = nullptr;  // workspace: per-chunk sums (rgat_bw_segsum_d_w_s)
+  int32_t* rgat_bw_segsum_d_w_t_chunk_ptr = nullptr;  // workspace: first chunk of each segment (rgat_bw_segsum_d_w_t)
+  float* rgat_bw_segsum_d_w_t_partials = nullptr;  // workspace: per-chunk sums (rgat_bw_segsum_d_w_t)
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.

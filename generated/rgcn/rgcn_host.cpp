@@ -14,9 +14,9 @@
 #include "hectorgen/runtime_version.h"
 
 // The graph arrays come from the hectorgen runtime (hectorgen_runtime.prepare_graph) this code was generated for.
-static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 0,
-              "rgcn was generated for hectorgen runtime 1.0 (any 1.x with x >= "
-              "0), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
+static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 1,
+              "rgcn was generated for hectorgen runtime 1.1 (any 1.x with x >= "
+              "1), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
 
 namespace {
 

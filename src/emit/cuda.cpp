@@ -66,7 +66,8 @@ bool is_const_tensor(const TensorInfo& t) { return t.role == intra::Role::Input 
 // GEMM instances
 // ------------------------------------------------------------------------------------------------
 struct GemmCode {
-  std::string kernel, launcher;
+  std::string kernel, launcher;  // kernel: empty when the launcher calls the runtime's kernels
+  std::set<std::string> includes;  // runtime headers the launcher needs ("hectorgen/segments.cuh")
 };
 
 // dim3 grid(...) of a launcher, from the kernel's launch configuration.
@@ -240,38 +241,66 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
   return c;
 }
 
+// The names of a segment sum's workspaces (per-chunk partial sums and the chunk offsets).
+std::string partials_workspace(const std::string& instance) { return instance + "_partials"; }
+std::string chunks_workspace(const std::string& instance) { return instance + "_chunk_ptr"; }
+
+// Row count and segment count expressions of an instance's rows, over the Args struct `a` (prefix "a.") or the
+// host function's parameters (prefix "").
+std::string rows_expr(bool edge_rows, bool etype_rows, const std::string& prefix) {
+  return prefix + (etype_rows ? "num_etypes" : edge_rows ? "num_edges" : "num_nodes");
+}
+std::string segments_expr(intra::Segments s, const std::string& prefix) {
+  return s == intra::Segments::Etype ? prefix + "num_etypes" : s == intra::Segments::Ntype ? prefix + "num_ntypes" : "1";
+}
+
+// A segment sum is split over fixed row chunks (hectorgen/segments.cuh): per-chunk column sums, then the chunks
+// of each segment added in order. Deterministic, and as parallel as the rows (one block a row per segment
+// element walked a whole segment before).
 GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
   const intra::SegmentSumInstance& ss = std::get<intra::SegmentSumInstance>(k);
-  const intra::LaunchConfig launch = intra::launch_config(p, k);
-  Vars v;
   std::string seg = ss.segments == intra::Segments::Etype ? "etype" : ss.segments == intra::Segments::Ntype ? "ntype" : "";
-  v["name"] = ss.name;
-  v["source"] = ss.source;
-  v["formula"] = fmt::format("{}[{}] += sum_row {}[row]", ss.dw, seg.empty() ? "-" : seg, ss.v);
-  v["numel"] = std::to_string(ss.numel);
-  v["extra_params"] = seg.empty() ? "" : "\n    const int32_t* __restrict__ seg_ptr,";
-  v["row_range"] = segment_rows(seg);
+  const std::string rows = rows_expr(ss.edge_rows, false, "a."), segs = segments_expr(ss.segments, "a.");
+  const TensorInfo* v = p.find(ss.v);
+  const TensorInfo* dw = p.find(ss.dw);
   GemmCode c;
-  c.kernel = render_template("cuda/segsum.cu.in", v);
-  std::string segs = seg == "etype" ? "a.num_etypes" : seg == "ntype" ? "a.num_ntypes" : "1";
-  std::string rows = ss.edge_rows ? "a.num_edges" : "a.num_nodes";
+  c.includes.insert("hectorgen/segments.cuh");
   c.launcher = fmt::format(
-      "  {{  // {name}\n"
-      "    const dim3 grid({grid});\n"
-      "    {name}<<<grid, {threads}, 0, stream>>>(a.{v}, a.{dw}{seg_arg}, {rows}, {segs});\n"
-      "    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;\n"
-      "  }}\n",
-      fmt::arg("name", ss.name), fmt::arg("grid", grid_expr(launch, rows, segs)), fmt::arg("threads", launch.threads),
-      fmt::arg("v", ss.v), fmt::arg("dw", ss.dw), fmt::arg("seg_arg", seg.empty() ? "" : fmt::format(", a.{}_ptr", seg)),
-      fmt::arg("rows", rows), fmt::arg("segs", segs));
+      "  // {name}: segment sum  {dw}[{seg}] += sum_row {v}[row]\n"
+      "  //   from: {source}\n"
+      "  const int64_t rows = {rows};\n"
+      "  const int chunk_rows = hectorgen::segment_sum_chunk_rows(rows, {numel});\n"
+      "  if (cudaError_t err = hectorgen::launch_segment_tile_ptr({seg_ptr}, {segs}, rows, chunk_rows, a.{chunks}, stream);\n"
+      "      err != cudaSuccess) return err;\n"
+      "  if (cudaError_t err = hectorgen::launch_segment_sum_partials(a.{v}, {numel}, {seg_ptr}, rows, {segs}, a.{chunks},\n"
+      "                                                               chunk_rows, a.{partials}, stream);\n"
+      "      err != cudaSuccess) return err;\n"
+      "  if (cudaError_t err = hectorgen::launch_reduce_partials<{out_t}>(a.{partials}, a.{chunks}, a.{dw}, {segs}, {numel},\n"
+      "                                                                 /*accumulate=*/true, stream);\n"
+      "      err != cudaSuccess) return err;\n",
+      fmt::arg("name", ss.name), fmt::arg("dw", ss.dw), fmt::arg("seg", seg.empty() ? "-" : seg), fmt::arg("v", ss.v),
+      fmt::arg("source", ss.source), fmt::arg("rows", rows), fmt::arg("numel", ss.numel),
+      fmt::arg("seg_ptr", seg.empty() ? "nullptr" : fmt::format("a.{}_ptr", seg)), fmt::arg("segs", segs),
+      fmt::arg("chunks", chunks_workspace(ss.name)), fmt::arg("partials", partials_workspace(ss.name)),
+      fmt::arg("out_t", intra::cuda_type(dw ? dw->storage : inter::DType::FP32)));
+  (void)v;
   return c;
 }
 
-// The workspaces of one instance (none yet: every instance is a single kernel over the Args' tensors).
+// The workspaces of one instance.
 static std::vector<Workspace> kernel_workspaces(const Program& p, const intra::Kernel& k) {
   (void)p;
-  (void)k;
-  return {};
+  std::vector<Workspace> ws;
+  if (auto* ss = std::get_if<intra::SegmentSumInstance>(&k)) {
+    const std::string rows = rows_expr(ss->edge_rows, false, ""), segs = segments_expr(ss->segments, "");
+    ws.push_back({chunks_workspace(ss->name), "int32_t", fmt::format("{} + 1", segs),
+                  fmt::format("first chunk of each segment ({})", ss->name)});
+    ws.push_back({partials_workspace(ss->name), "float",
+                  fmt::format("hectorgen::wgrad_max_chunks({0}, {1}, hectorgen::segment_sum_chunk_rows({0}, {2})) * {2}",
+                              rows, segs, ss->numel),
+                  fmt::format("per-chunk sums ({})", ss->name)});
+  }
+  return ws;
 }
 
 std::vector<Workspace> workspaces(const Program& p) {
@@ -289,7 +318,7 @@ static bool has_torch_fallback(const Program& p) {
 
 struct KernelsCode {
   std::string kernels, launchers;
-  std::set<std::string> helpers;
+  std::set<std::string> helpers, includes;
   int gemms = 0, travs = 0;
 };
 
@@ -312,25 +341,32 @@ static std::string kernel_identity(const std::string& code, const std::string& n
 
 static KernelsCode phase_kernels(const Program& p, std::map<std::string, std::string>& emitted) {
   std::string kernels, launchers, forward;
-  std::set<std::string> helpers;
+  std::set<std::string> helpers, includes;
   int gemms = 0, travs = 0;
   for (const auto& k : p.kernels) {
     std::string body;
     const size_t kernel_mark = kernels.size();
+    std::optional<GemmCode> gemm;
     if (std::holds_alternative<GemmInstance>(k)) {
-      GemmCode c = emit_gemm(p, k);
-      kernels += "\n" + c.kernel;
-      body = c.launcher;
+      gemm = emit_gemm(p, k);
       ++gemms;
     } else if (std::holds_alternative<intra::WeightGradInstance>(k)) {
-      GemmCode c = emit_wgrad(p, k);
-      kernels += "\n" + c.kernel;
-      body = c.launcher;
+      gemm = emit_wgrad(p, k);
       ++gemms;
     } else if (std::holds_alternative<intra::SegmentSumInstance>(k)) {
-      GemmCode c = emit_segsum(p, k);
-      kernels += "\n" + c.kernel;
-      body = c.launcher;
+      gemm = emit_segsum(p, k);
+    }
+    const std::string& name = intra::kernel_name(k);
+    if (gemm && gemm->kernel.empty()) {  // the launcher calls the runtime's kernels: nothing to emit or share
+      includes.insert(gemm->includes.begin(), gemm->includes.end());
+      launchers += "\n" + launcher_function(p, name, gemm->launcher);
+      forward += fmt::format("  if (cudaError_t err = launch_{}(a, stream); err != cudaSuccess) return err;\n", name);
+      continue;
+    }
+    if (gemm) {
+      includes.insert(gemm->includes.begin(), gemm->includes.end());
+      kernels += "\n" + gemm->kernel;
+      body = gemm->launcher;
     } else if (auto* t = std::get_if<intra::TraversalInstance>(&k)) {
       TraversalCode r = emit_traversal(p, *t);
       kernels += "\n" + r.kernel;
@@ -340,7 +376,6 @@ static KernelsCode phase_kernels(const Program& p, std::map<std::string, std::st
     } else {
       continue;  // a PyTorch instance runs in the host code
     }
-    const std::string& name = intra::kernel_name(k);
     // Reuse an identical kernel emitted earlier (the launcher calls it instead).
     std::string kernel_code = kernels.substr(kernel_mark);
     std::string identity = kernel_identity(kernel_code, name);
@@ -358,7 +393,7 @@ static KernelsCode phase_kernels(const Program& p, std::map<std::string, std::st
   if (!has_torch_fallback(p))
     launchers += fmt::format("\ncudaError_t {}_{}(const {}& a, cudaStream_t stream) {{\n{}  return cudaSuccess;\n}}\n",
                              p.model, p.phase, args_struct(p), forward);
-  return KernelsCode{kernels, launchers, helpers, gemms, travs};
+  return KernelsCode{kernels, launchers, helpers, includes, gemms, travs};
 }
 
 std::string emit_kernels_cu(const std::vector<Program>& ir_phases, const EmitContext& ctx) {
@@ -372,6 +407,7 @@ std::string emit_kernels_cu(const std::vector<Program>& ir_phases, const EmitCon
     all.kernels += fmt::format("\n// ==== {} ====\n", ph.phase) + c.kernels;
     all.launchers += c.launchers;
     all.helpers.insert(c.helpers.begin(), c.helpers.end());
+    all.includes.insert(c.includes.begin(), c.includes.end());
     all.gemms += c.gemms;
     all.travs += c.travs;
     phase_names += (phase_names.empty() ? "" : ", ") + ph.phase;
@@ -381,6 +417,9 @@ std::string emit_kernels_cu(const std::vector<Program>& ir_phases, const EmitCon
   v["num_gemm"] = std::to_string(all.gemms);
   v["num_traversal"] = std::to_string(all.travs);
   v["helpers"] = device_helpers(all.helpers);
+  std::string includes;
+  for (const std::string& h : all.includes) includes += fmt::format("#include \"{}\"\n", h);
+  v["runtime_includes"] = includes.empty() ? "" : "\n" + includes;
   v["kernels"] = all.kernels;
   v["launchers"] = all.launchers.substr(1);
   return render_template("cuda/kernels.cu.in", v);
@@ -411,7 +450,7 @@ std::string emit_kernels_h(const std::vector<Program>& ir_phases, const EmitCont
         w.line(fmt::format("{}float* {} = nullptr;  // [{}]", is_const_tensor(t) ? "const " : "", t.name, dims));
       }
       for (const Workspace& ws : workspaces(ph))
-        w.line(fmt::format("{}* {} = nullptr;  // workspace [{}]: {}", ws.ctype, ws.name, ws.numel, ws.comment));
+        w.line(fmt::format("{}* {} = nullptr;  // workspace: {}", ws.ctype, ws.name, ws.comment));
     }
     w.line("};");
     w.line();

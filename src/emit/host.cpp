@@ -193,6 +193,9 @@ std::string emit_host_cpp(const std::vector<Program>& ir_phases, const EmitConte
   v["runtime_major"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MAJOR);
   v["runtime_minor"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MINOR);
   v["functions"] = functions;
+  bool any_workspace = false;
+  for (const Program& ph : phases) any_workspace |= !workspaces(ph).empty();
+  v["runtime_includes"] = any_workspace ? "\n#include \"hectorgen/segments.h\"  // workspace sizes" : "";
   v["defs"] = defs.substr(0, defs.size() - 1);
   v["cuda_impls"] = cuda.substr(0, cuda.size() - 1);
   v["meta_impls"] = meta.substr(0, meta.size() - 1);

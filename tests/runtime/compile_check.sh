@@ -59,6 +59,7 @@ void instantiate(cudaStream_t stream) {
   (void)simt::launch_wgrad_partials<T, 16, 48, 4>(simt::WgradArgs<T>{}, nullptr, 128, nullptr, stream);
   (void)hectorgen::launch_reduce_partials<T>(nullptr, nullptr, nullptr, 1, 64 * 64, true, stream);
   (void)hectorgen::launch_segment_tile_ptr(nullptr, 1, 0, 64, nullptr, stream);
+  (void)hectorgen::launch_segment_sum_partials<T>(nullptr, 64, nullptr, 0, 1, nullptr, 128, nullptr, stream);
 }
 
 void instantiate_all(cudaStream_t stream) {

@@ -25,6 +25,11 @@ inline int wgrad_chunk_rows(int64_t num_rows, int blocks_per_chunk) {
   return static_cast<int>(std::max<int64_t>(128, (rows + 31) / 32 * 32));
 }
 
+// Chunk size of a segment sum of `numel` columns: wgrad_chunk_rows with one block per 32 columns.
+inline int segment_sum_chunk_rows(int64_t num_rows, int64_t numel) {
+  return wgrad_chunk_rows(num_rows, static_cast<int>((numel + 31) / 32));
+}
+
 // Upper bound of the chunk count, for the grid and the partials' workspace.
 inline int64_t wgrad_max_chunks(int64_t num_rows, int num_segments, int chunk_rows) {
   return max_segment_tiles(num_rows, num_segments, chunk_rows);

@@ -25,7 +25,7 @@ int64_t gemm_threads(int tile, int coarsen) {
 // The two [tile][tile + 1] float staging arrays of templates/cuda/gemm.cu.in and wgrad.cu.in.
 int64_t gemm_shared_bytes(int tile) { return 2 * static_cast<int64_t>(tile) * (tile + 1) * 4; }
 
-constexpr int64_t kSegsumThreads = 256;  // templates/cuda/segsum.cu.in
+constexpr int64_t kSegsumThreads = 256;  // hectorgen::segment_sum_partials_kernel (runtime/include/hectorgen/segments.cuh)
 
 // Segments over grid y: min(segments, 65535) blocks, each taking every gridDim.y-th segment; one without.
 GridExtent segments_extent(Segments s) {
@@ -94,10 +94,12 @@ LaunchConfig launch_config(const Program& p, const Kernel& k) {
     c.z = GridExtent::constant(1);
   } else if (auto* sp = std::get_if<SegmentSumInstance>(&k)) {
     const SegmentSumInstance& s = *sp;
+    // The per-chunk partial sums (the second kernel, the ordered reduction, is elementwise): one block per
+    // chunk of at least 128 rows (at most one partial chunk per segment), 32 columns per block in y.
     c.threads = kSegsumThreads;
     c.static_shared_bytes = kSegsumThreads * 4;
-    c.x = GridExtent::constant(s.numel);
-    c.y = segments_extent(s.segments);
+    c.x = GridExtent{s.segments == Segments::None ? 1 : 0, s.segments == Segments::None ? 0 : 1, 128, 0, true};
+    c.y = GridExtent::constant(std::min(ceil_div(s.numel, limits::kWarp), limits::kGridYZ));
     c.z = GridExtent::constant(1);
   } else if (auto* tp = std::get_if<TraversalInstance>(&k)) {
     // One warp per row; the kernel strides over the rows past its grid.

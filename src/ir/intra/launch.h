@@ -10,7 +10,7 @@
 //   kernel      threads            grid x                               grid y                 grid z
 //   GEMM        tile^2 / coarsen   row tiles (+1 per segment, <= rows)  column tiles (*)       heads (*)
 //   wgrad       tile^2 / coarsen   dW tiles x heads                     min(segments, 65535)   1
-//   segsum      256                dW elements                          min(segments, 65535)   1
+//   segsum      256                row chunks (+1 per segment)          min(dW elements / 32, 65535)  1
 //   traversal   schedule threads   rows / warps per block               1                      1
 //   (*) numbered linearly over y and z when either exceeds 65535; segments past 65535 are taken in turns by
 //       the blocks of y (a block-stride loop in the kernel).
