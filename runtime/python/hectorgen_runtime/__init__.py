@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 # This runtime's version, (MAJOR, MINOR, PATCH); it must equal hectorgen/runtime_version.h (a test checks).
-VERSION = (1, 0, 0)
+VERSION = (1, 1, 0)
 __version__ = "1.1.0"
 
 LAYOUT_KEYS: Dict[str, tuple] = {
