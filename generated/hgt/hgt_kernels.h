@@ -179,6 +179,18 @@ struct HgtBackwardArgs {
   float* t_lin_12 = nullptr;  // [num_edges, 1, 64]
   float* t_sc2 = nullptr;  // [num_edges, 1, 64]
   float* t_wg3 = nullptr;  // [num_edges, 1]
+  float* hgt_bw_wgrad_d_W_a_partial = nullptr;  // workspace [hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096]: hgt_bw_wgrad_d_W_a's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* hgt_bw_wgrad_d_W_a_chunk_ptr = nullptr;  // workspace [num_ntypes + 1]: hgt_bw_wgrad_d_W_a's first chunk of each segment
+  float* hgt_bw_wgrad_d_W_msg_partial = nullptr;  // workspace [hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096]: hgt_bw_wgrad_d_W_msg's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* hgt_bw_wgrad_d_W_msg_chunk_ptr = nullptr;  // workspace [num_etypes + 1]: hgt_bw_wgrad_d_W_msg's first chunk of each segment
+  float* hgt_bw_wgrad_d_W_att_partial = nullptr;  // workspace [hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096]: hgt_bw_wgrad_d_W_att's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* hgt_bw_wgrad_d_W_att_chunk_ptr = nullptr;  // workspace [num_etypes + 1]: hgt_bw_wgrad_d_W_att's first chunk of each segment
+  float* hgt_bw_wgrad_d_W_v_partial = nullptr;  // workspace [hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096]: hgt_bw_wgrad_d_W_v's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* hgt_bw_wgrad_d_W_v_chunk_ptr = nullptr;  // workspace [num_ntypes + 1]: hgt_bw_wgrad_d_W_v's first chunk of each segment
+  float* hgt_bw_wgrad_d_W_q_partial = nullptr;  // workspace [hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096]: hgt_bw_wgrad_d_W_q's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* hgt_bw_wgrad_d_W_q_chunk_ptr = nullptr;  // workspace [num_ntypes + 1]: hgt_bw_wgrad_d_W_q's first chunk of each segment
+  float* hgt_bw_wgrad_d_W_k_partial = nullptr;  // workspace [hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096]: hgt_bw_wgrad_d_W_k's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* hgt_bw_wgrad_d_W_k_chunk_ptr = nullptr;  // workspace [num_ntypes + 1]: hgt_bw_wgrad_d_W_k's first chunk of each segment
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.

@@ -130,6 +130,10 @@ struct RgatBackwardArgs {
   float* t_wg1 = nullptr;  // [num_edges, 1, 64]
   float* t_d_feature_edges = nullptr;  // [num_edges, 64]
   float* t_d_feature_edges_2 = nullptr;  // [num_edges, 64]
+  float* rgat_bw_wgrad_d_W_partial = nullptr;  // workspace [hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096]: rgat_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* rgat_bw_wgrad_d_W_chunk_ptr = nullptr;  // workspace [num_etypes + 1]: rgat_bw_wgrad_d_W's first chunk of each segment
+  float* rgat_bw_wgrad_d_W_2_partial = nullptr;  // workspace [hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096]: rgat_bw_wgrad_d_W_2's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* rgat_bw_wgrad_d_W_2_chunk_ptr = nullptr;  // workspace [num_etypes + 1]: rgat_bw_wgrad_d_W_2's first chunk of each segment
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.

@@ -95,6 +95,10 @@ struct RgcnBackwardArgs {
   float* d_W0 = nullptr;  // [64, 64]
   float* d_W = nullptr;  // [num_etypes, 64, 64]
   float* t_d_feature_edges = nullptr;  // [num_edges, 64]
+  float* rgcn_bw_wgrad_d_W_partial = nullptr;  // workspace [hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096]: rgcn_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* rgcn_bw_wgrad_d_W_chunk_ptr = nullptr;  // workspace [num_etypes + 1]: rgcn_bw_wgrad_d_W's first chunk of each segment
+  float* rgcn_bw_wgrad_d_W0_partial = nullptr;  // workspace [hectorgen::wgrad_max_chunks(num_nodes, 1, hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096]: rgcn_bw_wgrad_d_W0's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* rgcn_bw_wgrad_d_W0_chunk_ptr = nullptr;  // workspace [2]: rgcn_bw_wgrad_d_W0's first chunk of each segment
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.

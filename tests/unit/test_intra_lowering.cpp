@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <random>
 #include <regex>
 
@@ -171,6 +172,9 @@ TEST_CASE("the spec's dtype reaches every GEMM and weight-gradient instance, and
         }
         if (auto* w = std::get_if<WeightGradInstance>(&k)) {
           CHECK(w->dtype == want);
+          // 64 x 64 weights, one head: tensor cores for every dtype but fp32.
+          CHECK(w->kernel == (want == inter::DType::FP32 ? intra::WgradKernel::Simt : intra::WgradKernel::TensorCore));
+          CHECK(w->kernel == intra::choose_wgrad_kernel(*w));
           ++wgrads;
         }
       }
@@ -185,6 +189,28 @@ TEST_CASE("the spec's dtype reaches every GEMM and weight-gradient instance, and
     REQUIRE(parsed);
     CHECK(print_programs(*parsed) == text);
   }
+}
+
+TEST_CASE("the first weight gradient into a dW overwrites it, later ones add; dW is then not zeroed", "[intra][lowering][wgrad]") {
+  // RGAT: d$W gets the gradients of both projections (hs and ht), two instances in that order.
+  std::vector<Program> phases = lower_path(std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgat.yaml");
+  const Program& bw = phases.back();
+  REQUIRE(bw.phase == "backward");
+  std::map<std::string, int> writes;
+  for (const Kernel& k : bw.kernels) {
+    const auto* w = std::get_if<WeightGradInstance>(&k);
+    if (!w) continue;
+    CAPTURE(w->name);
+    const bool first = writes[w->dw]++ == 0;
+    bool written_before = false;  // by another kind of kernel
+    for (const Kernel& o : bw.kernels) {
+      if (&o == &k) break;
+      if (!std::holds_alternative<WeightGradInstance>(o) && kernel_writes(o).count(w->dw)) written_before = true;
+    }
+    CHECK(w->accumulate == (!first || written_before));
+    if (!w->accumulate) CHECK_FALSE(bw.find(w->dw)->zero_init);
+  }
+  CHECK(writes.at("d$W") == 2);
 }
 
 TEST_CASE("the committed .intra.ir goldens parse back to themselves", "[intra][roundtrip]") {
