@@ -423,13 +423,13 @@ std::vector<at::Tensor> hgt_backward_op(
   check(W_a, "weight 'W_a'", at::kFloat, {num_ntypes, 64, 64}, device);
   const auto options = feature.options();
   at::Tensor d_feature = at::zeros({num_nodes, 64}, options);
-  at::Tensor d_W_k = at::zeros({num_ntypes, 64, 64}, options);
-  at::Tensor d_W_q = at::zeros({num_ntypes, 64, 64}, options);
-  at::Tensor d_W_v = at::zeros({num_ntypes, 64, 64}, options);
-  at::Tensor d_W_att = at::zeros({num_etypes, 1, 64, 64}, options);
-  at::Tensor d_W_msg = at::zeros({num_etypes, 1, 64, 64}, options);
+  at::Tensor d_W_k = at::empty({num_ntypes, 64, 64}, options);
+  at::Tensor d_W_q = at::empty({num_ntypes, 64, 64}, options);
+  at::Tensor d_W_v = at::empty({num_ntypes, 64, 64}, options);
+  at::Tensor d_W_att = at::empty({num_etypes, 1, 64, 64}, options);
+  at::Tensor d_W_msg = at::empty({num_etypes, 1, 64, 64}, options);
   at::Tensor d_mu = at::zeros({num_etypes, 1}, options);
-  at::Tensor d_W_a = at::zeros({num_ntypes, 64, 64}, options);
+  at::Tensor d_W_a = at::empty({num_ntypes, 64, 64}, options);
   at::Tensor att_max_ties = at::empty({num_nodes, 1}, options);  // field
   at::Tensor d_agg = at::zeros({num_nodes, 1, 64}, options);  // field
   at::Tensor d_att_max = at::zeros({num_nodes, 1}, options);  // field
@@ -449,8 +449,20 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor t_lin_12 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_sc2 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_wg3 = at::empty({num_edges, 1}, options);  // intermediate
+  at::Tensor hgt_bw_wgrad_d_W_a_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_a's fp32 partial sums, one [1, 64, 64] slice per chunk
+  at::Tensor hgt_bw_wgrad_d_W_a_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_a's first chunk of each segment
+  at::Tensor hgt_bw_wgrad_d_W_msg_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_msg's fp32 partial sums, one [1, 64, 64] slice per chunk
+  at::Tensor hgt_bw_wgrad_d_W_msg_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_msg's first chunk of each segment
+  at::Tensor hgt_bw_wgrad_d_W_att_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_att's fp32 partial sums, one [1, 64, 64] slice per chunk
+  at::Tensor hgt_bw_wgrad_d_W_att_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_att's first chunk of each segment
   at::Tensor hgt_bw_segsum_d_mu_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first chunk of each segment (hgt_bw_segsum_d_mu)
   at::Tensor hgt_bw_segsum_d_mu_partials = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 1)) * 1}, options.dtype(at::kFloat));  // workspace: per-chunk sums (hgt_bw_segsum_d_mu)
+  at::Tensor hgt_bw_wgrad_d_W_v_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_v's fp32 partial sums, one [1, 64, 64] slice per chunk
+  at::Tensor hgt_bw_wgrad_d_W_v_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_v's first chunk of each segment
+  at::Tensor hgt_bw_wgrad_d_W_q_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_q's fp32 partial sums, one [1, 64, 64] slice per chunk
+  at::Tensor hgt_bw_wgrad_d_W_q_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_q's first chunk of each segment
+  at::Tensor hgt_bw_wgrad_d_W_k_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_k's fp32 partial sums, one [1, 64, 64] slice per chunk
+  at::Tensor hgt_bw_wgrad_d_W_k_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_k's first chunk of each segment
   HgtBackwardArgs a;
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -516,8 +528,20 @@ std::vector<at::Tensor> hgt_backward_op(
   a.t_lin_12 = t_lin_12.data_ptr<float>();
   a.t_sc2 = t_sc2.data_ptr<float>();
   a.t_wg3 = t_wg3.data_ptr<float>();
+  a.hgt_bw_wgrad_d_W_a_partial = hgt_bw_wgrad_d_W_a_partial.data_ptr<float>();
+  a.hgt_bw_wgrad_d_W_a_chunk_ptr = hgt_bw_wgrad_d_W_a_chunk_ptr.data_ptr<int32_t>();
+  a.hgt_bw_wgrad_d_W_msg_partial = hgt_bw_wgrad_d_W_msg_partial.data_ptr<float>();
+  a.hgt_bw_wgrad_d_W_msg_chunk_ptr = hgt_bw_wgrad_d_W_msg_chunk_ptr.data_ptr<int32_t>();
+  a.hgt_bw_wgrad_d_W_att_partial = hgt_bw_wgrad_d_W_att_partial.data_ptr<float>();
+  a.hgt_bw_wgrad_d_W_att_chunk_ptr = hgt_bw_wgrad_d_W_att_chunk_ptr.data_ptr<int32_t>();
   a.hgt_bw_segsum_d_mu_chunk_ptr = hgt_bw_segsum_d_mu_chunk_ptr.data_ptr<int32_t>();
   a.hgt_bw_segsum_d_mu_partials = hgt_bw_segsum_d_mu_partials.data_ptr<float>();
+  a.hgt_bw_wgrad_d_W_v_partial = hgt_bw_wgrad_d_W_v_partial.data_ptr<float>();
+  a.hgt_bw_wgrad_d_W_v_chunk_ptr = hgt_bw_wgrad_d_W_v_chunk_ptr.data_ptr<int32_t>();
+  a.hgt_bw_wgrad_d_W_q_partial = hgt_bw_wgrad_d_W_q_partial.data_ptr<float>();
+  a.hgt_bw_wgrad_d_W_q_chunk_ptr = hgt_bw_wgrad_d_W_q_chunk_ptr.data_ptr<int32_t>();
+  a.hgt_bw_wgrad_d_W_k_partial = hgt_bw_wgrad_d_W_k_partial.data_ptr<float>();
+  a.hgt_bw_wgrad_d_W_k_chunk_ptr = hgt_bw_wgrad_d_W_k_chunk_ptr.data_ptr<int32_t>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_agg(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_a(a, stream));

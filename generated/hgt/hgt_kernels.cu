@@ -5,9 +5,13 @@
 #include "hgt_kernels.h"
 
 #include "hectorgen/segments.cuh"
+#include "hectorgen/simt_wgrad.cuh"
 
 #include <algorithm>
 #include <cstdint>
+
+#include "hectorgen/segments.cuh"
+#include "hectorgen/simt_wgrad.cuh"
 
 namespace {
 
@@ -375,54 +379,6 @@ __global__ void __launch_bounds__(256) hgt_bw_gemm_d_agg(
   }
 }
 
-// hgt_bw_wgrad_d_W_a: weight-gradient instance  d_W_a[ntype] += sum_row agg[row]^T * d_h[row]
-//   from: d$W_a[n.ntype] += outer(reshape(n.agg, heads * d_k), n.d$h)
-// One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
-__global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_a(
-    const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
-    const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows (k) of one column (n)
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  constexpr int64_t kKTiles = 4, kNTiles = 4;
-  __shared__ float xs[kTile][kTile + 1];  // [row][k]
-  __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  // blockIdx.x numbers the (k tile, n tile, head) of dW, k fastest; blockIdx.y the segment.
-  const int64_t k0 = blockIdx.x % kKTiles * kTile, n0 = blockIdx.x / kKTiles % kNTiles * kTile;
-  const int head = static_cast<int>(blockIdx.x / (kKTiles * kNTiles));
-  const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
-  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
-    const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-    (void)num_rows;
-    float acc[kCoarsen] = {};
-    for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-      for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-        const int r = i / kTile, c = i % kTile;
-        const int64_t row = r0 + r;
-        const bool in_range = row < row_end;
-        xs[r][c] = in_range && k0 + c < kK ? x[row * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-        ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < kTile; ++r) {
-        const float d = ds[r][tn];
-#pragma unroll
-        for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[r][tk + c * kRowGroups] * d;
-      }
-      __syncthreads();
-    }
-#pragma unroll
-    for (int c = 0; c < kCoarsen; ++c) {
-      const int64_t k = k0 + tk + c * kRowGroups, n = n0 + tn;
-      if (k < kK && n < kN) dw[(type * kHeads + head) * kK * kN + k * kN + n] += acc[c];
-    }
-  }
-}
-
 // hgt_bw_nodes_d_att: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
     int64_t num_rows,
@@ -551,55 +507,6 @@ __global__ void __launch_bounds__(256) hgt_bw_gemm_d_v_edges(
     const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
     if (row < row_end && col < kN) {
       y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
-// hgt_bw_wgrad_d_W_msg: weight-gradient instance  d_W_msg[etype] += sum_row v[static_cast<int64_t>(src[row])]^T * d_msg[row]
-//   from: d$W_msg[e.etype] += outer(e.src.v, e["d$msg"])
-// One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
-__global__ void __launch_bounds__(256) hgt_bw_wgrad_d_W_msg(
-    const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
-    const int32_t* __restrict__ src,
-    const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows (k) of one column (n)
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  constexpr int64_t kKTiles = 4, kNTiles = 4;
-  __shared__ float xs[kTile][kTile + 1];  // [row][k]
-  __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  // blockIdx.x numbers the (k tile, n tile, head) of dW, k fastest; blockIdx.y the segment.
-  const int64_t k0 = blockIdx.x % kKTiles * kTile, n0 = blockIdx.x / kKTiles % kNTiles * kTile;
-  const int head = static_cast<int>(blockIdx.x / (kKTiles * kNTiles));
-  const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
-  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
-    const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-    (void)num_rows;
-    float acc[kCoarsen] = {};
-    for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-      for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-        const int r = i / kTile, c = i % kTile;
-        const int64_t row = r0 + r;
-        const bool in_range = row < row_end;
-        xs[r][c] = in_range && k0 + c < kK ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-        ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < kTile; ++r) {
-        const float d = ds[r][tn];
-#pragma unroll
-        for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[r][tk + c * kRowGroups] * d;
-      }
-      __syncthreads();
-    }
-#pragma unroll
-    for (int c = 0; c < kCoarsen; ++c) {
-      const int64_t k = k0 + tk + c * kRowGroups, n = n0 + tn;
-      if (k < kK && n < kN) dw[(type * kHeads + head) * kK * kN + k * kN + n] += acc[c];
     }
   }
 }
@@ -981,11 +888,23 @@ cudaError_t launch_hgt_bw_gemm_d_agg(const HgtBackwardArgs& a, cudaStream_t stre
 }
 
 cudaError_t launch_hgt_bw_wgrad_d_W_a(const HgtBackwardArgs& a, cudaStream_t stream) {
-  {  // hgt_bw_wgrad_d_W_a
-    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_ntypes, 65535)), 1);
-    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.agg, a.d_h, a.d_W_a, a.ntype_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
+  // hgt_bw_wgrad_d_W_a: weight-gradient instance  d_W_a[ntype] = sum_row agg[row]^T * d_h[row]
+  //   from: d$W_a[n.ntype] += outer(reshape(n.agg, heads * d_k), n.d$h)
+  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // then d_W_a = the sum of its segment's chunks in chunk order: bit-identical over runs.
+  hectorgen::simt::WgradArgs<float> wgrad{};
+  wgrad.x = a.agg;
+  wgrad.dy = a.d_h;
+  wgrad.seg_ptr = a.ntype_ptr;
+  wgrad.num_rows = a.num_nodes;
+  wgrad.num_segments = a.num_ntypes;
+  // 1 block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.
+  const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);
+  int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_a_chunk_ptr;
+  float* const partial = a.hgt_bw_wgrad_d_W_a_partial;
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_a, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
@@ -1008,11 +927,24 @@ cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& a, cudaStream_t 
 }
 
 cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& a, cudaStream_t stream) {
-  {  // hgt_bw_wgrad_d_W_msg
-    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
-    hgt_bw_wgrad_d_W_msg<<<grid, 256, 0, stream>>>(a.v, a.d_msg, a.d_W_msg, a.src, a.etype_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
+  // hgt_bw_wgrad_d_W_msg: weight-gradient instance  d_W_msg[etype] = sum_row v[src[row]]^T * d_msg[row]
+  //   from: d$W_msg[e.etype] += outer(e.src.v, e["d$msg"])
+  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // then d_W_msg = the sum of its segment's chunks in chunk order: bit-identical over runs.
+  hectorgen::simt::WgradArgs<float> wgrad{};
+  wgrad.x = a.v;
+  wgrad.dy = a.d_msg;
+  wgrad.gather = a.src;  // X rows
+  wgrad.seg_ptr = a.etype_ptr;
+  wgrad.num_rows = a.num_edges;
+  wgrad.num_segments = a.num_etypes;
+  // 1 block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.
+  const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);
+  int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_msg_chunk_ptr;
+  float* const partial = a.hgt_bw_wgrad_d_W_msg_partial;
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_msg, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
@@ -1063,12 +995,24 @@ cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& a, cudaStream_t stream)
 }
 
 cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_bw_wgrad_d_W_msg
-  {  // hgt_bw_wgrad_d_W_att
-    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
-    hgt_bw_wgrad_d_W_msg<<<grid, 256, 0, stream>>>(a.k, a.t_op1, a.d_W_att, a.src, a.etype_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
+  // hgt_bw_wgrad_d_W_att: weight-gradient instance  d_W_att[etype] = sum_row k[src[row]]^T * t_op1[row]
+  //   from: d$W_att[e.etype] += outer(e.src.k, e["d$att$0"] / sqrt(d_k) * mu[e.etype] * e.dst.q)
+  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // then d_W_att = the sum of its segment's chunks in chunk order: bit-identical over runs.
+  hectorgen::simt::WgradArgs<float> wgrad{};
+  wgrad.x = a.k;
+  wgrad.dy = a.t_op1;
+  wgrad.gather = a.src;  // X rows
+  wgrad.seg_ptr = a.etype_ptr;
+  wgrad.num_rows = a.num_edges;
+  wgrad.num_segments = a.num_etypes;
+  // 1 block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.
+  const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);
+  int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_att_chunk_ptr;
+  float* const partial = a.hgt_bw_wgrad_d_W_att_partial;
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_att, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
@@ -1137,12 +1081,23 @@ cudaError_t launch_hgt_bw_gemm_d_feature(const HgtBackwardArgs& a, cudaStream_t 
 }
 
 cudaError_t launch_hgt_bw_wgrad_d_W_v(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_bw_wgrad_d_W_a
-  {  // hgt_bw_wgrad_d_W_v
-    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_ntypes, 65535)), 1);
-    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.feature, a.d_v, a.d_W_v, a.ntype_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
+  // hgt_bw_wgrad_d_W_v: weight-gradient instance  d_W_v[ntype] = sum_row feature[row]^T * d_v[row]
+  //   from: d$W_v[n.ntype] += outer(n.feature, reshape(n["d$v"], 64))
+  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // then d_W_v = the sum of its segment's chunks in chunk order: bit-identical over runs.
+  hectorgen::simt::WgradArgs<float> wgrad{};
+  wgrad.x = a.feature;
+  wgrad.dy = a.d_v;
+  wgrad.seg_ptr = a.ntype_ptr;
+  wgrad.num_rows = a.num_nodes;
+  wgrad.num_segments = a.num_ntypes;
+  // 1 block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.
+  const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);
+  int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_v_chunk_ptr;
+  float* const partial = a.hgt_bw_wgrad_d_W_v_partial;
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_v, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
@@ -1157,12 +1112,23 @@ cudaError_t launch_hgt_bw_gemm_d_feature_2(const HgtBackwardArgs& a, cudaStream_
 }
 
 cudaError_t launch_hgt_bw_wgrad_d_W_q(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_bw_wgrad_d_W_a
-  {  // hgt_bw_wgrad_d_W_q
-    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_ntypes, 65535)), 1);
-    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.feature, a.d_q, a.d_W_q, a.ntype_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
+  // hgt_bw_wgrad_d_W_q: weight-gradient instance  d_W_q[ntype] = sum_row feature[row]^T * d_q[row]
+  //   from: d$W_q[n.ntype] += outer(n.feature, reshape(n["d$q"], 64))
+  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // then d_W_q = the sum of its segment's chunks in chunk order: bit-identical over runs.
+  hectorgen::simt::WgradArgs<float> wgrad{};
+  wgrad.x = a.feature;
+  wgrad.dy = a.d_q;
+  wgrad.seg_ptr = a.ntype_ptr;
+  wgrad.num_rows = a.num_nodes;
+  wgrad.num_segments = a.num_ntypes;
+  // 1 block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.
+  const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);
+  int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_q_chunk_ptr;
+  float* const partial = a.hgt_bw_wgrad_d_W_q_partial;
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_q, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
@@ -1177,12 +1143,23 @@ cudaError_t launch_hgt_bw_gemm_d_feature_3(const HgtBackwardArgs& a, cudaStream_
 }
 
 cudaError_t launch_hgt_bw_wgrad_d_W_k(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_bw_wgrad_d_W_a
-  {  // hgt_bw_wgrad_d_W_k
-    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_ntypes, 65535)), 1);
-    hgt_bw_wgrad_d_W_a<<<grid, 256, 0, stream>>>(a.feature, a.d_k, a.d_W_k, a.ntype_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
+  // hgt_bw_wgrad_d_W_k: weight-gradient instance  d_W_k[ntype] = sum_row feature[row]^T * d_k[row]
+  //   from: d$W_k[n.ntype] += outer(n.feature, reshape(n["d$k"], 64))
+  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // then d_W_k = the sum of its segment's chunks in chunk order: bit-identical over runs.
+  hectorgen::simt::WgradArgs<float> wgrad{};
+  wgrad.x = a.feature;
+  wgrad.dy = a.d_k;
+  wgrad.seg_ptr = a.ntype_ptr;
+  wgrad.num_rows = a.num_nodes;
+  wgrad.num_segments = a.num_ntypes;
+  // 1 block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.
+  const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);
+  int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_k_chunk_ptr;
+  float* const partial = a.hgt_bw_wgrad_d_W_k_partial;
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_k, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 

@@ -179,8 +179,20 @@ struct HgtBackwardArgs {
   float* t_lin_12 = nullptr;  // [num_edges, 1, 64]
   float* t_sc2 = nullptr;  // [num_edges, 1, 64]
   float* t_wg3 = nullptr;  // [num_edges, 1]
+  float* hgt_bw_wgrad_d_W_a_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_a's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* hgt_bw_wgrad_d_W_a_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_a's first chunk of each segment
+  float* hgt_bw_wgrad_d_W_msg_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_msg's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* hgt_bw_wgrad_d_W_msg_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_msg's first chunk of each segment
+  float* hgt_bw_wgrad_d_W_att_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_att's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* hgt_bw_wgrad_d_W_att_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_att's first chunk of each segment
   int32_t* hgt_bw_segsum_d_mu_chunk_ptr = nullptr;  // workspace: first chunk of each segment (hgt_bw_segsum_d_mu)
   float* hgt_bw_segsum_d_mu_partials = nullptr;  // workspace: per-chunk sums (hgt_bw_segsum_d_mu)
+  float* hgt_bw_wgrad_d_W_v_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_v's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* hgt_bw_wgrad_d_W_v_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_v's first chunk of each segment
+  float* hgt_bw_wgrad_d_W_q_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_q's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* hgt_bw_wgrad_d_W_q_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_q's first chunk of each segment
+  float* hgt_bw_wgrad_d_W_k_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_k's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* hgt_bw_wgrad_d_W_k_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_k's first chunk of each segment
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.

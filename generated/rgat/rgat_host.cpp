@@ -322,7 +322,7 @@ std::vector<at::Tensor> rgat_backward_op(
   check(w_t, "weight 'w_t'", at::kFloat, {num_etypes, 1, 64}, device);
   const auto options = feature.options();
   at::Tensor d_feature = at::zeros({num_nodes, 64}, options);
-  at::Tensor d_W = at::zeros({num_etypes, 64, 64}, options);
+  at::Tensor d_W = at::empty({num_etypes, 64, 64}, options);
   at::Tensor d_w_s = at::zeros({num_etypes, 1, 64}, options);
   at::Tensor d_w_t = at::zeros({num_etypes, 1, 64}, options);
   at::Tensor att_max_ties = at::empty({num_nodes, 1}, options);  // field
@@ -342,6 +342,10 @@ std::vector<at::Tensor> rgat_backward_op(
   at::Tensor rgat_bw_segsum_d_w_s_partials = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: per-chunk sums (rgat_bw_segsum_d_w_s)
   at::Tensor rgat_bw_segsum_d_w_t_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first chunk of each segment (rgat_bw_segsum_d_w_t)
   at::Tensor rgat_bw_segsum_d_w_t_partials = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: per-chunk sums (rgat_bw_segsum_d_w_t)
+  at::Tensor rgat_bw_wgrad_d_W_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
+  at::Tensor rgat_bw_wgrad_d_W_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_W's first chunk of each segment
+  at::Tensor rgat_bw_wgrad_d_W_2_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W_2's fp32 partial sums, one [1, 64, 64] slice per chunk
+  at::Tensor rgat_bw_wgrad_d_W_2_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_W_2's first chunk of each segment
   RgatBackwardArgs a;
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -392,6 +396,10 @@ std::vector<at::Tensor> rgat_backward_op(
   a.rgat_bw_segsum_d_w_s_partials = rgat_bw_segsum_d_w_s_partials.data_ptr<float>();
   a.rgat_bw_segsum_d_w_t_chunk_ptr = rgat_bw_segsum_d_w_t_chunk_ptr.data_ptr<int32_t>();
   a.rgat_bw_segsum_d_w_t_partials = rgat_bw_segsum_d_w_t_partials.data_ptr<float>();
+  a.rgat_bw_wgrad_d_W_partial = rgat_bw_wgrad_d_W_partial.data_ptr<float>();
+  a.rgat_bw_wgrad_d_W_chunk_ptr = rgat_bw_wgrad_d_W_chunk_ptr.data_ptr<int32_t>();
+  a.rgat_bw_wgrad_d_W_2_partial = rgat_bw_wgrad_d_W_2_partial.data_ptr<float>();
+  a.rgat_bw_wgrad_d_W_2_chunk_ptr = rgat_bw_wgrad_d_W_2_chunk_ptr.data_ptr<int32_t>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_rgat_bw_nodes_d_att(a, stream));
   C10_CUDA_CHECK(launch_rgat_bw_edges_d_hs(a, stream));

@@ -5,9 +5,13 @@
 #include "rgat_kernels.h"
 
 #include "hectorgen/segments.cuh"
+#include "hectorgen/simt_wgrad.cuh"
 
 #include <algorithm>
 #include <cstdint>
+
+#include "hectorgen/segments.cuh"
+#include "hectorgen/simt_wgrad.cuh"
 
 namespace {
 
@@ -544,104 +548,6 @@ __global__ void __launch_bounds__(256) rgat_bw_gemm_d_feature_edges(
   }
 }
 
-// rgat_bw_wgrad_d_W: weight-gradient instance  d_W[etype] += sum_row feature[static_cast<int64_t>(dst[row])]^T * d_ht[row]
-//   from: d$W[e.etype] += outer(e.dst.feature, reshape(e["d$ht"], 64))
-// One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
-__global__ void __launch_bounds__(256) rgat_bw_wgrad_d_W(
-    const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
-    const int32_t* __restrict__ dst,
-    const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows (k) of one column (n)
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  constexpr int64_t kKTiles = 4, kNTiles = 4;
-  __shared__ float xs[kTile][kTile + 1];  // [row][k]
-  __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  // blockIdx.x numbers the (k tile, n tile, head) of dW, k fastest; blockIdx.y the segment.
-  const int64_t k0 = blockIdx.x % kKTiles * kTile, n0 = blockIdx.x / kKTiles % kNTiles * kTile;
-  const int head = static_cast<int>(blockIdx.x / (kKTiles * kNTiles));
-  const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
-  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
-    const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-    (void)num_rows;
-    float acc[kCoarsen] = {};
-    for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-      for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-        const int r = i / kTile, c = i % kTile;
-        const int64_t row = r0 + r;
-        const bool in_range = row < row_end;
-        xs[r][c] = in_range && k0 + c < kK ? x[static_cast<int64_t>(dst[row]) * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-        ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < kTile; ++r) {
-        const float d = ds[r][tn];
-#pragma unroll
-        for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[r][tk + c * kRowGroups] * d;
-      }
-      __syncthreads();
-    }
-#pragma unroll
-    for (int c = 0; c < kCoarsen; ++c) {
-      const int64_t k = k0 + tk + c * kRowGroups, n = n0 + tn;
-      if (k < kK && n < kN) dw[(type * kHeads + head) * kK * kN + k * kN + n] += acc[c];
-    }
-  }
-}
-
-// rgat_bw_wgrad_d_W_2: weight-gradient instance  d_W[etype] += sum_row feature[static_cast<int64_t>(src[row])]^T * d_hs[row]
-//   from: d$W[e.etype] += outer(e.src.feature, reshape(e["d$hs"], 64))
-// One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
-__global__ void __launch_bounds__(256) rgat_bw_wgrad_d_W_2(
-    const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
-    const int32_t* __restrict__ src,
-    const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows (k) of one column (n)
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  constexpr int64_t kKTiles = 4, kNTiles = 4;
-  __shared__ float xs[kTile][kTile + 1];  // [row][k]
-  __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  // blockIdx.x numbers the (k tile, n tile, head) of dW, k fastest; blockIdx.y the segment.
-  const int64_t k0 = blockIdx.x % kKTiles * kTile, n0 = blockIdx.x / kKTiles % kNTiles * kTile;
-  const int head = static_cast<int>(blockIdx.x / (kKTiles * kNTiles));
-  const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
-  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
-    const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-    (void)num_rows;
-    float acc[kCoarsen] = {};
-    for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-      for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-        const int r = i / kTile, c = i % kTile;
-        const int64_t row = r0 + r;
-        const bool in_range = row < row_end;
-        xs[r][c] = in_range && k0 + c < kK ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-        ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < kTile; ++r) {
-        const float d = ds[r][tn];
-#pragma unroll
-        for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[r][tk + c * kRowGroups] * d;
-      }
-      __syncthreads();
-    }
-#pragma unroll
-    for (int c = 0; c < kCoarsen; ++c) {
-      const int64_t k = k0 + tk + c * kRowGroups, n = n0 + tn;
-      if (k < kK && n < kN) dw[(type * kHeads + head) * kK * kN + k * kN + n] += acc[c];
-    }
-  }
-}
-
 // rgat_bw_sum_d_feature: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature(
     int64_t num_rows,
@@ -850,11 +756,24 @@ cudaError_t launch_rgat_bw_gemm_d_feature_edges(const RgatBackwardArgs& a, cudaS
 }
 
 cudaError_t launch_rgat_bw_wgrad_d_W(const RgatBackwardArgs& a, cudaStream_t stream) {
-  {  // rgat_bw_wgrad_d_W
-    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
-    rgat_bw_wgrad_d_W<<<grid, 256, 0, stream>>>(a.feature, a.d_ht, a.d_W, a.dst, a.etype_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
+  // rgat_bw_wgrad_d_W: weight-gradient instance  d_W[etype] = sum_row feature[dst[row]]^T * d_ht[row]
+  //   from: d$W[e.etype] += outer(e.dst.feature, reshape(e["d$ht"], 64))
+  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // then d_W = the sum of its segment's chunks in chunk order: bit-identical over runs.
+  hectorgen::simt::WgradArgs<float> wgrad{};
+  wgrad.x = a.feature;
+  wgrad.dy = a.d_ht;
+  wgrad.gather = a.dst;  // X rows
+  wgrad.seg_ptr = a.etype_ptr;
+  wgrad.num_rows = a.num_edges;
+  wgrad.num_segments = a.num_etypes;
+  // 1 block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.
+  const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);
+  int32_t* const chunk_ptr = a.rgat_bw_wgrad_d_W_chunk_ptr;
+  float* const partial = a.rgat_bw_wgrad_d_W_partial;
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
@@ -869,11 +788,24 @@ cudaError_t launch_rgat_bw_gemm_d_feature_edges_2(const RgatBackwardArgs& a, cud
 }
 
 cudaError_t launch_rgat_bw_wgrad_d_W_2(const RgatBackwardArgs& a, cudaStream_t stream) {
-  {  // rgat_bw_wgrad_d_W_2
-    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
-    rgat_bw_wgrad_d_W_2<<<grid, 256, 0, stream>>>(a.feature, a.d_hs, a.d_W, a.src, a.etype_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
+  // rgat_bw_wgrad_d_W_2: weight-gradient instance  d_W[etype] += sum_row feature[src[row]]^T * d_hs[row]
+  //   from: d$W[e.etype] += outer(e.src.feature, reshape(e["d$hs"], 64))
+  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // then d_W += the sum of its segment's chunks in chunk order: bit-identical over runs.
+  hectorgen::simt::WgradArgs<float> wgrad{};
+  wgrad.x = a.feature;
+  wgrad.dy = a.d_hs;
+  wgrad.gather = a.src;  // X rows
+  wgrad.seg_ptr = a.etype_ptr;
+  wgrad.num_rows = a.num_edges;
+  wgrad.num_segments = a.num_etypes;
+  // 1 block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.
+  const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);
+  int32_t* const chunk_ptr = a.rgat_bw_wgrad_d_W_2_chunk_ptr;
+  float* const partial = a.rgat_bw_wgrad_d_W_2_partial;
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W, wgrad.num_segments, 4096, /*accumulate=*/true, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 

@@ -134,6 +134,10 @@ struct RgatBackwardArgs {
   float* rgat_bw_segsum_d_w_s_partials = nullptr;  // workspace: per-chunk sums (rgat_bw_segsum_d_w_s)
   int32_t* rgat_bw_segsum_d_w_t_chunk_ptr = nullptr;  // workspace: first chunk of each segment (rgat_bw_segsum_d_w_t)
   float* rgat_bw_segsum_d_w_t_partials = nullptr;  // workspace: per-chunk sums (rgat_bw_segsum_d_w_t)
+  float* rgat_bw_wgrad_d_W_partial = nullptr;  // workspace: rgat_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* rgat_bw_wgrad_d_W_chunk_ptr = nullptr;  // workspace: rgat_bw_wgrad_d_W's first chunk of each segment
+  float* rgat_bw_wgrad_d_W_2_partial = nullptr;  // workspace: rgat_bw_wgrad_d_W_2's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* rgat_bw_wgrad_d_W_2_chunk_ptr = nullptr;  // workspace: rgat_bw_wgrad_d_W_2's first chunk of each segment
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.

@@ -12,6 +12,7 @@
 
 #include "rgcn_kernels.h"
 #include "hectorgen/runtime_version.h"
+#include "hectorgen/segments.h"  // workspace sizes
 
 // The graph arrays come from the hectorgen runtime (hectorgen_runtime.prepare_graph) this code was generated for.
 static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 1,
@@ -273,9 +274,13 @@ std::vector<at::Tensor> rgcn_backward_op(
   check(W, "weight 'W'", at::kFloat, {num_etypes, 64, 64}, device);
   const auto options = feature.options();
   at::Tensor d_feature = at::zeros({num_nodes, 64}, options);
-  at::Tensor d_W0 = at::zeros({64, 64}, options);
-  at::Tensor d_W = at::zeros({num_etypes, 64, 64}, options);
+  at::Tensor d_W0 = at::empty({64, 64}, options);
+  at::Tensor d_W = at::empty({num_etypes, 64, 64}, options);
   at::Tensor t_d_feature_edges = at::empty({num_edges, 64}, options);  // intermediate
+  at::Tensor rgcn_bw_wgrad_d_W_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgcn_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
+  at::Tensor rgcn_bw_wgrad_d_W_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgcn_bw_wgrad_d_W's first chunk of each segment
+  at::Tensor rgcn_bw_wgrad_d_W0_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, 1, hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgcn_bw_wgrad_d_W0's fp32 partial sums, one [1, 64, 64] slice per chunk
+  at::Tensor rgcn_bw_wgrad_d_W0_chunk_ptr = at::empty({2}, options.dtype(at::kInt));  // workspace: rgcn_bw_wgrad_d_W0's first chunk of each segment
   RgcnBackwardArgs a;
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -301,6 +306,10 @@ std::vector<at::Tensor> rgcn_backward_op(
   a.d_W0 = d_W0.data_ptr<float>();
   a.d_W = d_W.data_ptr<float>();
   a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
+  a.rgcn_bw_wgrad_d_W_partial = rgcn_bw_wgrad_d_W_partial.data_ptr<float>();
+  a.rgcn_bw_wgrad_d_W_chunk_ptr = rgcn_bw_wgrad_d_W_chunk_ptr.data_ptr<int32_t>();
+  a.rgcn_bw_wgrad_d_W0_partial = rgcn_bw_wgrad_d_W0_partial.data_ptr<float>();
+  a.rgcn_bw_wgrad_d_W0_chunk_ptr = rgcn_bw_wgrad_d_W0_chunk_ptr.data_ptr<int32_t>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_rgcn_bw_gemm_d_feature_edges(a, stream));
   C10_CUDA_CHECK(launch_rgcn_bw_wgrad_d_W(a, stream));

@@ -4,8 +4,12 @@
 // instance(s), each with a launcher (see rgcn_kernels.h). Torch-free: compile with nvcc alone.
 #include "rgcn_kernels.h"
 
+#include "hectorgen/simt_wgrad.cuh"
+
 #include <algorithm>
 #include <cstdint>
+
+#include "hectorgen/simt_wgrad.cuh"
 
 namespace {
 
@@ -262,57 +266,6 @@ __global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature_edges(
   }
 }
 
-// rgcn_bw_wgrad_d_W: weight-gradient instance  d_W[etype] += sum_row feature[static_cast<int64_t>(src[row])]^T * d_h[static_cast<int64_t>(dst[row])] * norm[row]
-//   from: d$W[e.etype] += outer(e.src.feature, n.d$h * e.norm)
-// One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
-__global__ void __launch_bounds__(256) rgcn_bw_wgrad_d_W(
-    const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
-    const int32_t* __restrict__ src,
-    const int32_t* __restrict__ dst,
-    const float* __restrict__ row_scalar,
-    const int32_t* __restrict__ seg_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows (k) of one column (n)
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  constexpr int64_t kKTiles = 4, kNTiles = 4;
-  __shared__ float xs[kTile][kTile + 1];  // [row][k]
-  __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  // blockIdx.x numbers the (k tile, n tile, head) of dW, k fastest; blockIdx.y the segment.
-  const int64_t k0 = blockIdx.x % kKTiles * kTile, n0 = blockIdx.x / kKTiles % kNTiles * kTile;
-  const int head = static_cast<int>(blockIdx.x / (kKTiles * kNTiles));
-  const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
-  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
-    const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];
-    (void)num_rows;
-    float acc[kCoarsen] = {};
-    for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-      for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-        const int r = i / kTile, c = i % kTile;
-        const int64_t row = r0 + r;
-        const bool in_range = row < row_end;
-        xs[r][c] = in_range && k0 + c < kK ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-        ds[r][c] = in_range && n0 + c < kN ? dy[static_cast<int64_t>(dst[row]) * (kHeads * kN) + head * kN + n0 + c] * row_scalar[row] : 0.f;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < kTile; ++r) {
-        const float d = ds[r][tn];
-#pragma unroll
-        for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[r][tk + c * kRowGroups] * d;
-      }
-      __syncthreads();
-    }
-#pragma unroll
-    for (int c = 0; c < kCoarsen; ++c) {
-      const int64_t k = k0 + tk + c * kRowGroups, n = n0 + tn;
-      if (k < kK && n < kN) dw[(type * kHeads + head) * kK * kN + k * kN + n] += acc[c];
-    }
-  }
-}
-
 // rgcn_bw_gemm_d_feature: GEMM instance  d_feature[row] += d_h[row] * W0[-]^T
 //   from: n["d$feature"] += linear_t(n.d$h, W0)
 __global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature(
@@ -354,52 +307,6 @@ __global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature(
     const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
     if (row < row_end && col < kN) {
       y[row * (kHeads * kN) + head * kN + col] += acc[c];
-    }
-  }
-}
-
-// rgcn_bw_wgrad_d_W0: weight-gradient instance  d_W0[-] += sum_row feature[row]^T * d_h[row]
-//   from: d$W0 += outer(n.feature, n.d$h)
-// One block per (dW tile, head, segment) walks the segment's rows in order: deterministic, no atomics.
-__global__ void __launch_bounds__(256) rgcn_bw_wgrad_d_W0(
-    const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dw,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows (k) of one column (n)
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  constexpr int64_t kKTiles = 4, kNTiles = 4;
-  __shared__ float xs[kTile][kTile + 1];  // [row][k]
-  __shared__ float ds[kTile][kTile + 1];  // [row][n]
-  // blockIdx.x numbers the (k tile, n tile, head) of dW, k fastest; blockIdx.y the segment.
-  const int64_t k0 = blockIdx.x % kKTiles * kTile, n0 = blockIdx.x / kKTiles % kNTiles * kTile;
-  const int head = static_cast<int>(blockIdx.x / (kKTiles * kNTiles));
-  const int tk = threadIdx.x / kTile, tn = threadIdx.x % kTile;
-  // Past 65535 segments (the grid's y limit) each block takes every gridDim.y-th one.
-  for (int64_t type = blockIdx.y; type < num_segments; type += gridDim.y) {
-    const int64_t row_begin = 0, row_end = num_rows;
-    float acc[kCoarsen] = {};
-    for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
-      for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-        const int r = i / kTile, c = i % kTile;
-        const int64_t row = r0 + r;
-        const bool in_range = row < row_end;
-        xs[r][c] = in_range && k0 + c < kK ? x[row * (kHeads * kK) + head * kK + k0 + c] : 0.f;
-        ds[r][c] = in_range && n0 + c < kN ? dy[row * (kHeads * kN) + head * kN + n0 + c] : 0.f;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < kTile; ++r) {
-        const float d = ds[r][tn];
-#pragma unroll
-        for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[r][tk + c * kRowGroups] * d;
-      }
-      __syncthreads();
-    }
-#pragma unroll
-    for (int c = 0; c < kCoarsen; ++c) {
-      const int64_t k = k0 + tk + c * kRowGroups, n = n0 + tn;
-      if (k < kK && n < kN) dw[(type * kHeads + head) * kK * kN + k * kN + n] += acc[c];
     }
   }
 }
@@ -503,11 +410,26 @@ cudaError_t launch_rgcn_bw_gemm_d_feature_edges(const RgcnBackwardArgs& a, cudaS
 }
 
 cudaError_t launch_rgcn_bw_wgrad_d_W(const RgcnBackwardArgs& a, cudaStream_t stream) {
-  {  // rgcn_bw_wgrad_d_W
-    const dim3 grid(16, static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535)), 1);
-    rgcn_bw_wgrad_d_W<<<grid, 256, 0, stream>>>(a.feature, a.d_h, a.d_W, a.src, a.dst, a.norm, a.etype_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
+  // rgcn_bw_wgrad_d_W: weight-gradient instance  d_W[etype] = sum_row feature[src[row]]^T * d_h[dst[row]] * norm[row]
+  //   from: d$W[e.etype] += outer(e.src.feature, n.d$h * e.norm)
+  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // then d_W = the sum of its segment's chunks in chunk order: bit-identical over runs.
+  hectorgen::simt::WgradArgs<float> wgrad{};
+  wgrad.x = a.feature;
+  wgrad.dy = a.d_h;
+  wgrad.gather = a.src;  // X rows
+  wgrad.scatter = a.dst;  // dY rows
+  wgrad.scale = a.norm;
+  wgrad.seg_ptr = a.etype_ptr;
+  wgrad.num_rows = a.num_edges;
+  wgrad.num_segments = a.num_etypes;
+  // 1 block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.
+  const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);
+  int32_t* const chunk_ptr = a.rgcn_bw_wgrad_d_W_chunk_ptr;
+  float* const partial = a.rgcn_bw_wgrad_d_W_partial;
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
@@ -521,11 +443,22 @@ cudaError_t launch_rgcn_bw_gemm_d_feature(const RgcnBackwardArgs& a, cudaStream_
 }
 
 cudaError_t launch_rgcn_bw_wgrad_d_W0(const RgcnBackwardArgs& a, cudaStream_t stream) {
-  {  // rgcn_bw_wgrad_d_W0
-    const dim3 grid(16);
-    rgcn_bw_wgrad_d_W0<<<grid, 256, 0, stream>>>(a.feature, a.d_h, a.d_W0, a.num_nodes, 1);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
+  // rgcn_bw_wgrad_d_W0: weight-gradient instance  d_W0[-] = sum_row feature[row]^T * d_h[row]
+  //   from: d$W0 += outer(n.feature, n.d$h)
+  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // then d_W0 = the sum of its segment's chunks in chunk order: bit-identical over runs.
+  hectorgen::simt::WgradArgs<float> wgrad{};
+  wgrad.x = a.feature;
+  wgrad.dy = a.d_h;
+  wgrad.num_rows = a.num_nodes;
+  wgrad.num_segments = 1;
+  // 1 block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.
+  const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);
+  int32_t* const chunk_ptr = a.rgcn_bw_wgrad_d_W0_chunk_ptr;
+  float* const partial = a.rgcn_bw_wgrad_d_W0_partial;
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W0, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 

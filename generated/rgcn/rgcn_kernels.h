@@ -95,6 +95,10 @@ struct RgcnBackwardArgs {
   float* d_W0 = nullptr;  // [64, 64]
   float* d_W = nullptr;  // [num_etypes, 64, 64]
   float* t_d_feature_edges = nullptr;  // [num_edges, 64]
+  float* rgcn_bw_wgrad_d_W_partial = nullptr;  // workspace: rgcn_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* rgcn_bw_wgrad_d_W_chunk_ptr = nullptr;  // workspace: rgcn_bw_wgrad_d_W's first chunk of each segment
+  float* rgcn_bw_wgrad_d_W0_partial = nullptr;  // workspace: rgcn_bw_wgrad_d_W0's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* rgcn_bw_wgrad_d_W0_chunk_ptr = nullptr;  // workspace: rgcn_bw_wgrad_d_W0's first chunk of each segment
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.

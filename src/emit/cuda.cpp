@@ -190,55 +190,85 @@ std::string segment_rows(const std::string& seg) {
   return "const int64_t row_begin = seg_ptr[type], row_end = seg_ptr[type + 1];\n(void)num_rows;";
 }
 
-std::string gather_row(intra::Gather g) {
-  return g == intra::Gather::None ? "row" : g == intra::Gather::Src ? "static_cast<int64_t>(src[row])" : "static_cast<int64_t>(dst[row])";
+// A weight-gradient instance has no kernel of its own: its launcher runs the runtime's split-K kernels
+// (hectorgen/segments.cuh, simt_wgrad.cuh, tc_gemm.cuh) over two workspaces (wgrad_workspaces):
+//   1. chunk_ptr: the chunks of chunk_rows rows of every segment, numbered (launch_segment_tile_ptr);
+//   2. partial:   one fp32 dW slice per chunk (launch_wgrad_partials, tensor cores or CUDA cores);
+//   3. dW (+)=    the partials of each segment summed in chunk order (launch_reduce_partials): deterministic.
+// chunk_rows depends only on the row count and the blocks per chunk, so it is known to the host code, which
+// sizes the workspaces with the same function (hectorgen/segments.h), without reading anything back from the GPU.
+namespace {
+
+struct WgradShape {
+  std::string rows, segments, seg_ptr;  // Args expressions (launcher: "a."-prefixed; host: plain)
+  int64_t blocks_per_chunk = 0;         // 64 x 64 dW tiles x heads
+};
+
+WgradShape wgrad_shape(const intra::WeightGradInstance& w, const std::string& prefix) {
+  WgradShape s;
+  s.rows = prefix + (w.etype_rows ? "num_etypes" : w.edge_rows ? "num_edges" : "num_nodes");
+  s.segments = w.segments == intra::Segments::Etype ? prefix + "num_etypes" : w.segments == intra::Segments::Ntype ? prefix + "num_ntypes" : "1";
+  s.seg_ptr = w.segments == intra::Segments::Etype ? prefix + "etype_ptr" : w.segments == intra::Segments::Ntype ? prefix + "ntype_ptr" : "nullptr";
+  constexpr int64_t kTile = 64;  // the dW tile of both partial-sums kernels
+  s.blocks_per_chunk = (w.k + kTile - 1) / kTile * ((w.n + kTile - 1) / kTile) * w.heads;
+  return s;
+}
+
+std::vector<Workspace> wgrad_workspaces(const Program& p, const intra::WeightGradInstance& w) {
+  (void)p;
+  const WgradShape s = wgrad_shape(w, "");
+  const std::string segments = s.segments == "1" ? "1" : fmt::format("static_cast<int>({})", s.segments);
+  const std::string chunk_rows = fmt::format("hectorgen::wgrad_chunk_rows({}, {})", s.rows, s.blocks_per_chunk);
+  return {
+      Workspace{workspace_name(w.name, "partial"), "float",
+                fmt::format("hectorgen::wgrad_max_chunks({}, {}, {}) * {}", s.rows, segments, chunk_rows, w.heads * w.k * w.n),
+                fmt::format("{}'s fp32 partial sums, one [{}, {}, {}] slice per chunk", w.name, w.heads, w.k, w.n)},
+      Workspace{workspace_name(w.name, "chunk_ptr"), "int32_t", s.segments == "1" ? "2" : s.segments + " + 1",
+                fmt::format("{}'s first chunk of each segment", w.name)},
+  };
 }
 
 GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
   const intra::WeightGradInstance& w = std::get<intra::WeightGradInstance>(k);
-  const intra::LaunchConfig launch = intra::launch_config(p, k);
-  Vars v;
-  std::string seg = w.segments == intra::Segments::Etype ? "etype" : w.segments == intra::Segments::Ntype ? "ntype" : "";
-  v["name"] = w.name;
-  v["source"] = w.source;
-  v["formula"] = fmt::format("{}[{}] += sum_row {}[{}]^T * {}[{}]{}", w.dw, seg.empty() ? "-" : seg, w.x, gather_row(w.x_gather),
-                             w.dy, gather_row(w.dy_gather), w.row_scalar.empty() ? "" : " * " + w.row_scalar + "[row]");
-  v["tile"] = std::to_string(w.tile);
-  v["coarsen"] = std::to_string(w.coarsen);
-  v["threads"] = std::to_string(launch.threads);
-  v["k_tiles"] = std::to_string((w.k + w.tile - 1) / w.tile);
-  v["n_tiles"] = std::to_string((w.n + w.tile - 1) / w.tile);
-  v["k"] = std::to_string(w.k);
-  v["n"] = std::to_string(w.n);
-  v["heads"] = std::to_string(w.heads);
-  std::string params;
-  std::vector<std::string> args;
-  bool src = w.x_gather == intra::Gather::Src || w.dy_gather == intra::Gather::Src;
-  bool dst = w.x_gather == intra::Gather::Dst || w.dy_gather == intra::Gather::Dst;
-  if (src) { params += "\n    const int32_t* __restrict__ src,"; args.push_back("a.src"); }
-  if (dst) { params += "\n    const int32_t* __restrict__ dst,"; args.push_back("a.dst"); }
-  if (!w.row_scalar.empty()) { params += "\n    const float* __restrict__ row_scalar,"; args.push_back("a." + w.row_scalar); }
-  if (!seg.empty()) { params += "\n    const int32_t* __restrict__ seg_ptr,"; args.push_back(fmt::format("a.{}_ptr", seg)); }
-  v["extra_params"] = params;
-  v["row_range"] = segment_rows(seg);
-  v["x_row"] = gather_row(w.x_gather);
-  v["dy_row"] = gather_row(w.dy_gather);
-  v["scale"] = w.row_scalar.empty() ? "" : " * row_scalar[row]";
-  GemmCode c;
-  c.kernel = render_template("cuda/wgrad.cu.in", v);
-  std::string segs = seg == "etype" ? "a.num_etypes" : seg == "ntype" ? "a.num_ntypes" : "1";
-  std::string arglist = fmt::format("a.{}, a.{}, a.{}", w.x, w.dy, w.dw);
-  for (const auto& a : args) arglist += ", " + a;
-  std::string rows = w.etype_rows ? "a.num_etypes" : w.edge_rows ? "a.num_edges" : "a.num_nodes";
-  c.launcher = fmt::format(
-      "  {{  // {name}\n"
-      "    const dim3 grid({grid});\n"
-      "    {name}<<<grid, {threads}, 0, stream>>>({args}, {rows}, {segs});\n"
-      "    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;\n"
-      "  }}\n",
-      fmt::arg("name", w.name), fmt::arg("grid", grid_expr(launch, rows, segs)), fmt::arg("threads", launch.threads),
-      fmt::arg("args", arglist), fmt::arg("rows", rows), fmt::arg("segs", segs));
-  return c;
+  const bool tc = w.kernel == intra::WgradKernel::TensorCore;
+  const WgradShape s = wgrad_shape(w, "a.");
+  const std::string T = intra::cuda_type(p.find(w.x)->storage), dw_type = intra::cuda_type(p.find(w.dw)->storage);
+  const std::string partial = "a." + workspace_name(w.name, "partial"), chunk_ptr = "a." + workspace_name(w.name, "chunk_ptr");
+  const std::string ns = tc ? "hectorgen::tc" : "hectorgen::simt";
+  const std::string params = tc ? fmt::format("{}, {}, {}", T, w.k, w.n) : fmt::format("{}, {}, {}, {}", T, w.k, w.n, w.heads);
+  CodeWriter c;
+  CodeWriter::Indent body(c);
+  c.line(fmt::format("// {}: weight-gradient instance  {}[{}] {}= sum_row {}[{}]^T * {}[{}]{}", w.name, w.dw,
+                     w.segments == intra::Segments::None ? "-" : intra::to_string(w.segments), w.accumulate ? "+" : "", w.x,
+                     intra::gathered_row(w.x_gather), w.dy, intra::gathered_row(w.dy_gather),
+                     w.row_scalar.empty() ? "" : " * " + w.row_scalar + "[row]"));
+  c.line(fmt::format("//   from: {}", w.source));
+  c.line(fmt::format("// Split-K on {} (kernel={}): fixed chunks of each segment's rows, an fp32 partial sum per chunk,",
+                     tc ? "tensor cores" : "CUDA cores", intra::wgrad_kernel_text(w)));
+  c.line(fmt::format("// then {} {} the sum of its segment's chunks in chunk order: bit-identical over runs.", w.dw,
+                     w.accumulate ? "+=" : "="));
+  c.line(fmt::format("{}::WgradArgs<{}> wgrad{{}};", ns, T));
+  c.line(fmt::format("wgrad.x = a.{};", w.x));
+  c.line(fmt::format("wgrad.dy = a.{};", w.dy));
+  auto list = [](intra::Gather g) { return g == intra::Gather::Src ? "a.src" : "a.dst"; };
+  if (w.x_gather != intra::Gather::None) c.line(fmt::format("wgrad.gather = {};  // X rows", list(w.x_gather)));
+  if (w.dy_gather != intra::Gather::None) c.line(fmt::format("wgrad.scatter = {};  // dY rows", list(w.dy_gather)));
+  if (!w.row_scalar.empty()) c.line(fmt::format("wgrad.scale = a.{};", w.row_scalar));
+  if (w.segments != intra::Segments::None) c.line(fmt::format("wgrad.seg_ptr = {};", s.seg_ptr));
+  c.line(fmt::format("wgrad.num_rows = {};", s.rows));
+  c.line(fmt::format("wgrad.num_segments = {};", s.segments));
+  c.line(fmt::format("// {} block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.",
+                     s.blocks_per_chunk));
+  c.line(fmt::format("const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, {});", s.blocks_per_chunk));
+  c.line(fmt::format("int32_t* const chunk_ptr = {};", chunk_ptr));
+  c.line(fmt::format("float* const partial = {};", partial));
+  auto call = [&](const std::string& e) { c.line(fmt::format("if (cudaError_t err = {}; err != cudaSuccess) return err;", e)); };
+  call("hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream)");
+  call(fmt::format("{}::launch_wgrad_partials<{}>(wgrad, chunk_ptr, chunk_rows, partial, stream)", ns, params));
+  call(fmt::format("hectorgen::launch_reduce_partials<{}>(partial, chunk_ptr, a.{}, wgrad.num_segments, {}, /*accumulate=*/{}, stream)",
+                   dw_type, w.dw, w.heads * w.k * w.n, w.accumulate ? "true" : "false"));
+  // segments.cuh (the chunk offsets, the reduction) comes with either header.
+  return GemmCode{"", c.str(), {tc ? "hectorgen/tc_gemm.cuh" : "hectorgen/simt_wgrad.cuh"}};
 }
 
 // The names of a segment sum's workspaces (per-chunk partial sums and the chunk offsets).
@@ -253,6 +283,8 @@ std::string rows_expr(bool edge_rows, bool etype_rows, const std::string& prefix
 std::string segments_expr(intra::Segments s, const std::string& prefix) {
   return s == intra::Segments::Etype ? prefix + "num_etypes" : s == intra::Segments::Ntype ? prefix + "num_ntypes" : "1";
 }
+
+}  // namespace
 
 // A segment sum is split over fixed row chunks (hectorgen/segments.cuh): per-chunk column sums, then the chunks
 // of each segment added in order. Deterministic, and as parallel as the rows (one block a row per segment
@@ -287,9 +319,9 @@ GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
   return c;
 }
 
-// The workspaces of one instance.
+// The workspaces of one instance: a weight gradient's or a segment sum's split-K partials and chunk offsets.
 static std::vector<Workspace> kernel_workspaces(const Program& p, const intra::Kernel& k) {
-  (void)p;
+  if (auto* w = std::get_if<intra::WeightGradInstance>(&k)) return wgrad_workspaces(p, *w);
   std::vector<Workspace> ws;
   if (auto* ss = std::get_if<intra::SegmentSumInstance>(&k)) {
     const std::string rows = rows_expr(ss->edge_rows, false, ""), segs = segments_expr(ss->segments, "");

@@ -457,6 +457,7 @@ std::string emit_manifest(const std::vector<Program>& ir_phases, const EmitConte
     } else if (auto* w = std::get_if<intra::WeightGradInstance>(&k)) {
       x["template"] = "weight_grad";
       x["dw"] = w->dw;
+      x["kernel"] = intra::wgrad_kernel_text(*w);
     } else if (auto* ss = std::get_if<intra::SegmentSumInstance>(&k)) {
       x["template"] = "segment_sum";
       x["dw"] = ss->dw;

@@ -57,7 +57,9 @@ const char* const kCppEmitterNames[] = {
     // traversal kernels (emit/traversal.cpp) and launchers (emit/cuda.cpp)
     "lane", "first_row", "row_stride", "num_rows", "j", "m", "idx", "partial", "total", "warp_sum", "warp_max", "leaky_relu",
     "__shfl_sync", "__shfl_xor_sync", "a", "args", "stream", "err", "grid", "blocks", "cudaError_t",
-    "cudaGetLastError", "cudaSuccess", "cudaStream_t", "hectorgen", "rows", "chunk_rows",
+    "cudaGetLastError", "cudaSuccess", "cudaStream_t", "hectorgen", "rows",
+    // split-K launchers (emit/cuda.cpp emit_wgrad, emit_segsum)
+    "wgrad", "chunk_rows", "chunk_ptr",
     // graph arrays and sizes (Args structs, op arguments)
     "src", "dst", "etype", "etype_ptr", "etype_tile_ptr", "in_ptr", "in_eid", "in_src", "out_ptr", "out_eid",
     "out_dst", "ntype", "ntype_ptr", "ntype_tile_ptr", "num_nodes", "num_edges", "num_etypes", "num_ntypes",
@@ -121,8 +123,8 @@ const char* const kModuleAttributes[] = {
     "register_state_dict_pre_hook", "requires_grad_", "set_extra_state", "set_submodule", "share_memory",
     "state_dict", "to", "to_empty", "train", "training", "type", "xpu", "zero_grad"};
 
-// The templates user names are substituted into (the GEMM, weight-gradient and segment-sum kernels take only
-// fixed parameters: no user name enters them).
+// The templates user names are substituted into (the GEMM and segment-sum kernels take only fixed parameters: no
+// user name enters them).
 const char* const kCppTemplates[] = {"host/host.cpp.in", "host/op.cpp.in", "cuda/kernels.cu.in", "cuda/kernels.h.in"};
 const char* const kPythonTemplate = "python/module.py.in";
 
@@ -327,20 +329,39 @@ const std::set<std::string>& python_attribute_reserved() {
 // ---- NameScope ------------------------------------------------------------------------------------
 std::string NameScope::spell(std::string_view name) { return plain_spelling(name); }
 
-std::string NameScope::allocate(const std::string& candidate) {
+namespace {
+std::string derived_identifier(const std::string& pattern, const std::string& ident) {
+  std::string out = pattern;
+  return out.replace(out.find("{}"), 2, ident);
+}
+}  // namespace
+
+std::string NameScope::allocate(const std::string& candidate, const std::vector<std::string>& patterns) {
+  auto free = [&](const std::string& name) {
+    if (!available(name)) return false;
+    for (const std::string& p : patterns)
+      if (!available(derived_identifier(p, name))) return false;
+    return true;
+  };
   std::string name = candidate;
-  if (!available(name)) name = candidate + "_";
-  for (int k = 2; !available(name); ++k) name = fmt::format("{}_{}", candidate, k);
+  if (!free(name)) name = candidate + "_";
+  for (int k = 2; !free(name); ++k) name = fmt::format("{}_{}", candidate, k);
   taken_.insert(name);
+  for (const std::string& p : patterns) taken_.insert(derived_identifier(p, name));
   return name;
 }
 
-const std::string& NameScope::get(const std::string& ns, const std::string& name) {
+const std::string& NameScope::get(const std::string& ns, const std::string& name) { return get(ns, name, {}); }
+
+const std::string& NameScope::get(const std::string& ns, const std::string& name, const std::vector<std::string>& patterns) {
   auto key = std::make_pair(ns, name);
   auto it = map_.find(key);
-  if (it == map_.end()) it = map_.emplace(key, allocate(spell(name))).first;
+  if (it == map_.end()) it = map_.emplace(key, allocate(spell(name), patterns)).first;
   return it->second;
 }
+
+std::string launcher_name(const std::string& kernel) { return "launch_" + kernel; }
+std::string workspace_name(const std::string& kernel, const std::string& what) { return kernel + "_" + what; }
 
 std::string NameScope::fresh(const std::string& hint) { return allocate(spell(hint)); }
 
@@ -435,11 +456,14 @@ class CppRenamer {
  private:
   std::string tensor(const std::string& t) { return n_.get(kTensor, t); }
   std::string opt_tensor(const std::string& t) { return t.empty() ? t : tensor(t); }
-  // A kernel and its launcher launch_<kernel> are both global functions.
+  // A kernel and its launcher launch_<kernel> are both global functions; its workspaces are named after it.
   std::string kernel(const std::string& name) {
-    const std::string& k = n_.get(kKernel, name);
-    n_.take("launch_" + k);
-    return k;
+    static const std::vector<std::string> derived = [] {
+      std::vector<std::string> v{launcher_name("{}")};
+      for (const char* what : kKernelWorkspaces) v.push_back(workspace_name("{}", what));
+      return v;
+    }();
+    return n_.get(kKernel, name, derived);
   }
 
   // A traversal instance: tensors by their identifiers; registers, rows and loop variables keep their names

@@ -46,6 +46,10 @@ class NameScope {
   // The identifier of IR name `name` in namespace `ns` (tensor, kernel, loop variable ...): allocated on
   // first use, then always the same. Distinct (ns, name) pairs get distinct identifiers.
   const std::string& get(const std::string& ns, const std::string& name);
+  // The same, for a name that brings identifiers derived from it (`patterns`, each with one "{}" where the
+  // identifier goes, e.g. "launch_{}"): the identifier is chosen so that every derived one is free too, and
+  // all of them are taken.
+  const std::string& get(const std::string& ns, const std::string& name, const std::vector<std::string>& patterns);
   // A new identifier near `hint` (for the emitters' own temporaries).
   std::string fresh(const std::string& hint);
   // Marks an identifier as used (it will be nobody's).
@@ -55,11 +59,18 @@ class NameScope {
   static std::string spell(std::string_view name);
 
  private:
-  std::string allocate(const std::string& candidate);
+  std::string allocate(const std::string& candidate, const std::vector<std::string>& patterns = {});
   const std::set<std::string>* reserved_;
   std::set<std::string> taken_;
   std::map<std::pair<std::string, std::string>, std::string> map_;
 };
+
+// The identifiers derived from a kernel's C++ name `kernel`: its launcher, launch_<kernel>, and the workspaces its
+// launcher may use (emit::Workspace), <kernel>_<what> for each `what` of kKernelWorkspaces. They are reserved with
+// the kernel's name (with_cpp_names), so no tensor, kernel or other workspace takes one.
+inline constexpr const char* kKernelWorkspaces[] = {"partial", "chunk_ptr"};
+std::string launcher_name(const std::string& kernel);
+std::string workspace_name(const std::string& kernel, const std::string& what);
 
 // The phases with every IR name (tensors, fields, kernels, loop variables) replaced by its C++/CUDA
 // identifier, one scope for all phases (a name is spelled alike in the kernels, the header and the host code).

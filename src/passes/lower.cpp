@@ -607,8 +607,7 @@ class Lowering {
     }
     if (tensor(w.x).row_numel() != w.heads * w.k || tensor(w.dy).row_numel() != w.heads * w.n) return false;
     w.dtype = m_.decl.options.dtype;
-    w.tile = m_.decl.options.schedule.gemm_tile;
-    w.coarsen = m_.decl.options.schedule.gemm_coarsen;
+    w.kernel = intra::choose_wgrad_kernel(w);
     w.source = print_expr(s->target) + " += " + print_expr(s->value);
     std::set<std::string> reads{w.x, w.dy};
     if (!scalar.empty()) reads.insert(scalar);
@@ -616,7 +615,9 @@ class Lowering {
       if (!can_flush) return false;
       flush(ctx, stage);
     }
-    note_write(w.dw, /*accumulates=*/true);  // the kernel adds into dW: it must start at zero
+    // The first kernel writing dW overwrites it (no zeroing needed); later ones add into it.
+    w.accumulate = written_.count(w.dw) > 0;
+    note_write(w.dw, w.accumulate);
     w.name = unique(fmt::format("{}_wgrad_{}", prefix_, o->name));
     if (w.segments == intra::Segments::Etype) p_.layouts.insert(intra::layout::kSortedCoo);
     p_.kernels.push_back(w);
@@ -947,14 +948,14 @@ class Lowering {
     wg.n = o->shape[1];
     if (tensor(wg.x).row_numel() != wg.k || st.row_numel() != wg.n) return false;
     wg.dtype = m_.decl.options.dtype;
-    wg.tile = m_.decl.options.schedule.gemm_tile;
-    wg.coarsen = m_.decl.options.schedule.gemm_coarsen;
+    wg.kernel = intra::choose_wgrad_kernel(wg);
     wg.source = source;
     if (hazard(stage, {wg.x, wg.dy}, wg.dw)) {
       if (!can_flush) return false;
       flush(ctx, stage);
     }
-    note_write(wg.dw, /*accumulates=*/true);
+    wg.accumulate = written_.count(wg.dw) > 0;
+    note_write(wg.dw, wg.accumulate);
     wg.name = unique(fmt::format("{}_wgrad_{}", prefix_, o->name));
     p_.kernels.push_back(wg);
     return true;

@@ -72,6 +72,8 @@ NAMES = [
     "q_att__1", "q_att__2", "q_msg__0", "q_att_2", "q_model_fw_gemm_q_hs", "launch_q_model_fw_gemm_q_hs",
     "q_att_ties", "q_max_ties", "d_q_h_reads", "t_scatter", "t_q_hs_2", "q_model_bw_edges_d_q_att",
     "q_model_forward", "q_model_forward_op", "q_model_backward_meta", "QModelForwardArgs", "d", "t",
+    # a weight gradient's workspaces (<kernel>_partial, <kernel>_chunk_ptr) and its launcher's locals
+    "q_model_bw_wgrad_d_q_W_partial", "q_model_bw_wgrad_d_q_W_chunk_ptr", "wgrad", "chunk_rows",
     # ordinary names
     "feature", "W", "h", "att", "msg", "norm", "hs", "ht", "hidden", "weight2", "Wq",
 ]

@@ -5,7 +5,7 @@
 #
 # 1. Generates the bundled models over the grid of GEMM tile x coarsening x __launch_bounds__ x traversal
 #    threads (every value of each at least once, the largest ones included; every kernel kind: GEMM, weight
-#    gradient, segment sum, traversal; one and several heads) and models with large shapes (rows of 2^24
+#    gradient (the runtime's split-K, whatever the schedule), segment sum, traversal; one and several heads) and models with large shapes (rows of 2^24
 #    elements through GEMMs, a 2^24-deep GEMM reduction, 10^5 heads, the widest traversal row), and checks
 #    that hectorgen accepts each without a word.
 # 2. Checks that schedules that cannot launch are rejected (exit 1, a [bad-schedule] error with a position).
@@ -138,8 +138,11 @@ if [[ ! -x "$NVCC" ]]; then
   [[ $status -eq 0 ]] && exit 77
   exit $status
 fi
+# The runtime's kernels the generated launchers call (weight gradients: hectorgen/simt_wgrad.cuh, tc_gemm.cuh).
+RUNTIME_INCLUDE="$(cd "$SRC/runtime/include" && pwd)"
+export RUNTIME_INCLUDE
 compile_one() {  # compile_one NVCC FILE.cu ARCH
-  if "$1" -std=c++17 -arch="$3" -c "$2" -o "${2%.cu}.$3.o" -Werror all-warnings -Xcompiler -Wall,-Wextra \
+  if "$1" -std=c++17 -arch="$3" -c "$2" -o "${2%.cu}.$3.o" -I"$RUNTIME_INCLUDE" -Werror all-warnings -Xcompiler -Wall,-Wextra \
        >"${2%.cu}.$3.log" 2>&1; then
     echo "ok: $(basename "$2") for $3"
   else

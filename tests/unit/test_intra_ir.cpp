@@ -315,7 +315,7 @@ gemm m_gemm:  t_e[row] = x[src[row]] · W[etype] * norm[row]
     from: e["t"] = e.src.x * W[e.etype] * e.norm
 
 wgrad m_wgrad:  d_W[etype] += sum over rows x[src[row]]^T · t_e[row]
-    rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 deterministic
+    rows=edges heads=1 k=64 n=64 dtype=fp32 kernel=simt deterministic
     from: d_W[e.etype] += outer(e.src.x, e["t"])
 
 torch m_torch: target=t_b
@@ -364,10 +364,11 @@ TEST_CASE("a program with every instance kind prints, parses back and verifies",
 }
 
 TEST_CASE("GEMMs and weight gradients carry the model's dtype through print, parse and verify", "[intra][roundtrip][verifier]") {
-  // The same program in bf16: the header option and both instances say so (emission is still SIMT).
+  // The same program in bf16: the header option and both instances say so (the GEMM's emission is still SIMT; the
+  // weight gradient takes the tensor cores).
   const std::string bf16 = replace(replace(replace(kProgram, "option dtype = \"fp32\"", "option dtype = \"bf16\""),
                                            "n=64 dtype=fp32 tile=16 coarsen=1 store", "n=64 dtype=bf16 tile=16 coarsen=1 store"),
-                                   "n=64 dtype=fp32 tile=16 coarsen=1 deterministic", "n=64 dtype=bf16 tile=16 coarsen=1 deterministic");
+                                   "n=64 dtype=fp32 kernel=simt deterministic", "n=64 dtype=bf16 kernel=tc deterministic");
   REQUIRE(bf16 != kProgram);
   std::string err;
   auto p = parse_program_text(bf16, &err);
@@ -385,7 +386,7 @@ TEST_CASE("GEMMs and weight gradients carry the model's dtype through print, par
   // One dtype per model: an instance that disagrees with the header is rejected, either way round.
   CHECK(verify_text(replace(bf16, "dtype=bf16 tile=16 coarsen=1 store", "dtype=fp32 tile=16 coarsen=1 store")) ==
         "m_gemm: dtype=fp32 but the model's dtype is bf16");
-  CHECK(verify_text(replace(kProgram, "dtype=fp32 tile=16 coarsen=1 deterministic", "dtype=fp16 tile=16 coarsen=1 deterministic")) ==
+  CHECK(verify_text(replace(kProgram, "dtype=fp32 kernel=simt deterministic", "dtype=fp16 kernel=simt deterministic")) ==
         "m_wgrad: dtype=fp16 but the model's dtype is fp32");
   // A misspelt dtype is a positioned syntax error.
   CHECK_FALSE(parse_program_text(replace(kProgram, "dtype=fp32 tile=16 coarsen=1 store", "dtype=fp8 tile=16 coarsen=1 store"), &err));
@@ -417,7 +418,7 @@ TEST_CASE("the program verifier rejects each broken rule", "[intra][verifier]") 
       {replace(p, "· W[etype] * norm[row]", "· W[-] * norm[row]"), "m_gemm: 'W' has a slice per type but the kernel has no segments"},
       {replace(p, "layouts etype_sorted_coo", "layouts csr_by_dst"), "m_gemm: gathers through src/dst need the layout 'etype_sorted_coo'"},
       {replace(p, "* norm[row]\n", "* t_e[row]\n"), "m_gemm: row scalar 't_e' is not one value per row"},
-      {replace(p, "    rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 deterministic", "    rows=edges heads=1 k=64 n=32 dtype=fp32 tile=16 coarsen=1 deterministic"),
+      {replace(p, "    rows=edges heads=1 k=64 n=64 dtype=fp32 kernel=simt deterministic", "    rows=edges heads=1 k=64 n=32 dtype=fp32 kernel=simt deterministic"),
        "m_wgrad: rows of x and t_e have 64 and 64 elements, expected 1 x 64 and 1 x 32"},
       {replace(p, "d_W[etype] += sum over rows x[src[row]]^T · t_e[row]", "W[etype] += sum over rows x[src[row]]^T · t_e[row]"),
        "m_wgrad: writes 'W', an weight"},
@@ -457,7 +458,7 @@ gemm m_gemm_v:  t_v[row] = V[row] · W[-]
     from: r = linear(V[e.etype], W)
 
 wgrad m_wgrad:  d_W[-] += sum over rows V[row]^T · t_s[row]
-    rows=etypes heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 deterministic
+    rows=etypes heads=1 k=4 n=8 dtype=fp32 kernel=simt deterministic
     from: d_W += outer(V[e.etype], e["d_r"])
 )";
 
@@ -480,6 +481,80 @@ TEST_CASE("GEMMs and weight gradients over the edge types print, parse back and 
   std::string perr;
   CHECK_FALSE(parse_program_text(replace(t, "rows=etypes heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 store", "rows=types heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 store"), &perr));
   CHECK(perr.find("expected rows=edges, rows=etypes or rows=nodes, not 'types'") != std::string::npos);
+}
+
+TEST_CASE("the weight gradient's kernel: tensor cores where the dtype and the shape allow, else SIMT with the reason",
+          "[intra][wgrad]") {
+  WeightGradInstance w;
+  w.k = 64;
+  w.n = 128;
+  struct Case {
+    inter::DType dtype;
+    int64_t heads, k, n;
+    const char* obstacle;
+    const char* text;  // of the chosen kernel
+  } cases[] = {
+      {inter::DType::FP32, 1, 64, 64, "fp32", "simt"},  // fp32 arithmetic: always CUDA cores, no reason printed
+      {inter::DType::TF32, 1, 64, 128, "", "tc"},
+      {inter::DType::BF16, 1, 128, 64, "", "tc"},
+      {inter::DType::FP16, 1, 192, 256, "", "tc"},
+      {inter::DType::BF16, 2, 64, 64, "heads > 1", "simt(tc: heads > 1)"},
+      {inter::DType::TF32, 1, 32, 64, "k % 64", "simt(tc: k % 64)"},
+      {inter::DType::FP16, 1, 64, 96, "n % 64", "simt(tc: n % 64)"},
+      {inter::DType::BF16, 4, 16, 8, "heads > 1", "simt(tc: heads > 1)"},  // the first obstacle
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.text);
+    w.dtype = c.dtype;
+    w.heads = c.heads;
+    w.k = c.k;
+    w.n = c.n;
+    CHECK(wgrad_tc_obstacle(w) == c.obstacle);
+    w.kernel = choose_wgrad_kernel(w);
+    CHECK((w.kernel == WgradKernel::TensorCore) == std::string(c.obstacle).empty());
+    CHECK(wgrad_kernel_text(w) == c.text);
+  }
+  // A hand-written program may keep a tensor-core instance on CUDA cores: plain `simt`, nothing to explain.
+  w.kernel = WgradKernel::Simt;
+  CHECK(wgrad_kernel_text(w) == "simt(tc: heads > 1)");
+  w.heads = 1;
+  w.k = w.n = 64;
+  CHECK(wgrad_kernel_text(w) == "simt");
+}
+
+TEST_CASE("the weight gradient's kernel and overwrite print, parse back and verify", "[intra][wgrad][roundtrip][verifier]") {
+  const std::string bf16 = replace(replace(replace(kEtypeRows, "option dtype = \"fp32\"", "option dtype = \"bf16\""),
+                                           "dtype=fp32 tile=16", "dtype=bf16 tile=16"),
+                                   "dtype=fp32 kernel=simt deterministic", "dtype=bf16 kernel=simt(tc: k % 64) deterministic");
+  std::string err;
+  auto p = parse_program_text(bf16, &err);
+  INFO(err);
+  REQUIRE(p);
+  CHECK(print_program(*p) == bf16);
+  CHECK(verify_program(*p) == "");
+  CHECK(std::get<WeightGradInstance>(p->kernels[1]).kernel == WgradKernel::Simt);
+  // kernel=tc where the tensor cores cannot compute it: the verifier says why.
+  CHECK(verify_text(replace(bf16, "kernel=simt(tc: k % 64)", "kernel=tc")) ==
+        "m_wgrad: kernel=tc, but the tensor-core kernel cannot compute it (k % 64)");
+  // The printed reason must be the instance's; an unknown kernel is a syntax error.
+  CHECK_FALSE(parse_program_text(replace(bf16, "kernel=simt(tc: k % 64)", "kernel=simt(tc: n % 64)"), &err));
+  CHECK_THAT(err, Catch::Contains("error: expected 'kernel=simt(tc: k % 64)' here [intra-syntax]"));
+  CHECK_FALSE(parse_program_text(replace(bf16, "kernel=simt(tc: k % 64)", "kernel=simt"), &err));
+  CHECK_THAT(err, Catch::Contains("error: expected 'kernel=simt(tc: k % 64)' here [intra-syntax]"));
+  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt", "kernel=cutlass"), &err));
+  CHECK_THAT(err, Catch::Contains("error: unknown weight-gradient kernel 'cutlass' (simt or tc) [intra-syntax]"));
+  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt", "kernel=simt(tc: fp32)"), &err));
+  CHECK_THAT(err, Catch::Contains("error: expected 'kernel=simt' here [intra-syntax]"));
+  // `=`: the instance overwrites dW (it is its first write), so it does not read it.
+  const std::string overwrite = replace(kProgram, "d_W[etype] += sum over rows", "d_W[etype] = sum over rows");
+  auto q = parse_program_text(overwrite, &err);
+  INFO(err);
+  REQUIRE(q);
+  CHECK(print_program(*q) == overwrite);
+  const WeightGradInstance& w = std::get<WeightGradInstance>(q->kernels[1]);
+  CHECK_FALSE(w.accumulate);
+  CHECK_FALSE(kernel_reads(q->kernels[1]).count("d_W"));
+  CHECK(kernel_reads(p->kernels[1]).count("d_W"));
 }
 
 TEST_CASE("the program parser reports positioned errors, into the declarations too", "[intra][parser]") {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <random>
 #include <regex>
 
@@ -171,6 +172,9 @@ TEST_CASE("the spec's dtype reaches every GEMM and weight-gradient instance, and
         }
         if (auto* w = std::get_if<WeightGradInstance>(&k)) {
           CHECK(w->dtype == want);
+          // 64 x 64 weights, one head: tensor cores for every dtype but fp32.
+          CHECK(w->kernel == (want == inter::DType::FP32 ? intra::WgradKernel::Simt : intra::WgradKernel::TensorCore));
+          CHECK(w->kernel == intra::choose_wgrad_kernel(*w));
           ++wgrads;
         }
       }
@@ -185,6 +189,72 @@ TEST_CASE("the spec's dtype reaches every GEMM and weight-gradient instance, and
     REQUIRE(parsed);
     CHECK(print_programs(*parsed) == text);
   }
+}
+
+TEST_CASE("the first weight gradient into a dW overwrites it, later ones add; dW is then not zeroed", "[intra][lowering][wgrad]") {
+  // RGAT: d$W gets the gradients of both projections (hs and ht), two instances in that order.
+  std::vector<Program> phases = lower_path(std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgat.yaml");
+  const Program& bw = phases.back();
+  REQUIRE(bw.phase == "backward");
+  std::map<std::string, int> writes;
+  for (const Kernel& k : bw.kernels) {
+    const auto* w = std::get_if<WeightGradInstance>(&k);
+    if (!w) continue;
+    CAPTURE(w->name);
+    const bool first = writes[w->dw]++ == 0;
+    bool written_before = false;  // by another kind of kernel
+    for (const Kernel& o : bw.kernels) {
+      if (&o == &k) break;
+      if (!std::holds_alternative<WeightGradInstance>(o) && kernel_writes(o).count(w->dw)) written_before = true;
+    }
+    CHECK(w->accumulate == (!first || written_before));
+    if (!w->accumulate) CHECK_FALSE(bw.find(w->dw)->zero_init);
+  }
+  CHECK(writes.at("d$W") == 2);
+}
+
+TEST_CASE("a weight-gradient instance is emitted as the runtime's split-K: chunk offsets, partials, ordered sum",
+          "[intra][emit][wgrad]") {
+  const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgcn.yaml";
+  const std::string fp32 = read_file(path);
+  for (const char* dtype : {"fp32", "tf32"}) {
+    CAPTURE(dtype);
+    const std::vector<Program> phases = lower_source(path, replace(fp32, "dtype: fp32", std::string("dtype: ") + dtype));
+    const emit::EmitContext ctx{"rgcn.yaml", "test"};
+    const std::string cu = emit::emit_kernels_cu(phases, ctx), host = emit::emit_host_cpp(phases, ctx);
+    const bool tc = std::string(dtype) == "tf32";
+    CHECK((cu.find("#include \"hectorgen/tc_gemm.cuh\"") != std::string::npos) == tc);
+    CHECK((cu.find("#include \"hectorgen/simt_wgrad.cuh\"") != std::string::npos) == !tc);
+    CHECK(cu.find(tc ? "hectorgen::tc::launch_wgrad_partials<float, 64, 64>(wgrad, chunk_ptr, chunk_rows, partial, stream)"
+                     : "hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream)") !=
+          std::string::npos);
+    // d_W over the edges of each type, d_W0 over the nodes: each the only write of its gradient (=).
+    CHECK(cu.find("wgrad.seg_ptr = a.etype_ptr;") != std::string::npos);
+    CHECK(cu.find("hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W, wgrad.num_segments, 4096, "
+                  "/*accumulate=*/false, stream)") != std::string::npos);
+    CHECK(cu.find("wgrad.num_segments, 4096, /*accumulate=*/true") == std::string::npos);
+    CHECK(cu.find("__global__ void __launch_bounds__(256) rgcn_bw_wgrad") == std::string::npos);  // no kernel of its own
+    // The launcher and the host code partition the rows alike (one 64 x 64 block per chunk), and the host code
+    // sizes both workspaces from it.
+    CHECK(cu.find("const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);") != std::string::npos);
+    CHECK(cu.find("int32_t* const chunk_ptr = a.rgcn_bw_wgrad_d_W_chunk_ptr;") != std::string::npos);
+    CHECK(host.find("#include \"hectorgen/segments.h\"") != std::string::npos);
+    CHECK(host.find("at::Tensor rgcn_bw_wgrad_d_W_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, "
+                    "static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, "
+                    "options.dtype(at::kFloat));") != std::string::npos);
+    CHECK(host.find("at::Tensor rgcn_bw_wgrad_d_W0_chunk_ptr = at::empty({2}, options.dtype(at::kInt));") != std::string::npos);
+    CHECK(host.find("a.rgcn_bw_wgrad_d_W_partial = rgcn_bw_wgrad_d_W_partial.data_ptr<float>();") != std::string::npos);
+    // Overwritten by their first (only) instance: the gradients are allocated without zeroing.
+    CHECK(host.find("at::Tensor d_W = at::empty(") != std::string::npos);
+  }
+  // RGAT adds two instances into d$W: the second one accumulates.
+  const std::vector<Program> rgat = lower_path(std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgat.yaml");
+  const std::string cu = emit::emit_kernels_cu(rgat, {"rgat.yaml", "test"});
+  const size_t first = cu.find("wgrad.num_segments, 4096, /*accumulate=*/false"),
+               second = cu.find("wgrad.num_segments, 4096, /*accumulate=*/true");
+  CHECK(first != std::string::npos);
+  CHECK(second != std::string::npos);
+  CHECK(first < second);
 }
 
 TEST_CASE("the committed .intra.ir goldens parse back to themselves", "[intra][roundtrip]") {

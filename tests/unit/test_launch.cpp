@@ -48,7 +48,7 @@ Kernel gemm(int64_t heads, int64_t k, int64_t n, int tile = 16, int coarsen = 1)
   return Kernel{g};
 }
 
-Kernel wgrad(int64_t heads, int64_t k, int64_t n, int tile = 16, int coarsen = 1) {
+Kernel wgrad(int64_t heads, int64_t k, int64_t n, intra::WgradKernel kernel = intra::WgradKernel::Simt) {
   intra::WeightGradInstance w;
   w.name = "m_wgrad";
   w.x = "x";
@@ -59,8 +59,7 @@ Kernel wgrad(int64_t heads, int64_t k, int64_t n, int tile = 16, int coarsen = 1
   w.heads = heads;
   w.k = k;
   w.n = n;
-  w.tile = tile;
-  w.coarsen = coarsen;
+  w.kernel = kernel;
   return Kernel{w};
 }
 
@@ -169,13 +168,18 @@ TEST_CASE("launch configurations of each kernel kind", "[launch]") {
     CHECK(c.fold_yz);
     CHECK(c.y.fixed * c.z.fixed >= 100000);
   }
-  SECTION("weight gradient: dW tiles x heads over x, segments over y (at most 65535)") {
-    LaunchConfig c = intra::launch_config(p, wgrad(2, 64, 48, 16, 2));
-    CHECK(c.threads == 128);
-    CHECK(c.x.fixed == 4 * 3 * 2);
-    CHECK(c.y.at(1, 7) == 7);
-    CHECK(c.y.largest() == 65535);
-    CHECK(c.y.expr("a.num_edges", "a.num_etypes") == "static_cast<unsigned>(std::min<int64_t>(a.num_etypes, 65535))");
+  SECTION("weight gradient: (chunks + segments) x dW tiles x heads over x, as the runtime's split-K launchers") {
+    // 64 x 48 per head: one 64 x 64 tile, 2 heads: 2 blocks per chunk, 1024 chunks at most plus one per segment.
+    LaunchConfig c = intra::launch_config(p, wgrad(2, 64, 48));
+    CHECK(c.threads == 256);
+    CHECK(c.static_shared_bytes == 2 * 32 * 68 * 4);
+    CHECK(c.x.at(1, 7) == 2 * (1024 + 7));
+    CHECK(c.x.largest() == 2147483647);  // the launcher refuses more
+    CHECK(c.y.largest() == 1);
+    LaunchConfig t = intra::launch_config(p, wgrad(1, 128, 64, intra::WgradKernel::TensorCore));
+    CHECK(t.threads == 128);
+    CHECK(t.static_shared_bytes == 2 * 2 * 32 * 72 * 4);  // fp32 storage (tf32): a 2-stage ring
+    CHECK(t.x.at(1, 1) == 2 * (1024 + 1));
   }
   SECTION("segment sum: row chunks (at least 128 rows, one partial chunk per segment) over x, 32 columns over y") {
     LaunchConfig c = intra::launch_config(p, segsum(64));
@@ -247,8 +251,8 @@ TEST_CASE("the intra verifier rejects kernel instances that cannot launch", "[la
   Kernel bounded = gemm(1, 64, 64, 32, 1);
   std::get<intra::GemmInstance>(bounded).launch_bounds = 3;
   CHECK(verify(bounded).find("3 resident blocks of 1024 threads") != std::string::npos);
-  CHECK(verify(wgrad(1, 64, 64, 64, 4)).empty());
-  CHECK(verify(wgrad(1, 64, 64, 64, 1)).find("m_wgrad: 4096 threads per block") != std::string::npos);
+  CHECK(verify(wgrad(1, 64, 64)).empty());
+  CHECK(verify(wgrad(1, 64, 64, intra::WgradKernel::TensorCore)).find("m_wgrad: kernel=tc") != std::string::npos);  // fp32
   CHECK(verify(segsum(64)).empty());
   CHECK(verify(traversal(256)).empty());
   CHECK(verify(traversal(2048)).find("2048 threads per block") != std::string::npos);
@@ -260,8 +264,8 @@ TEST_CASE("the intra verifier rejects kernel instances that cannot launch", "[la
   // Grids derived from shapes beyond 2^31 elements per row (the verifier calls them out before any kernel).
   CHECK(verify(segsum(64), 1, 65536, 65536).find("elements per row") != std::string::npos);
   CHECK(intra::verify_launch(program(1, 1, 1), segsum(int64_t{1} << 31)).empty());  // column slices strided over y
-  CHECK(intra::verify_launch(program(1, 1, 1), wgrad(1, int64_t{1} << 20, int64_t{1} << 20))
-            .find("grid x") != std::string::npos);
+  CHECK(intra::verify_launch(program(1, 1, 1), wgrad(int64_t{1} << 16, int64_t{1} << 13, int64_t{1} << 13))
+            .find("m_wgrad: grid x reaches 2147483648 blocks for one segment") != std::string::npos);
   CHECK(intra::verify_launch(program(1, 1, 1), gemm(int64_t{1} << 24, 1, int64_t{1} << 24)).find("grid z") !=
         std::string::npos);
 }

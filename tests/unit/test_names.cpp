@@ -250,6 +250,21 @@ TEST_CASE("a name scope keeps free names, mangles reserved and taken ones, deter
   CHECK(emit::NameScope::spell("t$lin_3") == "t_lin_3");
 }
 
+TEST_CASE("a kernel's name brings its launcher's and workspaces' names: all free, all reserved", "[names]") {
+  const std::set<std::string> reserved{"float"};
+  emit::NameScope s(reserved);
+  const std::vector<std::string> derived{"launch_{}", "{}_partial", "{}_chunk_ptr"};
+  CHECK(s.get("tensor", "k_partial") == "k_partial");  // a user's tensor takes a look-alike first
+  CHECK(s.get("kernel", "k", derived) == "k_");         // so the kernel and everything derived from it move
+  for (const char* taken : {"k_", "launch_k_", "k__partial", "k__chunk_ptr"}) CHECK_FALSE(s.available(taken));
+  CHECK(s.available("launch_k"));
+  CHECK(s.get("kernel", "k", derived) == "k_");  // stable
+  CHECK(s.get("tensor", "k__chunk_ptr") == "k__chunk_ptr_");  // a later name avoids the derived ones
+  CHECK(s.get("kernel", "float", derived) == "float_");
+  CHECK(emit::workspace_name("m_bw_wgrad_d_W", "partial") == "m_bw_wgrad_d_W_partial");
+  CHECK(emit::launcher_name("m_bw_wgrad_d_W") == "launch_m_bw_wgrad_d_W");
+}
+
 TEST_CASE("identifiers of a text skip comments, strings and holes, and keep f-string expressions", "[names]") {
   using emit::Lang;
   auto cpp = emit::identifiers("// comment word\nconst int x = f(\"str\", y); /* c */ $hole$ a.b; p->q; at::zeros\n#pragma unroll\n",
@@ -340,7 +355,7 @@ TEST_CASE("the emitters print no fixed identifier that is not reserved", "[names
       "leakyrelu_in(_[0-9]+)?");
   // Kernels of these templates take fixed parameters only: no user name enters them.
   std::set<std::string> kernel_templates;
-  for (const char* t : {"cuda/gemm.cu.in", "cuda/wgrad.cu.in"})
+  for (const char* t : {"cuda/gemm.cu.in"})
     kernel_templates.merge(emit::identifiers(emit::embedded_templates().find(t)->second, emit::Lang::Cpp));
   // ... nor the row ranges emit/cuda.cpp substitutes into them, nor the warp_sum helper (its own parameter).
   kernel_templates.insert({"tile", "tile_ptr", "seg_ptr", "lo", "hi", "mid", "type", "row", "row_scalar", "row_begin",

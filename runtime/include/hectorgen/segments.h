@@ -19,6 +19,7 @@ inline int64_t max_segment_tiles(int64_t num_rows, int num_segments, int tile_ro
 // devices. A multiple of 32 rows, at least 128, aiming at about kWgradTargetBlocks blocks (several waves of an
 // H100's 132 SMs).
 constexpr int64_t kWgradTargetBlocks = 2048;
+constexpr int64_t kMaxGridX = 2147483647;  // blocks along grid x (2^31 - 1)
 inline int wgrad_chunk_rows(int64_t num_rows, int blocks_per_chunk) {
   const int64_t target_chunks = std::max<int64_t>(1, kWgradTargetBlocks / std::max(1, blocks_per_chunk));
   const int64_t rows = (num_rows + target_chunks - 1) / target_chunks;
@@ -31,6 +32,7 @@ inline int segment_sum_chunk_rows(int64_t num_rows, int64_t numel) {
 }
 
 // Upper bound of the chunk count, for the grid and the partials' workspace.
+// (Its product with the blocks per chunk must stay within kMaxGridX, grid x's limit: the launchers check.)
 inline int64_t wgrad_max_chunks(int64_t num_rows, int num_segments, int chunk_rows) {
   return max_segment_tiles(num_rows, num_segments, chunk_rows);
 }

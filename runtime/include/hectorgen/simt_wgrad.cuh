@@ -118,6 +118,7 @@ cudaError_t launch_wgrad_partials(const WgradArgs<T>& a, const int32_t* chunk_pt
   if (a.num_rows <= 0) return cudaSuccess;  // chunk_ptr is all zeros: the reduction writes zeros
   const int64_t blocks = wgrad_max_chunks(a.num_rows, a.num_segments, chunk_rows) *
                          wgrad_blocks_per_chunk<K, N, kHeads>();
+  if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;  // never a truncated grid
   wgrad_partial_kernel<T, K, N, kHeads>
       <<<static_cast<unsigned>(blocks), kWgradThreads, 0, stream>>>(a, chunk_ptr, chunk_rows, partial);
   return cudaGetLastError();

@@ -522,6 +522,7 @@ cudaError_t launch_wgrad_partials(const WgradArgs<T>& a, const int32_t* chunk_pt
   using Cfg = Wgrad<T, K, N, kStages>;
   if (a.num_rows <= 0) return cudaSuccess;
   const int64_t blocks = wgrad_max_chunks(a.num_rows, a.num_segments, chunk_rows) * Cfg::kKTiles * Cfg::kNTiles;
+  if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;  // never a truncated grid
   wgrad_partial_kernel<Cfg, T, K, N, kStages>
       <<<static_cast<unsigned>(blocks), Cfg::kThreads, 0, stream>>>(a, chunk_ptr, chunk_rows, partial);
   return cudaGetLastError();

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -111,6 +112,10 @@ class Interpreter {
 
   void kernel(const WeightGradInstance& k) {
     int64_t n_rows = k.etype_rows ? g_.num_etypes : k.edge_rows ? g_.num_edges() : g_.num_nodes;
+    if (!k.accumulate) {  // dW = ...: every slice is overwritten, those of empty segments with zeros
+      std::vector<double>& dw = t_.at(k.dw).data;
+      std::fill(dw.begin(), dw.end(), 0.0);
+    }
     for (int64_t r = 0; r < n_rows; ++r) {
       const double* x = row(k.x, gathered(k.x_gather, r));
       const double* dy = row(k.dy, gathered(k.dy_gather, r));

@@ -45,7 +45,8 @@ std::set<std::string> kernel_reads(const Kernel& k) {
   std::set<std::string> out;
   if (auto* g = std::get_if<GemmInstance>(&k)) out = {g->x, g->w};
   if (auto* g = std::get_if<GemmInstance>(&k); g && (g->accumulate || g->scatter != Gather::None)) out.insert(g->y);
-  if (auto* w = std::get_if<WeightGradInstance>(&k)) out = {w->x, w->dy, w->dw};
+  if (auto* w = std::get_if<WeightGradInstance>(&k)) out = {w->x, w->dy};
+  if (auto* w = std::get_if<WeightGradInstance>(&k); w && w->accumulate) out.insert(w->dw);
   if (auto* s = std::get_if<SegmentSumInstance>(&k)) out = {s->v, s->dw};
   for (const std::string* scalar : {std::get_if<GemmInstance>(&k) ? &std::get<GemmInstance>(k).row_scalar : nullptr,
                                     std::get_if<WeightGradInstance>(&k) ? &std::get<WeightGradInstance>(k).row_scalar : nullptr})
@@ -93,6 +94,24 @@ const char* cuda_type(inter::DType storage) {
     case inter::DType::FP16: return "__half";
   }
   return "float";
+}
+
+std::string wgrad_tc_obstacle(const WeightGradInstance& w) {
+  if (w.dtype == inter::DType::FP32) return "fp32";
+  if (w.heads != 1) return "heads > 1";
+  if (w.k % 64) return "k % 64";
+  if (w.n % 64) return "n % 64";
+  return {};
+}
+
+WgradKernel choose_wgrad_kernel(const WeightGradInstance& w) {
+  return wgrad_tc_obstacle(w).empty() ? WgradKernel::TensorCore : WgradKernel::Simt;
+}
+
+std::string wgrad_kernel_text(const WeightGradInstance& w) {
+  if (w.kernel == WgradKernel::TensorCore) return "tc";
+  const std::string why = wgrad_tc_obstacle(w);
+  return why.empty() || w.dtype == inter::DType::FP32 ? "simt" : fmt::format("simt(tc: {})", why);
 }
 
 const char* to_string(Role r) {
@@ -146,11 +165,11 @@ std::string print_gemm(const GemmInstance& g) {
 }
 
 std::string print_wgrad(const WeightGradInstance& w) {
-  std::string out = fmt::format("wgrad {}:  {}[{}] += sum over rows {}[{}]^T · {}[{}]{}\n", w.name, w.dw, to_string(w.segments), w.x,
-                                gathered_row(w.x_gather), w.dy, gathered_row(w.dy_gather),
+  std::string out = fmt::format("wgrad {}:  {}[{}] {}= sum over rows {}[{}]^T · {}[{}]{}\n", w.name, w.dw, to_string(w.segments),
+                                w.accumulate ? "+" : "", w.x, gathered_row(w.x_gather), w.dy, gathered_row(w.dy_gather),
                                 w.row_scalar.empty() ? "" : fmt::format(" * {}[row]", w.row_scalar));
-  out += fmt::format("    rows={} heads={} k={} n={} dtype={} tile={} coarsen={} deterministic\n", rows_name(w.edge_rows, w.etype_rows),
-                     w.heads, w.k, w.n, inter::to_string(w.dtype), w.tile, w.coarsen);
+  out += fmt::format("    rows={} heads={} k={} n={} dtype={} kernel={} deterministic\n", rows_name(w.edge_rows, w.etype_rows),
+                     w.heads, w.k, w.n, inter::to_string(w.dtype), wgrad_kernel_text(w));
   return out + fmt::format("    from: {}\n", w.source);
 }
 
@@ -336,10 +355,17 @@ class ProgramVerifier {
 
   std::string check(const WeightGradInstance& wg) const {
     if (std::string e = dtype(wg.name, wg.dtype); !e.empty()) return e;
+    if (wg.kernel == WgradKernel::TensorCore)
+      if (std::string why = wgrad_tc_obstacle(wg); !why.empty())
+        return fmt::format("{}: kernel=tc, but the tensor-core kernel cannot compute it ({})", wg.name, why);
     std::string err;
     const TensorInfo *x = operand(wg.name, wg.x, false, err), *dy = x ? operand(wg.name, wg.dy, false, err) : nullptr,
                      *dw = dy ? operand(wg.name, wg.dw, true, err) : nullptr;
     if (!dw) return err;
+    // One element type for both operands (the kernels' T); dW and the partial sums have their own.
+    if (std::string(cuda_type(x->storage)) != cuda_type(dy->storage))
+      return fmt::format("{}: '{}' and '{}' are stored as {} and {}; the kernels read both in one type", wg.name, wg.x, wg.dy,
+                         cuda_type(x->storage), cuda_type(dy->storage));
     if (x->row_numel() != wg.heads * wg.k || dy->row_numel() != wg.heads * wg.n)
       return fmt::format("{}: rows of {} and {} have {} and {} elements, expected {} x {} and {} x {}", wg.name, wg.x, wg.dy,
                          x->row_numel(), dy->row_numel(), wg.heads, wg.k, wg.heads, wg.n);

@@ -9,7 +9,8 @@
 //   traversal instance   one warp per row (an edge, or a node and its incoming/outgoing edges) running a
 //                        small explicit program: registers with their lane layout, loads, element-wise
 //                        values, warp reductions, stores, syncs (traversal.h).
-//   weight gradient      dW[t] += sum over the rows r of type t of X[G(r)]^T · DY[G'(r)], deterministic.
+//   weight gradient      dW[t] (+)= sum over the rows r of type t of X[G(r)]^T · DY[G'(r)], deterministic
+//                        (split-K over fixed row chunks, on tensor cores or CUDA cores).
 //   segment sum          dW[t] += sum over the rows r of type t of V[r], deterministic.
 //   PyTorch fallback     a statement no template expresses, run as ATen calls from the host code.
 //
@@ -99,9 +100,16 @@ struct GemmInstance {
   std::string source;  // the inter-IR statement it implements, for comments
 };
 
-// A weight gradient as a grouped GEMM: dW[t] += sum over the rows r of segment t of X[G(r)]^T · (s_r DY[G'(r)]).
-// One block owns each (type, head, tile of dW) and walks its segment's rows in order: no atomics, so two
-// runs give bit-identical gradients.
+// Which kernels compute a weight gradient (both the same fixed split-K schedule: docs/dtype_plan.md).
+enum class WgradKernel {
+  Simt,        // hectorgen/simt_wgrad.cuh: CUDA cores, any k, n and heads (fp32 models, and the fallback)
+  TensorCore,  // hectorgen/tc_gemm.cuh: mma.sync in the dtype's class; one head, k and n multiples of 64
+};
+
+// A weight gradient as a grouped GEMM: dW[t] (+)= sum over the rows r of segment t of X[G(r)]^T · (s_r DY[G'(r)]).
+// Split-K over a fixed partition of each segment into chunks of rows (hectorgen::wgrad_chunk_rows: a function of
+// the row count only), one fp32 partial dW per chunk, summed in chunk order: two runs give bit-identical
+// gradients, and the grid fills the GPU even for a few large segments.
 struct WeightGradInstance {
   std::string name;
   std::string x, dy, dw;
@@ -110,11 +118,22 @@ struct WeightGradInstance {
   bool edge_rows = false;
   bool etype_rows = false;  // rows are the edge types (as GemmInstance::etype_rows; no segments)
   Segments segments = Segments::None;
+  // dW += (another instance wrote dW before); else dW = (it overwrites every slice: dW needs no zeroing).
+  bool accumulate = true;
   int64_t heads = 1, k = 0, n = 0;  // dW slice per head: k x n
   inter::DType dtype = inter::DType::FP32;  // arithmetic class, as GemmInstance::dtype (partials, sums: fp32)
-  int tile = 16, coarsen = 1;       // dW tile edge; rows of the dW tile per thread (as GemmInstance)
+  WgradKernel kernel = WgradKernel::Simt;
   std::string source;
 };
+
+// Why the tensor-core weight-gradient kernel cannot compute `w`: "fp32" (the model's arithmetic is fp32),
+// "heads > 1", "k % 64", "n % 64" (the first that applies), or "" when it can.
+std::string wgrad_tc_obstacle(const WeightGradInstance& w);
+// The kernel lowering chooses: tensor cores whenever wgrad_tc_obstacle is empty.
+WgradKernel choose_wgrad_kernel(const WeightGradInstance& w);
+// The instance line's `kernel=` value: "tc", "simt", or "simt(tc: <obstacle>)" when a tensor-core dtype falls
+// back to the SIMT kernel (so a golden shows why).
+std::string wgrad_kernel_text(const WeightGradInstance& w);
 
 // dW[t] += sum over the rows r of segment t of V[r] (a per-row value a traversal stored); one thread per
 // element of dW walks the rows in order (deterministic).

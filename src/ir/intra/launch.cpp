@@ -7,6 +7,8 @@
 #include <functional>
 #include <set>
 
+#include "hectorgen/segments.h"  // kWgradTargetBlocks: the split-K partition the generated code computes
+
 namespace hectorgen::intra {
 
 namespace {
@@ -22,10 +24,21 @@ int64_t gemm_threads(int tile, int coarsen) {
   return coarsen > 0 ? static_cast<int64_t>(tile) * tile / coarsen : 0;
 }
 
-// The two [tile][tile + 1] float staging arrays of templates/cuda/gemm.cu.in and wgrad.cu.in.
+// The two [tile][tile + 1] float staging arrays of templates/cuda/gemm.cu.in.
 int64_t gemm_shared_bytes(int tile) { return 2 * static_cast<int64_t>(tile) * (tile + 1) * 4; }
 
 constexpr int64_t kSegsumThreads = 256;  // hectorgen::segment_sum_partials_kernel (runtime/include/hectorgen/segments.cuh)
+
+// The weight gradient's partial-sums kernels (runtime/include/hectorgen/simt_wgrad.cuh and tc_gemm.cuh, struct
+// Wgrad): 64 x 64 tiles of dW over slabs of 32 rows, staged in shared memory (SIMT: fp32 rows of 64 + 4; tensor
+// cores: storage-type rows of 64 + 8 in a ring of 2 (4-byte types) or 3 stages).
+constexpr int64_t kWgradTile = 64, kWgradSlab = 32;
+constexpr int64_t kSimtWgradThreads = 256, kTcWgradThreads = 128;
+int64_t wgrad_shared_bytes(bool tc, int64_t elem_bytes) {
+  if (!tc) return 2 * kWgradSlab * (kWgradTile + 4) * 4;
+  const int64_t stages = elem_bytes == 4 ? 2 : 3;
+  return 2 * stages * kWgradSlab * (kWgradTile + 8) * elem_bytes;
+}
 
 // Segments over grid y: min(segments, 65535) blocks, each taking every gridDim.y-th segment; one without.
 GridExtent segments_extent(Segments s) {
@@ -86,11 +99,21 @@ LaunchConfig launch_config(const Program& p, const Kernel& k) {
       c.z = GridExtent::constant(ceil_div(blocks, c.y.fixed));
     }
   } else if (auto* wp = std::get_if<WeightGradInstance>(&k)) {
+    // The partial-sums kernel, the one of the three the launcher runs (chunk offsets, partials, ordered
+    // reduction) whose grid grows with the graph: a block per (chunk, dW tile, head).
     const WeightGradInstance& w = *wp;
-    c.threads = gemm_threads(w.tile, w.coarsen);
-    c.static_shared_bytes = gemm_shared_bytes(w.tile);
-    if (w.tile > 0) c.x = GridExtent::constant(ceil_div(w.k, w.tile) * ceil_div(w.n, w.tile) * w.heads);
-    c.y = segments_extent(w.segments);
+    const bool tc = w.kernel == WgradKernel::TensorCore;
+    const TensorInfo* x = p.find(w.x);
+    c.threads = tc ? kTcWgradThreads : kSimtWgradThreads;
+    c.static_shared_bytes = wgrad_shared_bytes(tc, x && x->storage != inter::DType::BF16 && x->storage != inter::DType::FP16 ? 4 : 2);
+    const int64_t per_chunk = ceil_div(w.k, kWgradTile) * ceil_div(w.n, kWgradTile) * w.heads;
+    // chunk_rows >= rows / target (hectorgen::wgrad_chunk_rows): at most `target` chunks, plus one partial chunk
+    // per segment. Past 2^31 - 1 blocks (hundreds of millions of segments) the runtime's launcher returns
+    // cudaErrorInvalidConfiguration instead of launching a truncated grid.
+    const int64_t target = std::max<int64_t>(1, kWgradTargetBlocks / std::max<int64_t>(1, per_chunk));
+    c.x = w.segments == Segments::None ? GridExtent::constant(per_chunk * (target + 1))
+                                       : GridExtent{per_chunk * target, per_chunk, 0, limits::kGridX, false};
+    c.y = GridExtent::constant(1);
     c.z = GridExtent::constant(1);
   } else if (auto* sp = std::get_if<SegmentSumInstance>(&k)) {
     const SegmentSumInstance& s = *sp;
@@ -154,7 +177,13 @@ std::string verify_launch(const Program& p, const Kernel& k) {
       return fmt::format("{}: coarsening {} is not 1, 2 or 4, or does not divide tile {}", name, coarsen, tile);
     return {};
   };
-  if (auto* w = std::get_if<WeightGradInstance>(&k)) return tile_coarsen(w->tile, w->coarsen);
+  if (std::holds_alternative<WeightGradInstance>(k)) {
+    // Grid x's cap stands for the launcher's refusal of too many segments; a graph of one segment must fit.
+    GridExtent uncapped = c.x;
+    uncapped.cap = 0;
+    if (const int64_t blocks = uncapped.at(1, 1); blocks > limits::kGridX)
+      return fmt::format("{}: grid x reaches {} blocks for one segment (the limit is {})", name, blocks, limits::kGridX);
+  }
   if (auto* gp = std::get_if<GemmInstance>(&k)) {
     const GemmInstance& g = *gp;
     if (std::string e = tile_coarsen(g.tile, g.coarsen); !e.empty()) return e;

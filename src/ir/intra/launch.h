@@ -9,11 +9,14 @@
 //
 //   kernel      threads            grid x                               grid y                 grid z
 //   GEMM        tile^2 / coarsen   row tiles (+1 per segment, <= rows)  column tiles (*)       heads (*)
-//   wgrad       tile^2 / coarsen   dW tiles x heads                     min(segments, 65535)   1
+//   wgrad (**)  128 (tc), 256      (chunks + segments) x dW tiles x heads  1                   1
 //   segsum      256                row chunks (+1 per segment)          min(dW elements / 32, 65535)  1
 //   traversal   schedule threads   rows / warps per block               1                      1
 //   (*) numbered linearly over y and z when either exceeds 65535; segments past 65535 are taken in turns by
 //       the blocks of y (a block-stride loop in the kernel).
+//   (**) the partial-sums kernel of the split-K weight gradient (hectorgen/simt_wgrad.cuh, tc_gemm.cuh): chunks of
+//       hectorgen::wgrad_chunk_rows rows, about 2048 / (dW tiles x heads) of them, plus one partial chunk per
+//       segment; the runtime computes this grid itself and refuses one past 2^31 - 1 blocks.
 #pragma once
 
 #include <cstdint>

@@ -699,7 +699,8 @@ class ProgramParser {
       c.expect("[");
       w.segments = parse_segments(c);
       c.expect("]");
-      c.expect("+=");
+      w.accumulate = c.accept("+=");
+      if (!w.accumulate) c.expect("=");
       c.expect("sum");
       c.expect("over");
       c.expect("rows");
@@ -722,14 +723,20 @@ class ProgramParser {
       c.end();
     }
     {
-      Cursor c = body_line("rows=... heads=... k=... n=... dtype=... tile=... coarsen=... deterministic");
+      Cursor c = body_line("rows=... heads=... k=... n=... dtype=... kernel=... deterministic");
       w.edge_rows = parse_rows(c, &w.etype_rows);
       w.heads = parse_key(c, "heads");
       w.k = parse_key(c, "k");
       w.n = parse_key(c, "n");
       w.dtype = parse_dtype_key(c);
-      w.tile = static_cast<int>(parse_key(c, "tile"));
-      w.coarsen = static_cast<int>(parse_key(c, "coarsen"));
+      c.expect("kernel=");
+      size_t at = c.pos();
+      std::string kind = c.ident("simt or tc");
+      if (kind != "simt" && kind != "tc") c.fail_at(at, fmt::format("unknown weight-gradient kernel '{}' (simt or tc)", kind));
+      w.kernel = kind == "tc" ? WgradKernel::TensorCore : WgradKernel::Simt;
+      // The reason a tensor-core dtype runs on CUDA cores is printed from the instance: it must be that one.
+      const std::string want = wgrad_kernel_text(w), tail = want.substr(kind.size());
+      if (tail.empty() ? c.peek("(") : !c.accept(tail)) c.fail_at(at, fmt::format("expected 'kernel={}' here", want));
       c.expect("deterministic");
       c.end();
     }
