@@ -4,9 +4,6 @@
 // instance(s), each with a launcher (see hgt_kernels.h). Torch-free: compile with nvcc alone.
 #include "hgt_kernels.h"
 
-#include "hectorgen/segments.cuh"
-#include "hectorgen/simt_wgrad.cuh"
-
 #include <algorithm>
 #include <cstdint>
 

@@ -4,8 +4,6 @@
 // instance(s), each with a launcher (see rgcn_kernels.h). Torch-free: compile with nvcc alone.
 #include "rgcn_kernels.h"
 
-#include "hectorgen/simt_wgrad.cuh"
-
 #include <algorithm>
 #include <cstdint>
 
