@@ -77,6 +77,8 @@ std::string grid_expr(const intra::LaunchConfig& c, const std::string& rows, con
   return e;
 }
 
+GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string& formula);
+
 GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
   const GemmInstance& g = std::get<GemmInstance>(k);
   const intra::LaunchConfig launch = intra::launch_config(p, k);
@@ -92,6 +94,7 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
                                     g.gather == intra::Gather::None ? "row" : g.gather == intra::Gather::Src ? "src[row]" : "dst[row]",
                                     g.w, seg.empty() ? "-" : seg, g.transpose_w ? "^T" : "",
                                     g.row_scalar.empty() ? "" : " * " + g.row_scalar + "[row]");
+  if (g.tensor_cores) return emit_tc_gemm(p, g, formula);
   v["formula"] = formula;
   v["source"] = g.source;
   v["threads"] = std::to_string(launch.threads);
@@ -124,7 +127,6 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
     args.push_back(fmt::format("a.{}_tile_ptr", seg));
   }
   v["extra_params"] = params;
-  v["x_row"] = xrow;
   if (seg.empty()) {
     v["tile_range"] =
         "const int64_t row_begin = static_cast<int64_t>(blockIdx.x) * kTile;\n"
@@ -153,12 +155,28 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
   if (seg.empty() && !per_head_w) v["w_offset"] = "0";
   if (seg.empty() && per_head_w) v["w_offset"] = fmt::format("static_cast<int64_t>(head) * {}", g.k * g.n);
   std::string value = g.row_scalar.empty() ? "acc[c]" : "acc[c] * row_scalar[row]";
-  v["w_index"] = g.transpose_w ? "wn * kK + wk" : "wk * kN + wn";
+  // Element types of x, w and y (their storage types); the arithmetic is fp32, other types convert at the
+  // loads and the store.
+  const std::string xt = intra::cuda_type(p.find(g.x)->storage), wt = intra::cuda_type(p.find(g.w)->storage),
+                    yt = intra::cuda_type(p.find(g.y)->storage);
+  auto load = [](const std::string& type, const std::string& e) {
+    return type == "float" ? e : fmt::format("static_cast<float>({})", e);
+  };
+  v["x_type"] = xt;
+  v["w_type"] = wt;
+  v["y_type"] = yt;
+  v["x_load"] = load(xt, fmt::format("x[{} * (kHeads * kK) + head * kK + k]", xrow));
+  v["w_load"] = load(wt, fmt::format("w_slice[{}]", g.transpose_w ? "wn * kK + wk" : "wk * kN + wn"));
+  if (yt != "float") value = fmt::format("static_cast<{}>({})", yt, value);
+  const std::string y_elem = "y[row * (kHeads * kN) + head * kN + col]";
   if (g.scatter != intra::Gather::None)
     v["store"] = fmt::format("atomicAdd(&y[static_cast<int64_t>({}[row]) * (kHeads * kN) + head * kN + col], {});",
                              g.scatter == intra::Gather::Src ? "src" : "dst", value);
+  else if (g.accumulate && yt != "float")
+    v["store"] = fmt::format("{0} = static_cast<{1}>(static_cast<float>({0}) + {2});", y_elem, yt,
+                             g.row_scalar.empty() ? "acc[c]" : "acc[c] * row_scalar[row]");
   else
-    v["store"] = fmt::format("y[row * (kHeads * kN) + head * kN + col] {}= {};", g.accumulate ? "+" : "", value);
+    v["store"] = fmt::format("{} {}= {};", y_elem, g.accumulate ? "+" : "", value);
   GemmCode code;
   code.kernel = render_template("cuda/gemm.cu.in", v);
   std::string rows = g.etype_rows ? "a.num_etypes" : g.edge_rows ? "a.num_edges" : "a.num_nodes";
@@ -173,6 +191,75 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
       "  }}\n",
       fmt::arg("rows", rows), fmt::arg("name", g.name), fmt::arg("grid", grid_expr(launch, rows, segs)),
       fmt::arg("threads", launch.threads), fmt::arg("args", arglist), fmt::arg("segs", segs));
+  return code;
+}
+
+// The segment array and count of an instance's rows, as launcher expressions (nullptr and 1: one segment).
+std::pair<std::string, std::string> segment_args(intra::Segments s) {
+  if (s == intra::Segments::Etype) return {"a.etype_ptr", "a.num_etypes"};
+  if (s == intra::Segments::Ntype) return {"a.ntype_ptr", "a.num_ntypes"};
+  return {"nullptr", "1"};
+}
+
+const Workspace& instance_workspace(const Program& p, const std::string& kernel, const std::string& use,
+                                    const std::vector<Workspace>& all) {
+  for (const Workspace& w : all)
+    if (w.kernel == kernel && w.use == use) return w;
+  throw std::logic_error(fmt::format("emit: no '{}' workspace for {} in {}", use, kernel, p.phase));
+}
+
+// A tensor-core instance: no kernel of its own (hectorgen/tc_gemm.cuh has it), a launcher that numbers the
+// kernel's 64-row tiles per segment on the GPU (into a workspace: no host sync), transposes W first for
+// Y = X W^T, and calls hectorgen::tc::launch_segment_gemm with the instance's lists and epilogue.
+GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string& formula) {
+  const std::vector<Workspace> all = workspaces(p);
+  const std::string t = intra::cuda_type(p.find(g.x)->storage);
+  const std::string out_t = g.scatter != intra::Gather::None ? "float" : t;
+  const char* epilogue = g.scatter != intra::Gather::None ? "kAtomic" : g.accumulate ? "kAccumulate" : "kStore";
+  const std::string rows = g.edge_rows ? "a.num_edges" : "a.num_nodes";
+  const auto [seg_ptr, segs] = segment_args(g.segments);
+  const std::string tile_ptr = "a." + instance_workspace(p, g.name, "tile_ptr", all).name;
+  auto list = [](intra::Gather l) { return l == intra::Gather::Src ? "a.src" : l == intra::Gather::Dst ? "a.dst" : "nullptr"; };
+  CodeWriter w;
+  CodeWriter::Indent launcher(w);  // the launcher function's body
+  w.line(fmt::format("if ({} > 0) {{  // {}", rows, formula));
+  {
+    CodeWriter::Indent in(w);
+    w.line(fmt::format("// Tensor cores ({}, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on",
+                       inter::to_string(g.dtype)));
+    w.line("// the GPU in this stream (no host sync):");
+    w.line(fmt::format("cudaError_t err = hectorgen::launch_segment_tile_ptr({}, {}, {}, hectorgen::tc::kForwardTileRows,",
+                       seg_ptr, segs, rows));
+    w.line(fmt::format("                                                     {}, stream);", tile_ptr));
+    w.line("if (err != cudaSuccess) return err;");
+    std::string weights = "a." + g.w;
+    if (g.transpose_w) {
+      weights = "a." + instance_workspace(p, g.name, "w_t", all).name;
+      w.line(fmt::format("// Y = X {}^T: {} is stored [{}][{}] per segment, the kernel reads its transpose [{}][{}].", g.w, g.w,
+                         g.n, g.k, g.k, g.n));
+      w.line(fmt::format("err = hectorgen::tc::launch_transpose_segments<{}>(a.{}, {}, {}, {}, {}, stream);", t, g.w,
+                         weights, segs, g.n, g.k));
+      w.line("if (err != cudaSuccess) return err;");
+    }
+    w.line(fmt::format("hectorgen::tc::SegmentGemmArgs<{}, {}> gemm{{}};", t, out_t));
+    w.line(fmt::format("gemm.x = a.{};", g.x));
+    w.line(fmt::format("gemm.w = {};", weights));
+    w.line(fmt::format("gemm.y = a.{};", g.y));
+    w.line(fmt::format("gemm.gather = {};", list(g.gather)));
+    w.line(fmt::format("gemm.scatter = {};", list(g.scatter)));
+    w.line(fmt::format("gemm.scale = {};", g.row_scalar.empty() ? "nullptr" : "a." + g.row_scalar));
+    w.line(fmt::format("gemm.seg_ptr = {};", seg_ptr));
+    w.line(fmt::format("gemm.tile_ptr = {};", tile_ptr));
+    w.line(fmt::format("gemm.num_rows = {};", rows));
+    w.line(fmt::format("gemm.num_segments = {};", segs));
+    w.line(fmt::format("hectorgen::tc::launch_segment_gemm<{}, {}, {}, hectorgen::tc::Epilogue::{}>(gemm, stream);", t, g.k,
+                       g.n, epilogue));
+    w.line("err = cudaGetLastError();");
+    w.line("if (err != cudaSuccess) return err;");
+  }
+  w.line("}");
+  GemmCode code;
+  code.launcher = w.str();
   return code;
 }
 
@@ -267,17 +354,32 @@ GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
   return c;
 }
 
-// The workspaces of one instance (none yet: every instance is a single kernel over the Args' tensors).
-static std::vector<Workspace> kernel_workspaces(const Program& p, const intra::Kernel& k) {
-  (void)p;
-  (void)k;
-  return {};
+// The workspaces of one instance: a tensor-core GEMM numbers its 64-row tiles per call (tile_ptr, one entry
+// per segment and one more), and transposes W first when it computes X W^T (w_t, W's size and storage type).
+static std::vector<Workspace> kernel_workspaces(const Program& p, const intra::Kernel& k, NameScope& scope) {
+  std::vector<Workspace> out;
+  if (auto* g = std::get_if<GemmInstance>(&k); g && g->tensor_cores) {
+    const char* segs = g->segments == intra::Segments::Etype   ? "num_etypes"
+                       : g->segments == intra::Segments::Ntype ? "num_ntypes"
+                                                               : nullptr;
+    out.push_back({scope.fresh(g->name + "_tile_ptr"), "int32_t", segs ? fmt::format("{} + 1", segs) : "2",
+                   "first 64-row tile of each segment (tensor-core kernel)", g->name, "tile_ptr"});
+    if (g->transpose_w)
+      out.push_back({scope.fresh(g->name + "_w_t"), intra::cuda_type(p.find(g->w)->storage),
+                     segs ? fmt::format("{} * {}", segs, g->k * g->n) : std::to_string(g->k * g->n),
+                     fmt::format("{}^T, [{}][{}] per segment", g->w, g->k, g->n), g->name, "w_t"});
+  }
+  return out;
 }
 
 std::vector<Workspace> workspaces(const Program& p) {
+  NameScope scope(cpp_reserved());
+  for (const TensorInfo& t : p.tensors) scope.take(t.name);
+  for (const std::string& g : graph_arrays(p)) scope.take(g);
+  for (const auto& k : p.kernels) scope.take(intra::kernel_name(k));
   std::vector<Workspace> all;
   for (const auto& k : p.kernels)
-    for (Workspace& w : kernel_workspaces(p, k)) all.push_back(std::move(w));
+    for (Workspace& w : kernel_workspaces(p, k, scope)) all.push_back(std::move(w));
   return all;
 }
 
@@ -319,7 +421,7 @@ static KernelsCode phase_kernels(const Program& p, std::map<std::string, std::st
     const size_t kernel_mark = kernels.size();
     if (std::holds_alternative<GemmInstance>(k)) {
       GemmCode c = emit_gemm(p, k);
-      kernels += "\n" + c.kernel;
+      if (!c.kernel.empty()) kernels += "\n" + c.kernel;
       body = c.launcher;
       ++gemms;
     } else if (std::holds_alternative<intra::WeightGradInstance>(k)) {
@@ -344,7 +446,9 @@ static KernelsCode phase_kernels(const Program& p, std::map<std::string, std::st
     // Reuse an identical kernel emitted earlier (the launcher calls it instead).
     std::string kernel_code = kernels.substr(kernel_mark);
     std::string identity = kernel_identity(kernel_code, name);
-    if (auto it = emitted.find(identity); it != emitted.end()) {
+    if (kernel_code.find_first_not_of('\n') == std::string::npos) {
+      // a runtime kernel (tensor cores): nothing emitted to share
+    } else if (auto it = emitted.find(identity); it != emitted.end()) {
       kernels.resize(kernel_mark);
       for (size_t at = body.find(name + "<<<"); at != std::string::npos; at = body.find(name + "<<<", at))
         body.replace(at, name.size(), it->second);
@@ -380,6 +484,11 @@ std::string emit_kernels_cu(const std::vector<Program>& ir_phases, const EmitCon
   v["phases"] = phase_names;
   v["num_gemm"] = std::to_string(all.gemms);
   v["num_traversal"] = std::to_string(all.travs);
+  bool tensor_cores = false;
+  for (const Program& ph : phases)
+    for (const auto& k : ph.kernels)
+      if (auto* g = std::get_if<GemmInstance>(&k); g && g->tensor_cores) tensor_cores = true;
+  v["runtime_includes"] = tensor_cores ? "\n\n#include \"hectorgen/tc_gemm.cuh\"" : "";
   v["helpers"] = device_helpers(all.helpers);
   v["kernels"] = all.kernels;
   v["launchers"] = all.launchers.substr(1);

@@ -58,6 +58,8 @@ const char* const kCppEmitterNames[] = {
     "lane", "first_row", "row_stride", "num_rows", "j", "m", "idx", "partial", "total", "warp_sum", "warp_max", "leaky_relu",
     "__shfl_sync", "__shfl_xor_sync", "a", "args", "stream", "err", "grid", "blocks", "cudaError_t",
     "cudaGetLastError", "cudaSuccess", "cudaStream_t",
+    // tensor-core launchers (emit/cuda.cpp: emit_tc_gemm) and the runtime's namespace
+    "hectorgen", "gemm", "nullptr",
     // graph arrays and sizes (Args structs, op arguments)
     "src", "dst", "etype", "etype_ptr", "etype_tile_ptr", "in_ptr", "in_eid", "in_src", "out_ptr", "out_eid",
     "out_dst", "ntype", "ntype_ptr", "ntype_tile_ptr", "num_nodes", "num_edges", "num_etypes", "num_ntypes",
