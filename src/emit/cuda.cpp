@@ -235,8 +235,8 @@ GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string
     std::string weights = "a." + g.w;
     if (g.transpose_w) {
       weights = "a." + instance_workspace(p, g.name, "w_t", all).name;
-      w.line(fmt::format("// Y = X {}^T: {} is stored [{}][{}] per segment, the kernel reads its transpose [{}][{}].", g.w, g.w,
-                         g.n, g.k, g.k, g.n));
+      w.line(fmt::format("// Y = X {0}^T: {0} is stored [n][k] = [{1}][{2}] per segment; the kernel reads {0}^T, [k][n].", g.w,
+                         g.n, g.k));
       w.line(fmt::format("err = hectorgen::tc::launch_transpose_segments<{}>(a.{}, {}, {}, {}, {}, stream);", t, g.w,
                          weights, segs, g.n, g.k));
       w.line("if (err != cudaSuccess) return err;");

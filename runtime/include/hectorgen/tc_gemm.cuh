@@ -338,20 +338,22 @@ void launch_segment_gemm(const SegmentGemmArgs<T, typename ForwardConfig<T, K, N
 // writes; 256 threads (32 x 8) a tile, one block per tile and segment.
 template <class T>
 __global__ void __launch_bounds__(256)
-    transpose_segments_kernel(const T* __restrict__ w, T* __restrict__ wt, int rows, int cols) {
+    transpose_segments_kernel(const T* __restrict__ w, T* __restrict__ wt, int num_segments, int rows, int cols) {
   __shared__ T tile[32][33];
-  const int64_t seg = blockIdx.z;
-  const T* const in = w + seg * rows * cols;
-  T* const out = wt + seg * rows * cols;
   const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
-  for (int i = threadIdx.y; i < 32; i += 8) {
-    const int r = r0 + i, c = c0 + static_cast<int>(threadIdx.x);
-    if (r < rows && c < cols) tile[i][threadIdx.x] = in[static_cast<int64_t>(r) * cols + c];
-  }
-  __syncthreads();
-  for (int i = threadIdx.y; i < 32; i += 8) {
-    const int c = c0 + i, r = r0 + static_cast<int>(threadIdx.x);
-    if (r < rows && c < cols) out[static_cast<int64_t>(c) * rows + r] = tile[threadIdx.x][i];
+  for (int64_t seg = blockIdx.z; seg < num_segments; seg += gridDim.z) {  // grid z is capped at 65535
+    const T* const in = w + seg * rows * cols;
+    T* const out = wt + seg * rows * cols;
+    for (int i = threadIdx.y; i < 32; i += 8) {
+      const int r = r0 + i, c = c0 + static_cast<int>(threadIdx.x);
+      if (r < rows && c < cols) tile[i][threadIdx.x] = in[static_cast<int64_t>(r) * cols + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) {
+      const int c = c0 + i, r = r0 + static_cast<int>(threadIdx.x);
+      if (r < rows && c < cols) out[static_cast<int64_t>(c) * rows + r] = tile[threadIdx.x][i];
+    }
+    __syncthreads();  // the tile is rewritten for the next segment
   }
 }
 
@@ -359,8 +361,8 @@ template <class T>
 cudaError_t launch_transpose_segments(const T* w, T* wt, int num_segments, int rows, int cols, cudaStream_t stream) {
   if (num_segments < 1 || rows < 1 || cols < 1) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32),
-                  static_cast<unsigned>(num_segments));
-  transpose_segments_kernel<T><<<grid, dim3(32, 8), 0, stream>>>(w, wt, rows, cols);
+                  static_cast<unsigned>(std::min(num_segments, 65535)));
+  transpose_segments_kernel<T><<<grid, dim3(32, 8), 0, stream>>>(w, wt, num_segments, rows, cols);
   return cudaGetLastError();
 }
 
