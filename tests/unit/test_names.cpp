@@ -367,8 +367,12 @@ TEST_CASE("the emitters print no fixed identifier that is not reserved", "[names
     }
     std::string renamed = body;
     for (const std::string& u : user) renamed = std::regex_replace(renamed, std::regex("\\b" + u + "\\b"), "zq_" + u);
+    // fp32 (SIMT GEMMs) and tf32 (tensor-core launchers and their workspaces)
+    REQUIRE(renamed.find("dtype: fp32") != std::string::npos);
     auto files = generate("zq-" + spec, renamed, path != untrainable);
     REQUIRE(files.size() >= 6);
+    for (const auto& [name, content] : generate("zq-" + spec, replace_all(renamed, "dtype: fp32", "dtype: tf32"), path != untrainable))
+      files.emplace("tf32/" + name, content);
     for (const auto& [name, content] : files) {
       bool py = name.size() > 3 && name.substr(name.size() - 3) == ".py";
       bool cpp = name.find(".cu") != std::string::npos || name.find(".h") != std::string::npos ||
