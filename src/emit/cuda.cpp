@@ -159,24 +159,29 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
   // loads and the store.
   const std::string xt = intra::cuda_type(p.find(g.x)->storage), wt = intra::cuda_type(p.find(g.w)->storage),
                     yt = intra::cuda_type(p.find(g.y)->storage);
+  // (the conversion intrinsics, not casts: PyTorch's extension flags define __CUDA_NO_BFLOAT16_CONVERSIONS__)
   auto load = [](const std::string& type, const std::string& e) {
-    return type == "float" ? e : fmt::format("static_cast<float>({})", e);
+    return type == "float" ? e : fmt::format("{}({})", type == "__half" ? "__half2float" : "__bfloat162float", e);
+  };
+  auto store = [](const std::string& type, const std::string& e) {
+    return type == "float" ? e : fmt::format("{}({})", type == "__half" ? "__float2half" : "__float2bfloat16", e);
   };
   v["x_type"] = xt;
   v["w_type"] = wt;
   v["y_type"] = yt;
   v["x_load"] = load(xt, fmt::format("x[{} * (kHeads * kK) + head * kK + k]", xrow));
   v["w_load"] = load(wt, fmt::format("w_slice[{}]", g.transpose_w ? "wn * kK + wk" : "wk * kN + wn"));
-  if (yt != "float") value = fmt::format("static_cast<{}>({})", yt, value);
   const std::string y_elem = "y[row * (kHeads * kN) + head * kN + col]";
-  if (g.scatter != intra::Gather::None)
+  if (g.accumulate && yt != "float") {
+    v["store"] = fmt::format("{} = {};", y_elem, store(yt, load(yt, y_elem) + " + " + value));
+  } else if (g.scatter != intra::Gather::None) {
     v["store"] = fmt::format("atomicAdd(&y[static_cast<int64_t>({}[row]) * (kHeads * kN) + head * kN + col], {});",
-                             g.scatter == intra::Gather::Src ? "src" : "dst", value);
-  else if (g.accumulate && yt != "float")
-    v["store"] = fmt::format("{0} = static_cast<{1}>(static_cast<float>({0}) + {2});", y_elem, yt,
-                             g.row_scalar.empty() ? "acc[c]" : "acc[c] * row_scalar[row]");
-  else
+                             g.scatter == intra::Gather::Src ? "src" : "dst", store(yt, value));
+  } else if (yt != "float") {
+    v["store"] = fmt::format("{} = {};", y_elem, store(yt, value));
+  } else {
     v["store"] = fmt::format("{} {}= {};", y_elem, g.accumulate ? "+" : "", value);
+  }
   GemmCode code;
   code.kernel = render_template("cuda/gemm.cu.in", v);
   std::string rows = g.etype_rows ? "a.num_etypes" : g.edge_rows ? "a.num_edges" : "a.num_nodes";

@@ -292,6 +292,66 @@ TEST_CASE("tf32 models run their GEMMs on the tensor-core kernel: launchers, wor
   CHECK(emit::emit_kernels_h(simt, {"spec.yaml", "test"}).find("workspace") == std::string::npos);
 }
 
+TEST_CASE("bf16 storage: tensor-core launchers over __nv_bfloat16, SIMT fallbacks convert at loads and stores",
+          "[intra][emit][tc]") {
+  // What the storage rules (docs/dtype_plan.md) will set, simulated: every tensor bf16 but the atomic scatter's
+  // output and the row scalars (fp32), then the kernel choice again.
+  const std::string path = spec_path("rgcn.yaml");
+  std::vector<Program> phases = lower_source(path, replace(read_file(path), "dtype: fp32", "dtype: bf16"));
+  for (Program& p : phases) {
+    for (TensorInfo& t : p.tensors)
+      if (t.name != "norm" && !(p.phase == "forward" && t.name == "h")) t.storage = inter::DType::BF16;
+    for (Kernel& k : p.kernels)
+      if (auto* g = std::get_if<GemmInstance>(&k)) g->tensor_cores = gemm_kernel_choice(p, *g).tensor_cores;
+  }
+  for (const Program& p : phases) {
+    CHECK(verify_program(p) == "");
+    for (const Kernel& k : p.kernels)
+      if (auto* g = std::get_if<GemmInstance>(&k)) {
+        CAPTURE(g->name);
+        // The forward's first write of h is a plain store into what the scatter then adds to atomically (fp32):
+        // the kernel stores its storage type only.
+        if (g->name == "rgcn_fw_gemm_h") CHECK(gemm_kernel_text(p, *g) == "simt(tc: h stored as fp32)");
+        else CHECK(g->tensor_cores);
+      }
+  }
+  const emit::EmitContext ctx{"spec.yaml", "test"};
+  const std::string cu = emit::emit_kernels_cu(phases, ctx), host = emit::emit_host_cpp(phases, ctx);
+  CHECK(cu.find("hectorgen::tc::SegmentGemmArgs<__nv_bfloat16, float> gemm{};") != std::string::npos);  // the scatter
+  CHECK(cu.find("hectorgen::tc::launch_segment_gemm<__nv_bfloat16, 64, 64, hectorgen::tc::Epilogue::kAtomic>(gemm, stream);") !=
+        std::string::npos);
+  CHECK(cu.find("hectorgen::tc::launch_segment_gemm<__nv_bfloat16, 64, 64, hectorgen::tc::Epilogue::kAccumulate>(gemm, stream);") !=
+        std::string::npos);
+  CHECK(cu.find("hectorgen::tc::launch_transpose_segments<__nv_bfloat16>(a.W, a.rgcn_bw_gemm_d_feature_edges_w_t,") !=
+        std::string::npos);
+  // W^T's workspace is bf16, allocated as ATen's BFloat16 and passed as __nv_bfloat16*
+  CHECK(host.find("at::Tensor rgcn_bw_gemm_d_feature_edges_w_t = at::empty({num_etypes * 4096}, options.dtype(at::kBFloat16));") !=
+        std::string::npos);
+  CHECK(host.find("a.rgcn_bw_gemm_d_feature_edges_w_t = reinterpret_cast<__nv_bfloat16*>(rgcn_bw_gemm_d_feature_edges_w_t."
+                  "data_ptr<at::BFloat16>());") != std::string::npos);
+
+  // A SIMT fallback over bf16 tensors (n = 48 does not fit the tensor-core kernel) converts with the intrinsics.
+  Program simt = phases.back();
+  for (TensorInfo& t : simt.tensors) {
+    if (t.name == "d$feature") t.shape.back() = 48;
+    if (t.name == "W0") t.shape.front() = 48;  // stored [n][k]
+  }
+  for (Kernel& k : simt.kernels)
+    if (auto* g = std::get_if<GemmInstance>(&k); g && g->y == "d$feature") {
+      g->n = 48;
+      g->tensor_cores = gemm_kernel_choice(simt, *g).tensor_cores;
+      CHECK(gemm_kernel_text(simt, *g) == "simt(tc: n % 64)");
+    }
+  const std::string simt_cu = emit::emit_kernels_cu({simt}, ctx);
+  CHECK(simt_cu.find("const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, __nv_bfloat16* __restrict__ y,") !=
+        std::string::npos);
+  CHECK(simt_cu.find("xs[r][c] = (row < row_end && k < kK) ? __bfloat162float(x[row * (kHeads * kK) + head * kK + k]) : 0.f;") !=
+        std::string::npos);
+  CHECK(simt_cu.find("ws[r][c] = (wk < kK && wn < kN) ? __bfloat162float(w_slice[wn * kK + wk]) : 0.f;") != std::string::npos);
+  CHECK(simt_cu.find("y[row * (kHeads * kN) + head * kN + col] = __float2bfloat16(__bfloat162float(y[row * (kHeads * kN) + "
+                     "head * kN + col]) + acc[c]);") != std::string::npos);
+}
+
 TEST_CASE("the committed .intra.ir goldens parse back to themselves", "[intra][roundtrip]") {
   for (const char* model : {"rgcn", "rgat", "hgt"}) {
     CAPTURE(model);
