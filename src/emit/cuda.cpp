@@ -219,7 +219,7 @@ const Workspace& instance_workspace(const Program& p, const std::string& kernel,
 GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string& formula) {
   const std::vector<Workspace> all = workspaces(p);
   const std::string t = intra::cuda_type(p.find(g.x)->storage);
-  const std::string out_t = g.scatter != intra::Gather::None ? "float" : t;
+  const std::string out_t = intra::cuda_type(p.find(g.y)->storage);  // T, or fp32 (always for an atomic scatter)
   const char* epilogue = g.scatter != intra::Gather::None ? "kAtomic" : g.accumulate ? "kAccumulate" : "kStore";
   const std::string rows = g.edge_rows ? "a.num_edges" : "a.num_nodes";
   const auto [seg_ptr, segs] = segment_args(g.segments);
@@ -257,8 +257,10 @@ GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string
     w.line(fmt::format("gemm.tile_ptr = {};", tile_ptr));
     w.line(fmt::format("gemm.num_rows = {};", rows));
     w.line(fmt::format("gemm.num_segments = {};", segs));
-    w.line(fmt::format("hectorgen::tc::launch_segment_gemm<{}, {}, {}, hectorgen::tc::Epilogue::{}>(gemm, stream);", t, g.k,
-                       g.n, epilogue));
+    // the output type is named when it is not the epilogue's default (T; fp32 for atomics): a 16-bit GEMM into fp32
+    const bool default_out = out_t == (g.scatter != intra::Gather::None ? std::string("float") : t);
+    w.line(fmt::format("hectorgen::tc::launch_segment_gemm<{}, {}, {}, hectorgen::tc::Epilogue::{}{}>(gemm, stream);", t, g.k,
+                       g.n, epilogue, default_out ? "" : ", " + out_t));
     w.line("err = cudaGetLastError();");
     w.line("if (err != cudaSuccess) return err;");
   }

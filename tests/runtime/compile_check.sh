@@ -56,6 +56,9 @@ void instantiate(cudaStream_t stream) {
   tc::launch_segment_gemm<T, 32, 64, tc::Epilogue::kAccumulate>(
       tc::SegmentGemmArgs<T, typename Accumulate::OutT>{}, stream);
   (void)tc::launch_transpose_segments<T>(nullptr, nullptr, 1, 64, 32, stream);
+  // a 16-bit GEMM storing or accumulating into an fp32 output
+  tc::launch_segment_gemm<T, 64, 64, tc::Epilogue::kStore, float>(tc::SegmentGemmArgs<T, float>{}, stream);
+  tc::launch_segment_gemm<T, 64, 64, tc::Epilogue::kAccumulate, float>(tc::SegmentGemmArgs<T, float>{}, stream);
   (void)hectorgen::launch_segment_tile_ptr(nullptr, 1, 0, tc::kForwardTileRows, nullptr, stream);
   tc::launch_csr_segment_sum<T, 64>(nullptr, nullptr, nullptr, 0, stream);
   tc::launch_wgrad<T, 64, 128>(tc::WgradArgs<T>{}, nullptr, 128, nullptr, false, stream);

@@ -447,6 +447,9 @@ TEST_CASE("a GEMM runs on tensor cores when its dtype, shape and storage types a
   CHECK(choice([&](GemmInstance& g, Program& q) { bf16(g, q), storage(q, "norm", inter::DType::BF16); }) ==
         "simt(norm stored as bf16)");
   CHECK(choice([&](GemmInstance& g, Program& q) { bf16(g, q), g.scatter = Gather::Dst; }) == "simt(t_e stored as bf16)");
+  CHECK(choice([&](GemmInstance& g, Program& q) { bf16(g, q), storage(q, "t_e", inter::DType::FP32); }) == "tc");  // fp32 out
+  CHECK(choice([&](GemmInstance& g, Program& q) { bf16(g, q), storage(q, "t_e", inter::DType::FP16); }) ==
+        "simt(t_e stored as fp16)");
   CHECK(choice([&](GemmInstance& g, Program& q) { bf16(g, q), g.scatter = Gather::Dst, storage(q, "t_e", inter::DType::FP32); }) ==
         "tc");
   CHECK(choice([&](GemmInstance& g, Program& q) { g.dtype = inter::DType::TF32, storage(q, "x", inter::DType::BF16); }) ==

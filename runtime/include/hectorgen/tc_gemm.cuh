@@ -151,10 +151,18 @@ __device__ inline void warp_mma_step(float (&acc)[2][4][4], const T* a_base, ALa
 // and kMinBlocks caps the registers so that many blocks share an SM (16-bit, K = 64: 16.6 KB and <= 56
 // registers, 9 blocks an SM, as many as the CuTe version, where the padded 3-stage version had 29 KB, 68
 // registers and 7).
-template <class ElemT, int kDimK, int kDimN, int kWarpsRows, int kNumStages, Epilogue kEpilogue, int kMinBlocksPerSm>
+// The output's element type unless given: fp32 for kAtomic, else the storage type T. A 16-bit GEMM may also store
+// or accumulate into an fp32 output (a tensor that atomics add into later).
+template <class T, Epilogue kEpi>
+using DefaultOutT = std::conditional_t<kEpi == Epilogue::kAtomic, float, T>;
+
+template <class ElemT, int kDimK, int kDimN, int kWarpsRows, int kNumStages, Epilogue kEpilogue, int kMinBlocksPerSm,
+          class OutElemT = DefaultOutT<ElemT, kEpilogue>>
 struct SegmentGemm {
   using T = ElemT;
-  using OutT = std::conditional_t<kEpilogue == Epilogue::kAtomic, float, T>;
+  using OutT = OutElemT;
+  static_assert(std::is_same_v<OutT, T> || std::is_same_v<OutT, float>, "the output is stored as T or fp32");
+  static_assert(kEpilogue != Epilogue::kAtomic || std::is_same_v<OutT, float>, "atomics add into fp32");
   // The epilogue's staging type: the output's, except for kAccumulate, which adds the fp32 tile to the output.
   using StageT = std::conditional_t<kEpilogue == Epilogue::kAccumulate, float, OutT>;
   static constexpr int K = kDimK, N = kDimN, kWarpsM = kWarpsRows, kMinBlocks = kMinBlocksPerSm;
@@ -317,13 +325,13 @@ constexpr int kForwardWarpsM = 2;
 constexpr int kForwardTileRows = 32 * kForwardWarpsM;
 template <class T> constexpr int kForwardMinBlocks = 9;
 template <> constexpr int kForwardMinBlocks<float> = 6;
-template <class T, int K, int N, Epilogue kEpi>
-using ForwardConfig = SegmentGemm<T, K, N, kForwardWarpsM, sizeof(T) == 4 ? 2 : 3, kEpi, kForwardMinBlocks<T>>;
+template <class T, int K, int N, Epilogue kEpi, class OutT = DefaultOutT<T, kEpi>>
+using ForwardConfig = SegmentGemm<T, K, N, kForwardWarpsM, sizeof(T) == 4 ? 2 : 3, kEpi, kForwardMinBlocks<T>, OutT>;
 
-template <class T, int K, int N, Epilogue kEpi>
-void launch_segment_gemm(const SegmentGemmArgs<T, typename ForwardConfig<T, K, N, kEpi>::OutT>& a,
+template <class T, int K, int N, Epilogue kEpi, class OutT = DefaultOutT<T, kEpi>>
+void launch_segment_gemm(const SegmentGemmArgs<T, typename ForwardConfig<T, K, N, kEpi, OutT>::OutT>& a,
                          cudaStream_t stream) {
-  using Cfg = ForwardConfig<T, K, N, kEpi>;
+  using Cfg = ForwardConfig<T, K, N, kEpi, OutT>;
   if (a.num_rows == 0) return;
   const int64_t tiles = max_segment_tiles(a.num_rows, a.num_segments, Cfg::kBM);  // upper bound, no host sync
   segment_gemm_kernel<Cfg><<<static_cast<unsigned>(tiles * Cfg::kNTiles), Cfg::kThreads, 0, stream>>>(a);

@@ -102,7 +102,8 @@ GemmKernelChoice gemm_kernel_choice(const Program& p, const GemmInstance& g) {
   if (g.heads != 1) return no("heads > 1");
   if (g.k % 32 != 0) return no("k % 32");
   if (g.n % 64 != 0) return no("n % 64");
-  // The kernel reads x and w as T, the dtype's storage type, and writes y as T (fp32 when it adds atomically).
+  // The kernel reads x and w as T, the dtype's storage type, and writes y as T or fp32 (fp32 only when it adds
+  // atomically); the row scalar is fp32.
   const inter::DType storage = g.dtype == inter::DType::TF32 ? inter::DType::FP32 : g.dtype;
   const inter::DType y_storage = g.scatter != Gather::None ? inter::DType::FP32 : storage;
   const std::pair<const std::string*, inter::DType> operands[] = {
@@ -111,7 +112,8 @@ GemmKernelChoice gemm_kernel_choice(const Program& p, const GemmInstance& g) {
     if (name->empty()) continue;
     const TensorInfo* t = p.find(*name);
     if (!t) return no(fmt::format("unknown tensor {}", *name));
-    if (t->storage != want) return no(fmt::format("{} stored as {}", *name, inter::to_string(t->storage)));
+    const bool fp32_out = name == &g.y && t->storage == inter::DType::FP32;
+    if (t->storage != want && !fp32_out) return no(fmt::format("{} stored as {}", *name, inter::to_string(t->storage)));
   }
   return {true, ""};
 }

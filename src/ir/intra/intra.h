@@ -104,7 +104,7 @@ struct GemmInstance {
 
 // Whether the tensor-core kernel (hectorgen::tc::launch_segment_gemm) can run `g`: it needs a tensor-core dtype
 // (tf32, bf16, fp16), one head, k % 32 == 0, n % 64 == 0, rows that are edges or nodes (not edge types), x and w
-// stored in the dtype's storage type (tf32: fp32), y too (fp32 for an atomic scatter), an fp32 row scalar.
+// stored in the dtype's storage type (tf32: fp32), y too or in fp32 (fp32 for an atomic scatter), an fp32 row scalar.
 // `reason` names the first condition that fails (printed as `kernel=simt(tc: <reason>)`); empty for fp32,
 // where SIMT is the plan, not a fallback.
 struct GemmKernelChoice {
