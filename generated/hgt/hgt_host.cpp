@@ -455,8 +455,8 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor hgt_bw_wgrad_d_W_msg_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_msg's first chunk of each segment
   at::Tensor hgt_bw_wgrad_d_W_att_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_att's fp32 partial sums, one [1, 64, 64] slice per chunk
   at::Tensor hgt_bw_wgrad_d_W_att_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_att's first chunk of each segment
-  at::Tensor hgt_bw_segsum_d_mu_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first chunk of each segment (hgt_bw_segsum_d_mu)
-  at::Tensor hgt_bw_segsum_d_mu_partials = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 1)) * 1}, options.dtype(at::kFloat));  // workspace: per-chunk sums (hgt_bw_segsum_d_mu)
+  at::Tensor hgt_bw_segsum_d_mu_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_segsum_d_mu's first chunk of each segment
+  at::Tensor hgt_bw_segsum_d_mu_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 1)) * 1}, options.dtype(at::kFloat));  // workspace: hgt_bw_segsum_d_mu's fp32 sums, one per chunk
   at::Tensor hgt_bw_wgrad_d_W_v_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_v's fp32 partial sums, one [1, 64, 64] slice per chunk
   at::Tensor hgt_bw_wgrad_d_W_v_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_v's first chunk of each segment
   at::Tensor hgt_bw_wgrad_d_W_q_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_q's fp32 partial sums, one [1, 64, 64] slice per chunk
@@ -535,7 +535,7 @@ std::vector<at::Tensor> hgt_backward_op(
   a.hgt_bw_wgrad_d_W_att_partial = hgt_bw_wgrad_d_W_att_partial.data_ptr<float>();
   a.hgt_bw_wgrad_d_W_att_chunk_ptr = hgt_bw_wgrad_d_W_att_chunk_ptr.data_ptr<int32_t>();
   a.hgt_bw_segsum_d_mu_chunk_ptr = hgt_bw_segsum_d_mu_chunk_ptr.data_ptr<int32_t>();
-  a.hgt_bw_segsum_d_mu_partials = hgt_bw_segsum_d_mu_partials.data_ptr<float>();
+  a.hgt_bw_segsum_d_mu_partial = hgt_bw_segsum_d_mu_partial.data_ptr<float>();
   a.hgt_bw_wgrad_d_W_v_partial = hgt_bw_wgrad_d_W_v_partial.data_ptr<float>();
   a.hgt_bw_wgrad_d_W_v_chunk_ptr = hgt_bw_wgrad_d_W_v_chunk_ptr.data_ptr<int32_t>();
   a.hgt_bw_wgrad_d_W_q_partial = hgt_bw_wgrad_d_W_q_partial.data_ptr<float>();

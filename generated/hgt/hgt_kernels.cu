@@ -1050,9 +1050,9 @@ cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& a, cudaStream_t str
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, rows, chunk_rows, a.hgt_bw_segsum_d_mu_chunk_ptr, stream);
       err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::launch_segment_sum_partials(a.t_wg3, 1, a.etype_ptr, rows, a.num_etypes, a.hgt_bw_segsum_d_mu_chunk_ptr,
-                                                               chunk_rows, a.hgt_bw_segsum_d_mu_partials, stream);
+                                                               chunk_rows, a.hgt_bw_segsum_d_mu_partial, stream);
       err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(a.hgt_bw_segsum_d_mu_partials, a.hgt_bw_segsum_d_mu_chunk_ptr, a.d_mu, a.num_etypes, 1,
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(a.hgt_bw_segsum_d_mu_partial, a.hgt_bw_segsum_d_mu_chunk_ptr, a.d_mu, a.num_etypes, 1,
                                                                  /*accumulate=*/true, stream);
       err != cudaSuccess) return err;
   return cudaSuccess;

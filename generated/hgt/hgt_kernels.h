@@ -185,8 +185,8 @@ struct HgtBackwardArgs {
   int32_t* hgt_bw_wgrad_d_W_msg_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_msg's first chunk of each segment
   float* hgt_bw_wgrad_d_W_att_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_att's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* hgt_bw_wgrad_d_W_att_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_att's first chunk of each segment
-  int32_t* hgt_bw_segsum_d_mu_chunk_ptr = nullptr;  // workspace: first chunk of each segment (hgt_bw_segsum_d_mu)
-  float* hgt_bw_segsum_d_mu_partials = nullptr;  // workspace: per-chunk sums (hgt_bw_segsum_d_mu)
+  int32_t* hgt_bw_segsum_d_mu_chunk_ptr = nullptr;  // workspace: hgt_bw_segsum_d_mu's first chunk of each segment
+  float* hgt_bw_segsum_d_mu_partial = nullptr;  // workspace: hgt_bw_segsum_d_mu's fp32 sums, one per chunk
   float* hgt_bw_wgrad_d_W_v_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_v's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* hgt_bw_wgrad_d_W_v_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_v's first chunk of each segment
   float* hgt_bw_wgrad_d_W_q_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_q's fp32 partial sums, one [1, 64, 64] slice per chunk

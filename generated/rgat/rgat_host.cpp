@@ -338,10 +338,10 @@ std::vector<at::Tensor> rgat_backward_op(
   at::Tensor t_wg1 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_d_feature_edges = at::empty({num_edges, 64}, options);  // intermediate
   at::Tensor t_d_feature_edges_2 = at::empty({num_edges, 64}, options);  // intermediate
-  at::Tensor rgat_bw_segsum_d_w_s_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first chunk of each segment (rgat_bw_segsum_d_w_s)
-  at::Tensor rgat_bw_segsum_d_w_s_partials = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: per-chunk sums (rgat_bw_segsum_d_w_s)
-  at::Tensor rgat_bw_segsum_d_w_t_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first chunk of each segment (rgat_bw_segsum_d_w_t)
-  at::Tensor rgat_bw_segsum_d_w_t_partials = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: per-chunk sums (rgat_bw_segsum_d_w_t)
+  at::Tensor rgat_bw_segsum_d_w_s_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_segsum_d_w_s's first chunk of each segment
+  at::Tensor rgat_bw_segsum_d_w_s_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_segsum_d_w_s's fp32 sums, one per chunk
+  at::Tensor rgat_bw_segsum_d_w_t_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_segsum_d_w_t's first chunk of each segment
+  at::Tensor rgat_bw_segsum_d_w_t_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_segsum_d_w_t's fp32 sums, one per chunk
   at::Tensor rgat_bw_wgrad_d_W_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
   at::Tensor rgat_bw_wgrad_d_W_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_W's first chunk of each segment
   at::Tensor rgat_bw_wgrad_d_W_2_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W_2's fp32 partial sums, one [1, 64, 64] slice per chunk
@@ -393,9 +393,9 @@ std::vector<at::Tensor> rgat_backward_op(
   a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
   a.t_d_feature_edges_2 = t_d_feature_edges_2.data_ptr<float>();
   a.rgat_bw_segsum_d_w_s_chunk_ptr = rgat_bw_segsum_d_w_s_chunk_ptr.data_ptr<int32_t>();
-  a.rgat_bw_segsum_d_w_s_partials = rgat_bw_segsum_d_w_s_partials.data_ptr<float>();
+  a.rgat_bw_segsum_d_w_s_partial = rgat_bw_segsum_d_w_s_partial.data_ptr<float>();
   a.rgat_bw_segsum_d_w_t_chunk_ptr = rgat_bw_segsum_d_w_t_chunk_ptr.data_ptr<int32_t>();
-  a.rgat_bw_segsum_d_w_t_partials = rgat_bw_segsum_d_w_t_partials.data_ptr<float>();
+  a.rgat_bw_segsum_d_w_t_partial = rgat_bw_segsum_d_w_t_partial.data_ptr<float>();
   a.rgat_bw_wgrad_d_W_partial = rgat_bw_wgrad_d_W_partial.data_ptr<float>();
   a.rgat_bw_wgrad_d_W_chunk_ptr = rgat_bw_wgrad_d_W_chunk_ptr.data_ptr<int32_t>();
   a.rgat_bw_wgrad_d_W_2_partial = rgat_bw_wgrad_d_W_2_partial.data_ptr<float>();

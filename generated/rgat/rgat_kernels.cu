@@ -719,9 +719,9 @@ cudaError_t launch_rgat_bw_segsum_d_w_s(const RgatBackwardArgs& a, cudaStream_t 
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, rows, chunk_rows, a.rgat_bw_segsum_d_w_s_chunk_ptr, stream);
       err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::launch_segment_sum_partials(a.t_wg0, 64, a.etype_ptr, rows, a.num_etypes, a.rgat_bw_segsum_d_w_s_chunk_ptr,
-                                                               chunk_rows, a.rgat_bw_segsum_d_w_s_partials, stream);
+                                                               chunk_rows, a.rgat_bw_segsum_d_w_s_partial, stream);
       err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(a.rgat_bw_segsum_d_w_s_partials, a.rgat_bw_segsum_d_w_s_chunk_ptr, a.d_w_s, a.num_etypes, 64,
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(a.rgat_bw_segsum_d_w_s_partial, a.rgat_bw_segsum_d_w_s_chunk_ptr, a.d_w_s, a.num_etypes, 64,
                                                                  /*accumulate=*/true, stream);
       err != cudaSuccess) return err;
   return cudaSuccess;
@@ -735,9 +735,9 @@ cudaError_t launch_rgat_bw_segsum_d_w_t(const RgatBackwardArgs& a, cudaStream_t 
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, rows, chunk_rows, a.rgat_bw_segsum_d_w_t_chunk_ptr, stream);
       err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::launch_segment_sum_partials(a.t_wg1, 64, a.etype_ptr, rows, a.num_etypes, a.rgat_bw_segsum_d_w_t_chunk_ptr,
-                                                               chunk_rows, a.rgat_bw_segsum_d_w_t_partials, stream);
+                                                               chunk_rows, a.rgat_bw_segsum_d_w_t_partial, stream);
       err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(a.rgat_bw_segsum_d_w_t_partials, a.rgat_bw_segsum_d_w_t_chunk_ptr, a.d_w_t, a.num_etypes, 64,
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(a.rgat_bw_segsum_d_w_t_partial, a.rgat_bw_segsum_d_w_t_chunk_ptr, a.d_w_t, a.num_etypes, 64,
                                                                  /*accumulate=*/true, stream);
       err != cudaSuccess) return err;
   return cudaSuccess;

@@ -130,10 +130,10 @@ struct RgatBackwardArgs {
   float* t_wg1 = nullptr;  // [num_edges, 1, 64]
   float* t_d_feature_edges = nullptr;  // [num_edges, 64]
   float* t_d_feature_edges_2 = nullptr;  // [num_edges, 64]
-  int32_t* rgat_bw_segsum_d_w_s_chunk_ptr = nullptr;  // workspace: first chunk of each segment (rgat_bw_segsum_d_w_s)
-  float* rgat_bw_segsum_d_w_s_partials = nullptr;  // workspace: per-chunk sums (rgat_bw_segsum_d_w_s)
-  int32_t* rgat_bw_segsum_d_w_t_chunk_ptr = nullptr;  // workspace: first chunk of each segment (rgat_bw_segsum_d_w_t)
-  float* rgat_bw_segsum_d_w_t_partials = nullptr;  // workspace: per-chunk sums (rgat_bw_segsum_d_w_t)
+  int32_t* rgat_bw_segsum_d_w_s_chunk_ptr = nullptr;  // workspace: rgat_bw_segsum_d_w_s's first chunk of each segment
+  float* rgat_bw_segsum_d_w_s_partial = nullptr;  // workspace: rgat_bw_segsum_d_w_s's fp32 sums, one per chunk
+  int32_t* rgat_bw_segsum_d_w_t_chunk_ptr = nullptr;  // workspace: rgat_bw_segsum_d_w_t's first chunk of each segment
+  float* rgat_bw_segsum_d_w_t_partial = nullptr;  // workspace: rgat_bw_segsum_d_w_t's fp32 sums, one per chunk
   float* rgat_bw_wgrad_d_W_partial = nullptr;  // workspace: rgat_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* rgat_bw_wgrad_d_W_chunk_ptr = nullptr;  // workspace: rgat_bw_wgrad_d_W's first chunk of each segment
   float* rgat_bw_wgrad_d_W_2_partial = nullptr;  // workspace: rgat_bw_wgrad_d_W_2's fp32 partial sums, one [1, 64, 64] slice per chunk

@@ -78,6 +78,8 @@ std::string grid_expr(const intra::LaunchConfig& c, const std::string& rows, con
   return e;
 }
 
+GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string& formula);
+
 GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
   const GemmInstance& g = std::get<GemmInstance>(k);
   const intra::LaunchConfig launch = intra::launch_config(p, k);
@@ -93,6 +95,7 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
                                     g.gather == intra::Gather::None ? "row" : g.gather == intra::Gather::Src ? "src[row]" : "dst[row]",
                                     g.w, seg.empty() ? "-" : seg, g.transpose_w ? "^T" : "",
                                     g.row_scalar.empty() ? "" : " * " + g.row_scalar + "[row]");
+  if (g.tensor_cores) return emit_tc_gemm(p, g, formula);
   v["formula"] = formula;
   v["source"] = g.source;
   v["threads"] = std::to_string(launch.threads);
@@ -125,7 +128,6 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
     args.push_back(fmt::format("a.{}_tile_ptr", seg));
   }
   v["extra_params"] = params;
-  v["x_row"] = xrow;
   if (seg.empty()) {
     v["tile_range"] =
         "const int64_t row_begin = static_cast<int64_t>(blockIdx.x) * kTile;\n"
@@ -154,12 +156,33 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
   if (seg.empty() && !per_head_w) v["w_offset"] = "0";
   if (seg.empty() && per_head_w) v["w_offset"] = fmt::format("static_cast<int64_t>(head) * {}", g.k * g.n);
   std::string value = g.row_scalar.empty() ? "acc[c]" : "acc[c] * row_scalar[row]";
-  v["w_index"] = g.transpose_w ? "wn * kK + wk" : "wk * kN + wn";
-  if (g.scatter != intra::Gather::None)
+  // Element types of x, w and y (their storage types); the arithmetic is fp32, other types convert at the
+  // loads and the store.
+  const std::string xt = intra::cuda_type(p.find(g.x)->storage), wt = intra::cuda_type(p.find(g.w)->storage),
+                    yt = intra::cuda_type(p.find(g.y)->storage);
+  // (the conversion intrinsics, not casts: PyTorch's extension flags define __CUDA_NO_BFLOAT16_CONVERSIONS__)
+  auto load = [](const std::string& type, const std::string& e) {
+    return type == "float" ? e : fmt::format("{}({})", type == "__half" ? "__half2float" : "__bfloat162float", e);
+  };
+  auto store = [](const std::string& type, const std::string& e) {
+    return type == "float" ? e : fmt::format("{}({})", type == "__half" ? "__float2half" : "__float2bfloat16", e);
+  };
+  v["x_type"] = xt;
+  v["w_type"] = wt;
+  v["y_type"] = yt;
+  v["x_load"] = load(xt, fmt::format("x[{} * (kHeads * kK) + head * kK + k]", xrow));
+  v["w_load"] = load(wt, fmt::format("w_slice[{}]", g.transpose_w ? "wn * kK + wk" : "wk * kN + wn"));
+  const std::string y_elem = "y[row * (kHeads * kN) + head * kN + col]";
+  if (g.accumulate && yt != "float") {
+    v["store"] = fmt::format("{} = {};", y_elem, store(yt, load(yt, y_elem) + " + " + value));
+  } else if (g.scatter != intra::Gather::None) {
     v["store"] = fmt::format("atomicAdd(&y[static_cast<int64_t>({}[row]) * (kHeads * kN) + head * kN + col], {});",
-                             g.scatter == intra::Gather::Src ? "src" : "dst", value);
-  else
-    v["store"] = fmt::format("y[row * (kHeads * kN) + head * kN + col] {}= {};", g.accumulate ? "+" : "", value);
+                             g.scatter == intra::Gather::Src ? "src" : "dst", store(yt, value));
+  } else if (yt != "float") {
+    v["store"] = fmt::format("{} = {};", y_elem, store(yt, value));
+  } else {
+    v["store"] = fmt::format("{} {}= {};", y_elem, g.accumulate ? "+" : "", value);
+  }
   GemmCode code;
   code.kernel = render_template("cuda/gemm.cu.in", v);
   std::string rows = g.etype_rows ? "a.num_etypes" : g.edge_rows ? "a.num_edges" : "a.num_nodes";
@@ -174,6 +197,78 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
       "  }}\n",
       fmt::arg("rows", rows), fmt::arg("name", g.name), fmt::arg("grid", grid_expr(launch, rows, segs)),
       fmt::arg("threads", launch.threads), fmt::arg("args", arglist), fmt::arg("segs", segs));
+  return code;
+}
+
+// The segment array and count of an instance's rows, as launcher expressions (nullptr and 1: one segment).
+std::pair<std::string, std::string> segment_args(intra::Segments s) {
+  if (s == intra::Segments::Etype) return {"a.etype_ptr", "a.num_etypes"};
+  if (s == intra::Segments::Ntype) return {"a.ntype_ptr", "a.num_ntypes"};
+  return {"nullptr", "1"};
+}
+
+const Workspace& instance_workspace(const Program& p, const std::string& kernel, const std::string& use,
+                                    const std::vector<Workspace>& all) {
+  for (const Workspace& w : all)
+    if (w.kernel == kernel && w.use == use) return w;
+  throw std::logic_error(fmt::format("emit: no '{}' workspace for {} in {}", use, kernel, p.phase));
+}
+
+// A tensor-core instance: no kernel of its own (hectorgen/tc_gemm.cuh has it), a launcher that numbers the
+// kernel's 64-row tiles per segment on the GPU (into a workspace: no host sync), transposes W first for
+// Y = X W^T, and calls hectorgen::tc::launch_segment_gemm with the instance's lists and epilogue.
+GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string& formula) {
+  const std::vector<Workspace> all = workspaces(p);
+  const std::string t = intra::cuda_type(p.find(g.x)->storage);
+  const std::string out_t = intra::cuda_type(p.find(g.y)->storage);  // T, or fp32 (always for an atomic scatter)
+  const char* epilogue = g.scatter != intra::Gather::None ? "kAtomic" : g.accumulate ? "kAccumulate" : "kStore";
+  const std::string rows = g.edge_rows ? "a.num_edges" : "a.num_nodes";
+  const auto [seg_ptr, segs] = segment_args(g.segments);
+  const std::string tile_ptr = "a." + instance_workspace(p, g.name, "tile_ptr", all).name;
+  auto list = [](intra::Gather l) { return l == intra::Gather::Src ? "a.src" : l == intra::Gather::Dst ? "a.dst" : "nullptr"; };
+  CodeWriter w;
+  CodeWriter::Indent launcher(w);  // the launcher function's body
+  w.line(fmt::format("if ({} > 0) {{  // {}", rows, formula));
+  {
+    CodeWriter::Indent in(w);
+    w.line(fmt::format("// Tensor cores ({}, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on",
+                       inter::to_string(g.dtype)));
+    w.line("// the GPU in this stream (no host sync):");
+    w.line(fmt::format("cudaError_t err = hectorgen::launch_segment_tile_ptr({}, {}, {}, hectorgen::tc::kForwardTileRows,",
+                       seg_ptr, segs, rows));
+    w.line(fmt::format("                                                     {}, stream);", tile_ptr));
+    w.line("if (err != cudaSuccess) return err;");
+    std::string weights = "a." + g.w;
+    if (g.transpose_w) {
+      weights = "a." + instance_workspace(p, g.name, "w_t", all).name;
+      w.line(fmt::format("// Y = X {0}^T: {0} is stored [n][k] = [{1}][{2}] per segment; the kernel reads {0}^T, [k][n].", g.w,
+                         g.n, g.k));
+      w.line(fmt::format("err = hectorgen::tc::launch_transpose_segments<{}>(a.{}, {}, {}, {}, {}, stream);", t, g.w,
+                         weights, segs, g.n, g.k));
+      w.line("if (err != cudaSuccess) return err;");
+    }
+    w.line(fmt::format("hectorgen::tc::SegmentGemmArgs<{}, {}> gemm{{}};", t, out_t));
+    w.line(fmt::format("gemm.x = a.{};", g.x));
+    w.line(fmt::format("gemm.w = {};", weights));
+    w.line(fmt::format("gemm.y = a.{};", g.y));
+    w.line(fmt::format("gemm.gather = {};", list(g.gather)));
+    w.line(fmt::format("gemm.scatter = {};", list(g.scatter)));
+    w.line(fmt::format("gemm.scale = {};", g.row_scalar.empty() ? "nullptr" : "a." + g.row_scalar));
+    w.line(fmt::format("gemm.seg_ptr = {};", seg_ptr));
+    w.line(fmt::format("gemm.tile_ptr = {};", tile_ptr));
+    w.line(fmt::format("gemm.num_rows = {};", rows));
+    w.line(fmt::format("gemm.num_segments = {};", segs));
+    // the output type is named when it is not the epilogue's default (T; fp32 for atomics): a 16-bit GEMM into fp32
+    const bool default_out = out_t == (g.scatter != intra::Gather::None ? std::string("float") : t);
+    w.line(fmt::format("hectorgen::tc::launch_segment_gemm<{}, {}, {}, hectorgen::tc::Epilogue::{}{}>(gemm, stream);", t, g.k,
+                       g.n, epilogue, default_out ? "" : ", " + out_t));
+    w.line("err = cudaGetLastError();");
+    w.line("if (err != cudaSuccess) return err;");
+  }
+  w.line("}");
+  GemmCode code;
+  code.launcher = w.str();
+  code.includes.insert("hectorgen/tc_gemm.cuh");
   return code;
 }
 
@@ -271,10 +366,6 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
   return GemmCode{"", c.str(), {tc ? "hectorgen/tc_gemm.cuh" : "hectorgen/simt_wgrad.cuh"}};
 }
 
-// The names of a segment sum's workspaces (per-chunk partial sums and the chunk offsets).
-std::string partials_workspace(const std::string& instance) { return instance + "_partials"; }
-std::string chunks_workspace(const std::string& instance) { return instance + "_chunk_ptr"; }
-
 // Row count and segment count expressions of an instance's rows, over the Args struct `a` (prefix "a.") or the
 // host function's parameters (prefix "").
 std::string rows_expr(bool edge_rows, bool etype_rows, const std::string& prefix) {
@@ -313,26 +404,40 @@ GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
       fmt::arg("name", ss.name), fmt::arg("dw", ss.dw), fmt::arg("seg", seg.empty() ? "-" : seg), fmt::arg("v", ss.v),
       fmt::arg("source", ss.source), fmt::arg("rows", rows), fmt::arg("numel", ss.numel),
       fmt::arg("seg_ptr", seg.empty() ? "nullptr" : fmt::format("a.{}_ptr", seg)), fmt::arg("segs", segs),
-      fmt::arg("chunks", chunks_workspace(ss.name)), fmt::arg("partials", partials_workspace(ss.name)),
+      fmt::arg("chunks", workspace_name(ss.name, "chunk_ptr")), fmt::arg("partials", workspace_name(ss.name, "partial")),
       fmt::arg("out_t", intra::cuda_type(dw ? dw->storage : inter::DType::FP32)));
   (void)v;
   return c;
 }
 
-// The workspaces of one instance: a weight gradient's or a segment sum's split-K partials and chunk offsets.
+// The workspaces of one instance, named <kernel>_<what> (reserved with the kernel's name: emit/names.h):
+//   weight gradients and segment sums: the split-K partials and chunk offsets ("partial", "chunk_ptr");
+//   tensor-core GEMMs: the 64-row tiles of each segment, numbered per call ("tile_ptr"), and W^T when the instance
+//   computes X W^T ("w_t", W's size and storage type).
 static std::vector<Workspace> kernel_workspaces(const Program& p, const intra::Kernel& k) {
   if (auto* w = std::get_if<intra::WeightGradInstance>(&k)) return wgrad_workspaces(p, *w);
-  std::vector<Workspace> ws;
+  std::vector<Workspace> out;
   if (auto* ss = std::get_if<intra::SegmentSumInstance>(&k)) {
     const std::string rows = rows_expr(ss->edge_rows, false, ""), segs = segments_expr(ss->segments, "");
-    ws.push_back({chunks_workspace(ss->name), "int32_t", fmt::format("{} + 1", segs),
-                  fmt::format("first chunk of each segment ({})", ss->name)});
-    ws.push_back({partials_workspace(ss->name), "float",
-                  fmt::format("hectorgen::wgrad_max_chunks({0}, {1}, hectorgen::segment_sum_chunk_rows({0}, {2})) * {2}",
-                              rows, segs, ss->numel),
-                  fmt::format("per-chunk sums ({})", ss->name)});
+    out.push_back({workspace_name(ss->name, "chunk_ptr"), "int32_t", fmt::format("{} + 1", segs),
+                   fmt::format("{}'s first chunk of each segment", ss->name), ss->name, "chunk_ptr"});
+    out.push_back({workspace_name(ss->name, "partial"), "float",
+                   fmt::format("hectorgen::wgrad_max_chunks({0}, {1}, hectorgen::segment_sum_chunk_rows({0}, {2})) * {2}",
+                               rows, segs, ss->numel),
+                   fmt::format("{}'s fp32 sums, one per chunk", ss->name), ss->name, "partial"});
   }
-  return ws;
+  if (auto* g = std::get_if<GemmInstance>(&k); g && g->tensor_cores) {
+    const char* segs = g->segments == intra::Segments::Etype   ? "num_etypes"
+                       : g->segments == intra::Segments::Ntype ? "num_ntypes"
+                                                               : nullptr;
+    out.push_back({workspace_name(g->name, "tile_ptr"), "int32_t", segs ? fmt::format("{} + 1", segs) : "2",
+                   "first 64-row tile of each segment (tensor-core kernel)", g->name, "tile_ptr"});
+    if (g->transpose_w)
+      out.push_back({workspace_name(g->name, "w_t"), intra::cuda_type(p.find(g->w)->storage),
+                     segs ? fmt::format("{} * {}", segs, g->k * g->n) : std::to_string(g->k * g->n),
+                     fmt::format("{}^T, [{}][{}] per segment", g->w, g->k, g->n), g->name, "w_t"});
+  }
+  return out;
 }
 
 std::vector<Workspace> workspaces(const Program& p) {
@@ -411,7 +516,9 @@ static KernelsCode phase_kernels(const Program& p, std::map<std::string, std::st
     // Reuse an identical kernel emitted earlier (the launcher calls it instead).
     std::string kernel_code = kernels.substr(kernel_mark);
     std::string identity = kernel_identity(kernel_code, name);
-    if (auto it = emitted.find(identity); it != emitted.end()) {
+    if (kernel_code.find_first_not_of('\n') == std::string::npos) {
+      // a runtime kernel (tensor cores): nothing emitted to share
+    } else if (auto it = emitted.find(identity); it != emitted.end()) {
       kernels.resize(kernel_mark);
       for (size_t at = body.find(name + "<<<"); at != std::string::npos; at = body.find(name + "<<<", at))
         body.replace(at, name.size(), it->second);

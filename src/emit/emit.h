@@ -39,11 +39,14 @@ std::string emit_torch_block(const intra::Program& p, const intra::TorchInstance
 // layer can be captured in a CUDA graph) and passes it in the Args struct; the launcher fills and reads it.
 struct Workspace {
   std::string name;     // Args field and host variable (a C++ identifier, unique in the phase)
-  std::string ctype;    // element type: "float" or "int32_t"
+  std::string ctype;    // element type: "float", "int32_t", "__nv_bfloat16" or "__half"
   std::string numel;    // C++ expression of its element count over num_nodes, num_edges, num_etypes, num_ntypes
   std::string comment;  // what it holds
+  std::string kernel;   // the instance it belongs to (its C++ name)
+  std::string use;      // what that instance's launcher calls it: "tile_ptr", "w_t"
 };
-// The workspaces of every instance of `p`, in kernel order.
+// The workspaces of every instance of `p` (with its C++ names: emit/names.h), in kernel order; their names
+// are fresh in the scope of the phase's tensors, graph arrays, kernels and the reserved identifiers.
 std::vector<Workspace> workspaces(const intra::Program& p);
 
 // Graph arrays (struct fields / op arguments) the program needs, in a fixed order.

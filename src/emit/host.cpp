@@ -147,14 +147,26 @@ static std::string emit_op(const Program& p, const Program& ir) {
     if (std::find(results.begin(), results.end(), t.name) != results.end())
       meta += fmt::format("  at::Tensor {} = at::empty({}, {}.options());\n", t.name, shape_list(t), device_from);
   }
+  // A workspace's element type (Workspace::ctype) as ATen's dtype and as the data_ptr<> type behind the pointer.
+  auto at_type = [](const std::string& ctype) -> std::pair<const char*, const char*> {
+    if (ctype == "int32_t") return {"at::kInt", "int32_t"};
+    if (ctype == "__nv_bfloat16") return {"at::kBFloat16", "at::BFloat16"};
+    if (ctype == "__half") return {"at::kHalf", "at::Half"};
+    if (ctype == "float") return {"at::kFloat", "float"};
+    throw std::logic_error("emit: workspace of unknown type " + ctype);
+  };
   for (const Workspace& w : workspaces(p))
     alloc += fmt::format("  at::Tensor {} = at::empty({{{}}}, options.dtype({}));  // workspace: {}\n", w.name, w.numel,
-                         w.ctype == "int32_t" ? "at::kInt" : "at::kFloat", w.comment);
+                         at_type(w.ctype).first, w.comment);
   v["allocations"] = alloc.substr(0, alloc.size() - 1);
   v["meta_allocations"] = meta.substr(0, meta.size() - 1);
   for (const std::string& g : graph_arrays(p)) assign += fmt::format("  a.{} = {}.data_ptr<int32_t>();\n", g, g);
   for (const TensorInfo& t : p.tensors) assign += fmt::format("  a.{} = {}.data_ptr<float>();\n", t.name, t.name);
-  for (const Workspace& w : workspaces(p)) assign += fmt::format("  a.{} = {}.data_ptr<{}>();\n", w.name, w.name, w.ctype);
+  for (const Workspace& w : workspaces(p)) {
+    const char* elem = at_type(w.ctype).second;
+    if (w.ctype == elem) assign += fmt::format("  a.{} = {}.data_ptr<{}>();\n", w.name, w.name, elem);
+    else assign += fmt::format("  a.{} = reinterpret_cast<{}*>({}.data_ptr<{}>());\n", w.name, w.ctype, w.name, elem);
+  }
   v["assignments"] = assign.substr(0, assign.size() - 1);
   std::string res;
   for (const auto& r : results) res += (res.empty() ? "" : ", ") + r;

@@ -57,9 +57,9 @@ const char* const kCppEmitterNames[] = {
     // traversal kernels (emit/traversal.cpp) and launchers (emit/cuda.cpp)
     "lane", "first_row", "row_stride", "num_rows", "j", "m", "idx", "partial", "total", "warp_sum", "warp_max", "leaky_relu",
     "__shfl_sync", "__shfl_xor_sync", "a", "args", "stream", "err", "grid", "blocks", "cudaError_t",
-    "cudaGetLastError", "cudaSuccess", "cudaStream_t", "hectorgen", "rows",
-    // split-K launchers (emit/cuda.cpp emit_wgrad, emit_segsum)
-    "wgrad", "chunk_rows", "chunk_ptr",
+    "cudaGetLastError", "cudaSuccess", "cudaStream_t", "hectorgen", "rows", "nullptr",
+    // split-K launchers (emit/cuda.cpp emit_wgrad, emit_segsum) and tensor-core ones (emit_tc_gemm)
+    "wgrad", "chunk_rows", "chunk_ptr", "gemm",
     // graph arrays and sizes (Args structs, op arguments)
     "src", "dst", "etype", "etype_ptr", "etype_tile_ptr", "in_ptr", "in_eid", "in_src", "out_ptr", "out_eid",
     "out_dst", "ntype", "ntype_ptr", "ntype_tile_ptr", "num_nodes", "num_edges", "num_etypes", "num_ntypes",

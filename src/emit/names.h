@@ -68,7 +68,7 @@ class NameScope {
 // The identifiers derived from a kernel's C++ name `kernel`: its launcher, launch_<kernel>, and the workspaces its
 // launcher may use (emit::Workspace), <kernel>_<what> for each `what` of kKernelWorkspaces. They are reserved with
 // the kernel's name (with_cpp_names), so no tensor, kernel or other workspace takes one.
-inline constexpr const char* kKernelWorkspaces[] = {"partial", "chunk_ptr"};
+inline constexpr const char* kKernelWorkspaces[] = {"partial", "chunk_ptr", "tile_ptr", "w_t"};
 std::string launcher_name(const std::string& kernel);
 std::string workspace_name(const std::string& kernel, const std::string& what);
 

@@ -96,6 +96,9 @@ class Lowering {
     p_.aliases = alias_;
     // Shapes the kernels cannot handle, at the declaration or statement at fault.
     if (!intra::check_shape_limits(p_, traversal_sources_, d_)) return std::nullopt;
+    // The kernel of each GEMM instance, once its tensors' shapes and storage types are final.
+    for (intra::Kernel& k : p_.kernels)
+      if (auto* g = std::get_if<GemmInstance>(&k)) g->tensor_cores = intra::gemm_kernel_choice(p_, *g).tensor_cores;
     return std::move(p_);
   }
 

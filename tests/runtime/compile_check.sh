@@ -37,7 +37,7 @@ for arch in 80 90; do
   echo "compile_check: ok  graph_preprocess.cu for sm_$arch"
 done
 
-# The tensor-core kernels of the header, for each storage type and both epilogues (what generated code instantiates).
+# The tensor-core kernels of the header, for each storage type and every epilogue (what generated code instantiates).
 cat >"$tmp/tc_gemm_check.cu" <<'EOF'
 #include "hectorgen/simt_wgrad.cuh"
 #include "hectorgen/tc_gemm.cuh"
@@ -52,6 +52,14 @@ void instantiate(cudaStream_t stream) {
   tc::launch_segment_gemm<T, 64, 64, tc::Epilogue::kStore>(tc::SegmentGemmArgs<T, typename Store::OutT>{}, stream);
   tc::launch_segment_gemm<T, 128, 128, tc::Epilogue::kAtomic>(tc::SegmentGemmArgs<T, typename Atomic::OutT>{},
                                                                stream);
+  using Accumulate = tc::ForwardConfig<T, 32, 64, tc::Epilogue::kAccumulate>;
+  tc::launch_segment_gemm<T, 32, 64, tc::Epilogue::kAccumulate>(
+      tc::SegmentGemmArgs<T, typename Accumulate::OutT>{}, stream);
+  (void)tc::launch_transpose_segments<T>(nullptr, nullptr, 1, 64, 32, stream);
+  // a 16-bit GEMM storing or accumulating into an fp32 output
+  tc::launch_segment_gemm<T, 64, 64, tc::Epilogue::kStore, float>(tc::SegmentGemmArgs<T, float>{}, stream);
+  tc::launch_segment_gemm<T, 64, 64, tc::Epilogue::kAccumulate, float>(tc::SegmentGemmArgs<T, float>{}, stream);
+  (void)hectorgen::launch_segment_tile_ptr(nullptr, 1, 0, tc::kForwardTileRows, nullptr, stream);
   tc::launch_csr_segment_sum<T, 64>(nullptr, nullptr, nullptr, 0, stream);
   tc::launch_wgrad<T, 64, 128>(tc::WgradArgs<T>{}, nullptr, 128, nullptr, false, stream);
   (void)tc::launch_wgrad_partials<T, 64, 64>(tc::WgradArgs<T>{}, nullptr, 128, nullptr, stream);

@@ -2,6 +2,8 @@
 // verify (one negative test per rule), and get the warp syncs they need.
 #include <catch2/catch.hpp>
 
+#include <functional>
+
 #include "ir/intra/intra.h"
 #include "ir/intra/parser.h"
 #include "passes/passes.h"
@@ -311,7 +313,7 @@ tensor t_b: temp edge[4]
 alias tb -> t_b
 
 gemm m_gemm:  t_e[row] = x[src[row]] · W[etype] * norm[row]
-    rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 store=plain
+    rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt
     from: e["t"] = e.src.x * W[e.etype] * e.norm
 
 wgrad m_wgrad:  d_W[etype] += sum over rows x[src[row]]^T · t_e[row]
@@ -364,10 +366,12 @@ TEST_CASE("a program with every instance kind prints, parses back and verifies",
 }
 
 TEST_CASE("GEMMs and weight gradients carry the model's dtype through print, parse and verify", "[intra][roundtrip][verifier]") {
-  // The same program in bf16: the header option and both instances say so (the GEMM's emission is still SIMT; the
-  // weight gradient takes the tensor cores).
+  // The same program in bf16: the header option and both instances say so. Its tensors are stored as fp32
+  // (the default storage), so the GEMM cannot read them as bf16 on tensor cores: SIMT, saying why; the weight
+  // gradient takes the tensor cores.
   const std::string bf16 = replace(replace(replace(kProgram, "option dtype = \"fp32\"", "option dtype = \"bf16\""),
-                                           "n=64 dtype=fp32 tile=16 coarsen=1 store", "n=64 dtype=bf16 tile=16 coarsen=1 store"),
+                                           "n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt",
+                                           "n=64 dtype=bf16 tile=16 coarsen=1 store=plain kernel=simt(tc: x stored as fp32)"),
                                    "n=64 dtype=fp32 kernel=simt deterministic", "n=64 dtype=bf16 kernel=tc deterministic");
   REQUIRE(bf16 != kProgram);
   std::string err;
@@ -379,18 +383,109 @@ TEST_CASE("GEMMs and weight gradients carry the model's dtype through print, par
   CHECK(std::get<GemmInstance>(p->kernels[0]).dtype == inter::DType::BF16);
   CHECK(std::get<WeightGradInstance>(p->kernels[1]).dtype == inter::DType::BF16);
   for (const char* d : {"tf32", "fp16"}) {
-    auto q = parse_program_text(replace(replace(bf16, "dtype=bf16", std::string("dtype=") + d), "dtype=bf16", std::string("dtype=") + d));
+    std::string text = replace(replace(bf16, "dtype=bf16", std::string("dtype=") + d), "dtype=bf16", std::string("dtype=") + d);
+    // tf32 stores fp32: the tensor-core kernel runs it
+    if (std::string(d) == "tf32") text = replace(text, "kernel=simt(tc: x stored as fp32)", "kernel=tc");
+    auto q = parse_program_text(text);
     REQUIRE(q);
     CHECK(inter::to_string(std::get<WeightGradInstance>(q->kernels[1]).dtype) == std::string(d));
   }
   // One dtype per model: an instance that disagrees with the header is rejected, either way round.
-  CHECK(verify_text(replace(bf16, "dtype=bf16 tile=16 coarsen=1 store", "dtype=fp32 tile=16 coarsen=1 store")) ==
+  CHECK(verify_text(replace(bf16, "dtype=bf16 tile=16 coarsen=1 store=plain kernel=simt(tc: x stored as fp32)",
+                            "dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt")) ==
         "m_gemm: dtype=fp32 but the model's dtype is bf16");
   CHECK(verify_text(replace(kProgram, "dtype=fp32 kernel=simt deterministic", "dtype=fp16 kernel=simt deterministic")) ==
         "m_wgrad: dtype=fp16 but the model's dtype is fp32");
   // A misspelt dtype is a positioned syntax error.
   CHECK_FALSE(parse_program_text(replace(kProgram, "dtype=fp32 tile=16 coarsen=1 store", "dtype=fp8 tile=16 coarsen=1 store"), &err));
   CHECK_THAT(err, Catch::StartsWith("m.intra.ir:29:40: error: unknown dtype 'fp8' (fp32, tf32, bf16 or fp16) [intra-syntax]"));
+}
+
+TEST_CASE("a GEMM runs on tensor cores when its dtype, shape and storage types allow, else SIMT saying why",
+          "[intra][roundtrip][verifier][tc]") {
+  const std::string tf32 = replace(replace(replace(kProgram, "option dtype = \"fp32\"", "option dtype = \"tf32\""),
+                                           "dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt",
+                                           "dtype=tf32 tile=16 coarsen=1 store=plain kernel=tc"),
+                                   "dtype=fp32 kernel=simt deterministic", "dtype=tf32 kernel=tc deterministic");
+  std::string err;
+  auto p = parse_program_text(tf32, &err);
+  INFO(err);
+  REQUIRE(p);
+  CHECK(print_program(*p) == tf32);
+  CHECK(verify_program(*p) == "");
+  const GemmInstance base = std::get<GemmInstance>(p->kernels[0]);
+  CHECK(base.tensor_cores);
+  auto choice = [&](const std::function<void(GemmInstance&, Program&)>& change) {
+    Program q = *p;
+    GemmInstance g = base;
+    change(g, q);
+    const GemmKernelChoice c = gemm_kernel_choice(q, g);
+    return c.tensor_cores ? std::string("tc") : "simt(" + c.reason + ")";
+  };
+  auto storage = [](Program& q, const char* name, inter::DType d) {
+    for (TensorInfo& t : q.tensors)
+      if (t.name == name) t.storage = d;
+  };
+  CHECK(choice([](GemmInstance&, Program&) {}) == "tc");
+  CHECK(choice([](GemmInstance& g, Program&) { g.dtype = inter::DType::FP32; }) == "simt()");  // the plan, no fallback
+  CHECK(choice([](GemmInstance& g, Program&) { g.heads = 2; }) == "simt(heads > 1)");
+  CHECK(choice([](GemmInstance& g, Program&) { g.k = 48; }) == "simt(k % 32)");
+  CHECK(choice([](GemmInstance& g, Program&) { g.k = 96; }) == "tc");
+  CHECK(choice([](GemmInstance& g, Program&) { g.n = 96; }) == "simt(n % 64)");
+  CHECK(choice([](GemmInstance& g, Program&) { g.n = 128; }) == "tc");
+  CHECK(choice([](GemmInstance& g, Program&) { g.etype_rows = true; }) == "simt(rows=etypes)");
+  CHECK(choice([](GemmInstance& g, Program&) { g.transpose_w = true; }) == "tc");
+  CHECK(choice([](GemmInstance& g, Program&) { g.accumulate = true; }) == "tc");
+  CHECK(choice([](GemmInstance& g, Program&) { g.segments = Segments::None; }) == "tc");
+  // Storage types: x and w in the dtype's (tf32: fp32), y too or fp32 when it adds atomically, an fp32 scalar.
+  CHECK(choice([&](GemmInstance& g, Program&) { g.dtype = inter::DType::BF16; }) == "simt(x stored as fp32)");
+  auto bf16 = [&](GemmInstance& g, Program& q) {
+    g.dtype = inter::DType::BF16;
+    for (const char* t : {"x", "W", "t_e"}) storage(q, t, inter::DType::BF16);
+  };
+  CHECK(choice(bf16) == "tc");
+  CHECK(choice([&](GemmInstance& g, Program& q) { bf16(g, q), storage(q, "W", inter::DType::FP16); }) == "simt(W stored as fp16)");
+  CHECK(choice([&](GemmInstance& g, Program& q) { bf16(g, q), storage(q, "norm", inter::DType::BF16); }) ==
+        "simt(norm stored as bf16)");
+  CHECK(choice([&](GemmInstance& g, Program& q) { bf16(g, q), g.scatter = Gather::Dst; }) == "simt(t_e stored as bf16)");
+  CHECK(choice([&](GemmInstance& g, Program& q) { bf16(g, q), storage(q, "t_e", inter::DType::FP32); }) == "tc");  // fp32 out
+  CHECK(choice([&](GemmInstance& g, Program& q) { bf16(g, q), storage(q, "t_e", inter::DType::FP16); }) ==
+        "simt(t_e stored as fp16)");
+  CHECK(choice([&](GemmInstance& g, Program& q) { bf16(g, q), g.scatter = Gather::Dst, storage(q, "t_e", inter::DType::FP32); }) ==
+        "tc");
+  CHECK(choice([&](GemmInstance& g, Program& q) { g.dtype = inter::DType::TF32, storage(q, "x", inter::DType::BF16); }) ==
+        "simt(x stored as bf16)");
+
+  // The instance line says which, and why not: printed, parsed back, and checked against the rule.
+  // (k=48 parses; the verifier would also reject x's 64-element rows, after the kernel's choice)
+  const std::string k48 = replace(tf32, "heads=1 k=64 n=64 dtype=tf32 tile=16 coarsen=1 store=plain kernel=tc",
+                                  "heads=1 k=48 n=64 dtype=tf32 tile=16 coarsen=1 store=plain kernel=simt(tc: k % 32)");
+  auto q = parse_program_text(k48, &err);
+  INFO(err);
+  REQUIRE(q);
+  CHECK(print_program(*q) == k48);
+  CHECK_FALSE(std::get<GemmInstance>(q->kernels[0]).tensor_cores);
+  CHECK_FALSE(parse_program_text(replace(k48, "kernel=simt(tc: k % 32)", "kernel=tc"), &err));
+  CHECK_THAT(err, Catch::Contains("29:82: error: the instance runs on kernel=simt(tc: k % 32) (by its dtype, shape and storage "
+                                  "types), not 'tc'"));
+  CHECK_FALSE(parse_program_text(replace(k48, "kernel=simt(tc: k % 32)", "kernel=simt(tc: n % 64)"), &err));
+  CHECK_THAT(err, Catch::Contains("error: the instance runs on kernel=simt(tc: k % 32) (by its dtype, shape and storage types), "
+                                  "not 'simt(tc: n % 64)'"));
+  CHECK_FALSE(parse_program_text(replace(tf32, "kernel=tc", "kernel=simt"), &err));
+  CHECK_THAT(err, Catch::Contains("error: the instance runs on kernel=tc (by its dtype, shape and storage types), not 'simt'"));
+  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt", "kernel=tc"), &err));
+  CHECK_THAT(err, Catch::Contains("error: the instance runs on kernel=simt (by its dtype, shape and storage types), not 'tc'"));
+  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt", "kernel=wmma"), &err));
+  CHECK_THAT(err, Catch::Contains("29:82: error: unknown kernel 'wmma' (tc or simt)"));
+  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt", "kernel=simt(tc: k % 32"), &err));
+  CHECK_THAT(err, Catch::Contains("error: expected ')'"));
+  // A program built in code that disagrees with the rule is rejected by the verifier, either way round.
+  Program wrong = *p;
+  std::get<GemmInstance>(wrong.kernels[0]).tensor_cores = false;
+  CHECK(verify_program(wrong) == "m_gemm: kernel=simt, but the instance fits the tensor-core kernel (dtype=tf32)");
+  wrong = *q;
+  std::get<GemmInstance>(wrong.kernels[0]).tensor_cores = true;
+  CHECK(verify_program(wrong) == "m_gemm: kernel=tc, but the tensor-core kernel cannot run it (k % 32)");
 }
 
 TEST_CASE("the program verifier rejects each broken rule", "[intra][verifier]") {
@@ -454,7 +549,7 @@ tensor t_s: temp etype[8] zero_init
 tensor t_n: temp node[4]
 
 gemm m_gemm_v:  t_v[row] = V[row] · W[-]
-    rows=etypes heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 store=plain
+    rows=etypes heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt
     from: r = linear(V[e.etype], W)
 
 wgrad m_wgrad:  d_W[-] += sum over rows V[row]^T · t_s[row]
@@ -523,8 +618,10 @@ TEST_CASE("the weight gradient's kernel: tensor cores where the dtype and the sh
 }
 
 TEST_CASE("the weight gradient's kernel and overwrite print, parse back and verify", "[intra][wgrad][roundtrip][verifier]") {
+  // (its GEMM's rows are the edge types: SIMT, saying so)
   const std::string bf16 = replace(replace(replace(kEtypeRows, "option dtype = \"fp32\"", "option dtype = \"bf16\""),
-                                           "dtype=fp32 tile=16", "dtype=bf16 tile=16"),
+                                           "dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt",
+                                           "dtype=bf16 tile=16 coarsen=1 store=plain kernel=simt(tc: rows=etypes)"),
                                    "dtype=fp32 kernel=simt deterministic", "dtype=bf16 kernel=simt(tc: k % 64) deterministic");
   std::string err;
   auto p = parse_program_text(bf16, &err);
@@ -541,9 +638,9 @@ TEST_CASE("the weight gradient's kernel and overwrite print, parse back and veri
   CHECK_THAT(err, Catch::Contains("error: expected 'kernel=simt(tc: k % 64)' here [intra-syntax]"));
   CHECK_FALSE(parse_program_text(replace(bf16, "kernel=simt(tc: k % 64)", "kernel=simt"), &err));
   CHECK_THAT(err, Catch::Contains("error: expected 'kernel=simt(tc: k % 64)' here [intra-syntax]"));
-  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt", "kernel=cutlass"), &err));
+  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt deterministic", "kernel=cutlass deterministic"), &err));
   CHECK_THAT(err, Catch::Contains("error: unknown weight-gradient kernel 'cutlass' (simt or tc) [intra-syntax]"));
-  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt", "kernel=simt(tc: fp32)"), &err));
+  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt deterministic", "kernel=simt(tc: fp32) deterministic"), &err));
   CHECK_THAT(err, Catch::Contains("error: expected 'kernel=simt' here [intra-syntax]"));
   // `=`: the instance overwrites dW (it is its first write), so it does not read it.
   const std::string overwrite = replace(kProgram, "d_W[etype] += sum over rows", "d_W[etype] = sum over rows");

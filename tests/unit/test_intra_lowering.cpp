@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <iterator>
 #include <random>
 #include <regex>
 
@@ -255,6 +256,171 @@ TEST_CASE("a weight-gradient instance is emitted as the runtime's split-K: chunk
   CHECK(first != std::string::npos);
   CHECK(second != std::string::npos);
   CHECK(first < second);
+}
+
+// How often `needle` occurs in `text`.
+static size_t occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+TEST_CASE("tf32 models run their GEMMs on the tensor-core kernel: launchers, workspaces, round trip", "[intra][emit][tc]") {
+  for (const char* spec : {"rgcn.yaml", "rgat.yaml", "hgt.yaml"}) {
+    CAPTURE(spec);
+    const std::string path = spec_path(spec);
+    const std::string fp32 = read_file(path);
+    std::vector<Program> phases = lower_source(path, replace(fp32, "dtype: fp32", "dtype: tf32"));
+    size_t tc = 0, transposed = 0;
+    for (const Program& p : phases) {
+      CHECK(verify_program(p) == "");
+      for (const Kernel& k : p.kernels)
+        if (auto* g = std::get_if<GemmInstance>(&k)) {
+          CAPTURE(g->name);
+          const GemmKernelChoice c = gemm_kernel_choice(p, *g);
+          CHECK(g->tensor_cores == c.tensor_cores);
+          // the bundled models are one-headed, 64 wide: only rows over the edge types stay SIMT
+          CHECK(g->tensor_cores == !g->etype_rows);
+          if (!g->tensor_cores) CHECK(c.reason == "rows=etypes");
+          tc += g->tensor_cores;
+          transposed += g->tensor_cores && g->transpose_w;
+        }
+    }
+    CHECK(tc > 0);
+    CHECK(transposed > 0);  // the backward's input gradients
+    const std::string ir = print_programs(phases);
+    CHECK(occurrences(ir, " kernel=tc\n") + occurrences(ir, " kernel=tc launch_bounds") == tc);
+    SourceFile file("m.intra.ir", ir);
+    Diagnostics d;
+    auto parsed = parse_programs(file, d);
+    REQUIRE(parsed);
+    CHECK(print_programs(*parsed) == ir);
+
+    const emit::EmitContext ctx{"spec.yaml", "test"};
+    const std::string cu = emit::emit_kernels_cu(phases, ctx), h = emit::emit_kernels_h(phases, ctx),
+                      host = emit::emit_host_cpp(phases, ctx);
+    CHECK(occurrences(cu, "#include \"hectorgen/tc_gemm.cuh\"") == 1);
+    CHECK(occurrences(cu, "hectorgen::tc::launch_segment_gemm<float, ") == tc);
+    CHECK(occurrences(cu, "hectorgen::tc::kForwardTileRows") == tc);
+    CHECK(occurrences(cu, "hectorgen::tc::launch_transpose_segments<float>(") == transposed);
+    // Each tile_ptr workspace: an Args field, allocated by the host from the caching allocator, passed in.
+    CHECK(occurrences(h, "_tile_ptr = nullptr;  // workspace: ") == tc);
+    CHECK(occurrences(h, "_w_t = nullptr;  // workspace: ") == transposed);
+    auto matches = [](const std::string& text, const char* pattern) {
+      const std::regex re(pattern);
+      return static_cast<size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+    };
+    CHECK(matches(host, R"(at::Tensor \w+_gemm_\w+_tile_ptr = at::empty\(\{(num_[en]types \+ 1|2)\}, options\.dtype\(at::kInt\)\);)") == tc);
+    CHECK(matches(host, R"(at::Tensor \w+_gemm_\w+_w_t = at::empty\(\{(\w+ \* 4096|4096)\}, options\.dtype\(at::kFloat\)\);)") == transposed);
+    CHECK(matches(host, R"(a\.(\w+_gemm_\w+_tile_ptr) = \1\.data_ptr<int32_t>\(\);)") == tc);
+    CHECK(host.find("cudaMalloc") == std::string::npos);
+    CHECK(cu.find("cudaDeviceSynchronize") == std::string::npos);
+    CHECK(cu.find("cudaMemcpy") == std::string::npos);
+  }
+  // RGCN's instances, argument by argument: the forward's scatter (atomic into h through dst, gathered through
+  // src, scaled by norm, per edge type) and the backward's X W^T without segments (accumulating into d$feature).
+  const std::string path = spec_path("rgcn.yaml");
+  const std::vector<Program> phases = lower_source(path, replace(read_file(path), "dtype: fp32", "dtype: tf32"));
+  const std::string cu = emit::emit_kernels_cu(phases, {"spec.yaml", "test"});
+  CHECK(cu.find("  if (a.num_edges > 0) {  // h[dst[row]] += feature[src[row]] * W[etype] * norm[row]\n"
+                "    // Tensor cores (tf32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on\n"
+                "    // the GPU in this stream (no host sync):\n"
+                "    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, "
+                "hectorgen::tc::kForwardTileRows,\n"
+                "                                                         a.rgcn_fw_gemm_h_2_tile_ptr, stream);\n"
+                "    if (err != cudaSuccess) return err;\n"
+                "    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};\n"
+                "    gemm.x = a.feature;\n"
+                "    gemm.w = a.W;\n"
+                "    gemm.y = a.h;\n"
+                "    gemm.gather = a.src;\n"
+                "    gemm.scatter = a.dst;\n"
+                "    gemm.scale = a.norm;\n"
+                "    gemm.seg_ptr = a.etype_ptr;\n"
+                "    gemm.tile_ptr = a.rgcn_fw_gemm_h_2_tile_ptr;\n"
+                "    gemm.num_rows = a.num_edges;\n"
+                "    gemm.num_segments = a.num_etypes;\n"
+                "    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAtomic>(gemm, stream);\n") !=
+        std::string::npos);
+  CHECK(cu.find("    err = hectorgen::tc::launch_transpose_segments<float>(a.W0, a.rgcn_bw_gemm_d_feature_w_t, 1, 64, 64, stream);\n"
+                "    if (err != cudaSuccess) return err;\n"
+                "    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};\n"
+                "    gemm.x = a.d_h;\n"
+                "    gemm.w = a.rgcn_bw_gemm_d_feature_w_t;\n"
+                "    gemm.y = a.d_feature;\n"
+                "    gemm.gather = nullptr;\n"
+                "    gemm.scatter = nullptr;\n"
+                "    gemm.scale = nullptr;\n"
+                "    gemm.seg_ptr = nullptr;\n") != std::string::npos);
+  CHECK(cu.find("hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAccumulate>(gemm, stream);") !=
+        std::string::npos);
+  CHECK(cu.find("hectorgen::launch_segment_tile_ptr(nullptr, 1, a.num_nodes, hectorgen::tc::kForwardTileRows,") !=
+        std::string::npos);
+  // fp32: no tensor cores (the split-K weight gradients run on CUDA cores), no tile or W^T workspaces
+  const std::vector<Program> simt = lower_source(path, read_file(path));
+  CHECK(emit::emit_kernels_cu(simt, {"spec.yaml", "test"}).find("hectorgen::tc::") == std::string::npos);
+  CHECK(emit::emit_kernels_h(simt, {"spec.yaml", "test"}).find("_tile_ptr = nullptr;  // workspace") == std::string::npos);
+  CHECK(emit::emit_kernels_h(simt, {"spec.yaml", "test"}).find("_w_t = nullptr;  // workspace") == std::string::npos);
+}
+
+TEST_CASE("bf16 storage: tensor-core launchers over __nv_bfloat16, SIMT fallbacks convert at loads and stores",
+          "[intra][emit][tc]") {
+  // What the storage rules (docs/dtype_plan.md) will set, simulated: every tensor bf16 but the atomic scatter's
+  // output and the row scalars (fp32), then the kernel choice again.
+  const std::string path = spec_path("rgcn.yaml");
+  std::vector<Program> phases = lower_source(path, replace(read_file(path), "dtype: fp32", "dtype: bf16"));
+  for (Program& p : phases) {
+    for (TensorInfo& t : p.tensors)
+      if (t.name != "norm" && !(p.phase == "forward" && t.name == "h")) t.storage = inter::DType::BF16;
+    for (Kernel& k : p.kernels)
+      if (auto* g = std::get_if<GemmInstance>(&k)) g->tensor_cores = gemm_kernel_choice(p, *g).tensor_cores;
+  }
+  for (const Program& p : phases) {
+    CHECK(verify_program(p) == "");
+    for (const Kernel& k : p.kernels)
+      if (auto* g = std::get_if<GemmInstance>(&k)) {
+        CAPTURE(g->name);
+        CHECK(g->tensor_cores);
+      }
+  }
+  const emit::EmitContext ctx{"spec.yaml", "test"};
+  const std::string cu = emit::emit_kernels_cu(phases, ctx), host = emit::emit_host_cpp(phases, ctx);
+  CHECK(cu.find("hectorgen::tc::SegmentGemmArgs<__nv_bfloat16, float> gemm{};") != std::string::npos);  // the scatter
+  // The forward's first write of h stores into what the scatter then adds to atomically (fp32): bf16 in, fp32 out.
+  CHECK(cu.find("hectorgen::tc::launch_segment_gemm<__nv_bfloat16, 64, 64, hectorgen::tc::Epilogue::kStore, float>(gemm, stream);") !=
+        std::string::npos);
+  CHECK(cu.find("hectorgen::tc::launch_segment_gemm<__nv_bfloat16, 64, 64, hectorgen::tc::Epilogue::kAtomic>(gemm, stream);") !=
+        std::string::npos);
+  CHECK(cu.find("hectorgen::tc::launch_segment_gemm<__nv_bfloat16, 64, 64, hectorgen::tc::Epilogue::kAccumulate>(gemm, stream);") !=
+        std::string::npos);
+  CHECK(cu.find("hectorgen::tc::launch_transpose_segments<__nv_bfloat16>(a.W, a.rgcn_bw_gemm_d_feature_edges_w_t,") !=
+        std::string::npos);
+  // W^T's workspace is bf16, allocated as ATen's BFloat16 and passed as __nv_bfloat16*
+  CHECK(host.find("at::Tensor rgcn_bw_gemm_d_feature_edges_w_t = at::empty({num_etypes * 4096}, options.dtype(at::kBFloat16));") !=
+        std::string::npos);
+  CHECK(host.find("a.rgcn_bw_gemm_d_feature_edges_w_t = reinterpret_cast<__nv_bfloat16*>(rgcn_bw_gemm_d_feature_edges_w_t."
+                  "data_ptr<at::BFloat16>());") != std::string::npos);
+
+  // A SIMT fallback over bf16 tensors (n = 48 does not fit the tensor-core kernel) converts with the intrinsics.
+  Program simt = phases.back();
+  for (TensorInfo& t : simt.tensors) {
+    if (t.name == "d$feature") t.shape.back() = 48;
+    if (t.name == "W0") t.shape.front() = 48;  // stored [n][k]
+  }
+  for (Kernel& k : simt.kernels)
+    if (auto* g = std::get_if<GemmInstance>(&k); g && g->y == "d$feature") {
+      g->n = 48;
+      g->tensor_cores = gemm_kernel_choice(simt, *g).tensor_cores;
+      CHECK(gemm_kernel_text(simt, *g) == "simt(tc: n % 64)");
+    }
+  const std::string simt_cu = emit::emit_kernels_cu({simt}, ctx);
+  CHECK(simt_cu.find("const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, __nv_bfloat16* __restrict__ y,") !=
+        std::string::npos);
+  CHECK(simt_cu.find("xs[r][c] = (row < row_end && k < kK) ? __bfloat162float(x[row * (kHeads * kK) + head * kK + k]) : 0.f;") !=
+        std::string::npos);
+  CHECK(simt_cu.find("ws[r][c] = (wk < kK && wn < kN) ? __bfloat162float(w_slice[wn * kK + wk]) : 0.f;") != std::string::npos);
+  CHECK(simt_cu.find("y[row * (kHeads * kN) + head * kN + col] = __float2bfloat16(__bfloat162float(y[row * (kHeads * kN) + "
+                     "head * kN + col]) + acc[c]);") != std::string::npos);
 }
 
 TEST_CASE("the committed .intra.ir goldens parse back to themselves", "[intra][roundtrip]") {

@@ -358,7 +358,7 @@ TEST_CASE("the emitters print no fixed identifier that is not reserved", "[names
   for (const char* t : {"cuda/gemm.cu.in"})
     kernel_templates.merge(emit::identifiers(emit::embedded_templates().find(t)->second, emit::Lang::Cpp));
   // ... nor the row ranges emit/cuda.cpp substitutes into them, nor the warp_sum helper (its own parameter).
-  kernel_templates.insert({"tile", "tile_ptr", "seg_ptr", "lo", "hi", "mid", "type", "row", "row_scalar", "row_begin",
+  kernel_templates.insert({"head", "tile", "tile_ptr", "seg_ptr", "lo", "hi", "mid", "type", "row", "row_scalar", "row_begin",
                            "row_end", "num_segments", "v", "offset"});
   // The bundled models, and an untrainable one (its module refuses requires_grad: other fixed names):
   // rgat_concat_outer with its attention through leakyrelu_grad, an operator without a derivative rule.
@@ -382,8 +382,12 @@ TEST_CASE("the emitters print no fixed identifier that is not reserved", "[names
     }
     std::string renamed = body;
     for (const std::string& u : user) renamed = std::regex_replace(renamed, std::regex("\\b" + u + "\\b"), "zq_" + u);
+    // fp32 (SIMT GEMMs) and tf32 (tensor-core launchers and their workspaces)
+    REQUIRE(renamed.find("dtype: fp32") != std::string::npos);
     auto files = generate("zq-" + spec, renamed, path != untrainable);
     REQUIRE(files.size() >= 6);
+    for (const auto& [name, content] : generate("zq-" + spec, replace_all(renamed, "dtype: fp32", "dtype: tf32"), path != untrainable))
+      files.emplace("tf32/" + name, content);
     for (const auto& [name, content] : files) {
       bool py = name.size() > 3 && name.substr(name.size() - 3) == ".py";
       bool cpp = name.find(".cu") != std::string::npos || name.find(".h") != std::string::npos ||

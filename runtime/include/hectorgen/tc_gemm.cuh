@@ -23,9 +23,11 @@
 namespace hectorgen::tc {
 
 // How the GEMM's rows are stored: Y[S[row]] = scale[row] * X[G[row]] * W[T(row)].
-//   kStore:  overwrite the output row (S absent: the row itself; S present: it must be injective).
-//   kAtomic: add into an fp32 output (S present, several rows may share a destination).
-enum class Epilogue { kStore, kAtomic };
+//   kStore:      overwrite the output row (S absent: the row itself; S present: it must be injective).
+//   kAtomic:     add into an fp32 output (S present, several rows may share a destination).
+//   kAccumulate: add into the output row, read-add-store without atomics (the output rows must be distinct:
+//                S absent or injective); the sum is taken in fp32 and rounded once to the output's type.
+enum class Epilogue { kStore, kAtomic, kAccumulate };
 
 // One segment GEMM over type-sorted rows. Rows seg_ptr[t]..seg_ptr[t+1] use weight t. Optional lists may be
 // null. x: [x_rows][k], w: [num_segments][k][n], y: [y_rows][n]; every row index is int32 (like the runtime).
@@ -149,10 +151,20 @@ __device__ inline void warp_mma_step(float (&acc)[2][4][4], const T* a_base, ALa
 // and kMinBlocks caps the registers so that many blocks share an SM (16-bit, K = 64: 16.6 KB and <= 56
 // registers, 9 blocks an SM, as many as the CuTe version, where the padded 3-stage version had 29 KB, 68
 // registers and 7).
-template <class ElemT, int kDimK, int kDimN, int kWarpsRows, int kNumStages, Epilogue kEpilogue, int kMinBlocksPerSm>
+// The output's element type unless given: fp32 for kAtomic, else the storage type T. A 16-bit GEMM may also store
+// or accumulate into an fp32 output (a tensor that atomics add into later).
+template <class T, Epilogue kEpi>
+using DefaultOutT = std::conditional_t<kEpi == Epilogue::kAtomic, float, T>;
+
+template <class ElemT, int kDimK, int kDimN, int kWarpsRows, int kNumStages, Epilogue kEpilogue, int kMinBlocksPerSm,
+          class OutElemT = DefaultOutT<ElemT, kEpilogue>>
 struct SegmentGemm {
   using T = ElemT;
-  using OutT = std::conditional_t<kEpilogue == Epilogue::kAtomic, float, T>;
+  using OutT = OutElemT;
+  static_assert(std::is_same_v<OutT, T> || std::is_same_v<OutT, float>, "the output is stored as T or fp32");
+  static_assert(kEpilogue != Epilogue::kAtomic || std::is_same_v<OutT, float>, "atomics add into fp32");
+  // The epilogue's staging type: the output's, except for kAccumulate, which adds the fp32 tile to the output.
+  using StageT = std::conditional_t<kEpilogue == Epilogue::kAccumulate, float, OutT>;
   static constexpr int K = kDimK, N = kDimN, kWarpsM = kWarpsRows, kMinBlocks = kMinBlocksPerSm;
   static constexpr Epilogue kEpi = kEpilogue;
   static constexpr int kWarpsN = 2;
@@ -167,11 +179,11 @@ struct SegmentGemm {
   static constexpr bool kSwizzle = sizeof(T) == 2;
   using XLayout = std::conditional_t<kSwizzle, fragments::Swizzled<kBK, sizeof(T)>, fragments::Padded<kBK + 4>>;
   using WLayout = std::conditional_t<kSwizzle, fragments::Swizzled<kBN, sizeof(T)>, fragments::Padded<kBN + 8>>;
-  // The epilogue's staging tile [kBM][kBN] of OutT, laid out like the loads.
-  using YLayout = std::conditional_t<kSwizzle, fragments::Swizzled<kBN, sizeof(OutT)>, fragments::Padded<kBN + 8>>;
+  // The epilogue's staging tile [kBM][kBN] of StageT, laid out like the loads.
+  using YLayout = std::conditional_t<kSwizzle, fragments::Swizzled<kBN, sizeof(StageT)>, fragments::Padded<kBN + 8>>;
   static constexpr int kXStage = kBM * (kSwizzle ? kBK : kBK + 4), kWStage = kBK * (kSwizzle ? kBN : kBN + 8);
   static constexpr int kLoadBytes = kStages * (kXStage + kWStage) * static_cast<int>(sizeof(T));
-  static constexpr int kStoreBytes = kBM * (kSwizzle ? kBN : kBN + 8) * static_cast<int>(sizeof(OutT));
+  static constexpr int kStoreBytes = kBM * (kSwizzle ? kBN : kBN + 8) * static_cast<int>(sizeof(StageT));
   static constexpr int kSmemBytes = kLoadBytes > kStoreBytes ? kLoadBytes : kStoreBytes;
   static_assert(K % kBK == 0 && N % kBN == 0, "K must be a multiple of 32 and N of 64");
   static_assert(kStages >= 2, "at least double buffering");
@@ -183,6 +195,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     segment_gemm_kernel(const SegmentGemmArgs<typename Cfg::T, typename Cfg::OutT> a) {
   using T = typename Cfg::T;
   using OutT = typename Cfg::OutT;
+  using StageT = typename Cfg::StageT;
   using XL = typename Cfg::XLayout;
   using WL = typename Cfg::WLayout;
   using YL = typename Cfg::YLayout;
@@ -263,8 +276,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   __syncthreads();
 
   // Epilogue: scale, convert, stage the tile in shared memory (swizzled like the loads: the fragment writes
-  // and the 16-byte row reads are both conflict-free), then 16-byte row stores (or vector atomics).
-  OutT* const ys = reinterpret_cast<OutT*>(smem);  // [kBM x kBN swizzled]
+  // and the 16-byte row reads are both conflict-free), then 16-byte row stores (or vector atomics, or
+  // read-add-stores of the output's elements).
+  StageT* const ys = reinterpret_cast<StageT*>(smem);  // [kBM x kBN swizzled]
   const int g = lane / 4, t = lane % 4;
   const int y_lane = YL::offset(wm * 32 + g, wn * 32 + 2 * t);  // c0 c1 of the first 16 x 8 tile
 #pragma unroll
@@ -274,13 +288,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const float s = row_scale[wm * 32 + mt * 16 + g + 8 * h];
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
-        *reinterpret_cast<typename Pair<OutT>::type*>(ys + YL::displace(y_lane, mt * 16 + 8 * h, nt * 8)) =
-            Pair<OutT>::make(acc[mt][nt][2 * h] * s, acc[mt][nt][2 * h + 1] * s);
+        *reinterpret_cast<typename Pair<StageT>::type*>(ys + YL::displace(y_lane, mt * 16 + 8 * h, nt * 8)) =
+            Pair<StageT>::make(acc[mt][nt][2 * h] * s, acc[mt][nt][2 * h + 1] * s);
       }
     }
   }
   __syncthreads();
-  constexpr int kYVec = 16 / sizeof(OutT), kYChunks = kBN / kYVec;
+  constexpr int kYVec = 16 / sizeof(StageT), kYChunks = kBN / kYVec;
   for (int i = tid; i < rows * kYChunks; i += kThreads) {
     const int r = i / kYChunks, c = i % kYChunks * kYVec;
     const int64_t row = row_begin + r;
@@ -289,6 +303,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const uint4 v = *reinterpret_cast<const uint4*>(ys + YL::offset(r, c));
     if constexpr (Cfg::kEpi == Epilogue::kAtomic) {
       atomic_add_float4(reinterpret_cast<float*>(dst), *reinterpret_cast<const float4*>(&v));
+    } else if constexpr (Cfg::kEpi == Epilogue::kAccumulate) {
+      // kYVec (4) fp32 sums: 16 bytes of an fp32 output, 8 of a 16-bit one.
+      using Raw = std::conditional_t<sizeof(OutT) == 4, uint4, uint2>;
+      Raw raw = *reinterpret_cast<const Raw*>(dst);
+      OutT* const out = reinterpret_cast<OutT*>(&raw);
+      const float* const add = reinterpret_cast<const float*>(&v);
+#pragma unroll
+      for (int j = 0; j < kYVec; ++j) out[j] = from_float<OutT>(to_float(out[j]) + add[j]);
+      *reinterpret_cast<Raw*>(dst) = raw;
     } else {
       *reinterpret_cast<uint4*>(dst) = v;
     }
@@ -302,16 +325,53 @@ constexpr int kForwardWarpsM = 2;
 constexpr int kForwardTileRows = 32 * kForwardWarpsM;
 template <class T> constexpr int kForwardMinBlocks = 9;
 template <> constexpr int kForwardMinBlocks<float> = 6;
-template <class T, int K, int N, Epilogue kEpi>
-using ForwardConfig = SegmentGemm<T, K, N, kForwardWarpsM, sizeof(T) == 4 ? 2 : 3, kEpi, kForwardMinBlocks<T>>;
+template <class T, int K, int N, Epilogue kEpi, class OutT = DefaultOutT<T, kEpi>>
+using ForwardConfig = SegmentGemm<T, K, N, kForwardWarpsM, sizeof(T) == 4 ? 2 : 3, kEpi, kForwardMinBlocks<T>, OutT>;
 
-template <class T, int K, int N, Epilogue kEpi>
-void launch_segment_gemm(const SegmentGemmArgs<T, typename ForwardConfig<T, K, N, kEpi>::OutT>& a,
+template <class T, int K, int N, Epilogue kEpi, class OutT = DefaultOutT<T, kEpi>>
+void launch_segment_gemm(const SegmentGemmArgs<T, typename ForwardConfig<T, K, N, kEpi, OutT>::OutT>& a,
                          cudaStream_t stream) {
-  using Cfg = ForwardConfig<T, K, N, kEpi>;
+  using Cfg = ForwardConfig<T, K, N, kEpi, OutT>;
   if (a.num_rows == 0) return;
-  const int64_t tiles = (a.num_rows + Cfg::kBM - 1) / Cfg::kBM + a.num_segments;  // upper bound, no host sync
+  const int64_t tiles = max_segment_tiles(a.num_rows, a.num_segments, Cfg::kBM);  // upper bound, no host sync
   segment_gemm_kernel<Cfg><<<static_cast<unsigned>(tiles * Cfg::kNTiles), Cfg::kThreads, 0, stream>>>(a);
+}
+
+// ---- transposed weights -------------------------------------------------------------------------------------
+//
+// wt[s] = w[s]^T for each of num_segments matrices: w [num_segments][rows][cols] -> wt [num_segments][cols][rows].
+// The input gradients of the backward (Y = X W^T, W stored [n][k] per segment) transpose their weights with it
+// per call into a workspace: wt is [k][n], the B operand of launch_segment_gemm<T, k, n>, which then runs
+// unchanged. 32 x 32 tiles through shared memory (one padding column: conflict-free), coalesced reads and
+// writes; 256 threads (32 x 8) a tile, one block per tile and segment.
+template <class T>
+__global__ void __launch_bounds__(256)
+    transpose_segments_kernel(const T* __restrict__ w, T* __restrict__ wt, int num_segments, int rows, int cols) {
+  __shared__ T tile[32][33];
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  for (int64_t seg = blockIdx.z; seg < num_segments; seg += gridDim.z) {  // grid z is capped at 65535
+    const T* const in = w + seg * rows * cols;
+    T* const out = wt + seg * rows * cols;
+    for (int i = threadIdx.y; i < 32; i += 8) {
+      const int r = r0 + i, c = c0 + static_cast<int>(threadIdx.x);
+      if (r < rows && c < cols) tile[i][threadIdx.x] = in[static_cast<int64_t>(r) * cols + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) {
+      const int c = c0 + i, r = r0 + static_cast<int>(threadIdx.x);
+      if (r < rows && c < cols) out[static_cast<int64_t>(c) * rows + r] = tile[threadIdx.x][i];
+    }
+    __syncthreads();  // the tile is rewritten for the next segment
+  }
+}
+
+template <class T>
+cudaError_t launch_transpose_segments(const T* w, T* wt, int num_segments, int rows, int cols, cudaStream_t stream) {
+  if (num_segments < 1 || rows < 1 || cols < 1) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32),
+                  static_cast<unsigned>(std::min(num_segments, 65535)));
+  transpose_segments_kernel<T><<<grid, dim3(32, 8), 0, stream>>>(w, wt, num_segments, rows, cols);
+  return cudaGetLastError();
 }
 
 // ---- deterministic scatter-add: destination-sorted segment sum ----------------------------------------------

@@ -114,6 +114,35 @@ std::string wgrad_kernel_text(const WeightGradInstance& w) {
   return why.empty() || w.dtype == inter::DType::FP32 ? "simt" : fmt::format("simt(tc: {})", why);
 }
 
+GemmKernelChoice gemm_kernel_choice(const Program& p, const GemmInstance& g) {
+  if (g.dtype == inter::DType::FP32) return {};
+  auto no = [](std::string reason) { return GemmKernelChoice{false, std::move(reason)}; };
+  if (g.etype_rows) return no("rows=etypes");
+  if (g.heads != 1) return no("heads > 1");
+  if (g.k % 32 != 0) return no("k % 32");
+  if (g.n % 64 != 0) return no("n % 64");
+  // The kernel reads x and w as T, the dtype's storage type, and writes y as T or fp32 (fp32 only when it adds
+  // atomically); the row scalar is fp32.
+  const inter::DType storage = g.dtype == inter::DType::TF32 ? inter::DType::FP32 : g.dtype;
+  const inter::DType y_storage = g.scatter != Gather::None ? inter::DType::FP32 : storage;
+  const std::pair<const std::string*, inter::DType> operands[] = {
+      {&g.x, storage}, {&g.w, storage}, {&g.y, y_storage}, {&g.row_scalar, inter::DType::FP32}};
+  for (const auto& [name, want] : operands) {
+    if (name->empty()) continue;
+    const TensorInfo* t = p.find(*name);
+    if (!t) return no(fmt::format("unknown tensor {}", *name));
+    const bool fp32_out = name == &g.y && t->storage == inter::DType::FP32;
+    if (t->storage != want && !fp32_out) return no(fmt::format("{} stored as {}", *name, inter::to_string(t->storage)));
+  }
+  return {true, ""};
+}
+
+std::string gemm_kernel_text(const Program& p, const GemmInstance& g) {
+  if (g.tensor_cores) return "tc";
+  const GemmKernelChoice c = gemm_kernel_choice(p, g);
+  return c.reason.empty() ? "simt" : fmt::format("simt(tc: {})", c.reason);
+}
+
 const char* to_string(Role r) {
   switch (r) {
     case Role::Input: return "input";
@@ -151,15 +180,15 @@ bool traversal_supports(const inter::ExprP& e) {
 // ---------------------------------------------------------------------------------------------------
 namespace {
 
-std::string print_gemm(const GemmInstance& g) {
+std::string print_gemm(const Program& p, const GemmInstance& g) {
   std::string x = fmt::format("{}[{}]", g.x, gathered_row(g.gather));
   std::string y = g.scatter != Gather::None ? fmt::format("{}[{}] +=", g.y, gathered_row(g.scatter))
                                             : fmt::format("{}[row] {}=", g.y, g.accumulate ? "+" : "");
   std::string out = fmt::format("gemm {}:  {} {} · {}[{}]{}{}\n", g.name, y, x, g.w, to_string(g.segments), g.transpose_w ? "^T" : "",
                                 g.row_scalar.empty() ? "" : fmt::format(" * {}[row]", g.row_scalar));
-  out += fmt::format("    rows={} heads={} k={} n={} dtype={} tile={} coarsen={} store={}{}\n", rows_name(g.edge_rows, g.etype_rows),
-                     g.heads, g.k, g.n, inter::to_string(g.dtype), g.tile, g.coarsen,
-                     g.scatter != Gather::None ? "atomic" : g.accumulate ? "add" : "plain",
+  out += fmt::format("    rows={} heads={} k={} n={} dtype={} tile={} coarsen={} store={} kernel={}{}\n",
+                     rows_name(g.edge_rows, g.etype_rows), g.heads, g.k, g.n, inter::to_string(g.dtype), g.tile, g.coarsen,
+                     g.scatter != Gather::None ? "atomic" : g.accumulate ? "add" : "plain", gemm_kernel_text(p, g),
                      g.launch_bounds ? fmt::format(" launch_bounds={}", *g.launch_bounds) : "");
   return out + fmt::format("    from: {}\n", g.source);
 }
@@ -220,9 +249,9 @@ std::string print_program(const Program& p) {
   for (const Kernel& k : p.kernels) {
     out += "\n";
     out += std::visit(
-        [](const auto& x) -> std::string {
+        [&p](const auto& x) -> std::string {
           using T = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<T, GemmInstance>) return print_gemm(x);
+          if constexpr (std::is_same_v<T, GemmInstance>) return print_gemm(p, x);
           else if constexpr (std::is_same_v<T, WeightGradInstance>) return print_wgrad(x);
           else if constexpr (std::is_same_v<T, SegmentSumInstance>) return print_segsum(x);
           else if constexpr (std::is_same_v<T, TorchInstance>) return print_torch(x);
@@ -326,6 +355,11 @@ class ProgramVerifier {
 
   std::string check(const GemmInstance& g) const {
     if (std::string e = dtype(g.name, g.dtype); !e.empty()) return e;
+    if (const GemmKernelChoice c = gemm_kernel_choice(p_, g); c.tensor_cores != g.tensor_cores) {
+      if (g.tensor_cores) return fmt::format("{}: kernel=tc, but the tensor-core kernel cannot run it ({})", g.name, c.reason);
+      return fmt::format("{}: kernel=simt, but the instance fits the tensor-core kernel (dtype={})", g.name,
+                         inter::to_string(g.dtype));
+    }
     std::string err;
     const TensorInfo *x = operand(g.name, g.x, false, err), *w = x ? operand(g.name, g.w, false, err) : nullptr,
                      *y = w ? operand(g.name, g.y, true, err) : nullptr;

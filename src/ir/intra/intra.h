@@ -30,7 +30,7 @@
 //   alias msg -> t_hs
 //
 //   gemm rgat_fw_gemm_hs:  t_hs[row] = feature[src[row]] · W[etype]
-//       rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 store=plain
+//       rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt
 //       from: hs = reshape(e.src.feature * W[e.etype], heads, out_dim)
 //
 //   traversal rgat_fw_edges_att: rows=edges(e) threads=256
@@ -92,13 +92,30 @@ struct GemmInstance {
   bool transpose_w = false;       // Y = X · W^T (backward: input gradients)
   std::string row_scalar;    // tensor with one scalar per row, or empty
   int64_t heads = 1, k = 0, n = 0;
-  // Arithmetic class (the model's `dtype`): fp32 runs the SIMT template; tf32, bf16 and fp16 are meant for the
-  // tensor-core kernels of hectorgen/tc_gemm.cuh (docs/dtype_plan.md; emission is still SIMT).
+  // Arithmetic class (the model's `dtype`): fp32 runs the SIMT template; tf32, bf16 and fp16 run the
+  // tensor-core kernel of hectorgen/tc_gemm.cuh where the instance fits it (gemm_kernel_choice), else SIMT.
   inter::DType dtype = inter::DType::FP32;
+  // The tensor-core kernel runs the instance (printed `kernel=tc`), else the SIMT template (`kernel=simt`, with
+  // `(tc: <reason>)` when the dtype asks for tensor cores): always what gemm_kernel_choice says (verified).
+  bool tensor_cores = false;
   int tile = 16, coarsen = 1;
   std::optional<int> launch_bounds;
   std::string source;  // the inter-IR statement it implements, for comments
 };
+
+// Whether the tensor-core kernel (hectorgen::tc::launch_segment_gemm) can run `g`: it needs a tensor-core dtype
+// (tf32, bf16, fp16), one head, k % 32 == 0, n % 64 == 0, rows that are edges or nodes (not edge types), x and w
+// stored in the dtype's storage type (tf32: fp32), y too or in fp32 (fp32 for an atomic scatter), an fp32 row scalar.
+// `reason` names the first condition that fails (printed as `kernel=simt(tc: <reason>)`); empty for fp32,
+// where SIMT is the plan, not a fallback.
+struct GemmKernelChoice {
+  bool tensor_cores = false;
+  std::string reason;
+};
+struct Program;
+GemmKernelChoice gemm_kernel_choice(const Program& p, const GemmInstance& g);
+// The `kernel=` text of an instance line: tc, simt or simt(tc: <reason>).
+std::string gemm_kernel_text(const Program& p, const GemmInstance& g);
 
 // Which kernels compute a weight gradient (both the same fixed split-K schedule: docs/dtype_plan.md).
 enum class WgradKernel {

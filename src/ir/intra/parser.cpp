@@ -122,6 +122,14 @@ class Cursor {
     if (text.empty() || endp != text.c_str() + text.size()) fail_at(b, "expected a number");
     return v;
   }
+  // The text up to `close` (which is consumed), or an error naming it.
+  std::string until(char close) {
+    const size_t at = s().find(close, i_);
+    if (at == std::string_view::npos) fail(fmt::format("expected '{}'", close));
+    std::string r(s().substr(i_, at - i_));
+    i_ = at + 1;
+    return r;
+  }
   std::string rest() {
     ws();
     std::string r(s().substr(i_));
@@ -668,7 +676,7 @@ class ProgramParser {
       c.end();
     }
     {
-      Cursor c = body_line("rows=... heads=... k=... n=... dtype=... tile=... coarsen=... store=...");
+      Cursor c = body_line("rows=... heads=... k=... n=... dtype=... tile=... coarsen=... store=... kernel=...");
       g.edge_rows = parse_rows(c, &g.etype_rows);
       g.heads = parse_key(c, "heads");
       g.k = parse_key(c, "k");
@@ -681,6 +689,18 @@ class ProgramParser {
       std::string store = c.ident("plain, add or atomic");
       const char* want = g.scatter != Gather::None ? "atomic" : g.accumulate ? "add" : "plain";
       if (store != want) c.fail_at(at, fmt::format("the output is written '{}' (by its formula), not '{}'", want, store));
+      // kernel=tc | simt | simt(tc: <why not>): must be what the dtype, the shape and the storage types decide.
+      c.expect("kernel=");
+      at = c.pos();
+      std::string kernel = c.ident("tc or simt");
+      if (kernel != "tc" && kernel != "simt") c.fail_at(at, fmt::format("unknown kernel '{}' (tc or simt)", kernel));
+      g.tensor_cores = kernel == "tc";
+      if (!g.tensor_cores && c.accept("(")) kernel += "(" + c.until(')') + ")";
+      GemmInstance chosen = g;
+      chosen.tensor_cores = gemm_kernel_choice(*program_, g).tensor_cores;
+      if (const std::string expected = gemm_kernel_text(*program_, chosen); kernel != expected)
+        c.fail_at(at, fmt::format("the instance runs on kernel={} (by its dtype, shape and storage types), not '{}'",
+                                  expected, kernel));
       if (c.accept("launch_bounds=")) g.launch_bounds = static_cast<int>(c.integer());
       c.end();
     }
