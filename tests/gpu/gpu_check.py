@@ -1972,7 +1972,7 @@ def summarize_dtypes(data: dict) -> tuple:
             ok = all(r["ok"] for r in prs)
             variant_ok &= ok
             failed = list(dict.fromkeys(
-                f"{r['graph']}:{r['check']}" + (f" ({r["note"][:220]})" if r.get("note") and ph == "setup" else "")
+                f"{r['graph']}:{r['check']}" + (f" ({r['note'][:220]})" if r.get("note") and ph == "setup" else "")
                 for r in prs if not r["ok"]))
             graphs = sorted({r["graph"] for r in prs if r["graph"] != "-"})
             note = "; ".join(failed)[:300] if failed else f"{len(prs)} check(s)" + (
