@@ -250,7 +250,7 @@ else
   child=$((t * 3 / (NSPECS > 0 ? NSPECS : 1)))
 fi
 ((child >= 45)) || child=45
-((child <= t)) || child=$t
+((DTYPE_RUN == 0 || child <= t / 2)) || child=$((t / 2))  # a hung module leaves time for the others
 log "checks of $NSPECS module(s), $JOBS at a time (timeout ${t}s, ${child}s per module)"
 check_rc=0
 timeout -k 10 "$t" python3 "$CHECK" "${SPEC_ARGS[@]}" "${DTYPE_ARGS[@]}" --hectorgen "${HG:-}" --generated "$GEN_DIR" \

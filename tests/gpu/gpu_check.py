@@ -1598,10 +1598,12 @@ class Checker:
                     torch.cuda.empty_cache()
 
 
-def run_isolated(checker: Checker, args, variants, base_seed: int) -> None:
+def run_isolated(checker: Checker, args, variants, base_seed: int, progress=None) -> None:
     """Runs each spec in a child process (same arguments, one spec, --child-json FILE) and merges the
     results in spec order; a child that crashes or times out gives a FAIL row. With --check-jobs N > 1, N
-    children run at once (each with 1/N of the CPU threads), and each child's output is printed when it ends."""
+    children run at once (each with 1/N of the CPU threads), and each child's output is printed when it ends.
+    ``progress()`` is called after each child's results are merged (main: rewrites the reports, so a run
+    stopped by its time limit still leaves the results so far)."""
     import tempfile
 
     jobs = max(1, int(getattr(args, "check_jobs", 1) or 1))
@@ -1673,6 +1675,8 @@ def run_isolated(checker: Checker, args, variants, base_seed: int) -> None:
                 if v.dtype:
                     info.update(base=v.base_name, dtype=v.dtype)
                 checker.specs.setdefault(v.name, info)
+            if progress is not None:
+                progress()
 
         if jobs == 1:
             for vi, v in enumerate(variants):
@@ -2143,7 +2147,10 @@ def main(argv=None) -> int:
     if args.no_isolate or len(variants) == 1:
         checker.run(variants, graph_names, base_seed)
     else:
-        run_isolated(checker, args, variants, base_seed)
+        def progress():
+            meta["elapsed_s"] = round(time.perf_counter() - t0, 1)
+            write_reports(checker, out_dir, meta)
+        run_isolated(checker, args, variants, base_seed, progress)
     meta["elapsed_s"] = round(time.perf_counter() - t0, 1)
     write_reports(checker, out_dir, meta)
 
