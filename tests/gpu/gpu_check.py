@@ -33,7 +33,15 @@ Phases (tools/gpu_check.sh runs them in this order, each under its own time limi
                  * modules generated without a backward pass: checked forward-only, plus a row requiring
                    that calling the layer with parameters that require grad raises (item 8);
                  * timings on the non-tiny graphs: the generated forward (and forward+backward) vs the
-                   PyTorch model in float32 (and the hand-written reference where one exists).
+                   PyTorch model in float32 (and the hand-written reference where one exists);
+                 * models of --capture (default rgcn,rgat,hgt), on the last graph: a forward and a training
+                   step under torch.cuda.set_sync_debug_mode("error") (no host sync), then each captured in
+                   a CUDA graph and replayed on new values vs an eager run (Checker.capture_checks).
+--dtypes LIST  the dtype run: the specs (default dtypes.DEFAULT_DTYPE_SPECS) times the dtypes, each generated
+               as <model>_<dtype> from the spec with options.dtype replaced (dtype_variants); per module,
+               inputs rounded to the storage dtype, forward / forward_train / backward vs the float64
+               interpreter at the dtype's tolerance (Checker.run_dtype_case), the table of summarize_dtypes.
+               With --prepare: generates and builds those modules.
                Every row goes to OUTDIR/gpu_check.md and OUTDIR/gpu_check.json.
 --sanitizer-run  one forward (and backward when trainable) per spec on the tiny graph, with markers that
                attribute compute-sanitizer reports to specs; for memcheck and racecheck.
@@ -49,6 +57,8 @@ Phases (tools/gpu_check.sh runs them in this order, each under its own time limi
 Tolerances: float32 results vs float64 references: relative error 1e-5 (forward) and 1e-4 (gradients), the
 denominator floored at 16 times the float32 rounding noise of the same computation in plain PyTorch
 (compare.floored_rel_err), so a gradient that cancels to almost zero is judged by the precision it can have.
+The dtype run: tests/gpu/dtypes.py (fp32 1e-5, tf32 2e-3, bf16/fp16 2e-2, outputs and gradients alike; the
+noise floor scaled to the dtype's precision).
 
 Assumptions about a generated module (docs/generated_api.md), all in Adapter and load_generated below:
 ``load_extension(build_dir=...)``; ``prepare_graph(src, dst, etype, N, R, ntype=, num_ntypes=)``; the layer
