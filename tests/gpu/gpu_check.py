@@ -642,11 +642,11 @@ def _grad_scale(x, scale: float):
 # ---------------------------------------------------------------------------------------------
 
 class Adapter:
-    def __init__(self, mod, model, device, trainable: bool):
+    def __init__(self, mod, model, device, trainable: bool, variant: Variant | None = None):
         self.mod = mod
         self.model = model
         self.device = device
-        self.cls = layer_class(mod, None, model.name)
+        self.cls = layer_class(mod, variant, model.name)  # a dtype variant's class: <Model>_<dtype>
         self.trainable = trainable
         self.input_names = [d.name for d in model.inputs if not d.from_graph]
         self.weight_names = [d.name for d in model.weights]
@@ -1552,8 +1552,9 @@ class Checker:
                 how = "built"
                 try:
                     cache.mkdir(parents=True, exist_ok=True)
-                    torch.save(hosts[gname], str(path) + ".tmp")
-                    os.replace(str(path) + ".tmp", path)
+                    tmp = f"{path}.{os.getpid()}.tmp"  # children of a parallel run may write it at once
+                    torch.save(hosts[gname], tmp)
+                    os.replace(tmp, path)
                 except OSError:
                     pass
             print(f"graph {hosts[gname].summary()} {how} in {time.perf_counter() - t0:.1f} s", flush=True)
@@ -1586,7 +1587,7 @@ class Checker:
                 if not trainable and not info["no_backward"]:
                     info["no_backward"] = "TRAINABLE is False"
                 info["trainable"] = trainable
-                ad = Adapter(mod, model, a.device, trainable)
+                ad = Adapter(mod, model, a.device, trainable, v)
             except Exception as e:  # noqa: BLE001
                 if v.dtype:  # one row per variant: the table has one line per spec, dtype and phase
                     self.fail(v.name, "-", "generate/build/import", e, DTYPES[v.dtype].tol, phase="setup")

@@ -412,3 +412,35 @@ def test_summarize_dtypes():
     data["rows"].append(r("a", "bf16", "backward", float("inf"), 2e-2, check="grad y"))
     text, _ = gpu_check.summarize_dtypes(data)
     assert "inf" in text and "tiny:grad y" in text
+
+
+@needs_bin
+def test_generated_dtype_module_is_recognised(dtype_prepared):
+    """The real generated module of a dtype variant (imported without its extension): the Adapter finds its layer
+    class (<Model>_<dtype>); its DTYPE must be the storage dtype, and a module without one (a hectorgen that
+    ignores options.dtype) is refused with a message that says so, for every dtype but fp32."""
+    import importlib
+
+    import ir_torch
+
+    _, gen, _ = dtype_prepared
+    gpu_check.add_to_sys_path(gen / "rgcn_bf16")
+    vs = {v.name: v for v in gpu_check.dtype_variants(["rgcn"], ["bf16", "tf32"], gen.parent)[0]}
+    for name, want in (("rgcn_bf16", torch.bfloat16), ("rgcn_tf32", torch.float32)):
+        sys.path.insert(0, str(gen / name))
+        try:
+            mod = importlib.import_module(name)
+        finally:
+            sys.path.remove(str(gen / name))
+        model = ir_torch.load_model(REPO / vs[name].ref_spec)
+        ad = gpu_check.Adapter(mod, model, "cpu", bool(mod.TRAINABLE), vs[name])
+        assert ad.cls.__name__.lower() == name and ad.weight_names == ["W0", "W"]
+        if hasattr(mod, "DTYPE"):
+            assert gpu_check.module_storage(mod, vs[name]) == want
+        else:
+            with pytest.raises(gpu_check.SetupError, match="exports no DTYPE"):
+                gpu_check.module_storage(mod, vs[name])
+    fp32 = gpu_check.Variant("rgcn_fp32", "x", dtype="fp32", base="rgcn", source="specs/rgcn.yaml")
+    assert gpu_check.module_storage(type("M", (), {})(), fp32) == torch.float32
+    with pytest.raises(gpu_check.SetupError, match="DTYPE is torch.float16"):
+        gpu_check.module_storage(type("M", (), {"DTYPE": torch.float16})(), vs["rgcn_bf16"])
