@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -64,15 +63,13 @@ VARIANTS = {
 
 
 def variant_spec_text(model: str, v: Variant) -> str:
-    """specs/<model>.yaml with the module renamed and options.dtype (and v.edits) applied."""
-    text = (REPO / "specs" / f"{model}.yaml").read_text()
-    edits = [(rf"(?m)^model:\s*{model}\s*$", f"model: {v.module(model)}"),
-             (r"(?m)^(\s+)dtype:\s*\w+\s*$", rf"\g<1>dtype: {v.dtype}")] + list(v.edits)
-    for pattern, repl in edits:
-        text, n = re.subn(pattern, repl, text)
-        if n != 1:
-            raise ValueError(f"variant {v.key}: the edit {pattern!r} matched {n} times in specs/{model}.yaml")
-    return text
+    """specs/<model>.yaml with the module renamed and options.dtype (and v.edits) applied: the spec rewriting the
+    GPU check's dtype variants use too (tests/gpu/dtypes.py); an edit must match exactly once (ValueError)."""
+    if str(REPO / "tests" / "gpu") not in sys.path:
+        sys.path.insert(0, str(REPO / "tests" / "gpu"))
+    from dtypes import rewrite_spec
+    return rewrite_spec((REPO / "specs" / f"{model}.yaml").read_text(), model=model, rename=v.module(model),
+                        dtype=v.dtype, edits=v.edits, where=f"variant {v.key}: specs/{model}.yaml")
 
 
 def _gpu_check():

@@ -3,6 +3,8 @@
 #
 #   tools/gpu_check.sh [SPEC|MODEL ...]   every bundled and test spec by default (specs/, tests/gpu/specs/,
 #                                         tests/specs/); reports in $OUT (default: out/gpu_check)
+#   tools/gpu_check.sh --dtypes tf32,bf16,fp16 [SPEC|MODEL ...]
+#                                      the dtype run (below); fp32 alone (the default) is the run described here
 #   tools/gpu_check.sh --bundle        (on the BUILD machine) copy build/hectorgen and the shared libraries of
 #                                      its -dev dependencies into build/hg_bundle/, to carry to a GPU machine
 #                                      that has no fmt/spdlog/yaml-cpp/CLI11 packages
@@ -28,9 +30,23 @@
 #   5. tools/train_example.py if time is left (train.log, train_loss.png).
 #   6. the short per-spec table, printed last (summary.txt). Everything printed is also in gpu_check.log.
 # Exit status 0 iff every spec PASSes: all checks, with gradients (a forward-only spec is not a pass), and
-# memcheck and racecheck clean.
+# memcheck and racecheck clean. The layers of rgcn, rgat and hgt (--capture MODELS, or CAPTURE: others, all, none)
+# are also run under torch.cuda.set_sync_debug_mode("error") (no host synchronisation) and captured in CUDA graphs:
+# the forward and a training step, replayed on new values and compared with an eager run.
 #
-# Environment: OUT, SPECS (comma list of specs or model names; MODELS is an alias), GRAPHS (tiny,medium),
+# The dtype run, --dtypes LIST (or DTYPES=LIST; fp32, tf32, bf16, fp16 or all): every selected spec (default
+# specs/rgcn, rgat, hgt, tests/specs/gcn_shared, simplehgn) is generated once per dtype, as module <model>_<dtype>
+# from the spec with options.dtype replaced (gen_check.log), all built in parallel; then, per module (4 child
+# processes at a time, CHECK_JOBS), on the tiny and mini graphs (GRAPHS), inputs, weights and output gradients
+# drawn in float64 and rounded to the storage dtype, poisoned memory: forward, forward_train and backward vs the
+# float64 interpreter on the same rounded values, at the dtype's tolerance (fp32 1e-5, tf32 2e-3, bf16/fp16 2e-2
+# relative: tests/gpu/dtypes.py), bit-identical weight gradients, no host sync and CUDA graphs as above. No
+# sanitizer, no training example; budget 520 s (< 9 minutes with the builds). The table printed last has one line
+# per spec, dtype and phase (max rel err, tolerance, PASS/FAIL). A module generated without dtype support (no DTYPE
+# constant) is one FAIL line of its variant.
+#
+# Environment: OUT, SPECS (comma list of specs or model names; MODELS is an alias), GRAPHS (tiny,medium), DTYPES,
+# CAPTURE, CHECK_JOBS,
 # HG_GEN_DIR, HECTORGEN, SEED, GPU_CHECK_BUDGET_S, DEVICE (cuda|cpu), SKIP_SANITIZER=1, SANITIZER_FLAGS (extra
 # compute-sanitizer options, e.g. "--report-api-errors no" if PyTorch itself trips API-error reports),
 # SKIP_TRAIN=1, TRAIN_MODELS (rgcn rgat hgt), HECTORGEN_CUDA_ARCH (default: this GPU's, e.g. 90).
@@ -65,6 +81,26 @@ if [[ "${1:-}" == "--bundle" ]]; then
   exit 0
 fi
 
+DTYPES="${DTYPES:-}"
+CAPTURE="${CAPTURE:-rgcn,rgat,hgt}"
+POS=()
+while (($#)); do
+  case "$1" in
+    --dtypes) DTYPES="${2:?--dtypes needs a list, e.g. tf32,bf16,fp16}"; shift 2 ;;
+    --dtypes=*) DTYPES="${1#--dtypes=}"; shift ;;
+    --capture) CAPTURE="${2:?--capture needs a list of models, all or none}"; shift 2 ;;
+    --capture=*) CAPTURE="${1#--capture=}"; shift ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+    *) POS+=("$1"); shift ;;
+  esac
+done
+DTYPE_RUN=0
+case "${DTYPES// /}" in "" | fp32) DTYPES="" ;; *) DTYPE_RUN=1 ;; esac
+if ((DTYPE_RUN)); then  # the list is checked before anything is built
+  python3 -c 'import sys; sys.path.insert(0, "tests/gpu"); import dtypes; dtypes.parse_dtypes(sys.argv[1])' "$DTYPES" ||
+    { echo "gpu_check: bad --dtypes $DTYPES" >&2; exit 2; }
+fi
+
 OUT="${OUT:-$ROOT/out/gpu_check}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
@@ -72,9 +108,16 @@ GEN_ROOT="${HG_GEN_DIR:-/tmp/hg_gen}"
 GEN_DIR="$GEN_ROOT/generated"
 SPECS="${SPECS:-${MODELS:-}}"
 SPEC_ARGS=()
-if (($#)); then SPEC_ARGS=("$@"); elif [[ -n "$SPECS" ]]; then IFS=',' read -r -a SPEC_ARGS <<< "$SPECS"; fi
-GRAPHS="${GRAPHS:-tiny,medium}"
-BUDGET="${GPU_CHECK_BUDGET_S:-470}"
+if ((${#POS[@]})); then SPEC_ARGS=("${POS[@]}"); elif [[ -n "$SPECS" ]]; then IFS=',' read -r -a SPEC_ARGS <<< "$SPECS"; fi
+if ((DTYPE_RUN)); then
+  GRAPHS="${GRAPHS:-tiny,mini}"
+  BUDGET="${GPU_CHECK_BUDGET_S:-520}"
+  DTYPE_ARGS=(--dtypes "$DTYPES")
+else
+  GRAPHS="${GRAPHS:-tiny,medium}"
+  BUDGET="${GPU_CHECK_BUDGET_S:-470}"
+  DTYPE_ARGS=()
+fi
 DEVICE="${DEVICE:-cuda}"
 CHECK="tests/gpu/gpu_check.py"
 
@@ -102,7 +145,7 @@ export PYTHONUNBUFFERED=1
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export PATH="$PATH:/usr/local/cuda/bin"
 fi
-log "repo $ROOT, OUT $OUT, scratch $GEN_ROOT, specs ${SPEC_ARGS[*]:-all}, graphs $GRAPHS, device $DEVICE, budget ${BUDGET}s"
+log "repo $ROOT, OUT $OUT, scratch $GEN_ROOT, specs ${SPEC_ARGS[*]:-all}, graphs $GRAPHS, device $DEVICE, budget ${BUDGET}s${DTYPES:+, dtypes $DTYPES}, capture $CAPTURE"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: n/a"
   nvcc --version 2>/dev/null | tail -1 || echo "nvcc: n/a"
   python3 -c 'import torch,sys;print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
@@ -181,28 +224,38 @@ export CMAKE_PREFIX_PATH="$RT_PREFIX${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 export PYTHONPATH="$RT_PREFIX/python${PYTHONPATH:+:$PYTHONPATH}"
 
 # ---- 2. generate every spec, build the extensions in parallel -------------------------------------------------
-t=$(cap 240 230)
+if ((DTYPE_RUN)); then t=$(cap 300 150); else t=$(cap 240 230); fi
 log "generating and building (timeout ${t}s; logs: gen.log, build.log)"
 prep_rc=0
-timeout -k 10 "$t" python3 "$CHECK" --prepare "${SPEC_ARGS[@]}" --hectorgen "${HG:-}" --generated "$GEN_DIR" \
-  --out "$OUT" --device "$DEVICE" --build-timeout "$((t > 20 ? t - 10 : t))" || prep_rc=$?
+timeout -k 10 "$t" python3 "$CHECK" --prepare "${SPEC_ARGS[@]}" "${DTYPE_ARGS[@]}" --hectorgen "${HG:-}" \
+  --generated "$GEN_DIR" --out "$OUT" --device "$DEVICE" --build-timeout "$((t > 20 ? t - 10 : t))" || prep_rc=$?
 log "generation and extension builds: rc=$prep_rc"
 
 # ---- 3. the checks -------------------------------------------------------------------------------------------
-NSPECS=$(python3 - "${SPEC_ARGS[@]}" <<'PY' 2>/dev/null || echo 12
+NSPECS=$(python3 - "$GEN_ROOT" "$DTYPES" "${SPEC_ARGS[@]}" <<'PY' 2>/dev/null || echo 12
 import sys
 sys.path.insert(0, "tests/gpu")
-from gpu_check import discover
-print(len(discover(sys.argv[1:])[0]))
+from gpu_check import discover, dtype_variants, parse_dtypes
+gen_root, dtypes, specs = sys.argv[1], sys.argv[2], sys.argv[3:]
+print(len(dtype_variants(specs, parse_dtypes(dtypes), gen_root)[0] if dtypes else discover(specs)[0]))
 PY
 )
-t=$(cap 210 75)
-child=$((t * 3 / (NSPECS > 0 ? NSPECS : 1)))
+if ((DTYPE_RUN)); then
+  JOBS="${CHECK_JOBS:-4}"
+  t=$(cap 400 20)
+  child=$((t * 2 * JOBS / (NSPECS > 0 ? NSPECS : 1)))
+else
+  JOBS="${CHECK_JOBS:-1}"
+  t=$(cap 210 75)
+  child=$((t * 3 / (NSPECS > 0 ? NSPECS : 1)))
+fi
 ((child >= 45)) || child=45
-log "checks of $NSPECS spec(s) (timeout ${t}s, ${child}s per spec)"
+((DTYPE_RUN == 0 || child <= t / 2)) || child=$((t / 2))  # a hung module leaves time for the others
+log "checks of $NSPECS module(s), $JOBS at a time (timeout ${t}s, ${child}s per module)"
 check_rc=0
-timeout -k 10 "$t" python3 "$CHECK" "${SPEC_ARGS[@]}" --hectorgen "${HG:-}" --generated "$GEN_DIR" --out "$OUT" \
-  --device "$DEVICE" --graphs "$GRAPHS" --no-build --child-timeout "$child" ${SEED:+--seed "$SEED"} || check_rc=$?
+timeout -k 10 "$t" python3 "$CHECK" "${SPEC_ARGS[@]}" "${DTYPE_ARGS[@]}" --hectorgen "${HG:-}" --generated "$GEN_DIR" \
+  --out "$OUT" --device "$DEVICE" --graphs "$GRAPHS" --no-build --child-timeout "$child" --check-jobs "$JOBS" \
+  --capture "$CAPTURE" ${SEED:+--seed "$SEED"} || check_rc=$?
 log "gpu_check.py: rc=$check_rc"
 
 # ---- 4. compute-sanitizer memcheck and racecheck --------------------------------------------------------------
@@ -212,7 +265,10 @@ for c in compute-sanitizer /usr/local/cuda/bin/compute-sanitizer "$(dirname "$(c
   if command -v "$c" >/dev/null 2>&1; then SAN="$(command -v "$c")"; break; fi
 done
 SUMMARY_ARGS=()
-if [[ "${SKIP_SANITIZER:-0}" == 1 || "$DEVICE" == cpu ]]; then
+if ((DTYPE_RUN)); then
+  SAN_LINE="sanitizer: not part of the dtype run"
+  echo "$SAN_LINE" > "$SAN_LOG"
+elif [[ "${SKIP_SANITIZER:-0}" == 1 || "$DEVICE" == cpu ]]; then
   SAN_LINE="sanitizer: SKIPPED (${DEVICE/cuda/SKIP_SANITIZER=1})"
   echo "$SAN_LINE" > "$SAN_LOG"
 elif [[ -z "$SAN" ]]; then
@@ -267,7 +323,7 @@ log "$SAN_LINE"
 # ---- 5. training example: 2 generated layers + a linear head, loss must go down (train.log, train_loss.png) ---
 TRAIN_LINE="training: skipped"
 train_rc=0
-if [[ "${SKIP_TRAIN:-0}" != 1 && "$DEVICE" != cpu ]] && (($(left) > 80)); then
+if [[ "${SKIP_TRAIN:-0}" != 1 && "$DEVICE" != cpu ]] && ((!DTYPE_RUN)) && (($(left) > 80)); then
   : > "$OUT/train.log"
   for m in ${TRAIN_MODELS:-rgcn rgat hgt}; do
     (($(left) > 25)) || break

@@ -33,7 +33,15 @@ Phases (tools/gpu_check.sh runs them in this order, each under its own time limi
                  * modules generated without a backward pass: checked forward-only, plus a row requiring
                    that calling the layer with parameters that require grad raises (item 8);
                  * timings on the non-tiny graphs: the generated forward (and forward+backward) vs the
-                   PyTorch model in float32 (and the hand-written reference where one exists).
+                   PyTorch model in float32 (and the hand-written reference where one exists);
+                 * models of --capture (default rgcn,rgat,hgt), on the last graph: a forward and a training
+                   step under torch.cuda.set_sync_debug_mode("error") (no host sync), then each captured in
+                   a CUDA graph and replayed on new values vs an eager run (Checker.capture_checks).
+--dtypes LIST  the dtype run: the specs (default dtypes.DEFAULT_DTYPE_SPECS) times the dtypes, each generated
+               as <model>_<dtype> from the spec with options.dtype replaced (dtype_variants); per module,
+               inputs rounded to the storage dtype, forward / forward_train / backward vs the float64
+               interpreter at the dtype's tolerance (Checker.run_dtype_case), the table of summarize_dtypes.
+               With --prepare: generates and builds those modules.
                Every row goes to OUTDIR/gpu_check.md and OUTDIR/gpu_check.json.
 --sanitizer-run  one forward (and backward when trainable) per spec on the tiny graph, with markers that
                attribute compute-sanitizer reports to specs; for memcheck and racecheck.
@@ -49,6 +57,8 @@ Phases (tools/gpu_check.sh runs them in this order, each under its own time limi
 Tolerances: float32 results vs float64 references: relative error 1e-5 (forward) and 1e-4 (gradients), the
 denominator floored at 16 times the float32 rounding noise of the same computation in plain PyTorch
 (compare.floored_rel_err), so a gradient that cancels to almost zero is judged by the precision it can have.
+The dtype run: tests/gpu/dtypes.py (fp32 1e-5, tf32 2e-3, bf16/fp16 2e-2, outputs and gradients alike; the
+noise floor scaled to the dtype's precision).
 
 Assumptions about a generated module (docs/generated_api.md), all in Adapter and load_generated below:
 ``load_extension(build_dir=...)``; ``prepare_graph(src, dst, etype, N, R, ntype=, num_ntypes=)``; the layer
@@ -73,12 +83,15 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from contextlib import contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
+
+from dtypes import DEFAULT_DTYPE_SPECS, DTYPES, parse_dtypes, rewrite_spec, variant_name  # noqa: E402
 
 DEFAULT_SPEC_GLOBS = ("specs/*.yaml", "specs/*.yml", "specs/*.json", "tests/gpu/specs/*.yaml", "tests/specs/*.yaml")
 # Models with a hand-written reference in reference_models.py (an extra cross-check; no spec needs one).
@@ -110,6 +123,18 @@ class Variant:
     spec: str          # path relative to the repository root when inside it, else absolute
     family: str | None = None  # hand-written reference family, if any
     graphs: tuple | None = None  # only these graphs (a spec's "# gpu_check: graphs=tiny" line), else all
+    dtype: str | None = None   # a dtype variant (--dtypes): options.dtype of the generated spec, else None
+    base: str | None = None    # a dtype variant: the model name of the spec it was made from
+    source: str | None = None  # a dtype variant: that spec (the references run on it; same program, float64)
+
+    @property
+    def ref_spec(self) -> str:
+        """The spec the float64 references (interpreter, PyTorch model) are computed from."""
+        return self.source or self.spec
+
+    @property
+    def base_name(self) -> str:
+        return self.base or self.name
 
 
 def spec_graphs(path: Path):
@@ -167,6 +192,30 @@ def discover(entries=None) -> tuple:
         else:
             raise SetupError(f"{e!r} is neither a spec file nor a model of the default specs ({', '.join(known)})")
     return list(by_name.values()), notes
+
+
+def dtype_variants(entries, dtypes, gen_root: Path) -> tuple:
+    """(variants, notes) of a dtype run: every spec of ``entries`` (default dtypes.DEFAULT_DTYPE_SPECS) times every
+    dtype of ``dtypes``. Each variant's spec is the original with ``model: <model>_<dtype>`` and ``options.dtype``
+    replaced (dtypes.rewrite_spec), written to gen_root/dtype_specs/<model>_<dtype>.yaml (rewritten only when its
+    text changes, so a second call keeps the file)."""
+    base, notes = discover(list(entries) if entries else list(DEFAULT_DTYPE_SPECS))
+    out_dir = Path(gen_root) / "dtype_specs"
+    out = []
+    for v in base:
+        text = (REPO / v.spec).read_text()
+        for d in dtypes:
+            name = variant_name(v.name, d)
+            try:
+                new = rewrite_spec(text, model=v.name, rename=name, dtype=d, where=v.spec)
+            except ValueError as e:
+                raise SetupError(f"{v.spec}: cannot make its {d} variant: {e}") from e
+            path = out_dir / f"{name}.yaml"
+            if not path.is_file() or path.read_text() != new:
+                out_dir.mkdir(parents=True, exist_ok=True)
+                path.write_text(new)
+            out.append(Variant(name, str(path.resolve()), v.family, v.graphs, dtype=d, base=v.name, source=v.spec))
+    return out, notes
 
 
 def _default_variants() -> dict:
@@ -465,27 +514,38 @@ def layer_class(mod, variant: Variant = None, model_name_: str | None = None):
 
 class FakeModule:
     """What a generated module offers, computed by the PyTorch model of the spec in float32 on the CPU.
-    Used by --device cpu to run the harness without a GPU. ``bug`` (HG_FAKE_BUG) injects one defect:
-    'forward' leaves output row 0 unwritten (NaN) after memory was poisoned; 'grad' scales the first weight
-    gradient by 1.001; 'nondet' perturbs weight gradients differently on every backward; 'no-raise' (for
-    modules without a backward) runs while parameters require grad instead of raising."""
+    Used by --device cpu to run the harness without a GPU. ``dtype``: the storage dtype of a module generated
+    for options.dtype (it then exports DTYPE, takes and returns tensors of that dtype and computes in float32, as
+    the generated kernels accumulate); None: a module without DTYPE (float32 only, like those generated before
+    dtype support). ``bug`` (HG_FAKE_BUG) injects one defect: 'forward' leaves output row 0 unwritten (NaN) after
+    memory was poisoned; 'grad' (or 'grad=SCALE') scales the first weight gradient by 1.001 (SCALE);
+    'nondet' perturbs weight gradients differently on every backward; 'no-raise' (for modules without a
+    backward) runs while parameters require grad instead of raising; 'sync' synchronises with the host
+    (fails under the sync debug mode and in a CUDA-graph capture); 'stale' (a CUDA-graph stand-in) replays
+    without recomputing."""
 
-    def __init__(self, model, trainable: bool, bug: str | None = None):
+    def __init__(self, model, trainable: bool, bug: str | None = None, dtype=None):
         import torch
         import ir_torch
 
         self.__name__ = model.name
         self.MODEL = model.name
         self.TRAINABLE = trainable
+        if dtype is not None:
+            self.DTYPE = dtype
+        self._storage = dtype or torch.float32
         self._model = model
         self._bug = bug
         self._poisoned = False
         self._calls = 0
+        self._strict = None   # "sync" (sync debug mode) or "capture" (inside a CUDA-graph capture), set by Capture
         fake = self
 
         class Layer(torch.nn.Module):
-            def __init__(self, num_etypes, num_ntypes=1, device=None, dtype=torch.float32):
+            def __init__(self, num_etypes, num_ntypes=1, device=None, dtype=fake._storage):
                 super().__init__()
+                if dtype != fake._storage:
+                    raise ValueError(f"{model.name} kernels are generated for {fake._storage}, not {dtype}")
                 lead = {"etype": (num_etypes,), "ntype": (num_ntypes,), "none": ()}
                 for d in model.weights:
                     setattr(self, d.name, torch.nn.Parameter(
@@ -522,22 +582,30 @@ class FakeModule:
             want = d.full_shape(N, E, g["num_etypes"], g["num_ntypes"])
             if tuple(t.shape) != want:
                 raise RuntimeError(f"{m.name}: {d.name} has shape {tuple(t.shape)}, expected {want}")
-            if t.dtype != torch.float32:
-                raise RuntimeError(f"{m.name}: {d.name} must be Float (float32), got {t.dtype}")
+            if t.dtype != self._storage:
+                raise RuntimeError(f"{m.name}: {d.name} must be {self._storage}, got {t.dtype}")
             if t.device != g["src"].device:
                 raise RuntimeError(f"{m.name}: {d.name} is on {t.device}, the graph on {g['src'].device}")
             named[d.name] = t
         grad_wanted = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        if self._bug == "sync" and self._strict:
+            raise RuntimeError("called a synchronizing CUDA operation" if self._strict == "sync" else
+                               "operation not permitted when stream is capturing")
         if grad_wanted and not self.TRAINABLE and self._bug != "no-raise":
             raise RuntimeError(f"{m.name} has no backward pass (generated forward-only); "
                                "call it under torch.no_grad() or with tensors that do not require grad")
-        if grad_wanted and self.TRAINABLE and self._bug in ("grad", "nondet"):
+        if grad_wanted and self.TRAINABLE and (self._bug or "").split("=")[0] in ("grad", "nondet"):
             self._calls += 1
-            scale = 1.001 if self._bug == "grad" else 1.0 + 1e-7 * self._calls
+            if self._bug == "nondet":
+                scale = 1.0 + 1e-7 * self._calls
+            else:
+                scale = float(self._bug.split("=")[1]) if "=" in self._bug else 1.001
             w = m.weights[0].name
             named[w] = _grad_scale(named[w], scale)
         with torch.set_grad_enabled(grad_wanted and self.TRAINABLE or self._bug == "no-raise" and grad_wanted):
-            out = self._ir.evaluate(m, g, named, dtype=torch.float32)
+            # float32 arithmetic whatever the storage dtype (the casts carry the gradients back to it)
+            out = self._ir.evaluate(m, g, {k: t.float() for k, t in named.items()}, dtype=torch.float32)
+            out = {k: t.to(self._storage) for k, t in out.items()}
         if self._bug == "forward" and self._poisoned:
             first = next(iter(out))
             out[first] = out[first].clone()
@@ -574,11 +642,11 @@ def _grad_scale(x, scale: float):
 # ---------------------------------------------------------------------------------------------
 
 class Adapter:
-    def __init__(self, mod, model, device, trainable: bool):
+    def __init__(self, mod, model, device, trainable: bool, variant: Variant | None = None):
         self.mod = mod
         self.model = model
         self.device = device
-        self.cls = layer_class(mod, None, model.name)
+        self.cls = layer_class(mod, variant, model.name)  # a dtype variant's class: <Model>_<dtype>
         self.trainable = trainable
         self.input_names = [d.name for d in model.inputs if not d.from_graph]
         self.weight_names = [d.name for d in model.weights]
@@ -587,9 +655,12 @@ class Adapter:
         return self.mod.prepare_graph(g.src, g.dst, g.etype, g.num_nodes, g.num_etypes, ntype=g.ntype,
                                       num_ntypes=g.num_ntypes)
 
-    def layer(self, g, weights: dict):
+    def layer(self, g, weights: dict, dtype=None):
+        """The layer for graph ``g`` with ``weights`` copied into its parameters; ``dtype``: the parameters' dtype
+        (the constructor's ``dtype=``; default: the module's own default)."""
         import torch
-        layer = self.cls(g.num_etypes, num_ntypes=g.num_ntypes, device=self.device)
+        kw = {} if dtype is None else {"dtype": dtype}
+        layer = self.cls(g.num_etypes, num_ntypes=g.num_ntypes, device=self.device, **kw)
         with torch.no_grad():
             for name in self.weight_names:
                 p = getattr(layer, name, None)
@@ -641,11 +712,17 @@ def _nonfinite_note(t) -> str:
     return f"{int(bad.sum())} non-finite value(s) in rows {rows[:8]}{'...' if len(rows) > 8 else ''}"
 
 
-def compare_maps(got: dict, ref: dict, tol: float, noise: dict | None = None, expect_fp32=True) -> tuple:
+def compare_maps(got: dict, ref: dict, tol: float, noise: dict | None = None, expect_fp32=True,
+                 factor: float | None = None) -> tuple:
     """(worst floored rel err over the tensors of ``ref``, tol, note). Missing tensors / shape mismatches
-    raise SetupError."""
+    raise SetupError. ``noise``: per tensor, the rounding noise of the computation at the tested precision
+    (compare.floored_rel_err), ``factor`` times which a result may be off (default NOISE_FACTOR).
+    ``expect_fp32``: note tensors that are not float32 (a torch.dtype: note those not of that dtype)."""
     import torch
     from compare import floored_rel_err
+
+    want = torch.float32 if expect_fp32 is True else expect_fp32 or None
+    factor = NOISE_FACTOR if factor is None else factor
 
     worst, notes, floored = -1.0, [], []
     for name, r in ref.items():
@@ -656,9 +733,9 @@ def compare_maps(got: dict, ref: dict, tol: float, noise: dict | None = None, ex
             raise SetupError(f"{name!r} is a {type(g).__name__}, not a tensor")
         if tuple(g.shape) != tuple(r.shape):
             raise SetupError(f"{name!r} has shape {tuple(g.shape)}, reference {tuple(r.shape)}")
-        if expect_fp32 and g.dtype != torch.float32:
+        if want is not None and g.dtype != want:
             notes.append(f"{name}: dtype {g.dtype}")
-        e, fl = floored_rel_err(g, r, tol, (noise or {}).get(name, 0.0), NOISE_FACTOR)
+        e, fl = floored_rel_err(g, r, tol, (noise or {}).get(name, 0.0), factor)
         if fl:
             floored.append(name)
         nf = _nonfinite_note(g)
@@ -666,7 +743,7 @@ def compare_maps(got: dict, ref: dict, tol: float, noise: dict | None = None, ex
             notes.append(f"{name}: {nf}")
         worst = e if math.isnan(e) or e > worst else worst
     if floored:
-        notes.append(f"denominator floored at the float32 noise for {', '.join(floored)}")
+        notes.append(f"denominator floored at the rounding noise for {', '.join(floored)}")
     return max(worst, 0.0), tol, "; ".join(notes)
 
 
@@ -724,7 +801,8 @@ def worst_row_check(got: dict, ref: dict) -> tuple:
 def poison_cached_free_memory(max_bytes: int = 8 << 30) -> int:
     """Fills the CUDA caching allocator's free (cached, inactive) blocks with NaN by
     allocating tensors of their sizes, filling them and freeing them again, so the next
-    allocations (the generated code's outputs and temporaries) start out as NaN.
+    allocations (the generated code's outputs and temporaries) start out as NaN. Every byte
+    becomes 0xFF: a NaN in float32, bfloat16 and float16 alike.
     Returns the number of bytes poisoned (0 with PYTORCH_NO_CUDA_MEMORY_CACHING=1)."""
     import torch
 
@@ -740,10 +818,10 @@ def poison_cached_free_memory(max_bytes: int = 8 << 30) -> int:
         if s < 4 or total + s > max_bytes:
             continue
         try:
-            t = torch.empty(s // 4, dtype=torch.float32, device="cuda")
+            t = torch.empty(s // 4, dtype=torch.int32, device="cuda")
         except RuntimeError:
             break
-        t.fill_(float("nan"))
+        t.fill_(-1)
         held.append(t)
         total += s
     torch.cuda.synchronize()
@@ -758,6 +836,110 @@ def poison(device, mod) -> int:
     if hasattr(mod, "poison"):
         mod.poison()
     return 0
+
+
+def dtype_check(tensors: dict, want) -> tuple:
+    """(0, 0, note) when every tensor has dtype ``want``, else (inf, 0, the ones that do not)."""
+    wrong = [f"{k}: {t.dtype}" for k, t in tensors.items() if t is not None and t.dtype != want]
+    return (math.inf if wrong else 0.0), 0.0, (", ".join(wrong) if wrong else f"{len(tensors)} tensor(s)")
+
+
+def module_storage(mod, v: Variant):
+    """The storage torch.dtype a dtype variant's module must use (its parameters, inputs and outputs): the
+    module's DTYPE, which must be that of ``v.dtype``. A module without DTYPE is float32-only (generated by a
+    hectorgen that ignores options.dtype): fine for fp32, a SetupError naming the problem for any other dtype."""
+    import torch
+
+    info = DTYPES[v.dtype]
+    want = info.torch_dtype
+    got = getattr(mod, "DTYPE", None)
+    if got is None:
+        if want == torch.float32 and v.dtype == "fp32":
+            return want
+        raise SetupError(f"module {v.name} exports no DTYPE: this hectorgen does not implement options.dtype "
+                         f"{v.dtype} (expected DTYPE = torch.{info.storage}; the module is float32-only)")
+    if isinstance(got, str):
+        got = getattr(torch, got.replace("torch.", ""), got)
+    if got != want:
+        raise SetupError(f"module {v.name}: DTYPE is {got}, expected torch.{info.storage} for dtype {v.dtype}")
+    return want
+
+
+class _FakeGraph:
+    """The CPU stand-in of a captured CUDA graph (--device cpu): replay() runs the captured function again and
+    copies its results into the tensors the capture returned, as a replay rewrites the graph's memory."""
+
+    def __init__(self, fn, static: dict, mod):
+        self.fn, self.static, self.mod = fn, static, mod
+
+    def replay(self):
+        import torch
+        if getattr(self.mod, "_bug", None) == "stale":
+            return
+        new = self.fn()
+        with torch.no_grad():
+            for k, t in self.static.items():
+                t.copy_(new[k])
+
+
+class Capture:
+    """CUDA graphs and the host-sync debug mode, or their stand-ins on the CPU (FakeModule's ``_strict`` flag):
+    what the capture checks use, so that the dry run exercises them too."""
+
+    def __init__(self, device, mod):
+        self.cuda = str(device).startswith("cuda")
+        self.mod = mod
+
+    @contextmanager
+    def no_sync(self):
+        """Any host synchronisation inside raises (torch.cuda.set_sync_debug_mode("error"))."""
+        import torch
+        if not self.cuda:
+            self.mod._strict = "sync"
+            try:
+                yield
+            finally:
+                self.mod._strict = None
+            return
+        torch.cuda.synchronize()
+        prev = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode(prev)
+
+    def capture(self, fn):
+        """(graph, results): fn() run twice on a side stream (warm-up, as torch.cuda.graphs recommends), then
+        captured into a torch.cuda.CUDAGraph; ``results`` (a dict of tensors) is what the capture returned,
+        rewritten by every replay. Raises if the capture fails (a host sync, a raw allocation, ...)."""
+        import torch
+        if not self.cuda:
+            fn()
+            self.mod._strict = "capture"
+            try:
+                res = fn()
+            finally:
+                self.mod._strict = None
+            return _FakeGraph(fn, res, self.mod), res
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            res = fn()
+        torch.cuda.synchronize()
+        return graph, res
+
+    def replay(self, graph):
+        graph.replay()
+        if self.cuda:
+            import torch
+            torch.cuda.synchronize()
 
 
 def time_ms(fn, device, warmup: int, iters: int) -> tuple:
@@ -822,6 +1004,8 @@ class Checker:
         self.cases: list = []
         self.specs: dict = {}   # name -> {"spec", "trainable", "no_backward", "generation"}
         self.dump_path = None   # child mode: results rewritten here after every row, in case the process dies
+        self.tag: dict = {}     # added to every row (a dtype variant: its base spec and dtype)
+        self.graph_names: list = []
 
     def dump(self):
         if self.dump_path:
@@ -832,11 +1016,14 @@ class Checker:
             os.replace(tmp, self.dump_path)
 
     # -- bookkeeping ------------------------------------------------------------------------
-    def row(self, model, graph, check, err, tol, note="", kind="check"):
+    def row(self, model, graph, check, err, tol, note="", kind="check", phase=None):
         from compare import make_row
         r = make_row(model, graph, check, err, tol)
         r["note"] = note
-        r["kind"] = kind   # forward | grad | oracle | check | setup
+        r["kind"] = kind   # forward | grad | oracle | check | setup | capture
+        r.update(self.tag)
+        if phase:
+            r["phase"] = phase  # dtype runs: setup | oracle | forward | forward_train | backward | sync | capture
         self.rows.append(r)
         flag = "PASS" if r["ok"] else "FAIL"
         print(f"[{model}/{graph}] {check}: {err:.3e} (tol {tol:.0e}) {flag}" + (f"  -- {note}" if note else ""),
@@ -844,27 +1031,27 @@ class Checker:
         self.dump()
         return r
 
-    def fail(self, model, graph, check, exc, tol=None, kind="setup"):
+    def fail(self, model, graph, check, exc, tol=None, kind="setup", phase=None):
         tol = TOL if tol is None else tol
         msg = f"{type(exc).__name__}: {exc}"
         tb = traceback.format_exc()
         self.errors.append({"model": model, "graph": graph, "check": check, "error": msg, "traceback": tb})
         print(f"[{model}/{graph}] {check}: ERROR {msg}\n{tb}", flush=True)
-        self.row(model, graph, check, math.inf, tol, msg.splitlines()[0][:400], kind)
+        self.row(model, graph, check, math.inf, tol, msg.splitlines()[0][:400], kind, phase)
 
-    def guarded(self, model, graph, check, fn, tol=None, kind="check"):
+    def guarded(self, model, graph, check, fn, tol=None, kind="check", phase=None):
         """Runs fn() -> (err, tol, note) or (err, note); records a row (an exception is a FAIL)."""
         tol = TOL if tol is None else tol
         try:
             res = fn()
         except Exception as e:  # noqa: BLE001
-            self.fail(model, graph, check, e, tol, kind)
+            self.fail(model, graph, check, e, tol, kind, phase)
             return None
         if len(res) == 3:
             err, tol, note = res
         else:
             err, note = res
-        return self.row(model, graph, check, err, tol, note, kind)
+        return self.row(model, graph, check, err, tol, note, kind, phase)
 
     # -- references -------------------------------------------------------------------------
     def references(self, v, model, g, inputs64, d_out64, want_grads, on_device, name, gname, tiny):
@@ -898,9 +1085,9 @@ class Checker:
             from reference_bridge import cpu_reference, cpu_reference_grads, ReferenceError
             try:
                 if want_grads:
-                    i_out, i_grads = cpu_reference_grads(a.hectorgen, REPO / v.spec, g, inputs64, d_out64)
+                    i_out, i_grads = cpu_reference_grads(a.hectorgen, REPO / v.ref_spec, g, inputs64, d_out64)
                 else:
-                    i_out, i_grads = cpu_reference(a.hectorgen, REPO / v.spec, g, inputs64), None
+                    i_out, i_grads = cpu_reference(a.hectorgen, REPO / v.ref_spec, g, inputs64), None
                 label = "interp64"
                 self.guarded(name, gname, "oracles: torch-ref64 vs interp64 (forward)",
                              lambda: compare_maps(t_out, i_out, TOL_ORACLES,
@@ -1031,6 +1218,223 @@ class Checker:
                                     "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
                 print(f"[{name}/{gname}] timing: ERROR {e}", flush=True)
         sync(dev)
+        if self.capture_wanted(v) and gname == self.graph_names[-1]:
+            self.capture_checks(v, model, ad, layer, hg, host_graph, seed, torch.float32, TOL, name, gname,
+                                trainable and bool(grad_names))
+
+    # -- dtype variants (--dtypes) ----------------------------------------------------------
+    def run_dtype_case(self, v, model, ad: Adapter, gname, host_graph, seed, storage):
+        """One dtype variant on one graph: the generated forward (inference), forward_train and backward vs the
+        float64 interpreter, at the dtype's tolerance (dtypes.DTYPES). Inputs, weights and output gradients are
+        drawn in float64 and rounded to the storage dtype once; the references run on exactly those values (in
+        float64), so only the generated arithmetic is measured. Every phase runs on NaN-poisoned memory."""
+        import torch
+        import ir_torch
+
+        a = self.args
+        dev = a.device
+        name = v.name
+        info = DTYPES[v.dtype]
+        tol = info.tol
+        gdev = host_graph.to(dev)
+        self.cases.append({"model": name, "graph": gname, "seed": seed, "dtype": v.dtype, "N": host_graph.num_nodes,
+                           "E": host_graph.num_edges, "R": host_graph.num_etypes, "T": host_graph.num_ntypes})
+        rounded = {k: t.to(storage) for k, t in
+                   ir_torch.random_inputs(model, host_graph, seed, round_to_fp32=False).items()}
+        d_rounded = {k: t.to(storage) for k, t in
+                     ir_torch.random_output_grads(model, host_graph, seed, round_to_fp32=False).items()}
+        x64 = {k: t.double() for k, t in rounded.items()}
+        d64 = {k: t.double() for k, t in d_rounded.items()}
+        trainable = ad.trainable
+        grad_names = ir_torch.grad_names(model)
+        want_grads = trainable and bool(grad_names)
+
+        # float64 references on the CPU: the interpreter (and the PyTorch model, checked against it), and the
+        # float32 rounding noise of the PyTorch model, scaled to this dtype's precision.
+        ref, ref_grads, noise_o, noise_g, label = self.references(v, model, host_graph, x64, d64, want_grads, "cpu",
+                                                                  name, gname, True)
+        noise_o = {k: n * info.noise_scale for k, n in noise_o.items()}
+        noise_g = {k: n * info.noise_scale for k, n in noise_g.items()}
+
+        def cmp(got, refs, noise):
+            return compare_maps(got, refs, tol, noise, storage, info.noise_factor)
+
+        hg = ad.prepare(gdev)
+        layer = ad.layer(host_graph, {k: rounded[k].to(dev) for k in ad.weight_names}, dtype=storage)
+        args = [rounded[k].to(dev) for k in ad.input_names]
+        d_out = {k: t.to(dev) for k, t in d_rounded.items()}
+        self.guarded(name, gname, f"parameters stored as {storage}", lambda: dtype_check(
+            {w: getattr(layer, w) for w in ad.weight_names}, storage), tol=0.0, phase="setup")
+
+        def forward():
+            nbytes = poison(dev, ad.mod)
+            with torch.no_grad():
+                out = ad.call(layer, hg, args)
+            sync(dev)
+            self.row(name, gname, f"outputs stored as {storage}", *dtype_check(out, storage), "forward", "forward")
+            err, t, note = cmp(out, ref, noise_o)
+            return err, t, f"{nbytes / 2**20:.1f} MiB poisoned" + (f"; {note}" if note else "")
+        self.guarded(name, gname, f"forward vs {label}", forward, tol, "forward", "forward")
+
+        if want_grads:
+            in_grad = [n for n in ad.input_names if n in grad_names]
+
+            def train_step(state):
+                nbytes = poison(dev, ad.mod)
+                xs = [x.detach().clone().requires_grad_(n in in_grad) for n, x in zip(ad.input_names, args)]
+                layer.zero_grad(set_to_none=True)
+                with torch.enable_grad():
+                    outs = ad.call(layer, hg, xs)
+                sync(dev)
+                state.update(xs=xs, outs=outs, poisoned=nbytes)
+                return outs
+
+            def grads_of(state):
+                outs, xs = state["outs"], state["xs"]
+                keys = [k for k in d_out if k in outs]
+                torch.autograd.backward([outs[k] for k in keys], [d_out[k] for k in keys])
+                sync(dev)
+                got = {n: x.grad for n, x in zip(ad.input_names, xs) if n in in_grad}
+                got.update({w: getattr(layer, w).grad for w in ad.weight_names if w in grad_names})
+                return got
+
+            first = {}
+
+            def forward_train():
+                outs = train_step(first)
+                err, t, note = cmp({k: o.detach() for k, o in outs.items()}, ref, noise_o)
+                return err, t, f"{first['poisoned'] / 2**20:.1f} MiB poisoned" + (f"; {note}" if note else "")
+            self.guarded(name, gname, f"forward_train vs {label}", forward_train, tol, "forward", "forward_train")
+            if "outs" in first:
+                try:
+                    got = grads_of(first)
+                except Exception as e:  # noqa: BLE001
+                    self.fail(name, gname, "backward (generated)", e, tol, "grad", "backward")
+                    got = None
+                if got is not None:
+                    self.row(name, gname, f"gradients stored as {storage}",
+                             *dtype_check({k: t for k, t in got.items() if t is not None}, storage), "grad", "backward")
+                    for n in grad_names:
+                        self.guarded(name, gname, f"grad {n} vs {label}",
+                                     lambda n=n: cmp({n: got.get(n)}, {n: ref_grads[n]}, noise_g), tol, "grad",
+                                     "backward")
+                    kept = {k: t.detach().clone() for k, t in got.items() if k in ad.weight_names and t is not None}
+
+                    def again():
+                        second = {}
+                        train_step(second)
+                        g2 = grads_of(second)
+                        differ = [k for k in kept if g2.get(k) is None or not torch.equal(kept[k], g2[k])]
+                        return (math.inf if differ else 0.0), 0.0, (f"differ: {', '.join(differ)}" if differ else
+                                                                    f"{len(kept)} weight gradient(s)")
+                    self.guarded(name, gname, "weight grads bit-identical (2nd forward_train + backward, poisoned)",
+                                 again, 0.0, "grad", "backward")
+        elif not trainable:
+            self.guarded(name, gname, "no backward: requires_grad raises",
+                         lambda: self.no_backward_raises(ad, layer, hg, args), phase="forward_train")
+        sync(dev)
+        if self.capture_wanted(v) and gname == self.graph_names[-1]:
+            self.capture_checks(v, model, ad, layer, hg, host_graph, seed, storage, tol, name, gname, want_grads)
+
+    # -- CUDA graphs and host syncs (issue 8, item 5) ---------------------------------------
+    def capture_wanted(self, v) -> bool:
+        """--capture: the models (base names) whose layers are captured in CUDA graphs; 'all' or 'none'."""
+        want = [m.strip() for m in (getattr(self.args, "capture", "") or "").split(",") if m.strip()]
+        return "all" in want or v.base_name in want
+
+    def capture_checks(self, v, model, ad: Adapter, layer, hg, host_graph, seed, storage, tol, name, gname,
+                       train: bool):
+        """A generated call synchronises nothing with the host (run under torch.cuda.set_sync_debug_mode("error")),
+        and the layer's forward (inference) and, when trainable, a training step (forward_train + backward through
+        autograd, into fresh gradients) can be captured in a torch.cuda.CUDAGraph: replayed twice on new values
+        copied into the captured inputs, parameters and output gradients, every result (outputs, input and weight
+        gradients) matches an eager run on the same values. On the CPU (dry run) the stand-ins of Capture."""
+        import torch
+        import ir_torch
+        from compare import rel_err
+
+        dev = self.args.device
+        api = Capture(dev, ad.mod)
+        grad_names = ir_torch.grad_names(model)
+        in_grad = [n for n in ad.input_names if n in grad_names] if train else []
+
+        def values(sd):
+            x = ir_torch.random_inputs(model, host_graph, sd, round_to_fp32=False)
+            d = ir_torch.random_output_grads(model, host_graph, sd, round_to_fp32=False)
+            return ({k: t.to(storage).to(dev) for k, t in x.items()}, {k: t.to(storage).to(dev) for k, t in d.items()})
+
+        x0, d0 = values(seed + 101)
+        xs = [x0[n].clone().requires_grad_(n in in_grad) for n in ad.input_names]
+        dout = {k: t.clone() for k, t in d0.items()}
+        params = {w: getattr(layer, w) for w in ad.weight_names}
+
+        def load(sd):  # new values into the tensors a graph captured
+            x, d = values(sd)
+            with torch.no_grad():
+                for n, t in zip(ad.input_names, xs):
+                    t.copy_(x[n])
+                for w, p in params.items():
+                    p.copy_(x[w])
+                for k, t in dout.items():
+                    t.copy_(d[k])
+        load(seed + 101)
+
+        def infer():
+            with torch.no_grad():
+                return dict(ad.call(layer, hg, xs))
+
+        def step():
+            layer.zero_grad(set_to_none=True)
+            for t in xs:
+                t.grad = None
+            with torch.enable_grad():
+                outs = ad.call(layer, hg, xs)
+                keys = [k for k in dout if k in outs]
+                torch.autograd.backward([outs[k] for k in keys], [dout[k] for k in keys])
+            res = {k: o.detach() for k, o in outs.items()}
+            res.update({f"d_{n}": t.grad for n, t in zip(ad.input_names, xs) if n in in_grad and t.grad is not None})
+            res.update({f"d_{w}": p.grad for w, p in params.items() if p.grad is not None})
+            return res
+
+        def no_sync(fn):
+            def run():
+                fn()
+                sync(dev)
+                with api.no_sync():
+                    fn()
+                sync(dev)
+                return 0.0, 0.0, "no host synchronisation (sync debug mode 'error')" if api.cuda else \
+                    "no host synchronisation (CPU stand-in)"
+            return run
+
+        def captured(fn):
+            def run():
+                graph, static = api.capture(fn)
+                errs, same = [], True
+                for k in (1, 2):
+                    load(seed + 101 + k)
+                    api.replay(graph)
+                    got = {kk: t.detach().clone() for kk, t in static.items()}
+                    eager = fn()
+                    sync(dev)
+                    for kk, t in eager.items():
+                        if kk not in got:
+                            raise SetupError(f"{kk} was not produced by the captured graph")
+                        errs.append(rel_err(got[kk], t))
+                        same = same and torch.equal(got[kk], t.detach())
+                return max(errs, default=0.0), tol, (f"{len(static)} tensor(s), 2 replays on new values, " +
+                                                     ("bit-identical to eager" if same else "NOT bit-identical"))
+            return run
+
+        self.guarded(name, gname, "no host sync: forward", no_sync(infer), 0.0, "capture", "sync")
+        if train:
+            self.guarded(name, gname, "no host sync: training step", no_sync(step), 0.0, "capture", "sync")
+        self.guarded(name, gname, "CUDA graph: forward captured, replayed vs eager", captured(infer), tol, "capture",
+                     "capture")
+        if train:
+            self.guarded(name, gname, "CUDA graph: training step captured, replayed vs eager", captured(step), tol,
+                         "capture", "capture")
+        layer.zero_grad(set_to_none=True)
 
     def no_backward_raises(self, ad, layer, hg, args):
         import torch
@@ -1148,79 +1552,122 @@ class Checker:
                 how = "built"
                 try:
                     cache.mkdir(parents=True, exist_ok=True)
-                    torch.save(hosts[gname], str(path) + ".tmp")
-                    os.replace(str(path) + ".tmp", path)
+                    tmp = f"{path}.{os.getpid()}.tmp"  # children of a parallel run may write it at once
+                    torch.save(hosts[gname], tmp)
+                    os.replace(tmp, path)
                 except OSError:
                     pass
             print(f"graph {hosts[gname].summary()} {how} in {time.perf_counter() - t0:.1f} s", flush=True)
         gens = read_generation(Path(a.generated))
+        self.graph_names = list(graph_names)
         for vi, v in enumerate(variants):
             gen = gens.get(v.name)
             info = {"spec": v.spec, "family": v.family, "generation": gen.status if gen else "not recorded",
                     "no_backward": gen.no_backward if gen else None, "trainable": None}
+            if v.dtype:
+                info.update(base=v.base_name, dtype=v.dtype)
+                self.tag = {"spec": v.base_name, "dtype": v.dtype}
             self.specs[v.name] = info
+            storage = None
             try:
                 if gen is not None and not gen.ok:
                     raise SetupError(gen.status)
-                model = ir_torch.load_model(REPO / v.spec)
+                model = ir_torch.load_model(REPO / v.ref_spec)
                 if a.device == "cpu":
-                    mod = FakeModule(model, trainable=not (gen and gen.no_backward), bug=os.environ.get("HG_FAKE_BUG"))
+                    bug = os.environ.get("HG_FAKE_BUG")
+                    fake_dtype = DTYPES[v.dtype].torch_dtype if v.dtype and bug != "no-dtype" else None
+                    mod = FakeModule(model, trainable=not (gen and gen.no_backward), bug=bug, dtype=fake_dtype)
                 else:
                     mod = load_generated(v, Path(a.generated), build=not a.no_build)
+                if v.dtype:
+                    storage = module_storage(mod, v)
                 trainable = bool(getattr(mod, "TRAINABLE", False))
                 if gen and gen.no_backward and trainable:
                     print(f"[{v.name}] note: generation warned '{gen.no_backward}' but TRAINABLE is True", flush=True)
                 if not trainable and not info["no_backward"]:
                     info["no_backward"] = "TRAINABLE is False"
                 info["trainable"] = trainable
-                ad = Adapter(mod, model, a.device, trainable)
+                ad = Adapter(mod, model, a.device, trainable, v)
             except Exception as e:  # noqa: BLE001
+                if v.dtype:  # one row per variant: the table has one line per spec, dtype and phase
+                    self.fail(v.name, "-", "generate/build/import", e, DTYPES[v.dtype].tol, phase="setup")
+                    continue
                 for gname in graph_names:
                     self.fail(v.name, gname, "generate/build/import", e)
                 continue
             for gi, gname in enumerate(graph_names):
                 seed = base_seed + 1000 * vi + gi
                 try:
-                    self.run_case(v, model, ad, gname, hosts[gname], seed)
+                    if v.dtype:
+                        self.run_dtype_case(v, model, ad, gname, hosts[gname], seed, storage)
+                    else:
+                        self.run_case(v, model, ad, gname, hosts[gname], seed)
                 except Exception as e:  # noqa: BLE001
-                    self.fail(v.name, gname, "setup", e)
+                    self.fail(v.name, gname, "setup", e, DTYPES[v.dtype].tol if v.dtype else None,
+                              phase="setup" if v.dtype else None)
                 if a.device.startswith("cuda"):
                     torch.cuda.empty_cache()
 
 
-def run_isolated(checker: Checker, args, variants, base_seed: int) -> None:
+def run_isolated(checker: Checker, args, variants, base_seed: int, progress=None) -> None:
     """Runs each spec in a child process (same arguments, one spec, --child-json FILE) and merges the
-    results; a child that crashes or times out gives a FAIL row."""
+    results in spec order; a child that crashes or times out gives a FAIL row. With --check-jobs N > 1, N
+    children run at once (each with 1/N of the CPU threads), and each child's output is printed when it ends.
+    ``progress()`` is called after each child's results are merged (main: rewrites the reports, so a run
+    stopped by its time limit still leaves the results so far)."""
     import tempfile
 
+    jobs = max(1, int(getattr(args, "check_jobs", 1) or 1))
+    env = os.environ.copy()
+    if jobs > 1:
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 4) // jobs)))
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
-        for vi, v in enumerate(variants):
+        def one(vi, v):
             part = Path(tmp) / f"{v.name}.json"
             graphs = args.graphs
             if v.graphs:
                 graphs = ",".join(g for g in args.graphs.split(",") if g.strip() in v.graphs) or v.graphs[0]
-            cmd = [sys.executable, str(Path(__file__).resolve()), v.spec, "--hectorgen", args.hectorgen or "",
-                   "--generated", str(args.generated), "--out", str(args.out), "--device", args.device,
-                   "--graphs", graphs, "--graph-seed", str(args.graph_seed), "--seed", str(base_seed + 1000 * vi),
-                   "--timing-iters", str(args.timing_iters), "--timing-warmup", str(args.timing_warmup),
+            cmd = [sys.executable, str(Path(__file__).resolve()), v.source if v.dtype else v.spec,
+                   "--hectorgen", args.hectorgen or "", "--generated", str(args.generated), "--out", str(args.out),
+                   "--device", args.device, "--graphs", graphs, "--graph-seed", str(args.graph_seed),
+                   "--seed", str(base_seed + 1000 * vi), "--timing-iters", str(args.timing_iters),
+                   "--timing-warmup", str(args.timing_warmup), "--capture", args.capture or "none",
                    "--child-json", str(part)]
+            if v.dtype:
+                cmd += ["--dtypes", v.dtype]
             if args.no_build:
                 cmd.append("--no-build")
             t0 = time.perf_counter()
+            out = None
             try:
-                rc = subprocess.run(cmd, timeout=args.child_timeout).returncode
+                if jobs > 1:
+                    p = subprocess.run(cmd, timeout=args.child_timeout, env=env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True, errors="replace")
+                    rc, out = p.returncode, p.stdout
+                else:
+                    rc = subprocess.run(cmd, timeout=args.child_timeout, env=env).returncode
                 why = f"child process exited with {rc}"
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired as e:
                 rc, why = "timeout", f"child process timed out after {args.child_timeout:.0f} s"
-            print(f"[{v.name}] child done in {time.perf_counter() - t0:.1f} s (rc={rc})", flush=True)
+                if e.stdout:
+                    out = e.stdout if isinstance(e.stdout, str) else e.stdout.decode(errors="replace")
             data = None
             if part.is_file():
                 try:
                     data = json.loads(part.read_text())
                 except ValueError:
                     data = None
+            return vi, v, rc, why, out, data, time.perf_counter() - t0
+
+        def merge(vi, v, rc, why, out, data, elapsed):
+            if out is not None:
+                print(out, end="" if out.endswith("\n") else "\n", flush=True)
+            rows = data["rows"] if data else []
+            bad = sum(1 for r in rows if not r["ok"])
+            print(f"[{v.name}] child done in {elapsed:.1f} s (rc={rc}): {len(rows) - bad}/{len(rows)} checks pass",
+                  flush=True)
             if data is not None:
-                for r in data["rows"]:
+                for r in rows:
                     r["err"], r["tol"] = float(r["err"]), float(r["tol"])
                     checker.rows.append(r)
                 checker.errors += data["errors"]
@@ -1228,11 +1675,37 @@ def run_isolated(checker: Checker, args, variants, base_seed: int) -> None:
                 checker.cases += data["cases"]
                 checker.specs.update(data.get("specs", {}))
             if rc != 0:  # crashed or timed out: say so (after whatever rows it had recorded)
-                done = len(data["rows"]) if data else 0
+                done = len(rows)
                 checker.errors.append({"model": v.name, "graph": "-", "check": "child process", "error": why,
                                        "traceback": "(see the child's output above)\n"})
-                checker.row(v.name, "-", "child process", math.inf, TOL, f"{why} after {done} row(s)", "setup")
-                checker.specs.setdefault(v.name, {"spec": v.spec, "trainable": None, "no_backward": None})
+                checker.tag = {"spec": v.base_name, "dtype": v.dtype} if v.dtype else {}
+                checker.row(v.name, "-", "child process", math.inf, DTYPES[v.dtype].tol if v.dtype else TOL,
+                            f"{why} after {done} row(s)", "setup", "setup" if v.dtype else None)
+                checker.tag = {}
+                info = {"spec": v.spec, "trainable": None, "no_backward": None}
+                if v.dtype:
+                    info.update(base=v.base_name, dtype=v.dtype)
+                checker.specs.setdefault(v.name, info)
+            if progress is not None:
+                progress()
+
+        if jobs == 1:
+            for vi, v in enumerate(variants):
+                merge(*one(vi, v))
+            return
+        print(f"checking {len(variants)} module(s), {jobs} at a time (each one's output follows when it ends)",
+              flush=True)
+        with ThreadPoolExecutor(max_workers=jobs) as ex:
+            futures = [ex.submit(one, vi, v) for vi, v in enumerate(variants)]
+            from concurrent.futures import as_completed
+            for n, f in enumerate(as_completed(futures), 1):
+                res = f.result()
+                print(f"---- [{n}/{len(variants)}] {res[1].name} ----", flush=True)
+                merge(*res)
+        # rows in spec order, whatever order the children ended in
+        order = {v.name: i for i, v in enumerate(variants)}
+        checker.rows.sort(key=lambda r: order.get(r["model"], len(order)))
+        checker.specs = dict(sorted(checker.specs.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
 def _env_info(device) -> dict:
@@ -1285,7 +1758,10 @@ def write_reports(checker: Checker, out_dir: Path, meta: dict) -> None:
                    "```", ""]
     (out_dir / "gpu_check.md").write_text("\n".join(md) + "\n")
     data = {"meta": meta, "tolerances": {"forward": TOL, "grad": TOL_GRAD, "oracles": TOL_ORACLES,
-                                         "worst_row": ROW_TOL, "noise_factor": NOISE_FACTOR},
+                                         "worst_row": ROW_TOL, "noise_factor": NOISE_FACTOR,
+                                         "dtypes": {d: {"tol": i.tol, "noise_factor": i.noise_factor,
+                                                        "noise_scale": i.noise_scale, "storage": i.storage}
+                                                    for d, i in DTYPES.items()}},
             "specs": checker.specs, "rows": checker.rows, "timings": checker.timings, "cases": checker.cases,
             "errors": checker.errors}
     (out_dir / "gpu_check.json").write_text(json.dumps(_jsonable(data), indent=1) + "\n")
@@ -1319,7 +1795,7 @@ def sanitizer_run(args, variants) -> int:
             continue
         ok = False
         try:
-            model = ir_torch.load_model(REPO / v.spec)
+            model = ir_torch.load_model(REPO / v.ref_spec)
             mod = FakeModule(model, not (gen and gen.no_backward)) if dev == "cpu" else \
                 load_generated(v, Path(args.generated), build=False)
             ad = Adapter(mod, model, dev, bool(getattr(mod, "TRAINABLE", False)))
@@ -1468,6 +1944,75 @@ def summarize(data: dict, memcheck: dict, racecheck: dict, san_state: str = "") 
     return "\n".join(lines), all_pass
 
 
+DTYPE_PHASES = ("setup", "oracle", "forward", "forward_train", "backward", "sync", "capture")
+
+
+def summarize_dtypes(data: dict) -> tuple:
+    """(text, all_pass) of a dtype run: one line per spec, dtype and phase (setup, oracle: the float64 references
+    among themselves, forward: inference, forward_train, backward: every gradient, sync: no host synchronisation,
+    capture: CUDA graphs) with the worst relative error (relative to its tolerance) of that phase's checks over
+    every graph, its tolerance, PASS/FAIL and the failed checks. A variant passes when every phase passes and it
+    has a backward pass (forward-only: FWD-ONLY, not a pass)."""
+    rows = data.get("rows", [])
+    specs = data.get("specs", {})
+    groups: dict = {}
+    for name, s in specs.items():
+        if s.get("dtype"):
+            groups.setdefault((s.get("base") or name, s["dtype"]), [])
+    for r in rows:
+        if r.get("dtype"):
+            groups.setdefault((r.get("spec") or r["model"], r["dtype"]), []).append(r)
+    by_variant = {(s.get("base"), s.get("dtype")): s for s in specs.values() if s.get("dtype")}
+
+    def phase_of(r):
+        return r.get("phase") or ("oracle" if r.get("kind") == "oracle" else "setup")
+
+    def badness(r):
+        err, tol = float(r["err"]), float(r["tol"])
+        ratio = (0.0 if err == 0 else math.inf) if tol <= 0 else err / tol
+        return (not r["ok"], math.inf if math.isnan(ratio) else ratio)
+
+    def fmt(x):
+        return "inf" if math.isinf(x) else "nan" if math.isnan(x) else f"{x:.2e}"
+
+    table = [("spec", "dtype", "phase", "max rel err", "tolerance", "result", "failed checks / notes")]
+    n_ok = 0
+    for (spec, dtype), rs in groups.items():
+        info = by_variant.get((spec, dtype), {})
+        phases = [ph for ph in DTYPE_PHASES if any(phase_of(r) == ph for r in rs)]
+        variant_ok = bool(rs)
+        for ph in phases:
+            prs = [r for r in rs if phase_of(r) == ph]
+            worst = max(prs, key=badness)
+            ok = all(r["ok"] for r in prs)
+            variant_ok &= ok
+            failed = list(dict.fromkeys(
+                f"{r['graph']}:{r['check']}" + (f" ({r['note'][:220]})" if r.get("note") and ph == "setup" else "")
+                for r in prs if not r["ok"]))
+            graphs = sorted({r["graph"] for r in prs if r["graph"] != "-"})
+            note = "; ".join(failed)[:300] if failed else f"{len(prs)} check(s)" + (
+                f" on {','.join(graphs)}" if graphs else "")
+            table.append((spec, dtype, ph, fmt(float(worst["err"])), f"{float(worst['tol']):.0e}",
+                          "PASS" if ok else "FAIL", note))
+        if not rs:
+            table.append((spec, dtype, "setup", "-", "-", "FAIL", "no result (child did not report)"))
+        elif info.get("trainable") is False:
+            variant_ok = False
+            table.append((spec, dtype, "backward", "-", "-", "FWD-ONLY",
+                          f"no backward pass: {info.get('no_backward')}"))
+        n_ok += variant_ok
+    w = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
+    lines = ["  ".join([c.rjust(w[i]) if i in (3, 4) else c.ljust(w[i]) for i, c in enumerate(r[:-1])] + [r[-1]])
+             .rstrip() for r in table]
+    meta = data.get("meta", {})
+    tols = ", ".join(f"{d} {DTYPES[d].tol:.0e}" for d in meta.get("dtypes", []) if d in DTYPES)
+    lines.append(f"{n_ok}/{len(groups)} (spec, dtype) variants PASS; {sum(1 for r in rows if r['ok'])}/{len(rows)} "
+                 f"checks pass; tolerances {tols}; graphs {','.join(meta.get('graphs', []))}; device "
+                 f"{meta.get('device')}, torch {meta.get('torch')}, seed {meta.get('seed')} (rerun: SEED="
+                 f"{meta.get('seed')})")
+    return "\n".join(lines), bool(groups) and n_ok == len(groups)
+
+
 def summary_main(args) -> int:
     out_dir = Path(args.out)
     try:
@@ -1482,7 +2027,10 @@ def summary_main(args) -> int:
         state = ""
     elif not mem or not race:
         state = "no complete sanitizer log"
-    text, ok = summarize(data, mem, race, state)
+    if data.get("meta", {}).get("dtypes"):
+        text, ok = summarize_dtypes(data)
+    else:
+        text, ok = summarize(data, mem, race, state)
     extra = [ln for ln in (args.extra or []) if ln]
     if mem.get("__summary__") or race.get("__summary__"):
         extra.insert(0, f"compute-sanitizer: memcheck {mem.get('__summary__', (0, '-'))[1] or '-'}; "
@@ -1508,7 +2056,8 @@ def main(argv=None) -> int:
                    help="report directory (default: $OUT or out/gpu_check)")
     p.add_argument("--models", default=None, help="comma list, same as the positional specs")
     p.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run with stand-in modules")
-    p.add_argument("--graphs", default="tiny,medium", help="comma list: tiny and/or graphs.PRESETS names")
+    p.add_argument("--graphs", default=None, help="comma list: tiny and/or graphs.PRESETS names (default "
+                   "tiny,medium; with --dtypes tiny,mini)")
     p.add_argument("--graph-seed", type=int, default=0, help="seed of the synthetic (preset) graphs")
     p.add_argument("--seed", type=int, default=None, help="input/weight seed (default: a fresh one per run)")
     p.add_argument("--tol", type=float, default=TOL, help="forward tolerance, float32 vs float64 (default 1e-5)")
@@ -1527,6 +2076,14 @@ def main(argv=None) -> int:
     p.add_argument("--no-isolate", action="store_true",
                    help="check all specs in this process (default: one child process per spec)")
     p.add_argument("--child-timeout", type=float, default=180, help="seconds per spec child process")
+    p.add_argument("--check-jobs", type=int, default=1, help="spec child processes at a time (default 1)")
+    p.add_argument("--dtypes", default=None,
+                   help="comma list of fp32, tf32, bf16, fp16 (or all): check dtype variants of the specs (default "
+                        "those of dtypes.DEFAULT_DTYPE_SPECS), each generated with options.dtype replaced, forward, "
+                        "forward_train and backward vs the float64 interpreter at the dtype's tolerance")
+    p.add_argument("--capture", default="rgcn,rgat,hgt",
+                   help="models (base names) whose layer is captured in CUDA graphs and run under the sync debug "
+                        "mode; 'all' or 'none' (default rgcn,rgat,hgt)")
     p.add_argument("--child-json", default=None, help=argparse.SUPPRESS)  # internal: child writes its results here
     args = p.parse_args(argv)
 
@@ -1534,15 +2091,22 @@ def main(argv=None) -> int:
     if args.summary:
         return summary_main(args)
     entries = list(args.specs) + ([m.strip() for m in args.models.split(",") if m.strip()] if args.models else [])
+    gen_dir = Path(args.generated)
+    dtypes = None
     try:
-        variants, notes = discover(entries)
-    except SetupError as e:
+        if args.dtypes is not None:
+            dtypes = parse_dtypes(args.dtypes)
+            variants, notes = dtype_variants(entries, dtypes, gen_dir.parent)
+        else:
+            variants, notes = discover(entries)
+    except (SetupError, ValueError) as e:
         p.error(str(e))
     if not args.child_json:
         for n in notes:
             print(f"note: {n}", flush=True)
+    if args.graphs is None:
+        args.graphs = "tiny,mini" if dtypes else "tiny,medium"
     graph_names = [gname.strip() for gname in args.graphs.split(",") if gname.strip()]
-    gen_dir = Path(args.generated)
     TOL = args.tol
     if args.hectorgen and not os.access(args.hectorgen, os.X_OK):
         print(f"warning: hectorgen binary {args.hectorgen!r} not executable: no generation, no interpreter",
@@ -1576,9 +2140,14 @@ def main(argv=None) -> int:
     meta = {**_env_info(args.device), "seed": base_seed, "graph_seed": args.graph_seed,
             "specs": [v.spec for v in variants], "graphs": graph_names, "generated": str(gen_dir.resolve()),
             "hectorgen": args.hectorgen or None, "args": vars(args)}
+    if dtypes:
+        meta["dtypes"] = dtypes
     if not args.child_json:
         print(f"gpu_check: seed {base_seed} (rerun with --seed {base_seed}); {meta.get('device')}, "
-              f"torch {meta['torch']}; {len(variants)} spec(s): {', '.join(v.name for v in variants)}", flush=True)
+              f"torch {meta['torch']}; {len(variants)} {'module' if dtypes else 'spec'}(s): "
+              f"{', '.join(v.name for v in variants)}; graphs {', '.join(graph_names)}" +
+              (f"; dtypes {', '.join(dtypes)} (tolerance " +
+               ", ".join(f"{d} {DTYPES[d].tol:.0e}" for d in dtypes) + ")" if dtypes else ""), flush=True)
     t0 = time.perf_counter()
     checker = Checker(args)
     if args.child_json:
@@ -1589,7 +2158,10 @@ def main(argv=None) -> int:
     if args.no_isolate or len(variants) == 1:
         checker.run(variants, graph_names, base_seed)
     else:
-        run_isolated(checker, args, variants, base_seed)
+        def progress():
+            meta["elapsed_s"] = round(time.perf_counter() - t0, 1)
+            write_reports(checker, out_dir, meta)
+        run_isolated(checker, args, variants, base_seed, progress)
     meta["elapsed_s"] = round(time.perf_counter() - t0, 1)
     write_reports(checker, out_dir, meta)
 
@@ -1600,7 +2172,8 @@ def main(argv=None) -> int:
             print(f"  {e['model']}/{e['graph']} {e['check']}: {e['error'].splitlines()[0][:300]}")
     print(f"\nreports: {out_dir / 'gpu_check.md'}, {out_dir / 'gpu_check.json'}\n", flush=True)
     ok = print_table(checker.rows)
-    text, all_pass = summarize(json.loads((out_dir / "gpu_check.json").read_text()), {}, {})
+    data = json.loads((out_dir / "gpu_check.json").read_text())
+    text, all_pass = summarize_dtypes(data) if dtypes else summarize(data, {}, {})
     print("\n" + text, flush=True)
     return 0 if ok and all_pass and checker.rows else 1
 
