@@ -57,8 +57,41 @@ std::vector<std::string> graph_arrays(const Program& p) {
   return v;
 }
 
+std::string load_elem(const TensorInfo& t, const std::string& elem) {
+  return t.storage == DType::BF16 || t.storage == DType::FP16 ? "to_float(" + elem + ")" : elem;
+}
+
+std::string store_elem(const TensorInfo& t, const std::string& lhs, const std::string& value, bool add) {
+  if (t.storage != DType::BF16 && t.storage != DType::FP16) return fmt::format("{} {}= {};", lhs, add ? "+" : "", value);
+  const char* type = intra::cuda_type(t.storage);
+  if (add) return fmt::format("{0} = from_float<{1}>(to_float({0}) + {2});", lhs, type, value);
+  return fmt::format("{} = from_float<{}>({});", lhs, type, value);
+}
+
+std::string storage_helpers(const std::set<DType>& types) {
+  std::string out;
+  const bool bf16 = types.count(DType::BF16) > 0, fp16 = types.count(DType::FP16) > 0;
+  if (!bf16 && !fp16) return out;
+  out += "// Storage-type conversions: 16-bit elements become float at every load and are rounded (to nearest) at\n"
+         "// every store; all arithmetic, reductions and accumulators are float.\n";
+  if (bf16) out += "__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }\n";
+  if (fp16) out += "__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }\n";
+  out += "template <class T>\n__device__ __forceinline__ T from_float(float v);\n";
+  if (bf16)
+    out += "template <>\n__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }\n";
+  if (fp16) out += "template <>\n__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half(v); }\n";
+  return out;
+}
+
 namespace {
 
+// The storage types of the tensors of every phase.
+std::set<DType> storage_types(const std::vector<Program>& phases) {
+  std::set<DType> out;
+  for (const Program& p : phases)
+    for (const TensorInfo& t : p.tensors) out.insert(t.storage);
+  return out;
+}
 
 bool is_const_tensor(const TensorInfo& t) { return t.role == intra::Role::Input || t.role == intra::Role::Weight; }
 
@@ -117,14 +150,16 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
   std::vector<std::string> args;
   if (g.gather == intra::Gather::Src || g.scatter == intra::Gather::Src) { params += "\n    const int32_t* __restrict__ src,"; args.push_back("a.src"); }
   if (g.gather == intra::Gather::Dst || g.scatter == intra::Gather::Dst) { params += "\n    const int32_t* __restrict__ dst,"; args.push_back("a.dst"); }
-  if (!g.row_scalar.empty()) { params += "\n    const float* __restrict__ row_scalar,"; args.push_back("a." + g.row_scalar); }
+  if (!g.row_scalar.empty()) {
+    params += fmt::format("\n    const {}* __restrict__ row_scalar,", intra::cuda_type(p.find(g.row_scalar)->storage));
+    args.push_back("a." + g.row_scalar);
+  }
   if (!seg.empty()) {
     params += fmt::format("\n    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,");
     args.push_back(fmt::format("a.{}_ptr", seg));
     args.push_back(fmt::format("a.{}_tile_ptr", seg));
   }
   v["extra_params"] = params;
-  v["x_row"] = xrow;
   if (seg.empty()) {
     v["tile_range"] =
         "const int64_t row_begin = static_cast<int64_t>(blockIdx.x) * kTile;\n"
@@ -152,13 +187,18 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
                               per_head_w ? fmt::format(" + static_cast<int64_t>(head) * {}", g.k * g.n) : "");
   if (seg.empty() && !per_head_w) v["w_offset"] = "0";
   if (seg.empty() && per_head_w) v["w_offset"] = fmt::format("static_cast<int64_t>(head) * {}", g.k * g.n);
-  std::string value = g.row_scalar.empty() ? "acc[c]" : "acc[c] * row_scalar[row]";
-  v["w_index"] = g.transpose_w ? "wn * kK + wk" : "wk * kN + wn";
-  if (g.scatter != intra::Gather::None)
+  const TensorInfo &xt = *p.find(g.x), &wt = *p.find(g.w), &yt = *p.find(g.y);
+  v["x_type"] = intra::cuda_type(xt.storage);
+  v["w_type"] = intra::cuda_type(wt.storage);
+  v["y_type"] = intra::cuda_type(yt.storage);
+  v["x_load"] = load_elem(xt, fmt::format("x[{} * (kHeads * kK) + head * kK + k]", xrow));
+  v["w_load"] = load_elem(wt, g.transpose_w ? "w_slice[wn * kK + wk]" : "w_slice[wk * kN + wn]");
+  std::string value = g.row_scalar.empty() ? "acc[c]" : "acc[c] * " + load_elem(*p.find(g.row_scalar), "row_scalar[row]");
+  if (g.scatter != intra::Gather::None)  // atomics: fp32 storage only (the verifier checks)
     v["store"] = fmt::format("atomicAdd(&y[static_cast<int64_t>({}[row]) * (kHeads * kN) + head * kN + col], {});",
                              g.scatter == intra::Gather::Src ? "src" : "dst", value);
   else
-    v["store"] = fmt::format("y[row * (kHeads * kN) + head * kN + col] {}= {};", g.accumulate ? "+" : "", value);
+    v["store"] = store_elem(yt, "y[row * (kHeads * kN) + head * kN + col]", value, g.accumulate);
   GemmCode code;
   code.kernel = render_template("cuda/gemm.cu.in", v);
   std::string rows = g.etype_rows ? "a.num_etypes" : g.edge_rows ? "a.num_edges" : "a.num_nodes";
@@ -216,13 +256,21 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
   bool dst = w.x_gather == intra::Gather::Dst || w.dy_gather == intra::Gather::Dst;
   if (src) { params += "\n    const int32_t* __restrict__ src,"; args.push_back("a.src"); }
   if (dst) { params += "\n    const int32_t* __restrict__ dst,"; args.push_back("a.dst"); }
-  if (!w.row_scalar.empty()) { params += "\n    const float* __restrict__ row_scalar,"; args.push_back("a." + w.row_scalar); }
+  if (!w.row_scalar.empty()) {
+    params += fmt::format("\n    const {}* __restrict__ row_scalar,", intra::cuda_type(p.find(w.row_scalar)->storage));
+    args.push_back("a." + w.row_scalar);
+  }
   if (!seg.empty()) { params += "\n    const int32_t* __restrict__ seg_ptr,"; args.push_back(fmt::format("a.{}_ptr", seg)); }
   v["extra_params"] = params;
   v["row_range"] = segment_rows(seg);
-  v["x_row"] = gather_row(w.x_gather);
-  v["dy_row"] = gather_row(w.dy_gather);
-  v["scale"] = w.row_scalar.empty() ? "" : " * row_scalar[row]";
+  v["scale"] = w.row_scalar.empty() ? "" : " * " + load_elem(*p.find(w.row_scalar), "row_scalar[row]");
+  const TensorInfo &xt = *p.find(w.x), &dyt = *p.find(w.dy), &dwt = *p.find(w.dw);
+  v["x_type"] = intra::cuda_type(xt.storage);
+  v["dy_type"] = intra::cuda_type(dyt.storage);
+  v["dw_type"] = intra::cuda_type(dwt.storage);
+  v["x_load"] = load_elem(xt, fmt::format("x[{} * (kHeads * kK) + head * kK + k0 + c]", gather_row(w.x_gather)));
+  v["dy_load"] = load_elem(dyt, fmt::format("dy[{} * (kHeads * kN) + head * kN + n0 + c]", gather_row(w.dy_gather)));
+  v["dw_store"] = store_elem(dwt, "dw[(type * kHeads + head) * kK * kN + k * kN + n]", "acc[c]", true);
   GemmCode c;
   c.kernel = render_template("cuda/wgrad.cu.in", v);
   std::string segs = seg == "etype" ? "a.num_etypes" : seg == "ntype" ? "a.num_ntypes" : "1";
@@ -251,6 +299,11 @@ GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
   v["numel"] = std::to_string(ss.numel);
   v["extra_params"] = seg.empty() ? "" : "\n    const int32_t* __restrict__ seg_ptr,";
   v["row_range"] = segment_rows(seg);
+  const TensorInfo &vt = *p.find(ss.v), &dwt = *p.find(ss.dw);
+  v["v_type"] = intra::cuda_type(vt.storage);
+  v["dw_type"] = intra::cuda_type(dwt.storage);
+  v["v_load"] = load_elem(vt, "v[r * kNumel + j]");
+  v["dw_store"] = store_elem(dwt, "dw[type * kNumel + j]", "partial[0]", true);
   GemmCode c;
   c.kernel = render_template("cuda/segsum.cu.in", v);
   std::string segs = seg == "etype" ? "a.num_etypes" : seg == "ntype" ? "a.num_ntypes" : "1";
@@ -380,7 +433,9 @@ std::string emit_kernels_cu(const std::vector<Program>& ir_phases, const EmitCon
   v["phases"] = phase_names;
   v["num_gemm"] = std::to_string(all.gemms);
   v["num_traversal"] = std::to_string(all.travs);
-  v["helpers"] = device_helpers(all.helpers);
+  const std::string conversions = storage_helpers(storage_types(phases));
+  const std::string helpers = device_helpers(all.helpers);
+  v["helpers"] = conversions.empty() ? helpers : helpers.empty() ? conversions : conversions + "\n" + helpers;
   v["kernels"] = all.kernels;
   v["launchers"] = all.launchers.substr(1);
   return render_template("cuda/kernels.cu.in", v);
@@ -391,6 +446,9 @@ std::string emit_kernels_h(const std::vector<Program>& ir_phases, const EmitCont
   const Program& p = phases.front();
   Vars v = banner_vars(p, ctx);
   v["Model"] = capitalize(p.model);
+  const std::set<DType> types = storage_types(phases);
+  v["storage_includes"] = std::string(types.count(DType::BF16) ? "\n#include <cuda_bf16.h>" : "") +
+                          (types.count(DType::FP16) ? "\n#include <cuda_fp16.h>" : "");
   std::string structs;
   for (const Program& ph : phases) {
     CodeWriter w;
@@ -408,7 +466,8 @@ std::string emit_kernels_h(const std::vector<Program>& ir_phases, const EmitCont
                            : t.per == Per::Ntype ? "num_ntypes" : "";
         std::string dims = rows;
         for (int64_t d : t.shape) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
-        w.line(fmt::format("{}float* {} = nullptr;  // [{}]", is_const_tensor(t) ? "const " : "", t.name, dims));
+        w.line(fmt::format("{}{}* {} = nullptr;  // [{}]", is_const_tensor(t) ? "const " : "", intra::cuda_type(t.storage), t.name,
+                           dims));
       }
       for (const Workspace& ws : workspaces(ph))
         w.line(fmt::format("{}* {} = nullptr;  // workspace [{}]: {}", ws.ctype, ws.name, ws.numel, ws.comment));

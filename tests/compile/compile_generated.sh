@@ -41,7 +41,31 @@ for spec in "${specs[@]}"; do
     status=1
   fi
 done
-echo "generated ${#dirs[@]} of ${#specs[@]} specs"
+# Storage types: bf16 and fp16 variants of the bundled specs and of two test specs (edge softmax, shared weights),
+# the spec's `dtype: fp32` replaced. They are written next to the originals in the temporary directory, so the
+# banners name them <spec>.<dtype>.yaml.
+variants=0
+for spec in specs/rgcn.yaml specs/rgat.yaml specs/hgt.yaml tests/specs/gcn_shared.yaml tests/specs/simplehgn.yaml; do
+  for dtype in bf16 fp16; do
+    variant="${spec%.yaml}.$dtype.yaml"
+    mkdir -p "$tmp/$(dirname "$variant")"
+    if ! grep -q '^  dtype: fp32$' "$spec"; then
+      echo "FAIL $spec (no line '  dtype: fp32' to make its $dtype variant from)"
+      status=1
+      continue
+    fi
+    sed 's/^  dtype: fp32$/  dtype: '"$dtype"'/' "$spec" > "$tmp/$variant"
+    out="$tmp/$variant.out"
+    if (cd "$tmp" && "$HECTORGEN" "$variant" -o "$out"); then
+      dirs+=("$out")
+      variants=$((variants + 1))
+    else
+      echo "FAIL $variant (hectorgen exited with $?)"
+      status=1
+    fi
+  done
+done
+echo "generated ${#dirs[@]} of ${#specs[@]} specs and $variants dtype variants"
 cd "$tmp"  # the lines name the files as <spec>/<file>
 "$SRC/tests/compile/compile_outputs.sh" "${dirs[@]#"$tmp/"}" || status=1
 exit $status

@@ -2,6 +2,8 @@
 // verify (one negative test per rule), and get the warp syncs they need.
 #include <catch2/catch.hpp>
 
+#include <regex>
+
 #include "ir/intra/intra.h"
 #include "ir/intra/parser.h"
 #include "passes/passes.h"
@@ -363,11 +365,28 @@ TEST_CASE("a program with every instance kind prints, parses back and verifies",
   CHECK(p->decl.find_hyper("d")->value == 64);
 }
 
+namespace {
+
+// kProgram in bf16: the header option, both instances, and the tensors' storage (the row scalar norm and the narrow
+// t_b stay fp32).
+std::string bf16_program() {
+  std::string t = replace(replace(replace(kProgram, "option dtype = \"fp32\"", "option dtype = \"bf16\""),
+                                  "n=64 dtype=fp32 tile=16 coarsen=1 store", "n=64 dtype=bf16 tile=16 coarsen=1 store"),
+                          "n=64 dtype=fp32 tile=16 coarsen=1 deterministic", "n=64 dtype=bf16 tile=16 coarsen=1 deterministic");
+  for (const char* line : {"tensor x: input node[64]\n", "tensor W: weight etype[64, 64]\n", "tensor b: weight etype[4]\n",
+                           "tensor y: output node[64] ", "tensor d_W: output etype[64, 64] ", "tensor d_b: output etype[4] ",
+                           "tensor t_e: temp edge[64]\n"}) {
+    std::string from = line, to = from.substr(0, from.size() - 1) + " bf16" + from.back();
+    t = replace(t, from, to);
+  }
+  return t;
+}
+
+}  // namespace
+
 TEST_CASE("GEMMs and weight gradients carry the model's dtype through print, parse and verify", "[intra][roundtrip][verifier]") {
-  // The same program in bf16: the header option and both instances say so (emission is still SIMT).
-  const std::string bf16 = replace(replace(replace(kProgram, "option dtype = \"fp32\"", "option dtype = \"bf16\""),
-                                           "n=64 dtype=fp32 tile=16 coarsen=1 store", "n=64 dtype=bf16 tile=16 coarsen=1 store"),
-                                   "n=64 dtype=fp32 tile=16 coarsen=1 deterministic", "n=64 dtype=bf16 tile=16 coarsen=1 deterministic");
+  // The same program in bf16: the header option and both instances say so.
+  const std::string bf16 = bf16_program();
   REQUIRE(bf16 != kProgram);
   std::string err;
   auto p = parse_program_text(bf16, &err);
@@ -390,6 +409,44 @@ TEST_CASE("GEMMs and weight gradients carry the model's dtype through print, par
   // A misspelt dtype is a positioned syntax error.
   CHECK_FALSE(parse_program_text(replace(kProgram, "dtype=fp32 tile=16 coarsen=1 store", "dtype=fp8 tile=16 coarsen=1 store"), &err));
   CHECK_THAT(err, Catch::StartsWith("m.intra.ir:29:40: error: unknown dtype 'fp8' (fp32, tf32, bf16 or fp16) [intra-syntax]"));
+}
+
+TEST_CASE("tensors carry their storage type through print, parse and verify", "[intra][roundtrip][verifier][dtype]") {
+  const std::string bf16 = bf16_program();
+  CHECK(bf16.find("tensor y: output node[64] bf16 zero_init\n") != std::string::npos);
+  CHECK(bf16.find("tensor norm: input edge[]\n") != std::string::npos);
+  std::string err;
+  auto p = parse_program_text(bf16, &err);
+  INFO(err);
+  REQUIRE(p);
+  CHECK(print_program(*p) == bf16);
+  CHECK(verify_program(*p) == "");
+  CHECK(p->find("x")->storage == inter::DType::BF16);
+  CHECK(p->find("t_e")->storage == inter::DType::BF16);
+  CHECK(p->find("norm")->storage == inter::DType::FP32);
+  CHECK(p->find("t_b")->storage == inter::DType::FP32);
+  // fp16 is the other 16-bit storage type.
+  const std::string fp16 = replace(std::regex_replace(bf16, std::regex(" bf16"), " fp16"), "option dtype = \"bf16\"", "option dtype = \"fp16\"");
+  auto q = parse_program_text(std::regex_replace(fp16, std::regex("dtype=bf16"), "dtype=fp16"), &err);
+  REQUIRE(q);
+  CHECK(q->find("W")->storage == inter::DType::FP16);
+  CHECK(verify_program(*q) == "");
+  // Each rule of the storage types.
+  CHECK(verify_text(replace(bf16, "tensor x: input node[64] bf16", "tensor x: input node[64] fp16")) ==
+        "tensor 'x' is stored as fp16 in a bf16 model");
+  CHECK(verify_text(replace(kProgram, "tensor t_e: temp edge[64]", "tensor t_e: temp edge[64] bf16")) ==
+        "tensor 't_e' is stored as bf16 in a fp32 model");
+  CHECK(verify_text(replace(bf16, "tensor W: weight etype[64, 64] bf16", "tensor W: weight etype[64, 64]")) ==
+        "weight 'W' is stored as fp32, but the bf16 model's parameters and results are bf16");
+  CHECK(verify_text(replace(bf16, "tensor d_W: output etype[64, 64] bf16", "tensor d_W: output etype[64, 64]")) ==
+        "output 'd_W' is stored as fp32, but the bf16 model's parameters and results are bf16");
+  CHECK(verify_text(replace(bf16, "tensor norm: input edge[]", "tensor norm: input edge[] bf16")) ==
+        "m_gemm: row scalar 'norm' is stored as bf16 (row scalars multiply the fp32 accumulator: fp32)");
+  CHECK(verify_text(replace(replace(bf16, "t_e[row] = x[src[row]] · W[etype] * norm[row]", "y[dst[row]] += x[src[row]] · W[etype] * norm[row]"),
+                            "store=plain", "store=atomic")) == "m_gemm: adds atomically into 'y', stored as bf16 (atomics need fp32 storage)");
+  // An fp32 tensor needs no word (fp32 goldens are unchanged); `fp32` or `tf32` after the shape is no storage word.
+  CHECK_FALSE(parse_program_text(replace(kProgram, "tensor t_e: temp edge[64]", "tensor t_e: temp edge[64] tf32"), &err));
+  CHECK_THAT(err, Catch::Contains("error:"));
 }
 
 TEST_CASE("the program verifier rejects each broken rule", "[intra][verifier]") {

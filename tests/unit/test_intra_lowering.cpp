@@ -58,7 +58,8 @@ std::vector<Program> lower_source(const std::string& path, const std::string& te
     out.back().saved = tm->saved;
     if (!lower(tm->backward, "backward", {})) out.pop_back();
   }
-  // As the driver does: every phase shares one preprocessing.
+  // As the driver does: the phases agree on the storage of what they exchange, and share one preprocessing.
+  passes::unify_storage(out);
   std::set<std::string> layouts;
   for (const auto& p : out) layouts.insert(p.layouts.begin(), p.layouts.end());
   for (auto& p : out) p.layouts = layouts;
@@ -185,6 +186,77 @@ TEST_CASE("the spec's dtype reaches every GEMM and weight-gradient instance, and
     REQUIRE(parsed);
     CHECK(print_programs(*parsed) == text);
   }
+}
+
+TEST_CASE("bf16 and fp16 models store tensors in 16 bits, except narrow rows, row scalars and graph inputs", "[intra][lowering][dtype]") {
+  for (const char* spec : {"/specs/rgcn.yaml", "/specs/rgat.yaml", "/specs/hgt.yaml", "/tests/specs/gcn_shared.yaml",
+                           "/tests/specs/simplehgn.yaml"}) {
+    const std::string path = std::string(HECTORGEN_SOURCE_DIR) + spec;
+    const std::string fp32 = read_file(path);
+    for (const char* name : {"fp32", "tf32", "bf16", "fp16"}) {
+      CAPTURE(spec, name);
+      const inter::DType dtype = *inter::parse_dtype(name);
+      const inter::DType storage = model_storage(dtype);
+      std::vector<Program> phases = lower_source(path, replace(fp32, "dtype: fp32", std::string("dtype: ") + name));
+      int sixteen = 0;
+      for (const Program& p : phases) {
+        CAPTURE(p.phase);
+        CHECK(verify_program(p) == "");
+        std::set<std::string> row_scalars;
+        for (const Kernel& k : p.kernels) {
+          // bf16/fp16 models are lowered without atomics, inference too; fp32 and tf32 inference keeps its scatters.
+          if (storage != inter::DType::FP32) CHECK(atomic_writes(k).empty());
+          if (auto* g = std::get_if<GemmInstance>(&k); g && !g->row_scalar.empty()) row_scalars.insert(g->row_scalar);
+        }
+        for (const TensorInfo& t : p.tensors) {
+          CAPTURE(t.name);
+          sixteen += t.storage != inter::DType::FP32;
+          if (storage == inter::DType::FP32) CHECK(t.storage == inter::DType::FP32);
+          else if (t.role == Role::Weight || t.role == Role::Output) CHECK(t.storage == storage);
+          else if (row_scalars.count(t.name) || !t.from_graph.empty()) CHECK(t.storage == inter::DType::FP32);
+          else if (t.role != Role::Input) CHECK(t.storage == (t.row_numel() < 32 ? inter::DType::FP32 : storage));
+        }
+      }
+      CHECK((sixteen > 0) == (storage != inter::DType::FP32));
+      // What the phases exchange has one type: the saved fields, and each input in every phase.
+      for (const std::string& field : phases.size() == 3 ? phases[1].saved : std::vector<std::string>{}) {
+        auto alias = phases[1].aliases.find(field);
+        const TensorInfo* stored = phases[1].find(alias == phases[1].aliases.end() ? field : alias->second);
+        const TensorInfo* read = phases[2].find(field);
+        REQUIRE(stored);
+        REQUIRE(read);
+        CHECK(stored->storage == read->storage);
+      }
+      for (const TensorInfo& t : phases[0].tensors)
+        if (t.role == Role::Input)
+          for (const Program& p : phases)
+            if (const TensorInfo* u = p.find(t.name)) CHECK(u->storage == t.storage);
+      // The text form carries the storage: it parses back to the same programs and the same generated files.
+      const std::string text = print_programs(phases);
+      CHECK((text.find(std::string("] ") + name) != std::string::npos) == (storage != inter::DType::FP32));
+      SourceFile file("spec.intra.ir", text);
+      Diagnostics d;
+      auto parsed = parse_programs(file, d);
+      REQUIRE(parsed);
+      CHECK(print_programs(*parsed) == text);
+      OutputSet from_ir, direct;
+      emit::emit_all(*parsed, {"spec.yaml", "test"}, from_ir);
+      emit::emit_all(phases, {"spec.yaml", "test"}, direct);
+      CHECK(from_ir.files() == direct.files());
+    }
+  }
+}
+
+TEST_CASE("RGAT in bf16: feature rows in bf16, the softmax's statistics in fp32", "[intra][lowering][dtype]") {
+  const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgat.yaml";
+  std::vector<Program> phases = lower_source(path, replace(read_file(path), "dtype: fp32", "dtype: bf16"));
+  const Program& fw = phases[0];
+  for (const char* name : {"feature", "W", "w_s", "h"}) CHECK(fw.find(name)->storage == inter::DType::BF16);
+  for (const char* name : {"att", "att_max", "att_sum"}) CHECK(fw.find(name)->storage == inter::DType::FP32);
+  const Program& bw = phases[2];
+  for (const char* name : {"d$feature", "d$W", "d$w_s", "d$h", "hs"}) CHECK(bw.find(name)->storage == inter::DType::BF16);
+  for (const char* name : {"att", "att_max", "att_sum", "d$att"}) CHECK(bw.find(name)->storage == inter::DType::FP32);
+  CHECK(print_programs(phases).find("tensor h: output node[1, 64] bf16\n") != std::string::npos);
 }
 
 TEST_CASE("the committed .intra.ir goldens parse back to themselves", "[intra][roundtrip]") {
