@@ -259,6 +259,54 @@ TEST_CASE("RGAT in bf16: feature rows in bf16, the softmax's statistics in fp32"
   CHECK(print_programs(phases).find("tensor h: output node[1, 64] bf16\n") != std::string::npos);
 }
 
+TEST_CASE("bf16 and fp16 models: the generated files spell each tensor's storage type", "[intra][emit][dtype]") {
+  const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgcn.yaml";
+  struct Case {
+    const char* dtype;
+    const char* cuda;    // element type in the kernels
+    const char* header;  // the CUDA header that declares it
+    const char* aten;    // ATen's scalar type, and its element type
+    const char* element;
+    const char* torch;   // the Python module's DTYPE
+  } cases[] = {{"bf16", "__nv_bfloat16", "#include <cuda_bf16.h>", "at::kBFloat16", "at::BFloat16", "torch.bfloat16"},
+               {"fp16", "__half", "#include <cuda_fp16.h>", "at::kHalf", "at::Half", "torch.float16"}};
+  for (const Case& c : cases) {
+    CAPTURE(c.dtype);
+    std::vector<Program> phases = lower_source(path, replace(read_file(path), "dtype: fp32", std::string("dtype: ") + c.dtype));
+    OutputSet out;
+    emit::emit_all(phases, {"rgcn.yaml", "test"}, out);
+    const std::string &cu = out.files().at("rgcn_kernels.cu"), &h = out.files().at("rgcn_kernels.h"),
+                      &host = out.files().at("rgcn_host.cpp"), &py = out.files().at("rgcn.py"), &manifest = out.files().at("manifest.json");
+    // Kernels: 16-bit pointers, loads converted to float, stores rounded back, no atomics; norm (from the graph) is float.
+    CHECK(h.find(c.header) != std::string::npos);
+    CHECK(h.find(std::string("const ") + c.cuda + "* feature = nullptr;") != std::string::npos);
+    CHECK(h.find("const float* norm = nullptr;") != std::string::npos);
+    CHECK(h.find(std::string(c.cuda) + "* h = nullptr;") != std::string::npos);
+    CHECK(cu.find(std::string("__device__ __forceinline__ float to_float(") + c.cuda + " v)") != std::string::npos);
+    CHECK(cu.find(std::string("= from_float<") + c.cuda + ">(") != std::string::npos);
+    CHECK(cu.find("to_float(x[") != std::string::npos);
+    CHECK(cu.find("atomicAdd") == std::string::npos);
+    CHECK(cu.find("const float* __restrict__ x") == std::string::npos);
+    // Host: each tensor checked and passed as its type; allocations name it; the message names the spec's dtype.
+    CHECK(host.find(std::string("check(feature, \"input 'feature'\", ") + c.aten) != std::string::npos);
+    CHECK(host.find("check(norm, \"input 'norm'\", at::kFloat") != std::string::npos);
+    CHECK(host.find(std::string("check(W, \"weight 'W'\", ") + c.aten) != std::string::npos);
+    CHECK(host.find(std::string("reinterpret_cast<") + c.cuda + "*>(feature.data_ptr<" + c.element + ">())") != std::string::npos);
+    CHECK(host.find(std::string("at::Tensor h = at::empty({num_nodes, 64}, options.dtype(") + c.aten + "));") != std::string::npos);
+    CHECK(host.find(std::string("feature.options().dtype(") + c.aten + ")") != std::string::npos);  // the Meta function
+    CHECK(host.find(std::string("(the spec's dtype is ") + c.dtype) != std::string::npos);
+    CHECK(host.find("data_ptr<float>()") != std::string::npos);  // norm
+    // Python: DTYPE, the parameters in it, another dtype refused naming the spec's.
+    CHECK(py.find(std::string("\nDTYPE = ") + c.torch + "\n") != std::string::npos);
+    CHECK(py.find("device=None, dtype=DTYPE, **hyper") != std::string::npos);
+    CHECK(py.find("if dtype != DTYPE:") != std::string::npos);
+    CHECK(py.find(std::string("(the spec's dtype: ") + c.dtype + ")") != std::string::npos);
+    CHECK(py.find("torch.zeros(s, device=device, dtype=DTYPE)") != std::string::npos);
+    CHECK(manifest.find(std::string("\"dtype\": \"") + c.dtype + "\"") != std::string::npos);
+    CHECK(manifest.find(std::string("\"storage\": \"") + c.dtype + "\"") != std::string::npos);
+  }
+}
+
 TEST_CASE("the committed .intra.ir goldens parse back to themselves", "[intra][roundtrip]") {
   for (const char* model : {"rgcn", "rgat", "hgt"}) {
     CAPTURE(model);
