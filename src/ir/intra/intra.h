@@ -24,7 +24,7 @@
 //   input feature: node[in_dim]
 //   ...
 //   layouts csr_by_dst, csr_by_src, etype_sorted_coo
-//   tensor feature: input node[64]
+//   tensor feature: input node[64]          (a bf16/fp16 storage type follows the shape: node[64] bf16)
 //   tensor t_hs: temp edge[1, 64]
 //   alias msg -> t_hs
 //
