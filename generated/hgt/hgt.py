@@ -15,6 +15,9 @@ import sys
 import torch
 
 MODEL = "hgt"
+# The element type of the parameters, inputs and outputs (the spec's `dtype: fp32`); nothing is cast silently:
+# a tensor of another dtype is refused.
+DTYPE = torch.float32
 # The hectorgen runtime version this module was generated for: it runs on any runtime with the same major version
 # and at least this minor version.
 RUNTIME_VERSION = "1.1"
@@ -90,7 +93,8 @@ class _Function(torch.autograd.Function):
         stored = ctx.saved_tensors
         tensors, saved = stored[:8], stored[8:]
         device = tensors[0].device
-        d_outs = [torch.zeros(s, device=device) if d is None else d.contiguous() for d, s in zip(grads, ctx.out_shapes)]
+        d_outs = [torch.zeros(s, device=device, dtype=DTYPE) if d is None else d.contiguous()
+                  for d, s in zip(grads, ctx.out_shapes)]
         res = torch.ops.hectorgen_hgt.backward(
             *_graph_args(g), *[t.contiguous() for t in tensors[:_NUM_INPUTS]],
             *saved, *d_outs, *[t.contiguous() for t in tensors[_NUM_INPUTS:]])
@@ -119,7 +123,7 @@ def forward(g, feature, W_k, W_q, W_v, W_att, W_msg, mu, W_a):
 class Hgt(torch.nn.Module):
     """The hgt layer. Parameters are the spec's weights: W_k [num_ntypes, 64, 64], W_q [num_ntypes, 64, 64], W_v [num_ntypes, 64, 64], W_att [num_etypes, 1, 64, 64], W_msg [num_etypes, 1, 64, 64], mu [num_etypes, 1], W_a [num_ntypes, 64, 64]."""
 
-    def __init__(self, num_etypes, num_ntypes=1, device=None, dtype=torch.float32, **hyper):
+    def __init__(self, num_etypes, num_ntypes=1, device=None, dtype=DTYPE, **hyper):
         """`hyper` may restate the spec's hyper-parameters (e.g. in_dim=64), PyG style; they are checked
         against the generated kernels, which are specialised for them."""
         super().__init__()
@@ -130,8 +134,9 @@ class Hgt(torch.nn.Module):
             if value != HYPER[name]:
                 raise ValueError(f"Hgt was generated for {name}={HYPER[name]}, not {value}: change the spec "
                                  f"(specs/hgt.yaml) and regenerate")
-        if dtype != torch.float32:
-            raise ValueError(f"Hgt kernels are generated for float32, not {dtype}")
+        if dtype != DTYPE:
+            raise ValueError(f"Hgt kernels are generated for {DTYPE} (the spec's dtype: fp32), not {dtype}: change "
+                             f"options: dtype in the spec (specs/hgt.yaml) and regenerate")
         if num_etypes < 1 or num_ntypes < 1:
             raise ValueError(f"Hgt needs num_etypes >= 1 and num_ntypes >= 1, got {num_etypes}, {num_ntypes}")
         self.num_etypes = num_etypes

@@ -168,6 +168,7 @@ std::vector<intra::Program> lower_phases(const std::vector<Phase>& phases, const
     programs.push_back(std::move(*program));
   }
   diags.render(err);
+  passes::unify_storage(programs);
   // One graph preprocessing serves every phase: all share the union of their graph layouts.
   std::set<std::string> layouts;
   for (const auto& p : programs) layouts.insert(p.layouts.begin(), p.layouts.end());

@@ -57,8 +57,41 @@ std::vector<std::string> graph_arrays(const Program& p) {
   return v;
 }
 
+std::string load_elem(const TensorInfo& t, const std::string& elem) {
+  return t.storage == DType::BF16 || t.storage == DType::FP16 ? "to_float(" + elem + ")" : elem;
+}
+
+std::string store_elem(const TensorInfo& t, const std::string& lhs, const std::string& value, bool add) {
+  if (t.storage != DType::BF16 && t.storage != DType::FP16) return fmt::format("{} {}= {};", lhs, add ? "+" : "", value);
+  const char* type = intra::cuda_type(t.storage);
+  if (add) return fmt::format("{0} = from_float<{1}>(to_float({0}) + {2});", lhs, type, value);
+  return fmt::format("{} = from_float<{}>({});", lhs, type, value);
+}
+
+std::string storage_helpers(const std::set<DType>& types) {
+  std::string out;
+  const bool bf16 = types.count(DType::BF16) > 0, fp16 = types.count(DType::FP16) > 0;
+  if (!bf16 && !fp16) return out;
+  out += "// Storage-type conversions: 16-bit elements become float at every load and are rounded (to nearest) at\n"
+         "// every store; all arithmetic, reductions and accumulators are float.\n";
+  if (bf16) out += "__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }\n";
+  if (fp16) out += "__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }\n";
+  out += "template <class T>\n__device__ __forceinline__ T from_float(float v);\n";
+  if (bf16)
+    out += "template <>\n__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }\n";
+  if (fp16) out += "template <>\n__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half(v); }\n";
+  return out;
+}
+
 namespace {
 
+// The storage types of the tensors of every phase.
+std::set<DType> storage_types(const std::vector<Program>& phases) {
+  std::set<DType> out;
+  for (const Program& p : phases)
+    for (const TensorInfo& t : p.tensors) out.insert(t.storage);
+  return out;
+}
 
 bool is_const_tensor(const TensorInfo& t) { return t.role == intra::Role::Input || t.role == intra::Role::Weight; }
 
@@ -121,7 +154,10 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
   std::vector<std::string> args;
   if (g.gather == intra::Gather::Src || g.scatter == intra::Gather::Src) { params += "\n    const int32_t* __restrict__ src,"; args.push_back("a.src"); }
   if (g.gather == intra::Gather::Dst || g.scatter == intra::Gather::Dst) { params += "\n    const int32_t* __restrict__ dst,"; args.push_back("a.dst"); }
-  if (!g.row_scalar.empty()) { params += "\n    const float* __restrict__ row_scalar,"; args.push_back("a." + g.row_scalar); }
+  if (!g.row_scalar.empty()) {
+    params += fmt::format("\n    const {}* __restrict__ row_scalar,", intra::cuda_type(p.find(g.row_scalar)->storage));
+    args.push_back("a." + g.row_scalar);
+  }
   if (!seg.empty()) {
     params += fmt::format("\n    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,");
     args.push_back(fmt::format("a.{}_ptr", seg));
@@ -155,34 +191,18 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
                               per_head_w ? fmt::format(" + static_cast<int64_t>(head) * {}", g.k * g.n) : "");
   if (seg.empty() && !per_head_w) v["w_offset"] = "0";
   if (seg.empty() && per_head_w) v["w_offset"] = fmt::format("static_cast<int64_t>(head) * {}", g.k * g.n);
-  std::string value = g.row_scalar.empty() ? "acc[c]" : "acc[c] * row_scalar[row]";
-  // Element types of x, w and y (their storage types); the arithmetic is fp32, other types convert at the
-  // loads and the store.
-  const std::string xt = intra::cuda_type(p.find(g.x)->storage), wt = intra::cuda_type(p.find(g.w)->storage),
-                    yt = intra::cuda_type(p.find(g.y)->storage);
-  // (the conversion intrinsics, not casts: PyTorch's extension flags define __CUDA_NO_BFLOAT16_CONVERSIONS__)
-  auto load = [](const std::string& type, const std::string& e) {
-    return type == "float" ? e : fmt::format("{}({})", type == "__half" ? "__half2float" : "__bfloat162float", e);
-  };
-  auto store = [](const std::string& type, const std::string& e) {
-    return type == "float" ? e : fmt::format("{}({})", type == "__half" ? "__float2half" : "__float2bfloat16", e);
-  };
-  v["x_type"] = xt;
-  v["w_type"] = wt;
-  v["y_type"] = yt;
-  v["x_load"] = load(xt, fmt::format("x[{} * (kHeads * kK) + head * kK + k]", xrow));
-  v["w_load"] = load(wt, fmt::format("w_slice[{}]", g.transpose_w ? "wn * kK + wk" : "wk * kN + wn"));
-  const std::string y_elem = "y[row * (kHeads * kN) + head * kN + col]";
-  if (g.accumulate && yt != "float") {
-    v["store"] = fmt::format("{} = {};", y_elem, store(yt, load(yt, y_elem) + " + " + value));
-  } else if (g.scatter != intra::Gather::None) {
+  const TensorInfo &xt = *p.find(g.x), &wt = *p.find(g.w), &yt = *p.find(g.y);
+  v["x_type"] = intra::cuda_type(xt.storage);
+  v["w_type"] = intra::cuda_type(wt.storage);
+  v["y_type"] = intra::cuda_type(yt.storage);
+  v["x_load"] = load_elem(xt, fmt::format("x[{} * (kHeads * kK) + head * kK + k]", xrow));
+  v["w_load"] = load_elem(wt, g.transpose_w ? "w_slice[wn * kK + wk]" : "w_slice[wk * kN + wn]");
+  std::string value = g.row_scalar.empty() ? "acc[c]" : "acc[c] * " + load_elem(*p.find(g.row_scalar), "row_scalar[row]");
+  if (g.scatter != intra::Gather::None)  // atomics: fp32 storage only (the verifier checks)
     v["store"] = fmt::format("atomicAdd(&y[static_cast<int64_t>({}[row]) * (kHeads * kN) + head * kN + col], {});",
-                             g.scatter == intra::Gather::Src ? "src" : "dst", store(yt, value));
-  } else if (yt != "float") {
-    v["store"] = fmt::format("{} = {};", y_elem, store(yt, value));
-  } else {
-    v["store"] = fmt::format("{} {}= {};", y_elem, g.accumulate ? "+" : "", value);
-  }
+                             g.scatter == intra::Gather::Src ? "src" : "dst", value);
+  else
+    v["store"] = store_elem(yt, "y[row * (kHeads * kN) + head * kN + col]", value, g.accumulate);
   GemmCode code;
   code.kernel = render_template("cuda/gemm.cu.in", v);
   std::string rows = g.etype_rows ? "a.num_etypes" : g.edge_rows ? "a.num_edges" : "a.num_nodes";
@@ -327,7 +347,10 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
   const intra::WeightGradInstance& w = std::get<intra::WeightGradInstance>(k);
   const bool tc = w.kernel == intra::WgradKernel::TensorCore;
   const WgradShape s = wgrad_shape(w, "a.");
-  const std::string T = intra::cuda_type(p.find(w.x)->storage), dw_type = intra::cuda_type(p.find(w.dw)->storage);
+  const std::string T = intra::cuda_type(p.find(w.x)->storage), dy_type = intra::cuda_type(p.find(w.dy)->storage),
+                    dw_type = intra::cuda_type(p.find(w.dw)->storage);
+  if (tc && (dy_type != T || T != intra::cuda_type(intra::model_storage(w.dtype))))
+    throw std::logic_error(fmt::format("emit: {} runs on tensor cores but stores x as {} and dy as {}", w.name, T, dy_type));
   const std::string partial = "a." + workspace_name(w.name, "partial"), chunk_ptr = "a." + workspace_name(w.name, "chunk_ptr");
   const std::string ns = tc ? "hectorgen::tc" : "hectorgen::simt";
   const std::string params = tc ? fmt::format("{}, {}, {}", T, w.k, w.n) : fmt::format("{}, {}, {}, {}", T, w.k, w.n, w.heads);
@@ -342,7 +365,7 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
                      tc ? "tensor cores" : "CUDA cores", intra::wgrad_kernel_text(w)));
   c.line(fmt::format("// then {} {} the sum of its segment's chunks in chunk order: bit-identical over runs.", w.dw,
                      w.accumulate ? "+=" : "="));
-  c.line(fmt::format("{}::WgradArgs<{}> wgrad{{}};", ns, T));
+  c.line(fmt::format("{}::WgradArgs<{}> wgrad{{}};", ns, dy_type == T ? T : T + ", " + dy_type));
   c.line(fmt::format("wgrad.x = a.{};", w.x));
   c.line(fmt::format("wgrad.dy = a.{};", w.dy));
   auto list = [](intra::Gather g) { return g == intra::Gather::Src ? "a.src" : "a.dst"; };
@@ -569,6 +592,9 @@ std::string emit_kernels_h(const std::vector<Program>& ir_phases, const EmitCont
   const Program& p = phases.front();
   Vars v = banner_vars(p, ctx);
   v["Model"] = capitalize(p.model);
+  const std::set<DType> types = storage_types(phases);
+  v["storage_includes"] = std::string(types.count(DType::BF16) ? "\n#include <cuda_bf16.h>" : "") +
+                          (types.count(DType::FP16) ? "\n#include <cuda_fp16.h>" : "");
   std::string structs;
   for (const Program& ph : phases) {
     CodeWriter w;
@@ -586,7 +612,8 @@ std::string emit_kernels_h(const std::vector<Program>& ir_phases, const EmitCont
                            : t.per == Per::Ntype ? "num_ntypes" : "";
         std::string dims = rows;
         for (int64_t d : t.shape) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
-        w.line(fmt::format("{}float* {} = nullptr;  // [{}]", is_const_tensor(t) ? "const " : "", t.name, dims));
+        w.line(fmt::format("{}{}* {} = nullptr;  // [{}]", is_const_tensor(t) ? "const " : "", intra::cuda_type(t.storage), t.name,
+                           dims));
       }
       for (const Workspace& ws : workspaces(ph))
         w.line(fmt::format("{}* {} = nullptr;  // workspace: {}", ws.ctype, ws.name, ws.comment));

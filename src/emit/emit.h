@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "support/output.h"
@@ -51,6 +52,14 @@ std::vector<Workspace> workspaces(const intra::Program& p);
 
 // Graph arrays (struct fields / op arguments) the program needs, in a fixed order.
 std::vector<std::string> graph_arrays(const intra::Program& p);
+
+// Element access in device code by storage type (intra::TensorInfo::storage): arithmetic is in float, so a 16-bit
+// element is converted at its load (to_float) and at its store (from_float<T>); fp32 elements are used as they are.
+// `load_elem` wraps the element expression; `store_elem` is the statement `lhs = value;` (or `lhs += value;`).
+std::string load_elem(const intra::TensorInfo& t, const std::string& elem);
+std::string store_elem(const intra::TensorInfo& t, const std::string& lhs, const std::string& value, bool add);
+// The conversion helpers load_elem / store_elem use, for the storage types `types` holds ("" when only fp32).
+std::string storage_helpers(const std::set<inter::DType>& types);
 std::string capitalize(const std::string& s);
 
 // The variables every file template's banner uses: version, spec, model.

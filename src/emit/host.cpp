@@ -40,6 +40,18 @@ std::string shape_list(const TensorInfo& t) {
   return "{" + s + "}";
 }
 
+// ATen's scalar type of a storage type, and the element type data_ptr<T>() takes.
+const char* aten_scalar(DType storage) {
+  return storage == DType::BF16 ? "at::kBFloat16" : storage == DType::FP16 ? "at::kHalf" : "at::kFloat";
+}
+
+// `t`'s data pointer as the Args struct types it (intra::cuda_type): ATen's 16-bit types have the layout of CUDA's.
+std::string data_ptr(const TensorInfo& t) {
+  if (t.storage == DType::BF16) return fmt::format("reinterpret_cast<__nv_bfloat16*>({}.data_ptr<at::BFloat16>())", t.name);
+  if (t.storage == DType::FP16) return fmt::format("reinterpret_cast<__half*>({}.data_ptr<at::Half>())", t.name);
+  return fmt::format("{}.data_ptr<float>()", t.name);
+}
+
 std::string graph_array_rows(const std::string& g) {
   if (g == "etype_ptr" || g == "etype_tile_ptr") return "num_etypes + 1";
   if (g == "ntype_ptr" || g == "ntype_tile_ptr") return "num_ntypes + 1";
@@ -133,19 +145,24 @@ static std::string emit_op(const Program& p, const Program& ir) {
     const TensorInfo* ti = p.find(t->name);
     std::vector<int64_t> shape = t->shape;
     TensorInfo info = ti ? *ti : TensorInfo{t->name, Role::Input, t->per, shape, false, ""};
-    checks += fmt::format("  check({}, \"{} '{}'\", at::kFloat, {}, device);\n", t->name,
-                          info.role == Role::Weight ? "weight" : "input",
-                          is_derived_name(user_tensors.at(i)->name) ? t->name : user_tensors.at(i)->name, shape_list(info));
+    if (!ti) info.storage = intra::model_storage(p.decl.options.dtype);  // an input no kernel reads
+    checks += fmt::format("  check({}, \"{} '{}'\", {}, {}, device);\n", t->name, info.role == Role::Weight ? "weight" : "input",
+                          is_derived_name(user_tensors.at(i)->name) ? t->name : user_tensors.at(i)->name, aten_scalar(info.storage),
+                          shape_list(info));
   }
   v["checks"] = checks.substr(0, checks.size() - 1);
   std::string alloc, meta, assign;
   std::vector<std::string> results = op_results(p);
+  // fp32 and tf32 models: every tensor is float, as the first input. 16-bit models name each tensor's type.
+  const bool mixed = intra::model_storage(p.decl.options.dtype) != DType::FP32;
   for (const TensorInfo& t : p.tensors) {
     if (t.role == Role::Input || t.role == Role::Weight) continue;
-    alloc += fmt::format("  at::Tensor {} = at::{}({}, options);{}\n", t.name, t.zero_init ? "zeros" : "empty", shape_list(t),
+    std::string options = mixed ? fmt::format("options.dtype({})", aten_scalar(t.storage)) : "options";
+    alloc += fmt::format("  at::Tensor {} = at::{}({}, {});{}\n", t.name, t.zero_init ? "zeros" : "empty", shape_list(t), options,
                          t.role == Role::Output ? "" : t.role == Role::Field ? "  // field" : "  // intermediate");
     if (std::find(results.begin(), results.end(), t.name) != results.end())
-      meta += fmt::format("  at::Tensor {} = at::empty({}, {}.options());\n", t.name, shape_list(t), device_from);
+      meta += fmt::format("  at::Tensor {} = at::empty({}, {}.options(){});\n", t.name, shape_list(t), device_from,
+                          mixed ? fmt::format(".dtype({})", aten_scalar(t.storage)) : "");
   }
   // A workspace's element type (Workspace::ctype) as ATen's dtype and as the data_ptr<> type behind the pointer.
   auto at_type = [](const std::string& ctype) -> std::pair<const char*, const char*> {
@@ -161,7 +178,7 @@ static std::string emit_op(const Program& p, const Program& ir) {
   v["allocations"] = alloc.substr(0, alloc.size() - 1);
   v["meta_allocations"] = meta.substr(0, meta.size() - 1);
   for (const std::string& g : graph_arrays(p)) assign += fmt::format("  a.{} = {}.data_ptr<int32_t>();\n", g, g);
-  for (const TensorInfo& t : p.tensors) assign += fmt::format("  a.{} = {}.data_ptr<float>();\n", t.name, t.name);
+  for (const TensorInfo& t : p.tensors) assign += fmt::format("  a.{} = {};\n", t.name, data_ptr(t));
   for (const Workspace& w : workspaces(p)) {
     const char* elem = at_type(w.ctype).second;
     if (w.ctype == elem) assign += fmt::format("  a.{} = {}.data_ptr<{}>();\n", w.name, w.name, elem);
@@ -208,6 +225,15 @@ std::string emit_host_cpp(const std::vector<Program>& ir_phases, const EmitConte
   bool any_workspace = false;
   for (const Program& ph : phases) any_workspace |= !workspaces(ph).empty();
   v["runtime_includes"] = any_workspace ? "\n#include \"hectorgen/segments.h\"  // workspace sizes" : "";
+  // 16-bit models: a float tensor of the wrong type is told the model's dtype (fp32 models: the plain check).
+  const DType model = p.decl.options.dtype;
+  v["dtype_check"] =
+      intra::model_storage(model) == DType::FP32
+          ? ""
+          : fmt::format("\n  TORCH_CHECK(!at::isFloatingType(dtype) || t.scalar_type() == dtype, \"{}: \", name, \" must be \", dtype,\n"
+                        "              \" (the spec's dtype is {}: hectorgen generated the kernels for it; no tensor is cast \"\n"
+                        "              \"silently), got \", t.scalar_type());",
+                        p.model, inter::to_string(model));
   v["defs"] = defs.substr(0, defs.size() - 1);
   v["cuda_impls"] = cuda.substr(0, cuda.size() - 1);
   v["meta_impls"] = meta.substr(0, meta.size() - 1);
@@ -279,6 +305,19 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
   for (const auto& t : p.decl.inputs)  // computed by the runtime, in edge-type-sorted order
     if (!t.from_graph.empty()) fg += fmt::format("g.array(\"{}\"), ", t.from_graph);
   v["from_graph_args"] = fg;
+  const DType dtype = p.decl.options.dtype;
+  const DType storage = intra::model_storage(dtype);
+  v["dtype"] = inter::to_string(dtype);
+  v["torch_dtype"] = storage == DType::BF16 ? "torch.bfloat16" : storage == DType::FP16 ? "torch.float16" : "torch.float32";
+  std::string fp32_inputs;  // of a 16-bit model: per-row scalars (norm), read by the GEMMs as float32
+  for (const TensorInfo& t : p.tensors)
+    if (t.role == Role::Input && t.from_graph.empty() && t.storage != storage)
+      fp32_inputs += (fp32_inputs.empty() ? "" : ", ") + py.param.at(t.name);
+  v["dtype_note"] = dtype == DType::TF32 ? "\n# tf32 stores float32; the GEMMs round their operands to TF32."
+                    : storage == DType::FP32 ? ""
+                    : "\n# Inside the kernels every sum, and the softmax's statistics, are float32." +
+                          (fp32_inputs.empty() ? std::string()
+                                               : fmt::format("\n# Inputs that scale rows ({}) are float32.", fp32_inputs));
   v["training"] = python_training(phases, user_inputs, weights, fg, ctx.no_training_reason);
   v["grad_path"] = phases.size() < 3 ? "_refuse_grad(tensors)"
                                      : "outs = _Function.apply(g, *tensors)\nouts = outs if isinstance(outs, tuple) else (outs,)";
@@ -401,7 +440,8 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
   out += "        g = ctx.graph\n";
   out += fmt::format("        stored = ctx.saved_tensors\n        tensors, saved = stored[:{}], stored[{}:]\n", n_t, n_t);
   out += "        device = tensors[0].device\n";
-  out += "        d_outs = [torch.zeros(s, device=device) if d is None else d.contiguous() for d, s in zip(grads, ctx.out_shapes)]\n";
+  out += "        d_outs = [torch.zeros(s, device=device, dtype=DTYPE) if d is None else d.contiguous()\n"
+         "                  for d, s in zip(grads, ctx.out_shapes)]\n";
   out += fmt::format("        res = torch.ops.hectorgen_{}.backward(\n            *_graph_args(g), {}*[t.contiguous() for t in tensors[:_NUM_INPUTS]],\n"
                      "            *saved, *d_outs, *[t.contiguous() for t in tensors[_NUM_INPUTS:]])\n",
                      b.model, from_graph_args);
@@ -427,6 +467,7 @@ std::string emit_manifest(const std::vector<Program>& ir_phases, const EmitConte
   j["generator"] = "hectorgen " + ctx.version;
   j["spec"] = ctx.spec_name;
   j["model"] = p.model;
+  j["dtype"] = to_string(p.decl.options.dtype);
   j["files"] = {p.model + "_kernels.cu", p.model + "_kernels.h", p.model + "_host.cpp", p.model + ".py",
                 "CMakeLists.txt", "manifest.json", p.model + ".inter.ir", p.model + ".intra.ir"};
   if (phases.size() > 1) j["files"].push_back(p.model + ".backward.inter.ir");
@@ -440,6 +481,7 @@ std::string emit_manifest(const std::vector<Program>& ir_phases, const EmitConte
     x["role"] = role;
     x["per"] = to_string(t.per);
     x["shape"] = t.shape;
+    x["storage"] = to_string(t.storage);
     if (t.zero_init) x["zero_init"] = true;
     if (!t.from_graph.empty()) x["from_graph"] = t.from_graph;
     j["tensors"].push_back(x);

@@ -1,7 +1,8 @@
 // The lowest lowering level: a statement the two templates cannot express runs as vectorised ATen calls
 // over all rows of its loop (edges in edge-type-sorted order, or nodes), placed in the host function
 // between kernel launches. Node data read through an edge is gathered with index_select; aggregation
-// into nodes uses index_add_.
+// into nodes uses index_add_. In bf16/fp16 models, 16-bit tensors are read as float (the ATen calls compute in
+// float, as the kernels do) and the result is rounded to the target's type when it is stored.
 #include <fmt/format.h>
 
 #include <set>
@@ -77,6 +78,7 @@ class TorchEmitter {
     if (!index.empty()) {
       if (s.op != AssignOp::Add && s.op != AssignOp::Sub)
         throw std::logic_error("torch fallback: only += / -= aggregate into nodes");
+      if (is_16bit(tensor)) value = fmt::format("({}).to({}.scalar_type())", value, tensor);  // index_add_ wants one dtype
       return fmt::format("{}.index_add_(0, {}, {}{});", tensor, index, s.op == AssignOp::Sub ? "-" : "", value);
     }
     switch (s.op) {
@@ -92,7 +94,8 @@ class TorchEmitter {
   // A value as a full [rows, *shape] tensor.
   std::string expand(const TV& v, const std::vector<int64_t>& shape) {
     std::string c = v.code;
-    if (!v.rows && v.shape.empty()) return fmt::format("at::full({{{}{}}}, {}, options)", rows(), dims(shape), c);
+    if (!v.rows && v.shape.empty())
+      return fmt::format("at::full({{{}{}}}, {}, {})", rows(), dims(shape), c, mixed() ? "options.dtype(at::kFloat)" : "options");
     TV b = align(v, shape.size());
     return fmt::format("{}.expand({{{}{}}})", b.code, rows(), dims(shape));
   }
@@ -114,15 +117,15 @@ class TorchEmitter {
       case ExprKind::String: throw std::logic_error("torch fallback: string value");
       case ExprKind::Name: {
         if (auto it = t_.materialized.find(e->name); it != t_.materialized.end())
-          return TV{it->second, find(it->second).shape, true};
+          return TV{as_float(it->second, it->second), find(it->second).shape, true};
         if (const HyperParam* h = p_.decl.find_hyper(e->name)) return TV{fmt::format("{}", h->value), {}, false};
-        if (const TensorDecl* w = p_.decl.find_weight(e->name)) return TV{w->name, w->shape, false};
+        if (const TensorDecl* w = p_.decl.find_weight(e->name)) return TV{as_float(w->name, w->name), w->shape, false};
         throw std::logic_error("torch fallback: unknown name " + e->name);
       }
       case ExprKind::Attr: {
         const TensorDecl* in = p_.decl.find_input(e->name);
-        if (in->per == Per::Edge) return TV{in->name, in->shape, true};
-        return TV{gathered(in->name, e->args[0]), in->shape, true};
+        if (in->per == Per::Edge) return TV{as_float(in->name, in->name), in->shape, true};
+        return TV{as_float(in->name, gathered(in->name, e->args[0])), in->shape, true};
       }
       case ExprKind::Index: {
         const ExprP& base = e->args[0];
@@ -135,12 +138,12 @@ class TorchEmitter {
             if (!has_array("ntype")) throw std::runtime_error("torch fallback: per-node-type weights need the ntype layout");
             idx = edge_rows_ ? fmt::format("{}.index_select(0, {})", use("ntype"), gather_index(sel->args[0])) : use("ntype");
           }
-          return TV{fmt::format("{}.index_select(0, {})", w->name, idx), w->shape, true};
+          return TV{as_float(w->name, fmt::format("{}.index_select(0, {})", w->name, idx)), w->shape, true};
         }
         std::string tensor = field_tensor(e->args[1]->name);
         const intra::TensorInfo& ti = find(tensor);
-        if (ti.per == Per::Edge) return TV{tensor, ti.shape, true};
-        return TV{gathered(tensor, base), ti.shape, true};
+        if (ti.per == Per::Edge) return TV{as_float(tensor, tensor), ti.shape, true};
+        return TV{as_float(tensor, gathered(tensor, base)), ti.shape, true};
       }
       case ExprKind::Neg:
       case ExprKind::Binary:
@@ -199,6 +202,16 @@ class TorchEmitter {
       return use(inner_ && inner_->loop == LoopKind::OutgoingEdges ? "src" : "dst");
     }
     return use(base->name);  // "src" / "dst"
+  }
+
+  bool is_16bit(const std::string& tensor) const {
+    const intra::TensorInfo* t = p_.find(tensor);
+    return t && t->storage != DType::FP32;
+  }
+  bool mixed() const { return intra::model_storage(p_.decl.options.dtype) != DType::FP32; }
+  // `code` (rows of `tensor`) as float: ATen computes in float what the model stores in 16 bits.
+  std::string as_float(const std::string& tensor, const std::string& code) const {
+    return is_16bit(tensor) ? code + ".to(at::kFloat)" : code;
   }
 
   std::string use(const std::string& array) {

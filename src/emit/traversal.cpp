@@ -60,7 +60,7 @@ class TraversalPrinter {
       }
     for (const TensorInfo& t : p_.tensors) {
       if (!tensors_used_.count(t.name)) continue;
-      params.push_back(fmt::format("{}float* __restrict__ {}", written_.count(t.name) ? "" : "const ", t.name));
+      params.push_back(fmt::format("{}{}* __restrict__ {}", written_.count(t.name) ? "" : "const ", intra::cuda_type(t.storage), t.name));
       args.push_back("a." + t.name);
     }
     TraversalCode r;
@@ -182,10 +182,10 @@ class TraversalPrinter {
       int64_t n = t.row_numel();
       auto elem = [&](const std::string& j) {
         if (ty.layout == LaneLayout::Replicated && l->lane0)
-          return fmt::format("__shfl_sync(0xffffffffu, lane == 0 ? {} : 0.f, 0)", address(t, l->row, j));
-        if (ty.layout == LaneLayout::Replicated) return address(t, l->row, j);
+          return fmt::format("__shfl_sync(0xffffffffu, lane == 0 ? {} : 0.f, 0)", load_elem(t, address(t, l->row, j)));
+        if (ty.layout == LaneLayout::Replicated) return load_elem(t, address(t, l->row, j));
         std::string idx = lane_element(j);
-        std::string a = address(t, l->row, idx);
+        std::string a = load_elem(t, address(t, l->row, idx));
         return n % 32 ? fmt::format("{} < {} ? {} : 0.f", idx, n, a) : a;
       };
       if (s == 1) return declare(elem("0"), !d.is_mutable);
@@ -293,7 +293,7 @@ class TraversalPrinter {
     auto put = [&](const std::string& idx, const std::string& j) {
       std::string v = k == 1 ? s.reg : fmt::format("{}[{}]", s.reg, j);
       std::string a = address(t, s.row, idx);
-      return s.atomic ? fmt::format("atomicAdd(&{}, {});", a, v) : fmt::format("{} = {};", a, v);
+      return s.atomic ? fmt::format("atomicAdd(&{}, {});", a, v) : store_elem(t, a, v, false);  // atomics: fp32 only
     };
     if (s.lanes == StoreLanes::Lane0) {
       if (n == 1) return line("if (lane == 0) " + put("0", "0"));

@@ -65,7 +65,9 @@ class Lowering {
       : m_(m), ctx_(TypeContext::of(m)), d_(d), phase_(std::move(phase)) {
     prefix_ = m.decl.name + "_" + (phase_ == "forward" ? "fw" : phase_ == "forward_train" ? "fwt" : "bw");
     // Training is bit-reproducible: no atomic scatters (per-edge temporaries + node-centric sums instead).
-    deterministic_ = phase_ != "forward";
+    // 16-bit models too (docs/dtype_plan.md): an atomic scatter would need an fp32 copy of its target, while the
+    // per-edge rows and the node-centric sum keep every tensor in the storage type, summed in fp32 registers.
+    deterministic_ = phase_ != "forward" || intra::model_storage(m.decl.options.dtype) != DType::FP32;
   }
 
   std::optional<intra::Program> run() {
@@ -96,9 +98,6 @@ class Lowering {
     p_.aliases = alias_;
     // Shapes the kernels cannot handle, at the declaration or statement at fault.
     if (!intra::check_shape_limits(p_, traversal_sources_, d_)) return std::nullopt;
-    // The kernel of each GEMM instance, once its tensors' shapes and storage types are final.
-    for (intra::Kernel& k : p_.kernels)
-      if (auto* g = std::get_if<GemmInstance>(&k)) g->tensor_cores = intra::gemm_kernel_choice(p_, *g).tensor_cores;
     return std::move(p_);
   }
 
@@ -1063,6 +1062,42 @@ class Lowering {
   std::map<std::string, std::pair<std::string, size_t>> etype_sums_;    // edge tensor -> (per-type sum, kernel)
 };
 
+// Rows with fewer elements than this (per-row scalars and short vectors: attention scores, the softmax's max and
+// sum, normalisation factors, and their gradients) stay fp32 when they are fields or temporaries.
+constexpr int64_t kNarrowRow = 32;
+
+// Sets TensorInfo::storage by the rule of docs/dtype_plan.md: fp32 and tf32 models store fp32 everywhere; a bf16
+// or fp16 model stores its inputs, weights, outputs, fields and temporaries in its type, except fields and
+// temporaries with narrow rows (see kNarrowRow) and tensors added into atomically, which stay fp32. The
+// arithmetic (registers, accumulators) is fp32 in every case.
+void assign_storage(intra::Program& p) {
+  const DType model = intra::model_storage(p.decl.options.dtype);
+  std::set<std::string> atomic, row_scalars;
+  for (const Kernel& k : p.kernels) {
+    for (const std::string& t : intra::atomic_writes(k)) atomic.insert(t);
+    if (auto* g = std::get_if<GemmInstance>(&k); g && !g->row_scalar.empty()) row_scalars.insert(g->row_scalar);
+    if (auto* w = std::get_if<intra::WeightGradInstance>(&k); w && !w->row_scalar.empty()) row_scalars.insert(w->row_scalar);
+  }
+  for (TensorInfo& t : p.tensors) {
+    bool interface = t.role == Role::Input || t.role == Role::Weight || t.role == Role::Output;
+    t.storage = model;
+    if (!interface && (t.row_numel() < kNarrowRow || atomic.count(t.name))) t.storage = DType::FP32;
+    // Per-row scalars of GEMMs and weight gradients (norm) multiply the fp32 accumulator: fp32, inputs too (the
+    // tensor-core kernels of hectorgen/tc_gemm.cuh read them as float).
+    if (row_scalars.count(t.name)) t.storage = DType::FP32;
+    // Inputs the runtime computes from the graph (inv_relation_in_degree) are float32 whatever the model's dtype.
+    if (!t.from_graph.empty()) t.storage = DType::FP32;
+    // 16-bit models are lowered without atomics (deterministic_); an atomic into an argument or result would be
+    // refused by the verifier, never silently rounded.
+  }
+}
+
+// The kernel of each GEMM instance, once its tensors' shapes and storage types are final.
+void choose_gemm_kernels(intra::Program& p) {
+  for (intra::Kernel& k : p.kernels)
+    if (auto* g = std::get_if<GemmInstance>(&k)) g->tensor_cores = intra::gemm_kernel_choice(p, *g).tensor_cores;
+}
+
 }  // namespace
 
 std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const std::string& phase,
@@ -1072,6 +1107,8 @@ std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const s
     if (!p) return p;
     p->saved = saved;
     drop_dead_stores(*p);
+    assign_storage(*p);
+    choose_gemm_kernels(*p);
     return p;
   } catch (const std::logic_error& e) {
     // A traversal kernel the verifier rejects (e.g. a node field both stored and atomically updated by one
@@ -1081,6 +1118,27 @@ std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const s
                                        what.substr(0, what.find('\n')));
     return std::nullopt;
   }
+}
+
+void unify_storage(std::vector<intra::Program>& phases) {
+  if (phases.size() == 3) {  // the backward reads the saved fields as forward_train stored them
+    const intra::Program& forward_train = phases[1];
+    for (const std::string& field : forward_train.saved) {
+      auto alias = forward_train.aliases.find(field);
+      const TensorInfo* saved = forward_train.find(alias == forward_train.aliases.end() ? field : alias->second);
+      for (TensorInfo& t : phases[2].tensors)
+        if (saved && t.name == field && t.role == Role::Input) t.storage = saved->storage;
+    }
+  }
+  // The module passes one tensor per input to every phase: fp32 in one phase (a row scalar there), fp32 in all.
+  std::set<std::string> fp32_inputs;
+  for (const intra::Program& p : phases)
+    for (const TensorInfo& t : p.tensors)
+      if (t.role == Role::Input && t.storage == DType::FP32) fp32_inputs.insert(t.name);
+  for (intra::Program& p : phases)
+    for (TensorInfo& t : p.tensors)
+      if (t.role == Role::Input && fp32_inputs.count(t.name)) t.storage = DType::FP32;
+  for (intra::Program& p : phases) choose_gemm_kernels(p);  // storage types may have changed
 }
 
 }  // namespace hectorgen::passes

@@ -39,9 +39,15 @@ intra::TraversalInstance lower_traversal(const intra::Program& p, const intra::T
 // GEMM needs a value the loop computes). Locals used inside one instance stay in registers.
 // `phase` (forward | forward_train | backward) names the kernels: <model>_fw_*, <model>_fwt_*, <model>_bw_*.
 // `saved` (forward_train): the fields the program returns for the backward, after the outputs. Stores that
-// nothing reads afterwards are dropped (drop_dead_stores).
+// nothing reads afterwards are dropped (drop_dead_stores). Every tensor gets its storage type
+// (TensorInfo::storage, docs/dtype_plan.md); bf16/fp16 models are lowered without atomics in every phase.
 std::optional<intra::Program> lower(const inter::Module& m, Diagnostics& diags, const std::string& phase = "forward",
                                     const std::vector<std::string>& saved = {});
+
+// Makes the phases (forward[, forward_train, backward]) agree on the storage of what they exchange: the backward's
+// inputs that are saved fields take the type forward_train stores them in (a narrow field, e.g. a softmax statistic,
+// stays fp32 in a 16-bit model), and an input fp32 in one phase (a GEMM's row scalar there) is fp32 in all.
+void unify_storage(std::vector<intra::Program>& phases);
 
 // Removes what the traversal instances compute for nobody: stores of fields and temporaries that are neither
 // outputs nor saved for the backward and that no later kernel reads (nor the kernel itself), then the

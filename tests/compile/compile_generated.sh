@@ -41,7 +41,32 @@ for spec in "${specs[@]}"; do
     status=1
   fi
 done
-echo "generated ${#dirs[@]} of ${#specs[@]} specs"
+# Storage types: 16-bit variants of specs (the spec's `dtype: fp32` replaced), written next to the originals in the
+# temporary directory (banners name them <spec>.<dtype>.yaml). Three, to keep the test's time: RGAT in bf16 (edge
+# softmax, weight gradients, segment sums), HGT in fp16 (per-node-type segments), and the PyTorch fallbacks of
+# rgat_concat_outer in bf16. (All five of specs/ and tests/specs/{gcn_shared,simplehgn} in both types compile too.)
+variants=0
+for variant_of in specs/rgat.yaml:bf16 specs/hgt.yaml:fp16 tests/specs/rgat_concat_outer.yaml:bf16; do
+  spec="${variant_of%:*}"
+  dtype="${variant_of#*:}"
+  variant="${spec%.yaml}.$dtype.yaml"
+  if ! grep -q '^  dtype: fp32$' "$spec"; then
+    echo "FAIL $spec (no line '  dtype: fp32' to make its $dtype variant from)"
+    status=1
+    continue
+  fi
+  mkdir -p "$tmp/$(dirname "$variant")"
+  sed 's/^  dtype: fp32$/  dtype: '"$dtype"'/' "$spec" > "$tmp/$variant"
+  out="$tmp/$variant.out"
+  if (cd "$tmp" && "$HECTORGEN" "$variant" -o "$out"); then
+    dirs+=("$out")
+    variants=$((variants + 1))
+  else
+    echo "FAIL $variant (hectorgen exited with $?)"
+    status=1
+  fi
+done
+echo "generated ${#dirs[@]} of ${#specs[@]} specs and $variants dtype variants"
 cd "$tmp"  # the lines name the files as <spec>/<file>
 "$SRC/tests/compile/compile_outputs.sh" "${dirs[@]#"$tmp/"}" || status=1
 exit $status

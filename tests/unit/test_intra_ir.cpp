@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <functional>
+#include <regex>
 
 #include "ir/intra/intra.h"
 #include "ir/intra/parser.h"
@@ -365,35 +366,52 @@ TEST_CASE("a program with every instance kind prints, parses back and verifies",
   CHECK(p->decl.find_hyper("d")->value == 64);
 }
 
+namespace {
+
+// kProgram in bf16: the header option, both instances, and the tensors' storage (the row scalar norm and the narrow
+// t_b stay fp32).
+std::string bf16_program() {
+  // (x, W and t_e in bf16, norm in fp32: the GEMM and the weight gradient run on tensor cores)
+  std::string t = replace(replace(replace(kProgram, "option dtype = \"fp32\"", "option dtype = \"bf16\""),
+                                  "n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt",
+                                  "n=64 dtype=bf16 tile=16 coarsen=1 store=plain kernel=tc"),
+                          "n=64 dtype=fp32 kernel=simt deterministic", "n=64 dtype=bf16 kernel=tc deterministic");
+  for (const char* line : {"tensor x: input node[64]\n", "tensor W: weight etype[64, 64]\n", "tensor b: weight etype[4]\n",
+                           "tensor y: output node[64] ", "tensor d_W: output etype[64, 64] ", "tensor d_b: output etype[4] ",
+                           "tensor t_e: temp edge[64]\n"}) {
+    std::string from = line, to = from.substr(0, from.size() - 1) + " bf16" + from.back();
+    t = replace(t, from, to);
+  }
+  return t;
+}
+
+}  // namespace
+
 TEST_CASE("GEMMs and weight gradients carry the model's dtype through print, parse and verify", "[intra][roundtrip][verifier]") {
-  // The same program in bf16: the header option and both instances say so. Its tensors are stored as fp32
-  // (the default storage), so the GEMM cannot read them as bf16 on tensor cores: SIMT, saying why; the weight
-  // gradient takes the tensor cores.
-  const std::string bf16 = replace(replace(replace(kProgram, "option dtype = \"fp32\"", "option dtype = \"bf16\""),
+  // The same program in tf32 (stored as fp32): the header option and both instances say so, both on tensor cores.
+  // (bf16 and fp16 programs also store their tensors in 16 bits: "tensors carry their storage type ..." below.)
+  const std::string tf32 = replace(replace(replace(kProgram, "option dtype = \"fp32\"", "option dtype = \"tf32\""),
                                            "n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt",
-                                           "n=64 dtype=bf16 tile=16 coarsen=1 store=plain kernel=simt(tc: x stored as fp32)"),
-                                   "n=64 dtype=fp32 kernel=simt deterministic", "n=64 dtype=bf16 kernel=tc deterministic");
-  REQUIRE(bf16 != kProgram);
+                                           "n=64 dtype=tf32 tile=16 coarsen=1 store=plain kernel=tc"),
+                                   "n=64 dtype=fp32 kernel=simt deterministic", "n=64 dtype=tf32 kernel=tc deterministic");
+  REQUIRE(tf32 != kProgram);
   std::string err;
-  auto p = parse_program_text(bf16, &err);
+  auto p = parse_program_text(tf32, &err);
   INFO(err);
   REQUIRE(p);
-  CHECK(print_program(*p) == bf16);
+  CHECK(print_program(*p) == tf32);
   CHECK(verify_program(*p) == "");
-  CHECK(std::get<GemmInstance>(p->kernels[0]).dtype == inter::DType::BF16);
-  CHECK(std::get<WeightGradInstance>(p->kernels[1]).dtype == inter::DType::BF16);
-  for (const char* d : {"tf32", "fp16"}) {
-    std::string text = replace(replace(bf16, "dtype=bf16", std::string("dtype=") + d), "dtype=bf16", std::string("dtype=") + d);
-    // tf32 stores fp32: the tensor-core kernel runs it
-    if (std::string(d) == "tf32") text = replace(text, "kernel=simt(tc: x stored as fp32)", "kernel=tc");
-    auto q = parse_program_text(text);
-    REQUIRE(q);
-    CHECK(inter::to_string(std::get<WeightGradInstance>(q->kernels[1]).dtype) == std::string(d));
-  }
+  CHECK(std::get<GemmInstance>(p->kernels[0]).dtype == inter::DType::TF32);
+  CHECK(std::get<WeightGradInstance>(p->kernels[1]).dtype == inter::DType::TF32);
+  auto q = parse_program_text(bf16_program(), &err);
+  INFO(err);
+  REQUIRE(q);
+  CHECK(std::get<GemmInstance>(q->kernels[0]).dtype == inter::DType::BF16);
+  CHECK(std::get<WeightGradInstance>(q->kernels[1]).dtype == inter::DType::BF16);
   // One dtype per model: an instance that disagrees with the header is rejected, either way round.
-  CHECK(verify_text(replace(bf16, "dtype=bf16 tile=16 coarsen=1 store=plain kernel=simt(tc: x stored as fp32)",
+  CHECK(verify_text(replace(tf32, "dtype=tf32 tile=16 coarsen=1 store=plain kernel=tc",
                             "dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt")) ==
-        "m_gemm: dtype=fp32 but the model's dtype is bf16");
+        "m_gemm: dtype=fp32 but the model's dtype is tf32");
   CHECK(verify_text(replace(kProgram, "dtype=fp32 kernel=simt deterministic", "dtype=fp16 kernel=simt deterministic")) ==
         "m_wgrad: dtype=fp16 but the model's dtype is fp32");
   // A misspelt dtype is a positioned syntax error.
@@ -486,6 +504,48 @@ TEST_CASE("a GEMM runs on tensor cores when its dtype, shape and storage types a
   wrong = *q;
   std::get<GemmInstance>(wrong.kernels[0]).tensor_cores = true;
   CHECK(verify_program(wrong) == "m_gemm: kernel=tc, but the tensor-core kernel cannot run it (k % 32)");
+}
+
+TEST_CASE("tensors carry their storage type through print, parse and verify", "[intra][roundtrip][verifier][dtype]") {
+  const std::string bf16 = bf16_program();
+  CHECK(bf16.find("tensor y: output node[64] bf16 zero_init\n") != std::string::npos);
+  CHECK(bf16.find("tensor norm: input edge[]\n") != std::string::npos);
+  std::string err;
+  auto p = parse_program_text(bf16, &err);
+  INFO(err);
+  REQUIRE(p);
+  CHECK(print_program(*p) == bf16);
+  CHECK(verify_program(*p) == "");
+  CHECK(p->find("x")->storage == inter::DType::BF16);
+  CHECK(p->find("t_e")->storage == inter::DType::BF16);
+  CHECK(p->find("norm")->storage == inter::DType::FP32);
+  CHECK(p->find("t_b")->storage == inter::DType::FP32);
+  // fp16 is the other 16-bit storage type.
+  const std::string fp16 = replace(std::regex_replace(bf16, std::regex(" bf16"), " fp16"), "option dtype = \"bf16\"", "option dtype = \"fp16\"");
+  auto q = parse_program_text(std::regex_replace(fp16, std::regex("dtype=bf16"), "dtype=fp16"), &err);
+  REQUIRE(q);
+  CHECK(q->find("W")->storage == inter::DType::FP16);
+  CHECK(verify_program(*q) == "");
+  // Each rule of the storage types.
+  CHECK(verify_text(replace(replace(bf16, "tensor x: input node[64] bf16", "tensor x: input node[64] fp16"),
+                            "store=plain kernel=tc", "store=plain kernel=simt(tc: x stored as fp16)")) ==
+        "tensor 'x' is stored as fp16 in a bf16 model");
+  CHECK(verify_text(replace(kProgram, "tensor t_e: temp edge[64]", "tensor t_e: temp edge[64] bf16")) ==
+        "tensor 't_e' is stored as bf16 in a fp32 model");
+  CHECK(verify_text(replace(replace(bf16, "tensor W: weight etype[64, 64] bf16", "tensor W: weight etype[64, 64]"),
+                            "store=plain kernel=tc", "store=plain kernel=simt(tc: W stored as fp32)")) ==
+        "weight 'W' is stored as fp32, but the bf16 model's parameters and results are bf16");
+  CHECK(verify_text(replace(bf16, "tensor d_W: output etype[64, 64] bf16", "tensor d_W: output etype[64, 64]")) ==
+        "output 'd_W' is stored as fp32, but the bf16 model's parameters and results are bf16");
+  CHECK(verify_text(replace(replace(bf16, "tensor norm: input edge[]", "tensor norm: input edge[] bf16"),
+                            "store=plain kernel=tc", "store=plain kernel=simt(tc: norm stored as bf16)")) ==
+        "m_gemm: row scalar 'norm' is stored as bf16 (row scalars multiply the fp32 accumulator: fp32)");
+  CHECK(verify_text(replace(replace(bf16, "t_e[row] = x[src[row]] · W[etype] * norm[row]", "y[dst[row]] += x[src[row]] · W[etype] * norm[row]"),
+                            "store=plain kernel=tc", "store=atomic kernel=simt(tc: y stored as bf16)")) ==
+        "m_gemm: adds atomically into 'y', stored as bf16 (atomics need fp32 storage)");
+  // An fp32 tensor needs no word (fp32 goldens are unchanged); `fp32` or `tf32` after the shape is no storage word.
+  CHECK_FALSE(parse_program_text(replace(kProgram, "tensor t_e: temp edge[64]", "tensor t_e: temp edge[64] tf32"), &err));
+  CHECK_THAT(err, Catch::Contains("error:"));
 }
 
 TEST_CASE("the program verifier rejects each broken rule", "[intra][verifier]") {
@@ -619,24 +679,24 @@ TEST_CASE("the weight gradient's kernel: tensor cores where the dtype and the sh
 
 TEST_CASE("the weight gradient's kernel and overwrite print, parse back and verify", "[intra][wgrad][roundtrip][verifier]") {
   // (its GEMM's rows are the edge types: SIMT, saying so)
-  const std::string bf16 = replace(replace(replace(kEtypeRows, "option dtype = \"fp32\"", "option dtype = \"bf16\""),
+  const std::string tc32 = replace(replace(replace(kEtypeRows, "option dtype = \"fp32\"", "option dtype = \"tf32\""),
                                            "dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt",
-                                           "dtype=bf16 tile=16 coarsen=1 store=plain kernel=simt(tc: rows=etypes)"),
-                                   "dtype=fp32 kernel=simt deterministic", "dtype=bf16 kernel=simt(tc: k % 64) deterministic");
+                                           "dtype=tf32 tile=16 coarsen=1 store=plain kernel=simt(tc: rows=etypes)"),
+                                   "dtype=fp32 kernel=simt deterministic", "dtype=tf32 kernel=simt(tc: k % 64) deterministic");
   std::string err;
-  auto p = parse_program_text(bf16, &err);
+  auto p = parse_program_text(tc32, &err);
   INFO(err);
   REQUIRE(p);
-  CHECK(print_program(*p) == bf16);
+  CHECK(print_program(*p) == tc32);
   CHECK(verify_program(*p) == "");
   CHECK(std::get<WeightGradInstance>(p->kernels[1]).kernel == WgradKernel::Simt);
   // kernel=tc where the tensor cores cannot compute it: the verifier says why.
-  CHECK(verify_text(replace(bf16, "kernel=simt(tc: k % 64)", "kernel=tc")) ==
+  CHECK(verify_text(replace(tc32, "kernel=simt(tc: k % 64)", "kernel=tc")) ==
         "m_wgrad: kernel=tc, but the tensor-core kernel cannot compute it (k % 64)");
   // The printed reason must be the instance's; an unknown kernel is a syntax error.
-  CHECK_FALSE(parse_program_text(replace(bf16, "kernel=simt(tc: k % 64)", "kernel=simt(tc: n % 64)"), &err));
+  CHECK_FALSE(parse_program_text(replace(tc32, "kernel=simt(tc: k % 64)", "kernel=simt(tc: n % 64)"), &err));
   CHECK_THAT(err, Catch::Contains("error: expected 'kernel=simt(tc: k % 64)' here [intra-syntax]"));
-  CHECK_FALSE(parse_program_text(replace(bf16, "kernel=simt(tc: k % 64)", "kernel=simt"), &err));
+  CHECK_FALSE(parse_program_text(replace(tc32, "kernel=simt(tc: k % 64)", "kernel=simt"), &err));
   CHECK_THAT(err, Catch::Contains("error: expected 'kernel=simt(tc: k % 64)' here [intra-syntax]"));
   CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt deterministic", "kernel=cutlass deterministic"), &err));
   CHECK_THAT(err, Catch::Contains("error: unknown weight-gradient kernel 'cutlass' (simt or tc) [intra-syntax]"));

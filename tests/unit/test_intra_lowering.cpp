@@ -60,7 +60,8 @@ std::vector<Program> lower_source(const std::string& path, const std::string& te
     out.back().saved = tm->saved;
     if (!lower(tm->backward, "backward", {})) out.pop_back();
   }
-  // As the driver does: every phase shares one preprocessing.
+  // As the driver does: the phases agree on the storage of what they exchange, and share one preprocessing.
+  passes::unify_storage(out);
   std::set<std::string> layouts;
   for (const auto& p : out) layouts.insert(p.layouts.begin(), p.layouts.end());
   for (auto& p : out) p.layouts = layouts;
@@ -363,18 +364,9 @@ TEST_CASE("tf32 models run their GEMMs on the tensor-core kernel: launchers, wor
   CHECK(emit::emit_kernels_h(simt, {"spec.yaml", "test"}).find("_w_t = nullptr;  // workspace") == std::string::npos);
 }
 
-TEST_CASE("bf16 storage: tensor-core launchers over __nv_bfloat16, SIMT fallbacks convert at loads and stores",
-          "[intra][emit][tc]") {
-  // What the storage rules (docs/dtype_plan.md) will set, simulated: every tensor bf16 but the atomic scatter's
-  // output and the row scalars (fp32), then the kernel choice again.
+TEST_CASE("bf16 storage: tensor-core launchers over __nv_bfloat16, W^T in bf16", "[intra][emit][tc]") {
   const std::string path = spec_path("rgcn.yaml");
   std::vector<Program> phases = lower_source(path, replace(read_file(path), "dtype: fp32", "dtype: bf16"));
-  for (Program& p : phases) {
-    for (TensorInfo& t : p.tensors)
-      if (t.name != "norm" && !(p.phase == "forward" && t.name == "h")) t.storage = inter::DType::BF16;
-    for (Kernel& k : p.kernels)
-      if (auto* g = std::get_if<GemmInstance>(&k)) g->tensor_cores = gemm_kernel_choice(p, *g).tensor_cores;
-  }
   for (const Program& p : phases) {
     CHECK(verify_program(p) == "");
     for (const Kernel& k : p.kernels)
@@ -384,43 +376,133 @@ TEST_CASE("bf16 storage: tensor-core launchers over __nv_bfloat16, SIMT fallback
       }
   }
   const emit::EmitContext ctx{"spec.yaml", "test"};
-  const std::string cu = emit::emit_kernels_cu(phases, ctx), host = emit::emit_host_cpp(phases, ctx);
-  CHECK(cu.find("hectorgen::tc::SegmentGemmArgs<__nv_bfloat16, float> gemm{};") != std::string::npos);  // the scatter
-  // The forward's first write of h stores into what the scatter then adds to atomically (fp32): bf16 in, fp32 out.
-  CHECK(cu.find("hectorgen::tc::launch_segment_gemm<__nv_bfloat16, 64, 64, hectorgen::tc::Epilogue::kStore, float>(gemm, stream);") !=
+  const std::string cu = emit::emit_kernels_cu(phases, ctx), h = emit::emit_kernels_h(phases, ctx);
+  CHECK(cu.find("hectorgen::tc::SegmentGemmArgs<__nv_bfloat16, __nv_bfloat16> gemm{};") != std::string::npos);
+  CHECK(cu.find("hectorgen::tc::launch_segment_gemm<__nv_bfloat16, 64, 64, hectorgen::tc::Epilogue::kStore>(gemm, stream);") !=
         std::string::npos);
-  CHECK(cu.find("hectorgen::tc::launch_segment_gemm<__nv_bfloat16, 64, 64, hectorgen::tc::Epilogue::kAtomic>(gemm, stream);") !=
+  CHECK(cu.find("Epilogue::kAtomic") == std::string::npos);  // 16-bit models are lowered without atomics
+  CHECK(cu.find("hectorgen::tc::launch_transpose_segments<__nv_bfloat16>(") != std::string::npos);
+  CHECK(h.find("__nv_bfloat16* rgcn_bw_gemm_d_feature_edges_w_t = nullptr;") != std::string::npos);
+  CHECK(cu.find("hectorgen::tc::launch_wgrad_partials<__nv_bfloat16, 64, 64>(wgrad, chunk_ptr, chunk_rows, partial, stream)") !=
         std::string::npos);
-  CHECK(cu.find("hectorgen::tc::launch_segment_gemm<__nv_bfloat16, 64, 64, hectorgen::tc::Epilogue::kAccumulate>(gemm, stream);") !=
-        std::string::npos);
-  CHECK(cu.find("hectorgen::tc::launch_transpose_segments<__nv_bfloat16>(a.W, a.rgcn_bw_gemm_d_feature_edges_w_t,") !=
-        std::string::npos);
-  // W^T's workspace is bf16, allocated as ATen's BFloat16 and passed as __nv_bfloat16*
-  CHECK(host.find("at::Tensor rgcn_bw_gemm_d_feature_edges_w_t = at::empty({num_etypes * 4096}, options.dtype(at::kBFloat16));") !=
-        std::string::npos);
-  CHECK(host.find("a.rgcn_bw_gemm_d_feature_edges_w_t = reinterpret_cast<__nv_bfloat16*>(rgcn_bw_gemm_d_feature_edges_w_t."
-                  "data_ptr<at::BFloat16>());") != std::string::npos);
+}
 
-  // A SIMT fallback over bf16 tensors (n = 48 does not fit the tensor-core kernel) converts with the intrinsics.
-  Program simt = phases.back();
-  for (TensorInfo& t : simt.tensors) {
-    if (t.name == "d$feature") t.shape.back() = 48;
-    if (t.name == "W0") t.shape.front() = 48;  // stored [n][k]
-  }
-  for (Kernel& k : simt.kernels)
-    if (auto* g = std::get_if<GemmInstance>(&k); g && g->y == "d$feature") {
-      g->n = 48;
-      g->tensor_cores = gemm_kernel_choice(simt, *g).tensor_cores;
-      CHECK(gemm_kernel_text(simt, *g) == "simt(tc: n % 64)");
+TEST_CASE("bf16 and fp16 models store tensors in 16 bits, except narrow rows, row scalars and graph inputs", "[intra][lowering][dtype]") {
+  for (const char* spec : {"/specs/rgcn.yaml", "/specs/rgat.yaml", "/specs/hgt.yaml", "/tests/specs/gcn_shared.yaml",
+                           "/tests/specs/simplehgn.yaml"}) {
+    const std::string path = std::string(HECTORGEN_SOURCE_DIR) + spec;
+    const std::string fp32 = read_file(path);
+    for (const char* name : {"fp32", "tf32", "bf16", "fp16"}) {
+      CAPTURE(spec, name);
+      const inter::DType dtype = *inter::parse_dtype(name);
+      const inter::DType storage = model_storage(dtype);
+      std::vector<Program> phases = lower_source(path, replace(fp32, "dtype: fp32", std::string("dtype: ") + name));
+      int sixteen = 0;
+      for (const Program& p : phases) {
+        CAPTURE(p.phase);
+        CHECK(verify_program(p) == "");
+        std::set<std::string> row_scalars;
+        for (const Kernel& k : p.kernels) {
+          // bf16/fp16 models are lowered without atomics, inference too; fp32 and tf32 inference keeps its scatters.
+          if (storage != inter::DType::FP32) CHECK(atomic_writes(k).empty());
+          if (auto* g = std::get_if<GemmInstance>(&k); g && !g->row_scalar.empty()) row_scalars.insert(g->row_scalar);
+        }
+        for (const TensorInfo& t : p.tensors) {
+          CAPTURE(t.name);
+          sixteen += t.storage != inter::DType::FP32;
+          if (storage == inter::DType::FP32) CHECK(t.storage == inter::DType::FP32);
+          else if (t.role == Role::Weight || t.role == Role::Output) CHECK(t.storage == storage);
+          else if (row_scalars.count(t.name) || !t.from_graph.empty()) CHECK(t.storage == inter::DType::FP32);
+          else if (t.role != Role::Input) CHECK(t.storage == (t.row_numel() < 32 ? inter::DType::FP32 : storage));
+        }
+      }
+      CHECK((sixteen > 0) == (storage != inter::DType::FP32));
+      // What the phases exchange has one type: the saved fields, and each input in every phase.
+      for (const std::string& field : phases.size() == 3 ? phases[1].saved : std::vector<std::string>{}) {
+        auto alias = phases[1].aliases.find(field);
+        const TensorInfo* stored = phases[1].find(alias == phases[1].aliases.end() ? field : alias->second);
+        const TensorInfo* read = phases[2].find(field);
+        REQUIRE(stored);
+        REQUIRE(read);
+        CHECK(stored->storage == read->storage);
+      }
+      for (const TensorInfo& t : phases[0].tensors)
+        if (t.role == Role::Input)
+          for (const Program& p : phases)
+            if (const TensorInfo* u = p.find(t.name)) CHECK(u->storage == t.storage);
+      // The text form carries the storage: it parses back to the same programs and the same generated files.
+      const std::string text = print_programs(phases);
+      CHECK((text.find(std::string("] ") + name) != std::string::npos) == (storage != inter::DType::FP32));
+      SourceFile file("spec.intra.ir", text);
+      Diagnostics d;
+      auto parsed = parse_programs(file, d);
+      REQUIRE(parsed);
+      CHECK(print_programs(*parsed) == text);
+      OutputSet from_ir, direct;
+      emit::emit_all(*parsed, {"spec.yaml", "test"}, from_ir);
+      emit::emit_all(phases, {"spec.yaml", "test"}, direct);
+      CHECK(from_ir.files() == direct.files());
     }
-  const std::string simt_cu = emit::emit_kernels_cu({simt}, ctx);
-  CHECK(simt_cu.find("const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, __nv_bfloat16* __restrict__ y,") !=
-        std::string::npos);
-  CHECK(simt_cu.find("xs[r][c] = (row < row_end && k < kK) ? __bfloat162float(x[row * (kHeads * kK) + head * kK + k]) : 0.f;") !=
-        std::string::npos);
-  CHECK(simt_cu.find("ws[r][c] = (wk < kK && wn < kN) ? __bfloat162float(w_slice[wn * kK + wk]) : 0.f;") != std::string::npos);
-  CHECK(simt_cu.find("y[row * (kHeads * kN) + head * kN + col] = __float2bfloat16(__bfloat162float(y[row * (kHeads * kN) + "
-                     "head * kN + col]) + acc[c]);") != std::string::npos);
+  }
+}
+
+TEST_CASE("RGAT in bf16: feature rows in bf16, the softmax's statistics in fp32", "[intra][lowering][dtype]") {
+  const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgat.yaml";
+  std::vector<Program> phases = lower_source(path, replace(read_file(path), "dtype: fp32", "dtype: bf16"));
+  const Program& fw = phases[0];
+  for (const char* name : {"feature", "W", "w_s", "h"}) CHECK(fw.find(name)->storage == inter::DType::BF16);
+  for (const char* name : {"att", "att_max", "att_sum"}) CHECK(fw.find(name)->storage == inter::DType::FP32);
+  const Program& bw = phases[2];
+  for (const char* name : {"d$feature", "d$W", "d$w_s", "d$h", "hs"}) CHECK(bw.find(name)->storage == inter::DType::BF16);
+  for (const char* name : {"att", "att_max", "att_sum", "d$att"}) CHECK(bw.find(name)->storage == inter::DType::FP32);
+  CHECK(print_programs(phases).find("tensor h: output node[1, 64] bf16\n") != std::string::npos);
+}
+
+TEST_CASE("bf16 and fp16 models: the generated files spell each tensor's storage type", "[intra][emit][dtype]") {
+  const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgcn.yaml";
+  struct Case {
+    const char* dtype;
+    const char* cuda;    // element type in the kernels
+    const char* header;  // the CUDA header that declares it
+    const char* aten;    // ATen's scalar type, and its element type
+    const char* element;
+    const char* torch;   // the Python module's DTYPE
+  } cases[] = {{"bf16", "__nv_bfloat16", "#include <cuda_bf16.h>", "at::kBFloat16", "at::BFloat16", "torch.bfloat16"},
+               {"fp16", "__half", "#include <cuda_fp16.h>", "at::kHalf", "at::Half", "torch.float16"}};
+  for (const Case& c : cases) {
+    CAPTURE(c.dtype);
+    std::vector<Program> phases = lower_source(path, replace(read_file(path), "dtype: fp32", std::string("dtype: ") + c.dtype));
+    OutputSet out;
+    emit::emit_all(phases, {"rgcn.yaml", "test"}, out);
+    const std::string &cu = out.files().at("rgcn_kernels.cu"), &h = out.files().at("rgcn_kernels.h"),
+                      &host = out.files().at("rgcn_host.cpp"), &py = out.files().at("rgcn.py"), &manifest = out.files().at("manifest.json");
+    // Kernels: 16-bit pointers, loads converted to float, stores rounded back, no atomics; norm (from the graph) is float.
+    CHECK(h.find(c.header) != std::string::npos);
+    CHECK(h.find(std::string("const ") + c.cuda + "* feature = nullptr;") != std::string::npos);
+    CHECK(h.find("const float* norm = nullptr;") != std::string::npos);
+    CHECK(h.find(std::string(c.cuda) + "* h = nullptr;") != std::string::npos);
+    CHECK(cu.find(std::string("= from_float<") + c.cuda + ">(") != std::string::npos);  // the traversals' stores
+    CHECK(cu.find(std::string("hectorgen::tc::launch_segment_gemm<") + c.cuda + ", 64, 64,") != std::string::npos);
+    CHECK(cu.find("atomicAdd") == std::string::npos);
+    CHECK(cu.find("const float* __restrict__ x") == std::string::npos);
+    // Host: each tensor checked and passed as its type; allocations name it; the message names the spec's dtype.
+    CHECK(host.find(std::string("check(feature, \"input 'feature'\", ") + c.aten) != std::string::npos);
+    CHECK(host.find("check(norm, \"input 'norm'\", at::kFloat") != std::string::npos);
+    CHECK(host.find(std::string("check(W, \"weight 'W'\", ") + c.aten) != std::string::npos);
+    CHECK(host.find(std::string("reinterpret_cast<") + c.cuda + "*>(feature.data_ptr<" + c.element + ">())") != std::string::npos);
+    CHECK(host.find(std::string("at::Tensor h = at::empty({num_nodes, 64}, options.dtype(") + c.aten + "));") != std::string::npos);
+    CHECK(host.find(std::string("feature.options().dtype(") + c.aten + ")") != std::string::npos);  // the Meta function
+    CHECK(host.find(std::string("(the spec's dtype is ") + c.dtype) != std::string::npos);
+    CHECK(host.find("data_ptr<float>()") != std::string::npos);  // norm
+    // Python: DTYPE, the parameters in it, another dtype refused naming the spec's.
+    CHECK(py.find(std::string("\nDTYPE = ") + c.torch + "\n") != std::string::npos);
+    CHECK(py.find("device=None, dtype=DTYPE, **hyper") != std::string::npos);
+    CHECK(py.find("if dtype != DTYPE:") != std::string::npos);
+    CHECK(py.find(std::string("(the spec's dtype: ") + c.dtype + ")") != std::string::npos);
+    CHECK(py.find("torch.zeros(s, device=device, dtype=DTYPE)") != std::string::npos);
+    CHECK(manifest.find(std::string("\"dtype\": \"") + c.dtype + "\"") != std::string::npos);
+    CHECK(manifest.find(std::string("\"storage\": \"") + c.dtype + "\"") != std::string::npos);
+  }
 }
 
 TEST_CASE("the committed .intra.ir goldens parse back to themselves", "[intra][roundtrip]") {

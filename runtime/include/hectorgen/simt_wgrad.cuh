@@ -16,11 +16,11 @@
 
 namespace hectorgen::simt {
 
-// x: [rows of X][heads][k], dy: [rows of dY][heads][n], any storage type T (converted to fp32 when loaded).
-template <class T>
+// x: [rows of X][heads][k], dy: [rows of dY][heads][n], any storage types (converted to fp32 when loaded).
+template <class T, class TD = T>
 struct WgradArgs {
   const T* x;
-  const T* dy;
+  const TD* dy;
   const int32_t* gather;   // X row of each row, or null (the row itself)
   const int32_t* scatter;  // dY row of each row, or null
   const float* scale;      // one scalar per row, or null
@@ -39,9 +39,9 @@ constexpr int wgrad_blocks_per_chunk() {
   return ((K + kWgradTile - 1) / kWgradTile) * ((N + kWgradTile - 1) / kWgradTile) * kHeads;
 }
 
-template <class T, int K, int N, int kHeads>
+template <class T, class TD, int K, int N, int kHeads>
 __global__ void __launch_bounds__(kWgradThreads)
-    wgrad_partial_kernel(const WgradArgs<T> a, const int32_t* __restrict__ chunk_ptr, int chunk_rows,
+    wgrad_partial_kernel(const WgradArgs<T, TD> a, const int32_t* __restrict__ chunk_ptr, int chunk_rows,
                          float* __restrict__ partial) {
   constexpr int kKTiles = (K + kWgradTile - 1) / kWgradTile, kNTiles = (N + kWgradTile - 1) / kWgradTile;
   constexpr int kBlocksPerChunk = kKTiles * kNTiles * kHeads;
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kWgradThreads)
       const int64_t d_row = !valid ? 0 : a.scatter ? static_cast<int64_t>(a.scatter[row]) : row;
       const float s = valid && a.scale ? a.scale[row] : 1.f;
       const T* xp = a.x + (x_row * kHeads + head) * K;
-      const T* dp = a.dy + (d_row * kHeads + head) * N;
+      const TD* dp = a.dy + (d_row * kHeads + head) * N;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int k = k0 + lc + j, n = n0 + lc + j;
@@ -112,14 +112,14 @@ __global__ void __launch_bounds__(kWgradThreads)
 // First half of the weight gradient: partial[chunk][h] for every chunk (chunk_ptr from launch_segment_tile_ptr
 // with chunk_rows = wgrad_chunk_rows(num_rows, wgrad_blocks_per_chunk<K, N, kHeads>())). partial holds
 // wgrad_max_chunks(num_rows, num_segments, chunk_rows) x kHeads x K x N floats.
-template <class T, int K, int N, int kHeads>
-cudaError_t launch_wgrad_partials(const WgradArgs<T>& a, const int32_t* chunk_ptr, int chunk_rows, float* partial,
+template <class T, int K, int N, int kHeads, class TD>
+cudaError_t launch_wgrad_partials(const WgradArgs<T, TD>& a, const int32_t* chunk_ptr, int chunk_rows, float* partial,
                                   cudaStream_t stream) {
   if (a.num_rows <= 0) return cudaSuccess;  // chunk_ptr is all zeros: the reduction writes zeros
   const int64_t blocks = wgrad_max_chunks(a.num_rows, a.num_segments, chunk_rows) *
                          wgrad_blocks_per_chunk<K, N, kHeads>();
   if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;  // never a truncated grid
-  wgrad_partial_kernel<T, K, N, kHeads>
+  wgrad_partial_kernel<T, TD, K, N, kHeads>
       <<<static_cast<unsigned>(blocks), kWgradThreads, 0, stream>>>(a, chunk_ptr, chunk_rows, partial);
   return cudaGetLastError();
 }

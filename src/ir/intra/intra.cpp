@@ -143,6 +143,26 @@ std::string gemm_kernel_text(const Program& p, const GemmInstance& g) {
   return c.reason.empty() ? "simt" : fmt::format("simt(tc: {})", c.reason);
 }
 
+inter::DType model_storage(inter::DType model) {
+  return model == inter::DType::BF16 || model == inter::DType::FP16 ? model : inter::DType::FP32;
+}
+
+namespace {
+void traversal_atomic_stores(const std::vector<Instr>& body, std::set<std::string>& out) {
+  for (const Instr& in : body) {
+    if (auto* s = std::get_if<Store>(&in.v); s && s->atomic) out.insert(s->tensor);
+    if (auto* l = std::get_if<EdgeLoop>(&in.v)) traversal_atomic_stores(l->body, out);
+  }
+}
+}  // namespace
+
+std::set<std::string> atomic_writes(const Kernel& k) {
+  std::set<std::string> out;
+  if (auto* g = std::get_if<GemmInstance>(&k); g && g->scatter != Gather::None) out.insert(g->y);
+  if (auto* t = std::get_if<TraversalInstance>(&k)) traversal_atomic_stores(t->body, out);
+  return out;
+}
+
 const char* to_string(Role r) {
   switch (r) {
     case Role::Input: return "input";
@@ -236,6 +256,7 @@ std::string print_program(const Program& p) {
   out += fmt::format("layouts {}\n", lay);
   for (const TensorInfo& t : p.tensors) {
     out += fmt::format("tensor {}: {} {}{}", t.name, to_string(t.role), inter::to_string(t.per), inter::shape_str(t.shape));
+    if (t.storage != inter::DType::FP32) out += fmt::format(" {}", inter::to_string(t.storage));  // fp32 is not printed
     if (t.zero_init) out += " zero_init";
     if (!t.from_graph.empty()) out += fmt::format(" from_graph={}", t.from_graph);
     out += "\n";
@@ -289,6 +310,7 @@ class ProgramVerifier {
       }
       if (n > limits::kRowElements) return fmt::format("tensor '{}' has {} or more elements per row or type", t.name, n);
     }
+    if (std::string e = storage(); !e.empty()) return e;
     for (const auto& [field, tensor] : p_.aliases)
       if (!p_.find(tensor)) return fmt::format("alias {} -> {}: unknown tensor", field, tensor);
     for (const Kernel& k : p_.kernels) {
@@ -343,6 +365,36 @@ class ProgramVerifier {
       return fmt::format("{}: per-node-type segments need '{}' per ntype and the layout '{}'", kernel, w.name, layout::kNtypePtr);
     if (s == Segments::None && w.per != inter::Per::None)
       return fmt::format("{}: '{}' has a slice per type but the kernel has no segments", kernel, w.name);
+    return {};
+  }
+
+  // Element storage types (docs/dtype_plan.md): fp32, or the 16-bit type of a bf16/fp16 model; the module's
+  // arguments and results (inputs, weights, outputs) in the model's storage type; atomics only on fp32.
+  std::string storage() const {
+    const inter::DType model = model_storage(p_.decl.options.dtype);
+    for (const TensorInfo& t : p_.tensors) {
+      if (t.storage == inter::DType::TF32) return fmt::format("tensor '{}': tf32 is an arithmetic class, not a storage type", t.name);
+      if (t.storage != inter::DType::FP32 && t.storage != model)
+        return fmt::format("tensor '{}' is stored as {} in a {} model", t.name, inter::to_string(t.storage),
+                           inter::to_string(p_.decl.options.dtype));
+      // Inputs may be fp32 too: those computed from the graph, and saved fields with narrow rows (the backward).
+      if ((t.role == Role::Weight || t.role == Role::Output) && t.storage != model)
+        return fmt::format("{} '{}' is stored as {}, but the {} model's parameters and results are {}", to_string(t.role), t.name,
+                           inter::to_string(t.storage), inter::to_string(p_.decl.options.dtype), inter::to_string(model));
+    }
+    for (const Kernel& k : p_.kernels) {
+      const std::string* scalar = std::get_if<GemmInstance>(&k)         ? &std::get<GemmInstance>(k).row_scalar
+                                  : std::get_if<WeightGradInstance>(&k) ? &std::get<WeightGradInstance>(k).row_scalar
+                                                                        : nullptr;
+      if (const TensorInfo* t = scalar && !scalar->empty() ? p_.find(*scalar) : nullptr; t && t->storage != inter::DType::FP32)
+        return fmt::format("{}: row scalar '{}' is stored as {} (row scalars multiply the fp32 accumulator: fp32)", kernel_name(k),
+                           t->name, inter::to_string(t->storage));
+    }
+    for (const Kernel& k : p_.kernels)
+      for (const std::string& a : atomic_writes(k))
+        if (const TensorInfo* t = p_.find(a); t && t->storage != inter::DType::FP32)
+          return fmt::format("{}: adds atomically into '{}', stored as {} (atomics need fp32 storage)", kernel_name(k), a,
+                             inter::to_string(t->storage));
     return {};
   }
 

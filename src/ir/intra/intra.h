@@ -25,7 +25,7 @@
 //   input feature: node[in_dim]
 //   ...
 //   layouts csr_by_dst, csr_by_src, etype_sorted_coo
-//   tensor feature: input node[64]
+//   tensor feature: input node[64]          (a bf16/fp16 storage type follows the shape: node[64] bf16)
 //   tensor t_hs: temp edge[1, 64]
 //   alias msg -> t_hs
 //
@@ -73,6 +73,8 @@ enum class Segments { None, Etype, Ntype };
 
 const char* to_string(Role r);      // input, weight, output, field, temp
 const char* cuda_type(inter::DType storage);  // float, __nv_bfloat16, __half (TF32 stores float)
+// The storage type of a model's inputs, weights and outputs: BF16/FP16 for bf16/fp16 models, FP32 for fp32 and tf32.
+inter::DType model_storage(inter::DType model);
 const char* to_string(Segments s);  // -, etype, ntype
 std::string gathered_row(Gather g); // row, src[row], dst[row]
 const char* rows_name(bool edge_rows, bool etype_rows = false);  // edges, nodes, etypes
@@ -190,6 +192,8 @@ const std::string& kernel_name(const Kernel& k);
 // The tensors a kernel stores into (the output of a GEMM, the rows a traversal stores, ...) and reads.
 std::set<std::string> kernel_writes(const Kernel& k);
 std::set<std::string> kernel_reads(const Kernel& k);
+// The tensors a kernel adds into atomically (a scattering GEMM's output, a traversal's atomic stores).
+std::set<std::string> atomic_writes(const Kernel& k);
 
 // True when the traversal template can emit `e` (else the statement falls back to PyTorch calls).
 bool traversal_supports(const inter::ExprP& e);

@@ -610,6 +610,9 @@ class ProgramParser {
       while (c.accept(","));
       c.expect("]");
     }
+    // The element storage type when it is not fp32 (print_program writes fp32 as nothing).
+    if (c.accept("bf16")) t.storage = inter::DType::BF16;
+    else if (c.accept("fp16")) t.storage = inter::DType::FP16;
     t.zero_init = c.accept("zero_init");
     if (c.accept("from_graph=")) t.from_graph = c.ident("a graph layout");
     c.end();
