@@ -578,7 +578,9 @@ std::string emit_kernels_cu(const std::vector<Program>& ir_phases, const EmitCon
   v["phases"] = phase_names;
   v["num_gemm"] = std::to_string(all.gemms);
   v["num_traversal"] = std::to_string(all.travs);
-  v["helpers"] = device_helpers(all.helpers);
+  const std::string conversions = storage_helpers(storage_types(phases));
+  const std::string helpers = device_helpers(all.helpers);
+  v["helpers"] = conversions.empty() ? helpers : helpers.empty() ? conversions : conversions + "\n" + helpers;
   std::string includes;
   for (const std::string& h : all.includes) includes += fmt::format("#include \"{}\"\n", h);
   v["runtime_includes"] = includes.empty() ? "" : "\n" + includes;

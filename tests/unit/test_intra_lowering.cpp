@@ -481,6 +481,7 @@ TEST_CASE("bf16 and fp16 models: the generated files spell each tensor's storage
     CHECK(h.find(std::string("const ") + c.cuda + "* feature = nullptr;") != std::string::npos);
     CHECK(h.find("const float* norm = nullptr;") != std::string::npos);
     CHECK(h.find(std::string(c.cuda) + "* h = nullptr;") != std::string::npos);
+    CHECK(cu.find(std::string("__device__ __forceinline__ float to_float(") + c.cuda + " v)") != std::string::npos);
     CHECK(cu.find(std::string("= from_float<") + c.cuda + ">(") != std::string::npos);  // the traversals' stores
     CHECK(cu.find(std::string("hectorgen::tc::launch_segment_gemm<") + c.cuda + ", 64, 64,") != std::string::npos);
     CHECK(cu.find("atomicAdd") == std::string::npos);
