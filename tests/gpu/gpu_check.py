@@ -1432,6 +1432,16 @@ class Checker:
         self.guarded(name, gname, "CUDA graph: forward captured, replayed vs eager", captured(infer), tol, "capture",
                      "capture")
         if train:
+            # The leaves' gradient accumulators were made by the eager calls above, on the default stream; a
+            # capture on a side stream must not depend on it (PyTorch: "AccumulateGrad node's stream does not
+            # match"). Fresh leaves with the same values get theirs during the capture's side-stream warm-up.
+            with torch.no_grad():
+                for i, t in enumerate(xs):
+                    xs[i] = t.detach().clone().requires_grad_(t.requires_grad)
+                for w, p in list(params.items()):
+                    fresh = torch.nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad)
+                    setattr(layer, w, fresh)
+                    params[w] = fresh
             self.guarded(name, gname, "CUDA graph: training step captured, replayed vs eager", captured(step), tol,
                          "capture", "capture")
         layer.zero_grad(set_to_none=True)
