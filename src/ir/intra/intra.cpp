@@ -448,10 +448,12 @@ class ProgramVerifier {
     const TensorInfo *x = operand(wg.name, wg.x, false, err), *dy = x ? operand(wg.name, wg.dy, false, err) : nullptr,
                      *dw = dy ? operand(wg.name, wg.dw, true, err) : nullptr;
     if (!dw) return err;
-    // One element type for both operands (the kernels' T); dW and the partial sums have their own.
-    if (std::string(cuda_type(x->storage)) != cuda_type(dy->storage))
-      return fmt::format("{}: '{}' and '{}' are stored as {} and {}; the kernels read both in one type", wg.name, wg.x, wg.dy,
-                         cuda_type(x->storage), cuda_type(dy->storage));
+    // The tensor-core kernel reads both operands in the dtype's storage type (its T); the CUDA-core one converts
+    // each from its own. dW and the partial sums have their own types.
+    const inter::DType t = model_storage(wg.dtype);
+    if (wg.kernel == WgradKernel::TensorCore && (x->storage != t || dy->storage != t))
+      return fmt::format("{}: kernel=tc, but '{}' and '{}' are stored as {} and {}; the tensor-core kernel reads both as {}",
+                         wg.name, wg.x, wg.dy, cuda_type(x->storage), cuda_type(dy->storage), cuda_type(t));
     if (x->row_numel() != wg.heads * wg.k || dy->row_numel() != wg.heads * wg.n)
       return fmt::format("{}: rows of {} and {} have {} and {} elements, expected {} x {} and {} x {}", wg.name, wg.x, wg.dy,
                          x->row_numel(), dy->row_numel(), wg.heads, wg.k, wg.heads, wg.n);
