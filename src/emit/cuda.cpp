@@ -407,7 +407,6 @@ GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
   const intra::SegmentSumInstance& ss = std::get<intra::SegmentSumInstance>(k);
   std::string seg = ss.segments == intra::Segments::Etype ? "etype" : ss.segments == intra::Segments::Ntype ? "ntype" : "";
   const std::string rows = rows_expr(ss.edge_rows, false, "a."), segs = segments_expr(ss.segments, "a.");
-  const TensorInfo* v = p.find(ss.v);
   const TensorInfo* dw = p.find(ss.dw);
   GemmCode c;
   c.includes.insert("hectorgen/segments.cuh");
@@ -429,7 +428,6 @@ GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
       fmt::arg("seg_ptr", seg.empty() ? "nullptr" : fmt::format("a.{}_ptr", seg)), fmt::arg("segs", segs),
       fmt::arg("chunks", workspace_name(ss.name, "chunk_ptr")), fmt::arg("partials", workspace_name(ss.name, "partial")),
       fmt::arg("out_t", intra::cuda_type(dw ? dw->storage : inter::DType::FP32)));
-  (void)v;
   return c;
 }
 

@@ -323,7 +323,7 @@ class Compiler:
         obj = self.work / "obj" / f"{cu.stem}.{arch}.o"
         obj.parent.mkdir(exist_ok=True)
         return [self.nvcc, "-std=c++17", f"-arch={arch}", "-c", str(cu), "-o", str(obj),
-                *[f"-I{d}" for d in includes], "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror",
+                f"-I{ROOT / 'runtime' / 'include'}", *[f"-I{d}" for d in includes], "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror",
                 *(["-fdevice-syntax-only"] if syntax_only else [])]
 
     def host_cmd(self, cpp: Path, includes: list[Path]) -> list[str]:
@@ -342,10 +342,13 @@ class Compiler:
 
 # What the generated files include before their own headers (the unity files include these first, outside the
 # namespaces).
-CU_PRELUDE = ["#include <algorithm>", "#include <cstdint>", "#include <cuda_runtime.h>"]
+CU_PRELUDE = ["#include <algorithm>", "#include <cstdint>", "#include <cuda_runtime.h>", "#include <cuda_bf16.h>",
+              "#include <cuda_fp16.h>", '#include "hectorgen/segments.cuh"', '#include "hectorgen/simt_wgrad.cuh"',
+              '#include "hectorgen/tc_gemm.cuh"']
 HOST_PRELUDE = ["#include <ATen/cuda/CUDAContext.h>", "#include <c10/cuda/CUDAException.h>",
                 "#include <c10/cuda/CUDAGuard.h>", "#include <torch/extension.h>", "#include <torch/library.h>",
-                "#include <cstdint>", "#include <cuda_runtime.h>", '#include "hectorgen/runtime_version.h"']
+                "#include <cstdint>", "#include <cuda_runtime.h>", '#include "hectorgen/runtime_version.h"',
+                '#include "hectorgen/segments.h"']
 
 PY_CHECK = r'''
 import builtins, importlib.util, inspect, json, keyword, sys, torch
