@@ -19,6 +19,13 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// Maximum of `v` over the 32 lanes of the warp, returned to every lane.
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
 
 // ==== forward ====
 
@@ -179,32 +186,38 @@ __global__ void __launch_bounds__(256) hgt_fw_nodes_att_max(
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
     // n["att_max"] = -1e+30
     float v_att_max = -1e+30f;
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+    // the lanes split the edges: lane l takes positions l, l + 32, ...
+    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
       const int64_t e = in_eid[i_e];
       // n["att_max"] = max(n["att_max"], e["att"])
       const float v_att = att[e];
       v_att_max = fmaxf(v_att_max, v_att);
     }
-    __syncwarp();
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+    v_att_max = warp_max(v_att_max);
+    // the lanes split the edges: lane l takes positions l, l + 32, ...
+    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
       const int64_t e = in_eid[i_e];
       // e["att"] = exp(e["att"] - e.dst["att_max"])
-      float v_att = __shfl_sync(0xffffffffu, lane == 0 ? att[e] : 0.f, 0);
+      float v_att = att[e];
       v_att = expf(v_att - v_att_max);
-      if (lane == 0) att[e] = v_att;
+      att[e] = v_att;
     }
     // n["att_sum"] = 0.0
     float v_att_sum = 0.0f;
-    __syncwarp();
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+    float v_att_sum_share = 0.0f;
+    // the lanes split the edges: lane l takes positions l, l + 32, ...
+    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
       const int64_t e = in_eid[i_e];
       // n["att_sum"] += e["att"]
       const float v_att = att[e];
-      v_att_sum += v_att;
+      v_att_sum_share += v_att;
     }
+    v_att_sum += warp_sum(v_att_sum_share);
     float v_agg[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_agg[j] = 0.0f;
+    __syncwarp();
+    #pragma unroll 4  // several edges' loads in flight at once
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       float v_msg[2];
@@ -274,31 +287,38 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
   for (int64_t n = first_row; n < num_rows; n += row_stride) {
     // n["att_max"] = -1e+30
     float v_att_max = -1e+30f;
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+    // the lanes split the edges: lane l takes positions l, l + 32, ...
+    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // n["att_max"] = max(n["att_max"], e["att$0"])
       v_att_max = fmaxf(v_att_max, v_att__0);
     }
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+    v_att_max = warp_max(v_att_max);
+    // the lanes split the edges: lane l takes positions l, l + 32, ...
+    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["att$1"] = exp(e["att$0"] - e.dst["att_max"])
       const float v_att__1 = expf(v_att__0 - v_att_max);
-      if (lane == 0) att__1[e] = v_att__1;
+      att__1[e] = v_att__1;
     }
     // n["att_sum"] = 0.0
     float v_att_sum = 0.0f;
-    __syncwarp();
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+    float v_att_sum_share = 0.0f;
+    // the lanes split the edges: lane l takes positions l, l + 32, ...
+    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
       const int64_t e = in_eid[i_e];
       // n["att_sum"] += e["att$1"]
       const float v_att__1 = att__1[e];
-      v_att_sum += v_att__1;
+      v_att_sum_share += v_att__1;
     }
+    v_att_sum += warp_sum(v_att_sum_share);
     float v_agg[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_agg[j] = 0.0f;
+    __syncwarp();
+    #pragma unroll 4  // several edges' loads in flight at once
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       float v_msg[2];
@@ -401,6 +421,7 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
     const float v_att_sum = att_sum[n];
     const float v_att_max = att_max[n];
     float v_d_att_sum = 0.0f;
+    #pragma unroll 4  // several edges' loads in flight at once
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       float v_msg[2];
@@ -428,7 +449,10 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
     float v_d_att_max = 0.0f;
     float v_att_max_ties = 0.0f;
     __syncwarp();
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+    float v_att_max_ties_share = 0.0f;
+    float v_d_att_max_share = 0.0f;
+    // the lanes split the edges: lane l takes positions l, l + 32, ...
+    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["d$att$1"] += n["d$att_sum"]
@@ -437,18 +461,21 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
       // e["d$att$0"] += e["d$att$1"] * exp(e.att$0 - e.dst.att_max)
       const float v_d_att__0 = v_d_att__1 * expf(v_att__0 - v_att_max);
       // e.dst["d$att_max"] += -(e["d$att$1"] * exp(e.att$0 - e.dst.att_max))
-      v_d_att_max += -(v_d_att__1 * expf(v_att__0 - v_att_max));
+      v_d_att_max_share += -(v_d_att__1 * expf(v_att__0 - v_att_max));
       // n["att_max$ties"] += max_grad(e.att$0, n.att_max)
-      v_att_max_ties += (v_att__0 >= v_att_max ? 1.f : 0.f);
-      if (lane == 0) d_att__0[e] = v_d_att__0;
+      v_att_max_ties_share += (v_att__0 >= v_att_max ? 1.f : 0.f);
+      d_att__0[e] = v_d_att__0;
     }
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+    v_att_max_ties += warp_sum(v_att_max_ties_share);
+    v_d_att_max += warp_sum(v_d_att_max_share);
+    // the lanes split the edges: lane l takes positions l, l + 32, ...
+    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["d$att$0"] += n["d$att_max"] * max_grad(e.att$0, n.att_max) / max(n["att_max$ties"], 1.0)
-      float v_d_att__0 = __shfl_sync(0xffffffffu, lane == 0 ? d_att__0[e] : 0.f, 0);
+      float v_d_att__0 = d_att__0[e];
       v_d_att__0 += v_d_att_max * (v_att__0 >= v_att_max ? 1.f : 0.f) / fmaxf(v_att_max_ties, 1.0f);
-      if (lane == 0) d_att__0[e] = v_d_att__0;
+      d_att__0[e] = v_d_att__0;
     }
   }
 }
@@ -551,6 +578,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
     float v_d_v[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_v[j] = 0.0f;
+    #pragma unroll 4  // several edges' loads in flight at once
     for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
       const int64_t e = out_eid[i_e];
       float scatter[2];
@@ -608,6 +636,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
     float v_d_k[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_k[j] = 0.0f;
+    #pragma unroll 4  // several edges' loads in flight at once
     for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
       const int64_t e = out_eid[i_e];
       float scatter[2];
@@ -681,6 +710,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
     float v_d_q[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_q[j] = 0.0f;
+    #pragma unroll 4  // several edges' loads in flight at once
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       float scatter[2];

@@ -191,6 +191,7 @@ __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
     float v_h[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_h[j] = h[n * 64 + lane + 32 * j];
+    #pragma unroll 4  // several edges' loads in flight at once
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       float scatter[2];
@@ -323,6 +324,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
     float v_d_feature[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_feature[j] = d_feature[n * 64 + lane + 32 * j];
+    #pragma unroll 4  // several edges' loads in flight at once
     for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
       const int64_t e = out_eid[i_e];
       float scatter[2];

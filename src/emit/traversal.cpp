@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <stdexcept>
+#include <utility>
 
 #include "emit/emit.h"
 #include "emit/printer.h"
@@ -136,6 +137,8 @@ class TraversalPrinter {
     std::string ptr = in ? "in_ptr" : "out_ptr", eid = in ? "in_eid" : "out_eid";
     graph_used_.insert(ptr);
     graph_used_.insert(eid);
+    if (l.split) return split_loop(l, ptr, eid);
+    line("#pragma unroll 4  // several edges' loads in flight at once");
     line(fmt::format("for (int32_t {i} = {p}[{n}]; {i} < {p}[{n} + 1]; ++{i}) {{", fmt::arg("i", l.pos), fmt::arg("p", ptr),
                      fmt::arg("n", l.node)));
     {
@@ -146,6 +149,74 @@ class TraversalPrinter {
       scopes_.pop_back();
     }
     line("}");
+  }
+
+  // A loop whose iterations the lanes split (EdgeLoop::split): each lane walks every 32nd edge; a sum of
+  // the enclosing scope collects the lane's share in a register of its own, a maximum in the register
+  // itself (every lane starts from the same value), and both combine over the warp after the loop.
+  void split_loop(const EdgeLoop& l, const std::string& ptr, const std::string& eid) {
+    std::map<std::string, ReduceOp> acc;
+    for (const Instr& in : l.body)
+      if (auto* u = std::get_if<Update>(&in.v); u && !defined_in(l.body, u->name)) acc.emplace(u->name, accumulation(*u));
+    std::map<std::string, std::string> shares;
+    for (const auto& [x, op] : acc) {
+      if (op != ReduceOp::Sum) continue;
+      std::string share = unique_name(x + "_share");
+      shares[x] = share;
+      int64_t k = reg(x).slots();
+      if (k == 1) line(fmt::format("float {} = 0.0f;", share));
+      else line(fmt::format("float {}[{}] = {{}};", share, k));
+    }
+    line("// the lanes split the edges: lane l takes positions l, l + 32, ...");
+    line(fmt::format("for (int32_t {i} = {p}[{n}] + lane; {i} < {p}[{n} + 1]; {i} += 32) {{", fmt::arg("i", l.pos), fmt::arg("p", ptr),
+                     fmt::arg("n", l.node)));
+    {
+      CodeWriter::Indent indent(*w_);
+      line(fmt::format("const int64_t {} = {}[{}];", l.var, eid, l.pos));
+      scopes_.emplace_back();
+      std::map<std::string, std::string> outer = std::exchange(share_of_, shares);
+      split_ = true;
+      block(l.body);
+      split_ = false;
+      share_of_ = std::move(outer);
+      scopes_.pop_back();
+    }
+    line("}");
+    for (const auto& [x, op] : acc) {
+      bool sum = op == ReduceOp::Sum;
+      helpers_.insert(sum ? "warp_sum" : "warp_max");
+      slots(reg(x).slots(), [&](const std::string& j) {
+        std::string a = reg(x).slots() == 1 ? x : fmt::format("{}[{}]", x, j);
+        if (!sum) return fmt::format("{} = warp_max({});", a, a);
+        return fmt::format("{} += warp_sum({});", a, reg(x).slots() == 1 ? shares.at(x) : fmt::format("{}[{}]", shares.at(x), j));
+      });
+    }
+  }
+
+  static bool defined_in(const std::vector<Instr>& body, const std::string& name) {
+    for (const Instr& in : body)
+      if (auto* d = std::get_if<Def>(&in.v); d && d->name == name) return true;
+    return false;
+  }
+
+  // `base`, or base with underscores appended, so that it names nothing else in the kernel.
+  std::string unique_name(std::string base) const {
+    std::set<std::string> taken;
+    std::function<void(const std::vector<Instr>&)> walk = [&](const std::vector<Instr>& body) {
+      for (const Instr& in : body) {
+        if (auto* d = std::get_if<Def>(&in.v)) taken.insert(d->name);
+        else if (auto* x = std::get_if<IndexDef>(&in.v)) taken.insert(x->name);
+        else if (auto* l = std::get_if<EdgeLoop>(&in.v)) {
+          taken.insert({l->var, l->pos});
+          walk(l->body);
+        }
+      }
+    };
+    walk(t_.body);
+    taken.insert(t_.row);
+    for (const TensorInfo& t : p_.tensors) taken.insert(t.name);
+    while (taken.count(base) || is_kernel_reserved(base)) base += "_";
+    return base;
   }
 
   // `body(j)` for every slot j of a register of `slots` slots: one statement, or an unrolled loop.
@@ -181,7 +252,7 @@ class TraversalPrinter {
       const TensorInfo& t = tensor(l->tensor);
       int64_t n = t.row_numel();
       auto elem = [&](const std::string& j) {
-        if (ty.layout == LaneLayout::Replicated && l->lane0)
+        if (ty.layout == LaneLayout::Replicated && l->lane0 && !split_)  // in a split loop the lane's own edge
           return fmt::format("__shfl_sync(0xffffffffu, lane == 0 ? {} : 0.f, 0)", load_elem(t, address(t, l->row, j)));
         if (ty.layout == LaneLayout::Replicated) return load_elem(t, address(t, l->row, j));
         std::string idx = lane_element(j);
@@ -281,8 +352,11 @@ class TraversalPrinter {
   void update(const Update& u) {
     const RegType& ty = reg(u.name);
     const char* op = inter::to_string(u.op);
-    if (ty.slots() == 1) return line(fmt::format("{} {} {};", u.name, op, value(u.value, ty, "0").text));
-    slots(ty.slots(), [&](const std::string& j) { return fmt::format("{}[{}] {} {};", u.name, j, op, value(u.value, ty, j).text); });
+    // In a split loop a sum of the enclosing scope adds to the lane's share.
+    auto share = share_of_.find(u.name);
+    const std::string& x = share == share_of_.end() ? u.name : share->second;
+    if (ty.slots() == 1) return line(fmt::format("{} {} {};", x, op, value(u.value, ty, "0").text));
+    slots(ty.slots(), [&](const std::string& j) { return fmt::format("{}[{}] {} {};", x, j, op, value(u.value, ty, j).text); });
   }
 
   void store(const Store& s) {
@@ -296,8 +370,9 @@ class TraversalPrinter {
       return s.atomic ? fmt::format("atomicAdd(&{}, {});", a, v) : store_elem(t, a, v, false);  // atomics: fp32 only
     };
     if (s.lanes == StoreLanes::Lane0) {
-      if (n == 1) return line("if (lane == 0) " + put("0", "0"));
-      return line(fmt::format("if (lane == 0) for (int j = 0; j < {}; ++j) {}", n, put("j", "j")));
+      std::string who = split_ ? "" : "if (lane == 0) ";  // in a split loop: every lane, its own edge
+      if (n == 1) return line(who + put("0", "0"));
+      return line(fmt::format("{}for (int j = 0; j < {}; ++j) {}", who, n, put("j", "j")));
     }
     slots(k, [&](const std::string& j) {
       std::string idx = lane_element(j);
@@ -383,6 +458,8 @@ class TraversalPrinter {
   CodeWriter* w_ = nullptr;
   std::vector<std::map<std::string, RegType>> scopes_;
   std::set<std::string> graph_used_, tensors_used_, written_, helpers_;
+  bool split_ = false;                           // printing the body of a split loop
+  std::map<std::string, std::string> share_of_;  // in a split loop: a summed register -> the lane's share
 };
 
 }  // namespace

@@ -103,6 +103,7 @@ class TraversalLowering {
     finish(row);
     t.body = assemble(row);
     rename(t);
+    intra::split_edge_loops(t);
     intra::insert_warp_syncs(t);
     if (std::string e = intra::verify_traversal(p_, t); !e.empty())
       throw std::logic_error("lower_traversal: the instance does not verify: " + e + "\n" + intra::print_traversal(t));

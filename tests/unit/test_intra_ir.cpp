@@ -2,8 +2,11 @@
 // verify (one negative test per rule), and get the warp syncs they need.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstring>
 #include <functional>
 #include <regex>
+#include <sstream>
 
 #include "ir/intra/intra.h"
 #include "ir/intra/parser.h"
@@ -281,6 +284,69 @@ TEST_CASE("warp syncs go where lanes exchange values through global memory", "[i
   CHECK(find_warp_hazard(v)->tensor == "t_ht");
   insert_warp_syncs(v);
   CHECK(print_traversal(v).find("    store t_ht[e] = x by lanes\n    sync\n    let y:") != std::string::npos);
+}
+
+TEST_CASE("the lanes split the loops of scalar work; syncs follow who owns each edge's rows", "[intra][split][sync]") {
+  TraversalInstance t = parse(kSoftmax);
+  split_edge_loops(t);
+  // The max, the exp and the sum loops hold scalar work only; the last loop holds 64-wide messages.
+  std::string split = print_traversal(t);
+  CHECK(std::count(split.begin(), split.end(), '\n') == std::count(kSoftmax, kSoftmax + std::strlen(kSoftmax), '\n'));
+  size_t n_split = 0;
+  for (size_t at = split.find(" at i_e split:"); at != std::string::npos; at = split.find(" at i_e split:", at + 1)) ++n_split;
+  CHECK(n_split == 3);
+  CHECK(split.find("    for e in csr_by_dst.incoming(n) at i_e:\n        let v_msg") != std::string::npos);
+  // The split text parses back to the same instance.
+  CHECK(print_traversal(parse(split)) == split);
+  // A lane reads back its own edges' att (written by the same lane in the exp loop): no sync between the
+  // split loops, none inside them; the whole-warp loop reads every edge's att, so one sync before it (and
+  // one inside it, where lane 0 overwrites the att the other lanes have read).
+  insert_warp_syncs(t);
+  std::string synced = print_traversal(t);
+  INFO(synced);
+  CHECK(verify(synced).empty());
+  CHECK(synced.find("    sync\n    for e in csr_by_dst.incoming(n) at i_e:\n        let v_msg") != std::string::npos);
+  CHECK(synced.find("    sync\n    for e in csr_by_dst.incoming(n) at i_e split:") == std::string::npos);
+  bool in_split = false;
+  std::istringstream lines(synced);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("    for ", 0) == 0) in_split = line.find(" split:") != std::string::npos;
+    else if (line.rfind("        ", 0) != 0) in_split = false;
+    CHECK_FALSE((in_split && line == "        sync"));
+  }
+  // A split loop after the whole-warp loop that reads att must wait for lane 0's stores.
+  TraversalInstance after = parse(std::string(kSoftmax) + "    var v_chk: [1] replicated(1) = 0\n"
+                                  "    for e in csr_by_dst.incoming(n) at i_e:\n"
+                                  "        let v_a2: [1] replicated(1) = load att[e]\n"
+                                  "        v_chk += v_a2\n");
+  split_edge_loops(after);
+  insert_warp_syncs(after);
+  std::string tail = print_traversal(after);
+  CHECK(tail.find("    sync\n    for e in csr_by_dst.incoming(n) at i_e split:\n        let v_a2") != std::string::npos);
+  // Splitting is recomputed: a loop that gains a vector value is unsplit.
+  for (Instr& in : after.body)
+    if (auto* l = std::get_if<EdgeLoop>(&in.v)) l->split = true;
+  split_edge_loops(after);
+  CHECK(print_traversal(after).find("at i_e split:\n        let v_msg") == std::string::npos);
+}
+
+TEST_CASE("the verifier rejects split loops whose body the lanes cannot split", "[intra][split][verifier]") {
+  auto with_split = [](std::string text) { return replace(text, "at i_e:\n        let v_msg", "at i_e split:\n        let v_msg"); };
+  CHECK(verify(with_split(kSoftmax)).find("the lanes cannot split the loop over 'e': 'v_msg' is spread over the lanes") != std::string::npos);
+  const std::string base = R"(traversal k: rows=dst_nodes(n) threads=256
+    var acc: [1] replicated(1) = 0
+    for e in csr_by_dst.incoming(n) at i_e split:
+        let a: [1] replicated(1) = load att[e]
+        acc += a
+    store att_sum[n] = acc by lane0
+)";
+  CHECK(verify(base).empty());
+  CHECK(verify(replace(base, "acc += a", "acc *= a")).find("updated by more than a sum or a maximum") != std::string::npos);
+  CHECK(verify(replace(base, "acc += a", "acc = max(acc, a)\n        acc += a")).find("both summed and maximised") != std::string::npos);
+  CHECK(verify(replace(base, "acc += a", "acc += a\n        let b: [1] replicated(1) = a + acc")).find("accumulated and read") != std::string::npos);
+  CHECK(verify(replace(base, "acc += a", "acc += a\n        store att_max[n] = a by lane0")).find("not the loop edge's") != std::string::npos);
+  CHECK(verify(replace(base, "acc += a", "acc = max(a, acc)")).empty());
+  CHECK(verify(replace(base, "acc += a", "acc += a * acc")).find("more than a sum") != std::string::npos);
 }
 
 namespace {

@@ -541,13 +541,13 @@ TEST_CASE("RGAT's node softmax keeps the node's values in registers and syncs wh
   const TraversalInstance& t = traversal(phases, "rgat_fw_nodes_att_max");
   CHECK(t.rows == inter::LoopKind::DstNodes);
   // att_max, att_sum and h are registers of the whole row (in inference only h is stored: nothing reads the
-  // others afterwards). The loop that overwrites att[e] for the later loops loads it by lane 0 (which also
-  // stores it) and shuffles it to the other lanes: no other lane touches those rows in the loop, so no sync
-  // inside it; one sync before each loop whose accesses to att cross lanes with an earlier loop's (all lanes
-  // read att, then lane 0 overwrites it; lane 0 wrote it, then all lanes read it). The last loop's new att
-  // is not stored (nothing reads it in inference).
-  CHECK(outline(t.body) == std::vector<std::string>{"var v_att_max", "for e", "sync", "for e", "var v_att_sum", "sync", "for e",
-                                                    "var v_h", "for e", "store h"});
+  // others afterwards). The max, exp and sum loops hold scalar work only: the lanes split their edges, and
+  // the lane that overwrites an edge's att in the exp loop is the one that reads it in the others, so no
+  // sync between them; one sync before the message loop, where every lane reads every edge's att. The last
+  // loop's new att is not stored (nothing reads it in inference).
+  CHECK(outline(t.body) == std::vector<std::string>{"var v_att_max", "for e", "for e", "var v_att_sum", "for e", "var v_h", "sync",
+                                                    "for e", "store h"});
+  for (size_t k = 0; k < 4; ++k) CHECK(loop_at(t, k).split == (k < 3));
   CHECK(outline(loop_at(t, 0).body) == std::vector<std::string>{"let v_att", "update v_att_max"});
   CHECK(outline(loop_at(t, 1).body) == std::vector<std::string>{"var v_att", "update v_att", "store att"});
   CHECK(std::get<Load>(def_named(loop_at(t, 1).body, "v_att").source).lane0);

@@ -399,6 +399,7 @@ class TraversalParser {
       c.expect(")");
       c.expect("at");
       loop.pos = c.ident("a position variable");
+      loop.split = c.accept("split");
       c.expect(":");
       c.end();
       loop.body = body(l.indent + 4);

@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -197,8 +198,9 @@ void print_body(const std::vector<Instr>& body, int depth, std::string& out) {
           } else if constexpr (std::is_same_v<T, Sync>) {
             out += ind + "sync\n";
           } else {
-            out += fmt::format("{}for {} in {}.{}({}) at {}:\n", ind, x.var, walked_layout(x.kind),
-                               x.kind == inter::LoopKind::IncomingEdges ? "incoming" : "outgoing", x.node, x.pos);
+            out += fmt::format("{}for {} in {}.{}({}) at {}{}:\n", ind, x.var, walked_layout(x.kind),
+                               x.kind == inter::LoopKind::IncomingEdges ? "incoming" : "outgoing", x.node, x.pos,
+                               x.split ? " split" : "");
             print_body(x.body, depth + 1, out);
           }
         },
@@ -233,7 +235,10 @@ std::string print_traversal(const TraversalInstance& t) {
 // ---------------------------------------------------------------------------------------------------
 namespace {
 
-enum class Part { Lanes, Lane0, All };
+// Who touches a row: lane-partitioned elements, lane 0, every lane, or (in a split loop) the lane that owns
+// the loop's edge; `Own` accesses carry the loop's kind as their row, and two of them (of one kind) never
+// conflict: the same edge of the row node falls to the same lane in every loop over its edges.
+enum class Part { Lanes, Lane0, All, Own };
 
 struct Access {
   std::string tensor;
@@ -245,39 +250,47 @@ struct Access {
 
 bool conflict(const Access& a, const Access& b) {
   if (a.tensor != b.tensor || (!a.store && !b.store)) return false;
+  if (a.part == Part::Own && b.part == Part::Own) return a.row != b.row;
   if (a.part == Part::All || b.part == Part::All) return true;
   return a.part != b.part;
 }
 
-// The global-memory access an instruction makes itself (not counting a loop's body), if any. Atomic
+// The global-memory access an instruction makes itself (not counting a loop's body), if any; `split` is
+// the split loop the instruction is in (its edge's rows belong to one lane), or null. Atomic
 // read-modify-writes never conflict with each other; plain accesses to their rows are ruled out by the
 // verifier's ownership rule.
-std::optional<Access> access_of(const Instr& in) {
+std::optional<Access> access_of(const Instr& in, const EdgeLoop* split) {
+  auto own = [&](const std::string& row) { return split && row == split->var; };
+  std::string owner = split ? fmt::format("split:{}", walked_layout(split->kind)) : "";
   if (auto* d = std::get_if<Def>(&in.v)) {
-    if (auto* l = std::get_if<Load>(&d->source))
-      return Access{l->tensor, d->type.layout == LaneLayout::Lanes ? Part::Lanes : l->lane0 ? Part::Lane0 : Part::All, false, l->row,
-                    fmt::format("load {}[{}] into {}", l->tensor, l->row, d->name)};
+    if (auto* l = std::get_if<Load>(&d->source)) {
+      std::string text = fmt::format("load {}[{}] into {}", l->tensor, l->row, d->name);
+      if (split) return own(l->row) ? Access{l->tensor, Part::Own, false, owner, text} : Access{l->tensor, Part::All, false, l->row, text};
+      return Access{l->tensor, d->type.layout == LaneLayout::Lanes ? Part::Lanes : l->lane0 ? Part::Lane0 : Part::All, false, l->row, text};
+    }
   }
-  if (auto* s = std::get_if<Store>(&in.v); s && !s->atomic)
-    return Access{s->tensor, s->lanes == StoreLanes::Partitioned ? Part::Lanes : Part::Lane0, true, s->row,
-                  fmt::format("store {}[{}] by {}", s->tensor, s->row, s->lanes == StoreLanes::Partitioned ? "lanes" : "lane0")};
+  if (auto* s = std::get_if<Store>(&in.v); s && !s->atomic) {
+    std::string text = fmt::format("store {}[{}] by {}", s->tensor, s->row, s->lanes == StoreLanes::Partitioned ? "lanes" : "lane0");
+    if (split) return Access{s->tensor, own(s->row) ? Part::Own : Part::All, true, own(s->row) ? owner : s->row, text};
+    return Access{s->tensor, s->lanes == StoreLanes::Partitioned ? Part::Lanes : Part::Lane0, true, s->row, text};
+  }
   return std::nullopt;
 }
 
 // Accesses a loop's body may make before its first sync (all of a nested loop's): what the state before
 // the loop must not conflict with.
-void leading_accesses(const std::vector<Instr>& body, std::vector<Access>& out, bool& stopped) {
+void leading_accesses(const std::vector<Instr>& body, const EdgeLoop* split, std::vector<Access>& out, bool& stopped) {
   for (const Instr& in : body) {
     if (stopped) return;
     if (std::holds_alternative<Sync>(in.v)) {
       stopped = true;
       return;
     }
-    if (auto a = access_of(in)) out.push_back(*a);
+    if (auto a = access_of(in, split)) out.push_back(*a);
     if (auto* l = std::get_if<EdgeLoop>(&in.v)) {
       std::function<void(const std::vector<Instr>&)> all = [&](const std::vector<Instr>& b) {
         for (const Instr& x : b) {
-          if (auto a = access_of(x)) out.push_back(*a);
+          if (auto a = access_of(x, l->split ? l : nullptr)) out.push_back(*a);
           if (auto* ll = std::get_if<EdgeLoop>(&x.v)) all(ll->body);
         }
       };
@@ -307,7 +320,7 @@ class HazardWalk {
           iterations(*loop, own);
           std::vector<Access> lead;
           bool stopped = false;
-          leading_accesses(loop->body, lead, stopped);
+          leading_accesses(loop->body, loop->split ? loop : nullptr, lead, stopped);
           if (first_conflict(pending, lead)) {
             body.insert(body.begin() + static_cast<long>(i), Instr{Sync{}});
             changed = true;
@@ -318,7 +331,7 @@ class HazardWalk {
         iterations(*loop, pending);
         continue;
       }
-      std::optional<Access> a = access_of(in);
+      std::optional<Access> a = access_of(in, split_);
       if (!a) continue;
       if (const Access* p = first_conflict(pending, {*a})) {
         if (!insert_) {
@@ -340,11 +353,14 @@ class HazardWalk {
   // what may be pending after the loop (it may also run no iteration).
   void iterations(EdgeLoop& loop, std::vector<Access>& pending) {
     std::vector<Access> before = pending;
+    const EdgeLoop* outer = split_;
+    split_ = loop.split ? &loop : nullptr;
     block(loop.body, pending);
     std::vector<Access> after_first = pending, carried;
     for (const Access& a : pending)
-      if (a.row != loop.var) carried.push_back(a);
+      if (a.row != loop.var && !(loop.split && a.part == Part::Own)) carried.push_back(a);
     block(loop.body, carried);
+    split_ = outer;
     pending = before;
     for (const auto* set : {&after_first, &carried})
       for (const Access& a : *set) {
@@ -362,6 +378,7 @@ class HazardWalk {
     return nullptr;
   }
   bool insert_;
+  const EdgeLoop* split_ = nullptr;  // the split loop whose body is being walked
 };
 
 }  // namespace
@@ -372,6 +389,75 @@ std::optional<Hazard> find_warp_hazard(const TraversalInstance& t) {
   std::vector<Access> pending;
   w.block(copy.body, pending);
   return w.found;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Split loops
+// ---------------------------------------------------------------------------------------------------
+ReduceOp accumulation(const Update& u) { return u.op == inter::AssignOp::Add ? ReduceOp::Sum : ReduceOp::Max; }
+
+namespace {
+
+bool reads(const ValueP& v, const std::string& reg) {
+  for (const std::string& r : regs_of(v))
+    if (r == reg) return true;
+  return false;
+}
+
+// True for `x = max(x, v)` or `x = max(v, x)` with v not reading x.
+bool is_max_accumulation(const Update& u) {
+  if (u.op != inter::AssignOp::Set || u.value->kind != Value::Kind::Op || u.value->op != inter::Op::Max || u.value->args.size() != 2)
+    return false;
+  const ValueP& a = u.value->args[0];
+  const ValueP& b = u.value->args[1];
+  auto is_x = [&](const ValueP& v) { return v->kind == Value::Kind::Reg && v->reg == u.name; };
+  return (is_x(a) && !reads(b, u.name)) || (is_x(b) && !reads(a, u.name));
+}
+
+}  // namespace
+
+std::string split_blocker(const EdgeLoop& l) {
+  std::set<std::string> local;
+  std::map<std::string, ReduceOp> accumulated;
+  for (const Instr& in : l.body) {
+    if (std::holds_alternative<EdgeLoop>(in.v)) return "it holds a nested loop";
+    if (std::holds_alternative<Sync>(in.v)) return "it holds a sync";
+    if (auto* d = std::get_if<Def>(&in.v)) {
+      if (d->type.layout != LaneLayout::Replicated) return fmt::format("'{}' is spread over the lanes", d->name);
+      if (auto* r = std::get_if<Reduce>(&d->source); r && r->warp) return fmt::format("'{}' is a warp reduction", d->name);
+      local.insert(d->name);
+    } else if (auto* s = std::get_if<Store>(&in.v)) {
+      if (s->lanes != StoreLanes::Lane0) return fmt::format("the store into '{}' is spread over the lanes", s->tensor);
+      if (!s->atomic && s->row != l.var) return fmt::format("the store into '{}' writes row '{}', not the loop edge's", s->tensor, s->row);
+    } else if (auto* u = std::get_if<Update>(&in.v); u && !local.count(u->name)) {
+      ReduceOp op = accumulation(*u);
+      bool sum = u->op == inter::AssignOp::Add && !reads(u->value, u->name);
+      if (!sum && !is_max_accumulation(*u)) return fmt::format("'{}' of the enclosing scope is updated by more than a sum or a maximum", u->name);
+      if (auto [it, fresh] = accumulated.emplace(u->name, op); !fresh && it->second != op)
+        return fmt::format("'{}' is both summed and maximised", u->name);
+    }
+  }
+  // An accumulated register holds a lane's share inside the loop: nothing else may read it there.
+  for (const auto& [reg, op] : accumulated) {
+    for (const Instr& in : l.body) {
+      const ValueP* v = nullptr;
+      if (auto* d = std::get_if<Def>(&in.v)) {
+        if (auto* e = std::get_if<Eval>(&d->source)) v = &e->value;
+        else if (auto* r = std::get_if<Reduce>(&d->source)) v = &r->value;
+      } else if (auto* s = std::get_if<Store>(&in.v); s && s->reg == reg) {
+        return fmt::format("'{}' is accumulated and stored in the loop", reg);
+      } else if (auto* u = std::get_if<Update>(&in.v); u && u->name != reg) {
+        v = &u->value;
+      }
+      if (v && reads(*v, reg)) return fmt::format("'{}' is accumulated and read in the loop", reg);
+    }
+  }
+  return "";
+}
+
+void split_edge_loops(TraversalInstance& t) {
+  for (Instr& in : t.body)
+    if (auto* l = std::get_if<EdgeLoop>(&in.v)) l->split = split_blocker(*l).empty();
 }
 
 void insert_warp_syncs(TraversalInstance& t) {

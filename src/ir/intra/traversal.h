@@ -165,12 +165,22 @@ struct Store {
 struct Sync {};
 
 struct Instr;
+// An inner loop runs in one of two ways:
+//   whole warp  every lane runs every iteration (the body may hold `lanes` vectors and warp reductions);
+//   split       (`at i_e split`) the lanes split the iterations: lane l runs positions begin + l,
+//               begin + l + 32, ...  Inside, a `replicated` register holds the lane's own edge's value,
+//               loads and stores `by lane0` are made by every lane for its own edge, and an update of a
+//               register of the enclosing scope is an accumulation (`x += v`, or `x = max(x, v)`) whose
+//               per-lane shares combine over the warp after the loop, so every lane holds the total again.
+// split_edge_loops() splits the loops whose body allows it (split_blocker); a loop of scalar work then
+// takes ceil(degree / 32) steps instead of degree steps of dependent loads.
 struct EdgeLoop {
   std::string var;    // the edge id
   std::string pos;    // the position in the CSR
   inter::LoopKind kind = inter::LoopKind::IncomingEdges;  // IncomingEdges or OutgoingEdges
   std::string node;   // the row node
   std::vector<Instr> body;
+  bool split = false;  // the lanes split the iterations (above)
 };
 
 struct Instr {
@@ -192,6 +202,17 @@ bool is_kernel_reserved(std::string_view name);
 // The graph layout a loop walks (etype_sorted_coo for edge rows, csr_by_dst / csr_by_src for inner loops),
 // or "" (node rows: the nodes in order).
 const char* walked_layout(inter::LoopKind k);
+
+// Why the lanes cannot split the loop's iterations, or "" when they can: the body holds only scalar or
+// short `replicated` work (no `lanes` vectors, warp reductions, nested loops or syncs), stores only into the
+// loop edge's own rows (or atomically), and updates registers of the enclosing scope only by accumulation
+// (`+=` of a value that does not read the register, or `x = max(x, v)`), reading them nowhere else.
+std::string split_blocker(const EdgeLoop& l);
+// Splits every inner loop of the instance that split_blocker allows and unsplits the others; run before
+// insert_warp_syncs (a split loop's accesses belong to the lane that owns the edge).
+void split_edge_loops(TraversalInstance& t);
+// The accumulation an update of an enclosing register makes in a split loop: the sum or the maximum.
+ReduceOp accumulation(const Update& u);
 
 // ---------------------------------------------------------------------------------------------------
 // Text form of one traversal instance (see the top of this file); `indent` prefixes the body lines.

@@ -287,6 +287,8 @@ class TraversalVerifier {
       return bad("an inner loop is over incoming or outgoing edges");
     if (!need_layout(l.kind == inter::LoopKind::IncomingEdges ? layout::kCsrByDst : layout::kCsrBySrc, fmt::format("loop over '{}'", l.var)))
       return false;
+    if (l.split)
+      if (std::string why = split_blocker(l); !why.empty()) return bad(fmt::format("the lanes cannot split the loop over '{}': {}", l.var, why));
     scopes_.emplace_back();
     bool ok = declare(l.pos, Binding{NameKind::Position, nullptr, false}) && declare(l.var, Binding{NameKind::EdgeVar, nullptr, true});
     positions_[l.pos] = l.kind;
