@@ -12,6 +12,18 @@
 
 namespace {
 
+__device__ __forceinline__ float to_float(float v) { return v; }
+
+// The V elements at a 16-byte-aligned address, as floats: one 16-byte load.
+template <int V, class T>
+__device__ __forceinline__ void load_chunk(const T* p, float (&x)[V]) {
+  static_assert(sizeof(T) * V == 16, "one 16-byte load");
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const T* v = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int k = 0; k < V; ++k) x[k] = to_float(v[k]);
+}
+
 // Sum of `v` over the 32 lanes of the warp, returned to every lane.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -29,7 +41,7 @@ __device__ __forceinline__ float warp_max(float v) {
 
 // ==== forward ====
 
-// hgt_fw_gemm_k: GEMM instance  k[row] = feature[row] * W_k[ntype]
+// hgt_fw_gemm_k: GEMM instance  k_[row] = feature[row] * W_k[ntype]
 //   from: n["k"] = reshape(n.feature * W_k[n.ntype], heads, d_k)
 __global__ void __launch_bounds__(256) hgt_fw_gemm_k(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
@@ -84,7 +96,7 @@ __global__ void __launch_bounds__(256) hgt_fw_gemm_k(
   }
 }
 
-// hgt_fw_gemm_lin_3: GEMM instance  t_lin_3[row] = k[src[row]] * W_att[etype]
+// hgt_fw_gemm_lin_3: GEMM instance  t_lin_3[row] = k_[src[row]] * W_att[etype]
 //   from: e["att"] = dot(e.src["k"] * W_att[e.etype], e.dst["q"]) * mu[e.etype] / sqrt(d_k)
 __global__ void __launch_bounds__(256) hgt_fw_gemm_lin_3(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
@@ -217,7 +229,6 @@ __global__ void __launch_bounds__(256) hgt_fw_nodes_att_max(
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_agg[j] = 0.0f;
     __syncwarp();
-    #pragma unroll 4  // several edges' loads in flight at once
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       float v_msg[2];
@@ -318,7 +329,6 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_agg[j] = 0.0f;
     __syncwarp();
-    #pragma unroll 4  // several edges' loads in flight at once
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       float v_msg[2];
@@ -421,7 +431,6 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
     const float v_att_sum = att_sum[n];
     const float v_att_max = att_max[n];
     float v_d_att_sum = 0.0f;
-    #pragma unroll 4  // several edges' loads in flight at once
     for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
       float v_msg[2];
@@ -578,15 +587,33 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
     float v_d_v[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_v[j] = 0.0f;
-    #pragma unroll 4  // several edges' loads in flight at once
-    for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
+    // 2 edges at a time: lanes 16g .. 16g + 15 take edges g, g + 2, ... with 4 elements each (16-byte loads)
+    const int group = lane / 16, first = lane % 16 * 4;
+    float v_d_v_share[4] = {};
+    for (int32_t i_e = out_ptr[n] + group; i_e < out_ptr[n + 1]; i_e += 2) {
       const int64_t e = out_eid[i_e];
-      float scatter[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) scatter[j] = t_d_v_edges[e * 64 + lane + 32 * j];
+      float scatter[4];
+      load_chunk(&t_d_v_edges[e * 64 + first], scatter);
       // n["d$v"] += $scatter
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v_d_v[j] += scatter[j];
+      for (int k = 0; k < 4; ++k) v_d_v_share[k] += scatter[k];
+    }
+    // add up the groups' sums, then give each lane its elements lane + 32 j
+    #pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      #pragma unroll
+      for (int offset = 16; offset < 32; offset *= 2) v_d_v_share[k] += __shfl_xor_sync(0xffffffffu, v_d_v_share[k], offset);
+    }
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int element = lane + 32 * j;
+      float picked = 0.0f;
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float held = __shfl_sync(0xffffffffu, v_d_v_share[k], element / 4);
+        if (element % 4 == k) picked = held;
+      }
+      v_d_v[j] += picked;
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_v[n * 64 + lane + 32 * j] = v_d_v[j];
@@ -636,15 +663,33 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
     float v_d_k[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_k[j] = 0.0f;
-    #pragma unroll 4  // several edges' loads in flight at once
-    for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
+    // 2 edges at a time: lanes 16g .. 16g + 15 take edges g, g + 2, ... with 4 elements each (16-byte loads)
+    const int group = lane / 16, first = lane % 16 * 4;
+    float v_d_k_share[4] = {};
+    for (int32_t i_e = out_ptr[n] + group; i_e < out_ptr[n + 1]; i_e += 2) {
       const int64_t e = out_eid[i_e];
-      float scatter[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) scatter[j] = t_d_k_edges[e * 64 + lane + 32 * j];
+      float scatter[4];
+      load_chunk(&t_d_k_edges[e * 64 + first], scatter);
       // n["d$k"] += $scatter
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v_d_k[j] += scatter[j];
+      for (int k = 0; k < 4; ++k) v_d_k_share[k] += scatter[k];
+    }
+    // add up the groups' sums, then give each lane its elements lane + 32 j
+    #pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      #pragma unroll
+      for (int offset = 16; offset < 32; offset *= 2) v_d_k_share[k] += __shfl_xor_sync(0xffffffffu, v_d_k_share[k], offset);
+    }
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int element = lane + 32 * j;
+      float picked = 0.0f;
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float held = __shfl_sync(0xffffffffu, v_d_k_share[k], element / 4);
+        if (element % 4 == k) picked = held;
+      }
+      v_d_k[j] += picked;
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_k[n * 64 + lane + 32 * j] = v_d_k[j];
@@ -710,15 +755,33 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
     float v_d_q[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_q[j] = 0.0f;
-    #pragma unroll 4  // several edges' loads in flight at once
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
+    // 2 edges at a time: lanes 16g .. 16g + 15 take edges g, g + 2, ... with 4 elements each (16-byte loads)
+    const int group = lane / 16, first = lane % 16 * 4;
+    float v_d_q_share[4] = {};
+    for (int32_t i_e = in_ptr[n] + group; i_e < in_ptr[n + 1]; i_e += 2) {
       const int64_t e = in_eid[i_e];
-      float scatter[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) scatter[j] = t_sc2[e * 64 + lane + 32 * j];
+      float scatter[4];
+      load_chunk(&t_sc2[e * 64 + first], scatter);
       // n["d$q"] += $scatter
       #pragma unroll
-      for (int j = 0; j < 2; ++j) v_d_q[j] += scatter[j];
+      for (int k = 0; k < 4; ++k) v_d_q_share[k] += scatter[k];
+    }
+    // add up the groups' sums, then give each lane its elements lane + 32 j
+    #pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      #pragma unroll
+      for (int offset = 16; offset < 32; offset *= 2) v_d_q_share[k] += __shfl_xor_sync(0xffffffffu, v_d_q_share[k], offset);
+    }
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int element = lane + 32 * j;
+      float picked = 0.0f;
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float held = __shfl_sync(0xffffffffu, v_d_q_share[k], element / 4);
+        if (element % 4 == k) picked = held;
+      }
+      v_d_q[j] += picked;
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_q[n * 64 + lane + 32 * j] = v_d_q[j];
@@ -730,7 +793,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
 cudaError_t launch_hgt_fw_gemm_k(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_fw_gemm_k
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k_, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -759,7 +822,7 @@ cudaError_t launch_hgt_fw_gemm_v(const HgtForwardArgs& a, cudaStream_t stream) {
 cudaError_t launch_hgt_fw_gemm_lin_3(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_fw_gemm_lin_3
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k_, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -819,7 +882,7 @@ cudaError_t launch_hgt_fwt_gemm_k(const HgtForwardTrainArgs& a, cudaStream_t str
   // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fwt_gemm_k
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k_, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -849,7 +912,7 @@ cudaError_t launch_hgt_fwt_gemm_lin_3(const HgtForwardTrainArgs& a, cudaStream_t
   // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_fwt_gemm_lin_3
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k_, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1022,12 +1085,12 @@ cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& a, cudaStream_t stream)
 }
 
 cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // hgt_bw_wgrad_d_W_att: weight-gradient instance  d_W_att[etype] = sum_row k[src[row]]^T * t_op1[row]
+  // hgt_bw_wgrad_d_W_att: weight-gradient instance  d_W_att[etype] = sum_row k_[src[row]]^T * t_op1[row]
   //   from: d$W_att[e.etype] += outer(e.src.k, e["d$att$0"] / sqrt(d_k) * mu[e.etype] * e.dst.q)
   // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_W_att = the sum of its segment's chunks in chunk order: bit-identical over runs.
   hectorgen::simt::WgradArgs<float> wgrad{};
-  wgrad.x = a.k;
+  wgrad.x = a.k_;
   wgrad.dy = a.t_op1;
   wgrad.gather = a.src;  // X rows
   wgrad.seg_ptr = a.etype_ptr;
@@ -1047,7 +1110,7 @@ cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& a, cudaStream_t str
   // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_bw_gemm_lin_11
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_11, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k_, a.W_att, a.t_lin_11, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1057,7 +1120,7 @@ cudaError_t launch_hgt_bw_gemm_lin_12(const HgtBackwardArgs& a, cudaStream_t str
   // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_bw_gemm_lin_12
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_12, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k_, a.W_att, a.t_lin_12, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
