@@ -98,7 +98,7 @@ std::vector<at::Tensor> hgt_forward_op(
   at::Tensor agg = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor att_max = at::empty({num_nodes, 1}, options);  // field
   at::Tensor att_sum = at::empty({num_nodes, 1}, options);  // field
-  at::Tensor k_ = at::empty({num_nodes, 1, 64}, options);  // field
+  at::Tensor k = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor q = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor v = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor att = at::empty({num_edges, 1}, options);  // field
@@ -135,7 +135,7 @@ std::vector<at::Tensor> hgt_forward_op(
   a.agg = agg.data_ptr<float>();
   a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
-  a.k_ = k_.data_ptr<float>();
+  a.k = k.data_ptr<float>();
   a.q = q.data_ptr<float>();
   a.v = v.data_ptr<float>();
   a.att = att.data_ptr<float>();
@@ -244,7 +244,7 @@ std::vector<at::Tensor> hgt_forward_train_op(
   at::Tensor agg = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor att_max = at::empty({num_nodes, 1}, options);  // field
   at::Tensor att_sum = at::empty({num_nodes, 1}, options);  // field
-  at::Tensor k_ = at::empty({num_nodes, 1, 64}, options);  // field
+  at::Tensor k = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor q = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor v = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor att = at::empty({num_edges, 1}, options);  // field
@@ -283,7 +283,7 @@ std::vector<at::Tensor> hgt_forward_train_op(
   a.agg = agg.data_ptr<float>();
   a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
-  a.k_ = k_.data_ptr<float>();
+  a.k = k.data_ptr<float>();
   a.q = q.data_ptr<float>();
   a.v = v.data_ptr<float>();
   a.att = att.data_ptr<float>();
@@ -300,7 +300,7 @@ std::vector<at::Tensor> hgt_forward_train_op(
   C10_CUDA_CHECK(launch_hgt_fwt_edges_att__0(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_nodes_att_max(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_h(a, stream));
-  return {h, agg, att, att__0, att__1, att_max, att_sum, k_, msg, q, v};
+  return {h, agg, att, att__0, att__1, att_max, att_sum, k, msg, q, v};
 }
 
 // Shape-only implementation of the forward_train pass, for tracing and torch.compile.
@@ -335,14 +335,14 @@ std::vector<at::Tensor> hgt_forward_train_meta(
   at::Tensor agg = at::empty({num_nodes, 1, 64}, feature.options());
   at::Tensor att_max = at::empty({num_nodes, 1}, feature.options());
   at::Tensor att_sum = at::empty({num_nodes, 1}, feature.options());
-  at::Tensor k_ = at::empty({num_nodes, 1, 64}, feature.options());
+  at::Tensor k = at::empty({num_nodes, 1, 64}, feature.options());
   at::Tensor q = at::empty({num_nodes, 1, 64}, feature.options());
   at::Tensor v = at::empty({num_nodes, 1, 64}, feature.options());
   at::Tensor att = at::empty({num_edges, 1}, feature.options());
   at::Tensor att__0 = at::empty({num_edges, 1}, feature.options());
   at::Tensor att__1 = at::empty({num_edges, 1}, feature.options());
   at::Tensor msg = at::empty({num_edges, 1, 64}, feature.options());
-  return {h, agg, att, att__0, att__1, att_max, att_sum, k_, msg, q, v};
+  return {h, agg, att, att__0, att__1, att_max, att_sum, k, msg, q, v};
 }
 
 // The backward pass. Returns the outputs.
@@ -372,7 +372,7 @@ std::vector<at::Tensor> hgt_backward_op(
     const at::Tensor& att__1,
     const at::Tensor& att_max,
     const at::Tensor& att_sum,
-    const at::Tensor& k_,
+    const at::Tensor& k,
     const at::Tensor& msg,
     const at::Tensor& q,
     const at::Tensor& v,
@@ -409,7 +409,7 @@ std::vector<at::Tensor> hgt_backward_op(
   check(att__1, "input 'att__1'", at::kFloat, {num_edges, 1}, device);
   check(att_max, "input 'att_max'", at::kFloat, {num_nodes, 1}, device);
   check(att_sum, "input 'att_sum'", at::kFloat, {num_nodes, 1}, device);
-  check(k_, "input 'k'", at::kFloat, {num_nodes, 1, 64}, device);
+  check(k, "input 'k'", at::kFloat, {num_nodes, 1, 64}, device);
   check(msg, "input 'msg'", at::kFloat, {num_edges, 1, 64}, device);
   check(q, "input 'q'", at::kFloat, {num_nodes, 1, 64}, device);
   check(v, "input 'v'", at::kFloat, {num_nodes, 1, 64}, device);
@@ -489,7 +489,7 @@ std::vector<at::Tensor> hgt_backward_op(
   a.att__1 = att__1.data_ptr<float>();
   a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
-  a.k_ = k_.data_ptr<float>();
+  a.k = k.data_ptr<float>();
   a.msg = msg.data_ptr<float>();
   a.q = q.data_ptr<float>();
   a.v = v.data_ptr<float>();
@@ -595,7 +595,7 @@ std::vector<at::Tensor> hgt_backward_meta(
     const at::Tensor& att__1,
     const at::Tensor& att_max,
     const at::Tensor& att_sum,
-    const at::Tensor& k_,
+    const at::Tensor& k,
     const at::Tensor& msg,
     const at::Tensor& q,
     const at::Tensor& v,
@@ -621,7 +621,7 @@ std::vector<at::Tensor> hgt_backward_meta(
 TORCH_LIBRARY(hectorgen_hgt, m) {
   m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
   m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor k_, Tensor msg, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor k, Tensor msg, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_hgt, CUDA, m) {
   m.impl("forward", &hgt_forward_op);

@@ -12,18 +12,6 @@
 
 namespace {
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-
-// The V elements at a 16-byte-aligned address, as floats: one 16-byte load.
-template <int V, class T>
-__device__ __forceinline__ void load_chunk(const T* p, float (&x)[V]) {
-  static_assert(sizeof(T) * V == 16, "one 16-byte load");
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const T* v = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int k = 0; k < V; ++k) x[k] = to_float(v[k]);
-}
-
 // Sum of `v` over the 32 lanes of the warp, returned to every lane.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -41,7 +29,7 @@ __device__ __forceinline__ float warp_max(float v) {
 
 // ==== forward ====
 
-// hgt_fw_gemm_k: GEMM instance  k_[row] = feature[row] * W_k[ntype]
+// hgt_fw_gemm_k: GEMM instance  k[row] = feature[row] * W_k[ntype]
 //   from: n["k"] = reshape(n.feature * W_k[n.ntype], heads, d_k)
 __global__ void __launch_bounds__(256) hgt_fw_gemm_k(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
@@ -96,7 +84,7 @@ __global__ void __launch_bounds__(256) hgt_fw_gemm_k(
   }
 }
 
-// hgt_fw_gemm_lin_3: GEMM instance  t_lin_3[row] = k_[src[row]] * W_att[etype]
+// hgt_fw_gemm_lin_3: GEMM instance  t_lin_3[row] = k[src[row]] * W_att[etype]
 //   from: e["att"] = dot(e.src["k"] * W_att[e.etype], e.dst["q"]) * mu[e.etype] / sqrt(d_k)
 __global__ void __launch_bounds__(256) hgt_fw_gemm_lin_3(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
@@ -587,33 +575,14 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
     float v_d_v[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_v[j] = 0.0f;
-    // 2 edges at a time: lanes 16g .. 16g + 15 take edges g, g + 2, ... with 4 elements each (16-byte loads)
-    const int group = lane / 16, first = lane % 16 * 4;
-    float v_d_v_share[4] = {};
-    for (int32_t i_e = out_ptr[n] + group; i_e < out_ptr[n + 1]; i_e += 2) {
+    for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
       const int64_t e = out_eid[i_e];
-      float scatter[4];
-      load_chunk(&t_d_v_edges[e * 64 + first], scatter);
+      float scatter[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) scatter[j] = t_d_v_edges[e * 64 + lane + 32 * j];
       // n["d$v"] += $scatter
       #pragma unroll
-      for (int k = 0; k < 4; ++k) v_d_v_share[k] += scatter[k];
-    }
-    // add up the groups' sums, then give each lane its elements lane + 32 j
-    #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      #pragma unroll
-      for (int offset = 16; offset < 32; offset *= 2) v_d_v_share[k] += __shfl_xor_sync(0xffffffffu, v_d_v_share[k], offset);
-    }
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int element = lane + 32 * j;
-      float picked = 0.0f;
-      #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float held = __shfl_sync(0xffffffffu, v_d_v_share[k], element / 4);
-        if (element % 4 == k) picked = held;
-      }
-      v_d_v[j] += picked;
+      for (int j = 0; j < 2; ++j) v_d_v[j] += scatter[j];
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_v[n * 64 + lane + 32 * j] = v_d_v[j];
@@ -663,33 +632,14 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
     float v_d_k[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_k[j] = 0.0f;
-    // 2 edges at a time: lanes 16g .. 16g + 15 take edges g, g + 2, ... with 4 elements each (16-byte loads)
-    const int group = lane / 16, first = lane % 16 * 4;
-    float v_d_k_share[4] = {};
-    for (int32_t i_e = out_ptr[n] + group; i_e < out_ptr[n + 1]; i_e += 2) {
+    for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
       const int64_t e = out_eid[i_e];
-      float scatter[4];
-      load_chunk(&t_d_k_edges[e * 64 + first], scatter);
+      float scatter[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) scatter[j] = t_d_k_edges[e * 64 + lane + 32 * j];
       // n["d$k"] += $scatter
       #pragma unroll
-      for (int k = 0; k < 4; ++k) v_d_k_share[k] += scatter[k];
-    }
-    // add up the groups' sums, then give each lane its elements lane + 32 j
-    #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      #pragma unroll
-      for (int offset = 16; offset < 32; offset *= 2) v_d_k_share[k] += __shfl_xor_sync(0xffffffffu, v_d_k_share[k], offset);
-    }
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int element = lane + 32 * j;
-      float picked = 0.0f;
-      #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float held = __shfl_sync(0xffffffffu, v_d_k_share[k], element / 4);
-        if (element % 4 == k) picked = held;
-      }
-      v_d_k[j] += picked;
+      for (int j = 0; j < 2; ++j) v_d_k[j] += scatter[j];
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_k[n * 64 + lane + 32 * j] = v_d_k[j];
@@ -755,33 +705,14 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
     float v_d_q[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_q[j] = 0.0f;
-    // 2 edges at a time: lanes 16g .. 16g + 15 take edges g, g + 2, ... with 4 elements each (16-byte loads)
-    const int group = lane / 16, first = lane % 16 * 4;
-    float v_d_q_share[4] = {};
-    for (int32_t i_e = in_ptr[n] + group; i_e < in_ptr[n + 1]; i_e += 2) {
+    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
-      float scatter[4];
-      load_chunk(&t_sc2[e * 64 + first], scatter);
+      float scatter[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) scatter[j] = t_sc2[e * 64 + lane + 32 * j];
       // n["d$q"] += $scatter
       #pragma unroll
-      for (int k = 0; k < 4; ++k) v_d_q_share[k] += scatter[k];
-    }
-    // add up the groups' sums, then give each lane its elements lane + 32 j
-    #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      #pragma unroll
-      for (int offset = 16; offset < 32; offset *= 2) v_d_q_share[k] += __shfl_xor_sync(0xffffffffu, v_d_q_share[k], offset);
-    }
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int element = lane + 32 * j;
-      float picked = 0.0f;
-      #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float held = __shfl_sync(0xffffffffu, v_d_q_share[k], element / 4);
-        if (element % 4 == k) picked = held;
-      }
-      v_d_q[j] += picked;
+      for (int j = 0; j < 2; ++j) v_d_q[j] += scatter[j];
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_q[n * 64 + lane + 32 * j] = v_d_q[j];
@@ -793,7 +724,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
 cudaError_t launch_hgt_fw_gemm_k(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_fw_gemm_k
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k_, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -822,7 +753,7 @@ cudaError_t launch_hgt_fw_gemm_v(const HgtForwardArgs& a, cudaStream_t stream) {
 cudaError_t launch_hgt_fw_gemm_lin_3(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_fw_gemm_lin_3
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k_, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -882,7 +813,7 @@ cudaError_t launch_hgt_fwt_gemm_k(const HgtForwardTrainArgs& a, cudaStream_t str
   // same kernel as hgt_fw_gemm_k
   if (a.num_nodes > 0) {  // hgt_fwt_gemm_k
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k_, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
+    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -912,7 +843,7 @@ cudaError_t launch_hgt_fwt_gemm_lin_3(const HgtForwardTrainArgs& a, cudaStream_t
   // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_fwt_gemm_lin_3
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k_, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1085,12 +1016,12 @@ cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& a, cudaStream_t stream)
 }
 
 cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // hgt_bw_wgrad_d_W_att: weight-gradient instance  d_W_att[etype] = sum_row k_[src[row]]^T * t_op1[row]
+  // hgt_bw_wgrad_d_W_att: weight-gradient instance  d_W_att[etype] = sum_row k[src[row]]^T * t_op1[row]
   //   from: d$W_att[e.etype] += outer(e.src.k, e["d$att$0"] / sqrt(d_k) * mu[e.etype] * e.dst.q)
   // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_W_att = the sum of its segment's chunks in chunk order: bit-identical over runs.
   hectorgen::simt::WgradArgs<float> wgrad{};
-  wgrad.x = a.k_;
+  wgrad.x = a.k;
   wgrad.dy = a.t_op1;
   wgrad.gather = a.src;  // X rows
   wgrad.seg_ptr = a.etype_ptr;
@@ -1110,7 +1041,7 @@ cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& a, cudaStream_t str
   // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_bw_gemm_lin_11
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k_, a.W_att, a.t_lin_11, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_11, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1120,7 +1051,7 @@ cudaError_t launch_hgt_bw_gemm_lin_12(const HgtBackwardArgs& a, cudaStream_t str
   // same kernel as hgt_fw_gemm_lin_3
   if (a.num_edges > 0) {  // hgt_bw_gemm_lin_12
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k_, a.W_att, a.t_lin_12, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_12, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -11,17 +11,6 @@
 
 namespace {
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-
-// The V elements at a 16-byte-aligned address, as floats: one 16-byte load.
-template <int V, class T>
-__device__ __forceinline__ void load_chunk(const T* p, float (&x)[V]) {
-  static_assert(sizeof(T) * V == 16, "one 16-byte load");
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const T* v = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int k = 0; k < V; ++k) x[k] = to_float(v[k]);
-}
 
 
 // ==== forward ====
@@ -202,33 +191,14 @@ __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
     float v_h[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_h[j] = h[n * 64 + lane + 32 * j];
-    // 2 edges at a time: lanes 16g .. 16g + 15 take edges g, g + 2, ... with 4 elements each (16-byte loads)
-    const int group = lane / 16, first = lane % 16 * 4;
-    float v_h_share[4] = {};
-    for (int32_t i_e = in_ptr[n] + group; i_e < in_ptr[n + 1]; i_e += 2) {
+    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
       const int64_t e = in_eid[i_e];
-      float scatter[4];
-      load_chunk(&t_h_edges[e * 64 + first], scatter);
+      float scatter[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) scatter[j] = t_h_edges[e * 64 + lane + 32 * j];
       // n["h"] += $scatter
       #pragma unroll
-      for (int k = 0; k < 4; ++k) v_h_share[k] += scatter[k];
-    }
-    // add up the groups' sums, then give each lane its elements lane + 32 j
-    #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      #pragma unroll
-      for (int offset = 16; offset < 32; offset *= 2) v_h_share[k] += __shfl_xor_sync(0xffffffffu, v_h_share[k], offset);
-    }
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int element = lane + 32 * j;
-      float picked = 0.0f;
-      #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float held = __shfl_sync(0xffffffffu, v_h_share[k], element / 4);
-        if (element % 4 == k) picked = held;
-      }
-      v_h[j] += picked;
+      for (int j = 0; j < 2; ++j) v_h[j] += scatter[j];
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) h[n * 64 + lane + 32 * j] = v_h[j];
@@ -353,33 +323,14 @@ __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
     float v_d_feature[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_feature[j] = d_feature[n * 64 + lane + 32 * j];
-    // 2 edges at a time: lanes 16g .. 16g + 15 take edges g, g + 2, ... with 4 elements each (16-byte loads)
-    const int group = lane / 16, first = lane % 16 * 4;
-    float v_d_feature_share[4] = {};
-    for (int32_t i_e = out_ptr[n] + group; i_e < out_ptr[n + 1]; i_e += 2) {
+    for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
       const int64_t e = out_eid[i_e];
-      float scatter[4];
-      load_chunk(&t_d_feature_edges[e * 64 + first], scatter);
+      float scatter[2];
+      #pragma unroll
+      for (int j = 0; j < 2; ++j) scatter[j] = t_d_feature_edges[e * 64 + lane + 32 * j];
       // n["d$feature"] += $scatter
       #pragma unroll
-      for (int k = 0; k < 4; ++k) v_d_feature_share[k] += scatter[k];
-    }
-    // add up the groups' sums, then give each lane its elements lane + 32 j
-    #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      #pragma unroll
-      for (int offset = 16; offset < 32; offset *= 2) v_d_feature_share[k] += __shfl_xor_sync(0xffffffffu, v_d_feature_share[k], offset);
-    }
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int element = lane + 32 * j;
-      float picked = 0.0f;
-      #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float held = __shfl_sync(0xffffffffu, v_d_feature_share[k], element / 4);
-        if (element % 4 == k) picked = held;
-      }
-      v_d_feature[j] += picked;
+      for (int j = 0; j < 2; ++j) v_d_feature[j] += scatter[j];
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_feature[n * 64 + lane + 32 * j] = v_d_feature[j];

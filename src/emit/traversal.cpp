@@ -6,11 +6,9 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cctype>
 #include <functional>
 #include <map>
-#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -140,7 +138,6 @@ class TraversalPrinter {
     graph_used_.insert(ptr);
     graph_used_.insert(eid);
     if (l.split) return split_loop(l, ptr, eid);
-    if (std::optional<Groups> g = groups_for(l)) return grouped_loop(l, *g, ptr, eid);
     line(fmt::format("for (int32_t {i} = {p}[{n}]; {i} < {p}[{n} + 1]; ++{i}) {{", fmt::arg("i", l.pos), fmt::arg("p", ptr),
                      fmt::arg("n", l.node)));
     {
@@ -192,141 +189,6 @@ class TraversalPrinter {
         if (!sum) return fmt::format("{} = warp_max({});", a, a);
         return fmt::format("{} += warp_sum({});", a, reg(x).slots() == 1 ? shares.at(x) : fmt::format("{}[{}]", shares.at(x), j));
       });
-    }
-  }
-
-  // A whole-warp loop that only sums rows into registers of the enclosing scope runs several edges at a
-  // time: `lanes` lanes cover one row of `width` elements with one 16-byte load of `per_lane` elements each,
-  // and the warp's `edges` groups of lanes take every edges-th edge. The groups' sums add up over the warp
-  // at the end, which then hands each lane its elements of the `lanes` layout.
-  struct Groups {
-    int64_t width = 0, per_lane = 0, lanes = 0, edges = 0;
-  };
-
-  // The grouping of the loop, if its body allows one: loads of rows (all of one storage type, internal
-  // tensors: their rows are 16-byte aligned) and of scalars, element-wise values over them, and `+=` of
-  // values of those into `lanes` registers of the enclosing scope; no stores, reductions or other updates.
-  std::optional<Groups> groups_for(const EdgeLoop& l) {
-    Groups g;
-    int64_t bytes = 0;
-    std::set<std::string> local;
-    auto scalar = [](const RegType& t) { return t.numel() == 1 && t.layout == LaneLayout::Replicated; };
-    auto row_of = [&](const RegType& t) {
-      if (t.layout != LaneLayout::Lanes || (g.width && t.numel() != g.width)) return false;
-      g.width = t.numel();
-      return true;
-    };
-    bool sums = false;
-    for (const Instr& in : l.body) {
-      if (std::holds_alternative<Comment>(in.v) || std::holds_alternative<IndexDef>(in.v)) continue;
-      if (auto* d = std::get_if<Def>(&in.v)) {
-        if (d->is_mutable) return std::nullopt;
-        if (auto* ld = std::get_if<Load>(&d->source)) {
-          if (scalar(d->type)) {
-            local.insert(d->name);
-            continue;
-          }
-          const TensorInfo* t = p_.find(ld->tensor);
-          if (!t || !row_of(d->type) || t->row_numel() != g.width || (t->role != Role::Temp && t->role != Role::Field)) return std::nullopt;
-          int64_t b = t->storage == inter::DType::FP32 ? 4 : 2;
-          if (bytes && b != bytes) return std::nullopt;
-          bytes = b;
-        } else if (std::holds_alternative<Eval>(d->source)) {
-          if (!scalar(d->type) && !row_of(d->type)) return std::nullopt;
-        } else {
-          return std::nullopt;
-        }
-        local.insert(d->name);
-        continue;
-      }
-      auto* u = std::get_if<Update>(&in.v);
-      if (!u || local.count(u->name) || u->op != inter::AssignOp::Add || !row_of(reg(u->name))) return std::nullopt;
-      for (const std::string& r : regs_of(u->value))
-        if (!local.count(r) && !scalar(reg(r))) return std::nullopt;
-      sums = true;
-    }
-    if (!sums || !bytes) return std::nullopt;
-    g.per_lane = 16 / bytes;
-    if (g.width % g.per_lane) return std::nullopt;
-    g.lanes = g.width / g.per_lane;
-    if (g.lanes > 16 || 32 % g.lanes) return std::nullopt;
-    g.edges = 32 / g.lanes;
-    return g;
-  }
-
-  void grouped_loop(const EdgeLoop& l, const Groups& g, const std::string& ptr, const std::string& eid) {
-    helpers_.insert("load_chunk");
-    const RegType chunk{{g.per_lane}, LaneLayout::Replicated};  // a lane's elements of a row
-    std::vector<std::pair<std::string, std::string>> shares;      // accumulator, its lane share
-    for (const Instr& in : l.body)
-      if (auto* u = std::get_if<Update>(&in.v))
-        if (std::none_of(shares.begin(), shares.end(), [&](const auto& s) { return s.first == u->name; }))
-          shares.emplace_back(u->name, unique_name(u->name + "_share"));
-    // The printer's own names (reserved: no register takes them; a tensor `k` is not read in their scope).
-    const std::string group = "group", first = "first", k = "k", offset = "offset", element = "element", held = "held", sum = "picked";
-    line(fmt::format("// {} edges at a time: lanes {}g .. {}g + {} take edges g, g + {}, ... with {} elements each (16-byte loads)",
-                     g.edges, g.lanes, g.lanes, g.lanes - 1, g.edges, g.per_lane));
-    line(fmt::format("const int {} = lane / {}, {} = lane % {} * {};", group, g.lanes, first, g.lanes, g.per_lane));
-    for (const auto& [x, share] : shares) line(fmt::format("float {}[{}] = {{}};", share, g.per_lane));
-    line(fmt::format("for (int32_t {i} = {p}[{n}] + {g}; {i} < {p}[{n} + 1]; {i} += {k}) {{", fmt::arg("i", l.pos), fmt::arg("p", ptr),
-                     fmt::arg("n", l.node), fmt::arg("g", group), fmt::arg("k", g.edges)));
-    {
-      CodeWriter::Indent indent(*w_);
-      line(fmt::format("const int64_t {} = {}[{}];", l.var, eid, l.pos));
-      scopes_.emplace_back();
-      split_ = true;  // a lane loads its own edge's scalars (no lane-0 shuffles)
-      auto each = [&](const std::string& body) {
-        line("#pragma unroll");
-        line(fmt::format("for (int {0} = 0; {0} < {1}; ++{0}) {2}", k, g.per_lane, body));
-      };
-      for (const Instr& in : l.body) {
-        if (auto* c = std::get_if<Comment>(&in.v)) line("// " + c->text);
-        else if (auto* x = std::get_if<IndexDef>(&in.v)) index(*x);
-        else if (auto* d = std::get_if<Def>(&in.v)) {
-          bool row = d->type.layout == LaneLayout::Lanes;
-          if (!row) {
-            print_def(*d);
-            scopes_.back()[d->name] = d->type;
-            continue;
-          }
-          scopes_.back()[d->name] = chunk;
-          line(fmt::format("float {}[{}];", d->name, g.per_lane));
-          if (auto* ld = std::get_if<Load>(&d->source)) {
-            const TensorInfo& t = tensor(ld->tensor);
-            line(fmt::format("load_chunk(&{}, {});", address(t, ld->row, first), d->name));
-          } else {
-            each(fmt::format("{}[{}] = {};", d->name, k, value(std::get<Eval>(d->source).value, chunk, k).text));
-          }
-        } else {
-          const Update& u = std::get<Update>(in.v);
-          auto share = std::find_if(shares.begin(), shares.end(), [&](const auto& s) { return s.first == u.name; });
-          each(fmt::format("{}[{}] += {};", share->second, k, value(u.value, chunk, k).text));
-        }
-      }
-      split_ = false;
-      scopes_.pop_back();
-    }
-    line("}");
-    line(fmt::format("// add up the groups' sums, then give each lane its elements lane + 32 j"));
-    for (const auto& [x, share] : shares) {
-      line("#pragma unroll");
-      line(fmt::format("for (int {0} = 0; {0} < {1}; ++{0}) {{", k, g.per_lane));
-      line("  #pragma unroll");
-      line(fmt::format("  for (int {0} = {1}; {0} < 32; {0} *= 2) {2}[{3}] += __shfl_xor_sync(0xffffffffu, {2}[{3}], {0});", offset, g.lanes,
-                       share, k));
-      line("}");
-      int64_t slots_x = reg(x).slots();
-      line("#pragma unroll");
-      line(fmt::format("for (int j = 0; j < {}; ++j) {{", slots_x));
-      line(fmt::format("  const int {} = lane + 32 * j;", element));
-      line(fmt::format("  float {} = 0.0f;", sum));
-      line("  #pragma unroll");
-      line(fmt::format("  for (int {0} = 0; {0} < {1}; ++{0}) {{", k, g.per_lane));
-      line(fmt::format("    const float {} = __shfl_sync(0xffffffffu, {}[{}], {} / {});", held, share, k, element, g.per_lane));
-      line(fmt::format("    if ({} % {} == {}) {} = {};", element, g.per_lane, k, sum, held));
-      line("  }");
-      line(fmt::format("  {} += {};", slots_x == 1 ? x : x + "[j]", sum));
-      line("}");
     }
   }
 
@@ -604,38 +466,22 @@ class TraversalPrinter {
 TraversalCode emit_traversal(const Program& p, const TraversalInstance& t) { return TraversalPrinter(p, t).run(); }
 
 std::string device_helpers(const std::set<std::string>& names) {
-  std::vector<std::string> parts;
-  if (names.count("load_chunk"))
-    parts.push_back(
-        "__device__ __forceinline__ float to_float(float v) { return v; }\n"
-        "\n"
-        "// The V elements at a 16-byte-aligned address, as floats: one 16-byte load.\n"
-        "template <int V, class T>\n"
-        "__device__ __forceinline__ void load_chunk(const T* p, float (&x)[V]) {\n"
-        "  static_assert(sizeof(T) * V == 16, \"one 16-byte load\");\n"
-        "  const uint4 raw = *reinterpret_cast<const uint4*>(p);\n"
-        "  const T* v = reinterpret_cast<const T*>(&raw);\n"
-        "#pragma unroll\n"
-        "  for (int k = 0; k < V; ++k) x[k] = to_float(v[k]);\n"
-        "}\n");
-  if (names.count("warp_sum"))
-    parts.push_back(
-        "// Sum of `v` over the 32 lanes of the warp, returned to every lane.\n"
-        "__device__ __forceinline__ float warp_sum(float v) {\n"
-        "#pragma unroll\n"
-        "  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);\n"
-        "  return v;\n"
-        "}\n");
-  if (names.count("warp_max"))
-    parts.push_back(
-        "// Maximum of `v` over the 32 lanes of the warp, returned to every lane.\n"
-        "__device__ __forceinline__ float warp_max(float v) {\n"
-        "#pragma unroll\n"
-        "  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));\n"
-        "  return v;\n"
-        "}\n");
   std::string out;
-  for (const std::string& part : parts) out += (out.empty() ? "" : "\n") + part;
+  if (names.count("warp_sum"))
+    out += "// Sum of `v` over the 32 lanes of the warp, returned to every lane.\n"
+           "__device__ __forceinline__ float warp_sum(float v) {\n"
+           "#pragma unroll\n"
+           "  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);\n"
+           "  return v;\n"
+           "}\n";
+  if (names.count("warp_max"))
+    out += std::string(out.empty() ? "" : "\n") +
+           "// Maximum of `v` over the 32 lanes of the warp, returned to every lane.\n"
+           "__device__ __forceinline__ float warp_max(float v) {\n"
+           "#pragma unroll\n"
+           "  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));\n"
+           "  return v;\n"
+           "}\n";
   return out;
 }
 

@@ -2,7 +2,6 @@
 // emitters print the same files from the parsed text), verifies, and carries the lowering decisions:
 // what stays in registers, where loads go, which reductions run over the warp, where the syncs are.
 #include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include <filesystem>
 #include <functional>
@@ -10,7 +9,6 @@
 #include <iterator>
 #include <random>
 #include <regex>
-#include <tuple>
 
 #include "emit/emit.h"
 #include "helpers.h"
@@ -1022,31 +1020,4 @@ TEST_CASE("fields and locals read between two writes train: every phase lowers",
     CAPTURE(name);
     CHECK(lower_path(std::string(HECTORGEN_SOURCE_DIR) + "/tests/specs/" + name).size() == 3);
   }
-}
-
-TEST_CASE("edge loops that only sum rows run several edges at a time with 16-byte loads", "[intra][emit][grouped]") {
-  const std::string path = spec_path("rgcn.yaml");
-  const emit::EmitContext ctx{"spec.yaml", "test"};
-  // bf16 rows of 64: 8 lanes of 8 elements per edge, 4 edges at a time; fp32 rows: 16 lanes of 4, 2 at a time.
-  for (const auto& [dtype, per_lane, edges] : {std::tuple{"bf16", 8, 4}, std::tuple{"fp32", 4, 2}}) {
-    CAPTURE(dtype);
-    std::vector<Program> phases = lower_source(path, replace(read_file(path), "dtype: fp32", std::string("dtype: ") + dtype));
-    const std::string cu = emit::emit_kernels_cu(phases, ctx);
-    const std::string head = fmt::format("// {} edges at a time: lanes {}g .. {}g + {} take edges g, g + {}, ... with {} elements each", edges,
-                                         32 / edges, 32 / edges, 32 / edges - 1, edges, per_lane);
-    CHECK(cu.find(head) != std::string::npos);
-    CHECK(cu.find(fmt::format("for (int32_t i_e = in_ptr[n] + group; i_e < in_ptr[n + 1]; i_e += {}) {{", edges)) != std::string::npos);
-    CHECK(cu.find("load_chunk(&t_h_edges[e * 64 + first], scatter);") != std::string::npos);
-    CHECK(cu.find(fmt::format("for (int offset = {}; offset < 32; offset *= 2)", 32 / edges)) != std::string::npos);
-    CHECK(cu.find("template <int V, class T>\n__device__ __forceinline__ void load_chunk(const T* p, float (&x)[V]) {") != std::string::npos);
-  }
-  // A loop that also stores (RGAT's message loop stores each edge's att) keeps every lane on every edge.
-  const std::string rgat = spec_path("rgat.yaml");
-  std::vector<Program> phases = lower_source(rgat, replace(read_file(rgat), "dtype: fp32", "dtype: bf16"));
-  const std::string cu = emit::emit_kernels_cu(phases, ctx);
-  const size_t at = cu.find("void __launch_bounds__(256) rgat_fwt_nodes_att_max(");
-  REQUIRE(at != std::string::npos);
-  const std::string kernel = cu.substr(at, cu.find("\n}\n", at) - at);
-  CHECK(kernel.find("edges at a time") == std::string::npos);
-  CHECK(kernel.find("for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {") != std::string::npos);
 }

@@ -113,7 +113,6 @@ bool is_kernel_reserved(std::string_view name) {
   static const std::set<std::string, std::less<>> names = {
       // declared or called by the printed kernel
       "lane", "first_row", "row_stride", "num_rows", "j", "m", "partial", "total", "warp_sum", "warp_max", "leaky_relu",
-      "group", "first", "k", "offset", "element", "held", "picked", "load_chunk", "to_float",
       "in_ptr", "in_eid", "out_ptr", "out_eid", "src", "dst", "etype", "in_src", "out_dst", "ntype",
       // CUDA
       "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "atomicAdd", "expf", "sqrtf", "tanhf", "fmaxf",
