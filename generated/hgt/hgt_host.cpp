@@ -446,7 +446,6 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor t_d_k_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_op1 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_lin_11 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_lin_12 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_sc2 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_wg3 = at::empty({num_edges, 1}, options);  // intermediate
   at::Tensor hgt_bw_wgrad_d_W_a_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_a's fp32 partial sums, one [1, 64, 64] slice per chunk
@@ -525,7 +524,6 @@ std::vector<at::Tensor> hgt_backward_op(
   a.t_d_k_edges = t_d_k_edges.data_ptr<float>();
   a.t_op1 = t_op1.data_ptr<float>();
   a.t_lin_11 = t_lin_11.data_ptr<float>();
-  a.t_lin_12 = t_lin_12.data_ptr<float>();
   a.t_sc2 = t_sc2.data_ptr<float>();
   a.t_wg3 = t_wg3.data_ptr<float>();
   a.hgt_bw_wgrad_d_W_a_partial = hgt_bw_wgrad_d_W_a_partial.data_ptr<float>();
@@ -555,7 +553,6 @@ std::vector<at::Tensor> hgt_backward_op(
   C10_CUDA_CHECK(launch_hgt_bw_sum_d_k(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_att(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_11(a, stream));
-  C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_12(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_edges_loop_3(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_segsum_d_mu(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_sum_d_q(a, stream));

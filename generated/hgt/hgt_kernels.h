@@ -176,7 +176,6 @@ struct HgtBackwardArgs {
   float* t_d_k_edges = nullptr;  // [num_edges, 1, 64]
   float* t_op1 = nullptr;  // [num_edges, 1, 64]
   float* t_lin_11 = nullptr;  // [num_edges, 1, 64]
-  float* t_lin_12 = nullptr;  // [num_edges, 1, 64]
   float* t_sc2 = nullptr;  // [num_edges, 1, 64]
   float* t_wg3 = nullptr;  // [num_edges, 1]
   float* hgt_bw_wgrad_d_W_a_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_a's fp32 partial sums, one [1, 64, 64] slice per chunk
@@ -208,7 +207,6 @@ cudaError_t launch_hgt_bw_edges_loop_2(const HgtBackwardArgs& args, cudaStream_t
 cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_gemm_lin_12(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_sum_d_q(const HgtBackwardArgs& args, cudaStream_t stream);

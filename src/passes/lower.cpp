@@ -1117,6 +1117,7 @@ std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const s
     auto p = Lowering(m, diags, phase).run();
     if (!p) return p;
     p->saved = saved;
+    merge_duplicate_gemms(*p);
     drop_dead_stores(*p);
     assign_storage(*p);
     choose_gemm_kernels(*p);

@@ -49,6 +49,11 @@ std::optional<intra::Program> lower(const inter::Module& m, Diagnostics& diags, 
 // stays fp32 in a 16-bit model), and an input fp32 in one phase (a GEMM's row scalar there) is fp32 in all.
 void unify_storage(std::vector<intra::Program>& phases);
 
+// Drops a GEMM instance that repeats an earlier one of the same phase (same inputs, weight, gather, segments,
+// row scalar and shape, into a temporary only it writes) when no kernel in between writes what they read;
+// later kernels read the earlier result (HGT's backward needs k[src] · W_att[etype] twice).
+void merge_duplicate_gemms(intra::Program& p);
+
 // Removes what the traversal instances compute for nobody: stores of fields and temporaries that are neither
 // outputs nor saved for the backward and that no later kernel reads (nor the kernel itself), then the
 // registers and indices nothing reads any more; then re-decides which loads lane 0 makes alone (only rows

@@ -1021,3 +1021,62 @@ TEST_CASE("fields and locals read between two writes train: every phase lowers",
     CHECK(lower_path(std::string(HECTORGEN_SOURCE_DIR) + "/tests/specs/" + name).size() == 3);
   }
 }
+
+TEST_CASE("a phase computes a repeated GEMM once: HGT's backward needs k[src] · W_att[etype] twice", "[intra][lowering][merge]") {
+  auto phases = lower_path(spec_path("hgt.yaml"));
+  const Program& bw = phases.back();
+  REQUIRE(bw.phase == "backward");
+  std::vector<std::string> products;
+  for (const Kernel& k : bw.kernels)
+    if (auto* g = std::get_if<GemmInstance>(&k); g && g->x == "k" && g->w == "W_att" && !g->transpose_w) products.push_back(g->y);
+  REQUIRE(products.size() == 1);
+  // Both readers (d_q's and d_mu's terms) load the one result; the other temporary is gone.
+  int loads = 0;
+  for (const Kernel& k : bw.kernels)
+    if (kernel_reads(k).count(products[0]) && std::holds_alternative<TraversalInstance>(k)) ++loads;
+  CHECK(loads >= 1);
+  CHECK(bw.find("t$lin_12") == nullptr);
+  CHECK(verify_program(bw) == "");
+  // No phase of the bundled models keeps two GEMMs of one product.
+  for (const Program& p : phases) {
+    std::set<std::string> seen;
+    for (const Kernel& k : p.kernels)
+      if (auto* g = std::get_if<GemmInstance>(&k))
+        CHECK(seen.insert(g->x + "|" + g->w + "|" + std::to_string(g->transpose_w) + "|" + std::to_string(static_cast<int>(g->gather)))
+                  .second);
+  }
+}
+
+TEST_CASE("a repeated GEMM is kept when its input changes in between", "[intra][lowering][merge]") {
+  Program p;
+  auto add = [&](std::string name, Role role, inter::Per per) {
+    TensorInfo t;
+    t.name = std::move(name);
+    t.role = role;
+    t.per = per;
+    t.shape = {64};
+    p.tensors.push_back(t);
+  };
+  add("x", Role::Temp, inter::Per::Node);
+  add("w", Role::Weight, inter::Per::None);
+  add("y1", Role::Temp, inter::Per::Node);
+  add("y2", Role::Temp, inter::Per::Node);
+  add("y3", Role::Temp, inter::Per::Node);
+  auto gemm = [](std::string name, std::string x, std::string y) {
+    GemmInstance g;
+    g.name = std::move(name);
+    g.x = std::move(x);
+    g.w = "w";
+    g.y = std::move(y);
+    g.k = g.n = 64;
+    return Kernel{g};
+  };
+  p.kernels = {gemm("g1", "x", "y1"), gemm("g2", "x", "y2"), gemm("g3", "y1", "x"), gemm("g4", "x", "y3")};
+  passes::merge_duplicate_gemms(p);
+  // g2 repeats g1 and goes (g3 then reads y1 as before); g4 reads x after g3 rewrote it: kept.
+  std::vector<std::string> names;
+  for (const Kernel& k : p.kernels) names.push_back(kernel_name(k));
+  CHECK(names == std::vector<std::string>{"g1", "g3", "g4"});
+  CHECK(p.find("y2") == nullptr);
+  CHECK(std::get<GemmInstance>(p.kernels[2]).y == "y3");
+}
