@@ -162,6 +162,12 @@ __global__ void iota_kernel(int32_t* out, int32_t count) {
   }
 }
 
+// out[i] = values[index[i]].
+__global__ void gather_kernel(const int32_t* index, const int32_t* values, int32_t* out, int32_t count) {
+  const int64_t i = thread_index();
+  if (i < count) out[i] = values[index[i]];
+}
+
 __global__ void gather_endpoints_kernel(const int32_t* perm, const int32_t* src, const int32_t* dst,
                                         int32_t* sorted_src, int32_t* sorted_dst, int32_t count) {
   const int64_t i = thread_index();
@@ -457,16 +463,27 @@ cudaError_t validate_coo(const int32_t* src, const int32_t* dst, const int32_t* 
                 error_word);
 }
 
-cudaError_t sort_edges_by_etype(const int32_t* src, const int32_t* dst, const int32_t* etype, int32_t num_edges,
-                                int32_t num_etypes, const EtypeSortedCoo& out, cudaStream_t stream,
+cudaError_t sort_edges_by_etype(const int32_t* src, const int32_t* dst, const int32_t* etype, int32_t num_nodes,
+                                int32_t num_edges, int32_t num_etypes, const EtypeSortedCoo& out, cudaStream_t stream,
                                 const DeviceAllocator* allocator) {
-  HG_RETURN_IF_ERROR(check_graph_counts(0, num_edges, num_etypes));
+  HG_RETURN_IF_ERROR(check_graph_counts(num_nodes, num_edges, num_etypes));
   if (num_edges == 0) {
     return zero_fill(out.etype_ptr, static_cast<int64_t>(num_etypes) + 1, stream);
   }
-  // Radix sort is stable, so edges of one relation keep the caller's order. The sorted keys are the sorted etype.
-  HG_RETURN_IF_ERROR(stable_order_by_row(etype, num_edges, num_etypes, reinterpret_cast<uint32_t*>(out.etype),
-                                         out.perm, stream, allocator));
+  // Two stable radix sorts: by destination, then by etype, so the edges are ordered by (etype, dst, caller's
+  // position). A node's incoming edges of one relation are then adjacent: the traversals over a destination's
+  // edges read neighbouring edge rows, and the edge kernels read destination rows in order.
+  DeviceBuffer by_dst(allocator, stream), dst_keys(allocator, stream), etype_by_dst(allocator, stream);
+  HG_RETURN_IF_ERROR(by_dst.allocate<int32_t>(num_edges));
+  HG_RETURN_IF_ERROR(dst_keys.allocate<uint32_t>(num_edges));
+  HG_RETURN_IF_ERROR(etype_by_dst.allocate<uint32_t>(num_edges));
+  HG_RETURN_IF_ERROR(
+      stable_order_by_row(dst, num_edges, num_nodes, dst_keys.as<uint32_t>(), by_dst.as<int32_t>(), stream, allocator));
+  HG_RETURN_IF_ERROR(launch(gather_kernel, num_edges, stream, by_dst.as<int32_t>(), etype,
+                            reinterpret_cast<int32_t*>(etype_by_dst.as<uint32_t>()), num_edges));
+  const int end_bit = radix_bits(static_cast<uint64_t>(num_etypes) - 1);
+  HG_RETURN_IF_ERROR(stable_sort_pairs(etype_by_dst.as<uint32_t>(), reinterpret_cast<uint32_t*>(out.etype),
+                                       by_dst.as<int32_t>(), out.perm, num_edges, end_bit, stream, allocator));
   HG_RETURN_IF_ERROR(
       launch(gather_endpoints_kernel, num_edges, stream, out.perm, src, dst, out.src, out.dst, num_edges));
   return launch(segment_offsets_kernel<uint32_t>, static_cast<int64_t>(num_etypes) + 1, stream,

@@ -231,7 +231,7 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
     const at::Tensor sorted_dst = new_int32(e, options);
     const at::Tensor sorted_etype = new_int32(e, options);
     const at::Tensor etype_ptr = new_int32(num_etypes + 1, options);
-    HG_CUDA_CHECK(sort_edges_by_etype(i32(src32), i32(dst32), i32(etype32), e, r,
+    HG_CUDA_CHECK(sort_edges_by_etype(i32(src32), i32(dst32), i32(etype32), n, e, r,
                                       EtypeSortedCoo{i32(perm), i32(sorted_src), i32(sorted_dst), i32(sorted_etype),
                                                      i32(etype_ptr)},
                                       stream, &allocator),

@@ -65,9 +65,10 @@ def check_invariants(out, src, dst, etype, num_nodes, num_etypes):
     assert etype_ptr.numel() == num_etypes + 1 and int(etype_ptr[0]) == 0 and int(etype_ptr[-1]) == num_edges
     for r in range(min(num_etypes, 64)):
         assert bool((s_etype[etype_ptr[r] : etype_ptr[r + 1]] == r).all())
-    # Stability: inside one relation the caller's edge order is kept.
+    # Inside one relation: ordered by destination, and among equal destinations the caller's order is kept.
     same = s_etype[1:] == s_etype[:-1]
-    assert bool((perm[1:][same] > perm[:-1][same]).all())
+    key = s_dst * (num_edges + 1) + perm
+    assert bool((key[1:][same] > key[:-1][same]).all())
 
     for prefix, row, col, col_key in (("in_", s_dst, s_src, "col_src"), ("out_", s_src, s_dst, "col_dst")):
         row_ptr, eid = out[prefix + "row_ptr"].long(), out[prefix + "col_eid"].long()
@@ -120,26 +121,26 @@ HAND_SRC = [0, 1, 2, 0, 1, 3, 0]
 HAND_DST = [1, 2, 1, 1, 0, 1, 2]
 HAND_ETYPE = [1, 0, 1, 0, 1, 1, 1]
 HAND_EXPECTED = {
-    "perm": [1, 3, 0, 2, 4, 5, 6],
-    "sorted_src": [1, 0, 0, 2, 1, 3, 0],
-    "sorted_dst": [2, 1, 1, 1, 0, 1, 2],
+    "perm": [3, 1, 4, 0, 2, 5, 6],
+    "sorted_src": [0, 1, 1, 0, 2, 3, 0],
+    "sorted_dst": [1, 2, 0, 1, 1, 1, 2],
     "sorted_etype": [0, 0, 1, 1, 1, 1, 1],
     "etype_ptr": [0, 2, 7, 7],
     "in_row_ptr": [0, 1, 5, 7, 7],
     "in_col_src": [1, 0, 0, 2, 3, 1, 0],
-    "in_col_eid": [4, 1, 2, 3, 5, 0, 6],
+    "in_col_eid": [2, 0, 3, 4, 5, 1, 6],
     "in_col_etype": [1, 0, 1, 1, 1, 0, 1],
     "out_row_ptr": [0, 3, 5, 6, 7],
     "out_col_dst": [1, 1, 2, 2, 0, 1, 1],
-    "out_col_eid": [1, 2, 6, 0, 4, 3, 5],
+    "out_col_eid": [0, 3, 6, 1, 2, 4, 5],
     "out_col_etype": [0, 1, 1, 0, 1, 1, 1],
     "unique_src": [0, 1, 0, 1, 2, 3],
     "unique_src_etype_ptr": [0, 2, 6, 6],
-    "edge_to_unique_src": [1, 0, 2, 4, 3, 5, 2],
+    "edge_to_unique_src": [0, 1, 3, 2, 4, 5, 2],
     "unique_dst": [1, 2, 0, 1, 2],
     "unique_dst_etype_ptr": [0, 2, 5, 5],
-    "edge_to_unique_dst": [1, 0, 3, 3, 2, 3, 4],
-    "inv_relation_in_degree": [1.0, 1.0, 1 / 3, 1 / 3, 1.0, 1 / 3, 1.0],
+    "edge_to_unique_dst": [0, 1, 2, 3, 3, 3, 4],
+    "inv_relation_in_degree": [1.0, 1.0, 1.0, 1 / 3, 1 / 3, 1 / 3, 1.0],
     "ntype_ptr": [0, 2, 2, 4],
     "ntype": [0, 0, 2, 2],
 }

@@ -96,10 +96,11 @@ struct EtypeSortedCoo {
   int32_t* etype_ptr = nullptr;  // [R+1] etype_ptr[0] = 0, etype_ptr[R] = E
 };
 
-// Stable radix sort of the edges by etype (ties keep the caller's edge order), then the relation segment offsets
-// (binary searches over the sorted types; no atomics, no host sync).
-cudaError_t sort_edges_by_etype(const int32_t* src, const int32_t* dst, const int32_t* etype, int32_t num_edges,
-                                int32_t num_etypes, const EtypeSortedCoo& out, cudaStream_t stream,
+// Stable radix sorts of the edges by (etype, dst) (ties keep the caller's edge order), then the relation segment
+// offsets (binary searches over the sorted types; no atomics, no host sync). Within a relation the edges are
+// ordered by destination: a node's incoming edges of one relation are adjacent.
+cudaError_t sort_edges_by_etype(const int32_t* src, const int32_t* dst, const int32_t* etype, int32_t num_nodes,
+                                int32_t num_edges, int32_t num_etypes, const EtypeSortedCoo& out, cudaStream_t stream,
                                 const DeviceAllocator* allocator = nullptr);
 
 // Read-only view of an etype-sorted COO (the output of sort_edges_by_etype); the input of every builder below.

@@ -13,7 +13,8 @@ the CPU fallback.
 Layouts and their result keys (int32 unless noted; p is an edge's position in the etype-sorted edge order):
 
   etype_sorted_coo        perm [E] (caller edge id at p), sorted_src, sorted_dst, sorted_etype [E],
-                          etype_ptr [R+1] (relation r owns positions etype_ptr[r]:etype_ptr[r+1])
+                          etype_ptr [R+1] (relation r owns positions etype_ptr[r]:etype_ptr[r+1]); edges are
+                          ordered by (etype, dst, caller's order)
   csr_by_dst              in_row_ptr [N+1], in_col_src, in_col_eid (= p), in_col_etype [E];
                           a row lists the node's incoming edges ordered by (etype, p)
   csr_by_src              out_row_ptr [N+1], out_col_dst, out_col_eid, out_col_etype [E]; outgoing edges
@@ -182,8 +183,10 @@ def reference_preprocess(
     def emit(key: str, value: torch.Tensor) -> None:
         out[key] = value.to(torch.int32)
 
-    # Etype-sorted COO: a stable sort keeps the caller's order inside a relation.
-    sorted_etype, perm = torch.sort(etype, stable=True)
+    # Etype-sorted COO, ordered by (etype, dst): a node's incoming edges of one relation are adjacent (the native
+    # path sorts the same way); a stable sort keeps the caller's order among equal keys.
+    perm = torch.sort(etype * max(num_nodes, 1) + dst, stable=True).indices
+    sorted_etype = etype[perm]
     s_src, s_dst = src[perm], dst[perm]
     if "etype_sorted_coo" in layouts:
         emit("perm", perm)
