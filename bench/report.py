@@ -118,6 +118,29 @@ def _fmt_n(n):
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}K" if n >= 1e3 else str(n)
 
 
+def train_over_infer(recs) -> list:
+    """Markdown lines: per hectorgen variant and model, a training step's time over the inference pass's of the
+    same dataset (issue 8's target: at most 3x), their geometric mean and the largest, with its dataset."""
+    ratios = OrderedDict()
+    for (ds, model, mode, system), r in recs["cases"].items():
+        if mode != "train" or r.get("kind") != "hectorgen" or r.get("status") != "ok":
+            continue
+        inf = recs["cases"].get((ds, model, "infer", system))
+        if inf and inf.get("status") == "ok" and inf.get("ms"):
+            ratios.setdefault((system, model), []).append((r["ms"] / inf["ms"], ds))
+    if not ratios:
+        return []
+    md = ["## Training step over inference (same case)", "",
+          "| variant | model | geomean | max (dataset) | datasets |", "| --- | --- | --- | --- | --- |"]
+    for (system, model), xs in sorted(ratios.items(), key=lambda kv: (kv[0][0], list(MODEL_NAMES).index(kv[0][1])
+                                                                       if kv[0][1] in MODEL_NAMES else 99)):
+        worst = max(xs)
+        md.append(f"| {system} | {MODEL_NAMES.get(model, model)} | {geomean([x for x, _ in xs]):.2f}x | "
+                  f"{worst[0]:.2f}x ({worst[1]}) | {len(xs)} |")
+    md.append("")
+    return md
+
+
 def markdown(recs, plots: list) -> str:
     meta = recs["meta"]
     rows = comparisons(recs)
@@ -137,7 +160,7 @@ def markdown(recs, plots: list) -> str:
                f"{uniq('case_budget_s')} s, at most {uniq('max_iters')} timed calls (median of CUDA-event times "
                "after warm-up)", ""]
     md += ["One layer, 64 -> 64, one head. Inference: one forward pass without autograd. Training step: forward, "
-           "cross-entropy on random labels, backward to every weight (the input features need no gradient). "
+           "cross-entropy on random labels (bench/README.md, \"Loss\"), backward to every weight (the input features need no gradient). "
            "Peak memory: `torch.cuda.max_memory_allocated()` from the case's setup on, including the dataset's "
            "features and graph. Speed-up: best baseline of the same precision class / hectorgen (fp32 and tf32 "
            "variants against fp32 baselines run with TF32 allowed; bf16 and fp16 variants against bf16 "
@@ -159,6 +182,7 @@ def markdown(recs, plots: list) -> str:
             if any(c != "-" for c in cells) or any((s, m, md_) in gms for md_ in MODES):
                 md.append(f"| {s} | {MODEL_NAMES[m]} | {cells[0]} | {cells[1]} |")
     md.append("")
+    md += train_over_infer(recs)
     if recs["datasets"]:
         md += ["## Datasets", "", "| dataset | nodes | node types | edges | relations | source | generated/loaded "
                "in | graph hash |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
