@@ -227,6 +227,16 @@ class Runner:
         self.out.write(json.dumps(rec) + "\n")
         self.out.flush()
 
+    def loss_ms(self, ctx) -> dict:
+        """The training step's loss alone (systems.loss_of, forward and backward) on a leaf of the layer output's
+        shape, per output dtype: the part of every training step that is the same for every system."""
+        out = {}
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            leaf = torch.randn(ctx.label.numel(), systems.DIM, device=ctx.x.device).to(dtype).requires_grad_()
+            out[name] = round(time_fn(_loss_step(leaf, ctx.label), 2.0, self.a.min_iters, self.a.max_iters)["ms"], 4)
+            del leaf
+        return out
+
     def case(self, ctx, ds_rec, model, mode, system) -> dict:
         g = ctx.g
         rec = dict(type="case", dataset=g["name"], model=model, mode=mode, system=system.name, kind=system.kind,
@@ -335,6 +345,10 @@ class Runner:
         dg = hw.DeviceGraph(g, DEVICE)
         ctx = systems.Context(g=g, dg=dg, x=torch.randn(N, systems.DIM, generator=gen).to(DEVICE),
                               label=torch.randint(0, systems.DIM, (N,), generator=gen).to(DEVICE))
+        if "train" in a.modes:
+            drec["loss_ms"] = self.loss_ms(ctx)
+            log(f"== {g['name']}: the loss alone (forward + backward from an [N, 64] leaf): " +
+                ", ".join(f"{k} {v:.3f} ms" for k, v in drec["loss_ms"].items()))
         self.emit(drec)
         for model in models:
             for mode in a.modes:
@@ -351,6 +365,13 @@ class Runner:
             ctx.cache.clear()
         del ctx, dg, g
         empty_cache(collect=True)
+
+
+def _loss_step(out, label):
+    def step():
+        out.grad = None
+        systems.loss_of(out, label).backward()
+    return step
 
 
 def meta_record(a, bandwidth: float) -> dict:
