@@ -442,9 +442,9 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor d_att__1 = at::empty({num_edges, 1}, options);  // field
   at::Tensor d_msg = at::empty({num_edges, 1, 64}, options);  // field
   at::Tensor t_d_v_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_op0 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_op0 = at::empty({num_edges, 1}, options);  // intermediate
   at::Tensor t_d_k_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_op1 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_op1 = at::empty({num_edges, 1}, options);  // intermediate
   at::Tensor t_lin_11 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_sc2 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_wg3 = at::empty({num_edges, 1}, options);  // intermediate

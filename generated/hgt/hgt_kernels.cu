@@ -535,9 +535,7 @@ __global__ void __launch_bounds__(256) hgt_bw_gemm_d_v_edges(
 // hgt_bw_edges_loop: traversal instance, one warp per edge
 __global__ void __launch_bounds__(256) hgt_bw_edges_loop(
     int64_t num_rows,
-    const int32_t* __restrict__ dst,
     const int32_t* __restrict__ etype,
-    const float* __restrict__ q,
     const float* __restrict__ mu,
     const float* __restrict__ d_att__0,
     float* __restrict__ t_op0) {
@@ -546,18 +544,11 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop(
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int e_etype = etype[e];
-    const int64_t e_dst = dst[e];
     const float v_d_att__0 = d_att__0[e];
     const float v_mu = mu[e_etype];
-    float v_dst_q[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
-    // $op0 = e["d$att$0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
-    float op0[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) op0[j] = v_d_att__0 / 8.0f * v_mu * v_dst_q[j];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) t_op0[e * 64 + lane + 32 * j] = op0[j];
+    // $op0 = e["d$att$0"] / sqrt(d_k) * mu[e.etype]
+    const float op0 = v_d_att__0 / 8.0f * v_mu;
+    if (lane == 0) t_op0[e] = op0;
   }
 }
 
@@ -589,12 +580,67 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
   }
 }
 
+// hgt_bw_gemm_d_k_edges: GEMM instance  t_d_k_edges[row] = q[dst[row]] * W_att[etype]^T * t_op0[row]
+//   from: e.src["d$k"] += linear_t(e["d$att$0"] / sqrt(d_k) * mu[e.etype] * e.dst.q, W_att[e.etype])
+__global__ void __launch_bounds__(256) hgt_bw_gemm_d_k_edges(
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
+    const int32_t* __restrict__ dst,
+    const float* __restrict__ row_scalar,
+    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
+    int64_t num_rows, int num_segments) {
+  constexpr int kTile = 16;
+  constexpr int kCoarsen = 1;
+  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
+  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
+  __shared__ float xs[kTile][kTile + 1];
+  __shared__ float ws[kTile][kTile + 1];
+  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
+  const int tile = blockIdx.x;
+  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
+  int type = 0;
+  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
+    const int mid = (lo + hi + 1) / 2;
+    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
+    type = lo;
+  }
+  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
+  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
+  (void)num_rows;
+  const int head = blockIdx.z;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
+  const float* w_slice = w + static_cast<int64_t>(type) * 4096 + static_cast<int64_t>(head) * 4096;
+  float acc[kCoarsen] = {};
+  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
+    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
+      const int r = i / kTile, c = i % kTile;
+      const int64_t row = row_begin + r, k = k0 + c;
+      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(dst[row]) * (kHeads * kK) + head * kK + k] : 0.f;
+      const int64_t wk = k0 + r, wn = col0 + c;
+      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wn * kK + wk] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTile; ++kk) {
+      const float wv = ws[kk][tx];
+#pragma unroll
+      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int c = 0; c < kCoarsen; ++c) {
+    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
+    if (row < row_end && col < kN) {
+      y[row * (kHeads * kN) + head * kN + col] = acc[c] * row_scalar[row];
+    }
+  }
+}
+
 // hgt_bw_edges_loop_2: traversal instance, one warp per edge
 __global__ void __launch_bounds__(256) hgt_bw_edges_loop_2(
     int64_t num_rows,
-    const int32_t* __restrict__ dst,
     const int32_t* __restrict__ etype,
-    const float* __restrict__ q,
     const float* __restrict__ mu,
     const float* __restrict__ d_att__0,
     float* __restrict__ t_op1) {
@@ -603,18 +649,11 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_2(
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int e_etype = etype[e];
-    const int64_t e_dst = dst[e];
     const float v_d_att__0 = d_att__0[e];
     const float v_mu = mu[e_etype];
-    float v_dst_q[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
-    // $op1 = e["d$att$0"] / sqrt(d_k) * mu[e.etype] * e.dst.q
-    float op1[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) op1[j] = v_d_att__0 / 8.0f * v_mu * v_dst_q[j];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) t_op1[e * 64 + lane + 32 * j] = op1[j];
+    // $op1 = e["d$att$0"] / sqrt(d_k) * mu[e.etype]
+    const float op1 = v_d_att__0 / 8.0f * v_mu;
+    if (lane == 0) t_op1[e] = op1;
   }
 }
 
@@ -971,7 +1010,7 @@ cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& a, cudaStream_t s
 cudaError_t launch_hgt_bw_edges_loop(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_bw_edges_loop
     const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    hgt_bw_edges_loop<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t_op0);
+    hgt_bw_edges_loop<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.mu, a.d_att__0, a.t_op0);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -987,10 +1026,9 @@ cudaError_t launch_hgt_bw_sum_d_v(const HgtBackwardArgs& a, cudaStream_t stream)
 }
 
 cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_bw_gemm_d_v_edges
   if (a.num_edges > 0) {  // hgt_bw_gemm_d_k_edges
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_bw_gemm_d_v_edges<<<grid, 256, 0, stream>>>(a.t_op0, a.W_att, a.t_d_k_edges, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    hgt_bw_gemm_d_k_edges<<<grid, 256, 0, stream>>>(a.q, a.W_att, a.t_d_k_edges, a.dst, a.t_op0, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -999,7 +1037,7 @@ cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& a, cudaStream_t 
 cudaError_t launch_hgt_bw_edges_loop_2(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_bw_edges_loop_2
     const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    hgt_bw_edges_loop_2<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t_op1);
+    hgt_bw_edges_loop_2<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.mu, a.d_att__0, a.t_op1);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1015,14 +1053,16 @@ cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& a, cudaStream_t stream)
 }
 
 cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // hgt_bw_wgrad_d_W_att: weight-gradient instance  d_W_att[etype] = sum_row k[src[row]]^T * t_op1[row]
+  // hgt_bw_wgrad_d_W_att: weight-gradient instance  d_W_att[etype] = sum_row k[src[row]]^T * q[dst[row]] * t_op1[row]
   //   from: d$W_att[e.etype] += outer(e.src.k, e["d$att$0"] / sqrt(d_k) * mu[e.etype] * e.dst.q)
   // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_W_att = the sum of its segment's chunks in chunk order: bit-identical over runs.
   hectorgen::simt::WgradArgs<float> wgrad{};
   wgrad.x = a.k;
-  wgrad.dy = a.t_op1;
+  wgrad.dy = a.q;
   wgrad.gather = a.src;  // X rows
+  wgrad.scatter = a.dst;  // dY rows
+  wgrad.scale = a.t_op1;
   wgrad.seg_ptr = a.etype_ptr;
   wgrad.num_rows = a.num_edges;
   wgrad.num_segments = a.num_etypes;

@@ -460,6 +460,28 @@ class Lowering {
     return {e, ""};
   }
 
+  // split_scalar, and also `s * a` where s is a per-row scalar *expression* (e.g. HGT's backward
+  // `d_att / sqrt(d_k) * mu[e.etype] * e.dst.q`) and `a` a plain row read the GEMM can gather: s is computed
+  // per row into a one-element temporary, the GEMM's row scalar, instead of materialising every scaled row.
+  std::pair<ExprP, std::string> split_scalar_computed(const ExprP& e, LoopCtx& ctx, Stage& stage, const Stmt* inner,
+                                                      const StmtP& s, bool edge_rows) {
+    auto split = split_scalar(e, ctx, edge_rows);
+    if (!split.second.empty() || inner) return split;
+    const ExprP& x = strip_reshape(e);
+    if (x->kind != ExprKind::Binary || x->op != BinOp::Mul) return split;
+    for (int k : {0, 1}) {
+      const ExprP& factor = x->args[static_cast<size_t>(k)];
+      const ExprP& row = x->args[static_cast<size_t>(1 - k)];
+      int64_t numel = 1;
+      for (int64_t d : value_type(factor->type).shape) numel *= d;
+      if (numel != 1 || !gemm_input(row, ctx, edge_rows) || !intra::traversal_supports(factor)) continue;
+      ExprP scalar = materialize_operand(factor, ctx, stage, inner, s);
+      if (!scalar || scalar->kind != ExprKind::Name || !ctx.materialized.count(scalar->name)) return split;
+      return {row, ctx.materialized.at(scalar->name)};
+    }
+    return split;
+  }
+
   // Where a GEMM over the loop's rows writes `target`: (tensor, scatter) or nullopt.
   std::optional<std::pair<std::string, intra::Gather>> gemm_target(const ExprP& target, const LoopCtx& ctx, const Stmt* inner) {
     auto f = field_ref(target, ctx.edge_vars);
@@ -480,7 +502,7 @@ class Lowering {
     bool edge_rows = inner || !ctx.node_loop;
     auto target = gemm_target(s->target, ctx, inner);
     if (!target) return false;
-    auto [y, scalar] = split_scalar(v->args[0], ctx, edge_rows);
+    auto [y, scalar] = split_scalar_computed(v->args[0], ctx, stage, inner, s, edge_rows);
     if (!gemm_input(y, ctx, edge_rows)) {
       y = materialize_operand(y, ctx, stage, inner, s);
       if (!y) return false;
@@ -582,7 +604,7 @@ class Lowering {
     if ((o->per == Per::Etype) != edge_rows && o->per != Per::None) return false;
     if (o->per == Per::Ntype && edge_rows) return false;
     ExprP x_expr = v->args[0];
-    auto [dy_expr, scalar] = split_scalar(v->args[1], ctx, edge_rows);
+    auto [dy_expr, scalar] = split_scalar_computed(v->args[1], ctx, stage, inner, s, edge_rows);
     // Operands that are not plain row reads are computed by the traversal into temporaries first.
     if (!gemm_input(x_expr, ctx, edge_rows)) x_expr = materialize_operand(x_expr, ctx, stage, inner, s);
     if (!gemm_input(dy_expr, ctx, edge_rows)) dy_expr = materialize_operand(dy_expr, ctx, stage, inner, s);

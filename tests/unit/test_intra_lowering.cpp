@@ -1080,3 +1080,34 @@ TEST_CASE("a repeated GEMM is kept when its input changes in between", "[intra][
   CHECK(p.find("y2") == nullptr);
   CHECK(std::get<GemmInstance>(p.kernels[2]).y == "y3");
 }
+
+TEST_CASE("a GEMM operand scaled by a per-row scalar expression reads the rows gathered, the scalar as its row scalar",
+          "[intra][lowering][row-scalar]") {
+  // HGT's backward: d_k += linear_t(d_att / sqrt(d_k) * mu[e.etype] * e.dst.q, W_att[e.etype]) and the same
+  // product in d_W_att: the scalar is stored per edge (one float), q is gathered by dst.
+  for (const char* dtype : {"fp32", "bf16"}) {
+    CAPTURE(dtype);
+    const std::string path = spec_path("hgt.yaml");
+    std::vector<Program> phases = lower_source(path, replace(read_file(path), "dtype: fp32", std::string("dtype: ") + dtype));
+    const Program& bw = phases.back();
+    CHECK(verify_program(bw) == "");
+    int gemms = 0, wgrads = 0;
+    for (const Kernel& k : bw.kernels) {
+      if (auto* g = std::get_if<GemmInstance>(&k); g && g->w == "W_att" && g->transpose_w) {
+        ++gemms;
+        CHECK(g->x == "q");
+        CHECK(g->gather == Gather::Dst);
+        REQUIRE_FALSE(g->row_scalar.empty());
+        CHECK(bw.find(g->row_scalar)->row_numel() == 1);
+        CHECK(bw.find(g->row_scalar)->storage == inter::DType::FP32);
+      }
+      if (auto* w = std::get_if<WeightGradInstance>(&k); w && w->dw == "d$W_att") {
+        ++wgrads;
+        CHECK((w->x == "k" && w->x_gather == Gather::Src && w->dy == "q" && w->dy_gather == Gather::Dst));
+        CHECK_FALSE(w->row_scalar.empty());
+      }
+    }
+    CHECK(gemms == 1);
+    CHECK(wgrads == 1);
+  }
+}
