@@ -444,7 +444,6 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor t_d_v_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_op0 = at::empty({num_edges, 1}, options);  // intermediate
   at::Tensor t_d_k_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_op1 = at::empty({num_edges, 1}, options);  // intermediate
   at::Tensor t_lin_11 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_sc2 = at::empty({num_edges, 1, 64}, options);  // intermediate
   at::Tensor t_wg3 = at::empty({num_edges, 1}, options);  // intermediate
@@ -522,7 +521,6 @@ std::vector<at::Tensor> hgt_backward_op(
   a.t_d_v_edges = t_d_v_edges.data_ptr<float>();
   a.t_op0 = t_op0.data_ptr<float>();
   a.t_d_k_edges = t_d_k_edges.data_ptr<float>();
-  a.t_op1 = t_op1.data_ptr<float>();
   a.t_lin_11 = t_lin_11.data_ptr<float>();
   a.t_sc2 = t_sc2.data_ptr<float>();
   a.t_wg3 = t_wg3.data_ptr<float>();
@@ -549,7 +547,6 @@ std::vector<at::Tensor> hgt_backward_op(
   C10_CUDA_CHECK(launch_hgt_bw_edges_loop(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_sum_d_v(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_k_edges(a, stream));
-  C10_CUDA_CHECK(launch_hgt_bw_edges_loop_2(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_sum_d_k(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_att(a, stream));
   C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_11(a, stream));

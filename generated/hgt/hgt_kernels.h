@@ -174,7 +174,6 @@ struct HgtBackwardArgs {
   float* t_d_v_edges = nullptr;  // [num_edges, 1, 64]
   float* t_op0 = nullptr;  // [num_edges, 1]
   float* t_d_k_edges = nullptr;  // [num_edges, 1, 64]
-  float* t_op1 = nullptr;  // [num_edges, 1]
   float* t_lin_11 = nullptr;  // [num_edges, 1, 64]
   float* t_sc2 = nullptr;  // [num_edges, 1, 64]
   float* t_wg3 = nullptr;  // [num_edges, 1]
@@ -203,7 +202,6 @@ cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& args, cudaStream_
 cudaError_t launch_hgt_bw_edges_loop(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_sum_d_v(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_edges_loop_2(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& args, cudaStream_t stream);

@@ -1140,6 +1140,7 @@ std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const s
     if (!p) return p;
     p->saved = saved;
     merge_duplicate_gemms(*p);
+    merge_duplicate_traversals(*p);
     drop_dead_stores(*p);
     assign_storage(*p);
     choose_gemm_kernels(*p);

@@ -1,10 +1,14 @@
-// merge-duplicate-gemms (see passes.h): a pass over the intra-operator IR, run right after lowering.
+// merge-duplicate-gemms and merge-duplicate-traversals (see passes.h): passes over the intra-operator IR, run
+// right after lowering.
 //
 // The autodiff pass differentiates each use of a product on its own, so one phase can compute the same
 // GEMM twice: HGT's backward needs k[src] · W_att[etype] for d_q and again for d_mu, each an E x 64
-// temporary (2.7 GB in bf16 on mag). A later GEMM that repeats an earlier one on inputs nobody wrote in
-// between is dropped, and its readers read the earlier result.
+// temporary (2.7 GB in bf16 on mag), and the same per-edge scale for two GEMMs. A later kernel that repeats
+// an earlier one on inputs nobody wrote in between is dropped, and its readers read the earlier result.
 #include <algorithm>
+#include <cctype>
+#include <map>
+#include <optional>
 #include <functional>
 #include <set>
 #include <string>
@@ -59,7 +63,113 @@ void redirect_reads(Kernel& k, const std::string& from, const std::string& to) {
   }
 }
 
+// The temporaries a kernel writes, when all its writes are plain writes of temporaries only it writes; else
+// nullopt (the kernel's result is then not a pure function of what it reads).
+std::optional<std::vector<std::string>> private_temps(const Program& p, size_t at) {
+  std::vector<std::string> out;
+  if (!atomic_writes(p.kernels[at]).empty()) return std::nullopt;
+  for (const std::string& w : kernel_writes(p.kernels[at])) {
+    const TensorInfo* t = p.find(w);
+    if (!t || t->role != Role::Temp) return std::nullopt;
+    for (size_t k = 0; k < p.kernels.size(); ++k)
+      if (k != at && kernel_writes(p.kernels[k]).count(w)) return std::nullopt;
+    out.push_back(w);
+  }
+  return out;
+}
+
+// A traversal's text with its own names made canonical: comments dropped, the kernel name blank, the names it
+// defines (registers, indices, row and loop variables) and the temporaries in `own` (which it writes) numbered
+// in order of first appearance; everything else (operators, tensors it reads, keywords) stays as it is. Two
+// instances with the same canonical text compute the same values from the same tensors.
+std::string canonical(const TraversalInstance& t, const std::set<std::string>& own) {
+  TraversalInstance copy = t;
+  copy.name = "";
+  std::set<std::string> renamed = own;
+  renamed.insert(t.row);
+  std::function<void(std::vector<Instr>&)> strip = [&](std::vector<Instr>& body) {
+    std::erase_if(body, [](const Instr& in) { return std::holds_alternative<Comment>(in.v); });
+    for (Instr& in : body) {
+      if (auto* d = std::get_if<Def>(&in.v)) renamed.insert(d->name);
+      if (auto* x = std::get_if<IndexDef>(&in.v)) renamed.insert(x->name);
+      if (auto* l = std::get_if<EdgeLoop>(&in.v)) {
+        renamed.insert({l->var, l->pos});
+        strip(l->body);
+      }
+    }
+  };
+  strip(copy.body);
+  const std::string text = print_traversal(copy);
+  std::map<std::string, std::string> numbered;
+  std::string out;
+  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; };
+  for (size_t i = 0; i < text.size();) {
+    if (!ident(text[i])) {
+      out += text[i++];
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && ident(text[j])) ++j;
+    std::string word = text.substr(i, j - i);
+    if (renamed.count(word)) word = numbered.emplace(word, "#" + std::to_string(numbered.size())).first->second;
+    out += word;
+    i = j;
+  }
+  return out;
+}
+
 }  // namespace
+
+void merge_duplicate_traversals(Program& p) {
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    if (!std::holds_alternative<TraversalInstance>(p.kernels[i])) continue;
+    std::optional<std::vector<std::string>> first_temps = private_temps(p, i);
+    if (!first_temps || first_temps->empty()) continue;
+    const std::set<std::string> reads = kernel_reads(p.kernels[i]);
+    const std::set<std::string> own(first_temps->begin(), first_temps->end());
+    const std::string key = canonical(std::get<TraversalInstance>(p.kernels[i]), own);
+    for (size_t j = i + 1; j < p.kernels.size(); ++j) {
+      if (std::holds_alternative<TraversalInstance>(p.kernels[j]) && kernel_reads(p.kernels[j]) == reads) {
+        std::optional<std::vector<std::string>> temps = private_temps(p, j);
+        const auto& again = std::get<TraversalInstance>(p.kernels[j]);
+        if (temps && temps->size() == first_temps->size() &&
+            canonical(again, std::set<std::string>(temps->begin(), temps->end())) == key) {
+          // The same text numbers the stored temporaries in the same order: pair them by their numbers.
+          std::map<std::string, std::string> kept_for;
+          auto order = [&](const TraversalInstance& t, const std::vector<std::string>& ts) {
+            std::vector<std::string> seen;
+            std::function<void(const std::vector<Instr>&)> walk = [&](const std::vector<Instr>& body) {
+              for (const Instr& in : body) {
+                if (auto* st = std::get_if<Store>(&in.v))
+                  if (std::find(ts.begin(), ts.end(), st->tensor) != ts.end() &&
+                      std::find(seen.begin(), seen.end(), st->tensor) == seen.end())
+                    seen.push_back(st->tensor);
+                if (auto* l = std::get_if<EdgeLoop>(&in.v)) walk(l->body);
+              }
+            };
+            walk(t.body);
+            return seen;
+          };
+          const std::vector<std::string> a = order(std::get<TraversalInstance>(p.kernels[i]), *first_temps), b = order(again, *temps);
+          if (a.size() == b.size()) {
+            for (size_t k = 0; k < a.size(); ++k) kept_for[b[k]] = a[k];
+            p.kernels.erase(p.kernels.begin() + static_cast<long>(j));
+            for (const auto& [dropped, kept] : kept_for) {
+              for (size_t k = j; k < p.kernels.size(); ++k) redirect_reads(p.kernels[k], dropped, kept);
+              for (auto& [field, tensor] : p.aliases)
+                if (tensor == dropped) tensor = kept;
+              std::erase_if(p.tensors, [&](const TensorInfo& t) { return t.name == dropped; });
+            }
+            --j;
+            continue;
+          }
+        }
+      }
+      const std::set<std::string> writes = kernel_writes(p.kernels[j]);
+      if (std::any_of(reads.begin(), reads.end(), [&](const std::string& t) { return writes.count(t) > 0; })) break;
+    }
+  }
+}
 
 void merge_duplicate_gemms(Program& p) {
   for (size_t i = 0; i < p.kernels.size(); ++i) {

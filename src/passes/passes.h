@@ -53,6 +53,10 @@ void unify_storage(std::vector<intra::Program>& phases);
 // row scalar and shape, into a temporary only it writes) when no kernel in between writes what they read;
 // later kernels read the earlier result (HGT's backward needs k[src] · W_att[etype] twice).
 void merge_duplicate_gemms(intra::Program& p);
+// The same for traversal instances: a later instance whose body repeats an earlier one's (up to the names of
+// its registers and of the temporaries it stores, which only it writes), reading what the earlier read with
+// nothing written to it in between, is dropped; its temporaries' readers read the earlier ones.
+void merge_duplicate_traversals(intra::Program& p);
 
 // Removes what the traversal instances compute for nobody: stores of fields and temporaries that are neither
 // outputs nor saved for the backward and that no later kernel reads (nor the kernel itself), then the

@@ -1,6 +1,7 @@
 // The intra-operator IR as a level of its own: traversal instances print, parse back to the same text,
 // verify (one negative test per rule), and get the warp syncs they need.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
@@ -864,4 +865,52 @@ traversal m_b: rows=etype_sorted_coo.edges(e) threads=256
   q->saved = {};
   passes::drop_dead_stores(*q);
   CHECK(print_program(*q).find("store u[e]") == std::string::npos);
+}
+
+TEST_CASE("a traversal that repeats an earlier one up to its own names is dropped; its readers read the earlier result",
+          "[intra][merge]") {
+  Program p = rgat_like();
+  for (const char* name : {"t_a", "t_b", "t_c", "t_d"}) {
+    TensorInfo t;
+    t.name = name;
+    t.role = Role::Temp;
+    t.per = inter::Per::Edge;
+    t.shape = {1};
+    p.tensors.push_back(t);
+  }
+  auto kernel = [](const std::string& name, const std::string& fn, const std::string& x, const std::string& out) {
+    return Kernel{parse(fmt::format("traversal {}: rows=etype_sorted_coo.edges(e) threads=256\n"
+                                    "    # a comment that differs: {}\n"
+                                    "    let {}: [1] replicated(1) = load att[e]\n"
+                                    "    let y_{}: [1] replicated(1) = {}({})\n"
+                                    "    store {}[e] = y_{} by lane0\n",
+                                    name, name, x, x, fn, x, out, x))};
+  };
+  auto reader = [](const std::string& name, const std::string& in) {
+    return Kernel{parse(fmt::format("traversal {}: rows=etype_sorted_coo.edges(e) threads=256\n"
+                                    "    let v: [1] replicated(1) = load {}[e]\n"
+                                    "    store h_e[e] = v by lane0\n",
+                                    name, in))};
+  };
+  TensorInfo h;
+  h.name = "h_e";
+  h.role = Role::Field;
+  h.per = inter::Per::Edge;
+  h.shape = {1};
+  p.tensors.push_back(h);
+  p.kernels = {kernel("k1", "exp", "x", "t_a"), kernel("k2", "exp", "z", "t_b"), kernel("k3", "tanh", "w", "t_c"), reader("r", "t_b")};
+  passes::merge_duplicate_traversals(p);
+  std::vector<std::string> names;
+  for (const Kernel& k : p.kernels) names.push_back(kernel_name(k));
+  // k2 is k1 with other names: dropped, r reads t_a; k3 applies another function: kept.
+  CHECK(names == std::vector<std::string>{"k1", "k3", "r"});
+  CHECK(kernel_reads(p.kernels[2]).count("t_a") == 1);
+  CHECK(p.find("t_b") == nullptr);
+  CHECK(p.find("t_c") != nullptr);
+  // Once att is rewritten in between, a repeat reads other values: kept.
+  Program q = rgat_like();
+  q.tensors = p.tensors;
+  q.kernels = {kernel("k1", "exp", "x", "t_a"), kernel("w", "tanh", "x", "att"), kernel("k2", "exp", "z", "t_b")};
+  passes::merge_duplicate_traversals(q);
+  CHECK(q.kernels.size() == 3);
 }
