@@ -161,6 +161,7 @@ class TraversalPrinter {
     for (const auto& [x, op] : acc) {
       if (op != ReduceOp::Sum) continue;
       std::string share = unique_name(x + "_share");
+      printed_names_.insert(share);  // a later split loop summing x declares another
       shares[x] = share;
       int64_t k = reg(x).slots();
       if (k == 1) line(fmt::format("float {} = 0.0f;", share));
@@ -213,6 +214,7 @@ class TraversalPrinter {
     };
     walk(t_.body);
     taken.insert(t_.row);
+    taken.insert(printed_names_.begin(), printed_names_.end());
     for (const TensorInfo& t : p_.tensors) taken.insert(t.name);
     while (taken.count(base) || is_kernel_reserved(base)) base += "_";
     return base;
@@ -459,6 +461,7 @@ class TraversalPrinter {
   std::set<std::string> graph_used_, tensors_used_, written_, helpers_;
   bool split_ = false;                           // printing the body of a split loop
   std::map<std::string, std::string> share_of_;  // in a split loop: a summed register -> the lane's share
+  std::set<std::string> printed_names_;          // names the printer declared (the lanes' shares)
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "ir/intra/intra.h"
 #include "ir/intra/parser.h"
+#include "emit/traversal.h"
 #include "passes/passes.h"
 
 using namespace hectorgen;
@@ -913,4 +914,36 @@ TEST_CASE("a traversal that repeats an earlier one up to its own names is droppe
   q.kernels = {kernel("k1", "exp", "x", "t_a"), kernel("w", "tanh", "x", "att"), kernel("k2", "exp", "z", "t_b")};
   passes::merge_duplicate_traversals(q);
   CHECK(q.kernels.size() == 3);
+}
+
+TEST_CASE("split loops print each lane's share of a sum under its own name, combined over the warp after the loop",
+          "[intra][split][emit]") {
+  const std::string text = R"(traversal k: rows=dst_nodes(n) threads=256
+    var acc: [1] replicated(1) = 0
+    var top: [1] replicated(1) = -1e+30
+    for e in csr_by_dst.incoming(n) at i_e split:
+        let a: [1] replicated(1) = load att[e]
+        acc += a
+        top = max(top, a)
+    for e in csr_by_dst.incoming(n) at i_e split:
+        let b: [1] replicated(1) = load att[e]
+        acc += b * b
+    store att_sum[n] = acc by lane0
+    store att_max[n] = top by lane0
+)";
+  const Program p = rgat_like();
+  const TraversalInstance t = parse(text);
+  REQUIRE(verify_traversal(p, t).empty());
+  const std::string cu = emit::emit_traversal(p, t).kernel;
+  INFO(cu);
+  CHECK(cu.find("for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {") != std::string::npos);
+  // Two loops summing acc: two shares; the maximum runs in top itself.
+  CHECK(cu.find("float acc_share = 0.0f;") != std::string::npos);
+  CHECK(cu.find("float acc_share_ = 0.0f;") != std::string::npos);
+  CHECK(cu.find("acc += warp_sum(acc_share);") != std::string::npos);
+  CHECK(cu.find("acc += warp_sum(acc_share_);") != std::string::npos);
+  CHECK(cu.find("top = fmaxf(top, a);") != std::string::npos);
+  CHECK(cu.find("top = warp_max(top);") != std::string::npos);
+  // Every lane loads its own edge's att (no lane-0 shuffle) in a split loop.
+  CHECK(cu.find("__shfl_sync") == std::string::npos);
 }
