@@ -127,11 +127,23 @@ class Reorderer {
     std::vector<int64_t> ws;
     if (!etype_weight(m_, v->args[1], &ws) || ws.size() != 2) return std::nullopt;
     if (v->args[0]->type.shape.size() != 1) return std::nullopt;
+    // Read where the dot is instead of where the local was set: only when nothing it reads changes in between
+    // (no local set twice, no field the loop writes).
+    if (!local.empty() && !stable(v->args[0])) return std::nullopt;
     c.x = v->args[0];
     c.weight = v->args[1];
     c.k = ws[0];
     c.d = ws[1];
     return c;
+  }
+
+  bool stable(const ExprP& e) const {
+    if (e->kind == ExprKind::Name && sets_.count(e->name) && sets_.at(e->name) > 1) return false;
+    if (e->kind == ExprKind::Index && e->args[1]->kind == ExprKind::String && written_.count(e->args[1]->name))
+      return false;
+    for (const ExprP& a : e->args)
+      if (!stable(a)) return false;
+    return true;
   }
 
   // dot(transform, w[e.etype]) (either order) -> the reordered expression, or null.
@@ -176,10 +188,15 @@ class Reorderer {
   // A straight edge-loop body: locals assigned once are looked through; rewritten dots; dead locals dropped.
   std::vector<StmtP> edge_body(const std::vector<StmtP>& in) {
     defs_.clear();
-    std::map<std::string, int> sets, reads;
+    written_.clear();
+    std::map<std::string, int>& sets = sets_;
+    sets.clear();
+    std::map<std::string, int> reads;
     for (const StmtP& s : in) {
       if (s->kind == StmtKind::For) return in;  // nested loops: left as they are
       if (s->target && s->target->kind == ExprKind::Name) ++sets[s->target->name];
+      if (s->target && s->target->kind == ExprKind::Index && s->target->args[1]->kind == ExprKind::String)
+        written_.insert(s->target->args[1]->name);
       if (s->value) count_reads(s->value, reads);
       if (s->target && s->target->kind != ExprKind::Name) count_reads(s->target, reads);
     }
@@ -219,6 +236,8 @@ class Reorderer {
   const Module& m_;
   Reorder mode_;
   std::map<std::string, ExprP> defs_;
+  std::map<std::string, int> sets_;  // locals of the edge-loop body: how often each is set
+  std::set<std::string> written_;    // fields the edge-loop body writes
   bool changed_ = false;
 };
 
