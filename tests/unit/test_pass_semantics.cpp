@@ -273,7 +273,8 @@ TEST_CASE("pipeline: --print-ir-after=all prints every phase after every pass, i
   INFO(err.str());
   std::vector<std::string> expected;
   for (const std::string& pass : driver::pass_names()) {
-    bool front = pass == "parse" || pass == "inline-functions" || pass == "typecheck" || pass == "hoist-node-transforms";
+    bool front = pass == "parse" || pass == "inline-functions" || pass == "typecheck" || pass == "reorder-linear" ||
+                 pass == "hoist-node-transforms";
     for (const char* phase : {"forward", "forward_train", "backward"}) {
       if (front && std::string(phase) != "forward") continue;
       expected.push_back(fmt::format("# ---- IR after {} ({}) ----", pass, phase));
