@@ -21,6 +21,7 @@ struct Options {
   std::string print_ir_after;    // a pass name (pipeline.h pass_names()), or "all"
   std::string run_pass;          // a pass name: run only it on printed inter IR (pipeline.h run_pass)
   std::string phase = "forward"; // for --run-pass=lower and fuse-loops: the phase the module is
+  std::string reorder;           // --reorder=on|off|auto: overrides the spec's options.reorder (empty: the spec's)
   std::string reference_dir;     // run the float64 CPU reference on tensors in this directory
   bool verbose = false;
   bool verify_each = inter::kVerifyEachPassByDefault;  // verify the IR after every pass (debug builds: on)

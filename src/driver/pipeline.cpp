@@ -26,7 +26,7 @@
 namespace hectorgen::driver {
 
 const std::vector<std::string>& pass_names() {
-  static const std::vector<std::string> names = {"parse",    "inline-functions", "typecheck", "hoist-node-transforms",
+  static const std::vector<std::string> names = {"parse",    "inline-functions", "typecheck", "reorder-linear", "hoist-node-transforms",
                                                  "autodiff", "fuse-loops",       "lower"};
   return names;
 }
@@ -176,6 +176,12 @@ std::vector<intra::Program> lower_phases(const std::vector<Phase>& phases, const
   return programs;
 }
 
+// --reorder overrides the spec's options.reorder.
+inter::Reorder reorder_mode(const inter::Module& m, const Options& opts) {
+  if (opts.reorder.empty()) return m.decl.options.reorder;
+  return inter::parse_reorder(opts.reorder).value_or(m.decl.options.reorder);
+}
+
 const inter::Module* find_phase(const std::vector<Phase>& phases, const std::string& name) {
   for (const Phase& p : phases)
     if (p.name == name) return &p.module;
@@ -197,9 +203,12 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   diags.render(err);
   if (!typed) return kUserError;
   const std::string model = typed->decl.name;
+  typed->decl.options.reorder = reorder_mode(*typed, opts);  // --reorder wins; the printed IR says what ran
 
-  // Before autodiff: the training forward and the backward inherit the hoisted node transforms.
-  std::vector<Phase> phases = {{"forward", passes::hoist_node_transforms(*typed)}};
+  // Before autodiff: the training forward and the backward inherit the reordering and the hoisted node transforms.
+  std::vector<Phase> phases = {{"forward", passes::reorder_linear(*typed, typed->decl.options.reorder)}};
+  if (!log.after("reorder-linear", phases)) return kInternalError;
+  phases.front().module = passes::hoist_node_transforms(phases.front().module);
   if (!log.after("hoist-node-transforms", phases)) return kInternalError;
   std::vector<std::string> saved;  // forward_train fields the backward reads
   std::string no_training;         // why there is no training code, if there is none
@@ -255,6 +264,8 @@ int run_pass(const SourceFile& ir, const Options& opts, std::ostream& out, std::
         phases.push_back({"forward_train", std::move(tm->forward)});
         phases.push_back({"backward", std::move(tm->backward)});
       }
+    } else if (t && pass == "reorder-linear") {
+      phases.push_back({opts.phase, passes::reorder_linear(*t, reorder_mode(*t, opts))});
     } else if (t && pass == "hoist-node-transforms") {
       phases.push_back({opts.phase, passes::hoist_node_transforms(*t)});
     } else if (t && pass == "fuse-loops") {

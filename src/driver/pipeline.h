@@ -21,7 +21,7 @@ struct Phase {
   inter::Module module;
 };
 
-// The passes, in pipeline order: parse, inline-functions, typecheck, hoist-node-transforms, autodiff, fuse-loops,
+// The passes, in pipeline order: parse, inline-functions, typecheck, reorder-linear, hoist-node-transforms, autodiff, fuse-loops,
 // lower. The valid values of --print-ir-after (besides "all") and --run-pass.
 const std::vector<std::string>& pass_names();
 bool is_pass_name(const std::string& name);

@@ -474,8 +474,7 @@ class Parser {
     if (k == "materialization" && val.kind == Tok::String) {
       if (auto m = parse_materialization(val.text)) { o.materialization = *m; ok = true; }
     } else if (k == "reorder" && val.kind == Tok::String) {
-      ok = val.text == "on" || val.text == "off";
-      o.reorder = val.text == "on";
+      if (auto r = parse_reorder(val.text)) { o.reorder = *r; ok = true; }
     } else if (k == "dtype" && val.kind == Tok::String) {
       if (auto dt = parse_dtype(val.text)) { o.dtype = *dt; ok = true; }
     } else if (k == "gemm_tile") {

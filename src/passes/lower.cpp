@@ -394,8 +394,38 @@ class Lowering {
     return out;
   }
 
+  // The first operator of `e` that has no PyTorch template (a GEMM-only one used where no GEMM computes it).
+  static const Expr* without_torch_template(const ExprP& e) {
+    if (!e) return nullptr;
+    if ((e->kind == ExprKind::Call || e->kind == ExprKind::Binary || e->kind == ExprKind::Neg) && e->fn != Op{} &&
+        !op_info(e->fn).templates.torch)
+      return e.get();
+    for (const ExprP& a : e->args)
+      if (const Expr* r = without_torch_template(a)) return r;
+    return nullptr;
+  }
+  static bool contains_op(const ExprP& e, Op op) {
+    if (!e) return false;
+    if (e->fn == op && (e->kind == ExprKind::Call || e->kind == ExprKind::Binary)) return true;
+    for (const ExprP& a : e->args)
+      if (contains_op(a, op)) return true;
+    return false;
+  }
+
   // Emits one statement as a PyTorch instance, after the statements before it.
   void torch_fallback(const StmtP& s, const Stmt* original, LoopCtx& ctx, Stage& stage, const Stmt* inner, std::vector<StmtP>* inner_body) {
+    if (const Expr* e = without_torch_template(s->value)) {
+      // E.g. the weight-weight product linear_t(w[e.etype], W[e.etype]) of reorder-linear: no GEMM instance
+      // computes a per-edge-type product of two per-edge-type weights yet.
+      d_.error(e->loc, "unsupported",
+               fmt::format("the code generator cannot compute '{}' here (no GEMM or traversal instance, no PyTorch "
+                           "call){}", print_expr(std::make_shared<Expr>(*e)),
+                           !contains_op(s->value, Op::LinearT)
+                               ? ""
+                               : "; the weight-weight product of linear operator reordering is not lowered yet: "
+                                 "use reorder: off"));
+      return;
+    }
     if (inner && !inner_body->empty()) {
       // The inner loop is split here: its statements so far run over every edge first (their node aggregates
       // are stored, their locals materialised), this statement next, the rest in a loop of their own. Nothing

@@ -69,6 +69,14 @@ void drop_dead_stores(intra::Program& p);
 // same loop writes. Takes and returns a typed module (the rewritten loops are re-typed by the Mutator).
 inter::Module fuse_loops(const inter::Module& m);
 
+// Linear operator reordering (reorder_linear.cpp): inside an edge loop, dot(x * W[e.etype], w[e.etype]) (through a
+// local, and with the single-head view reshape(.., 1, D)) becomes dot(x, linear_t(w[e.etype], W[e.etype])): the
+// weight-weight product W[r] · w[r]ᵀ, one row per relation, replaces the per-edge transform; locals that only the
+// rewritten dots read are removed. `mode`: Off returns `m`; On rewrites every candidate; Auto those whose
+// multiply-add count per edge falls (the transform becomes dead). Runs before hoist-node-transforms and autodiff.
+// Takes and returns a typed module.
+inter::Module reorder_linear(const inter::Module& m, inter::Reorder mode);
+
 // Hoists linear transforms out of edge loops to the node domain: `x * W` inside an edge loop whose input x
 // reads one endpoint of the edge only (e.src or e.dst: its inputs, fields the loop nest does not write,
 // constants and shared weights) and whose weight is shared (per: none) or selected by that node's type

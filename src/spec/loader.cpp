@@ -307,7 +307,12 @@ class SchemaReader {
         if (auto m = parse_materialization(*s)) o.materialization = *m;
         else error(v, "bad-value", fmt::format("'materialization' must be vanilla, compact or auto, got '{}'", *s));
       } else if (k == "reorder") {
-        if (auto b = bool_value(v, "'reorder'")) o.reorder = *b;
+        auto s = string_value(v, "'reorder'");
+        if (!s) return;
+        if (auto r = parse_reorder(*s)) o.reorder = *r;
+        else if (*s == "true" || *s == "yes") o.reorder = Reorder::On;
+        else if (*s == "false" || *s == "no") o.reorder = Reorder::Off;
+        else error(v, "bad-value", fmt::format("'reorder' must be on, off or auto, got '{}'", *s));
       } else if (k == "dtype") {
         auto s = string_value(v, "'dtype'");
         if (!s) return;

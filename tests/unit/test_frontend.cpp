@@ -133,6 +133,18 @@ TEST_CASE("edge values in node loops need aggregation", "[verifier]") {
   CHECK(c2->diags.all().front().kind == "weight-indexing");
 }
 
+TEST_CASE("options.reorder is off, on or auto (true/false and yes/no as on/off)", "[spec][reorder]") {
+  for (auto [from, want] : {std::pair{"off", inter::Reorder::Off}, {"on", inter::Reorder::On}, {"auto", inter::Reorder::Auto},
+                            {"true", inter::Reorder::On}, {"no", inter::Reorder::Off}}) {
+    CAPTURE(from);
+    auto c = compile_text("specs/rgat.yaml", replace(read_file(spec_path("rgat.yaml")), "  reorder: off",
+                                                     std::string("  reorder: ") + from));
+    INFO(c->rendered());
+    REQUIRE(c->module);
+    CHECK(c->module->decl.options.reorder == want);
+  }
+}
+
 TEST_CASE("schema errors point at the key or value", "[spec][diagnostics]") {
   struct Case {
     const char* from;
@@ -144,6 +156,7 @@ TEST_CASE("schema errors point at the key or value", "[spec][diagnostics]") {
   const Case cases[] = {
       {"  materialization: vanilla", "  materialisation: vanilla", "unknown-key", 18, 3},
       {"  dtype: fp32", "  dtype: fp64", "bad-value", 20, 10},
+      {"  reorder: off", "  reorder: sometimes", "bad-value", 19, 12},
       {"  W: {per: etype, shape: [in_dim, out_dim]}", "  W: {per: etype}", "missing-field", 14, 3},
       {"  in_dim: 64", "  in_dim: [64]", "wrong-type", 6, 11},
       {"  out_dim: 64", "  out_dim: in_dim / 0", "division-by-zero", 7, 19},

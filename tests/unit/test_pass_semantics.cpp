@@ -273,7 +273,8 @@ TEST_CASE("pipeline: --print-ir-after=all prints every phase after every pass, i
   INFO(err.str());
   std::vector<std::string> expected;
   for (const std::string& pass : driver::pass_names()) {
-    bool front = pass == "parse" || pass == "inline-functions" || pass == "typecheck" || pass == "hoist-node-transforms";
+    bool front = pass == "parse" || pass == "inline-functions" || pass == "typecheck" || pass == "reorder-linear" ||
+                 pass == "hoist-node-transforms";
     for (const char* phase : {"forward", "forward_train", "backward"}) {
       if (front && std::string(phase) != "forward") continue;
       expected.push_back(fmt::format("# ---- IR after {} ({}) ----", pass, phase));
@@ -307,4 +308,128 @@ TEST_CASE("pipeline: one pass on printed IR equals that pass in the pipeline", "
                                      std::string(name).substr(0, std::string(name).find('.')) + ".inter.ir");
     CHECK(out.str() == expected);
   }
+}
+
+namespace {
+
+// Equal up to the rounding of reassociated sums (reorder-linear computes x · (W wᵀ) instead of (x W) · w).
+void require_close(const TensorMap& before, const TensorMap& after, const std::string& what) {
+  for (const auto& [name, a] : before) {
+    INFO(what << ": " << name);
+    REQUIRE(after.count(name));
+    const Tensor64& b = after.at(name);
+    REQUIRE(a.shape == b.shape);
+    size_t i = 0;
+    while (i < a.data.size() && std::abs(a.data[i] - b.data[i]) <= 1e-9 * std::max(1.0, std::abs(a.data[i]))) ++i;
+    if (i == a.data.size()) continue;
+    INFO("element " << i << ": " << a.data[i] << " vs " << b.data[i]);
+    FAIL("the results differ");
+  }
+}
+
+int count_op(const std::vector<StmtP>& body, Op op) {
+  int n = 0;
+  std::function<void(const ExprP&)> count = [&](const ExprP& e) {
+    if ((e->kind == ExprKind::Binary || e->kind == ExprKind::Call) && e->fn == op) ++n;
+    for (const ExprP& a : e->args) count(a);
+  };
+  for (const StmtP& s : body) {
+    if (s->kind == StmtKind::For) n += count_op(s->body, op);
+    else if (s->value) count(s->value);
+  }
+  return n;
+}
+
+}  // namespace
+
+// reorder-linear (on and auto) runs before autodiff: the outputs and the gradients of the whole training chain,
+// reorder -> autodiff -> fuse-loops, equal those of the unreordered module's on random graphs.
+TEST_CASE("reorder-linear keeps the outputs and the gradients, for every bundled and test spec",
+          "[passes][semantics][reorder]") {
+  for (const std::string& path : all_specs()) {
+    for (Reorder mode : {Reorder::On, Reorder::Auto}) {
+      SECTION(std::filesystem::path(path).filename().string() + " reorder " + to_string(mode)) {
+        auto c = compile_text(path, read_file(path));
+        INFO(c->rendered());
+        REQUIRE(c->module);
+        const Module& forward = *c->module;
+        Module reordered = passes::reorder_linear(forward, mode);
+        require_verifies(reordered, "reorder-linear");
+        CHECK(edge_loop_linears(reordered.body) <= edge_loop_linears(forward.body));
+        Diagnostics ad, rd;
+        std::optional<passes::TrainingModules> tm = passes::autodiff(forward, ad);
+        std::optional<passes::TrainingModules> tr = passes::autodiff(reordered, rd);
+        INFO((rd.all().empty() ? std::string() : rd.all().front().message));
+        REQUIRE(tm.has_value() == tr.has_value());
+        std::optional<Module> rb;
+        if (tr) rb = passes::fuse_loops(tr->backward);
+
+        std::mt19937 rng(9876);
+        for (int trial = 0; trial < 3; ++trial) {
+          HeteroGraph g = random_graph(rng);
+          TensorMap t;
+          for (const TensorDecl& d : forward.decl.inputs)
+            if (d.from_graph.empty()) t[d.name] = random_tensor(full_shape(d, g), rng);
+          for (const TensorDecl& d : forward.decl.weights) t[d.name] = random_tensor(full_shape(d, g), rng);
+          INFO(fmt::format("graph {}: {} nodes, {} edges", trial, g.num_nodes, g.num_edges()));
+          InterpretResult before = run(forward, g, t, "forward");
+          require_close(before.outputs, run(reordered, g, t, "reordered").outputs, "reorder-linear (forward)");
+          if (!tm) continue;
+          TensorMap d_out;
+          for (const TensorDecl& o : forward.decl.outputs)
+            d_out[inter::grad_name(o.name)] = random_tensor(full_shape(o, g), rng);
+          auto gradients = [&](const passes::TrainingModules& m, const Module& backward, const std::string& what) {
+            InterpretResult train = run(m.forward, g, t, what + " (forward_train)");
+            TensorMap bt = t;
+            for (const std::string& s : m.saved) bt[s] = train.fields.at(s);
+            for (const auto& [n, v] : d_out) bt[n] = v;
+            return run(backward, g, bt, what + " (backward)").outputs;
+          };
+          require_close(gradients(*tm, passes::fuse_loops(tm->backward), "unreordered"),
+                        gradients(*tr, *rb, "reordered"), "reorder-linear (gradients)");
+        }
+      }
+    }
+  }
+}
+
+// RGAT (one head): `on` reorders both attention dots; `auto` only dot(ht, w_t), whose transform then dies (the
+// E-row GEMM of ht is gone), and leaves dot(hs, w_s), whose hs the message still needs. Off changes nothing.
+TEST_CASE("reorder-linear: rgat's attention halves become weight-weight products", "[passes][reorder]") {
+  std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgat.yaml";
+  auto c = compile_text(path, read_file(path));
+  REQUIRE(c->module);
+  const Module& m = *c->module;
+  CHECK(edge_loop_linears(m.body) == 2);
+  CHECK(print_module(passes::reorder_linear(m, Reorder::Off)) == print_module(m));
+  Module on = passes::reorder_linear(m, Reorder::On);
+  CHECK(count_op(on.body, Op::LinearT) == 2);
+  CHECK(edge_loop_linears(on.body) == 1);  // hs (the message) stays
+  Module au = passes::reorder_linear(m, Reorder::Auto);
+  CHECK(count_op(au.body, Op::LinearT) == 1);
+  CHECK(edge_loop_linears(au.body) == 1);
+  CHECK(print_module(au).find("ht =") == std::string::npos);
+  CHECK(print_module(au).find("dot(hs, w_s[e.etype])") != std::string::npos);
+  // The backward differentiates the weight product: d$W and d$w_t get contributions through linear_t.
+  Diagnostics d;
+  std::optional<passes::TrainingModules> tm = passes::autodiff(au, d);
+  REQUIRE(tm);
+  std::string bw = print_module(tm->backward);
+  INFO(bw);
+  CHECK(bw.find("d$w_t[e.etype] +=") != std::string::npos);
+  CHECK(bw.find("d$W[e.etype] +=") != std::string::npos);
+}
+
+// Several heads: the weight product of a head needs a column block of W, which no operator selects: no rewrite.
+TEST_CASE("reorder-linear leaves multi-head dots alone", "[passes][reorder]") {
+  std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgat.yaml";
+  std::string text = read_file(path);
+  size_t at = text.find("heads: 1");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, 8, "heads: 2");
+  auto c = compile_text(path, text);
+  INFO(c->rendered());
+  REQUIRE(c->module);
+  Module on = passes::reorder_linear(*c->module, Reorder::On);
+  CHECK(count_op(on.body, Op::LinearT) == 0);
 }

@@ -156,6 +156,14 @@ const char* to_string(Materialization m) {
   }
   return "?";
 }
+const char* to_string(Reorder r) {
+  switch (r) {
+    case Reorder::Off: return "off";
+    case Reorder::On: return "on";
+    case Reorder::Auto: return "auto";
+  }
+  return "?";
+}
 const char* to_string(DType d) {
   switch (d) {
     case DType::FP32: return "fp32";
@@ -173,6 +181,11 @@ std::optional<Per> parse_per(std::string_view s) {
 std::optional<Materialization> parse_materialization(std::string_view s) {
   for (auto m : {Materialization::Vanilla, Materialization::Compact, Materialization::Auto})
     if (s == to_string(m)) return m;
+  return std::nullopt;
+}
+std::optional<Reorder> parse_reorder(std::string_view s) {
+  for (auto r : {Reorder::Off, Reorder::On, Reorder::Auto})
+    if (s == to_string(r)) return r;
   return std::nullopt;
 }
 std::optional<DType> parse_dtype(std::string_view s) {

@@ -189,6 +189,8 @@ struct TensorDecl {
 };
 
 enum class Materialization { Vanilla, Compact, Auto };
+// Linear operator reordering (passes::reorder_linear): never, wherever it applies, or where its count says it pays.
+enum class Reorder { Off, On, Auto };
 
 struct Schedule {
   int gemm_tile = 16;      // output tile edge (rows and columns) of GEMM instances
@@ -199,7 +201,7 @@ struct Schedule {
 
 struct Options {
   Materialization materialization = Materialization::Vanilla;
-  bool reorder = false;
+  Reorder reorder = Reorder::Off;
   DType dtype = DType::FP32;
   Schedule schedule;
 };
@@ -243,9 +245,11 @@ const char* to_string(LoopKind k);
 const char* to_string(AssignOp op);  // "=", "+=", ...
 const char* to_string(BinOp op);
 const char* to_string(Materialization m);
+const char* to_string(Reorder r);
 const char* to_string(DType d);
 std::optional<Per> parse_per(std::string_view s);
 std::optional<Materialization> parse_materialization(std::string_view s);
+std::optional<Reorder> parse_reorder(std::string_view s);
 std::optional<DType> parse_dtype(std::string_view s);
 
 // True for the loops whose variable is an edge.

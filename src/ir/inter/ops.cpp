@@ -446,6 +446,15 @@ std::vector<ExprP> grad_linear(const GradArgs& g) {
   return {fn(Op::LinearT, {g.adjoint, w}), fn(Op::Outer, {g.saved(x), g.adjoint})};
 }
 
+// y = x * W^T (W [K, M], x [M], y [K]):  dx = dy * W;  dW = outer(dy, x). The reordered dot's weight product
+// (passes::reorder_linear) is this with x a weight row: both gradients are weight gradients.
+std::vector<ExprP> grad_linear_t(const GradArgs& g) {
+  const ExprP &x = g.call.args[0], &w = g.call.args[1];
+  if (w->type.shape.size() != 2 || value_type(x->type).shape.size() != 1)
+    throw UnsupportedGradient(x->loc, "autodiff: linear_t is differentiated for a vector and a 2-D weight only");
+  return {fn(Op::Linear, {g.adjoint, w}), fn(Op::Outer, {g.adjoint, g.saved(x)})};
+}
+
 // ---- the table -----------------------------------------------------------------------------------------------
 Param tensor(const char* role) { return Param{ParamKind::Tensor, role, std::nullopt, "", ""}; }
 Param weight(const char* role) { return Param{ParamKind::Weight, role, std::nullopt, "", ""}; }
@@ -545,7 +554,7 @@ std::vector<OpInfo> make_table() {
        grad_linear, kGemmOnly, Form::None, "", "", AtenArgs::AsIs});
   // y times W transposed (the input gradient of a linear transform).
   row({Op::LinearT, "linear_t", Syntax::Call, {tensor("the input"), weight("the second argument")}, false, linear_t_rule, false,
-       eval_linear_t, nullptr, kGemmOnly, Form::None, "", "", AtenArgs::AsIs});
+       eval_linear_t, grad_linear_t, kGemmOnly, Form::None, "", "", AtenArgs::AsIs});
   return t;
 }
 

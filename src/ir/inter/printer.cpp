@@ -131,7 +131,7 @@ std::string print_module(const Module& m, const Annotator& annotate) {
   tensors("output", d.outputs, false);
   const Options& o = d.options;
   out += fmt::format("option materialization = \"{}\"\n", to_string(o.materialization));
-  out += fmt::format("option reorder = \"{}\"\n", o.reorder ? "on" : "off");
+  out += fmt::format("option reorder = \"{}\"\n", to_string(o.reorder));
   out += fmt::format("option dtype = \"{}\"\n", to_string(o.dtype));
   out += fmt::format("option gemm_tile = {}\n", o.schedule.gemm_tile);
   out += fmt::format("option gemm_coarsen = {}\n", o.schedule.gemm_coarsen);
