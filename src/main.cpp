@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   app.add_option("--emit", opts.emit, "what to emit")->check(CLI::IsMember({"all", "inter-ir", "intra-ir"}));
   app.add_option("--print-ir-after", opts.print_ir_after,
                  "print the IR of every phase after a pass (or 'all') to stdout; passes: parse, inline-functions, "
-                 "typecheck, reorder-linear, hoist-node-transforms, autodiff, fuse-loops, lower");
+                 "typecheck, reorder-linear, hoist-node-transforms, compact-materialization, autodiff, fuse-loops, lower");
   app.add_option("--run-pass", opts.run_pass,
                  "read the input as printed inter IR, run only this pass on it and print the result (pass tests)");
   app.add_option("--phase", opts.phase, "with --run-pass: the phase of the input module (names lowered kernels)")
@@ -30,6 +30,10 @@ int main(int argc, char** argv) {
                  "linear operator reordering, overriding the spec's options.reorder: on, off, or auto (where the FLOP "
                  "count says it pays)")
       ->check(CLI::IsMember({"on", "off", "auto"}));
+  app.add_option("--materialization", opts.materialization,
+                 "how edge values of a (source, edge type) pair are stored, overriding the spec's "
+                 "options.materialization: vanilla (per edge) or compact (once per unique pair)")
+      ->check(CLI::IsMember({"vanilla", "compact"}));
   app.add_option("--reference", opts.reference_dir,
                  "run the float64 CPU reference on DIR/meta.json (see driver/reference_io.h) instead of generating");
   app.add_flag("-v,--verbose", opts.verbose, "log pipeline steps and pass timing to stderr");

@@ -26,8 +26,9 @@
 namespace hectorgen::driver {
 
 const std::vector<std::string>& pass_names() {
-  static const std::vector<std::string> names = {"parse",    "inline-functions", "typecheck", "reorder-linear", "hoist-node-transforms",
-                                                 "autodiff", "fuse-loops",       "lower"};
+  static const std::vector<std::string> names = {"parse",          "inline-functions",      "typecheck",
+                                                 "reorder-linear", "hoist-node-transforms", "compact-materialization",
+                                                 "autodiff",       "fuse-loops",            "lower"};
   return names;
 }
 
@@ -182,6 +183,12 @@ inter::Reorder reorder_mode(const inter::Module& m, const Options& opts) {
   return inter::parse_reorder(opts.reorder).value_or(m.decl.options.reorder);
 }
 
+// --materialization overrides the spec's options.materialization.
+inter::Materialization materialization_mode(const inter::Module& m, const Options& opts) {
+  if (opts.materialization.empty()) return m.decl.options.materialization;
+  return inter::parse_materialization(opts.materialization).value_or(m.decl.options.materialization);
+}
+
 const inter::Module* find_phase(const std::vector<Phase>& phases, const std::string& name) {
   for (const Phase& p : phases)
     if (p.name == name) return &p.module;
@@ -204,12 +211,16 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   if (!typed) return kUserError;
   const std::string model = typed->decl.name;
   typed->decl.options.reorder = reorder_mode(*typed, opts);  // --reorder wins; the printed IR says what ran
+  typed->decl.options.materialization = materialization_mode(*typed, opts);
 
-  // Before autodiff: the training forward and the backward inherit the reordering and the hoisted node transforms.
+  // Before autodiff: the training forward and the backward inherit the reordering, the hoisted node transforms and
+  // the compaction.
   std::vector<Phase> phases = {{"forward", passes::reorder_linear(*typed, typed->decl.options.reorder)}};
   if (!log.after("reorder-linear", phases)) return kInternalError;
   phases.front().module = passes::hoist_node_transforms(phases.front().module);
   if (!log.after("hoist-node-transforms", phases)) return kInternalError;
+  phases.front().module = passes::compact_materialization(phases.front().module, typed->decl.options.materialization);
+  if (!log.after("compact-materialization", phases)) return kInternalError;
   std::vector<std::string> saved;  // forward_train fields the backward reads
   std::string no_training;         // why there is no training code, if there is none
   add_training_phases(phases, saved, no_training, err);
@@ -268,6 +279,8 @@ int run_pass(const SourceFile& ir, const Options& opts, std::ostream& out, std::
       phases.push_back({opts.phase, passes::reorder_linear(*t, reorder_mode(*t, opts))});
     } else if (t && pass == "hoist-node-transforms") {
       phases.push_back({opts.phase, passes::hoist_node_transforms(*t)});
+    } else if (t && pass == "compact-materialization") {
+      phases.push_back({opts.phase, passes::compact_materialization(*t, materialization_mode(*t, opts))});
     } else if (t && pass == "fuse-loops") {
       phases.push_back({opts.phase, passes::fuse_loops(*t)});
     } else if (t && pass == "lower") {

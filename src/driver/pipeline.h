@@ -21,8 +21,8 @@ struct Phase {
   inter::Module module;
 };
 
-// The passes, in pipeline order: parse, inline-functions, typecheck, reorder-linear, hoist-node-transforms, autodiff, fuse-loops,
-// lower. The valid values of --print-ir-after (besides "all") and --run-pass.
+// The passes, in pipeline order: parse, inline-functions, typecheck, reorder-linear, hoist-node-transforms,
+// compact-materialization, autodiff, fuse-loops, lower. The valid values of --print-ir-after (besides "all") and --run-pass.
 const std::vector<std::string>& pass_names();
 bool is_pass_name(const std::string& name);
 

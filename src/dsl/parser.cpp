@@ -292,14 +292,15 @@ class Parser {
         {"nodes", LoopKind::DstNodes},
         {"incoming_edges", LoopKind::IncomingEdges},
         {"outgoing_edges", LoopKind::OutgoingEdges},
+        {"src_etype_pairs", LoopKind::SrcPairs},
     };
     std::optional<LoopKind> kind;
     for (auto& [n, k] : kMethods)
       if (method == n) kind = k;
     if (!kind) {
       error(method_loc, "unknown-iterator",
-            fmt::format("unknown iterator '{}'; expected edges, dst_nodes, src_nodes, incoming_edges or "
-                        "outgoing_edges",
+            fmt::format("unknown iterator '{}'; expected edges, dst_nodes, src_nodes, src_etype_pairs, "
+                        "incoming_edges or outgoing_edges",
                         method));
       in_error_ = false;
     }

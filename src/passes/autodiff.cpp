@@ -21,7 +21,7 @@ namespace {
 
 bool is_field(const ExprP& e) { return e->kind == ExprKind::Index && e->args[1]->kind == ExprKind::String; }
 
-Type loop_var_type(const Stmt& loop) { return is_edge_loop(loop.loop) ? Type::edge_var(loop.loop) : Type::node_var(); }
+Type loop_var_type(const Stmt& loop) { return Type::loop_var(loop.loop); }
 
 // ---------------------------------------------------------------------------------------------------
 // Step 1: locals become fields of the loop element that defines them; fields get SSA versions.
@@ -132,6 +132,8 @@ class Normalizer : public Mutator {
   // an edge, in a node loop of its own before the current top-level loop.
   void copy_version(const ExprP& base, const std::string& f, const std::string& from, const std::string& to, const Stmt& L,
                     SourceLoc loc) {
+    if (base->type.kind == ValueKind::Pair && base->kind != ExprKind::Name)
+      throw UnsupportedGradient(loc, fmt::format("autodiff: pair field '{}' is accumulated through the edges after a read", f));
     std::string var;
     if (base->kind == ExprKind::Name) var = base->name;
     else if (base->kind == ExprKind::Attr &&
@@ -173,12 +175,13 @@ class Normalizer : public Mutator {
 
   // `target op= value` into a field: recorded in the field table (the verifier's rule), then typed.
   StmtP write(ExprP target, AssignOp op, ExprP value, SourceLoc loc, bool max_aggregation = false) {
-    bool on_edges = target->args[0]->type.kind == ValueKind::Edge;
+    ValueKind home = target->args[0]->type.kind;
+    bool on_edges = home == ValueKind::Edge;
     read_since_write_.erase(target->args[1]->name);
     last_top_write_[target->args[1]->name] = top_index_;
     bool accumulates = op != AssignOp::Set || max_aggregation;
-    record_field_write(on_edges ? out_.edge_fields : out_.node_fields, target->args[1]->name, on_edges, accumulates,
-                       /*may_grow=*/true, value_type(value->type).shape);
+    record_field_write(on_edges ? out_.edge_fields : home == ValueKind::Pair ? out_.pair_fields : out_.node_fields,
+                       target->args[1]->name, on_edges, accumulates, /*may_grow=*/true, value_type(value->type).shape);
     return typed::assign(std::move(target), op, std::move(value), context(), nullptr, nullptr, loc);
   }
 
@@ -462,8 +465,8 @@ class Differentiator {
   // `base["field"] += grad`, recorded in the backward's field table.
   StmtP write(const ExprP& base, const std::string& field, const ExprP& grad, SourceLoc loc) {
     bool on_edges = base->type.kind == ValueKind::Edge;
-    record_field_write(on_edges ? b_->edge_fields : b_->node_fields, field, on_edges, /*accumulates=*/true,
-                       /*may_grow=*/true, value_type(grad->type).shape);
+    FieldTable& table = on_edges ? b_->edge_fields : base->type.kind == ValueKind::Pair ? b_->pair_fields : b_->node_fields;
+    record_field_write(table, field, on_edges, /*accumulates=*/true, /*may_grow=*/true, value_type(grad->type).shape);
     ExprP target = typed::with_type(Expr::index(base, typed::string(field)), Type{});
     return typed::assign(target, AssignOp::Add, grad, ctx_, nullptr, nullptr, loc);
   }
@@ -505,11 +508,18 @@ class Differentiator {
 
   void declare_saved(const std::string& name) {
     if (!saved_.insert(name).second) return;
-    bool edge = f_.edge_fields.count(name) > 0;
     TensorDecl t;
     t.name = name;
-    t.per = edge ? Per::Edge : Per::Node;
-    t.shape = edge ? f_.edge_fields.at(name).shape : f_.node_fields.at(name).shape;
+    if (f_.edge_fields.count(name)) {
+      t.per = Per::Edge;
+      t.shape = f_.edge_fields.at(name).shape;
+    } else if (f_.pair_fields.count(name)) {
+      t.per = Per::Pair;
+      t.shape = f_.pair_fields.at(name).shape;
+    } else {
+      t.per = Per::Node;
+      t.shape = f_.node_fields.at(name).shape;
+    }
     for (int64_t d : t.shape) t.shape_exprs.push_back(Expr::number_lit(static_cast<double>(d), true));
     t.requires_grad = false;
     b_->decl.inputs.push_back(t);

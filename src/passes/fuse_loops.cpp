@@ -287,6 +287,7 @@ Module fuse_loops(const Module& m) {
   out.functions = m.functions;
   out.node_fields = m.node_fields;
   out.edge_fields = m.edge_fields;
+  out.pair_fields = m.pair_fields;
   for (const StmtP& s : loops) out.body.push_back(is_graph_node_loop(*s) ? fuse_inner(s, m) : s);
   return out;
 }

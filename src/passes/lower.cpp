@@ -1163,8 +1163,40 @@ void choose_gemm_kernels(intra::Program& p) {
 
 }  // namespace
 
+namespace {
+
+// Where the module first uses a (source, edge type) pair: a pair loop or an edge's pair `e.pair`.
+std::optional<SourceLoc> first_pair_use(const std::vector<StmtP>& body) {
+  std::function<std::optional<SourceLoc>(const ExprP&)> in_expr = [&](const ExprP& e) -> std::optional<SourceLoc> {
+    if (e->kind == ExprKind::Attr && e->name == "pair") return e->loc;
+    for (const ExprP& a : e->args)
+      if (auto l = in_expr(a)) return l;
+    return std::nullopt;
+  };
+  for (const StmtP& s : body) {
+    if (s->kind == StmtKind::For) {
+      if (s->loop == LoopKind::SrcPairs) return s->loc;
+      if (auto l = first_pair_use(s->body)) return l;
+      continue;
+    }
+    if (s->target)
+      if (auto l = in_expr(s->target)) return l;
+    if (s->value)
+      if (auto l = in_expr(s->value)) return l;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const std::string& phase,
                                     const std::vector<std::string>& saved) {
+  if (std::optional<SourceLoc> loc = first_pair_use(m.body)) {
+    diags.error(*loc, "unsupported",
+                "compact materialization (values per (source, edge type) pair) is not lowered to kernels yet; use "
+                "materialization: vanilla");
+    return std::nullopt;
+  }
   try {
     auto p = Lowering(m, diags, phase).run();
     if (!p) return p;

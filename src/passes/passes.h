@@ -77,6 +77,16 @@ inter::Module fuse_loops(const inter::Module& m);
 // Takes and returns a typed module.
 inter::Module reorder_linear(const inter::Module& m, inter::Reorder mode);
 
+// Compact materialization (compact.cpp; thesis: "Compact Tensor Materialization"): an edge value that depends only
+// on the edge's source node and type (a local or an edge field set once from e.src data and W[e.etype], and the
+// largest such subexpressions doing work -- a linear transform or a dot -- inside values that stay per edge) is
+// computed once per unique (source, edge type) pair in a pair loop (`for p in g.src_etype_pairs()`) before its
+// loop nest, and the edges read it through their pair (`e.pair["hs"]`). An edge field moves when it is set once
+// in the whole program and is not an output; its reads everywhere go through the pair. `mode`: Vanilla returns
+// `m`; Compact applies it wherever it can. Runs after hoist-node-transforms and before autodiff (the backward sums
+// the edges' gradients per pair). Takes and returns a typed module.
+inter::Module compact_materialization(const inter::Module& m, inter::Materialization mode);
+
 // Hoists linear transforms out of edge loops to the node domain: `x * W` inside an edge loop whose input x
 // reads one endpoint of the edge only (e.src or e.dst: its inputs, fields the loop nest does not write,
 // constants and shared weights) and whose weight is shared (per: none) or selected by that node's type

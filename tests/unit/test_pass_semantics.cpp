@@ -229,6 +229,101 @@ TEST_CASE("hoist-node-transforms keeps the outputs and the gradients, for every 
   }
 }
 
+namespace {
+
+void require_close(const TensorMap& before, const TensorMap& after, const std::string& what);
+
+int count_pair_loops(const std::vector<StmtP>& body) {
+  int n = 0;
+  for (const StmtP& s : body)
+    if (s->kind == StmtKind::For && s->loop == LoopKind::SrcPairs) ++n;
+  return n;
+}
+
+}  // namespace
+
+// compact-materialization runs before autodiff (after hoist-node-transforms, as in the pipeline): the forward's
+// outputs and the gradients of the whole training chain (compact -> autodiff -> fuse-loops) must equal those of
+// the uncompacted module, on random graphs with parallel edges (pairs shared by several edges) and self-loops.
+TEST_CASE("compact-materialization keeps the outputs and the gradients, for every bundled and test spec",
+          "[passes][semantics][compact]") {
+  int compacted = 0;
+  for (const std::string& path : all_specs()) {
+    SECTION(std::filesystem::path(path).filename().string()) {
+      auto c = compile_text(path, read_file(path));
+      INFO(c->rendered());
+      REQUIRE(c->module);
+      const Module forward = passes::hoist_node_transforms(*c->module);
+      Module compact = passes::compact_materialization(forward, Materialization::Compact);
+      require_verifies(compact, "compact-materialization");
+      CHECK(passes::compact_materialization(forward, Materialization::Vanilla).body == forward.body);
+      if (count_pair_loops(compact.body) > 0) ++compacted;
+      INFO(print_module(compact));
+      Diagnostics ad, cd;
+      std::optional<passes::TrainingModules> tm = passes::autodiff(forward, ad);
+      std::optional<passes::TrainingModules> tc = passes::autodiff(compact, cd);
+      REQUIRE(tm.has_value() == tc.has_value());
+      std::optional<Module> cb;
+      if (tc) {
+        require_verifies(tc->forward, "compact: autodiff (forward_train)");
+        require_verifies(tc->backward, "compact: autodiff (backward)");
+        cb = passes::fuse_loops(tc->backward);
+        require_verifies(*cb, "compact: fuse-loops (backward)");
+      }
+      std::mt19937 rng(2468);
+      for (int trial = 0; trial < 4; ++trial) {
+        HeteroGraph g = random_graph(rng);
+        TensorMap t;
+        for (const TensorDecl& d : forward.decl.inputs)
+          if (d.from_graph.empty()) t[d.name] = random_tensor(full_shape(d, g), rng);
+        for (const TensorDecl& d : forward.decl.weights) t[d.name] = random_tensor(full_shape(d, g), rng);
+        INFO(fmt::format("graph {}: {} nodes, {} edges, {} pairs", trial, g.num_nodes, g.num_edges(), num_src_etype_pairs(g)));
+        InterpretResult before = run(forward, g, t, "forward");
+        require_equal(before.outputs, run(compact, g, t, "compact").outputs, "compact-materialization (forward)");
+        require_equal(before.outputs, run(passes::fuse_loops(compact), g, t, "compact, fused").outputs,
+                      "compact-materialization + fuse-loops (forward)");
+        if (!tm) continue;
+        TensorMap d_out;
+        for (const TensorDecl& o : forward.decl.outputs) d_out[inter::grad_name(o.name)] = random_tensor(full_shape(o, g), rng);
+        auto gradients = [&](const passes::TrainingModules& m, const Module& backward, const std::string& what) {
+          InterpretResult train = run(m.forward, g, t, what + " (forward_train)");
+          TensorMap bt = t;
+          for (const std::string& s : m.saved) bt[s] = train.fields.at(s);
+          for (const auto& [n, v] : d_out) bt[n] = v;
+          return run(backward, g, bt, what + " (backward)").outputs;
+        };
+        require_close(gradients(*tm, tm->backward, "vanilla"), gradients(*tc, *cb, "compact"),
+                      "compact-materialization (gradients)");
+      }
+    }
+  }
+  (void)compacted;
+}
+
+TEST_CASE("compact-materialization: RGAT's message and attention half, HGT's message and key transform move to pairs",
+          "[passes][compact]") {
+  auto pair_fields = [](const char* spec) {
+    auto c = compile_spec(spec);
+    REQUIRE(c->module);
+    Module m = passes::compact_materialization(passes::hoist_node_transforms(*c->module), Materialization::Compact);
+    INFO(print_module(m));
+    CHECK(count_pair_loops(m.body) == 1);
+    std::set<std::string> names;
+    for (const auto& [n, f] : m.pair_fields) names.insert(n);
+    CHECK(m.edge_fields.count("msg") == 0);
+    return names;
+  };
+  CHECK(pair_fields("rgat.yaml") == std::set<std::string>{"hs", "msg", "dot$hs"});
+  CHECK(pair_fields("hgt.yaml") == std::set<std::string>{"lin$k", "msg"});
+  // RGCN's message is scaled per edge (1/c_{v,r}) and scattered in one statement: its transform is hoisted to the
+  // pairs, the per-edge scale stays.
+  auto c = compile_spec("rgcn.yaml");
+  REQUIRE(c->module);
+  Module m = passes::compact_materialization(passes::hoist_node_transforms(*c->module), Materialization::Compact);
+  INFO(print_module(m));
+  CHECK(count_pair_loops(m.body) == 1);
+}
+
 TEST_CASE("hoist-node-transforms: gcn_shared's shared projection becomes an N-row GEMM in every phase",
           "[passes][hoist]") {
   std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/specs/gcn_shared.yaml";
@@ -274,7 +369,7 @@ TEST_CASE("pipeline: --print-ir-after=all prints every phase after every pass, i
   std::vector<std::string> expected;
   for (const std::string& pass : driver::pass_names()) {
     bool front = pass == "parse" || pass == "inline-functions" || pass == "typecheck" || pass == "reorder-linear" ||
-                 pass == "hoist-node-transforms";
+                 pass == "hoist-node-transforms" || pass == "compact-materialization";
     for (const char* phase : {"forward", "forward_train", "backward"}) {
       if (front && std::string(phase) != "forward") continue;
       expected.push_back(fmt::format("# ---- IR after {} ({}) ----", pass, phase));

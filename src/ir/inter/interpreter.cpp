@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <set>
 #include <stdexcept>
 #include <variant>
 
@@ -26,6 +27,12 @@ Tensor64 Tensor64::zeros(std::vector<int64_t> shape) {
   return t;
 }
 
+int64_t num_src_etype_pairs(const HeteroGraph& g) {
+  std::set<std::pair<int, int64_t>> pairs;
+  for (int64_t e = 0; e < g.num_edges(); ++e) pairs.emplace(g.etype[e], g.src[e]);
+  return static_cast<int64_t>(pairs.size());
+}
+
 std::vector<int64_t> full_shape(const TensorDecl& t, const HeteroGraph& g) {
   std::vector<int64_t> s;
   switch (t.per) {
@@ -34,6 +41,7 @@ std::vector<int64_t> full_shape(const TensorDecl& t, const HeteroGraph& g) {
     case Per::Etype: s.push_back(g.num_etypes); break;
     case Per::Ntype: s.push_back(g.num_ntypes); break;
     case Per::None: break;
+    case Per::Pair: s.push_back(num_src_etype_pairs(g)); break;
   }
   s.insert(s.end(), t.shape.begin(), t.shape.end());
   return s;
@@ -57,10 +65,11 @@ using V = Value64;  // a value per element: shape + data
 
 struct EdgeIdx { int64_t e; };
 struct NodeIdx { int64_t n; };
+struct PairIdx { int64_t p; };
 struct TypeIdxV { int t; };
 struct WeightV { const TensorDecl* decl; int64_t slice; };  // slice -1: per none
 struct StrV { std::string s; };
-using Val = std::variant<V, EdgeIdx, NodeIdx, TypeIdxV, WeightV, StrV>;
+using Val = std::variant<V, EdgeIdx, NodeIdx, PairIdx, TypeIdxV, WeightV, StrV>;
 
 int64_t numel(const std::vector<int64_t>& s) {
   int64_t n = 1;
@@ -83,6 +92,7 @@ class Interpreter {
       // edges keeps 0 in what its edges would have aggregated.
       for (const auto& [name, f] : m_.node_fields) node_fields_[name] = Tensor64::zeros(rows(g_.num_nodes, f.shape));
       for (const auto& [name, f] : m_.edge_fields) edge_fields_[name] = Tensor64::zeros(rows(g_.num_edges(), f.shape));
+      for (const auto& [name, f] : m_.pair_fields) pair_fields_[name] = Tensor64::zeros(rows(num_pairs(), f.shape));
       for (const StmtP& s : m_.body) top_loop(*s);
       for (const TensorDecl& o : m_.decl.outputs) {
         if (weight_grads_.count(o.name)) {
@@ -96,6 +106,7 @@ class Interpreter {
       }
       for (auto& [k, v] : node_fields_) r.fields[k] = v;
       for (auto& [k, v] : edge_fields_) r.fields[k] = v;
+      for (auto& [k, v] : pair_fields_) r.fields[k] = v;
       r.ok = true;
     } catch (const Error& e) {
       r.error = e.what();
@@ -146,17 +157,30 @@ class Interpreter {
     return t_.at(name);
   }
 
+  // Incoming and outgoing edges per node, and the unique (source, edge type) pairs ordered by (etype, source),
+  // as the runtime numbers them (runtime/include/hectorgen/graph.h), with each edge's pair.
   void build_adjacency() {
     incoming_.assign(static_cast<size_t>(g_.num_nodes), {});
     outgoing_.assign(static_cast<size_t>(g_.num_nodes), {});
+    std::map<std::pair<int, int64_t>, int64_t> pairs;  // (etype, src) -> pair row
     for (int64_t e = 0; e < g_.num_edges(); ++e) {
       incoming_[g_.dst[e]].push_back(e);
       outgoing_[g_.src[e]].push_back(e);
+      pairs.emplace(std::pair{g_.etype[e], g_.src[e]}, 0);
     }
+    for (auto& [key, row] : pairs) {
+      row = static_cast<int64_t>(pair_src_.size());
+      pair_src_.push_back(key.second);
+      pair_etype_.push_back(key.first);
+    }
+    edge_pair_.resize(static_cast<size_t>(g_.num_edges()));
+    for (int64_t e = 0; e < g_.num_edges(); ++e) edge_pair_[e] = pairs.at({g_.etype[e], g_.src[e]});
   }
+  int64_t num_pairs() const { return static_cast<int64_t>(pair_src_.size()); }
 
   // ---- statements -----------------------------------------------------------------------------
-  struct Binding { std::string var; bool edge; int64_t idx; };
+  enum class Elem { Node, Edge, Pair };
+  struct Binding { std::string var; Elem elem; int64_t idx; };
   struct Env {
     std::vector<Binding> loops;
     std::vector<std::map<std::string, V>> scopes;
@@ -165,14 +189,16 @@ class Interpreter {
   void top_loop(const Stmt& s) {
     Env env;
     if (is_edge_loop(s.loop)) {
-      for (int64_t e = 0; e < g_.num_edges(); ++e) iterate(s, env, true, e);
+      for (int64_t e = 0; e < g_.num_edges(); ++e) iterate(s, env, Elem::Edge, e);
+    } else if (s.loop == LoopKind::SrcPairs) {
+      for (int64_t p = 0; p < num_pairs(); ++p) iterate(s, env, Elem::Pair, p);
     } else {
-      for (int64_t n = 0; n < g_.num_nodes; ++n) iterate(s, env, false, n);
+      for (int64_t n = 0; n < g_.num_nodes; ++n) iterate(s, env, Elem::Node, n);
     }
   }
 
-  void iterate(const Stmt& loop, Env& env, bool edge, int64_t idx) {
-    env.loops.push_back({loop.var, edge, idx});
+  void iterate(const Stmt& loop, Env& env, Elem elem, int64_t idx) {
+    env.loops.push_back({loop.var, elem, idx});
     env.scopes.emplace_back();
     for (const StmtP& s : loop.body) exec(*s, env);
     env.scopes.pop_back();
@@ -182,7 +208,7 @@ class Interpreter {
   void exec(const Stmt& s, Env& env) {
     if (s.kind == StmtKind::For) {
       int64_t n = lookup_loop(env, s.parent).idx;
-      for (int64_t e : (s.loop == LoopKind::IncomingEdges ? incoming_ : outgoing_)[n]) iterate(s, env, true, e);
+      for (int64_t e : (s.loop == LoopKind::IncomingEdges ? incoming_ : outgoing_)[n]) iterate(s, env, Elem::Edge, e);
       return;
     }
     if (s.kind != StmtKind::Assign) throw Error("unexpected call statement (run the inliner first)");
@@ -209,16 +235,13 @@ class Interpreter {
     }
     Val base = eval(t.args[0], env);
     const std::string& field = t.args[1]->name;
-    bool on_edge = std::holds_alternative<EdgeIdx>(base);
-    int64_t idx = on_edge ? std::get<EdgeIdx>(base).e : std::get<NodeIdx>(base).n;
-    auto& fields = on_edge ? edge_fields_ : node_fields_;
-    auto& info = on_edge ? m_.edge_fields : m_.node_fields;
-    auto it = fields.find(field);
-    const std::vector<int64_t>& fshape = info.at(field).shape;
-    if (it == fields.end()) {
-      std::vector<int64_t> shape{on_edge ? g_.num_edges() : g_.num_nodes};
+    auto [fields, info, idx] = field_home(base);
+    auto it = fields->find(field);
+    const std::vector<int64_t>& fshape = info->at(field).shape;
+    if (it == fields->end()) {
+      std::vector<int64_t> shape{fields == &edge_fields_ ? g_.num_edges() : fields == &pair_fields_ ? num_pairs() : g_.num_nodes};
       shape.insert(shape.end(), fshape.begin(), fshape.end());
-      it = fields.emplace(field, Tensor64::zeros(shape)).first;
+      it = fields->emplace(field, Tensor64::zeros(shape)).first;
     }
     int64_t n = numel(fshape);
     double* row = it->second.data.data() + idx * n;
@@ -226,6 +249,18 @@ class Interpreter {
     V result = s.op == AssignOp::Set ? broadcast_to(value, fshape) : combine(current, value, s.op);
     if (result.shape != fshape) result = broadcast_to(result, fshape);
     std::copy(result.data.begin(), result.data.end(), row);
+  }
+
+  // The fields an element reference (an edge, node or pair) holds, their declared rows, and its row.
+  struct Home {
+    TensorMap* fields;
+    const FieldTable* info;
+    int64_t row;
+  };
+  Home field_home(const Val& base) {
+    if (auto* e = std::get_if<EdgeIdx>(&base)) return {&edge_fields_, &m_.edge_fields, e->e};
+    if (auto* p = std::get_if<PairIdx>(&base)) return {&pair_fields_, &m_.pair_fields, p->p};
+    return {&node_fields_, &m_.node_fields, std::get<NodeIdx>(base).n};
   }
 
   // `a op= b`: the operator's evaluation from the table.
@@ -276,7 +311,8 @@ class Interpreter {
         for (auto it = env.scopes.rbegin(); it != env.scopes.rend(); ++it)
           if (auto f = it->find(e->name); f != it->end()) return f->second;
         for (const Binding& b : env.loops)
-          if (b.var == e->name) return b.edge ? Val{EdgeIdx{b.idx}} : Val{NodeIdx{b.idx}};
+          if (b.var == e->name)
+            return b.elem == Elem::Edge ? Val{EdgeIdx{b.idx}} : b.elem == Elem::Pair ? Val{PairIdx{b.idx}} : Val{NodeIdx{b.idx}};
         if (const HyperParam* h = m_.decl.find_hyper(e->name)) return V::scalar(h->value);
         if (const TensorDecl* w = m_.decl.find_weight(e->name)) return WeightV{w, -1};
         throw Error(fmt::format("undefined name '{}'", e->name));
@@ -288,7 +324,13 @@ class Interpreter {
           if (a == "src") return NodeIdx{g_.src[er->e]};
           if (a == "dst") return NodeIdx{g_.dst[er->e]};
           if (a == "etype") return TypeIdxV{g_.etype[er->e]};
+          if (a == "pair") return PairIdx{edge_pair_[er->e]};
           return node_input(*m_.decl.find_input(a), er->e);  // edge input: same row layout
+        }
+        if (auto* pr = std::get_if<PairIdx>(&base)) {
+          if (a == "src") return NodeIdx{pair_src_[pr->p]};
+          if (a == "etype") return TypeIdxV{pair_etype_[pr->p]};
+          return node_input(*m_.decl.find_input(a), pr->p);  // an input per pair: same row layout
         }
         auto& nr = std::get<NodeIdx>(base);
         if (a == "ntype") return TypeIdxV{g_.ntype[nr.n]};
@@ -300,11 +342,9 @@ class Interpreter {
           Val idx = eval(e->args[1], env);
           return WeightV{w->decl, std::get<TypeIdxV>(idx).t};
         }
-        bool on_edge = std::holds_alternative<EdgeIdx>(base);
-        int64_t idx = on_edge ? std::get<EdgeIdx>(base).e : std::get<NodeIdx>(base).n;
-        const auto& fields = on_edge ? edge_fields_ : node_fields_;
-        auto it = fields.find(e->args[1]->name);
-        if (it == fields.end()) throw Error(fmt::format("field '{}' read before written", e->args[1]->name));
+        [[maybe_unused]] auto [fields, info, idx] = field_home(base);
+        auto it = fields->find(e->args[1]->name);
+        if (it == fields->end()) throw Error(fmt::format("field '{}' read before written", e->args[1]->name));
         std::vector<int64_t> shape(it->second.shape.begin() + 1, it->second.shape.end());
         int64_t n = numel(shape);
         return V{shape, std::vector<double>(it->second.data.begin() + idx * n, it->second.data.begin() + (idx + 1) * n)};
@@ -329,9 +369,11 @@ class Interpreter {
   const HeteroGraph& g_;
   const TensorMap& t_;
   TensorMap derived_;
-  TensorMap node_fields_, edge_fields_;
+  TensorMap node_fields_, edge_fields_, pair_fields_;
   TensorMap weight_grads_;
   std::vector<std::vector<int64_t>> incoming_, outgoing_;
+  std::vector<int64_t> pair_src_, edge_pair_;
+  std::vector<int> pair_etype_;
 };
 
 }  // namespace

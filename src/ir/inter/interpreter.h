@@ -33,6 +33,8 @@ struct Tensor64 {
 using TensorMap = std::map<std::string, Tensor64>;
 
 // The tensors a model needs, with their full shapes (leading dimension: nodes, edges or types).
+// The number of unique (source node, edge type) pairs of the edges (the rows of a pair field).
+int64_t num_src_etype_pairs(const HeteroGraph& g);
 std::vector<int64_t> full_shape(const TensorDecl& t, const HeteroGraph& g);
 
 // 1/c_{v,r}: for each edge, one over the number of edges with its destination and type.

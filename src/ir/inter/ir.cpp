@@ -116,6 +116,7 @@ const char* to_string(Per p) {
     case Per::Etype: return "etype";
     case Per::Ntype: return "ntype";
     case Per::None: return "none";
+    case Per::Pair: return "pair";
   }
   return "?";
 }
@@ -126,6 +127,7 @@ const char* to_string(LoopKind k) {
     case LoopKind::SrcNodes: return "src_nodes";
     case LoopKind::IncomingEdges: return "incoming_edges";
     case LoopKind::OutgoingEdges: return "outgoing_edges";
+    case LoopKind::SrcPairs: return "src_etype_pairs";
   }
   return "?";
 }
@@ -174,7 +176,7 @@ const char* to_string(DType d) {
   return "?";
 }
 std::optional<Per> parse_per(std::string_view s) {
-  for (Per p : {Per::Node, Per::Edge, Per::Etype, Per::Ntype, Per::None})
+  for (Per p : {Per::Node, Per::Edge, Per::Etype, Per::Ntype, Per::None, Per::Pair})
     if (s == to_string(p)) return p;
   return std::nullopt;
 }

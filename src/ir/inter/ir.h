@@ -22,8 +22,12 @@ namespace hectorgen::inter {
 
 enum class Op : uint8_t;  // the operator table's enum (ops.h); Op{} is Op::None
 
-enum class LoopKind { Edges, DstNodes, SrcNodes, IncomingEdges, OutgoingEdges };
-enum class Per { Node, Edge, Etype, Ntype, None };
+// SrcPairs: the unique (source node, edge type) pairs of the graph's edges (compact materialization: a pair
+// holds the values every edge with that source and type shares).
+enum class LoopKind { Edges, DstNodes, SrcNodes, IncomingEdges, OutgoingEdges, SrcPairs };
+// Pair: one row per unique (source node, edge type) pair (compact materialization; the backward's saved pair
+// fields: never a user declaration).
+enum class Per { Node, Edge, Etype, Ntype, None, Pair };
 enum class DType { FP32, TF32, BF16, FP16 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -45,10 +49,13 @@ enum class ValueKind : uint8_t {
   Graph,      // g
   Edge,       // an edge loop variable
   Node,       // a node loop variable, e.src, e.dst
+  Pair,       // a (source, edge type) pair: a pair loop's variable, or an edge's pair `e.pair`
   TypeIndex,  // e.etype, n.ntype
   Weight,     // a weight, or a weight gradient written with +=; W[e.etype] once selected
   String,     // "att"
 };
+// Node: the loop node, or an edge's (or a pair's) source / destination. Pair: the loop's pair (Loop) or the
+// pair of an edge's source and type (Src, `e.pair`).
 enum class NodeRole : uint8_t { Loop, Src, Dst };
 
 struct Type {
@@ -79,6 +86,8 @@ struct Type {
   static Type constant(double v);
   static Type edge_var(LoopKind loop);
   static Type node_var();
+  static Type pair_var();
+  static Type loop_var(LoopKind loop);  // the type a loop binds its variable to
   static Type of_kind(ValueKind k);
 };
 
@@ -221,9 +230,10 @@ struct ModelDecl {
   const TensorDecl* find_output(std::string_view n) const;
 };
 
-// The node and edge fields a program writes, by name (computed by type inference).
+// The node, edge and pair fields a program writes, by name (computed by type inference). A pair field holds
+// one row per unique (source node, edge type) pair; edges read it through their pair (`e.pair["x"]`).
 struct FieldInfo {
-  bool on_edges = false;
+  bool on_edges = false;  // an edge field (node and pair fields: false)
   std::vector<int64_t> shape;  // per element, after the program's last write
   DType dtype = DType::FP32;
 };
@@ -234,7 +244,7 @@ struct Module {
   std::vector<FuncDef> functions;
   std::vector<StmtP> body;
   // Filled by type inference (empty before):
-  FieldTable node_fields, edge_fields;
+  FieldTable node_fields, edge_fields, pair_fields;
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -255,6 +265,10 @@ std::optional<DType> parse_dtype(std::string_view s);
 // True for the loops whose variable is an edge.
 inline bool is_edge_loop(LoopKind k) {
   return k == LoopKind::Edges || k == LoopKind::IncomingEdges || k == LoopKind::OutgoingEdges;
+}
+// True for the loops over the graph itself (g.edges(), g.dst_nodes(), g.src_nodes(), g.src_etype_pairs()).
+inline bool is_graph_loop(LoopKind k) {
+  return k == LoopKind::Edges || k == LoopKind::DstNodes || k == LoopKind::SrcNodes || k == LoopKind::SrcPairs;
 }
 
 // Names must be identifiers (the sigil of derived names, ir/inter/names.h, included). Returns "" when

@@ -83,7 +83,7 @@ ExprP Mutator::visit_name(const ExprP& e) {
 
 StmtP Mutator::visit_for(const StmtP& s) {
   push_scope();
-  bind(s->var, is_edge_loop(s->loop) ? Type::edge_var(s->loop) : Type::node_var());
+  bind(s->var, Type::loop_var(s->loop));
   std::vector<StmtP> body = mutate(s->body);
   pop_scope();
   if (body == s->body) return s;

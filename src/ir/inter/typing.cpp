@@ -31,6 +31,7 @@ std::string Type::str() const {
     case ValueKind::Graph: return "graph";
     case ValueKind::Edge: return "edge";
     case ValueKind::Node: return "node";
+    case ValueKind::Pair: return "pair";
     case ValueKind::TypeIndex: return etype ? "etype" : "ntype";
     case ValueKind::Weight: return "weight " + weight;
     case ValueKind::String: return "string";
@@ -67,6 +68,13 @@ Type Type::edge_var(LoopKind loop) {
 }
 
 Type Type::node_var() { return of_kind(ValueKind::Node); }
+
+Type Type::pair_var() { return of_kind(ValueKind::Pair); }
+
+Type Type::loop_var(LoopKind loop) {
+  if (is_edge_loop(loop)) return edge_var(loop);
+  return loop == LoopKind::SrcPairs ? pair_var() : node_var();
+}
 
 Type Type::of_kind(ValueKind k) {
   Type t;
@@ -114,6 +122,12 @@ Type node_data(const Type& node) {
   return t;
 }
 
+Type pair_data() {
+  Type t = Type::tensor(Domain::Edge);
+  t.dep_src = t.dep_etype = true;
+  return t;
+}
+
 Type weight_ref(const TensorDecl& w) {
   Type t = Type::of_kind(ValueKind::Weight);
   t.domain = Domain::Weight;
@@ -145,6 +159,15 @@ std::string node_inputs(const ModelDecl& d) {
   return s;
 }
 
+// e.etype, p.etype: an edge type, per edge.
+Type etype_index() {
+  Type t = Type::of_kind(ValueKind::TypeIndex);
+  t.etype = true;
+  t.domain = Domain::Edge;
+  t.dep_etype = true;
+  return t;
+}
+
 }  // namespace
 
 TypeResult type_attr(const Type& base, const std::string& a, SourceLoc loc, const TypeContext& ctx) {
@@ -157,12 +180,11 @@ TypeResult type_attr(const Type& base, const std::string& a, SourceLoc loc, cons
                 (base.loop == LoopKind::OutgoingEdges && n.role == NodeRole::Src);
       return n;
     }
-    if (a == "etype") {
-      Type t = Type::of_kind(ValueKind::TypeIndex);
-      t.etype = true;
-      t.domain = Domain::Edge;
-      t.dep_etype = true;
-      return t;
+    if (a == "etype") return etype_index();
+    if (a == "pair") {
+      Type p = Type::pair_var();
+      p.role = NodeRole::Src;
+      return p;
     }
     if (const TensorDecl* in = ctx.decl->find_input(a); in && in->per == Per::Edge) {
       Type t = Type::tensor(Domain::Edge, in->shape);
@@ -170,7 +192,22 @@ TypeResult type_attr(const Type& base, const std::string& a, SourceLoc loc, cons
       return t;
     }
     return error(loc, "unknown-attribute",
-                 fmt::format("an edge has no attribute '{}' (edges have src, dst, etype{})", a, edge_inputs(*ctx.decl)));
+                 fmt::format("an edge has no attribute '{}' (edges have src, dst, etype, pair{})", a, edge_inputs(*ctx.decl)));
+  }
+  if (base.kind == ValueKind::Pair) {
+    if (a == "src") {
+      Type n = Type::node_var();
+      n.role = NodeRole::Src;
+      return n;
+    }
+    if (a == "etype") return etype_index();
+    if (const TensorDecl* in = ctx.decl->find_input(a); in && in->per == Per::Pair) {
+      Type t = pair_data();
+      t.shape = in->shape;
+      return t;
+    }
+    return error(loc, "unknown-attribute",
+                 fmt::format("a (source, edge type) pair has no attribute '{}' (pairs have src and etype)", a));
   }
   if (base.kind == ValueKind::Node) {
     if (a == "ntype") {
@@ -207,13 +244,15 @@ TypeResult type_index(const Type& base, const Expr& idx, SourceLoc loc, const Ty
     t.dep_edge = ti.dep_edge;
     return t;
   }
-  if (base.kind == ValueKind::Edge || base.kind == ValueKind::Node) {
+  if (base.kind == ValueKind::Edge || base.kind == ValueKind::Node || base.kind == ValueKind::Pair) {
     if (idx.kind != ExprKind::String) return error(idx.loc, "bad-field", "field names must be string literals such as e[\"att\"]");
     bool is_edge = base.kind == ValueKind::Edge;
     Type t;
     if (is_edge) {
       t = Type::tensor(Domain::Edge);
       t.dep_edge = true;
+    } else if (base.kind == ValueKind::Pair) {
+      t = pair_data();
     } else {
       t = node_data(base);
     }
@@ -222,7 +261,7 @@ TypeResult type_index(const Type& base, const Expr& idx, SourceLoc loc, const Ty
       t.dtype = previous->dtype;
       return t;
     }
-    const FieldTable* fields = is_edge ? ctx.edge_fields : ctx.node_fields;
+    const FieldTable* fields = is_edge ? ctx.edge_fields : base.kind == ValueKind::Pair ? ctx.pair_fields : ctx.node_fields;
     auto it = fields ? fields->find(idx.name) : FieldTable::const_iterator{};
     if (!fields || it == fields->end())
       return error(idx.loc, "undefined-field", fmt::format("field '{}' is read before it is written", idx.name));
@@ -328,21 +367,29 @@ Type stored_type(const Expr& target, AssignOp op, const Type& value0, const Type
   }
   const Type& base = target.args[0]->type;
   if (base.kind == ValueKind::Weight) return value;  // d_W[e.etype] += ...
-  if (target.args[1]->kind != ExprKind::String || (base.kind != ValueKind::Edge && base.kind != ValueKind::Node))
+  if (target.args[1]->kind != ExprKind::String ||
+      (base.kind != ValueKind::Edge && base.kind != ValueKind::Node && base.kind != ValueKind::Pair))
     throw std::logic_error("stored_type: not an assignable target");
   const std::string& name = target.args[1]->name;
   bool on_edge = base.kind == ValueKind::Edge;
+  bool on_pair = base.kind == ValueKind::Pair;
   std::vector<int64_t> shape;
   if (previous && previous->typed()) {
     shape = previous->shape;
   } else {
-    const FieldTable* fields = on_edge ? ctx.edge_fields : ctx.node_fields;
+    const FieldTable* fields = on_edge ? ctx.edge_fields : on_pair ? ctx.pair_fields : ctx.node_fields;
     auto it = fields->find(name);
     if (it == fields->end()) throw std::logic_error("stored_type: unknown field " + name);
     shape = it->second.shape;
   }
   Type stored = value;
-  if (!on_edge) {
+  if (on_pair) {
+    Type p = pair_data();
+    stored.domain = p.domain;
+    stored.dep_src = p.dep_src;
+    stored.dep_etype = p.dep_etype;
+    stored.dep_dst = stored.dep_edge = false;
+  } else if (!on_edge) {
     stored.domain = Domain::Node;
     stored.dep_src = stored.dep_dst = stored.dep_etype = stored.dep_edge = false;
   }

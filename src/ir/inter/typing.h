@@ -30,7 +30,8 @@ struct TypeContext {
   const ModelDecl* decl = nullptr;
   const FieldTable* node_fields = nullptr;
   const FieldTable* edge_fields = nullptr;
-  static TypeContext of(const Module& m) { return {&m.decl, &m.node_fields, &m.edge_fields}; }
+  const FieldTable* pair_fields = nullptr;
+  static TypeContext of(const Module& m) { return {&m.decl, &m.node_fields, &m.edge_fields, &m.pair_fields}; }
 };
 
 // ---- rules shared by the verifier, the operator table and local inference ----------------------------
@@ -44,6 +45,9 @@ Type value_type(const Type& t);
 // The type of data read through a node reference: per node where the node is the loop's, gathered per edge
 // (depending on the source or destination) where it is an edge's endpoint.
 Type node_data(const Type& node);
+// The type of data read through a pair reference (a pair loop's pair or `e.pair`): one value per (source, edge
+// type) pair, an edge value depending on the source and the edge type only.
+Type pair_data();
 // A weight, as the reference its name denotes (unselected).
 Type weight_ref(const TensorDecl& w);
 // Weight gradients: outputs declared per etype / ntype / none.

@@ -22,6 +22,7 @@ struct Loop {
   std::string var;
   LoopKind kind;
   bool edge() const { return is_edge_loop(kind); }
+  bool pair() const { return kind == LoopKind::SrcPairs; }
 };
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -102,7 +103,7 @@ class Verifier {
     for (const TensorDecl& i : m_.decl.inputs)
       if (!used_.count(i.name)) d_.warning(i.loc, "unused", fmt::format("input '{}' is never used", i.name));
     // A typed module's field tables must be what inference computes.
-    if (!m_.node_fields.empty() || !m_.edge_fields.empty()) {
+    if (!m_.node_fields.empty() || !m_.edge_fields.empty() || !m_.pair_fields.empty()) {
       auto same = [](const FieldTable& a, const FieldTable& b) {
         if (a.size() != b.size()) return false;
         for (const auto& [k, v] : a) {
@@ -112,7 +113,8 @@ class Verifier {
         }
         return true;
       };
-      if (!same(m_.node_fields, out_.node_fields) || !same(m_.edge_fields, out_.edge_fields))
+      if (!same(m_.node_fields, out_.node_fields) || !same(m_.edge_fields, out_.edge_fields) ||
+          !same(m_.pair_fields, out_.pair_fields))
         d_.error(m_.decl.loc, "internal", "the module's field tables differ from what type inference computes");
     }
     if (d_.error_count() != before) return std::nullopt;
@@ -160,7 +162,7 @@ class Verifier {
 
   StmtP for_stmt(const StmtP& sp) {
     const Stmt& s = *sp;
-    bool graph_loop = s.loop == LoopKind::Edges || s.loop == LoopKind::DstNodes || s.loop == LoopKind::SrcNodes;
+    bool graph_loop = is_graph_loop(s.loop);
     if (name_taken(s.var)) {
       d_.error(s.loc, "duplicate-name", fmt::format("loop variable '{}' hides another name", s.var));
       return nullptr;
@@ -179,7 +181,7 @@ class Verifier {
       }
     } else {
       const Loop* parent = find_loop(s.parent);
-      if (!parent || parent->edge()) {
+      if (!parent || parent->edge() || parent->pair()) {
         d_.error(s.loc, "bad-iterator",
                  fmt::format("'{}.{}()' needs '{}' to be the variable of an enclosing node loop", s.parent,
                              to_string(s.loop), s.parent));
@@ -238,6 +240,7 @@ class Verifier {
     }
     if (base->type.kind == ValueKind::Edge) return assign_edge_field(sp, base, value);
     if (base->type.kind == ValueKind::Node) return assign_node_field(sp, base, value);
+    if (base->type.kind == ValueKind::Pair) return assign_pair_field(sp, base, value);
     d_.error(t.loc, "bad-assign-target", "only locals, e[\"field\"] and n[\"field\"] can be assigned");
     return nullptr;
   }
@@ -303,7 +306,7 @@ class Verifier {
         poisoned_.insert(t.name);
         return nullptr;
       }
-      if (v.domain == Domain::Edge && !current_loop().edge()) {
+      if (v.domain == Domain::Edge && !current_loop().edge() && !current_loop().pair()) {
         edge_in_node_loop(s.value->loc);
         return nullptr;
       }
@@ -343,11 +346,43 @@ class Verifier {
       d_.error(s.target->loc, "output-mismatch", fmt::format("output '{}' is declared per {}, but written per edge", field, to_string(o->per)));
       return nullptr;
     }
-    if (out_.node_fields.count(field)) {
-      d_.error(s.target->loc, "duplicate-name", fmt::format("'{}' is already a node field", field));
+    if (const char* other = other_field_kind(field, Home::Edge)) {
+      d_.error(s.target->loc, "duplicate-name", fmt::format("'{}' is already a {} field", field, other));
       return nullptr;
     }
-    return write_field(sp, base, true, value);
+    return write_field(sp, base, Home::Edge, value);
+  }
+
+  // p["x"] in a pair loop (one write per pair), or e.pair["x"] aggregated from the pair's edges.
+  StmtP assign_pair_field(const StmtP& sp, const ExprP& base, const ExprP& value) {
+    const Stmt& s = *sp;
+    const std::string& field = s.target->args[1]->name;
+    if (m_.decl.find_output(field)) {
+      d_.error(s.target->loc, "output-mismatch",
+               fmt::format("output '{}' is declared per {}, but written per (source, edge type) pair", field,
+                           to_string(m_.decl.find_output(field)->per)));
+      return nullptr;
+    }
+    if (const char* other = other_field_kind(field, Home::Pair)) {
+      d_.error(s.target->loc, "duplicate-name", fmt::format("'{}' is already a {} field", field, other));
+      return nullptr;
+    }
+    if (base->type.role == NodeRole::Loop) {
+      if (current_loop().var != s.target->args[0]->name) {
+        d_.error(s.target->loc, "bad-assign-target", "pair fields are written through the innermost loop variable");
+        return nullptr;
+      }
+    } else {
+      // The edges of a pair all write its row: only an aggregation is well defined.
+      bool aggregation = s.op == AssignOp::Add || s.op == AssignOp::Sub || is_max_aggregation(s);
+      if (!aggregation) {
+        d_.error(s.loc, "needs-aggregation",
+                 fmt::format("pair field '{}' is written once per edge here; aggregate with '+=' (or '-=')", field));
+        return nullptr;
+      }
+      aggregating_.back().insert(field);
+    }
+    return write_field(sp, base, Home::Pair, value);
   }
 
   StmtP assign_node_field(const StmtP& sp, const ExprP& base, const ExprP& value) {
@@ -357,12 +392,12 @@ class Verifier {
       d_.error(s.target->loc, "output-mismatch", fmt::format("output '{}' is declared per {}, but written per node", field, to_string(o->per)));
       return nullptr;
     }
-    if (out_.edge_fields.count(field)) {
-      d_.error(s.target->loc, "duplicate-name", fmt::format("'{}' is already an edge field", field));
+    if (const char* other = other_field_kind(field, Home::Node)) {
+      d_.error(s.target->loc, "duplicate-name", fmt::format("'{}' is already an {} field", field, other));
       return nullptr;
     }
     bool through_edge = base->type.role != NodeRole::Loop;
-    bool in_edge_loop = current_loop().edge();
+    bool in_edge_loop = current_loop().edge() || current_loop().pair();
     bool aggregation = s.op == AssignOp::Add || s.op == AssignOp::Sub || is_max_aggregation(s);
     if (through_edge || in_edge_loop) {
       // Many edges write to the same node: only an aggregation is well defined.
@@ -376,13 +411,23 @@ class Verifier {
       edge_in_node_loop(s.value->loc);
       return nullptr;
     }
-    return write_field(sp, base, false, value);
+    return write_field(sp, base, Home::Node, value);
   }
 
-  StmtP write_field(const StmtP& sp, const ExprP& base, bool on_edges, const ExprP& value) {
+  enum class Home { Node, Edge, Pair };
+  FieldTable& table(Home h) { return h == Home::Edge ? out_.edge_fields : h == Home::Pair ? out_.pair_fields : out_.node_fields; }
+  // The kind of another table that has a field `name` ("node", "edge", "pair"), or null.
+  const char* other_field_kind(const std::string& name, Home home) {
+    for (auto [h, what] : {std::pair{Home::Node, "node"}, std::pair{Home::Edge, "edge"}, std::pair{Home::Pair, "pair"}})
+      if (h != home && table(h).count(name)) return what;
+    return nullptr;
+  }
+
+  StmtP write_field(const StmtP& sp, const ExprP& base, Home home, const ExprP& value) {
     const Stmt& s = *sp;
     const std::string& name = s.target->args[1]->name;
-    FieldTable& fields = on_edges ? out_.edge_fields : out_.node_fields;
+    const bool on_edges = home == Home::Edge;
+    FieldTable& fields = table(home);
     bool fresh = !fields.count(name);
     if (fresh && (s.op == AssignOp::Mul || s.op == AssignOp::Div)) {
       d_.error(s.target->loc, "undefined-field", fmt::format("field '{}' is updated before it is assigned", name));
@@ -445,6 +490,7 @@ class Verifier {
     if (t.kind == ValueKind::Tensor) return true;
     if (t.kind == ValueKind::Weight) return check_selected(n);
     std::string got = t.kind == ValueKind::Edge ? "an edge" : t.kind == ValueKind::Node ? "a node"
+                      : t.kind == ValueKind::Pair ? "a (source, edge type) pair"
                       : t.kind == ValueKind::Graph ? "the graph" : t.kind == ValueKind::TypeIndex ? "a type index"
                       : "a string";
     d_.error(n->loc, "type-mismatch", fmt::format("{} must be a tensor value, but '{}' is {}", what, print_short(n), got));
@@ -492,7 +538,7 @@ class Verifier {
     const std::string& n = e->name;
     if (Type* t = find_local(n)) return make(e, *t);
     if (poisoned_.count(n)) return nullptr;
-    if (const Loop* l = find_loop(n)) return make(e, l->edge() ? Type::edge_var(l->kind) : Type::node_var());
+    if (const Loop* l = find_loop(n)) return make(e, Type::loop_var(l->kind));
     if (n == "g") return make(e, Type::of_kind(ValueKind::Graph));
     if (const HyperParam* h = m_.decl.find_hyper(n)) return make(e, Type::constant(h->value));
     if (weight_grad_output(m_.decl, n)) {
@@ -515,7 +561,7 @@ class Verifier {
   ExprP attr(const ExprP& e) {
     ExprP base = eval(e->args[0]);
     if (!base) return nullptr;
-    if (base->type.kind != ValueKind::Edge && base->type.kind != ValueKind::Node) {
+    if (base->type.kind != ValueKind::Edge && base->type.kind != ValueKind::Node && base->type.kind != ValueKind::Pair) {
       d_.error(e->loc, "unknown-attribute", fmt::format("'{}' has no attribute '{}'", print_short(e->args[0]), e->name));
       return nullptr;
     }
@@ -552,33 +598,34 @@ class Verifier {
       }
       return typed_index(e, base, idx);
     }
-    if (bt.kind == ValueKind::Edge || bt.kind == ValueKind::Node) {
-      bool is_edge = bt.kind == ValueKind::Edge;
+    if (bt.kind == ValueKind::Edge || bt.kind == ValueKind::Node || bt.kind == ValueKind::Pair) {
+      Home home = bt.kind == ValueKind::Edge ? Home::Edge : bt.kind == ValueKind::Pair ? Home::Pair : Home::Node;
       const ExprP& key = e->args[1];
       if (key->kind != ExprKind::String) {
         d_.error(key->loc, "bad-field", "field names must be string literals such as e[\"att\"]");
         return nullptr;
       }
-      auto& fields = is_edge ? out_.edge_fields : out_.node_fields;
+      auto& fields = table(home);
       auto it = fields.find(key->name);
       if (it == fields.end() && poisoned_.count("\"" + key->name)) return nullptr;
       if (it == fields.end()) {
-        auto& other = is_edge ? out_.node_fields : out_.edge_fields;
-        if (other.count(key->name))
-          d_.error(key->loc, "undefined-field", fmt::format("'{}' is a{} field, not a{} field", key->name,
-                                                            is_edge ? " node" : "n edge", is_edge ? "n edge" : " node"));
+        static const char* const kWhat[] = {"node", "edge", "pair"};
+        if (const char* other = other_field_kind(key->name, home))
+          d_.error(key->loc, "undefined-field", fmt::format("'{}' is a{} {} field, not a{} {} field", key->name,
+                                                            *other == 'e' ? "n" : "", other,
+                                                            home == Home::Edge ? "n" : "", kWhat[static_cast<int>(home)]));
         else
           d_.error(key->loc, "undefined-field", fmt::format("field '{}' is read before it is written{}", key->name,
                                                             suggest(key->name, field_names(fields))));
         return nullptr;
       }
-      if (!is_edge) {
+      if (home != Home::Edge) {
         for (const auto& agg : aggregating_)
           if (agg.count(key->name)) {
             d_.error(key->loc, "read-while-aggregating",
-                     fmt::format("node field '{}' is read in the loop that aggregates into it; its value would "
+                     fmt::format("{} field '{}' is read in the loop that aggregates into it; its value would "
                                  "depend on the edge order",
-                                 key->name));
+                                 home == Home::Pair ? "pair" : "node", key->name));
             return nullptr;
           }
       }
