@@ -7,13 +7,23 @@ reference on random graphs, for determinism, argument checking and the current-s
 
 The package tested is runtime/python/hectorgen_runtime of this checkout, or the one under $HECTORGEN_RUNTIME_PYTHON
 (e.g. build/runtime/python of a CMake build, or an install's site-packages: then its compiled _C is used).
+
+Run with pytest, or as a script (CTest `runtime_preprocess`): `python3 tests/runtime/test_preprocess.py`, which
+exits 77 (skipped) without torch or pytest.
 """
 
+import importlib.util
 import os
 import pathlib
 import sys
 
-import pytest
+if __name__ == "__main__":
+    _missing = [name for name in ("pytest", "torch") if importlib.util.find_spec(name) is None]
+    if _missing:
+        print(f"runtime_preprocess: SKIPPED: needs python3 with {' and '.join(_missing)}")
+        sys.exit(77)
+
+import pytest  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
@@ -478,3 +488,7 @@ def test_cuda_checks_arguments(ext):
         run_cuda(ext, src, dst, etype, 4, 0, None)
     with pytest.raises(RuntimeError, match="gemm_tile must be in"):
         run_cuda(ext, src, dst, etype, 4, 3, None, ["etype_sorted_coo"], gemm_tile=-1)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
