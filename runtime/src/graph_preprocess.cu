@@ -1,5 +1,6 @@
-// Graph preprocessing on the GPU: etype-sorted COO, CSR by dst/src, compact materialization mapping, inverse
-// relation in-degree and node type segments. See hectorgen/graph.h for the layouts and the shared conventions.
+// Graph preprocessing on the GPU: etype-sorted COO, CSR by dst/src, compact materialization mapping and its
+// inverses, inverse relation in-degree and node type segments. See hectorgen/graph.h for the layouts and the shared
+// conventions.
 //
 // Every layout is built from three primitives:
 //   * a stable CUB radix sort of (key, position) pairs, restricted to the key bits that can be non-zero;
@@ -290,6 +291,16 @@ __global__ void inv_run_length_kernel(const int32_t* order, const int32_t* runs_
   }
 }
 
+// keys[k] = the node of pair k for the pairs k < U = *num_pairs, else num_nodes (after every node), for k in
+// [0, capacity): sorting them stably lists the pairs by (node, row) with the padding last, without reading U back.
+__global__ void pair_node_keys_kernel(const int32_t* unique_node, const int32_t* num_pairs, int32_t capacity,
+                                      int32_t num_nodes, uint32_t* keys) {
+  const int64_t k = thread_index();
+  if (k < capacity) {
+    keys[k] = k < *num_pairs ? static_cast<uint32_t>(unique_node[k]) : static_cast<uint32_t>(num_nodes);
+  }
+}
+
 // tiles[s] = number of `tile`-row tiles of segment s for s < num_segments, tiles[num_segments] = 0: an exclusive scan
 // over the num_segments + 1 entries turns it into the tile offsets.
 __global__ void segment_tiles_kernel(const int32_t* segment_ptr, int32_t num_segments, int32_t tile, int32_t* tiles) {
@@ -386,18 +397,56 @@ bool fits_32bit_keys(const SortedCooView& graph) {
          static_cast<uint64_t>(UINT32_MAX) + 1;
 }
 
+// Node -> pairs CSR of the pairs unique_node[0, U), where U = *num_pairs lives on the device: a stable sort of the
+// pair rows by node (padded to `capacity` >= U rows with key num_nodes), then node offsets by binary search.
+cudaError_t build_node_pair_csr(const int32_t* unique_node, const int32_t* num_pairs, int32_t capacity,
+                                int32_t num_nodes, int32_t* node_pair_ptr, int32_t* node_pair, cudaStream_t stream,
+                                const DeviceAllocator* allocator) {
+  DeviceBuffer sorted_keys(allocator, stream);
+  HG_RETURN_IF_ERROR(sorted_keys.allocate<uint32_t>(capacity));
+  {
+    DeviceBuffer keys(allocator, stream), rows(allocator, stream);
+    HG_RETURN_IF_ERROR(keys.allocate<uint32_t>(capacity));
+    HG_RETURN_IF_ERROR(rows.allocate<int32_t>(capacity));
+    HG_RETURN_IF_ERROR(launch(pair_node_keys_kernel, capacity, stream, unique_node, num_pairs, capacity, num_nodes,
+                              keys.as<uint32_t>()));
+    HG_RETURN_IF_ERROR(launch(iota_kernel, capacity, stream, rows.as<int32_t>(), capacity));
+    HG_RETURN_IF_ERROR(stable_sort_pairs(keys.as<uint32_t>(), sorted_keys.as<uint32_t>(), rows.as<int32_t>(),
+                                         node_pair, capacity, radix_bits(static_cast<uint64_t>(num_nodes)), stream,
+                                         allocator));
+  }
+  // node_pair_ptr[N] = number of keys below N = U: the padding is not counted.
+  return launch(segment_offsets_kernel<uint32_t>, static_cast<int64_t>(num_nodes) + 1, stream,
+                sorted_keys.as<uint32_t>(), capacity, num_nodes, node_pair_ptr);
+}
+
 template <typename Key>
 cudaError_t build_compact_mapping_impl(const SortedCooView& graph, const int32_t* node, const CompactMapping& out,
                                        cudaStream_t stream, const DeviceAllocator* allocator) {
   const int32_t count = graph.num_edges;
-  EdgeRuns runs(allocator, stream);
-  HG_RETURN_IF_ERROR(group_by_etype_and_node<Key>(graph, node, runs, stream, allocator));
-  const int32_t* runs_before = runs.runs_before.as<int32_t>();
-  HG_RETURN_IF_ERROR(launch(compact_scatter_kernel, count, stream, runs.order.as<int32_t>(), runs_before,
-                            node, count, out.unique_node, out.edge_to_unique));
-  return launch(unique_etype_ptr_kernel<Key>, static_cast<int64_t>(graph.num_etypes) + 1, stream,
-                runs.sorted_keys.as<Key>(), runs_before, count, graph.num_etypes, graph.num_nodes,
-                out.unique_etype_ptr);
+  {
+    EdgeRuns runs(allocator, stream);  // released before the node sort below
+    HG_RETURN_IF_ERROR(group_by_etype_and_node<Key>(graph, node, runs, stream, allocator));
+    const int32_t* runs_before = runs.runs_before.as<int32_t>();
+    HG_RETURN_IF_ERROR(launch(compact_scatter_kernel, count, stream, runs.order.as<int32_t>(), runs_before,
+                              node, count, out.unique_node, out.edge_to_unique));
+    HG_RETURN_IF_ERROR(launch(unique_etype_ptr_kernel<Key>, static_cast<int64_t>(graph.num_etypes) + 1, stream,
+                              runs.sorted_keys.as<Key>(), runs_before, count, graph.num_etypes, graph.num_nodes,
+                              out.unique_etype_ptr));
+    // Pair -> edges: the runs are the pairs, in row order, and `order` lists each run's edges by position.
+    if (out.pair_edge_ptr != nullptr) {
+      HG_RETURN_IF_ERROR(launch(run_starts_kernel, count, stream, runs_before, count, out.pair_edge_ptr));
+      HG_RETURN_IF_ERROR(cudaMemcpyAsync(out.pair_edge_eid, runs.order.as<int32_t>(),
+                                         static_cast<std::size_t>(count) * sizeof(int32_t),
+                                         cudaMemcpyDeviceToDevice, stream));
+    }
+  }
+  if (out.node_pair_ptr == nullptr) {
+    return cudaSuccess;
+  }
+  // U = unique_etype_ptr[R], read on the device.
+  return build_node_pair_csr(out.unique_node, out.unique_etype_ptr + graph.num_etypes, count, graph.num_nodes,
+                             out.node_pair_ptr, out.node_pair, stream, allocator);
 }
 
 template <typename Key>
@@ -503,7 +552,17 @@ cudaError_t build_csr_by_src(const SortedCooView& graph, const Csr& out, cudaStr
 cudaError_t build_compact_mapping(const SortedCooView& graph, Endpoint endpoint, const CompactMapping& out,
                                   cudaStream_t stream, const DeviceAllocator* allocator) {
   HG_RETURN_IF_ERROR(check_graph_counts(graph.num_nodes, graph.num_edges, graph.num_etypes));
-  if (graph.num_edges == 0) {
+  if ((out.pair_edge_ptr == nullptr) != (out.pair_edge_eid == nullptr) ||
+      (out.node_pair_ptr == nullptr) != (out.node_pair == nullptr)) {
+    return cudaErrorInvalidValue;  // an inverse is built whole or not at all
+  }
+  if (graph.num_edges == 0) {  // no pairs: every offset is 0
+    if (out.pair_edge_ptr != nullptr) {
+      HG_RETURN_IF_ERROR(zero_fill(out.pair_edge_ptr, 1, stream));
+    }
+    if (out.node_pair_ptr != nullptr) {
+      HG_RETURN_IF_ERROR(zero_fill(out.node_pair_ptr, static_cast<int64_t>(graph.num_nodes) + 1, stream));
+    }
     return zero_fill(out.unique_etype_ptr, static_cast<int64_t>(graph.num_etypes) + 1, stream);
   }
   const int32_t* node = endpoint == Endpoint::kSrc ? graph.src : graph.dst;

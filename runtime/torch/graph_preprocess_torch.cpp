@@ -146,10 +146,12 @@ std::string describe_errors(uint32_t word) {
   return message.str();
 }
 
-// A compact mapping of one endpoint, still holding the capacity-E unique-node buffer.
+// A compact mapping of one endpoint, still holding its capacity-E buffers of U (+1) valid entries.
 struct PendingCompact {
-  const char* node_key;
+  std::string prefix;  // "unique_src" or "unique_dst"
   at::Tensor unique_node_capacity;
+  at::Tensor pair_edge_ptr_capacity;
+  at::Tensor node_pair_capacity;
   at::Tensor unique_etype_ptr;
 };
 
@@ -275,22 +277,36 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
       result[prefix + "col_etype"] = col_etype;
     }
 
-    // Compact materialization mappings; the unique-node arrays are trimmed to U after the read-back below.
+    // Compact materialization mappings with their inverses; the arrays of U (+1) entries are trimmed after the
+    // read-back of U below.
     for (const bool by_src : {true, false}) {
       if ((wanted & (by_src ? kCompactSrcEtype : kCompactDstEtype)) == 0) {
         continue;
       }
-      const std::string node = by_src ? "src" : "dst";
+      const std::string prefix = by_src ? "unique_src" : "unique_dst";
       const at::Tensor unique_node = new_int32(e, options);
       const at::Tensor unique_etype_ptr = new_int32(num_etypes + 1, options);
       const at::Tensor edge_to_unique = new_int32(e, options);
-      HG_CUDA_CHECK(build_compact_mapping(graph, by_src ? Endpoint::kSrc : Endpoint::kDst,
-                                          CompactMapping{i32(unique_node), i32(unique_etype_ptr), i32(edge_to_unique)},
-                                          stream, &allocator),
+      const at::Tensor pair_edge_ptr = new_int32(num_edges + 1, options);
+      const at::Tensor pair_edge_eid = new_int32(e, options);
+      const at::Tensor node_pair_ptr = new_int32(num_nodes + 1, options);
+      const at::Tensor node_pair = new_int32(e, options);
+      CompactMapping mapping{i32(unique_node), i32(unique_etype_ptr), i32(edge_to_unique)};
+      mapping.pair_edge_ptr = i32(pair_edge_ptr);
+      mapping.pair_edge_eid = i32(pair_edge_eid);
+      mapping.node_pair_ptr = i32(node_pair_ptr);
+      mapping.node_pair = i32(node_pair);
+      HG_CUDA_CHECK(build_compact_mapping(graph, by_src ? Endpoint::kSrc : Endpoint::kDst, mapping, stream,
+                                          &allocator),
                     "build_compact_mapping");
-      result["unique_" + node + "_etype_ptr"] = unique_etype_ptr;
-      result["edge_to_unique_" + node] = edge_to_unique;
-      pending.push_back({by_src ? "unique_src" : "unique_dst", unique_node, unique_etype_ptr});
+      result[prefix + "_etype_ptr"] = unique_etype_ptr;
+      result["edge_to_" + prefix] = edge_to_unique;
+      result[prefix + "_edge_eid"] = pair_edge_eid;
+      result[prefix + "_node_ptr"] = node_pair_ptr;
+      if (gemm_tile > 0) {
+        result[prefix + "_tile_ptr"] = tile_ptr(unique_etype_ptr, num_etypes, "build_tile_ptr (compact)");
+      }
+      pending.push_back({prefix, unique_node, pair_edge_ptr, node_pair, unique_etype_ptr});
     }
 
     if ((wanted & kInvRelationInDegree) != 0) {
@@ -326,7 +342,9 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
   }
   for (const PendingCompact& compact : pending) {
     const int64_t num_unique = compact.unique_etype_ptr[num_etypes].item<int32_t>();  // host sync
-    result[compact.node_key] = compact.unique_node_capacity.narrow(0, 0, num_unique).clone();
+    result[compact.prefix] = compact.unique_node_capacity.narrow(0, 0, num_unique).clone();
+    result[compact.prefix + "_edge_ptr"] = compact.pair_edge_ptr_capacity.narrow(0, 0, num_unique + 1).clone();
+    result[compact.prefix + "_node_pair"] = compact.node_pair_capacity.narrow(0, 0, num_unique).clone();
   }
   return result;
 }

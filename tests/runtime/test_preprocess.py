@@ -7,13 +7,23 @@ reference on random graphs, for determinism, argument checking and the current-s
 
 The package tested is runtime/python/hectorgen_runtime of this checkout, or the one under $HECTORGEN_RUNTIME_PYTHON
 (e.g. build/runtime/python of a CMake build, or an install's site-packages: then its compiled _C is used).
+
+Run with pytest, or as a script (CTest `runtime_preprocess`): `python3 tests/runtime/test_preprocess.py`, which
+exits 77 (skipped) without torch or pytest.
 """
 
+import importlib.util
 import os
 import pathlib
 import sys
 
-import pytest
+if __name__ == "__main__":
+    _missing = [name for name in ("pytest", "torch") if importlib.util.find_spec(name) is None]
+    if _missing:
+        print(f"runtime_preprocess: SKIPPED: needs python3 with {' and '.join(_missing)}")
+        sys.exit(77)
+
+import pytest  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
@@ -86,17 +96,55 @@ def check_invariants(out, src, dst, etype, num_nodes, num_etypes):
     for name, node in (("src", s_src), ("dst", s_dst)):
         unique, ptr = out["unique_" + name].long(), out["unique_" + name + "_etype_ptr"].long()
         to_unique = out["edge_to_unique_" + name].long()
-        assert int(ptr[0]) == 0 and int(ptr[-1]) == unique.numel()
+        num_unique = unique.numel()
+        assert int(ptr[0]) == 0 and int(ptr[-1]) == num_unique
         unique_etype = torch.repeat_interleave(torch.arange(num_etypes), ptr[1:] - ptr[:-1])
         pair = unique_etype * max(num_nodes, 1) + unique
         assert bool((pair[1:] > pair[:-1]).all())  # strictly increasing: unique and ordered by (etype, node)
         assert torch.equal(unique[to_unique], node) and torch.equal(unique_etype[to_unique], s_etype)
-        assert torch.equal(torch.unique(to_unique), torch.arange(unique.numel()))  # every row is used
+        assert torch.equal(torch.unique(to_unique), torch.arange(num_unique))  # every row is used
+
+        # Pair -> edges: every edge once, grouped by its pair row, ascending positions inside a pair.
+        edge_ptr, edge_eid = out["unique_" + name + "_edge_ptr"].long(), out["unique_" + name + "_edge_eid"].long()
+        assert edge_ptr.numel() == num_unique + 1 and int(edge_ptr[0]) == 0 and int(edge_ptr[-1]) == num_edges
+        assert bool((edge_ptr[1:] > edge_ptr[:-1]).all())  # no empty pair
+        assert torch.equal(torch.sort(edge_eid).values, torch.arange(num_edges))
+        edge_rows = torch.repeat_interleave(torch.arange(num_unique), edge_ptr[1:] - edge_ptr[:-1])
+        assert torch.equal(to_unique[edge_eid], edge_rows)
+        same_pair = edge_rows[1:] == edge_rows[:-1]
+        assert bool((edge_eid[1:][same_pair] > edge_eid[:-1][same_pair]).all())
+        if name == "dst":  # edges are ordered by (etype, dst): a (dst, etype) pair's edges are adjacent already
+            assert torch.equal(edge_eid, torch.arange(num_edges))
+
+        # Node -> pairs: every pair once, grouped by its node, ascending rows (so strictly ascending etypes).
+        node_ptr, node_pair = out["unique_" + name + "_node_ptr"].long(), out["unique_" + name + "_node_pair"].long()
+        assert node_ptr.numel() == num_nodes + 1 and int(node_ptr[0]) == 0 and int(node_ptr[-1]) == num_unique
+        assert torch.equal(torch.sort(node_pair).values, torch.arange(num_unique))
+        node_rows = torch.repeat_interleave(torch.arange(num_nodes), node_ptr[1:] - node_ptr[:-1])
+        assert torch.equal(unique[node_pair], node_rows)
+        same_node = node_rows[1:] == node_rows[:-1]
+        assert bool((node_pair[1:][same_node] > node_pair[:-1][same_node]).all())
+        assert bool((unique_etype[node_pair][1:][same_node] > unique_etype[node_pair][:-1][same_node]).all())
+
+        # What the backward does with them: gather-only segment sums equal the scattered (index_add) sums.
+        edge_grad = torch.arange(num_edges, dtype=torch.int64) * 7 % 11 - 5
+        pair_grad = torch.zeros(num_unique, dtype=torch.int64).index_add_(0, to_unique, edge_grad)
+        assert torch.equal(segment_sum(edge_grad[edge_eid], edge_ptr), pair_grad)
+        node_grad = torch.zeros(num_nodes, dtype=torch.int64).index_add_(0, unique, pair_grad)
+        assert torch.equal(segment_sum(pair_grad[node_pair], node_ptr), node_grad)
+        assert torch.equal(node_grad, torch.zeros(num_nodes, dtype=torch.int64).index_add_(0, node, edge_grad))
 
     inv = out["inv_relation_in_degree"]
     for p in range(0, num_edges, max(num_edges // 50, 1)):
         count = int(((s_dst == s_dst[p]) & (s_etype == s_etype[p])).sum())
         assert float(inv[p]) == float(torch.tensor(1.0 / count, dtype=torch.float32))
+
+
+def segment_sum(values, ptr):
+    """Sums of values[ptr[i]:ptr[i+1]] for each segment i, by a cumulative sum (no scatter)."""
+    prefix = torch.zeros(values.numel() + 1, dtype=values.dtype)
+    prefix[1:] = torch.cumsum(values, 0)
+    return prefix[ptr[1:]] - prefix[ptr[:-1]]
 
 
 def assert_same(actual, expected, context=""):
@@ -134,22 +182,39 @@ HAND_EXPECTED = {
     "out_col_dst": [1, 1, 2, 2, 0, 1, 1],
     "out_col_eid": [0, 3, 6, 1, 2, 4, 5],
     "out_col_etype": [0, 1, 1, 0, 1, 1, 1],
+    # (src, etype) pairs: rows 0 (0, r0), 1 (1, r0), 2 (0, r1), 3 (1, r1), 4 (2, r1), 5 (3, r1)
     "unique_src": [0, 1, 0, 1, 2, 3],
     "unique_src_etype_ptr": [0, 2, 6, 6],
     "edge_to_unique_src": [0, 1, 3, 2, 4, 5, 2],
+    "unique_src_edge_ptr": [0, 1, 2, 4, 5, 6, 7],  # row 2 has two edges (positions 3 and 6)
+    "unique_src_edge_eid": [0, 1, 3, 6, 2, 4, 5],
+    "unique_src_node_ptr": [0, 2, 4, 5, 6],  # nodes 0 and 1 have a pair in each relation
+    "unique_src_node_pair": [0, 2, 1, 3, 4, 5],
+    # (dst, etype) pairs: rows 0 (1, r0), 1 (2, r0), 2 (0, r1), 3 (1, r1), 4 (2, r1)
     "unique_dst": [1, 2, 0, 1, 2],
     "unique_dst_etype_ptr": [0, 2, 5, 5],
     "edge_to_unique_dst": [0, 1, 2, 3, 3, 3, 4],
+    "unique_dst_edge_ptr": [0, 1, 2, 3, 6, 7],
+    "unique_dst_edge_eid": [0, 1, 2, 3, 4, 5, 6],  # the identity: edges are ordered by (etype, dst)
+    "unique_dst_node_ptr": [0, 1, 3, 5, 5],  # node 3 has no incoming edges
+    "unique_dst_node_pair": [2, 0, 3, 1, 4],
     "inv_relation_in_degree": [1.0, 1.0, 1.0, 1 / 3, 1 / 3, 1 / 3, 1.0],
     "ntype_ptr": [0, 2, 2, 4],
     "ntype": [0, 0, 2, 2],
 }
-# Row-tile offsets of etype_ptr [0, 2, 7, 7] and ntype_ptr [0, 2, 2, 4] for some tiles.
+# Row-tile offsets of etype_ptr [0, 2, 7, 7], unique_src_etype_ptr [0, 2, 6, 6], unique_dst_etype_ptr [0, 2, 5, 5]
+# and ntype_ptr [0, 2, 2, 4] for some tiles.
 HAND_TILES = {
-    1: {"etype_tile_ptr": [0, 2, 7, 7], "ntype_tile_ptr": [0, 2, 2, 4]},
-    2: {"etype_tile_ptr": [0, 1, 4, 4], "ntype_tile_ptr": [0, 1, 1, 2]},
-    16: {"etype_tile_ptr": [0, 1, 2, 2], "ntype_tile_ptr": [0, 1, 1, 2]},
+    1: {"etype_tile_ptr": [0, 2, 7, 7], "unique_src_tile_ptr": [0, 2, 6, 6], "unique_dst_tile_ptr": [0, 2, 5, 5],
+        "ntype_tile_ptr": [0, 2, 2, 4]},
+    2: {"etype_tile_ptr": [0, 1, 4, 4], "unique_src_tile_ptr": [0, 1, 3, 3], "unique_dst_tile_ptr": [0, 1, 3, 3],
+        "ntype_tile_ptr": [0, 1, 1, 2]},
+    4: {"etype_tile_ptr": [0, 1, 3, 3], "unique_src_tile_ptr": [0, 1, 2, 2], "unique_dst_tile_ptr": [0, 1, 2, 2],
+        "ntype_tile_ptr": [0, 1, 1, 2]},
+    16: {"etype_tile_ptr": [0, 1, 2, 2], "unique_src_tile_ptr": [0, 1, 2, 2], "unique_dst_tile_ptr": [0, 1, 2, 2],
+         "ntype_tile_ptr": [0, 1, 1, 2]},
 }
+TILED_LAYOUTS = ["etype_sorted_coo", "compact_src_etype", "compact_dst_etype", "ntype_ptr"]
 HAND_NTYPE = [0, 0, 2, 2]
 
 
@@ -188,9 +253,33 @@ def test_reference_invariants(case):
 @pytest.mark.parametrize("tile", sorted(HAND_TILES))
 def test_reference_tile_offsets(tile):
     src, dst, etype, ntype = hand_graph()
-    out = hr.reference_preprocess(src, dst, etype, 4, 3, ntype, ["etype_sorted_coo", "ntype_ptr"], 3, gemm_tile=tile)
+    out = hr.reference_preprocess(src, dst, etype, 4, 3, ntype, TILED_LAYOUTS, 3, gemm_tile=tile)
+    assert sorted(key for key in out if key.endswith("_tile_ptr")) == sorted(HAND_TILES[tile])
     for key, expected in HAND_TILES[tile].items():
         assert out[key].dtype == torch.int32 and out[key].tolist() == expected, key
+    assert not any(key.endswith("_tile_ptr") for key in hr.reference_preprocess(src, dst, etype, 4, 3, ntype))
+
+
+def test_compact_graph_on_cpu():
+    src, dst, etype, ntype = hand_graph()
+    layouts = ["compact_src_etype", "compact_dst_etype"]
+    graph = hr.Graph.from_coo(src, dst, etype, 4, 3, None, layouts=layouts, gemm_tile=2)
+    assert graph.layouts == frozenset(layouts) and graph.gemm_tile == 2
+    assert graph.num_unique_src == 6 and graph.num_unique_dst == 5
+    assert isinstance(graph.num_unique_src, int) and isinstance(graph.num_unique_dst, int)
+    keys = ["unique_src_tile_ptr", "unique_src_edge_ptr", "unique_src_edge_eid", "unique_src_node_ptr",
+            "unique_src_node_pair", "unique_dst_tile_ptr", "unique_dst_node_pair"]
+    assert [a.tolist() for a in graph.arrays(keys, gemm_tile=2)] == [
+        HAND_TILES[2][key] if key.endswith("_tile_ptr") else HAND_EXPECTED[key] for key in keys
+    ]
+    with pytest.raises(ValueError, match="GEMM row tile 2, not 16"):
+        graph.arrays(["unique_src_tile_ptr"], gemm_tile=16)
+    untiled = hr.Graph.from_coo(src, dst, etype, 4, 3, None, layouts=["compact_src_etype"])
+    with pytest.raises(ValueError, match="'compact_src_etype' with a gemm_tile"):
+        untiled.array("unique_src_tile_ptr")
+    with pytest.raises(ValueError, match="without the layout 'compact_dst_etype'"):
+        untiled.array("unique_dst_node_ptr")
+    assert untiled.num_unique_dst is None
 
 
 def test_reference_rejects_invalid_input():
@@ -218,8 +307,17 @@ def test_python_api_on_cpu_uses_the_reference():
 
 def test_graph_dataclass_covers_every_key():
     fields = {f.name for f in hr.Graph.__dataclass_fields__.values()}
-    keys = {key for keys in hr.LAYOUT_KEYS.values() for key in keys}
+    keys = {key for keys in hr.LAYOUT_KEYS.values() for key in keys} | set(hr.TILE_KEYS.values())
     assert keys <= fields
+
+
+def test_layout_keys_keep_their_order():
+    # Generated modules and saved graphs name these keys; later additions go after them.
+    assert hr.LAYOUTS[:7] == ("etype_sorted_coo", "csr_by_dst", "csr_by_src", "compact_src_etype",
+                              "compact_dst_etype", "inv_relation_in_degree", "ntype_ptr")
+    for name in ("src", "dst"):
+        assert hr.LAYOUT_KEYS[f"compact_{name}_etype"][:3] == (f"unique_{name}", f"unique_{name}_etype_ptr",
+                                                               f"edge_to_unique_{name}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -276,10 +374,11 @@ def test_cuda_matches_hand_computed_layouts(ext):
 @pytest.mark.parametrize("tile", sorted(HAND_TILES))
 def test_cuda_tile_offsets(ext, tile):
     src, dst, etype, ntype = hand_graph("cuda")
-    out = run_cuda(ext, src, dst, etype, 4, 3, ntype, ["etype_sorted_coo", "ntype_ptr"], gemm_tile=tile)
+    out = run_cuda(ext, src, dst, etype, 4, 3, ntype, TILED_LAYOUTS, gemm_tile=tile)
+    assert sorted(key for key in out if key.endswith("_tile_ptr")) == sorted(HAND_TILES[tile])
     for key, expected in HAND_TILES[tile].items():
         assert out[key].dtype == torch.int32 and out[key].tolist() == expected, key
-    assert "etype_tile_ptr" not in run_cuda(ext, src, dst, etype, 4, 3, ntype, ["etype_sorted_coo"])
+    assert not any(key.endswith("_tile_ptr") for key in run_cuda(ext, src, dst, etype, 4, 3, ntype, TILED_LAYOUTS))
 
 
 @needs_cuda
@@ -344,6 +443,7 @@ def test_python_api_on_cuda(ext):
     graph = hr.Graph.from_coo(src, dst, etype, 4, 3, ntype, backend="cuda")
     assert_same(graph.tensors(), hand_expected(), "Graph.from_coo")
     assert graph.num_unique_src == 6 and graph.num_unique_dst == 5 and graph.num_ntypes == 3
+    assert isinstance(graph.num_unique_src, int)
 
 
 @needs_cuda
@@ -388,3 +488,7 @@ def test_cuda_checks_arguments(ext):
         run_cuda(ext, src, dst, etype, 4, 0, None)
     with pytest.raises(RuntimeError, match="gemm_tile must be in"):
         run_cuda(ext, src, dst, etype, 4, 3, None, ["etype_sorted_coo"], gemm_tile=-1)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))

@@ -16,11 +16,17 @@
 //   compact mapping     unique_node [U]          the unique (node, etype) pairs ordered by (etype, node), where
 //   (Hector's compact   unique_etype_ptr [R+1]   node is the src (or the dst) of an edge; relation r owns rows
 //    materialization)   edge_to_unique [E]       [unique_etype_ptr[r], unique_etype_ptr[r+1]); row of edge p
+//   its inverses, for   pair_edge_ptr [U+1]      edges of pair k: pair_edge_eid[pair_edge_ptr[k], pair_edge_ptr[k+1])
+//   gather-only sums    pair_edge_eid [E]        edge positions p grouped by pair (pairs in row order, each
+//   in the backward                              pair's edges by p): {p : edge_to_unique[p] == k} in order
+//                       node_pair_ptr [N+1]      pairs of node v: node_pair[node_pair_ptr[v], node_pair_ptr[v+1])
+//                       node_pair [U]            pair rows grouped by node (nodes ascending, a node's pairs by
+//                                                etype): {k : unique_node[k] == v} in order
 //   inverse relation    inv_relation_in_degree   [E] float: 1 / |{e : dst[e] == dst[p], etype[e] == etype[p]}|,
 //   in-degree                                    RGCN's 1/c_{v,r}
 //   node type segments  ntype_ptr [T+1]          nodes of type t: [ntype_ptr[t], ntype_ptr[t+1])
-//   segment tiles       tile_ptr [S+1]           for the segments of etype_ptr or ntype_ptr and a GEMM row tile:
-//                                                segment s owns tiles [tile_ptr[s], tile_ptr[s+1])
+//   segment tiles       tile_ptr [S+1]           for the segments of etype_ptr, unique_etype_ptr or ntype_ptr and a
+//                                                GEMM row tile: segment s owns tiles [tile_ptr[s], tile_ptr[s+1])
 //
 // Conventions shared by every function below:
 //   * All pointers are device pointers; all indices are int32. Counts must satisfy
@@ -137,7 +143,8 @@ cudaError_t build_csr_by_src(const SortedCooView& graph, const Csr& out, cudaStr
 
 enum class Endpoint { kSrc, kDst };
 
-// Output buffers of build_compact_mapping.
+// Output buffers of build_compact_mapping. The first three are required; each inverse mapping below them is
+// optional: both of its buffers, or neither (nullptr: not built; one without the other is cudaErrorInvalidValue).
 struct CompactMapping {
   // [capacity E] unique nodes of the (node, etype) pairs, ordered by (etype, node). Only the first U entries are
   // written, where U = unique_etype_ptr[R] (U <= E). U lives in device memory: a caller that wants a tight [U]
@@ -145,10 +152,23 @@ struct CompactMapping {
   int32_t* unique_node = nullptr;
   int32_t* unique_etype_ptr = nullptr;  // [R+1] pairs of relation r: rows [ptr[r], ptr[r+1])
   int32_t* edge_to_unique = nullptr;    // [E] compact row of each etype-sorted edge
+
+  // Pair -> edges, the inverse of edge_to_unique as a CSR: pair k's edges are pair_edge_eid[pair_edge_ptr[k] ..
+  // pair_edge_ptr[k+1]), ascending positions p. Sums an edge gradient into pair rows by gathers only.
+  int32_t* pair_edge_ptr = nullptr;  // [capacity E+1] only the first U+1 entries are written; ptr[U] = E
+  int32_t* pair_edge_eid = nullptr;  // [E] a permutation of [0, E)
+  // Node -> pairs, the inverse of unique_node as a CSR: node v's pairs are node_pair[node_pair_ptr[v] ..
+  // node_pair_ptr[v+1]), ascending rows (so ascending etypes). Sums pair rows into node rows by gathers only.
+  int32_t* node_pair_ptr = nullptr;  // [N+1] node_pair_ptr[N] = U
+  int32_t* node_pair = nullptr;      // [capacity E] only the first U entries are written: a permutation of [0, U)
 };
 
 // Hector's compact materialization mapping: one row per (endpoint node, etype) pair that occurs, e.g.
-// Endpoint::kSrc for data that depends only on (src, etype) such as x[src] @ W[etype].
+// Endpoint::kSrc for data that depends only on (src, etype) such as x[src] @ W[etype]; and, when their buffers are
+// given, its inverses. For Endpoint::kDst, pair_edge_eid is the identity: the etype-sorted order is (etype, dst), so a
+// (dst, etype) pair's edges are already adjacent (pair_edge_ptr still gives their ranges).
+// The inverses add a copy of E positions and, for node_pair, one more stable radix sort of E keys (the U pair
+// nodes, padded to E with N since U is not known on the host).
 cudaError_t build_compact_mapping(const SortedCooView& graph, Endpoint endpoint, const CompactMapping& out,
                                   cudaStream_t stream, const DeviceAllocator* allocator = nullptr);
 

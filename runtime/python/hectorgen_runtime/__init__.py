@@ -19,8 +19,16 @@ Layouts and their result keys (int32 unless noted; p is an edge's position in th
                           a row lists the node's incoming edges ordered by (etype, p)
   csr_by_src              out_row_ptr [N+1], out_col_dst, out_col_eid, out_col_etype [E]; outgoing edges
   compact_src_etype       unique_src [U] (unique (src, etype) pairs ordered by (etype, src)),
-                          unique_src_etype_ptr [R+1], edge_to_unique_src [E] (compact row of edge p)
-  compact_dst_etype       unique_dst, unique_dst_etype_ptr, edge_to_unique_dst: the same for (dst, etype)
+                          unique_src_etype_ptr [R+1] (relation r owns pair rows ptr[r]:ptr[r+1]),
+                          edge_to_unique_src [E] (pair row k of edge p);
+                          and the inverses, for gather-only (deterministic) sums in the backward:
+                          unique_src_edge_ptr [U+1], unique_src_edge_eid [E]: pair -> edges CSR, the edges p with
+                            edge_to_unique_src[p] == k are unique_src_edge_eid[ptr[k]:ptr[k+1]], ascending;
+                          unique_src_node_ptr [N+1], unique_src_node_pair [U]: node -> pairs CSR, the pair rows k
+                            with unique_src[k] == v are unique_src_node_pair[ptr[v]:ptr[v+1]], ascending (by etype)
+  compact_dst_etype       unique_dst, unique_dst_etype_ptr, edge_to_unique_dst, unique_dst_edge_ptr,
+                          unique_dst_edge_eid, unique_dst_node_ptr, unique_dst_node_pair: the same for (dst, etype)
+                          (unique_dst_edge_eid is the identity: edges are ordered by (etype, dst))
   inv_relation_in_degree  inv_relation_in_degree [E] float32: 1 / #edges with the same (dst, etype) as edge p
   ntype_ptr               ntype_ptr [T+1] (nodes must be sorted by ntype), ntype [N] (the node types as int32)
 
@@ -28,7 +36,12 @@ With gemm_tile (the row tile of the generated GEMM kernels), the row-tile offset
 tiles tile_ptr[s]:tile_ptr[s+1], ceil(rows of s / gemm_tile) of them:
 
   etype_sorted_coo        etype_tile_ptr [R+1]
+  compact_src_etype       unique_src_tile_ptr [R+1] (the segments of unique_src_etype_ptr: pair rows per relation)
+  compact_dst_etype       unique_dst_tile_ptr [R+1]
   ntype_ptr               ntype_tile_ptr [T+1]
+
+`Graph.num_unique_src` / `num_unique_dst` (U) are host ints (the length of unique_src / unique_dst, read back once
+when the graph is prepared), so launchers size pair buffers without a synchronisation per call.
 """
 
 from __future__ import annotations
@@ -55,21 +68,28 @@ __all__ = [
 ]
 
 # This runtime's version, (MAJOR, MINOR, PATCH); it must equal hectorgen/runtime_version.h (a test checks).
-VERSION = (1, 1, 0)
-__version__ = "1.1.0"
+VERSION = (1, 2, 0)
+__version__ = "1.2.0"
 
 LAYOUT_KEYS: Dict[str, tuple] = {
     "etype_sorted_coo": ("perm", "sorted_src", "sorted_dst", "sorted_etype", "etype_ptr"),
     "csr_by_dst": ("in_row_ptr", "in_col_src", "in_col_eid", "in_col_etype"),
     "csr_by_src": ("out_row_ptr", "out_col_dst", "out_col_eid", "out_col_etype"),
-    "compact_src_etype": ("unique_src", "unique_src_etype_ptr", "edge_to_unique_src"),
-    "compact_dst_etype": ("unique_dst", "unique_dst_etype_ptr", "edge_to_unique_dst"),
+    "compact_src_etype": ("unique_src", "unique_src_etype_ptr", "edge_to_unique_src", "unique_src_edge_ptr",
+                          "unique_src_edge_eid", "unique_src_node_ptr", "unique_src_node_pair"),
+    "compact_dst_etype": ("unique_dst", "unique_dst_etype_ptr", "edge_to_unique_dst", "unique_dst_edge_ptr",
+                          "unique_dst_edge_eid", "unique_dst_node_ptr", "unique_dst_node_pair"),
     "inv_relation_in_degree": ("inv_relation_in_degree",),
     "ntype_ptr": ("ntype_ptr", "ntype"),
 }
 LAYOUTS = tuple(LAYOUT_KEYS)
 # The extra key of a layout when a gemm_tile is given: the row-tile offsets of its segments.
-TILE_KEYS: Dict[str, str] = {"etype_sorted_coo": "etype_tile_ptr", "ntype_ptr": "ntype_tile_ptr"}
+TILE_KEYS: Dict[str, str] = {
+    "etype_sorted_coo": "etype_tile_ptr",
+    "compact_src_etype": "unique_src_tile_ptr",
+    "compact_dst_etype": "unique_dst_tile_ptr",
+    "ntype_ptr": "ntype_tile_ptr",
+}
 # Which layout provides each key.
 _KEY_LAYOUT: Dict[str, str] = {
     **{key: layout for layout, keys in LAYOUT_KEYS.items() for key in keys},
@@ -223,9 +243,19 @@ def reference_preprocess(
             # torch.unique sorts its keys, so pairs come out ordered by (etype, node).
             unique_keys, inverse = torch.unique(sorted_etype * num_nodes + node, sorted=True, return_inverse=True)
         unique_etype = unique_keys // max(num_nodes, 1)
-        emit("unique_" + name, unique_keys - unique_etype * num_nodes)
-        emit("unique_" + name + "_etype_ptr", _offsets(unique_etype, num_etypes))
+        unique_node = unique_keys - unique_etype * num_nodes
+        unique_etype_ptr = _offsets(unique_etype, num_etypes)
+        emit("unique_" + name, unique_node)
+        emit("unique_" + name + "_etype_ptr", unique_etype_ptr)
         emit("edge_to_unique_" + name, inverse)
+        # The inverses as CSRs: a stable argsort by pair (by node) keeps positions (pair rows) ascending inside a
+        # group, and the group offsets are a histogram's cumulative sum.
+        emit("unique_" + name + "_edge_ptr", _offsets(inverse, unique_keys.numel()))
+        emit("unique_" + name + "_edge_eid", torch.argsort(inverse, stable=True))
+        emit("unique_" + name + "_node_ptr", _offsets(unique_node, num_nodes))
+        emit("unique_" + name + "_node_pair", torch.argsort(unique_node, stable=True))
+        if gemm_tile:
+            emit("unique_" + name + "_tile_ptr", _tile_offsets(unique_etype_ptr, gemm_tile))
 
     if "inv_relation_in_degree" in layouts:
         if num_edges == 0:
@@ -424,7 +454,7 @@ class Graph:
     num_etypes: int
     num_ntypes: Optional[int] = None
     layouts: frozenset = frozenset()
-    gemm_tile: Optional[int] = None  # the row tile of etype_tile_ptr / ntype_tile_ptr, None if not built
+    gemm_tile: Optional[int] = None  # the row tile of the *_tile_ptr arrays, None if not built
     # etype_sorted_coo
     perm: Optional[torch.Tensor] = None
     sorted_src: Optional[torch.Tensor] = None
@@ -446,10 +476,20 @@ class Graph:
     unique_src: Optional[torch.Tensor] = None
     unique_src_etype_ptr: Optional[torch.Tensor] = None
     edge_to_unique_src: Optional[torch.Tensor] = None
+    unique_src_edge_ptr: Optional[torch.Tensor] = None
+    unique_src_edge_eid: Optional[torch.Tensor] = None
+    unique_src_node_ptr: Optional[torch.Tensor] = None
+    unique_src_node_pair: Optional[torch.Tensor] = None
+    unique_src_tile_ptr: Optional[torch.Tensor] = None
     # compact_dst_etype
     unique_dst: Optional[torch.Tensor] = None
     unique_dst_etype_ptr: Optional[torch.Tensor] = None
     edge_to_unique_dst: Optional[torch.Tensor] = None
+    unique_dst_edge_ptr: Optional[torch.Tensor] = None
+    unique_dst_edge_eid: Optional[torch.Tensor] = None
+    unique_dst_node_ptr: Optional[torch.Tensor] = None
+    unique_dst_node_pair: Optional[torch.Tensor] = None
+    unique_dst_tile_ptr: Optional[torch.Tensor] = None
     # inv_relation_in_degree
     inv_relation_in_degree: Optional[torch.Tensor] = None
     # ntype_ptr
@@ -531,10 +571,13 @@ class Graph:
 
     @property
     def num_unique_src(self) -> Optional[int]:
+        """U, the number of unique (src, etype) pairs (rows of the pair domain), as a host int: the length of
+        unique_src, which preprocessing trimmed once (no synchronisation here). None without compact_src_etype."""
         return None if self.unique_src is None else self.unique_src.numel()
 
     @property
     def num_unique_dst(self) -> Optional[int]:
+        """The number of unique (dst, etype) pairs, like num_unique_src; None without compact_dst_etype."""
         return None if self.unique_dst is None else self.unique_dst.numel()
 
 

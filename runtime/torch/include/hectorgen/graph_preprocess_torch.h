@@ -19,12 +19,18 @@ namespace hectorgen::runtime {
 //   "etype_sorted_coo"        perm [E], sorted_src [E], sorted_dst [E], sorted_etype [E], etype_ptr [R+1]
 //   "csr_by_dst"              in_row_ptr [N+1], in_col_src [E], in_col_eid [E], in_col_etype [E]
 //   "csr_by_src"              out_row_ptr [N+1], out_col_dst [E], out_col_eid [E], out_col_etype [E]
-//   "compact_src_etype"       unique_src [U], unique_src_etype_ptr [R+1], edge_to_unique_src [E]
-//   "compact_dst_etype"       unique_dst [U'], unique_dst_etype_ptr [R+1], edge_to_unique_dst [E]
+//   "compact_src_etype"       unique_src [U], unique_src_etype_ptr [R+1], edge_to_unique_src [E],
+//                             unique_src_edge_ptr [U+1], unique_src_edge_eid [E] (pair -> edges CSR),
+//                             unique_src_node_ptr [N+1], unique_src_node_pair [U] (node -> pairs CSR)
+//   "compact_dst_etype"       unique_dst [U'], unique_dst_etype_ptr [R+1], edge_to_unique_dst [E],
+//                             unique_dst_edge_ptr [U'+1], unique_dst_edge_eid [E],
+//                             unique_dst_node_ptr [N+1], unique_dst_node_pair [U']
 //   "inv_relation_in_degree"  inv_relation_in_degree [E] (float32)
 //   "ntype_ptr"               ntype_ptr [T+1], ntype [N] (the node types as int32; needs ntype)
 // With gemm_tile > 0, also the GEMM row-tile offsets of the segments (hectorgen/graph.h, build_tile_ptr):
 //   "etype_sorted_coo"        etype_tile_ptr [R+1]
+//   "compact_src_etype"       unique_src_tile_ptr [R+1] (tiles of the pair rows of each relation)
+//   "compact_dst_etype"       unique_dst_tile_ptr [R+1]
 //   "ntype_ptr"               ntype_tile_ptr [T+1]
 const std::vector<std::string>& layout_names();
 
@@ -38,7 +44,7 @@ const std::vector<std::string>& layout_names();
 //                    synchronisation at the end). Without it, invalid input gives unspecified values.
 //   gemm_tile        rows per tile of the generated GEMM kernels: > 0 adds the tile offsets (see above), 0 not.
 // Host synchronisations: only the `validate` read-back, the num_ntypes derivation, and one read-back of the
-// number of unique pairs per requested compact layout (to size unique_src / unique_dst). All are issued after
+// number of unique pairs per requested compact layout (to size the [U] and [U+1] arrays). All are issued after
 // every kernel has been queued. Errors are raised as c10::Error (TORCH_CHECK).
 std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Tensor& dst, const at::Tensor& etype,
                                              int64_t num_nodes, int64_t num_etypes,
