@@ -494,7 +494,7 @@ std::string emit_manifest(const std::vector<Program>& ir_phases, const EmitConte
     if (auto* gp = std::get_if<intra::GemmInstance>(&k)) {
       const auto& g = *gp;
       x["template"] = "gemm";
-      x["rows"] = intra::rows_name(g.edge_rows, g.etype_rows);
+      x["rows"] = intra::to_string(g.rows);
       x["x"] = g.x;
       x["w"] = g.w;
       x["y"] = g.y;

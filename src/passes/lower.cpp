@@ -546,7 +546,7 @@ class Lowering {
     g.x = in->tensor;
     g.w = wd->name;
     g.y = target->first;
-    g.edge_rows = edge_rows;
+    g.rows = edge_rows ? intra::Rows::Edges : intra::Rows::Nodes;
     g.gather = in->gather;
     g.scatter = target->second;
     g.accumulate = true;
@@ -649,7 +649,7 @@ class Lowering {
     w.dy_gather = dy->gather;
     w.row_scalar = scalar;
     w.dw = o->name;
-    w.edge_rows = edge_rows;
+    w.rows = edge_rows ? intra::Rows::Edges : intra::Rows::Nodes;
     w.segments = weight_grad_segments(o);
     if (o->shape.size() == 3) {
       w.heads = o->shape[0];
@@ -721,7 +721,7 @@ class Lowering {
     intra::SegmentSumInstance ss;
     ss.v = local;  // resolved to the materialised tensor at flush
     ss.dw = o->name;
-    ss.edge_rows = !ctx.node_loop || inner;
+    ss.rows = !ctx.node_loop || inner ? intra::Rows::Edges : intra::Rows::Nodes;
     ss.segments = weight_grad_segments(o);
     ss.numel = 1;
     for (int64_t d : o->shape) ss.numel *= d;
@@ -866,7 +866,7 @@ class Lowering {
     g.x = in->tensor;
     g.w = wd->name;
     g.y = y;
-    g.edge_rows = edge_rows;
+    g.rows = edge_rows ? intra::Rows::Edges : intra::Rows::Nodes;
     g.gather = in->gather;
     g.scatter = scatter ? intra::Gather::Dst : intra::Gather::None;
     g.row_scalar = scalar;
@@ -932,7 +932,7 @@ class Lowering {
     g.x = v->name;
     g.w = w->name;
     g.y = tn;
-    g.etype_rows = true;
+    g.rows = intra::Rows::Etypes;
     g.k = w->shape[0];
     g.n = w->shape[1];
     g.heads = tensor(v->name).row_numel() / g.k;  // the same weight applied to each of the row's sub-vectors
@@ -984,7 +984,7 @@ class Lowering {
       g.x = sum;
       g.w = w->name;
       g.y = o->name;
-      g.etype_rows = true;
+      g.rows = intra::Rows::Etypes;
       g.accumulate = true;
       g.transpose_w = true;
       g.k = w->shape[1];
@@ -997,7 +997,7 @@ class Lowering {
     wg.x = w->name;
     wg.dy = sum;
     wg.dw = o->name;
-    wg.etype_rows = true;
+    wg.rows = intra::Rows::Etypes;
     wg.k = o->shape[0];
     wg.n = o->shape[1];
     if (tensor(wg.x).row_numel() != wg.k || st.row_numel() != wg.n) return false;
@@ -1041,7 +1041,7 @@ class Lowering {
     ss.v = in->tensor;
     ss.dw = fresh(derived_name(in->tensor, "per_etype"));  // t$d$r$per_etype
     add_tensor({ss.dw, Role::Temp, Per::Etype, tensor(in->tensor).shape, false, ""});
-    ss.edge_rows = true;
+    ss.rows = intra::Rows::Edges;
     ss.segments = intra::Segments::Etype;
     ss.numel = tensor(in->tensor).row_numel();
     ss.source = fmt::format("{}[t] = sum over the edges e of type t of {}", ss.dw, print_expr(y));

@@ -281,7 +281,7 @@ TEST_CASE("tf32 models run their GEMMs on the tensor-core kernel: launchers, wor
           const GemmKernelChoice c = gemm_kernel_choice(p, *g);
           CHECK(g->tensor_cores == c.tensor_cores);
           // the bundled models are one-headed, 64 wide: only rows over the edge types stay SIMT
-          CHECK(g->tensor_cores == !g->etype_rows);
+          CHECK(g->tensor_cores == (g->rows != intra::Rows::Etypes));
           if (!g->tensor_cores) CHECK(c.reason == "rows=etypes");
           tc += g->tensor_cores;
           transposed += g->tensor_cores && g->transpose_w;

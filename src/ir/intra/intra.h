@@ -77,16 +77,20 @@ const char* cuda_type(inter::DType storage);  // float, __nv_bfloat16, __half (T
 inter::DType model_storage(inter::DType model);
 const char* to_string(Segments s);  // -, etype, ntype
 std::string gathered_row(Gather g); // row, src[row], dst[row]
-const char* rows_name(bool edge_rows, bool etype_rows = false);  // edges, nodes, etypes
+// The rows a GEMM, weight-gradient or segment-sum instance runs over. Edge rows are in edge-type-sorted order
+// (segments: etype_ptr; gathers: src[row], dst[row]); node rows in node order (segments: ntype_ptr); etype rows one
+// per edge type; pair rows the unique (source node, edge type) pairs of compact materialization, ordered by
+// (etype, source) (segments: unique_src_etype_ptr; gathers: the pair's source unique_src[row]).
+enum class Rows { Nodes, Edges, Etypes, Pairs };
+const char* to_string(Rows r);  // nodes, edges, etypes, pairs
 
 struct GemmInstance {
   std::string name;
   std::string x, w, y;  // tensors
-  bool edge_rows = false;
-  // Rows are the edge types (rows=etypes): X and Y hold a row per edge type (X a per-etype weight or tensor),
-  // no gather, scatter, segments or row scalar. A product that depends only on the edge type (a weight row
-  // projected by a shared weight) is computed once per type and read by the edges through etype[e].
-  bool etype_rows = false;
+  // Rows::Etypes: X and Y hold a row per edge type (X a per-etype weight or tensor), no gather, scatter, segments
+  // or row scalar. A product that depends only on the edge type (a weight row projected by a shared weight) is
+  // computed once per type and read by the edges through etype[e].
+  Rows rows = Rows::Nodes;
   Gather gather = Gather::None;
   Segments segments = Segments::None;
   Gather scatter = Gather::None;  // Src/Dst: atomically add each output row into y[src[e]] / y[dst[e]]
@@ -134,8 +138,7 @@ struct WeightGradInstance {
   std::string x, dy, dw;
   Gather x_gather = Gather::None, dy_gather = Gather::None;
   std::string row_scalar;  // scales DY rows, or empty
-  bool edge_rows = false;
-  bool etype_rows = false;  // rows are the edge types (as GemmInstance::etype_rows; no segments)
+  Rows rows = Rows::Nodes;  // Rows::Etypes as for GemmInstance: no segments
   Segments segments = Segments::None;
   // dW += (another instance wrote dW before); else dW = (it overwrites every slice: dW needs no zeroing).
   bool accumulate = true;
@@ -159,7 +162,7 @@ std::string wgrad_kernel_text(const WeightGradInstance& w);
 struct SegmentSumInstance {
   std::string name;
   std::string v, dw;
-  bool edge_rows = false;
+  Rows rows = Rows::Nodes;  // nodes, edges or pairs
   Segments segments = Segments::None;
   int64_t numel = 1;
   std::string source;
@@ -214,6 +217,7 @@ struct Program {
 // Graph layout names (the keys of the runtime's preprocessing).
 namespace layout {
 inline constexpr const char* kSortedCoo = "etype_sorted_coo";  // src, dst, etype sorted by etype + etype_ptr
+inline constexpr const char* kCompactSrc = "compact_src_etype";  // unique (src, etype) pairs and their mappings
 inline constexpr const char* kCsrByDst = "csr_by_dst";         // incoming edges per node
 inline constexpr const char* kCsrBySrc = "csr_by_src";         // outgoing edges per node
 inline constexpr const char* kNtypePtr = "ntype_ptr";          // node-type segments (nodes sorted by type)

@@ -454,17 +454,14 @@ Segments parse_segments(Cursor& c) {
 }
 
 // rows=edges | nodes (| etypes, where `etypes` is given): whether the rows are edges.
-bool parse_rows(Cursor& c, bool* etypes = nullptr) {
+Rows parse_rows(Cursor& c) {
   c.expect("rows=");
   size_t at = c.pos();
-  std::string r = c.ident(etypes ? "edges, nodes or etypes" : "edges or nodes");
-  if (etypes && r == "etypes") {
-    *etypes = true;
-    return false;
-  }
-  if (r != "edges" && r != "nodes")
-    c.fail_at(at, fmt::format("expected rows=edges{} or rows=nodes, not '{}'", etypes ? ", rows=etypes" : "", r));
-  return r == "edges";
+  std::string r = c.ident("nodes, edges, etypes or pairs");
+  for (Rows k : {Rows::Nodes, Rows::Edges, Rows::Etypes, Rows::Pairs})
+    if (r == to_string(k)) return k;
+  c.fail_at(at, fmt::format("expected rows=nodes, edges, etypes or pairs, not '{}'", r));
+  return Rows::Nodes;
 }
 
 int64_t parse_key(Cursor& c, const char* key) {
@@ -681,7 +678,7 @@ class ProgramParser {
     }
     {
       Cursor c = body_line("rows=... heads=... k=... n=... dtype=... tile=... coarsen=... store=... kernel=...");
-      g.edge_rows = parse_rows(c, &g.etype_rows);
+      g.rows = parse_rows(c);
       g.heads = parse_key(c, "heads");
       g.k = parse_key(c, "k");
       g.n = parse_key(c, "n");
@@ -748,7 +745,7 @@ class ProgramParser {
     }
     {
       Cursor c = body_line("rows=... heads=... k=... n=... dtype=... kernel=... deterministic");
-      w.edge_rows = parse_rows(c, &w.etype_rows);
+      w.rows = parse_rows(c);
       w.heads = parse_key(c, "heads");
       w.k = parse_key(c, "k");
       w.n = parse_key(c, "n");
@@ -791,7 +788,7 @@ class ProgramParser {
     }
     {
       Cursor c = body_line("rows=... numel=... deterministic");
-      s.edge_rows = parse_rows(c);
+      s.rows = parse_rows(c);
       s.numel = parse_key(c, "numel");
       c.expect("deterministic");
       c.end();
