@@ -81,6 +81,12 @@ std::vector<std::string> graph_arrays(const Program& p) {
   if (has(intra::layout::kNtypePtr)) {
     v.insert(v.end(), {"ntype", "ntype_ptr", "ntype_tile_ptr"});
   }
+  if (has(intra::layout::kCompactSrc)) {
+    // The unique (source, edge type) pairs: each pair's source, the pairs (and their row tiles) of each relation,
+    // each edge's pair, and the pair -> edges and node -> pairs CSRs of the gather sums.
+    v.insert(v.end(), {"pair_src", "pair_etype_ptr", "pair_tile_ptr", "edge_pair", "pair_edge_ptr", "pair_edge_eid",
+                       "node_pair_ptr", "node_pair"});
+  }
   return v;
 }
 
@@ -453,6 +459,40 @@ GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
   return c;
 }
 
+// A gather sum: one warp per row, each lane its elements of the row (in registers), the CSR entries of the row
+// added in order (deterministic; gathers only), then one store.
+GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
+  const intra::GatherSumInstance& s = std::get<intra::GatherSumInstance>(k);
+  const bool pairs = s.csr == intra::GatherCsr::PairEdges;
+  const TensorInfo &x = *p.find(s.x), &y = *p.find(s.y);
+  const intra::LaunchConfig launch = intra::launch_config(p, k);
+  Vars v;
+  v["name"] = s.name;
+  v["formula"] = fmt::format("{}[row] {}= sum over the {} of the row: {}[i]", s.y, s.accumulate ? "+" : "",
+                             pairs ? "edges of each (source, edge type) pair" : "pairs of each source node", s.x);
+  v["source"] = s.source;
+  v["threads"] = std::to_string(launch.threads);
+  v["x_type"] = intra::cuda_type(x.storage);
+  v["y_type"] = intra::cuda_type(y.storage);
+  v["numel"] = std::to_string(s.numel);
+  v["acc_init"] = s.accumulate ? "col < kNumel ? " + load_elem(y, "y[row * kNumel + col]") + " : 0.0f" : "0.0f";
+  v["x_load"] = load_elem(x, "x[from_row * kNumel + col]");
+  v["store"] = store_elem(y, "y[row * kNumel + col]", "acc[c]", false);
+  GemmCode c;
+  c.kernel = render_template("cuda/gather_sum.cu.in", v);
+  const std::string rows = pairs ? "a.num_pairs" : "a.num_nodes";
+  c.launcher = fmt::format(
+      "  if ({rows} > 0) {{  // {name}\n"
+      "    const unsigned blocks = {blocks};\n"
+      "    {name}<<<blocks, {threads}, 0, stream>>>({rows}, a.{ptr}, a.{col}, a.{x}, a.{y});\n"
+      "    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;\n"
+      "  }}\n",
+      fmt::arg("rows", rows), fmt::arg("name", s.name), fmt::arg("blocks", launch.x.expr(rows, "1")),
+      fmt::arg("threads", launch.threads), fmt::arg("ptr", pairs ? "pair_edge_ptr" : "node_pair_ptr"),
+      fmt::arg("col", pairs ? "pair_edge_eid" : "node_pair"), fmt::arg("x", s.x), fmt::arg("y", s.y));
+  return c;
+}
+
 // The workspaces of one instance, named <kernel>_<what> (reserved with the kernel's name: emit/names.h):
 //   weight gradients and segment sums: the split-K partials and chunk offsets ("partial", "chunk_ptr");
 //   tensor-core GEMMs: the 64-row tiles of each segment, numbered per call ("tile_ptr"), and W^T when the instance
@@ -535,6 +575,8 @@ static KernelsCode phase_kernels(const Program& p, std::map<std::string, std::st
       ++gemms;
     } else if (std::holds_alternative<intra::SegmentSumInstance>(k)) {
       gemm = emit_segsum(p, k);
+    } else if (std::holds_alternative<intra::GatherSumInstance>(k)) {
+      gemm = emit_gathersum(p, k);
     }
     const std::string& name = intra::kernel_name(k);
     if (gemm && gemm->kernel.empty()) {  // the launcher calls the runtime's kernels: nothing to emit or share
@@ -628,10 +670,11 @@ std::string emit_kernels_h(const std::vector<Program>& ir_phases, const EmitCont
       w.line("int64_t num_edges = 0;");
       w.line("int num_etypes = 0;");
       w.line("int num_ntypes = 1;");
+      if (ph.layouts.count(intra::layout::kCompactSrc)) w.line("int64_t num_pairs = 0;  // unique (source, edge type) pairs");
       for (const std::string& g : graph_arrays(ph)) w.line(fmt::format("const int32_t* {} = nullptr;", g));
       for (const TensorInfo& t : ph.tensors) {
         std::string rows = t.per == Per::Node ? "num_nodes" : t.per == Per::Edge ? "num_edges" : t.per == Per::Etype ? "num_etypes"
-                           : t.per == Per::Ntype ? "num_ntypes" : "";
+                           : t.per == Per::Ntype ? "num_ntypes" : t.per == Per::Pair ? "num_pairs" : "";
         std::string dims = rows;
         for (int64_t d : t.shape) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
         w.line(fmt::format("{}{}* {} = nullptr;  // [{}]", is_const_tensor(t) ? "const " : "", intra::cuda_type(t.storage), t.name,

@@ -51,6 +51,8 @@ void redirect_reads(Kernel& k, const std::string& from, const std::string& to) {
     swap(w->row_scalar);
   } else if (auto* s = std::get_if<SegmentSumInstance>(&k)) {
     swap(s->v);
+  } else if (auto* s = std::get_if<GatherSumInstance>(&k)) {
+    swap(s->x);
   } else if (auto* t = std::get_if<TraversalInstance>(&k)) {
     std::function<void(std::vector<Instr>&)> walk = [&](std::vector<Instr>& body) {
       for (Instr& in : body) {

@@ -158,6 +158,24 @@ class Interpreter {
     }
   }
 
+  void kernel(const GatherSumInstance& k) {
+    const bool pairs = k.csr == GatherCsr::PairEdges;
+    const int64_t n_rows = pairs ? static_cast<int64_t>(pair_src_.size()) : g_.num_nodes;
+    std::vector<std::vector<int64_t>> members(static_cast<size_t>(n_rows));  // CSR order: ascending
+    if (pairs)
+      for (int64_t e = 0; e < g_.num_edges(); ++e) members[static_cast<size_t>(edge_pair_[static_cast<size_t>(e)])].push_back(e);
+    else
+      for (size_t q = 0; q < pair_src_.size(); ++q) members[static_cast<size_t>(pair_src_[q])].push_back(static_cast<int64_t>(q));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      double* y = row(k.y, r);
+      if (!k.accumulate) std::fill(y, y + k.numel, 0.0);
+      for (int64_t i : members[static_cast<size_t>(r)]) {
+        const double* x = row(k.x, i);
+        for (int64_t j = 0; j < k.numel; ++j) y[j] += x[j];
+      }
+    }
+  }
+
   // ---- PyTorch instances: the statement per row, in float64, as emit/torch_fallback.cpp's ATen calls compute it
   // over all rows at once (a node loop's inner edge loop: every edge, the loop node its destination or source).
   struct TorchRow {
@@ -291,7 +309,9 @@ class Interpreter {
   };
 
   void kernel(const TraversalInstance& t) {
-    int64_t n_rows = t.rows == inter::LoopKind::Edges ? g_.num_edges() : g_.num_nodes;
+    int64_t n_rows = t.rows == inter::LoopKind::Edges      ? g_.num_edges()
+                     : t.rows == inter::LoopKind::SrcPairs ? static_cast<int64_t>(pair_src_.size())
+                                                           : g_.num_nodes;
     for (int64_t r = 0; r < n_rows; ++r) {
       Env env;
       env.ints[t.row] = r;
@@ -317,6 +337,9 @@ class Interpreter {
           case GraphArray::OutDst: env.ints[x->name] = g_.dst[e]; break;
           case GraphArray::Etype: env.ints[x->name] = g_.etype[e]; break;
           case GraphArray::Ntype: env.ints[x->name] = g_.ntype[e]; break;
+          case GraphArray::PairSrc: env.ints[x->name] = pair_src_[e]; break;
+          case GraphArray::PairEtype: env.ints[x->name] = pair_etype_[e]; break;
+          case GraphArray::EdgePair: env.ints[x->name] = edge_pair_[e]; break;
         }
       } else if (auto* d = std::get_if<Def>(&in.v)) {
         env.regs[d->name] = source(*d, env);

@@ -36,6 +36,7 @@ std::set<std::string> kernel_writes(const Kernel& k) {
   if (auto* g = std::get_if<GemmInstance>(&k)) out.insert(g->y);
   if (auto* w = std::get_if<WeightGradInstance>(&k)) out.insert(w->dw);
   if (auto* s = std::get_if<SegmentSumInstance>(&k)) out.insert(s->dw);
+  if (auto* s = std::get_if<GatherSumInstance>(&k)) out.insert(s->y);
   if (auto* t = std::get_if<TorchInstance>(&k)) out.insert(t->target);
   if (auto* t = std::get_if<TraversalInstance>(&k)) traversal_stores(t->body, out);
   return out;
@@ -48,6 +49,8 @@ std::set<std::string> kernel_reads(const Kernel& k) {
   if (auto* w = std::get_if<WeightGradInstance>(&k)) out = {w->x, w->dy};
   if (auto* w = std::get_if<WeightGradInstance>(&k); w && w->accumulate) out.insert(w->dw);
   if (auto* s = std::get_if<SegmentSumInstance>(&k)) out = {s->v, s->dw};
+  if (auto* s = std::get_if<GatherSumInstance>(&k)) out = {s->x};
+  if (auto* s = std::get_if<GatherSumInstance>(&k); s && s->accumulate) out.insert(s->y);
   for (const std::string* scalar : {std::get_if<GemmInstance>(&k) ? &std::get<GemmInstance>(k).row_scalar : nullptr,
                                     std::get_if<WeightGradInstance>(&k) ? &std::get<WeightGradInstance>(k).row_scalar : nullptr})
     if (scalar && !scalar->empty()) out.insert(*scalar);
@@ -178,6 +181,8 @@ const char* to_string(Segments s) { return s == Segments::None ? "-" : s == Segm
 
 std::string gathered_row(Gather g) { return g == Gather::None ? "row" : g == Gather::Src ? "src[row]" : "dst[row]"; }
 
+const char* to_string(GatherCsr c) { return c == GatherCsr::PairEdges ? "pair_edges" : "node_pairs"; }
+
 const char* to_string(Rows r) {
   switch (r) {
     case Rows::Nodes: return "nodes";
@@ -235,6 +240,11 @@ std::string print_segsum(const SegmentSumInstance& s) {
                      to_string(s.segments), s.v, to_string(s.rows), s.numel, s.source);
 }
 
+std::string print_gathersum(const GatherSumInstance& s) {
+  return fmt::format("gathersum {}:  {}[row] {}= sum over {}.{}(row) {}[i]\n    numel={} deterministic\n    from: {}\n", s.name, s.y,
+                     s.accumulate ? "+" : "", layout::kCompactSrc, to_string(s.csr), s.x, s.numel, s.source);
+}
+
 std::string print_torch(const TorchInstance& t) {
   std::string out = fmt::format("torch {}: target={}\n", t.name, t.target);
   for (const auto& [local, tensor] : t.materialized) out += fmt::format("    local {} -> {}\n", local, tensor);
@@ -283,6 +293,7 @@ std::string print_program(const Program& p) {
           if constexpr (std::is_same_v<T, GemmInstance>) return print_gemm(p, x);
           else if constexpr (std::is_same_v<T, WeightGradInstance>) return print_wgrad(x);
           else if constexpr (std::is_same_v<T, SegmentSumInstance>) return print_segsum(x);
+          else if constexpr (std::is_same_v<T, GatherSumInstance>) return print_gathersum(x);
           else if constexpr (std::is_same_v<T, TorchInstance>) return print_torch(x);
           else return print_traversal(x);
         },
@@ -486,6 +497,22 @@ class ProgramVerifier {
     if (std::string e = rows(wg.name, *x, wg.rows, wg.x_gather, "input"); !e.empty()) return e;
     if (std::string e = rows(wg.name, *dy, wg.rows, wg.dy_gather, "input"); !e.empty()) return e;
     return segments(wg.name, wg.rows, wg.segments, *dw);
+  }
+
+  std::string check(const GatherSumInstance& s) const {
+    std::string err;
+    const TensorInfo *x = operand(s.name, s.x, false, err), *y = x ? operand(s.name, s.y, true, err) : nullptr;
+    if (!y) return err;
+    if (!p_.layouts.count(layout::kCompactSrc))
+      return fmt::format("{}: a gather sum over {} needs the layout '{}'", s.name, to_string(s.csr), layout::kCompactSrc);
+    if (x->row_numel() != s.numel || y->row_numel() != s.numel)
+      return fmt::format("{}: rows of {} and {} have {} and {} elements, expected {}", s.name, s.x, s.y, x->row_numel(),
+                         y->row_numel(), s.numel);
+    const bool pairs = s.csr == GatherCsr::PairEdges;
+    if (x->per != (pairs ? inter::Per::Edge : inter::Per::Pair) || y->per != (pairs ? inter::Per::Pair : inter::Per::Node))
+      return fmt::format("{}: {} sums {} rows into {} rows, not {} into {}", s.name, to_string(s.csr), pairs ? "edge" : "pair",
+                         pairs ? "pair" : "node", inter::to_string(x->per), inter::to_string(y->per));
+    return {};
   }
 
   std::string check(const SegmentSumInstance& s) const {

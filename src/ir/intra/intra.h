@@ -168,6 +168,21 @@ struct SegmentSumInstance {
   std::string source;
 };
 
+// y[r] (+)= the sum of x over the entries of row r of a CSR of the compact pair layout, in CSR order: the
+// deterministic sum of per-edge (per-pair) values into the rows they belong to, gathers only. One warp per row.
+//   pair_edges  rows are the (source, edge type) pairs, x has a row per edge: the edges of each pair
+//   node_pairs  rows are the nodes, x has a row per pair: the pairs of each source node
+enum class GatherCsr { PairEdges, NodePairs };
+const char* to_string(GatherCsr c);  // pair_edges, node_pairs
+struct GatherSumInstance {
+  std::string name;
+  std::string x, y;
+  GatherCsr csr = GatherCsr::PairEdges;
+  bool accumulate = false;  // y += (y holds data already), else y =
+  int64_t numel = 1;        // elements per row
+  std::string source;
+};
+
 // The lowest preference level: a statement the templates cannot express (e.g. concat, outer), run as
 // vectorised PyTorch (ATen) calls over all rows of its loop from the host code. `loop` is the statement in
 // its loop nest, reading materialised tensors by name.
@@ -179,7 +194,8 @@ struct TorchInstance {
   std::string target;                               // the tensor the statement writes
 };
 
-using Kernel = std::variant<GemmInstance, TraversalInstance, WeightGradInstance, SegmentSumInstance, TorchInstance>;
+using Kernel =
+    std::variant<GemmInstance, TraversalInstance, WeightGradInstance, SegmentSumInstance, GatherSumInstance, TorchInstance>;
 
 // A traversal stage as the lowering cuts it out of the inter-operator IR (what a traversal instance is lowered
 // from, passes::lower_traversal): the fused loop nest, its statements reading materialised tensors by name.
