@@ -66,7 +66,7 @@ const char* const kCppEmitterNames[] = {
     "pair_src", "pair_etype_ptr", "pair_tile_ptr", "edge_pair", "pair_edge_ptr", "pair_edge_eid", "node_pair_ptr",
     "node_pair", "num_pairs", "segment_of",
     // host functions (emit/host.cpp) and PyTorch fallbacks (emit/torch_fallback.cpp)
-    "check", "shape_str", "device", "guard", "options", "src_l", "dst_l", "etype_l", "ntype_l", "C10_CUDA_CHECK",
+    "check", "shape_str", "device", "guard", "options", "src_l", "dst_l", "etype_l", "ntype_l", "edge_pair_l", "C10_CUDA_CHECK",
     "TORCH_CHECK", "Tensor"};
 
 // Fixed identifiers of the Python emitter (emit/host.cpp: the autograd Function).

@@ -253,6 +253,7 @@ class Interpreter {
       if (base->name == r.node_var) return r.node;
       throw Error(fmt::format("{}: unknown row variable {}", r.k->name, base->name));
     }
+    if (base->kind == inter::ExprKind::Attr && base->name == "pair" && r.edge >= 0) return edge_pair_[static_cast<size_t>(r.edge)];
     if (base->kind == inter::ExprKind::Attr && (base->name == "src" || base->name == "dst") && r.edge >= 0)
       return (base->name == "src" ? g_.src : g_.dst)[static_cast<size_t>(r.edge)];
     throw Error(fmt::format("{}: not a row", r.k->name));
