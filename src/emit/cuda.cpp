@@ -475,7 +475,7 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   v["x_type"] = intra::cuda_type(x.storage);
   v["y_type"] = intra::cuda_type(y.storage);
   v["numel"] = std::to_string(s.numel);
-  v["acc_init"] = s.accumulate ? "col < kNumel ? " + load_elem(y, "y[row * kNumel + col]") + " : 0.0f" : "0.0f";
+  v["acc_init"] = s.accumulate ? "lane + 32 * c < kNumel ? " + load_elem(y, "y[row * kNumel + lane + 32 * c]") + " : 0.0f" : "0.0f";
   v["x_load"] = load_elem(x, "x[from_row * kNumel + col]");
   v["store"] = store_elem(y, "y[row * kNumel + col]", "acc[c]", false);
   GemmCode c;
