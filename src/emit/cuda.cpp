@@ -43,6 +43,33 @@ std::map<std::string, std::string> banner_vars(const Program& p, const EmitConte
 
 std::string args_struct(const Program& p) { return capitalize(p.model) + camel(p.phase) + "Args"; }
 
+// Row count and segment count expressions of an instance's rows, over the Args struct `a` (prefix "a.") or the
+// host function's parameters (prefix "").
+std::string rows_expr(intra::Rows r, const std::string& prefix) {
+  switch (r) {
+    case intra::Rows::Nodes: return prefix + "num_nodes";
+    case intra::Rows::Edges: return prefix + "num_edges";
+    case intra::Rows::Etypes: return prefix + "num_etypes";
+    case intra::Rows::Pairs: return prefix + "num_pairs";
+  }
+  return "";
+}
+std::string segments_expr(intra::Segments s, const std::string& prefix) {
+  return s == intra::Segments::Etype ? prefix + "num_etypes" : s == intra::Segments::Ntype ? prefix + "num_ntypes" : "1";
+}
+// The graph array of an instance's segments (edge-type segments of pair rows: the pairs of each relation).
+std::string segment_ptr_expr(intra::Rows r, intra::Segments s, const std::string& prefix) {
+  if (s == intra::Segments::Etype) return prefix + (r == intra::Rows::Pairs ? "pair_etype_ptr" : "etype_ptr");
+  if (s == intra::Segments::Ntype) return prefix + "ntype_ptr";
+  return "nullptr";
+}
+// The graph array a gather (or scatter) reads: the edge's (the pair's) source, or the edge's destination.
+std::string gather_expr(intra::Rows r, intra::Gather g, const std::string& prefix) {
+  if (g == intra::Gather::Src) return prefix + (r == intra::Rows::Pairs ? "pair_src" : "src");
+  if (g == intra::Gather::Dst) return prefix + "dst";
+  return "nullptr";
+}
+
 std::vector<std::string> graph_arrays(const Program& p) {
   std::vector<std::string> v;
   auto has = [&](const char* l) { return p.layouts.count(l) > 0; };
@@ -53,6 +80,12 @@ std::vector<std::string> graph_arrays(const Program& p) {
   if (has(intra::layout::kCsrBySrc)) v.insert(v.end(), {"out_ptr", "out_eid", "out_dst"});
   if (has(intra::layout::kNtypePtr)) {
     v.insert(v.end(), {"ntype", "ntype_ptr", "ntype_tile_ptr"});
+  }
+  if (has(intra::layout::kCompactSrc)) {
+    // The unique (source, edge type) pairs: each pair's source, the pairs (and their row tiles) of each relation,
+    // each edge's pair, and the pair -> edges and node -> pairs CSRs of the gather sums.
+    v.insert(v.end(), {"pair_src", "pair_etype_ptr", "pair_tile_ptr", "edge_pair", "pair_edge_ptr", "pair_edge_eid",
+                       "node_pair_ptr", "node_pair"});
   }
   return v;
 }
@@ -152,16 +185,22 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
   v["heads"] = std::to_string(g.heads);
   std::string params;
   std::vector<std::string> args;
-  if (g.gather == intra::Gather::Src || g.scatter == intra::Gather::Src) { params += "\n    const int32_t* __restrict__ src,"; args.push_back("a.src"); }
-  if (g.gather == intra::Gather::Dst || g.scatter == intra::Gather::Dst) { params += "\n    const int32_t* __restrict__ dst,"; args.push_back("a.dst"); }
+  if (g.gather == intra::Gather::Src || g.scatter == intra::Gather::Src) {
+    params += "\n    const int32_t* __restrict__ src,";
+    args.push_back(gather_expr(g.rows, intra::Gather::Src, "a."));
+  }
+  if (g.gather == intra::Gather::Dst || g.scatter == intra::Gather::Dst) {
+    params += "\n    const int32_t* __restrict__ dst,";
+    args.push_back(gather_expr(g.rows, intra::Gather::Dst, "a."));
+  }
   if (!g.row_scalar.empty()) {
     params += fmt::format("\n    const {}* __restrict__ row_scalar,", intra::cuda_type(p.find(g.row_scalar)->storage));
     args.push_back("a." + g.row_scalar);
   }
   if (!seg.empty()) {
     params += fmt::format("\n    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,");
-    args.push_back(fmt::format("a.{}_ptr", seg));
-    args.push_back(fmt::format("a.{}_tile_ptr", seg));
+    args.push_back(segment_ptr_expr(g.rows, g.segments, "a."));
+    args.push_back(g.rows == intra::Rows::Pairs ? "a.pair_tile_ptr" : fmt::format("a.{}_tile_ptr", seg));
   }
   v["extra_params"] = params;
   if (seg.empty()) {
@@ -205,7 +244,7 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
     v["store"] = store_elem(yt, "y[row * (kHeads * kN) + head * kN + col]", value, g.accumulate);
   GemmCode code;
   code.kernel = render_template("cuda/gemm.cu.in", v);
-  std::string rows = g.etype_rows ? "a.num_etypes" : g.edge_rows ? "a.num_edges" : "a.num_nodes";
+  std::string rows = rows_expr(g.rows, "a.");
   std::string segs = seg == "etype" ? "a.num_etypes" : seg == "ntype" ? "a.num_ntypes" : "1";
   std::string arglist = fmt::format("a.{}, a.{}, a.{}", g.x, g.w, g.y);
   for (const auto& a : args) arglist += ", " + a;
@@ -221,10 +260,8 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
 }
 
 // The segment array and count of an instance's rows, as launcher expressions (nullptr and 1: one segment).
-std::pair<std::string, std::string> segment_args(intra::Segments s) {
-  if (s == intra::Segments::Etype) return {"a.etype_ptr", "a.num_etypes"};
-  if (s == intra::Segments::Ntype) return {"a.ntype_ptr", "a.num_ntypes"};
-  return {"nullptr", "1"};
+std::pair<std::string, std::string> segment_args(intra::Rows r, intra::Segments s) {
+  return {segment_ptr_expr(r, s, "a."), segments_expr(s, "a.")};
 }
 
 const Workspace& instance_workspace(const Program& p, const std::string& kernel, const std::string& use,
@@ -242,10 +279,10 @@ GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string
   const std::string t = intra::cuda_type(p.find(g.x)->storage);
   const std::string out_t = intra::cuda_type(p.find(g.y)->storage);  // T, or fp32 (always for an atomic scatter)
   const char* epilogue = g.scatter != intra::Gather::None ? "kAtomic" : g.accumulate ? "kAccumulate" : "kStore";
-  const std::string rows = g.edge_rows ? "a.num_edges" : "a.num_nodes";
-  const auto [seg_ptr, segs] = segment_args(g.segments);
+  const std::string rows = rows_expr(g.rows, "a.");
+  const auto [seg_ptr, segs] = segment_args(g.rows, g.segments);
   const std::string tile_ptr = "a." + instance_workspace(p, g.name, "tile_ptr", all).name;
-  auto list = [](intra::Gather l) { return l == intra::Gather::Src ? "a.src" : l == intra::Gather::Dst ? "a.dst" : "nullptr"; };
+  auto list = [&](intra::Gather l) { return gather_expr(g.rows, l, "a."); };
   CodeWriter w;
   CodeWriter::Indent launcher(w);  // the launcher function's body
   w.line(fmt::format("if ({} > 0) {{  // {}", rows, formula));
@@ -321,9 +358,9 @@ struct WgradShape {
 
 WgradShape wgrad_shape(const intra::WeightGradInstance& w, const std::string& prefix) {
   WgradShape s;
-  s.rows = prefix + (w.etype_rows ? "num_etypes" : w.edge_rows ? "num_edges" : "num_nodes");
-  s.segments = w.segments == intra::Segments::Etype ? prefix + "num_etypes" : w.segments == intra::Segments::Ntype ? prefix + "num_ntypes" : "1";
-  s.seg_ptr = w.segments == intra::Segments::Etype ? prefix + "etype_ptr" : w.segments == intra::Segments::Ntype ? prefix + "ntype_ptr" : "nullptr";
+  s.rows = rows_expr(w.rows, prefix);
+  s.segments = segments_expr(w.segments, prefix);
+  s.seg_ptr = segment_ptr_expr(w.rows, w.segments, prefix);
   constexpr int64_t kTile = 64;  // the dW tile of both partial-sums kernels
   s.blocks_per_chunk = (w.k + kTile - 1) / kTile * ((w.n + kTile - 1) / kTile) * w.heads;
   return s;
@@ -368,7 +405,7 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
   c.line(fmt::format("{}::WgradArgs<{}> wgrad{{}};", ns, dy_type == T ? T : T + ", " + dy_type));
   c.line(fmt::format("wgrad.x = a.{};", w.x));
   c.line(fmt::format("wgrad.dy = a.{};", w.dy));
-  auto list = [](intra::Gather g) { return g == intra::Gather::Src ? "a.src" : "a.dst"; };
+  auto list = [&](intra::Gather g) { return gather_expr(w.rows, g, "a."); };
   if (w.x_gather != intra::Gather::None) c.line(fmt::format("wgrad.gather = {};  // X rows", list(w.x_gather)));
   if (w.dy_gather != intra::Gather::None) c.line(fmt::format("wgrad.scatter = {};  // dY rows", list(w.dy_gather)));
   if (!w.row_scalar.empty()) c.line(fmt::format("wgrad.scale = a.{};", w.row_scalar));
@@ -389,15 +426,6 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
   return GemmCode{"", c.str(), {tc ? "hectorgen/tc_gemm.cuh" : "hectorgen/simt_wgrad.cuh"}};
 }
 
-// Row count and segment count expressions of an instance's rows, over the Args struct `a` (prefix "a.") or the
-// host function's parameters (prefix "").
-std::string rows_expr(bool edge_rows, bool etype_rows, const std::string& prefix) {
-  return prefix + (etype_rows ? "num_etypes" : edge_rows ? "num_edges" : "num_nodes");
-}
-std::string segments_expr(intra::Segments s, const std::string& prefix) {
-  return s == intra::Segments::Etype ? prefix + "num_etypes" : s == intra::Segments::Ntype ? prefix + "num_ntypes" : "1";
-}
-
 }  // namespace
 
 // A segment sum is split over fixed row chunks (hectorgen/segments.cuh): per-chunk column sums, then the chunks
@@ -406,7 +434,7 @@ std::string segments_expr(intra::Segments s, const std::string& prefix) {
 GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
   const intra::SegmentSumInstance& ss = std::get<intra::SegmentSumInstance>(k);
   std::string seg = ss.segments == intra::Segments::Etype ? "etype" : ss.segments == intra::Segments::Ntype ? "ntype" : "";
-  const std::string rows = rows_expr(ss.edge_rows, false, "a."), segs = segments_expr(ss.segments, "a.");
+  const std::string rows = rows_expr(ss.rows, "a."), segs = segments_expr(ss.segments, "a.");
   const TensorInfo* dw = p.find(ss.dw);
   GemmCode c;
   c.includes.insert("hectorgen/segments.cuh");
@@ -425,9 +453,43 @@ GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
       "      err != cudaSuccess) return err;\n",
       fmt::arg("name", ss.name), fmt::arg("dw", ss.dw), fmt::arg("seg", seg.empty() ? "-" : seg), fmt::arg("v", ss.v),
       fmt::arg("source", ss.source), fmt::arg("rows", rows), fmt::arg("numel", ss.numel),
-      fmt::arg("seg_ptr", seg.empty() ? "nullptr" : fmt::format("a.{}_ptr", seg)), fmt::arg("segs", segs),
+      fmt::arg("seg_ptr", segment_ptr_expr(ss.rows, ss.segments, "a.")), fmt::arg("segs", segs),
       fmt::arg("chunks", workspace_name(ss.name, "chunk_ptr")), fmt::arg("partials", workspace_name(ss.name, "partial")),
       fmt::arg("out_t", intra::cuda_type(dw ? dw->storage : inter::DType::FP32)));
+  return c;
+}
+
+// A gather sum: one warp per row, each lane its elements of the row (in registers), the CSR entries of the row
+// added in order (deterministic; gathers only), then one store.
+GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
+  const intra::GatherSumInstance& s = std::get<intra::GatherSumInstance>(k);
+  const bool pairs = s.csr == intra::GatherCsr::PairEdges;
+  const TensorInfo &x = *p.find(s.x), &y = *p.find(s.y);
+  const intra::LaunchConfig launch = intra::launch_config(p, k);
+  Vars v;
+  v["name"] = s.name;
+  v["formula"] = fmt::format("{}[row] {}= sum over the {} of the row: {}[i]", s.y, s.accumulate ? "+" : "",
+                             pairs ? "edges of each (source, edge type) pair" : "pairs of each source node", s.x);
+  v["source"] = s.source;
+  v["threads"] = std::to_string(launch.threads);
+  v["x_type"] = intra::cuda_type(x.storage);
+  v["y_type"] = intra::cuda_type(y.storage);
+  v["numel"] = std::to_string(s.numel);
+  v["acc_init"] = s.accumulate ? "lane + 32 * c < kNumel ? " + load_elem(y, "y[row * kNumel + lane + 32 * c]") + " : 0.0f" : "0.0f";
+  v["x_load"] = load_elem(x, "x[from_row * kNumel + col]");
+  v["store"] = store_elem(y, "y[row * kNumel + col]", "acc[c]", false);
+  GemmCode c;
+  c.kernel = render_template("cuda/gather_sum.cu.in", v);
+  const std::string rows = pairs ? "a.num_pairs" : "a.num_nodes";
+  c.launcher = fmt::format(
+      "  if ({rows} > 0) {{  // {name}\n"
+      "    const unsigned blocks = {blocks};\n"
+      "    {name}<<<blocks, {threads}, 0, stream>>>({rows}, a.{ptr}, a.{col}, a.{x}, a.{y});\n"
+      "    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;\n"
+      "  }}\n",
+      fmt::arg("rows", rows), fmt::arg("name", s.name), fmt::arg("blocks", launch.x.expr(rows, "1")),
+      fmt::arg("threads", launch.threads), fmt::arg("ptr", pairs ? "pair_edge_ptr" : "node_pair_ptr"),
+      fmt::arg("col", pairs ? "pair_edge_eid" : "node_pair"), fmt::arg("x", s.x), fmt::arg("y", s.y));
   return c;
 }
 
@@ -439,7 +501,7 @@ static std::vector<Workspace> kernel_workspaces(const Program& p, const intra::K
   if (auto* w = std::get_if<intra::WeightGradInstance>(&k)) return wgrad_workspaces(p, *w);
   std::vector<Workspace> out;
   if (auto* ss = std::get_if<intra::SegmentSumInstance>(&k)) {
-    const std::string rows = rows_expr(ss->edge_rows, false, ""), segs = segments_expr(ss->segments, "");
+    const std::string rows = rows_expr(ss->rows, ""), segs = segments_expr(ss->segments, "");
     out.push_back({workspace_name(ss->name, "chunk_ptr"), "int32_t", fmt::format("{} + 1", segs),
                    fmt::format("{}'s first chunk of each segment", ss->name), ss->name, "chunk_ptr"});
     out.push_back({workspace_name(ss->name, "partial"), "float",
@@ -513,6 +575,8 @@ static KernelsCode phase_kernels(const Program& p, std::map<std::string, std::st
       ++gemms;
     } else if (std::holds_alternative<intra::SegmentSumInstance>(k)) {
       gemm = emit_segsum(p, k);
+    } else if (std::holds_alternative<intra::GatherSumInstance>(k)) {
+      gemm = emit_gathersum(p, k);
     }
     const std::string& name = intra::kernel_name(k);
     if (gemm && gemm->kernel.empty()) {  // the launcher calls the runtime's kernels: nothing to emit or share
@@ -606,10 +670,11 @@ std::string emit_kernels_h(const std::vector<Program>& ir_phases, const EmitCont
       w.line("int64_t num_edges = 0;");
       w.line("int num_etypes = 0;");
       w.line("int num_ntypes = 1;");
+      if (ph.layouts.count(intra::layout::kCompactSrc)) w.line("int64_t num_pairs = 0;  // unique (source, edge type) pairs");
       for (const std::string& g : graph_arrays(ph)) w.line(fmt::format("const int32_t* {} = nullptr;", g));
       for (const TensorInfo& t : ph.tensors) {
         std::string rows = t.per == Per::Node ? "num_nodes" : t.per == Per::Edge ? "num_edges" : t.per == Per::Etype ? "num_etypes"
-                           : t.per == Per::Ntype ? "num_ntypes" : "";
+                           : t.per == Per::Ntype ? "num_ntypes" : t.per == Per::Pair ? "num_pairs" : "";
         std::string dims = rows;
         for (int64_t d : t.shape) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
         w.line(fmt::format("{}{}* {} = nullptr;  // [{}]", is_const_tensor(t) ? "const " : "", intra::cuda_type(t.storage), t.name,

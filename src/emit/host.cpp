@@ -30,9 +30,13 @@ std::string rows_of(Per per) {
     case Per::Etype: return "num_etypes";
     case Per::Ntype: return "num_ntypes";
     case Per::None: return "";
+    case Per::Pair: return "num_pairs";
   }
   return "";
 }
+
+// Whether the program reads the compact (source, edge type) pair layout: its ops then take the pair count too.
+bool has_pairs(const Program& p) { return p.layouts.count(intra::layout::kCompactSrc) > 0; }
 
 std::string shape_list(const TensorInfo& t) {
   std::string s = rows_of(t.per);
@@ -57,6 +61,10 @@ std::string graph_array_rows(const std::string& g) {
   if (g == "ntype_ptr" || g == "ntype_tile_ptr") return "num_ntypes + 1";
   if (g == "in_ptr" || g == "out_ptr") return "num_nodes + 1";
   if (g == "ntype") return "num_nodes";
+  if (g == "pair_etype_ptr" || g == "pair_tile_ptr") return "num_etypes + 1";
+  if (g == "pair_src" || g == "node_pair") return "num_pairs";
+  if (g == "pair_edge_ptr") return "num_pairs + 1";
+  if (g == "node_pair_ptr") return "num_nodes + 1";
   return "num_edges";
 }
 
@@ -85,7 +93,11 @@ std::string runtime_graph_key(const std::string& array) {
       {"etype_ptr", "etype_ptr"},    {"etype_tile_ptr", "etype_tile_ptr"},
       {"in_ptr", "in_row_ptr"},      {"in_eid", "in_col_eid"},      {"in_src", "in_col_src"},
       {"out_ptr", "out_row_ptr"},    {"out_eid", "out_col_eid"},    {"out_dst", "out_col_dst"},
-      {"ntype", "ntype"},            {"ntype_ptr", "ntype_ptr"},    {"ntype_tile_ptr", "ntype_tile_ptr"}};
+      {"ntype", "ntype"},            {"ntype_ptr", "ntype_ptr"},    {"ntype_tile_ptr", "ntype_tile_ptr"},
+      {"pair_src", "unique_src"},    {"pair_etype_ptr", "unique_src_etype_ptr"},
+      {"pair_tile_ptr", "unique_src_tile_ptr"},                     {"edge_pair", "edge_to_unique_src"},
+      {"pair_edge_ptr", "unique_src_edge_ptr"},                     {"pair_edge_eid", "unique_src_edge_eid"},
+      {"node_pair_ptr", "unique_src_node_ptr"},                     {"node_pair", "unique_src_node_pair"}};
   auto it = kKeys.find(array);
   if (it == kKeys.end()) throw std::logic_error("emit: graph array '" + array + "' has no hectorgen runtime key");
   return it->second;
@@ -114,6 +126,7 @@ static std::vector<OpArg> op_args(const Program& p) {
   std::vector<OpArg> args;
   for (const std::string& g : graph_arrays(p)) args.push_back({g, true});
   for (const char* n : {"num_nodes", "num_edges", "num_etypes", "num_ntypes"}) args.push_back({n, false});
+  if (has_pairs(p)) args.push_back({"num_pairs", false});
   for (const TensorDecl* t : op_tensors(p)) args.push_back({t->name, true});
   return args;
 }
@@ -151,6 +164,8 @@ static std::string emit_op(const Program& p, const Program& ir) {
                           shape_list(info));
   }
   v["checks"] = checks.substr(0, checks.size() - 1);
+  v["pair_count"] = has_pairs(p) ? "\n  TORCH_CHECK(num_pairs >= 0 && num_pairs <= num_edges, \"" + p.model +
+                                       ": bad pair count\");\n  a.num_pairs = num_pairs;" : "";
   std::string alloc, meta, assign;
   std::vector<std::string> results = op_results(p);
   // fp32 and tf32 models: every tensor is float, as the first input. 16-bit models name each tensor's type.
@@ -283,6 +298,7 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
   std::string arr;
   for (const auto& g : graph_arrays(p)) arr += fmt::format("\"{}\", ", runtime_graph_key(g));
   v["graph_arrays"] = arr;
+  v["pair_count"] = has_pairs(p) ? ", g.num_unique_src" : "";
   int tile = 16;
   for (const auto& k : p.kernels)
     if (auto* g = std::get_if<intra::GemmInstance>(&k)) tile = g->tile;
@@ -494,7 +510,7 @@ std::string emit_manifest(const std::vector<Program>& ir_phases, const EmitConte
     if (auto* gp = std::get_if<intra::GemmInstance>(&k)) {
       const auto& g = *gp;
       x["template"] = "gemm";
-      x["rows"] = intra::rows_name(g.edge_rows, g.etype_rows);
+      x["rows"] = intra::to_string(g.rows);
       x["x"] = g.x;
       x["w"] = g.w;
       x["y"] = g.y;
@@ -515,13 +531,16 @@ std::string emit_manifest(const std::vector<Program>& ir_phases, const EmitConte
     } else if (auto* ss = std::get_if<intra::SegmentSumInstance>(&k)) {
       x["template"] = "segment_sum";
       x["dw"] = ss->dw;
+    } else if (auto* gs = std::get_if<intra::GatherSumInstance>(&k)) {
+      x["template"] = "gather_sum";
+      x["csr"] = intra::to_string(gs->csr);
     } else if (auto* t = std::get_if<intra::TorchInstance>(&k)) {
       x["template"] = "pytorch";
       x["rows"] = is_edge_loop(t->loop->loop) ? "edges" : "nodes";
     } else {
       const auto& tr = std::get<intra::TraversalInstance>(k);
       x["template"] = "traversal";
-      x["rows"] = tr.rows == LoopKind::Edges ? "edges" : "nodes";
+      x["rows"] = tr.rows == LoopKind::Edges ? "edges" : tr.rows == LoopKind::SrcPairs ? "pairs" : "nodes";
       x["threads"] = tr.threads;
     }
     j["kernels"].push_back(x);

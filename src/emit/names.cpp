@@ -63,8 +63,10 @@ const char* const kCppEmitterNames[] = {
     // graph arrays and sizes (Args structs, op arguments)
     "src", "dst", "etype", "etype_ptr", "etype_tile_ptr", "in_ptr", "in_eid", "in_src", "out_ptr", "out_eid",
     "out_dst", "ntype", "ntype_ptr", "ntype_tile_ptr", "num_nodes", "num_edges", "num_etypes", "num_ntypes",
+    "pair_src", "pair_etype_ptr", "pair_tile_ptr", "edge_pair", "pair_edge_ptr", "pair_edge_eid", "node_pair_ptr",
+    "node_pair", "num_pairs", "segment_of",
     // host functions (emit/host.cpp) and PyTorch fallbacks (emit/torch_fallback.cpp)
-    "check", "shape_str", "device", "guard", "options", "src_l", "dst_l", "etype_l", "ntype_l", "C10_CUDA_CHECK",
+    "check", "shape_str", "device", "guard", "options", "src_l", "dst_l", "etype_l", "ntype_l", "edge_pair_l", "C10_CUDA_CHECK",
     "TORCH_CHECK", "Tensor"};
 
 // Fixed identifiers of the Python emitter (emit/host.cpp: the autograd Function).
@@ -437,6 +439,9 @@ class CppRenamer {
             } else if constexpr (std::is_same_v<T, intra::SegmentSumInstance>) {
               x.v = tensor(x.v);
               x.dw = tensor(x.dw);
+            } else if constexpr (std::is_same_v<T, intra::GatherSumInstance>) {
+              x.x = tensor(x.x);
+              x.y = tensor(x.y);
             } else if constexpr (std::is_same_v<T, intra::TraversalInstance>) {
               traversal(p, x);
             } else {

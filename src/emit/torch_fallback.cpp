@@ -201,6 +201,7 @@ class TorchEmitter {
     if (base->kind == ExprKind::Name) {  // the node loop variable inside an inner loop
       return use(inner_ && inner_->loop == LoopKind::OutgoingEdges ? "src" : "dst");
     }
+    if (base->name == "pair") return use("edge_pair");  // e.pair: the edge's (source, edge type) pair row
     return use(base->name);  // "src" / "dst"
   }
 

@@ -49,11 +49,17 @@ class TraversalPrinter {
       CodeWriter::Indent i2(body);
       block(t_.body);
     }
-    bool node_rows = t_.rows != inter::LoopKind::Edges;
+    const bool pair_rows = t_.rows == inter::LoopKind::SrcPairs;
+    const bool node_rows = t_.rows != inter::LoopKind::Edges && !pair_rows;
+    const std::string rows = pair_rows ? "a.num_pairs" : node_rows ? "a.num_nodes" : "a.num_edges";
     // Signature: graph arrays, then tensors, in a fixed order.
     std::vector<std::string> params, args;
     params.push_back("int64_t num_rows");
-    args.push_back(node_rows ? "a.num_nodes" : "a.num_edges");
+    args.push_back(rows);
+    if (uses_num_etypes_) {
+      params.push_back("int num_etypes");
+      args.push_back("a.num_etypes");
+    }
     for (const std::string& g : graph_arrays(p_))
       if (graph_used_.count(g)) {
         params.push_back(fmt::format("const int32_t* __restrict__ {}", g));
@@ -67,7 +73,9 @@ class TraversalPrinter {
     TraversalCode r;
     r.helpers = helpers_;
     CodeWriter k;
-    const char* per = !node_rows ? "edge" : t_.rows == inter::LoopKind::DstNodes ? "destination node" : "source node";
+    const char* per = pair_rows    ? "(source, edge type) pair"
+                      : !node_rows ? "edge"
+                      : t_.rows == inter::LoopKind::DstNodes ? "destination node" : "source node";
     k.line(fmt::format("// {}: traversal instance, one warp per {}", t_.name, per));
     k.line(fmt::format("__global__ void __launch_bounds__({}) {}(", t_.threads, t_.name));
     for (size_t i = 0; i < params.size(); ++i) k.line(fmt::format("    {}{}", params[i], i + 1 < params.size() ? "," : ") {"));
@@ -79,7 +87,6 @@ class TraversalPrinter {
     std::string arglist;
     for (size_t i = 0; i < args.size(); ++i) arglist += (i ? ", " : "") + args[i];
     const LaunchConfig launch = launch_config(p_, Kernel{t_});
-    const std::string rows = node_rows ? "a.num_nodes" : "a.num_edges";
     r.launcher = fmt::format(
         "  if ({rows} > 0) {{  // {name}\n"
         "    const unsigned blocks = {blocks};\n"
@@ -126,6 +133,13 @@ class TraversalPrinter {
   }
 
   void index(const IndexDef& x) {
+    if (x.array == GraphArray::PairEtype) {  // the relation whose pairs hold row x.of: a search of pair_etype_ptr
+      graph_used_.insert("pair_etype_ptr");
+      uses_num_etypes_ = true;
+      helpers_.insert("segment_of");
+      line(fmt::format("const int {} = segment_of(pair_etype_ptr, num_etypes, {});", x.name, x.of));
+      return;
+    }
     const char* array = to_string(x.array);
     graph_used_.insert(array);
     bool type = x.array == GraphArray::Etype || x.array == GraphArray::Ntype;
@@ -459,6 +473,7 @@ class TraversalPrinter {
   CodeWriter* w_ = nullptr;
   std::vector<std::map<std::string, RegType>> scopes_;
   std::set<std::string> graph_used_, tensors_used_, written_, helpers_;
+  bool uses_num_etypes_ = false;  // a pair's relation is searched in pair_etype_ptr
   bool split_ = false;                           // printing the body of a split loop
   std::map<std::string, std::string> share_of_;  // in a split loop: a summed register -> the lane's share
   std::set<std::string> printed_names_;          // names the printer declared (the lanes' shares)
@@ -476,6 +491,17 @@ std::string device_helpers(const std::set<std::string>& names) {
            "#pragma unroll\n"
            "  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);\n"
            "  return v;\n"
+           "}\n";
+  if (names.count("segment_of"))
+    out += std::string(out.empty() ? "" : "\n") +
+           "// The segment of `ptr` (count + 1 offsets) holding `row`: the last s with ptr[s] <= row.\n"
+           "__device__ __forceinline__ int segment_of(const int32_t* __restrict__ ptr, int count, int64_t row) {\n"
+           "  int lo = 0, hi = count - 1;\n"
+           "  while (lo < hi) {\n"
+           "    const int mid = (lo + hi + 1) / 2;\n"
+           "    if (ptr[mid] <= row) lo = mid; else hi = mid - 1;\n"
+           "  }\n"
+           "  return lo;\n"
            "}\n";
   if (names.count("warp_max"))
     out += std::string(out.empty() ? "" : "\n") +

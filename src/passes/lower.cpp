@@ -46,8 +46,9 @@ void collect_names(const StmtP& s, std::set<std::string>& out) {
 // A field access: base is a loop variable or e.src / e.dst; key a string.
 struct FieldRef {
   std::string field;
-  bool on_edge = false;
+  bool on_edge = false;   // the loop element's own field (an edge's, or a pair loop's pair's)
   std::string node_role;  // "", "src", "dst" (node fields: via the loop node or an edge endpoint)
+  bool via_pair = false;  // a field of the edge's (source, edge type) pair: e.pair["f"]
 };
 
 std::optional<FieldRef> field_ref(const ExprP& e, const std::set<std::string>& edge_vars) {
@@ -56,6 +57,7 @@ std::optional<FieldRef> field_ref(const ExprP& e, const std::set<std::string>& e
   if (base->kind == ExprKind::Name) return FieldRef{e->args[1]->name, edge_vars.count(base->name) > 0, ""};
   if (base->kind == ExprKind::Attr && (base->name == "src" || base->name == "dst"))
     return FieldRef{e->args[1]->name, false, base->name};
+  if (base->kind == ExprKind::Attr && base->name == "pair") return FieldRef{e->args[1]->name, false, "", true};
   return std::nullopt;
 }
 
@@ -81,8 +83,15 @@ class Lowering {
       if (!p_.find(name)) add_tensor({name, Role::Field, Per::Node, f.shape, false, ""});
     for (const auto& [name, f] : m_.edge_fields)
       if (!p_.find(name)) add_tensor({name, Role::Field, Per::Edge, f.shape, false, ""});
+    for (const auto& [name, f] : m_.pair_fields)
+      if (!p_.find(name)) add_tensor({name, Role::Field, Per::Pair, f.shape, false, ""});
     count_writes(m_.body);
     p_.layouts.insert(intra::layout::kSortedCoo);
+    // Compact materialization: the unique (source, edge type) pairs, each edge's pair and the pair CSRs.
+    bool pairs = !m_.pair_fields.empty();
+    for (const TensorDecl& t : m_.decl.inputs) pairs = pairs || t.per == Per::Pair;
+    for (const StmtP& s : m_.body) pairs = pairs || (s->kind == StmtKind::For && s->loop == LoopKind::SrcPairs);
+    if (pairs) p_.layouts.insert(intra::layout::kCompactSrc);
     for (const TensorDecl& t : m_.decl.inputs)
       if (!t.from_graph.empty()) p_.layouts.insert(t.from_graph);
     for (const StmtP& s : m_.body) lower_loop(s);
@@ -161,13 +170,26 @@ class Lowering {
   struct LoopCtx {
     const Stmt* loop;
     bool node_loop;
+    bool pair_loop;  // over the (source, edge type) pairs: its element is treated like an edge (own fields, e.src)
     std::set<std::string> edge_vars;
     std::map<std::string, std::string> materialized;  // local -> tensor, for this loop
     size_t position = 0;                               // index of the top-level statement being lowered
   };
 
+  // The rows of a loop (or of its inner edge loop): what an instance over them runs over.
+  static intra::Rows rows_of(const LoopCtx& ctx, const Stmt* inner) {
+    if (inner) return intra::Rows::Edges;
+    if (ctx.pair_loop) return intra::Rows::Pairs;
+    return ctx.node_loop ? intra::Rows::Nodes : intra::Rows::Edges;
+  }
+  // The rows of a tensor stored once per row of `r`.
+  static Per per_row(intra::Rows r) {
+    return r == intra::Rows::Pairs ? Per::Pair : r == intra::Rows::Nodes ? Per::Node : Per::Edge;
+  }
+
   void lower_loop(const StmtP& L) {
-    LoopCtx ctx{L.get(), !is_edge_loop(L->loop), {}, {}, 0};
+    const bool pair_loop = L->loop == LoopKind::SrcPairs;
+    LoopCtx ctx{L.get(), !is_edge_loop(L->loop) && !pair_loop, pair_loop, {}, {}, 0};
     if (!ctx.node_loop) ctx.edge_vars.insert(L->var);
     Stage stage;
     for (size_t i = 0; i < L->body.size(); ++i) {
@@ -203,7 +225,8 @@ class Lowering {
       if (!later.count(local) && !force_materialize_.count(local)) continue;
       std::string tn = temp_tensor(local);
       const Type& ty = local_types_.at(local);
-      add_tensor({tn, Role::Temp, ctx.node_loop && !edge_locals_.count(local) ? Per::Node : Per::Edge, ty.shape, false, ""});
+      const Per per = ctx.pair_loop ? Per::Pair : ctx.node_loop && !edge_locals_.count(local) ? Per::Node : Per::Edge;
+      add_tensor({tn, Role::Temp, per, ty.shape, false, ""});
       ctx.materialized[local] = tn;
       stage.writes.insert(tn);
       written_.insert(tn);
@@ -211,9 +234,9 @@ class Lowering {
     t.materialized = ctx.materialized;
     t.field_tensor = alias_;
     for (const std::string& w : stage.writes) note_write(w, false);
-    bool edge = !ctx.node_loop;
     std::string first = first_target(stage.top);
-    t.name = unique(fmt::format("{}_{}_{}", prefix_, edge ? "edges" : "nodes", first.empty() ? "loop" : first));
+    t.name = unique(fmt::format("{}_{}_{}", prefix_, ctx.pair_loop ? "pairs" : ctx.node_loop ? "nodes" : "edges",
+                                first.empty() ? "loop" : first));
     for (const StmtP& s : stage.top)
       if (s->kind == StmtKind::For) p_.layouts.insert(s->loop == LoopKind::OutgoingEdges ? intra::layout::kCsrBySrc : intra::layout::kCsrByDst);
     push_traversal(t);
@@ -230,6 +253,21 @@ class Lowering {
   void emit_gather_sums(const LoopCtx& ctx) {
     for (GatherSum& gs : pending_gather_sums_) {
       std::string edges = gs.is_local ? ctx.materialized.at(gs.edges) : gs.edges;
+      if (gs.csr) {
+        intra::GatherSumInstance sum;
+        sum.x = edges;
+        sum.y = gs.field;
+        sum.csr = *gs.csr;
+        // Adds to what an earlier kernel wrote into the field (stage bookkeeping marks it written already).
+        for (const Kernel& k : p_.kernels) sum.accumulate = sum.accumulate || intra::kernel_writes(k).count(gs.field) > 0;
+        sum.numel = tensor(gs.field).row_numel();
+        sum.name = unique(fmt::format("{}_sum_{}", prefix_, gs.field));
+        sum.source = fmt::format("{} += the {}", gs.field, *gs.csr == intra::GatherCsr::PairEdges ? "pair's edges' values"
+                                                                                                   : "source node's pairs' values");
+        note_write(gs.field, false);
+        p_.kernels.push_back(sum);
+        continue;
+      }
       intra::TraversalSource t;
       std::string local = "$scatter";
       // for n in g.dst_nodes(): for e in n.incoming_edges(): n[field] += $scatter   (or src / outgoing)
@@ -301,7 +339,7 @@ class Lowering {
         std::string tn = temp_tensor(t.name);
         const Type& ty = s->target->type;
         local_types_[t.name] = ty;
-        add_tensor({tn, Role::Temp, inner || !ctx.node_loop ? Per::Edge : Per::Node, ty.shape, false, ""});
+        add_tensor({tn, Role::Temp, per_row(rows_of(ctx, inner)), ty.shape, false, ""});
         if (emit_gemm(rhs, tn, ctx, stage, inner, can_flush, s)) {
           ctx.materialized[t.name] = tn;
           return nullptr;
@@ -345,17 +383,23 @@ class Lowering {
     if (!value) return nullptr;
     StmtP out = Stmt::assign(s->target, s->op, value, s->loc);
     // (4') Training: a traversal statement adding into another node's field stores its value per edge; a
-    //      node-centric sum adds the values up after the loop (no atomics).
-    if (deterministic_ && (s->op == AssignOp::Add || s->op == AssignOp::Sub)) {
-      auto f = field_ref(s->target, ctx.edge_vars);
-      bool other_node = f && !f->on_edge &&
+    //      node-centric sum adds the values up after the loop (no atomics). Sums into the rows of compact
+    //      materialization (an edge's pair, a pair's source) always take this form, in every phase: the gather
+    //      sums over the pair CSRs.
+    auto target_ref = field_ref(s->target, ctx.edge_vars);
+    const bool pair_sum = target_ref && (target_ref->via_pair || (ctx.pair_loop && !target_ref->node_role.empty()));
+    if ((deterministic_ || pair_sum) && (s->op == AssignOp::Add || s->op == AssignOp::Sub)) {
+      auto f = target_ref;
+      bool other_node = f && !f->on_edge && !f->via_pair &&
                         (!f->node_role.empty() && !(inner && ((inner->loop == LoopKind::IncomingEdges && f->node_role == "dst") ||
                                                                (inner->loop == LoopKind::OutgoingEdges && f->node_role == "src"))));
       // The loop node's own aggregate over its inner edge loop stays in registers, except for what only the
       // PyTorch fallback computes: its index_add_ is atomic, so it too becomes per-edge values and a node sum.
       bool own_node_fallback = f && !f->on_edge && inner && !other_node && !intra::traversal_supports(value);
-      if (other_node || own_node_fallback) {
-        bool via_src = other_node ? f->node_role == "src" : inner->loop == LoopKind::OutgoingEdges;
+      if (other_node || own_node_fallback || pair_sum) {
+        bool via_src = other_node ? f->node_role == "src" : !pair_sum && inner->loop == LoopKind::OutgoingEdges;
+        std::optional<intra::GatherCsr> csr;
+        if (pair_sum) csr = f->via_pair ? intra::GatherCsr::PairEdges : intra::GatherCsr::NodePairs;
         std::string local = fmt::format("{}sc{}", kSigil, wg_count_++);
         if (inner) edge_locals_.insert(local);  // stored per edge of the inner loop
         Type ty = s->target->type;
@@ -370,14 +414,14 @@ class Lowering {
           edge_locals_.erase(local);
           torch_fallback(def, def.get(), ctx, stage, inner, inner_body);
           if (!ctx.materialized.count(local)) return nullptr;  // the fallback refused it (a diagnostic says why)
-          pending_gather_sums_.push_back({field_tensor(f->field), local, via_src, true});
+          pending_gather_sums_.push_back({field_tensor(f->field), local, via_src, true, csr});
           emit_gather_sums(ctx);
           return nullptr;
         }
         record_access(def, ctx, stage);
         stage.reg_locals.insert(local);
         stage.writes.insert(field_tensor(f->field));
-        pending_gather_sums_.push_back({field_tensor(f->field), local, via_src, true});
+        pending_gather_sums_.push_back({field_tensor(f->field), local, via_src, true, csr});
         return def;
       }
     }
@@ -414,6 +458,12 @@ class Lowering {
 
   // Emits one statement as a PyTorch instance, after the statements before it.
   void torch_fallback(const StmtP& s, const Stmt* original, LoopCtx& ctx, Stage& stage, const Stmt* inner, std::vector<StmtP>* inner_body) {
+    if (ctx.pair_loop || writes_pair(s)) {
+      d_.error(s->loc, "unsupported",
+               fmt::format("'{}' needs the PyTorch fallback, which does not run over or write (source, edge type) pair "
+                           "rows; use materialization: vanilla", print_expr(s->value)));
+      return;
+    }
     if (const Expr* e = without_torch_template(s->value)) {
       // E.g. the weight-weight product linear_t(w[e.etype], W[e.etype]) of reorder-linear: no GEMM instance
       // computes a per-edge-type product of two per-edge-type weights yet.
@@ -444,7 +494,7 @@ class Lowering {
       written = temp_tensor(target.name);
       const Type& ty = original->target->type;
       local_types_[target.name] = ty;
-      add_tensor({written, Role::Temp, inner || !ctx.node_loop ? Per::Edge : Per::Node, ty.shape, false, ""});
+      add_tensor({written, Role::Temp, per_row(rows_of(ctx, inner)), ty.shape, false, ""});
       ctx.materialized[target.name] = written;
     } else if (auto f = field_ref(s->target, ctx.edge_vars)) {
       written = field_tensor(f->field);
@@ -459,6 +509,12 @@ class Lowering {
     t.field_tensor = alias_;
     t.name = unique(fmt::format("{}_torch_{}", prefix_, shown(written)));
     p_.kernels.push_back(t);
+  }
+
+  // Whether a statement writes a field through an edge's pair (e.pair["f"] += ...).
+  static bool writes_pair(const StmtP& s) {
+    const Expr& t = *s->target;
+    return t.kind == ExprKind::Index && t.args[0]->kind == ExprKind::Attr && t.args[0]->name == "pair";
   }
 
   bool is_field_of_own_element(const ExprP& e, const LoopCtx& ctx) {
@@ -546,7 +602,7 @@ class Lowering {
     g.x = in->tensor;
     g.w = wd->name;
     g.y = target->first;
-    g.edge_rows = edge_rows;
+    g.rows = rows_of(ctx, inner);
     g.gather = in->gather;
     g.scatter = target->second;
     g.accumulate = true;
@@ -594,11 +650,14 @@ class Lowering {
       if (!can_flush) return false;
       flush(ctx, stage);
     }
-    if (deterministic_ && g.scatter != intra::Gather::None) {
-      // The GEMM stores one row per edge; a node-centric sum (after this loop's stage) adds them up.
-      std::string tn = fresh(derived_name("t", derived_name(g.y, "edges")));
-      add_tensor({tn, Role::Temp, Per::Edge, tensor(g.y).shape, false, ""});
-      pending_gather_sums_.push_back({g.y, tn, g.scatter == intra::Gather::Src, false});
+    if ((deterministic_ || g.rows == intra::Rows::Pairs) && g.scatter != intra::Gather::None) {
+      // The GEMM stores one row per edge (per pair); a node-centric sum (after this loop's stage) adds them up.
+      const bool pairs = g.rows == intra::Rows::Pairs;
+      std::string tn = fresh(derived_name("t", derived_name(g.y, pairs ? "pairs" : "edges")));
+      add_tensor({tn, Role::Temp, per_row(g.rows), tensor(g.y).shape, false, ""});
+      std::optional<intra::GatherCsr> csr;
+      if (pairs) csr = intra::GatherCsr::NodePairs;
+      pending_gather_sums_.push_back({g.y, tn, g.scatter == intra::Gather::Src, false, csr});
       stage.writes.insert(g.y);  // later readers of the node field wait for the sum
       g.y = tn;
       g.scatter = intra::Gather::None;
@@ -649,7 +708,7 @@ class Lowering {
     w.dy_gather = dy->gather;
     w.row_scalar = scalar;
     w.dw = o->name;
-    w.edge_rows = edge_rows;
+    w.rows = rows_of(ctx, inner);
     w.segments = weight_grad_segments(o);
     if (o->shape.size() == 3) {
       w.heads = o->shape[0];
@@ -721,7 +780,7 @@ class Lowering {
     intra::SegmentSumInstance ss;
     ss.v = local;  // resolved to the materialised tensor at flush
     ss.dw = o->name;
-    ss.edge_rows = !ctx.node_loop || inner;
+    ss.rows = rows_of(ctx, inner);
     ss.segments = weight_grad_segments(o);
     ss.numel = 1;
     for (int64_t d : o->shape) ss.numel *= d;
@@ -778,7 +837,7 @@ class Lowering {
     if (is_linear(e)) {
       std::string tn = fresh(derived_name("t", fmt::format("lin_{}", p_.kernels.size())));
       Type ty = value_type(e->type);
-      add_tensor({tn, Role::Temp, inner || !ctx.node_loop ? Per::Edge : Per::Node, ty.shape, false, ""});
+      add_tensor({tn, Role::Temp, per_row(rows_of(ctx, inner)), ty.shape, false, ""});
       if (!emit_gemm(e, tn, ctx, stage, inner, can_flush, s)) return nullptr;
       std::string local = tn.substr(1);  // $lin_3
       ctx.materialized[local] = tn;
@@ -866,7 +925,7 @@ class Lowering {
     g.x = in->tensor;
     g.w = wd->name;
     g.y = y;
-    g.edge_rows = edge_rows;
+    g.rows = rows_of(ctx, inner);
     g.gather = in->gather;
     g.scatter = scatter ? intra::Gather::Dst : intra::Gather::None;
     g.row_scalar = scalar;
@@ -932,7 +991,7 @@ class Lowering {
     g.x = v->name;
     g.w = w->name;
     g.y = tn;
-    g.etype_rows = true;
+    g.rows = intra::Rows::Etypes;
     g.k = w->shape[0];
     g.n = w->shape[1];
     g.heads = tensor(v->name).row_numel() / g.k;  // the same weight applied to each of the row's sub-vectors
@@ -955,7 +1014,7 @@ class Lowering {
   //   d_W += outer(V[e.etype], Y)      becomes  d_W += sum_t V[t]^T · S[t]  (a weight gradient over them)
   bool etype_product_grad(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush) {
     const TensorDecl* o = weight_grad_target(*s->target);
-    if (!o || !(inner || !ctx.node_loop)) return false;
+    if (!o || ctx.pair_loop || !(inner || !ctx.node_loop)) return false;
     const ExprP& v = s->value;
     const TensorDecl* w = nullptr;  // the shared weight (d_V) or the weight row's V (d_W)
     ExprP y;
@@ -984,7 +1043,7 @@ class Lowering {
       g.x = sum;
       g.w = w->name;
       g.y = o->name;
-      g.etype_rows = true;
+      g.rows = intra::Rows::Etypes;
       g.accumulate = true;
       g.transpose_w = true;
       g.k = w->shape[1];
@@ -997,7 +1056,7 @@ class Lowering {
     wg.x = w->name;
     wg.dy = sum;
     wg.dw = o->name;
-    wg.etype_rows = true;
+    wg.rows = intra::Rows::Etypes;
     wg.k = o->shape[0];
     wg.n = o->shape[1];
     if (tensor(wg.x).row_numel() != wg.k || st.row_numel() != wg.n) return false;
@@ -1041,7 +1100,7 @@ class Lowering {
     ss.v = in->tensor;
     ss.dw = fresh(derived_name(in->tensor, "per_etype"));  // t$d$r$per_etype
     add_tensor({ss.dw, Role::Temp, Per::Etype, tensor(in->tensor).shape, false, ""});
-    ss.edge_rows = true;
+    ss.rows = intra::Rows::Edges;
     ss.segments = intra::Segments::Etype;
     ss.numel = tensor(in->tensor).row_numel();
     ss.source = fmt::format("{}[t] = sum over the edges e of type t of {}", ss.dw, print_expr(y));
@@ -1095,6 +1154,9 @@ class Lowering {
     std::string edges;   // edge temporary (tensor), or a local to be materialised
     bool via_src = false;  // sum over outgoing edges (scatter to src) rather than incoming (dst)
     bool is_local = false;
+    // Set for the sums of compact materialization: a gather sum over this CSR (edges into their pair, pairs into
+    // their source) instead of a node-centric traversal.
+    std::optional<intra::GatherCsr> csr;
   };
   std::vector<GatherSum> pending_gather_sums_;
   intra::Program p_;
@@ -1163,40 +1225,8 @@ void choose_gemm_kernels(intra::Program& p) {
 
 }  // namespace
 
-namespace {
-
-// Where the module first uses a (source, edge type) pair: a pair loop or an edge's pair `e.pair`.
-std::optional<SourceLoc> first_pair_use(const std::vector<StmtP>& body) {
-  std::function<std::optional<SourceLoc>(const ExprP&)> in_expr = [&](const ExprP& e) -> std::optional<SourceLoc> {
-    if (e->kind == ExprKind::Attr && e->name == "pair") return e->loc;
-    for (const ExprP& a : e->args)
-      if (auto l = in_expr(a)) return l;
-    return std::nullopt;
-  };
-  for (const StmtP& s : body) {
-    if (s->kind == StmtKind::For) {
-      if (s->loop == LoopKind::SrcPairs) return s->loc;
-      if (auto l = first_pair_use(s->body)) return l;
-      continue;
-    }
-    if (s->target)
-      if (auto l = in_expr(s->target)) return l;
-    if (s->value)
-      if (auto l = in_expr(s->value)) return l;
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
 std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const std::string& phase,
                                     const std::vector<std::string>& saved) {
-  if (std::optional<SourceLoc> loc = first_pair_use(m.body)) {
-    diags.error(*loc, "unsupported",
-                "compact materialization (values per (source, edge type) pair) is not lowered to kernels yet; use "
-                "materialization: vanilla");
-    return std::nullopt;
-  }
   try {
     auto p = Lowering(m, diags, phase).run();
     if (!p) return p;

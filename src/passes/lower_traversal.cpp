@@ -83,7 +83,8 @@ class TraversalLowering {
 
   intra::TraversalInstance run() {
     const Stmt& L = *src_.loop;
-    node_rows_ = !is_edge_loop(L.loop);
+    pair_rows_ = L.loop == LoopKind::SrcPairs;  // a pair's own fields are kept like an edge's
+    node_rows_ = !is_edge_loop(L.loop) && !pair_rows_;
     collect_writes(L.body);
     intra::TraversalInstance t;
     t.name = src_.name;
@@ -225,7 +226,8 @@ class TraversalLowering {
 
   // The row of block `b` a tensor kept in its registers is stored to.
   std::string store_row(Block& b, const TensorInfo& t) {
-    if (t.per == Per::Edge) return b.edge;
+    if (t.per == Per::Edge || (t.per == Per::Pair && pair_rows_)) return b.edge;
+    if (t.per == Per::Pair) throw std::logic_error("lower_traversal: a pair row stored outside pair rows");
     if (b.edge.empty()) return row_var_;  // the row node
     return endpoint(b, "src").row;        // a node value computed per edge: its source's row
   }
@@ -250,8 +252,11 @@ class TraversalLowering {
     return *it->second;
   }
 
-  // e.src / e.dst of the edge whose block is `b`.
+  // e.src / e.dst / e.pair of the edge whose block is `b` (p.src of pair rows).
   RowRef endpoint(Block& b, const std::string& which) {
+    if (which == "pair")  // the edge's (source, edge type) pair
+      return RowRef{index(b, GraphArray::EdgePair, b.edge, base_of(b.edge) + "_pair"), &b, false, nullptr};
+    if (pair_rows_) return RowRef{index(b, GraphArray::PairSrc, b.edge, base_of(b.edge) + "_src"), &b, false, nullptr};
     if (node_rows_) {
       bool incoming = inner_kind_.at(b.edge) == LoopKind::IncomingEdges;
       if ((incoming && which == "dst") || (!incoming && which == "src")) return RowRef{row_var_, row_, true, nullptr};
@@ -295,7 +300,8 @@ class TraversalLowering {
     const ExprP& of = sel->args[0];
     if (sel->name == "etype") {
       Block& eb = block_of_edge(var(of->name));
-      return RowRef{index(eb, GraphArray::Etype, eb.edge, base_of(eb.edge) + "_etype"), &eb, false, nullptr};
+      const GraphArray array = pair_rows_ ? GraphArray::PairEtype : GraphArray::Etype;
+      return RowRef{index(eb, array, eb.edge, base_of(eb.edge) + "_etype"), &eb, false, nullptr};
     }
     RowRef node = row_ref(of);
     Block& home = *node.block;
@@ -371,11 +377,18 @@ class TraversalLowering {
   // The row of a materialised local's tensor: the node (node rows) or the edge, or a node value computed
   // per edge (its source's row), or a value computed once per edge type (the edge's type).
   RowRef materialized_row(Block& b, const TensorInfo& t) {
+    if (t.per == Per::Pair) {
+      if (pair_rows_) return RowRef{row_var_, row_, false, row_};
+      Block* eb = &b;
+      while (eb && eb->edge.empty()) eb = eb->parent;
+      if (!eb) throw std::logic_error("lower_traversal: a pair value outside an edge loop");
+      return endpoint(*eb, "pair");
+    }
     if (t.per == Per::Etype) {
       Block* eb = &b;
       while (eb && eb->edge.empty()) eb = eb->parent;
       if (!eb) throw std::logic_error("lower_traversal: a per-edge-type value outside an edge loop");
-      return RowRef{index(*eb, GraphArray::Etype, eb->edge, base_of(eb->edge) + "_etype"), eb, false, nullptr};
+      return RowRef{index(*eb, pair_rows_ ? GraphArray::PairEtype : GraphArray::Etype, eb->edge, base_of(eb->edge) + "_etype"), eb, false, nullptr};
     }
     if (t.per == Per::Node) {
       if (node_rows_) return RowRef{row_var_, row_, true, nullptr};
@@ -727,6 +740,7 @@ class TraversalLowering {
   const intra::TraversalSource& src_;
   const std::set<std::string>& written_before_;
   bool node_rows_ = false;
+  bool pair_rows_ = false;  // rows are the (source, edge type) pairs
   Block* row_ = nullptr;
   std::string row_var_;
   int next_ = 0;

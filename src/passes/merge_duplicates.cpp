@@ -23,7 +23,7 @@ namespace {
 
 // Everything but the name, the output and the source text.
 bool same_product(const GemmInstance& a, const GemmInstance& b) {
-  return a.x == b.x && a.w == b.w && a.edge_rows == b.edge_rows && a.etype_rows == b.etype_rows && a.gather == b.gather &&
+  return a.x == b.x && a.w == b.w && a.rows == b.rows && a.gather == b.gather &&
          a.segments == b.segments && a.scatter == b.scatter && a.accumulate == b.accumulate && a.transpose_w == b.transpose_w &&
          a.row_scalar == b.row_scalar && a.heads == b.heads && a.k == b.k && a.n == b.n && a.dtype == b.dtype;
 }
@@ -51,6 +51,8 @@ void redirect_reads(Kernel& k, const std::string& from, const std::string& to) {
     swap(w->row_scalar);
   } else if (auto* s = std::get_if<SegmentSumInstance>(&k)) {
     swap(s->v);
+  } else if (auto* s = std::get_if<GatherSumInstance>(&k)) {
+    swap(s->x);
   } else if (auto* t = std::get_if<TraversalInstance>(&k)) {
     std::function<void(std::vector<Instr>&)> walk = [&](std::vector<Instr>& body) {
       for (Instr& in : body) {

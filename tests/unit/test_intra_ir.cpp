@@ -519,7 +519,7 @@ TEST_CASE("a GEMM runs on tensor cores when its dtype, shape and storage types a
   CHECK(choice([](GemmInstance& g, Program&) { g.k = 96; }) == "tc");
   CHECK(choice([](GemmInstance& g, Program&) { g.n = 96; }) == "simt(n % 64)");
   CHECK(choice([](GemmInstance& g, Program&) { g.n = 128; }) == "tc");
-  CHECK(choice([](GemmInstance& g, Program&) { g.etype_rows = true; }) == "simt(rows=etypes)");
+  CHECK(choice([](GemmInstance& g, Program&) { g.rows = Rows::Etypes; }) == "simt(rows=etypes)");
   CHECK(choice([](GemmInstance& g, Program&) { g.transpose_w = true; }) == "tc");
   CHECK(choice([](GemmInstance& g, Program&) { g.accumulate = true; }) == "tc");
   CHECK(choice([](GemmInstance& g, Program&) { g.segments = Segments::None; }) == "tc");
@@ -634,10 +634,10 @@ TEST_CASE("the program verifier rejects each broken rule", "[intra][verifier]") 
        "m_gemm: output rows of t_e have 64 elements, expected 1 x 32"},
       {replace(p, "tensor W: weight etype[64, 64]", "tensor W: weight etype[64, 32]"), "m_gemm: weight W slices have 2048 elements, expected 64 x 64"},
       {replace(p, "    rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1", "    rows=nodes heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1"),
-       "m_gemm: input 'x' is gathered through src/dst, which needs edge rows"},
+       "m_gemm: input 'x' is gathered through src/dst, which needs edge or pair rows"},
       {replace(p, "t_e[row] = x[src[row]]", "t_e[row] = x[row]"), "m_gemm: input 'x' has a row per node, read per edge without a gather"},
       {replace(p, "· W[etype] * norm[row]", "· W[ntype] * norm[row]"),
-       "m_gemm: per-node-type segments need 'W' per ntype and the layout 'ntype_ptr'"},
+       "m_gemm: per-node-type segments need node rows"},
       {replace(p, "· W[etype] * norm[row]", "· W[-] * norm[row]"), "m_gemm: 'W' has a slice per type but the kernel has no segments"},
       {replace(p, "layouts etype_sorted_coo", "layouts csr_by_dst"), "m_gemm: gathers through src/dst need the layout 'etype_sorted_coo'"},
       {replace(p, "* norm[row]\n", "* t_e[row]\n"), "m_gemm: row scalar 't_e' is not one value per row"},
@@ -693,8 +693,8 @@ TEST_CASE("GEMMs and weight gradients over the edge types print, parse back and 
   REQUIRE(p);
   CHECK(print_program(*p) == kEtypeRows);
   CHECK(verify_program(*p) == "");
-  CHECK(std::get<GemmInstance>(p->kernels[0]).etype_rows);
-  CHECK(std::get<WeightGradInstance>(p->kernels[1]).etype_rows);
+  CHECK(std::get<GemmInstance>(p->kernels[0]).rows == Rows::Etypes);
+  CHECK(std::get<WeightGradInstance>(p->kernels[1]).rows == Rows::Etypes);
   const std::string t = kEtypeRows;
   CHECK(verify_text(replace(t, "t_v[row] = V[row]", "t_v[row] = t_n[row]")) == "m_gemm_v: 't_n' has no row per edge type (rows=etypes)");
   CHECK(verify_text(replace(t, "t_v[row] = V[row]", "t_v[row] = V[src[row]]")) ==
@@ -703,7 +703,7 @@ TEST_CASE("GEMMs and weight gradients over the edge types print, parse back and 
         "m_wgrad: 't_n' has no row per edge type (rows=etypes)");
   std::string perr;
   CHECK_FALSE(parse_program_text(replace(t, "rows=etypes heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 store", "rows=types heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 store"), &perr));
-  CHECK(perr.find("expected rows=edges, rows=etypes or rows=nodes, not 'types'") != std::string::npos);
+  CHECK(perr.find("expected rows=nodes, edges, etypes or pairs, not 'types'") != std::string::npos);
 }
 
 TEST_CASE("the weight gradient's kernel: tensor cores where the dtype and the shape allow, else SIMT with the reason",

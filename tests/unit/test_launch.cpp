@@ -38,7 +38,7 @@ Kernel gemm(int64_t heads, int64_t k, int64_t n, int tile = 16, int coarsen = 1)
   g.x = "x";
   g.w = "w";
   g.y = "y";
-  g.edge_rows = true;
+  g.rows = intra::Rows::Edges;
   g.segments = intra::Segments::Etype;
   g.heads = heads;
   g.k = k;
@@ -54,7 +54,7 @@ Kernel wgrad(int64_t heads, int64_t k, int64_t n, intra::WgradKernel kernel = in
   w.x = "x";
   w.dy = "y";
   w.dw = "d_w";
-  w.edge_rows = true;
+  w.rows = intra::Rows::Edges;
   w.segments = intra::Segments::Etype;
   w.heads = heads;
   w.k = k;
@@ -68,7 +68,7 @@ Kernel segsum(int64_t numel) {
   s.name = "m_segsum";
   s.v = "v";
   s.dw = "d_v";
-  s.edge_rows = true;
+  s.rows = intra::Rows::Edges;
   s.segments = intra::Segments::Etype;
   s.numel = numel;
   return Kernel{s};

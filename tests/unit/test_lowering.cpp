@@ -58,7 +58,7 @@ TEST_CASE("RGCN forward is two GEMMs, the second scaling rows and scattering int
   REQUIRE(fw.kernels.size() == 2);
   REQUIRE(count<intra::GemmInstance>(fw) == 2);
   const intra::GemmInstance& g = std::get<intra::GemmInstance>(fw.kernels[1]);
-  CHECK(g.edge_rows);
+  CHECK(g.rows == intra::Rows::Edges);
   CHECK(g.gather == intra::Gather::Src);
   CHECK(g.segments == intra::Segments::Etype);
   CHECK(g.scatter == intra::Gather::Dst);
@@ -122,7 +122,7 @@ TEST_CASE("weight gradients accumulated inside an inner edge loop: per-edge valu
   std::set<std::string> summed;
   for (const auto& k : bw.kernels)
     if (auto* ss = std::get_if<intra::SegmentSumInstance>(&k)) {
-      CHECK(ss->edge_rows);
+      CHECK(ss->rows == intra::Rows::Edges);
       CHECK(ss->segments == intra::Segments::Etype);
       CHECK(ss->numel == 1);
       const intra::TensorInfo* v = bw.find(ss->v);

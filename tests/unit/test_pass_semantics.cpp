@@ -345,10 +345,10 @@ TEST_CASE("hoist-node-transforms: gcn_shared's shared projection becomes an N-ro
     int gemms = 0;
     for (const intra::Kernel& k : p->kernels) {
       if (const auto* g = std::get_if<intra::GemmInstance>(&k)) {
-        CHECK_FALSE(g->edge_rows);  // x W and dX = dY W^T over the nodes
+        CHECK(g->rows == intra::Rows::Nodes);  // x W and dX = dY W^T over the nodes
         ++gemms;
       }
-      if (const auto* w = std::get_if<intra::WeightGradInstance>(&k)) CHECK_FALSE(w->edge_rows);  // dW = X^T dY
+      if (const auto* w = std::get_if<intra::WeightGradInstance>(&k)) CHECK(w->rows == intra::Rows::Nodes);  // dW = X^T dY
     }
     CHECK(gemms == 1);
   }

@@ -21,7 +21,17 @@ struct Error : std::runtime_error {
 
 class Interpreter {
  public:
-  Interpreter(const Program& p, const inter::HeteroGraph& g, inter::TensorMap& t) : p_(p), g_(g), t_(t) {}
+  Interpreter(const Program& p, const inter::HeteroGraph& g, inter::TensorMap& t) : p_(p), g_(g), t_(t) {
+    // The unique (source, edge type) pairs ordered by (etype, source), as the runtime numbers them.
+    std::map<std::pair<int, int64_t>, int64_t> pairs;
+    for (int64_t e = 0; e < g.num_edges(); ++e) pairs.emplace(std::pair{g.etype[e], g.src[e]}, 0);
+    for (auto& [key, row] : pairs) {
+      row = static_cast<int64_t>(pair_src_.size());
+      pair_src_.push_back(key.second);
+      pair_etype_.push_back(key.first);
+    }
+    for (int64_t e = 0; e < g.num_edges(); ++e) edge_pair_.push_back(pairs.at({g.etype[e], g.src[e]}));
+  }
 
   void run() {
     allocate();
@@ -37,6 +47,7 @@ class Interpreter {
       case inter::Per::Etype: return g_.num_etypes;
       case inter::Per::Ntype: return g_.num_ntypes;
       case inter::Per::None: return 1;
+      case inter::Per::Pair: return static_cast<int64_t>(pair_src_.size());
     }
     return 1;
   }
@@ -73,15 +84,26 @@ class Interpreter {
     return t_.at(tensor).data.data() + r * ti.row_numel();
   }
 
-  int64_t gathered(Gather g, int64_t r) const {
+  int64_t num_rows(Rows r) const {
+    switch (r) {
+      case Rows::Nodes: return g_.num_nodes;
+      case Rows::Edges: return g_.num_edges();
+      case Rows::Etypes: return g_.num_etypes;
+      case Rows::Pairs: return static_cast<int64_t>(pair_src_.size());
+    }
+    return 0;
+  }
+  int64_t gathered(Rows rows, Gather g, int64_t r) const {
+    if (rows == Rows::Pairs && g == Gather::Src) return pair_src_[static_cast<size_t>(r)];
+    if (rows == Rows::Pairs && g == Gather::Dst) throw Error("a pair has no destination");
     if (g == Gather::Src) return g_.src[static_cast<size_t>(r)];
     if (g == Gather::Dst) return g_.dst[static_cast<size_t>(r)];
     return r;
   }
-  int64_t segment(Segments s, bool edge_rows, int64_t r) const {
-    if (s == Segments::Etype) return g_.etype[static_cast<size_t>(r)];
+  int64_t segment(Segments s, Rows rows, int64_t r) const {
+    if (s == Segments::Etype) return rows == Rows::Pairs ? pair_etype_[static_cast<size_t>(r)] : g_.etype[static_cast<size_t>(r)];
     if (s == Segments::Ntype) {
-      if (edge_rows) throw Error("node-type segments over edge rows");
+      if (rows != Rows::Nodes) throw Error("node-type segments over rows other than nodes");
       return g_.ntype[static_cast<size_t>(r)];
     }
     return 0;
@@ -91,11 +113,11 @@ class Interpreter {
   void kernel(const GemmInstance& k) {
     const TensorInfo& w = info(k.w);
     bool per_head = w.shape.size() == 3;
-    int64_t n_rows = k.etype_rows ? g_.num_etypes : k.edge_rows ? g_.num_edges() : g_.num_nodes;
+    int64_t n_rows = num_rows(k.rows);
     for (int64_t r = 0; r < n_rows; ++r) {
-      const double* x = row(k.x, gathered(k.gather, r));
-      const double* slice = row(k.w, k.segments == Segments::None ? 0 : segment(k.segments, k.edge_rows, r));
-      double* y = row(k.y, gathered(k.scatter, r));
+      const double* x = row(k.x, gathered(k.rows, k.gather, r));
+      const double* slice = row(k.w, k.segments == Segments::None ? 0 : segment(k.segments, k.rows, r));
+      double* y = row(k.y, gathered(k.rows, k.scatter, r));
       double scale = k.row_scalar.empty() ? 1.0 : row(k.row_scalar, r)[0];
       for (int64_t h = 0; h < k.heads; ++h) {
         const double* wh = slice + (per_head ? h * k.k * k.n : 0);
@@ -111,16 +133,16 @@ class Interpreter {
   }
 
   void kernel(const WeightGradInstance& k) {
-    int64_t n_rows = k.etype_rows ? g_.num_etypes : k.edge_rows ? g_.num_edges() : g_.num_nodes;
+    int64_t n_rows = num_rows(k.rows);
     if (!k.accumulate) {  // dW = ...: every slice is overwritten, those of empty segments with zeros
       std::vector<double>& dw = t_.at(k.dw).data;
       std::fill(dw.begin(), dw.end(), 0.0);
     }
     for (int64_t r = 0; r < n_rows; ++r) {
-      const double* x = row(k.x, gathered(k.x_gather, r));
-      const double* dy = row(k.dy, gathered(k.dy_gather, r));
+      const double* x = row(k.x, gathered(k.rows, k.x_gather, r));
+      const double* dy = row(k.dy, gathered(k.rows, k.dy_gather, r));
       double scale = k.row_scalar.empty() ? 1.0 : row(k.row_scalar, r)[0];
-      double* dw = row(k.dw, k.segments == Segments::None ? 0 : segment(k.segments, k.edge_rows, r));
+      double* dw = row(k.dw, k.segments == Segments::None ? 0 : segment(k.segments, k.rows, r));
       for (int64_t h = 0; h < k.heads; ++h)
         for (int64_t i = 0; i < k.k; ++i)
           for (int64_t c = 0; c < k.n; ++c) dw[(h * k.k + i) * k.n + c] += x[h * k.k + i] * dy[h * k.n + c] * scale;
@@ -128,11 +150,29 @@ class Interpreter {
   }
 
   void kernel(const SegmentSumInstance& k) {
-    int64_t n_rows = k.edge_rows ? g_.num_edges() : g_.num_nodes;
+    int64_t n_rows = num_rows(k.rows);
     for (int64_t r = 0; r < n_rows; ++r) {
       const double* v = row(k.v, r);
-      double* dw = row(k.dw, k.segments == Segments::None ? 0 : segment(k.segments, k.edge_rows, r));
+      double* dw = row(k.dw, k.segments == Segments::None ? 0 : segment(k.segments, k.rows, r));
       for (int64_t j = 0; j < k.numel; ++j) dw[j] += v[j];
+    }
+  }
+
+  void kernel(const GatherSumInstance& k) {
+    const bool pairs = k.csr == GatherCsr::PairEdges;
+    const int64_t n_rows = pairs ? static_cast<int64_t>(pair_src_.size()) : g_.num_nodes;
+    std::vector<std::vector<int64_t>> members(static_cast<size_t>(n_rows));  // CSR order: ascending
+    if (pairs)
+      for (int64_t e = 0; e < g_.num_edges(); ++e) members[static_cast<size_t>(edge_pair_[static_cast<size_t>(e)])].push_back(e);
+    else
+      for (size_t q = 0; q < pair_src_.size(); ++q) members[static_cast<size_t>(pair_src_[q])].push_back(static_cast<int64_t>(q));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      double* y = row(k.y, r);
+      if (!k.accumulate) std::fill(y, y + k.numel, 0.0);
+      for (int64_t i : members[static_cast<size_t>(r)]) {
+        const double* x = row(k.x, i);
+        for (int64_t j = 0; j < k.numel; ++j) y[j] += x[j];
+      }
     }
   }
 
@@ -213,6 +253,7 @@ class Interpreter {
       if (base->name == r.node_var) return r.node;
       throw Error(fmt::format("{}: unknown row variable {}", r.k->name, base->name));
     }
+    if (base->kind == inter::ExprKind::Attr && base->name == "pair" && r.edge >= 0) return edge_pair_[static_cast<size_t>(r.edge)];
     if (base->kind == inter::ExprKind::Attr && (base->name == "src" || base->name == "dst") && r.edge >= 0)
       return (base->name == "src" ? g_.src : g_.dst)[static_cast<size_t>(r.edge)];
     throw Error(fmt::format("{}: not a row", r.k->name));
@@ -269,7 +310,9 @@ class Interpreter {
   };
 
   void kernel(const TraversalInstance& t) {
-    int64_t n_rows = t.rows == inter::LoopKind::Edges ? g_.num_edges() : g_.num_nodes;
+    int64_t n_rows = t.rows == inter::LoopKind::Edges      ? g_.num_edges()
+                     : t.rows == inter::LoopKind::SrcPairs ? static_cast<int64_t>(pair_src_.size())
+                                                           : g_.num_nodes;
     for (int64_t r = 0; r < n_rows; ++r) {
       Env env;
       env.ints[t.row] = r;
@@ -295,6 +338,9 @@ class Interpreter {
           case GraphArray::OutDst: env.ints[x->name] = g_.dst[e]; break;
           case GraphArray::Etype: env.ints[x->name] = g_.etype[e]; break;
           case GraphArray::Ntype: env.ints[x->name] = g_.ntype[e]; break;
+          case GraphArray::PairSrc: env.ints[x->name] = pair_src_[e]; break;
+          case GraphArray::PairEtype: env.ints[x->name] = pair_etype_[e]; break;
+          case GraphArray::EdgePair: env.ints[x->name] = edge_pair_[e]; break;
         }
       } else if (auto* d = std::get_if<Def>(&in.v)) {
         env.regs[d->name] = source(*d, env);
@@ -372,6 +418,8 @@ class Interpreter {
   const Program& p_;
   const inter::HeteroGraph& g_;
   inter::TensorMap& t_;
+  std::vector<int64_t> pair_src_, edge_pair_;  // each pair's source, each edge's pair
+  std::vector<int> pair_etype_;
 };
 
 }  // namespace

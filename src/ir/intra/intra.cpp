@@ -36,6 +36,7 @@ std::set<std::string> kernel_writes(const Kernel& k) {
   if (auto* g = std::get_if<GemmInstance>(&k)) out.insert(g->y);
   if (auto* w = std::get_if<WeightGradInstance>(&k)) out.insert(w->dw);
   if (auto* s = std::get_if<SegmentSumInstance>(&k)) out.insert(s->dw);
+  if (auto* s = std::get_if<GatherSumInstance>(&k)) out.insert(s->y);
   if (auto* t = std::get_if<TorchInstance>(&k)) out.insert(t->target);
   if (auto* t = std::get_if<TraversalInstance>(&k)) traversal_stores(t->body, out);
   return out;
@@ -48,6 +49,8 @@ std::set<std::string> kernel_reads(const Kernel& k) {
   if (auto* w = std::get_if<WeightGradInstance>(&k)) out = {w->x, w->dy};
   if (auto* w = std::get_if<WeightGradInstance>(&k); w && w->accumulate) out.insert(w->dw);
   if (auto* s = std::get_if<SegmentSumInstance>(&k)) out = {s->v, s->dw};
+  if (auto* s = std::get_if<GatherSumInstance>(&k)) out = {s->x};
+  if (auto* s = std::get_if<GatherSumInstance>(&k); s && s->accumulate) out.insert(s->y);
   for (const std::string* scalar : {std::get_if<GemmInstance>(&k) ? &std::get<GemmInstance>(k).row_scalar : nullptr,
                                     std::get_if<WeightGradInstance>(&k) ? &std::get<WeightGradInstance>(k).row_scalar : nullptr})
     if (scalar && !scalar->empty()) out.insert(*scalar);
@@ -117,7 +120,7 @@ std::string wgrad_kernel_text(const WeightGradInstance& w) {
 GemmKernelChoice gemm_kernel_choice(const Program& p, const GemmInstance& g) {
   if (g.dtype == inter::DType::FP32) return {};
   auto no = [](std::string reason) { return GemmKernelChoice{false, std::move(reason)}; };
-  if (g.etype_rows) return no("rows=etypes");
+  if (g.rows == Rows::Etypes) return no("rows=etypes");
   if (g.heads != 1) return no("heads > 1");
   if (g.k % 32 != 0) return no("k % 32");
   if (g.n % 64 != 0) return no("n % 64");
@@ -178,7 +181,17 @@ const char* to_string(Segments s) { return s == Segments::None ? "-" : s == Segm
 
 std::string gathered_row(Gather g) { return g == Gather::None ? "row" : g == Gather::Src ? "src[row]" : "dst[row]"; }
 
-const char* rows_name(bool edge_rows, bool etype_rows) { return etype_rows ? "etypes" : edge_rows ? "edges" : "nodes"; }
+const char* to_string(GatherCsr c) { return c == GatherCsr::PairEdges ? "pair_edges" : "node_pairs"; }
+
+const char* to_string(Rows r) {
+  switch (r) {
+    case Rows::Nodes: return "nodes";
+    case Rows::Edges: return "edges";
+    case Rows::Etypes: return "etypes";
+    case Rows::Pairs: return "pairs";
+  }
+  return "?";
+}
 
 bool traversal_supports(const inter::ExprP& e) {
   using inter::ExprKind;
@@ -207,7 +220,7 @@ std::string print_gemm(const Program& p, const GemmInstance& g) {
   std::string out = fmt::format("gemm {}:  {} {} · {}[{}]{}{}\n", g.name, y, x, g.w, to_string(g.segments), g.transpose_w ? "^T" : "",
                                 g.row_scalar.empty() ? "" : fmt::format(" * {}[row]", g.row_scalar));
   out += fmt::format("    rows={} heads={} k={} n={} dtype={} tile={} coarsen={} store={} kernel={}{}\n",
-                     rows_name(g.edge_rows, g.etype_rows), g.heads, g.k, g.n, inter::to_string(g.dtype), g.tile, g.coarsen,
+                     to_string(g.rows), g.heads, g.k, g.n, inter::to_string(g.dtype), g.tile, g.coarsen,
                      g.scatter != Gather::None ? "atomic" : g.accumulate ? "add" : "plain", gemm_kernel_text(p, g),
                      g.launch_bounds ? fmt::format(" launch_bounds={}", *g.launch_bounds) : "");
   return out + fmt::format("    from: {}\n", g.source);
@@ -217,14 +230,19 @@ std::string print_wgrad(const WeightGradInstance& w) {
   std::string out = fmt::format("wgrad {}:  {}[{}] {}= sum over rows {}[{}]^T · {}[{}]{}\n", w.name, w.dw, to_string(w.segments),
                                 w.accumulate ? "+" : "", w.x, gathered_row(w.x_gather), w.dy, gathered_row(w.dy_gather),
                                 w.row_scalar.empty() ? "" : fmt::format(" * {}[row]", w.row_scalar));
-  out += fmt::format("    rows={} heads={} k={} n={} dtype={} kernel={} deterministic\n", rows_name(w.edge_rows, w.etype_rows),
+  out += fmt::format("    rows={} heads={} k={} n={} dtype={} kernel={} deterministic\n", to_string(w.rows),
                      w.heads, w.k, w.n, inter::to_string(w.dtype), wgrad_kernel_text(w));
   return out + fmt::format("    from: {}\n", w.source);
 }
 
 std::string print_segsum(const SegmentSumInstance& s) {
   return fmt::format("segsum {}:  {}[{}] += sum over rows {}[row]\n    rows={} numel={} deterministic\n    from: {}\n", s.name, s.dw,
-                     to_string(s.segments), s.v, s.edge_rows ? "edges" : "nodes", s.numel, s.source);
+                     to_string(s.segments), s.v, to_string(s.rows), s.numel, s.source);
+}
+
+std::string print_gathersum(const GatherSumInstance& s) {
+  return fmt::format("gathersum {}:  {}[row] {}= sum over {}.{}(row) {}[i]\n    numel={} deterministic\n    from: {}\n", s.name, s.y,
+                     s.accumulate ? "+" : "", layout::kCompactSrc, to_string(s.csr), s.x, s.numel, s.source);
 }
 
 std::string print_torch(const TorchInstance& t) {
@@ -275,6 +293,7 @@ std::string print_program(const Program& p) {
           if constexpr (std::is_same_v<T, GemmInstance>) return print_gemm(p, x);
           else if constexpr (std::is_same_v<T, WeightGradInstance>) return print_wgrad(x);
           else if constexpr (std::is_same_v<T, SegmentSumInstance>) return print_segsum(x);
+          else if constexpr (std::is_same_v<T, GatherSumInstance>) return print_gathersum(x);
           else if constexpr (std::is_same_v<T, TorchInstance>) return print_torch(x);
           else return print_traversal(x);
         },
@@ -333,32 +352,43 @@ class ProgramVerifier {
     return err.empty() ? t : nullptr;
   }
 
-  std::string rows(const std::string& kernel, const TensorInfo& t, bool edge_rows, Gather g, const char* what) const {
-    if (g != Gather::None && !edge_rows)
-      return fmt::format("{}: {} '{}' is gathered through src/dst, which needs edge rows", kernel, what, t.name);
-    if (t.per == inter::Per::Edge && (!edge_rows || g != Gather::None))
-      return fmt::format("{}: {} '{}' has a row per edge, read as {}", kernel, what, t.name, g == Gather::None ? "nodes" : "gathered node rows");
-    if (t.per == inter::Per::Node && edge_rows && g == Gather::None)
-      return fmt::format("{}: {} '{}' has a row per node, read per edge without a gather", kernel, what, t.name);
-    if (t.per != inter::Per::Edge && t.per != inter::Per::Node)
+  // A row operand of an instance over rows `r`: its own rows (a row per node, edge or pair), or node rows gathered
+  // through the edge's (the pair's) source or destination.
+  std::string rows(const std::string& kernel, const TensorInfo& t, Rows r, Gather g, const char* what) const {
+    if (t.per != inter::Per::Edge && t.per != inter::Per::Node && t.per != inter::Per::Pair)
       return fmt::format("{}: {} '{}' is a weight, not a row operand", kernel, what, t.name);
-    if (g != Gather::None && !p_.layouts.count(layout::kSortedCoo))
+    if (g != Gather::None && r != Rows::Edges && r != Rows::Pairs)
+      return fmt::format("{}: {} '{}' is gathered through src/dst, which needs edge or pair rows", kernel, what, t.name);
+    if (g == Gather::Dst && r == Rows::Pairs)
+      return fmt::format("{}: {} '{}' is gathered through dst, but a (source, edge type) pair has no destination", kernel,
+                         what, t.name);
+    const inter::Per own = r == Rows::Edges ? inter::Per::Edge : r == Rows::Pairs ? inter::Per::Pair : inter::Per::Node;
+    if (g == Gather::None && t.per != own)
+      return fmt::format("{}: {} '{}' has a row per {}, read per {} without a gather", kernel, what, t.name,
+                         inter::to_string(t.per), inter::to_string(own));
+    if (g != Gather::None && t.per != inter::Per::Node)
+      return fmt::format("{}: {} '{}' has a row per {}, but only node rows are gathered", kernel, what, t.name,
+                         inter::to_string(t.per));
+    if (r == Rows::Pairs && !p_.layouts.count(layout::kCompactSrc))
+      return fmt::format("{}: pair rows need the layout '{}'", kernel, layout::kCompactSrc);
+    if (r == Rows::Edges && g != Gather::None && !p_.layouts.count(layout::kSortedCoo))
       return fmt::format("{}: gathers through src/dst need the layout '{}'", kernel, layout::kSortedCoo);
     return {};
   }
 
   // Rows over the edge types: every row operand holds a row per edge type; nothing is gathered, scattered,
   // segmented or scaled per row.
-  std::string etype_rows(const std::string& kernel, std::initializer_list<const TensorInfo*> operands, bool edge_rows,
-                         bool plain) const {
-    if (edge_rows) return fmt::format("{}: rows=etypes and edge rows at once", kernel);
+  std::string etype_rows(const std::string& kernel, std::initializer_list<const TensorInfo*> operands, bool plain) const {
     if (!plain) return fmt::format("{}: rows=etypes has no gathers, scatters, segments or row scalars", kernel);
     for (const TensorInfo* t : operands)
       if (t->per != inter::Per::Etype) return fmt::format("{}: '{}' has no row per edge type (rows=etypes)", kernel, t->name);
     return {};
   }
 
-  std::string segments(const std::string& kernel, Segments s, const TensorInfo& w) const {
+  std::string segments(const std::string& kernel, Rows r, Segments s, const TensorInfo& w) const {
+    if (s == Segments::Etype && r != Rows::Edges && r != Rows::Pairs)
+      return fmt::format("{}: per-edge-type segments need edge or pair rows", kernel);
+    if (s == Segments::Ntype && r != Rows::Nodes) return fmt::format("{}: per-node-type segments need node rows", kernel);
     if (s == Segments::Etype && (w.per != inter::Per::Etype || !p_.layouts.count(layout::kSortedCoo)))
       return fmt::format("{}: per-edge-type segments need '{}' per etype and the layout '{}'", kernel, w.name, layout::kSortedCoo);
     if (s == Segments::Ntype && (w.per != inter::Per::Ntype || !p_.layouts.count(layout::kNtypePtr)))
@@ -422,21 +452,21 @@ class ProgramVerifier {
       return fmt::format("{}: output rows of {} have {} elements, expected {} x {}", g.name, g.y, y->row_numel(), g.heads, g.n);
     int64_t slice = w->row_numel() / (w->shape.size() == 3 ? g.heads : 1);
     if (slice != g.k * g.n) return fmt::format("{}: weight {} slices have {} elements, expected {} x {}", g.name, g.w, slice, g.k, g.n);
-    if (g.etype_rows) {
+    if (g.rows == Rows::Etypes) {
       bool plain = g.gather == Gather::None && g.scatter == Gather::None && g.segments == Segments::None && g.row_scalar.empty();
-      if (std::string e = etype_rows(g.name, {x, y}, g.edge_rows, plain); !e.empty()) return e;
-      return segments(g.name, g.segments, *w);
+      if (std::string e = etype_rows(g.name, {x, y}, plain); !e.empty()) return e;
+      return segments(g.name, g.rows, g.segments, *w);
     }
-    if (std::string e = rows(g.name, *x, g.edge_rows, g.gather, "input"); !e.empty()) return e;
-    if (std::string e = rows(g.name, *y, g.edge_rows, g.scatter, "output"); !e.empty()) return e;
+    if (std::string e = rows(g.name, *x, g.rows, g.gather, "input"); !e.empty()) return e;
+    if (std::string e = rows(g.name, *y, g.rows, g.scatter, "output"); !e.empty()) return e;
     if (g.scatter != Gather::None && g.accumulate) return fmt::format("{}: a scatter is an accumulation already", g.name);
     if (!g.row_scalar.empty()) {
       const TensorInfo* s = operand(g.name, g.row_scalar, false, err);
       if (!s) return err;
-      if (s->row_numel() != 1 || s->per != (g.edge_rows ? inter::Per::Edge : inter::Per::Node))
-        return fmt::format("{}: row scalar '{}' is not one value per row", g.name, s->name);
+      if (std::string e = rows(g.name, *s, g.rows, Gather::None, "row scalar"); !e.empty()) return e;
+      if (s->row_numel() != 1) return fmt::format("{}: row scalar '{}' is not one value per row", g.name, s->name);
     }
-    return segments(g.name, g.segments, *w);
+    return segments(g.name, g.rows, g.segments, *w);
   }
 
   std::string check(const WeightGradInstance& wg) const {
@@ -459,14 +489,30 @@ class ProgramVerifier {
                          x->row_numel(), dy->row_numel(), wg.heads, wg.k, wg.heads, wg.n);
     if (dw->row_numel() != wg.heads * wg.k * wg.n)
       return fmt::format("{}: '{}' slices have {} elements, expected {} x {} x {}", wg.name, wg.dw, dw->row_numel(), wg.heads, wg.k, wg.n);
-    if (wg.etype_rows) {
+    if (wg.rows == Rows::Etypes) {
       bool plain = wg.x_gather == Gather::None && wg.dy_gather == Gather::None && wg.segments == Segments::None && wg.row_scalar.empty();
-      if (std::string e = etype_rows(wg.name, {x, dy}, wg.edge_rows, plain); !e.empty()) return e;
-      return segments(wg.name, wg.segments, *dw);
+      if (std::string e = etype_rows(wg.name, {x, dy}, plain); !e.empty()) return e;
+      return segments(wg.name, wg.rows, wg.segments, *dw);
     }
-    if (std::string e = rows(wg.name, *x, wg.edge_rows, wg.x_gather, "input"); !e.empty()) return e;
-    if (std::string e = rows(wg.name, *dy, wg.edge_rows, wg.dy_gather, "input"); !e.empty()) return e;
-    return segments(wg.name, wg.segments, *dw);
+    if (std::string e = rows(wg.name, *x, wg.rows, wg.x_gather, "input"); !e.empty()) return e;
+    if (std::string e = rows(wg.name, *dy, wg.rows, wg.dy_gather, "input"); !e.empty()) return e;
+    return segments(wg.name, wg.rows, wg.segments, *dw);
+  }
+
+  std::string check(const GatherSumInstance& s) const {
+    std::string err;
+    const TensorInfo *x = operand(s.name, s.x, false, err), *y = x ? operand(s.name, s.y, true, err) : nullptr;
+    if (!y) return err;
+    if (!p_.layouts.count(layout::kCompactSrc))
+      return fmt::format("{}: a gather sum over {} needs the layout '{}'", s.name, to_string(s.csr), layout::kCompactSrc);
+    if (x->row_numel() != s.numel || y->row_numel() != s.numel)
+      return fmt::format("{}: rows of {} and {} have {} and {} elements, expected {}", s.name, s.x, s.y, x->row_numel(),
+                         y->row_numel(), s.numel);
+    const bool pairs = s.csr == GatherCsr::PairEdges;
+    if (x->per != (pairs ? inter::Per::Edge : inter::Per::Pair) || y->per != (pairs ? inter::Per::Pair : inter::Per::Node))
+      return fmt::format("{}: {} sums {} rows into {} rows, not {} into {}", s.name, to_string(s.csr), pairs ? "edge" : "pair",
+                         pairs ? "pair" : "node", inter::to_string(x->per), inter::to_string(y->per));
+    return {};
   }
 
   std::string check(const SegmentSumInstance& s) const {
@@ -476,8 +522,9 @@ class ProgramVerifier {
     if (v->row_numel() != s.numel || dw->row_numel() != s.numel)
       return fmt::format("{}: rows of {} and slices of {} have {} and {} elements, expected {}", s.name, s.v, s.dw, v->row_numel(),
                          dw->row_numel(), s.numel);
-    if (std::string e = rows(s.name, *v, s.edge_rows, Gather::None, "input"); !e.empty()) return e;
-    return segments(s.name, s.segments, *dw);
+    if (s.rows == Rows::Etypes) return fmt::format("{}: a segment sum runs over node, edge or pair rows", s.name);
+    if (std::string e = rows(s.name, *v, s.rows, Gather::None, "input"); !e.empty()) return e;
+    return segments(s.name, s.rows, s.segments, *dw);
   }
 
   std::string check(const TorchInstance& t) const {

@@ -77,16 +77,20 @@ const char* cuda_type(inter::DType storage);  // float, __nv_bfloat16, __half (T
 inter::DType model_storage(inter::DType model);
 const char* to_string(Segments s);  // -, etype, ntype
 std::string gathered_row(Gather g); // row, src[row], dst[row]
-const char* rows_name(bool edge_rows, bool etype_rows = false);  // edges, nodes, etypes
+// The rows a GEMM, weight-gradient or segment-sum instance runs over. Edge rows are in edge-type-sorted order
+// (segments: etype_ptr; gathers: src[row], dst[row]); node rows in node order (segments: ntype_ptr); etype rows one
+// per edge type; pair rows the unique (source node, edge type) pairs of compact materialization, ordered by
+// (etype, source) (segments: unique_src_etype_ptr; gathers: the pair's source unique_src[row]).
+enum class Rows { Nodes, Edges, Etypes, Pairs };
+const char* to_string(Rows r);  // nodes, edges, etypes, pairs
 
 struct GemmInstance {
   std::string name;
   std::string x, w, y;  // tensors
-  bool edge_rows = false;
-  // Rows are the edge types (rows=etypes): X and Y hold a row per edge type (X a per-etype weight or tensor),
-  // no gather, scatter, segments or row scalar. A product that depends only on the edge type (a weight row
-  // projected by a shared weight) is computed once per type and read by the edges through etype[e].
-  bool etype_rows = false;
+  // Rows::Etypes: X and Y hold a row per edge type (X a per-etype weight or tensor), no gather, scatter, segments
+  // or row scalar. A product that depends only on the edge type (a weight row projected by a shared weight) is
+  // computed once per type and read by the edges through etype[e].
+  Rows rows = Rows::Nodes;
   Gather gather = Gather::None;
   Segments segments = Segments::None;
   Gather scatter = Gather::None;  // Src/Dst: atomically add each output row into y[src[e]] / y[dst[e]]
@@ -134,8 +138,7 @@ struct WeightGradInstance {
   std::string x, dy, dw;
   Gather x_gather = Gather::None, dy_gather = Gather::None;
   std::string row_scalar;  // scales DY rows, or empty
-  bool edge_rows = false;
-  bool etype_rows = false;  // rows are the edge types (as GemmInstance::etype_rows; no segments)
+  Rows rows = Rows::Nodes;  // Rows::Etypes as for GemmInstance: no segments
   Segments segments = Segments::None;
   // dW += (another instance wrote dW before); else dW = (it overwrites every slice: dW needs no zeroing).
   bool accumulate = true;
@@ -159,9 +162,24 @@ std::string wgrad_kernel_text(const WeightGradInstance& w);
 struct SegmentSumInstance {
   std::string name;
   std::string v, dw;
-  bool edge_rows = false;
+  Rows rows = Rows::Nodes;  // nodes, edges or pairs
   Segments segments = Segments::None;
   int64_t numel = 1;
+  std::string source;
+};
+
+// y[r] (+)= the sum of x over the entries of row r of a CSR of the compact pair layout, in CSR order: the
+// deterministic sum of per-edge (per-pair) values into the rows they belong to, gathers only. One warp per row.
+//   pair_edges  rows are the (source, edge type) pairs, x has a row per edge: the edges of each pair
+//   node_pairs  rows are the nodes, x has a row per pair: the pairs of each source node
+enum class GatherCsr { PairEdges, NodePairs };
+const char* to_string(GatherCsr c);  // pair_edges, node_pairs
+struct GatherSumInstance {
+  std::string name;
+  std::string x, y;
+  GatherCsr csr = GatherCsr::PairEdges;
+  bool accumulate = false;  // y += (y holds data already), else y =
+  int64_t numel = 1;        // elements per row
   std::string source;
 };
 
@@ -176,7 +194,8 @@ struct TorchInstance {
   std::string target;                               // the tensor the statement writes
 };
 
-using Kernel = std::variant<GemmInstance, TraversalInstance, WeightGradInstance, SegmentSumInstance, TorchInstance>;
+using Kernel =
+    std::variant<GemmInstance, TraversalInstance, WeightGradInstance, SegmentSumInstance, GatherSumInstance, TorchInstance>;
 
 // A traversal stage as the lowering cuts it out of the inter-operator IR (what a traversal instance is lowered
 // from, passes::lower_traversal): the fused loop nest, its statements reading materialised tensors by name.
@@ -214,6 +233,7 @@ struct Program {
 // Graph layout names (the keys of the runtime's preprocessing).
 namespace layout {
 inline constexpr const char* kSortedCoo = "etype_sorted_coo";  // src, dst, etype sorted by etype + etype_ptr
+inline constexpr const char* kCompactSrc = "compact_src_etype";  // unique (src, etype) pairs and their mappings
 inline constexpr const char* kCsrByDst = "csr_by_dst";         // incoming edges per node
 inline constexpr const char* kCsrBySrc = "csr_by_src";         // outgoing edges per node
 inline constexpr const char* kNtypePtr = "ntype_ptr";          // node-type segments (nodes sorted by type)

@@ -28,6 +28,7 @@ int64_t gemm_threads(int tile, int coarsen) {
 int64_t gemm_shared_bytes(int tile) { return 2 * static_cast<int64_t>(tile) * (tile + 1) * 4; }
 
 constexpr int64_t kSegsumThreads = 256;  // hectorgen::segment_sum_partials_kernel (runtime/include/hectorgen/segments.cuh)
+constexpr int64_t kGatherSumThreads = 256;  // gather-sum kernels: one warp per row (emit/cuda.cpp emit_gathersum)
 
 // The weight gradient's partial-sums kernels (runtime/include/hectorgen/simt_wgrad.cuh and tc_gemm.cuh, struct
 // Wgrad): 64 x 64 tiles of dW over slabs of 32 rows, staged in shared memory (SIMT: fp32 rows of 64 + 4; tensor
@@ -123,6 +124,12 @@ LaunchConfig launch_config(const Program& p, const Kernel& k) {
     c.static_shared_bytes = kSegsumThreads * 4;
     c.x = GridExtent{s.segments == Segments::None ? 1 : 0, s.segments == Segments::None ? 0 : 1, 128, 0, true};
     c.y = GridExtent::constant(std::min(ceil_div(s.numel, limits::kWarp), limits::kGridYZ));
+    c.z = GridExtent::constant(1);
+  } else if (std::holds_alternative<GatherSumInstance>(k)) {
+    // One warp per row (a pair or a node), striding over the rows past its grid.
+    c.threads = kGatherSumThreads;
+    c.x.rows_per_block = kGatherSumThreads / limits::kWarp;
+    c.y = GridExtent::constant(1);
     c.z = GridExtent::constant(1);
   } else if (auto* tp = std::get_if<TraversalInstance>(&k)) {
     // One warp per row; the kernel strides over the rows past its grid.

@@ -297,11 +297,13 @@ class TraversalParser {
     c.expect("rows=");
     size_t at = c.pos();
     std::string layout = walked(c);
-    std::string rows = c.ident("edges, dst_nodes or src_nodes");
+    std::string rows = c.ident("edges, dst_nodes, src_nodes or src_etype_pairs");
     if (rows == "edges") t.rows = inter::LoopKind::Edges;
     else if (rows == "dst_nodes") t.rows = inter::LoopKind::DstNodes;
     else if (rows == "src_nodes") t.rows = inter::LoopKind::SrcNodes;
-    else c.fail_at(at + (layout.empty() ? 0 : layout.size() + 1), fmt::format("unknown row loop '{}' (edges, dst_nodes or src_nodes)", rows));
+    else if (rows == "src_etype_pairs") t.rows = inter::LoopKind::SrcPairs;
+    else c.fail_at(at + (layout.empty() ? 0 : layout.size() + 1),
+                   fmt::format("unknown row loop '{}' (edges, dst_nodes, src_nodes or src_etype_pairs)", rows));
     check_layout(c, at, layout, t.rows, rows);
     c.expect("(");
     t.row = c.ident("the row variable");
@@ -454,17 +456,14 @@ Segments parse_segments(Cursor& c) {
 }
 
 // rows=edges | nodes (| etypes, where `etypes` is given): whether the rows are edges.
-bool parse_rows(Cursor& c, bool* etypes = nullptr) {
+Rows parse_rows(Cursor& c) {
   c.expect("rows=");
   size_t at = c.pos();
-  std::string r = c.ident(etypes ? "edges, nodes or etypes" : "edges or nodes");
-  if (etypes && r == "etypes") {
-    *etypes = true;
-    return false;
-  }
-  if (r != "edges" && r != "nodes")
-    c.fail_at(at, fmt::format("expected rows=edges{} or rows=nodes, not '{}'", etypes ? ", rows=etypes" : "", r));
-  return r == "edges";
+  std::string r = c.ident("nodes, edges, etypes or pairs");
+  for (Rows k : {Rows::Nodes, Rows::Edges, Rows::Etypes, Rows::Pairs})
+    if (r == to_string(k)) return k;
+  c.fail_at(at, fmt::format("expected rows=nodes, edges, etypes or pairs, not '{}'", r));
+  return Rows::Nodes;
 }
 
 int64_t parse_key(Cursor& c, const char* key) {
@@ -634,8 +633,9 @@ class ProgramParser {
     if (t.rfind("gemm ", 0) == 0) return gemm();
     if (t.rfind("wgrad ", 0) == 0) return wgrad();
     if (t.rfind("segsum ", 0) == 0) return segsum();
+    if (t.rfind("gathersum ", 0) == 0) return gathersum();
     if (t.rfind("torch ", 0) == 0) return torch();
-    Cursor(f_, d_, head).fail("expected a kernel (gemm, traversal, wgrad, segsum or torch)");
+    Cursor(f_, d_, head).fail("expected a kernel (gemm, traversal, wgrad, segsum, gathersum or torch)");
   }
 
   Kernel traversal() {
@@ -681,7 +681,7 @@ class ProgramParser {
     }
     {
       Cursor c = body_line("rows=... heads=... k=... n=... dtype=... tile=... coarsen=... store=... kernel=...");
-      g.edge_rows = parse_rows(c, &g.etype_rows);
+      g.rows = parse_rows(c);
       g.heads = parse_key(c, "heads");
       g.k = parse_key(c, "k");
       g.n = parse_key(c, "n");
@@ -748,7 +748,7 @@ class ProgramParser {
     }
     {
       Cursor c = body_line("rows=... heads=... k=... n=... dtype=... kernel=... deterministic");
-      w.edge_rows = parse_rows(c, &w.etype_rows);
+      w.rows = parse_rows(c);
       w.heads = parse_key(c, "heads");
       w.k = parse_key(c, "k");
       w.n = parse_key(c, "n");
@@ -791,7 +791,48 @@ class ProgramParser {
     }
     {
       Cursor c = body_line("rows=... numel=... deterministic");
-      s.edge_rows = parse_rows(c);
+      s.rows = parse_rows(c);
+      s.numel = parse_key(c, "numel");
+      c.expect("deterministic");
+      c.end();
+    }
+    s.source = from();
+    return s;
+  }
+
+  // gathersum NAME:  y[row] (+)= sum over compact_src_etype.pair_edges(row) x[i]
+  Kernel gathersum() {
+    GatherSumInstance s;
+    {
+      Cursor c = line("gathersum");
+      c.expect("gathersum");
+      s.name = c.ident("a kernel name");
+      c.expect(":");
+      s.y = c.ident("the summed-into tensor");
+      c.expect("[");
+      c.expect("row");
+      c.expect("]");
+      s.accumulate = c.accept("+=");
+      if (!s.accumulate) c.expect("=");
+      c.expect("sum");
+      c.expect("over");
+      c.expect(std::string(layout::kCompactSrc) + ".");
+      size_t at = c.pos();
+      std::string csr = c.ident("pair_edges or node_pairs");
+      if (csr == "pair_edges") s.csr = GatherCsr::PairEdges;
+      else if (csr == "node_pairs") s.csr = GatherCsr::NodePairs;
+      else c.fail_at(at, fmt::format("unknown CSR '{}' (pair_edges or node_pairs)", csr));
+      c.expect("(");
+      c.expect("row");
+      c.expect(")");
+      s.x = c.ident("the summed tensor");
+      c.expect("[");
+      c.expect("i");
+      c.expect("]");
+      c.end();
+    }
+    {
+      Cursor c = body_line("numel=... deterministic");
       s.numel = parse_key(c, "numel");
       c.expect("deterministic");
       c.end();

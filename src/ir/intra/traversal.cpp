@@ -89,7 +89,8 @@ std::vector<std::string> regs_of(const ValueP& v) {
 }
 
 namespace {
-constexpr std::array<const char*, 6> kArrays = {"src", "dst", "etype", "in_src", "out_dst", "ntype"};
+constexpr std::array<const char*, 9> kArrays = {"src",      "dst",        "etype",    "in_src",   "out_dst",
+                                                "ntype",    "pair_src",   "pair_etype", "edge_pair"};
 }
 
 const char* to_string(GraphArray a) { return kArrays[static_cast<size_t>(a)]; }
@@ -103,6 +104,7 @@ std::optional<GraphArray> parse_graph_array(std::string_view s) {
 const char* walked_layout(inter::LoopKind k) {
   switch (k) {
     case inter::LoopKind::Edges: return layout::kSortedCoo;
+    case inter::LoopKind::SrcPairs: return layout::kCompactSrc;
     case inter::LoopKind::IncomingEdges: return layout::kCsrByDst;
     case inter::LoopKind::OutgoingEdges: return layout::kCsrBySrc;
     default: return "";
@@ -114,6 +116,8 @@ bool is_kernel_reserved(std::string_view name) {
       // declared or called by the printed kernel
       "lane", "first_row", "row_stride", "num_rows", "j", "m", "partial", "total", "warp_sum", "warp_max", "leaky_relu",
       "in_ptr", "in_eid", "out_ptr", "out_eid", "src", "dst", "etype", "in_src", "out_dst", "ntype",
+      "pair_src", "pair_etype_ptr", "edge_pair", "pair_edge_ptr", "pair_edge_eid", "node_pair_ptr", "node_pair",
+      "num_etypes", "segment_of",
       // CUDA
       "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "atomicAdd", "expf", "sqrtf", "tanhf", "fmaxf",
       // C++ keywords and the types the printer spells

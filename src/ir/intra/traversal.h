@@ -2,8 +2,9 @@
 //
 // A traversal instance holds every decision the CUDA printer needs, so the printer decides nothing:
 //
-//   rows        the row loop: edges (walked in edge-type-sorted order), dst_nodes or src_nodes; one warp
-//               owns one row at a time (grid-stride loop over the rows)
+//   rows        the row loop: edges (walked in edge-type-sorted order), dst_nodes, src_nodes, or the unique
+//               (source, edge type) pairs of compact materialization (src_etype_pairs, ordered by (etype, source));
+//               one warp owns one row at a time (grid-stride loop over the rows)
 //   for         inner loops over the incoming (csr_by_dst) or outgoing (csr_by_src) edges of the row node
 //   index       an integer read from a graph array: e_src = src[e], e_etype = etype[e], e_src = in_src[i_e]
 //   let / var   a register value (immutable / mutable) with its type: shape and per-lane layout.
@@ -107,8 +108,9 @@ std::vector<std::string> regs_of(const ValueP& v);
 // Instructions
 // ---------------------------------------------------------------------------------------------------
 // Graph arrays an index reads: src/dst/etype are indexed by edge id, in_src/out_dst by the position in a
-// CSR (the inner loop's position variable), ntype by node id.
-enum class GraphArray { Src, Dst, Etype, InSrc, OutDst, Ntype };
+// CSR (the inner loop's position variable), ntype by node id; pair_src/pair_etype by pair (the pair's source and
+// edge type), edge_pair by edge id (the edge's (source, edge type) pair).
+enum class GraphArray { Src, Dst, Etype, InSrc, OutDst, Ntype, PairSrc, PairEtype, EdgePair };
 const char* to_string(GraphArray a);
 std::optional<GraphArray> parse_graph_array(std::string_view s);
 
@@ -189,7 +191,7 @@ struct Instr {
 
 struct TraversalInstance {
   std::string name;
-  inter::LoopKind rows = inter::LoopKind::Edges;  // Edges, DstNodes or SrcNodes
+  inter::LoopKind rows = inter::LoopKind::Edges;  // Edges, DstNodes, SrcNodes or SrcPairs
   std::string row;                                 // the row variable
   int threads = 256;
   std::vector<Instr> body;
@@ -199,8 +201,8 @@ struct TraversalInstance {
 // every kernel (lane, first_row, warp_sum, the graph arrays, ...), C++ keywords and CUDA built-ins.
 bool is_kernel_reserved(std::string_view name);
 
-// The graph layout a loop walks (etype_sorted_coo for edge rows, csr_by_dst / csr_by_src for inner loops),
-// or "" (node rows: the nodes in order).
+// The graph layout a loop walks (etype_sorted_coo for edge rows, compact_src_etype for pair rows, csr_by_dst /
+// csr_by_src for inner loops), or "" (node rows: the nodes in order).
 const char* walked_layout(inter::LoopKind k);
 
 // Why the lanes cannot split the loop's iterations, or "" when they can: the body holds only scalar or

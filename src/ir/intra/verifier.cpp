@@ -14,7 +14,7 @@ namespace {
 bool is_node_rows(inter::LoopKind k) { return k == inter::LoopKind::DstNodes || k == inter::LoopKind::SrcNodes; }
 
 // What a name in scope is.
-enum class NameKind { EdgeVar, NodeVar, Position, EtypeIndex, NtypeIndex, NodeIndex, Register };
+enum class NameKind { EdgeVar, NodeVar, PairVar, Position, EtypeIndex, NtypeIndex, NodeIndex, PairIndex, Register };
 
 struct Binding {
   NameKind kind;
@@ -27,14 +27,17 @@ class TraversalVerifier {
   TraversalVerifier(const Program& p, const TraversalInstance& t) : p_(p), t_(t) {}
 
   std::string run() {
-    if (t_.rows != inter::LoopKind::Edges && !is_node_rows(t_.rows))
-      return fail("the row loop must be over edges, dst_nodes or src_nodes");
+    const bool pairs = t_.rows == inter::LoopKind::SrcPairs;
+    if (t_.rows != inter::LoopKind::Edges && !is_node_rows(t_.rows) && !pairs)
+      return fail("the row loop must be over edges, dst_nodes, src_nodes or src_etype_pairs");
     if (t_.rows == inter::LoopKind::Edges && !p_.layouts.count(layout::kSortedCoo))
       return fail(fmt::format("an edge row loop walks the layout '{}', which the program does not have", layout::kSortedCoo));
+    if (pairs && !p_.layouts.count(layout::kCompactSrc))
+      return fail(fmt::format("a pair row loop walks the layout '{}', which the program does not have", layout::kCompactSrc));
     collect_stores(t_.body);
     scopes_.emplace_back();
-    if (!declare(t_.row, Binding{t_.rows == inter::LoopKind::Edges ? NameKind::EdgeVar : NameKind::NodeVar, nullptr, true}))
-      return error_;
+    const NameKind row = t_.rows == inter::LoopKind::Edges ? NameKind::EdgeVar : pairs ? NameKind::PairVar : NameKind::NodeVar;
+    if (!declare(t_.row, Binding{row, nullptr, true})) return error_;
     if (!block(t_.body)) return error_;
     if (auto h = find_warp_hazard(t_))
       return fail(fmt::format("lanes race on '{}': '{}' and then '{}' with no sync between them", h->tensor, h->first, h->second));
@@ -96,6 +99,7 @@ class TraversalVerifier {
       case Per::Edge: ok = b->kind == NameKind::EdgeVar; want = "an edge"; break;
       case Per::Etype: ok = b->kind == NameKind::EtypeIndex; want = "an edge type (index = etype[e])"; break;
       case Per::Ntype: ok = b->kind == NameKind::NtypeIndex; want = "a node type (index = ntype[n])"; break;
+      case Per::Pair: ok = b->kind == NameKind::PairVar || b->kind == NameKind::PairIndex; want = "a pair (index = edge_pair[e])"; break;
       case Per::None: break;
     }
     if (!ok) return bad(fmt::format("'{}' is indexed by {}, not by '{}'", t.name, want, row));
@@ -255,6 +259,16 @@ class TraversalVerifier {
         ok = (of->kind == NameKind::NodeVar || of->kind == NameKind::NodeIndex) &&
              need_layout(layout::kNtypePtr, fmt::format("index '{}'", x.name));
         kind = NameKind::NtypeIndex;
+        break;
+      case GraphArray::PairSrc:
+      case GraphArray::PairEtype:
+        ok = (of->kind == NameKind::PairVar || of->kind == NameKind::PairIndex) &&
+             need_layout(layout::kCompactSrc, fmt::format("index '{}'", x.name));
+        if (x.array == GraphArray::PairEtype) kind = NameKind::EtypeIndex;
+        break;
+      case GraphArray::EdgePair:
+        ok = of->kind == NameKind::EdgeVar && need_layout(layout::kCompactSrc, fmt::format("index '{}'", x.name));
+        kind = NameKind::PairIndex;
         break;
     }
     if (!ok) {
