@@ -552,11 +552,7 @@ cudaError_t build_csr_by_src(const SortedCooView& graph, const Csr& out, cudaStr
 cudaError_t build_compact_mapping(const SortedCooView& graph, Endpoint endpoint, const CompactMapping& out,
                                   cudaStream_t stream, const DeviceAllocator* allocator) {
   HG_RETURN_IF_ERROR(check_graph_counts(graph.num_nodes, graph.num_edges, graph.num_etypes));
-  if ((out.pair_edge_ptr == nullptr) != (out.pair_edge_eid == nullptr) ||
-      (out.node_pair_ptr == nullptr) != (out.node_pair == nullptr)) {
-    return cudaErrorInvalidValue;  // an inverse is built whole or not at all
-  }
-  if (graph.num_edges == 0) {  // no pairs: every offset is 0
+  if (graph.num_edges == 0) {  // no pairs: every offset is 0 (the [E]-sized buffers may be nullptr)
     if (out.pair_edge_ptr != nullptr) {
       HG_RETURN_IF_ERROR(zero_fill(out.pair_edge_ptr, 1, stream));
     }
@@ -564,6 +560,10 @@ cudaError_t build_compact_mapping(const SortedCooView& graph, Endpoint endpoint,
       HG_RETURN_IF_ERROR(zero_fill(out.node_pair_ptr, static_cast<int64_t>(graph.num_nodes) + 1, stream));
     }
     return zero_fill(out.unique_etype_ptr, static_cast<int64_t>(graph.num_etypes) + 1, stream);
+  }
+  if ((out.pair_edge_ptr == nullptr) != (out.pair_edge_eid == nullptr) ||
+      (out.node_pair_ptr == nullptr) != (out.node_pair == nullptr)) {
+    return cudaErrorInvalidValue;  // an inverse is built whole or not at all
   }
   const int32_t* node = endpoint == Endpoint::kSrc ? graph.src : graph.dst;
   return fits_32bit_keys(graph) ? build_compact_mapping_impl<uint32_t>(graph, node, out, stream, allocator)

@@ -144,7 +144,8 @@ cudaError_t build_csr_by_src(const SortedCooView& graph, const Csr& out, cudaStr
 enum class Endpoint { kSrc, kDst };
 
 // Output buffers of build_compact_mapping. The first three are required; each inverse mapping below them is
-// optional: both of its buffers, or neither (nullptr: not built; one without the other is cudaErrorInvalidValue).
+// optional: both of its buffers, or neither (nullptr: not built; one without the other is cudaErrorInvalidValue, except
+// without edges, where the [E]-sized buffers may be nullptr as always).
 struct CompactMapping {
   // [capacity E] unique nodes of the (node, etype) pairs, ordered by (etype, node). Only the first U entries are
   // written, where U = unique_etype_ptr[R] (U <= E). U lives in device memory: a caller that wants a tight [U]
