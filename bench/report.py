@@ -151,6 +151,63 @@ def train_over_infer(recs) -> list:
     return md
 
 
+def optimisation_pairs(recs) -> list:
+    """(optimised system, unoptimised system): every hectorgen variant `<base>_<opt>` (e.g. bf16_compact) whose
+    `<base>` variant ran too (bench/systems.py VARIANTS)."""
+    systems = {s for (_, _, _, s), r in recs["cases"].items() if r.get("kind") == "hectorgen"}
+    pairs = []
+    for s in sorted(systems):
+        base = s.rsplit("_", 1)[0]
+        if base != s and base in systems and base != "hectorgen":
+            pairs.append((s, base))
+    return pairs
+
+
+def optimisations(recs) -> list:
+    """Markdown lines: per optimised variant, model and mode, its speed-up over the unoptimised variant of the same
+    dtype on each dataset (as the thesis's "Effects of Compact Materialization and Linear Operator Reordering"
+    table) and the geometric mean; then the training step's peak memory, unoptimised and optimised."""
+    pairs = optimisation_pairs(recs)
+    if not pairs:
+        return []
+    datasets = list(OrderedDict.fromkeys(d for (d, _, _, _) in recs["cases"]))
+    md = ["## Optimisations over the unoptimised variant of the same dtype", "",
+          "Speed-up = unoptimised time / optimised time, same process and graphs (> 1: the optimisation helps).", "",
+          "| variant | model | mode | " + " | ".join(datasets) + " | geomean |",
+          "| --- | --- | --- | " + " | ".join("---" for _ in datasets) + " | --- |"]
+    ok = lambda r: r is not None and r.get("status") == "ok" and r.get("ms")  # noqa: E731
+    for opt, base in pairs:
+        for m in MODEL_NAMES:
+            for mode in MODES:
+                cells, xs = [], []
+                for d in datasets:
+                    a, b = recs["cases"].get((d, m, mode, base)), recs["cases"].get((d, m, mode, opt))
+                    if ok(a) and ok(b):
+                        xs.append(a["ms"] / b["ms"])
+                        cells.append(f"{xs[-1]:.2f}")
+                    else:
+                        cells.append("-")
+                if xs:
+                    md.append(f"| {opt} | {MODEL_NAMES[m]} | {mode} | " + " | ".join(cells) +
+                              f" | **{geomean(xs):.2f}x** |")
+    md += ["", "Training step peak memory (GiB: unoptimised -> optimised, ratio):", "",
+           "| variant | model | " + " | ".join(datasets) + " |", "| --- | --- | " + " | ".join("---" for _ in datasets) + " |"]
+    for opt, base in pairs:
+        for m in MODEL_NAMES:
+            cells = []
+            for d in datasets:
+                a, b = recs["cases"].get((d, m, "train", base)), recs["cases"].get((d, m, "train", opt))
+                if ok(a) and ok(b) and a.get("peak_mib") and b.get("peak_mib"):
+                    cells.append(f"{a['peak_mib'] / 1024:.1f} -> {b['peak_mib'] / 1024:.1f} "
+                                 f"({a['peak_mib'] / b['peak_mib']:.2f}x)")
+                else:
+                    cells.append("-")
+            if any(c != "-" for c in cells):
+                md.append(f"| {opt} | {MODEL_NAMES[m]} | " + " | ".join(cells) + " |")
+    md.append("")
+    return md
+
+
 def markdown(recs, plots: list) -> str:
     meta = recs["meta"]
     rows = comparisons(recs)
@@ -193,6 +250,7 @@ def markdown(recs, plots: list) -> str:
                 md.append(f"| {s} | {MODEL_NAMES[m]} | {cells[0]} | {cells[1]} |")
     md.append("")
     md += train_over_infer(recs)
+    md += optimisations(recs)
     if recs["datasets"]:
         md += ["## Datasets", "", "| dataset | nodes | node types | edges | relations | source | generated/loaded "
                "in | graph hash |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -236,6 +294,42 @@ def _note(r) -> str:
     return (r.get("note") or "").replace("|", "/")[:160]
 
 
+def plot_optimisations(recs, out_dir: Path, plt) -> list:
+    """optimisations.png: each optimised variant's speed-up over its unoptimised variant, per model, mode and
+    dataset (the table of optimisations())."""
+    pairs = optimisation_pairs(recs)
+    if not pairs:
+        return []
+    datasets = list(OrderedDict.fromkeys(k[0] for k in recs["cases"]))
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5), dpi=110, squeeze=False)
+    for i, mode in enumerate(MODES):
+        for j, m in enumerate(MODEL_NAMES):
+            ax = axes[i][j]
+            w = 0.8 / len(pairs)
+            for k, (opt, base) in enumerate(pairs):
+                ys = []
+                for d in datasets:
+                    a, b = recs["cases"].get((d, m, mode, base)), recs["cases"].get((d, m, mode, opt))
+                    good = a and b and a.get("status") == "ok" and b.get("status") == "ok" and b.get("ms")
+                    ys.append(a["ms"] / b["ms"] if good else float("nan"))
+                ax.bar([x + k * w for x in range(len(datasets))], ys, w, label=f"{opt.replace('hectorgen_', '')} / "
+                       f"{base.replace('hectorgen_', '')}")
+            ax.axhline(1, color="k", lw=0.8)
+            ax.axhline(1.5, color="g", lw=0.8, ls="--")
+            ax.set_title(f"{MODEL_NAMES[m]} {'inference' if mode == 'infer' else 'training step'}", fontsize=9)
+            ax.set_xticks([x + 0.4 - w / 2 for x in range(len(datasets))])
+            ax.set_xticklabels(datasets, rotation=45, fontsize=7)
+            if j == 0:
+                ax.set_ylabel("speed-up over unoptimised")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Optimisations: speed-up over the unoptimised variant of the same dtype (dashed: 1.5x)", fontsize=10)
+    fig.tight_layout()
+    p = out_dir / "optimisations.png"
+    fig.savefig(p)
+    plt.close(fig)
+    return [p]
+
+
 def plot(recs, out_dir: Path) -> list:
     """PNG plots (matplotlib with the Agg backend); [] when matplotlib is missing."""
     try:
@@ -250,6 +344,9 @@ def plot(recs, out_dir: Path) -> list:
     files = []
     datasets = list(OrderedDict.fromkeys(k[0] for k in recs["cases"]))
     variants = sorted({r["rec"]["system"] for r in rows})
+    files += plot_optimisations(recs, out_dir, plt)
+    if not any(r["speedup"] for r in rows):  # no baseline ran: only the optimisation plot
+        return files
     # 1. speed-up over the best baseline, per model and mode
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5), dpi=110, squeeze=False)
     for i, mode in enumerate(MODES):

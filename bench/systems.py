@@ -59,6 +59,12 @@ VARIANTS = {
     "tf32": Variant("tf32", "tf32", "fp32"),
     "bf16": Variant("bf16", "bf16", "bf16"),
     "fp16": Variant("fp16", "fp16", "bf16"),
+    # Compact materialization (issue 9): values of an edge's (source, edge type) pair computed and stored once per
+    # unique pair.
+    "tf32_compact": Variant("tf32_compact", "tf32", "fp32", (("materialization: vanilla", "materialization: compact"),),
+                            "compact materialization"),
+    "bf16_compact": Variant("bf16_compact", "bf16", "bf16", (("materialization: vanilla", "materialization: compact"),),
+                            "compact materialization"),
 }
 
 
