@@ -212,6 +212,14 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   const std::string model = typed->decl.name;
   typed->decl.options.reorder = reorder_mode(*typed, opts);  // --reorder wins; the printed IR says what ran
   typed->decl.options.materialization = materialization_mode(*typed, opts);
+  if (typed->decl.options.materialization == inter::Materialization::Auto) {
+    // The choice needs the graph's statistics (unique pairs per edge, per relation), which no option carries yet.
+    diags.error(typed->decl.loc, "unsupported",
+                "materialization: auto (a choice from the graph's statistics) is not implemented yet; choose vanilla "
+                "or compact (bench/compact/results.md shows where compact pays)");
+    diags.render(err);
+    return kUserError;
+  }
 
   // Before autodiff: the training forward and the backward inherit the reordering, the hoisted node transforms and
   // the compaction.

@@ -238,7 +238,7 @@ TEST_CASE("the traversal verifier rejects each broken rule", "[intra][verifier]"
   }
   TraversalInstance inner = parse(ed);
   inner.rows = inter::LoopKind::IncomingEdges;
-  CHECK(verify_traversal(rgat_like(), inner) == "rgat_fw_edges_att: the row loop must be over edges, dst_nodes or src_nodes");
+  CHECK(verify_traversal(rgat_like(), inner) == "rgat_fw_edges_att: the row loop must be over edges, dst_nodes, src_nodes or src_etype_pairs");
   Program no_coo = rgat_like();
   no_coo.layouts.erase(layout::kSortedCoo);
   CHECK(verify(ed, no_coo) == "rgat_fw_edges_att: an edge row loop walks the layout 'etype_sorted_coo', which the program does not have");
@@ -792,7 +792,7 @@ TEST_CASE("the program parser reports positioned errors, into the declarations t
   CHECK_FALSE(parse_program_text(replace(p, "coarsen=1 store=plain", "coarsen=1 store=add"), &err));
   CHECK_THAT(err, Catch::Contains("29:69: error: the output is written 'plain' (by its formula), not 'add'"));
   CHECK_FALSE(parse_program_text(replace(p, "segsum m_segsum:", "segment m_segsum:"), &err));
-  CHECK_THAT(err, Catch::Contains("error: expected a kernel (gemm, traversal, wgrad, segsum or torch)"));
+  CHECK_THAT(err, Catch::Contains("error: expected a kernel (gemm, traversal, wgrad, segsum, gathersum or torch)"));
   CHECK_FALSE(parse_program_text(replace(p, "        e[\"tb\"] = b[e.etype] * e.norm", "        e[\"tb\"] = (b[e.etype] * e.norm"), &err));
   CHECK_THAT(err, Catch::StartsWith("m.intra.ir:39:39: error: expected ')' to close '('"));
   // The phases of an .intra.ir file must be headed by their own name.
