@@ -152,13 +152,14 @@ def train_over_infer(recs) -> list:
 
 
 def optimisation_pairs(recs) -> list:
-    """(optimised system, unoptimised system): every hectorgen variant `<base>_<opt>` (e.g. bf16_compact) whose
-    `<base>` variant ran too (bench/systems.py VARIANTS)."""
+    """(optimised system, unoptimised system): every hectorgen variant `<dtype>_<opt>[_<opt>...]` (e.g. bf16_compact,
+    bf16_compact_reorder) whose plain `<dtype>` variant ran too (bench/systems.py VARIANTS)."""
     systems = {s for (_, _, _, s), r in recs["cases"].items() if r.get("kind") == "hectorgen"}
     pairs = []
     for s in sorted(systems):
-        base = s.rsplit("_", 1)[0]
-        if base != s and base in systems and base != "hectorgen":
+        parts = s.split("_")  # hectorgen, dtype, optimisations...: compare with the plain dtype variant
+        base = "_".join(parts[:2])
+        if len(parts) > 2 and base in systems:
             pairs.append((s, base))
     return pairs
 

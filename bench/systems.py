@@ -65,6 +65,15 @@ VARIANTS = {
                             "compact materialization"),
     "bf16_compact": Variant("bf16_compact", "bf16", "bf16", (("materialization: vanilla", "materialization: compact"),),
                             "compact materialization"),
+    # Linear operator reordering (issue 9), alone and with compact materialization (the thesis's R and C+R).
+    "tf32_reorder": Variant("tf32_reorder", "tf32", "fp32", (("reorder: off", "reorder: on"),), "linear operator reordering"),
+    "bf16_reorder": Variant("bf16_reorder", "bf16", "bf16", (("reorder: off", "reorder: on"),), "linear operator reordering"),
+    "tf32_compact_reorder": Variant("tf32_compact_reorder", "tf32", "fp32",
+                                    (("materialization: vanilla", "materialization: compact"), ("reorder: off", "reorder: on")),
+                                    "compact materialization and linear operator reordering"),
+    "bf16_compact_reorder": Variant("bf16_compact_reorder", "bf16", "bf16",
+                                    (("materialization: vanilla", "materialization: compact"), ("reorder: off", "reorder: on")),
+                                    "compact materialization and linear operator reordering"),
 }
 
 
