@@ -468,15 +468,27 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   const intra::LaunchConfig launch = intra::launch_config(p, k);
   Vars v;
   v["name"] = s.name;
-  v["formula"] = fmt::format("{}[row] {}= sum over the {} of the row: {}[i]", s.y, s.accumulate ? "+" : "",
-                             pairs ? "edges of each (source, edge type) pair" : "pairs of each source node", s.x);
+  v["formula"] = fmt::format("{}[row] {}= sum over the {} of the row i: {}[{}]{}", s.y, s.accumulate ? "+" : "",
+                             pairs ? "edges of each (source, edge type) pair" : "pairs of each source node", s.x,
+                             s.x_gather == intra::Gather::Dst ? "dst[i]" : "i", s.scale.empty() ? "" : " * " + s.scale + "[i]");
   v["source"] = s.source;
   v["threads"] = std::to_string(launch.threads);
   v["x_type"] = intra::cuda_type(x.storage);
   v["y_type"] = intra::cuda_type(y.storage);
   v["numel"] = std::to_string(s.numel);
   v["acc_init"] = s.accumulate ? "lane + 32 * c < kNumel ? " + load_elem(y, "y[row * kNumel + lane + 32 * c]") + " : 0.0f" : "0.0f";
-  v["x_load"] = load_elem(x, "x[from_row * kNumel + col]");
+  // The entry's row of x (its own, or its edge's destination's) and its scale.
+  std::string entry = fmt::format("      const int64_t x_row = {};\n", s.x_gather == intra::Gather::Dst ? "dst[from_row]" : "from_row");
+  std::string extra;
+  if (s.x_gather == intra::Gather::Dst) extra += ", const int32_t* __restrict__ dst";
+  if (!s.scale.empty()) {
+    const TensorInfo& sc = *p.find(s.scale);
+    extra += fmt::format(", const {}* __restrict__ scale", intra::cuda_type(sc.storage));
+    entry += fmt::format("      const float entry_scale = {};\n", load_elem(sc, "scale[from_row]"));
+  }
+  v["extra_params"] = extra;
+  v["entry"] = entry;
+  v["x_load"] = (s.scale.empty() ? "" : "entry_scale * ") + load_elem(x, "x[x_row * kNumel + col]");
   v["store"] = store_elem(y, "y[row * kNumel + col]", "acc[c]", false);
   GemmCode c;
   c.kernel = render_template("cuda/gather_sum.cu.in", v);
@@ -484,12 +496,13 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   c.launcher = fmt::format(
       "  if ({rows} > 0) {{  // {name}\n"
       "    const unsigned blocks = {blocks};\n"
-      "    {name}<<<blocks, {threads}, 0, stream>>>({rows}, a.{ptr}, a.{col}, a.{x}, a.{y});\n"
+      "    {name}<<<blocks, {threads}, 0, stream>>>({rows}, a.{ptr}, a.{col}, a.{x}, a.{y}{extra});\n"
       "    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;\n"
       "  }}\n",
       fmt::arg("rows", rows), fmt::arg("name", s.name), fmt::arg("blocks", launch.x.expr(rows, "1")),
       fmt::arg("threads", launch.threads), fmt::arg("ptr", pairs ? "pair_edge_ptr" : "node_pair_ptr"),
-      fmt::arg("col", pairs ? "pair_edge_eid" : "node_pair"), fmt::arg("x", s.x), fmt::arg("y", s.y));
+      fmt::arg("col", pairs ? "pair_edge_eid" : "node_pair"), fmt::arg("x", s.x), fmt::arg("y", s.y),
+      fmt::arg("extra", std::string(s.x_gather == intra::Gather::Dst ? ", a.dst" : "") + (s.scale.empty() ? "" : ", a." + s.scale)));
   return c;
 }
 

@@ -442,6 +442,7 @@ class CppRenamer {
             } else if constexpr (std::is_same_v<T, intra::GatherSumInstance>) {
               x.x = tensor(x.x);
               x.y = tensor(x.y);
+              x.scale = opt_tensor(x.scale);
             } else if constexpr (std::is_same_v<T, intra::TraversalInstance>) {
               traversal(p, x);
             } else {

@@ -258,12 +258,13 @@ class Lowering {
         sum.x = edges;
         sum.y = gs.field;
         sum.csr = *gs.csr;
+        sum.x_gather = gs.x_gather;
+        sum.scale = gs.scale_is_local ? ctx.materialized.at(gs.scale) : gs.scale;
         // Adds to what an earlier kernel wrote into the field (stage bookkeeping marks it written already).
         for (const Kernel& k : p_.kernels) sum.accumulate = sum.accumulate || intra::kernel_writes(k).count(gs.field) > 0;
         sum.numel = tensor(gs.field).row_numel();
         sum.name = unique(fmt::format("{}_sum_{}", prefix_, gs.field));
-        sum.source = fmt::format("{} += the {}", gs.field, *gs.csr == intra::GatherCsr::PairEdges ? "pair's edges' values"
-                                                                                                   : "source node's pairs' values");
+        sum.source = gs.source;
         note_write(gs.field, false);
         p_.kernels.push_back(sum);
         continue;
@@ -400,6 +401,10 @@ class Lowering {
         bool via_src = other_node ? f->node_role == "src" : !pair_sum && inner->loop == LoopKind::OutgoingEdges;
         std::optional<intra::GatherCsr> csr;
         if (pair_sum) csr = f->via_pair ? intra::GatherCsr::PairEdges : intra::GatherCsr::NodePairs;
+        // A pair's sum of `scale * row` (a row of the edge's destination or the edge's own, times a per-edge scalar):
+        // the gather sum reads the rows itself and scales them; only the scalar is stored per edge.
+        if (csr == intra::GatherCsr::PairEdges && s->op == AssignOp::Add)
+          if (std::optional<StmtP> r = scaled_pair_sum(value, field_tensor(f->field), ctx, stage, inner, s)) return *r;
         std::string local = fmt::format("{}sc{}", kSigil, wg_count_++);
         if (inner) edge_locals_.insert(local);  // stored per edge of the inner loop
         Type ty = s->target->type;
@@ -414,14 +419,14 @@ class Lowering {
           edge_locals_.erase(local);
           torch_fallback(def, def.get(), ctx, stage, inner, inner_body);
           if (!ctx.materialized.count(local)) return nullptr;  // the fallback refused it (a diagnostic says why)
-          pending_gather_sums_.push_back({field_tensor(f->field), local, via_src, true, csr});
+          pending_gather_sums_.push_back({field_tensor(f->field), local, via_src, true, csr, {}, "", false, statement_text(s)});
           emit_gather_sums(ctx);
           return nullptr;
         }
         record_access(def, ctx, stage);
         stage.reg_locals.insert(local);
         stage.writes.insert(field_tensor(f->field));
-        pending_gather_sums_.push_back({field_tensor(f->field), local, via_src, true, csr});
+        pending_gather_sums_.push_back({field_tensor(f->field), local, via_src, true, csr, {}, "", false, statement_text(s)});
         return def;
       }
     }
@@ -509,6 +514,116 @@ class Lowering {
     t.field_tensor = alias_;
     t.name = unique(fmt::format("{}_torch_{}", prefix_, shown(written)));
     p_.kernels.push_back(t);
+  }
+
+  // e.pair["f"] += scale * row, with `row` a full row of the edge's destination (the loop node of an incoming-edge
+  // loop, or e.dst) or of the edge itself that this loop nest does not write, and `scale` the product of the other
+  // factors (one value each): a gather sum over the pair's edges reads the rows and scales them, so the per-edge
+  // products (E rows) are never stored; a scale that is not a plain per-edge value is computed per edge here.
+  // Returns the statement left for the traversal (null: nothing), or nullopt when the value has another shape.
+  std::optional<StmtP> scaled_pair_sum(const ExprP& value, const std::string& field, LoopCtx& ctx, Stage& stage,
+                                       const Stmt* inner, const StmtP& s) {
+    std::vector<ExprP> factors;
+    std::function<void(const ExprP&)> flatten = [&](const ExprP& e) {
+      if (e->kind == ExprKind::Binary && e->op == BinOp::Mul && e->fn == Op::Mul) {
+        flatten(e->args[0]);
+        flatten(e->args[1]);
+      } else {
+        factors.push_back(e);
+      }
+    };
+    flatten(value);
+    const int64_t numel = tensor(field).row_numel();
+    if (numel <= 1) return std::nullopt;
+    auto elems = [](const ExprP& e) {
+      int64_t n = 1;
+      for (int64_t d : value_type(e->type).shape) n *= d;
+      return n;
+    };
+    std::optional<size_t> row_at;
+    std::string row_tensor;
+    intra::Gather gather = intra::Gather::None;
+    for (size_t i = 0; i < factors.size(); ++i) {
+      if (elems(factors[i]) == 1) continue;
+      if (row_at || elems(factors[i]) != numel) return std::nullopt;
+      const ExprP& x = strip_reshape(factors[i]);
+      const ExprP base = x->kind == ExprKind::Attr || x->kind == ExprKind::Index ? x->args[0] : nullptr;
+      if (!base) return std::nullopt;
+      // The edge's destination: e.dst, or the loop node of a node's incoming edges.
+      const bool dst = (base->kind == ExprKind::Attr && base->name == "dst") ||
+                       (base->kind == ExprKind::Name && !ctx.edge_vars.count(base->name) && inner &&
+                        inner->loop == LoopKind::IncomingEdges);
+      const bool own = base->kind == ExprKind::Name && ctx.edge_vars.count(base->name);
+      if (!dst && !own) return std::nullopt;
+      if (x->kind == ExprKind::Attr) {
+        const TensorDecl* in = m_.decl.find_input(x->name);
+        if (!in || in->per != (dst ? Per::Node : Per::Edge)) return std::nullopt;
+        row_tensor = in->name;
+      } else {
+        auto fr = field_ref(x, ctx.edge_vars);
+        if (!fr || fr->via_pair || written_after(*ctx.loop, s.get(), fr->field)) return std::nullopt;
+        row_tensor = field_tensor(fr->field);
+        if (tensor(row_tensor).per != (dst ? Per::Node : Per::Edge)) return std::nullopt;
+      }
+      row_at = i;
+      gather = dst ? intra::Gather::Dst : intra::Gather::None;
+    }
+    if (!row_at || tensor(row_tensor).row_numel() != numel) return std::nullopt;
+    ExprP scale;
+    for (size_t i = 0; i < factors.size(); ++i)
+      if (i != *row_at) scale = scale ? typed::apply(Op::Mul, {scale, factors[i]}, s->loc) : factors[i];
+    GatherSum gs{field, row_tensor, false, false, intra::GatherCsr::PairEdges, gather, "", false, statement_text(s)};
+    StmtP def;
+    if (scale) {
+      // A plain per-edge value the loop nest does not write is read as it is; anything else is computed per edge.
+      auto fr = field_ref(scale, ctx.edge_vars);
+      const TensorDecl* in = scale->kind == ExprKind::Attr ? m_.decl.find_input(scale->name) : nullptr;
+      if (in && in->per == Per::Edge && scale->args[0]->kind == ExprKind::Name && ctx.edge_vars.count(scale->args[0]->name)) {
+        gs.scale = in->name;
+      } else if (fr && fr->on_edge && !written_after(*ctx.loop, s.get(), fr->field) && tensor(field_tensor(fr->field)).per == Per::Edge) {
+        gs.scale = field_tensor(fr->field);
+      } else {
+        if (!intra::traversal_supports(scale)) return std::nullopt;
+        std::string local = fmt::format("{}sc{}", kSigil, wg_count_++);
+        if (inner) edge_locals_.insert(local);
+        Type ty = value_type(scale->type);
+        ty.domain = Domain::Edge;
+        local_types_[local] = ty;
+        force_materialize_.insert(local);
+        def = Stmt::assign(typed::name(local, value_type(scale->type), s->loc), AssignOp::Set, scale, s->loc);
+        record_access(def, ctx, stage);
+        stage.reg_locals.insert(local);
+        gs.scale = local;
+        gs.scale_is_local = true;
+      }
+    }
+    stage.writes.insert(field);
+    pending_gather_sums_.push_back(gs);
+    return def;
+  }
+
+  static std::string statement_text(const StmtP& s) {
+    return print_expr(s->target) + " " + to_string(s->op) + " " + print_expr(s->value);
+  }
+
+  // Whether a statement of the loop nest after `after` (in program order) writes field `f`: the gather sums run once
+  // the loop's stage is stored, so they read what the statements up to `after` left, if nothing changes it later.
+  static bool written_after(const Stmt& loop, const Stmt* after, const std::string& f) {
+    bool seen = false;
+    std::function<bool(const Stmt&)> walk = [&](const Stmt& l) {
+      for (const StmtP& s : l.body) {
+        if (s->kind == StmtKind::For) {
+          if (walk(*s)) return true;
+          continue;
+        }
+        if (s.get() == after) seen = true;
+        else if (seen && s->kind == StmtKind::Assign && s->target->kind == ExprKind::Index &&
+                 s->target->args[1]->kind == ExprKind::String && s->target->args[1]->name == f)
+          return true;
+      }
+      return false;
+    };
+    return walk(loop) || !seen;  // not found: be safe
   }
 
   // Whether a statement writes a field through an edge's pair (e.pair["f"] += ...).
@@ -657,7 +772,7 @@ class Lowering {
       add_tensor({tn, Role::Temp, per_row(g.rows), tensor(g.y).shape, false, ""});
       std::optional<intra::GatherCsr> csr;
       if (pairs) csr = intra::GatherCsr::NodePairs;
-      pending_gather_sums_.push_back({g.y, tn, g.scatter == intra::Gather::Src, false, csr});
+      pending_gather_sums_.push_back({g.y, tn, g.scatter == intra::Gather::Src, false, csr, {}, "", false, g.source});
       stage.writes.insert(g.y);  // later readers of the node field wait for the sum
       g.y = tn;
       g.scatter = intra::Gather::None;
@@ -1157,6 +1272,10 @@ class Lowering {
     // Set for the sums of compact materialization: a gather sum over this CSR (edges into their pair, pairs into
     // their source) instead of a node-centric traversal.
     std::optional<intra::GatherCsr> csr;
+    intra::Gather x_gather = intra::Gather::None;  // `edges` is a row per node, read through each edge's dst
+    std::string scale;                             // per-edge scale (a tensor, or a local materialised by then)
+    bool scale_is_local = false;
+    std::string source;  // the statement it implements
   };
   std::vector<GatherSum> pending_gather_sums_;
   intra::Program p_;

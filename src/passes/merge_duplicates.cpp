@@ -53,6 +53,7 @@ void redirect_reads(Kernel& k, const std::string& from, const std::string& to) {
     swap(s->v);
   } else if (auto* s = std::get_if<GatherSumInstance>(&k)) {
     swap(s->x);
+    swap(s->scale);
   } else if (auto* t = std::get_if<TraversalInstance>(&k)) {
     std::function<void(std::vector<Instr>&)> walk = [&](std::vector<Instr>& body) {
       for (Instr& in : body) {

@@ -170,8 +170,9 @@ class Interpreter {
       double* y = row(k.y, r);
       if (!k.accumulate) std::fill(y, y + k.numel, 0.0);
       for (int64_t i : members[static_cast<size_t>(r)]) {
-        const double* x = row(k.x, i);
-        for (int64_t j = 0; j < k.numel; ++j) y[j] += x[j];
+        const double* x = row(k.x, k.x_gather == Gather::Dst ? g_.dst[static_cast<size_t>(i)] : i);
+        const double scale = k.scale.empty() ? 1.0 : row(k.scale, i)[0];
+        for (int64_t j = 0; j < k.numel; ++j) y[j] += scale * x[j];
       }
     }
   }

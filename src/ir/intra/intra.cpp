@@ -50,6 +50,7 @@ std::set<std::string> kernel_reads(const Kernel& k) {
   if (auto* w = std::get_if<WeightGradInstance>(&k); w && w->accumulate) out.insert(w->dw);
   if (auto* s = std::get_if<SegmentSumInstance>(&k)) out = {s->v, s->dw};
   if (auto* s = std::get_if<GatherSumInstance>(&k)) out = {s->x};
+  if (auto* s = std::get_if<GatherSumInstance>(&k); s && !s->scale.empty()) out.insert(s->scale);
   if (auto* s = std::get_if<GatherSumInstance>(&k); s && s->accumulate) out.insert(s->y);
   for (const std::string* scalar : {std::get_if<GemmInstance>(&k) ? &std::get<GemmInstance>(k).row_scalar : nullptr,
                                     std::get_if<WeightGradInstance>(&k) ? &std::get<WeightGradInstance>(k).row_scalar : nullptr})
@@ -241,8 +242,10 @@ std::string print_segsum(const SegmentSumInstance& s) {
 }
 
 std::string print_gathersum(const GatherSumInstance& s) {
-  return fmt::format("gathersum {}:  {}[row] {}= sum over {}.{}(row) {}[i]\n    numel={} deterministic\n    from: {}\n", s.name, s.y,
-                     s.accumulate ? "+" : "", layout::kCompactSrc, to_string(s.csr), s.x, s.numel, s.source);
+  return fmt::format("gathersum {}:  {}[row] {}= sum over {}.{}(row) {}[{}]{}\n    numel={} deterministic\n    from: {}\n", s.name,
+                     s.y, s.accumulate ? "+" : "", layout::kCompactSrc, to_string(s.csr), s.x,
+                     s.x_gather == Gather::Dst ? "dst[i]" : s.x_gather == Gather::Src ? "src[i]" : "i",
+                     s.scale.empty() ? "" : fmt::format(" * {}[i]", s.scale), s.numel, s.source);
 }
 
 std::string print_torch(const TorchInstance& t) {
@@ -509,7 +512,17 @@ class ProgramVerifier {
       return fmt::format("{}: rows of {} and {} have {} and {} elements, expected {}", s.name, s.x, s.y, x->row_numel(),
                          y->row_numel(), s.numel);
     const bool pairs = s.csr == GatherCsr::PairEdges;
-    if (x->per != (pairs ? inter::Per::Edge : inter::Per::Pair) || y->per != (pairs ? inter::Per::Pair : inter::Per::Node))
+    if ((s.x_gather != Gather::None || !s.scale.empty()) && !pairs)
+      return fmt::format("{}: only a sum over pair_edges gathers or scales its rows", s.name);
+    if (s.x_gather == Gather::Src) return fmt::format("{}: the rows of a pair's edges are gathered through dst", s.name);
+    if (!s.scale.empty()) {
+      const TensorInfo* sc = operand(s.name, s.scale, false, err);
+      if (!sc) return err;
+      if (sc->per != inter::Per::Edge || sc->row_numel() != 1)
+        return fmt::format("{}: scale '{}' is not one value per edge", s.name, s.scale);
+    }
+    const inter::Per x_per = s.x_gather == Gather::Dst ? inter::Per::Node : pairs ? inter::Per::Edge : inter::Per::Pair;
+    if (x->per != x_per || y->per != (pairs ? inter::Per::Pair : inter::Per::Node))
       return fmt::format("{}: {} sums {} rows into {} rows, not {} into {}", s.name, to_string(s.csr), pairs ? "edge" : "pair",
                          pairs ? "pair" : "node", inter::to_string(x->per), inter::to_string(y->per));
     return {};

@@ -178,6 +178,11 @@ struct GatherSumInstance {
   std::string name;
   std::string x, y;
   GatherCsr csr = GatherCsr::PairEdges;
+  // pair_edges only: x read through the edge's destination (x has a row per node), and each edge's row scaled by
+  // scale[e] (one value per edge): y[pair] += sum over its edges e of scale[e] * x[dst[e]]. The per-edge products
+  // are never stored.
+  Gather x_gather = Gather::None;
+  std::string scale;
   bool accumulate = false;  // y += (y holds data already), else y =
   int64_t numel = 1;        // elements per row
   std::string source;

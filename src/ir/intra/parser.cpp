@@ -827,8 +827,20 @@ class ProgramParser {
       c.expect(")");
       s.x = c.ident("the summed tensor");
       c.expect("[");
-      c.expect("i");
+      if (c.accept("dst[")) {
+        s.x_gather = Gather::Dst;
+        c.expect("i");
+        c.expect("]");
+      } else {
+        c.expect("i");
+      }
       c.expect("]");
+      if (c.accept("*")) {
+        s.scale = c.ident("the per-edge scale");
+        c.expect("[");
+        c.expect("i");
+        c.expect("]");
+      }
       c.end();
     }
     {
