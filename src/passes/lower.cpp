@@ -746,6 +746,22 @@ class Lowering {
     return out;
   }
 
+  // The tensors an expression reads (fields, materialised locals, inputs, weights).
+  std::set<std::string> expr_reads(const ExprP& e, const LoopCtx& ctx) const {
+    std::set<std::string> out;
+    std::function<void(const ExprP&)> walk = [&](const ExprP& x) {
+      if (auto f = field_ref(x, ctx.edge_vars)) out.insert(field_tensor(f->field));
+      if (x->kind == ExprKind::Name) {
+        if (auto it = ctx.materialized.find(x->name); it != ctx.materialized.end()) out.insert(it->second);
+        if (m_.decl.find_weight(x->name)) out.insert(x->name);
+      }
+      if (x->kind == ExprKind::Attr && m_.decl.find_input(x->name)) out.insert(x->name);
+      for (const ExprP& a : x->args) walk(a);
+    };
+    walk(e);
+    return out;
+  }
+
   void record_access(const StmtP& s, const LoopCtx& ctx, Stage& stage) {
     std::function<void(const ExprP&)> reads = [&](const ExprP& e) {
       if (auto f = field_ref(e, ctx.edge_vars)) stage.reads.insert(field_tensor(f->field));
@@ -916,16 +932,39 @@ class Lowering {
     const TensorDecl* d = m_.decl.find_weight(w->name);
     return d && d->per == Per::None && d->shape.size() == 2 ? d : nullptr;
   }
+  // W's declaration when `w` is W[e.etype] with W a per-edge-type matrix, else null.
+  const TensorDecl* etype_matrix(const ExprP& w, const LoopCtx& ctx) const {
+    const TensorDecl* d = etype_row(w, ctx);
+    return d && d->shape.size() == 2 ? d : nullptr;
+  }
+  // linear_t(w[e.etype], W[e.etype]) = W[r] · w[r] (reorder-linear's weight-weight product; w may be a reshaped
+  // view): both operands per edge type, W a matrix whose columns match w's elements.
+  bool is_weight_weight_product(const ExprP& e, const LoopCtx& ctx) const {
+    if (!is_op(e, Op::LinearT)) return false;
+    const TensorDecl* v = etype_row(strip_reshape(e->args[0]), ctx);
+    const TensorDecl* w = etype_matrix(e->args[1], ctx);
+    if (!v || !w) return false;
+    int64_t numel = 1;
+    for (int64_t d : v->shape) numel *= d;
+    return numel == w->shape[1];
+  }
   bool is_etype_product(const ExprP& e, const LoopCtx& ctx) const {
-    return is_linear(e) && etype_row(e->args[0], ctx) && shared_matrix(e->args[1]);
+    return (is_linear(e) && etype_row(e->args[0], ctx) && shared_matrix(e->args[1])) || is_weight_weight_product(e, ctx);
   }
 
   // t[r] = V[r] · W over the edge types, once per product and phase; returns t (a row per edge type).
+  // The weight-weight product linear_t(w[e.etype], W[e.etype]) is the same GEMM with each row's own weight
+  // (segments=etype: row r is segment r) transposed: t[r] = w[r] · W[r]^T, K values per relation, recomputed
+  // every phase (the weights train).
   std::string etype_product(const ExprP& lin, const StmtP& s) {
-    std::string key = print_expr(lin->args[0]->args[0]) + " * " + print_expr(lin->args[1]);
+    const bool ww = is_op(lin, Op::LinearT);
+    const ExprP& row = strip_reshape(lin->args[0]);
+    const ExprP& wsel = lin->args[1];
+    const std::string w_name = wsel->kind == ExprKind::Index ? wsel->args[0]->name : wsel->name;
+    std::string key = print_expr(row->args[0]) + (ww ? " ^T* " : " * ") + w_name;
     if (auto it = etype_products_.find(key); it != etype_products_.end()) return it->second;
-    const TensorDecl* v = m_.decl.find_weight(lin->args[0]->args[0]->name);
-    const TensorDecl* w = shared_matrix(lin->args[1]);
+    const TensorDecl* v = m_.decl.find_weight(row->args[0]->name);
+    const TensorDecl* w = m_.decl.find_weight(w_name);
     std::string tn = fresh(derived_name("t", derived_name(v->name, w->name)));  // t$rel_emb$W_r
     add_tensor({tn, Role::Temp, Per::Etype, value_type(lin->type).shape, false, ""});
     GemmInstance g;
@@ -933,9 +972,17 @@ class Lowering {
     g.w = w->name;
     g.y = tn;
     g.etype_rows = true;
-    g.k = w->shape[0];
-    g.n = w->shape[1];
-    g.heads = tensor(v->name).row_numel() / g.k;  // the same weight applied to each of the row's sub-vectors
+    if (ww) {
+      g.segments = intra::Segments::Etype;
+      g.transpose_w = true;
+      g.k = w->shape[1];
+      g.n = w->shape[0];
+      g.heads = 1;
+    } else {
+      g.k = w->shape[0];
+      g.n = w->shape[1];
+      g.heads = tensor(v->name).row_numel() / g.k;  // the same weight applied to each of the row's sub-vectors
+    }
     note_write(tn, false);
     const auto& sched = m_.decl.options.schedule;
     g.dtype = m_.decl.options.dtype;
@@ -956,6 +1003,7 @@ class Lowering {
   bool etype_product_grad(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush) {
     const TensorDecl* o = weight_grad_target(*s->target);
     if (!o || !(inner || !ctx.node_loop)) return false;
+    if (weight_weight_grad(s, o, ctx, stage, inner, can_flush)) return true;
     const ExprP& v = s->value;
     const TensorDecl* w = nullptr;  // the shared weight (d_V) or the weight row's V (d_W)
     ExprP y;
@@ -1013,6 +1061,75 @@ class Lowering {
     wg.name = unique(fmt::format("{}_wgrad_{}", prefix_, o->name));
     p_.kernels.push_back(wg);
     return true;
+  }
+
+  // The backward of the weight-weight product P[r] = linear_t(w[r], W[r]) = W[r] · w[r]. autodiff gives, per
+  // edge, with Y the edge's gradient of P[e.etype] (K values):
+  //   d_w[e.etype] += [reshape] linear(Y, W[e.etype])      d_W[e.etype] += outer(Y, [reshape] w[e.etype])
+  // Both are linear in Y, and both weights are the edge type's: with S[t] the sum of Y over the edges of type t
+  // (etype_sum, deterministic), they are etype-row GEMMs with each row's own weight (segments=etype):
+  //   d_w[t] += S[t] · W[t]                                (k = K, n = D)
+  //   d_W[t] += S[t]ᵀ · w[t], i.e. outer(S[t], w[t])        (K heads of k = 1, n = D: head i is row i of d_W[t])
+  // R rows each instead of E: no per-edge d_w rows, no per-edge copy of w, no atomics.
+  bool weight_weight_grad(const StmtP& s, const TensorDecl* o, LoopCtx& ctx, Stage& stage, const Stmt* inner,
+                          bool can_flush) {
+    const Expr& t = *s->target;
+    bool by_etype = o->per == Per::Etype && t.kind == ExprKind::Index && t.args[1]->kind == ExprKind::Attr &&
+                    t.args[1]->name == "etype" && t.args[1]->args[0]->kind == ExprKind::Name &&
+                    ctx.edge_vars.count(t.args[1]->args[0]->name);
+    if (!by_etype) return false;
+    const ExprP& v = strip_reshape(s->value);
+    const TensorDecl* w = nullptr;  // d_w: the matrix W; d_W: the vector w
+    ExprP y;
+    bool vector_grad = is_linear(v);
+    if (vector_grad) {
+      w = etype_matrix(v->args[1], ctx);
+      if (!w || w->shape[1] != tensor(o->name).row_numel()) return false;
+      y = v->args[0];
+    } else if (is_op(v, Op::Outer) && s->value == v && o->shape.size() == 2) {
+      w = etype_row(strip_reshape(v->args[1]), ctx);
+      if (!w || tensor(w->name).row_numel() != o->shape[1]) return false;
+      y = v->args[0];
+    } else {
+      return false;
+    }
+    int64_t y_numel = 1;
+    for (int64_t d : value_type(y->type).shape) y_numel *= d;
+    if (y_numel != (vector_grad ? w->shape[0] : o->shape[0])) return false;
+    // d_w and d_W sum the same Y (autodiff spells it out for each): computed and summed once, while nothing Y
+    // reads is written in between.
+    const std::string key = print_expr(y);
+    std::set<std::string> reads = expr_reads(y, ctx);
+    std::string sum;
+    if (auto it = ww_sums_.find(key); it != ww_sums_.end() && it->second.loop == ctx.loop) {
+      bool fresh_sum = true;
+      for (size_t k = it->second.kernels; k < p_.kernels.size(); ++k)
+        for (const std::string& w : intra::kernel_writes(p_.kernels[k])) fresh_sum = fresh_sum && !reads.count(w);
+      for (const std::string& w : stage.writes) fresh_sum = fresh_sum && !reads.count(w);
+      if (fresh_sum) sum = it->second.sum;
+    }
+    if (sum.empty()) {
+      sum = etype_sum(y, ctx, stage, inner, can_flush, s);
+      if (sum.empty()) return false;
+      ww_sums_[key] = {sum, p_.kernels.size(), ctx.loop};
+    }
+    GemmInstance g;
+    g.x = sum;
+    g.w = w->name;
+    g.y = o->name;
+    g.etype_rows = true;
+    g.segments = intra::Segments::Etype;
+    g.accumulate = true;
+    if (vector_grad) {
+      g.k = w->shape[0];
+      g.n = w->shape[1];
+      g.heads = 1;
+    } else {
+      g.k = 1;
+      g.n = o->shape[1];
+      g.heads = o->shape[0];
+    }
+    return push_gemm(g, s, ctx, stage, can_flush);
   }
 
   // S[t] = the sum of the per-edge value `y` over the edges of type t (a segment sum into a temporary with a
@@ -1112,6 +1229,12 @@ class Lowering {
   int wg_count_ = 0;
   std::map<std::string, std::string> etype_products_;                   // V * W -> its per-edge-type tensor
   std::map<std::string, std::pair<std::string, size_t>> etype_sums_;    // edge tensor -> (per-type sum, kernel)
+  struct WeightWeightSum {
+    std::string sum;     // the per-edge-type sum of Y
+    size_t kernels = 0;  // the kernel count after it
+    const Stmt* loop = nullptr;
+  };
+  std::map<std::string, WeightWeightSum> ww_sums_;  // printed Y -> its per-type sum (weight_weight_grad)
 };
 
 // Rows with fewer elements than this (per-row scalars and short vectors: attention scores, the softmax's max and

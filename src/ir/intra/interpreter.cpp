@@ -94,7 +94,8 @@ class Interpreter {
     int64_t n_rows = k.etype_rows ? g_.num_etypes : k.edge_rows ? g_.num_edges() : g_.num_nodes;
     for (int64_t r = 0; r < n_rows; ++r) {
       const double* x = row(k.x, gathered(k.gather, r));
-      const double* slice = row(k.w, k.segments == Segments::None ? 0 : segment(k.segments, k.edge_rows, r));
+      // rows=etypes with segments: row r is edge type r, its own segment (W[r])
+      const double* slice = row(k.w, k.segments == Segments::None ? 0 : k.etype_rows ? r : segment(k.segments, k.edge_rows, r));
       double* y = row(k.y, gathered(k.scatter, r));
       double scale = k.row_scalar.empty() ? 1.0 : row(k.row_scalar, r)[0];
       for (int64_t h = 0; h < k.heads; ++h) {

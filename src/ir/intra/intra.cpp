@@ -347,12 +347,12 @@ class ProgramVerifier {
     return {};
   }
 
-  // Rows over the edge types: every row operand holds a row per edge type; nothing is gathered, scattered,
-  // segmented or scaled per row.
+  // Rows over the edge types: every row operand holds a row per edge type; nothing is gathered, scattered or
+  // scaled per row (and a weight gradient has no segments: a GEMM's may be the edge types, one row each).
   std::string etype_rows(const std::string& kernel, std::initializer_list<const TensorInfo*> operands, bool edge_rows,
                          bool plain) const {
     if (edge_rows) return fmt::format("{}: rows=etypes and edge rows at once", kernel);
-    if (!plain) return fmt::format("{}: rows=etypes has no gathers, scatters, segments or row scalars", kernel);
+    if (!plain) return fmt::format("{}: rows=etypes has no gathers, scatters or row scalars (a weight gradient no segments)", kernel);
     for (const TensorInfo* t : operands)
       if (t->per != inter::Per::Etype) return fmt::format("{}: '{}' has no row per edge type (rows=etypes)", kernel, t->name);
     return {};
@@ -423,7 +423,10 @@ class ProgramVerifier {
     int64_t slice = w->row_numel() / (w->shape.size() == 3 ? g.heads : 1);
     if (slice != g.k * g.n) return fmt::format("{}: weight {} slices have {} elements, expected {} x {}", g.name, g.w, slice, g.k, g.n);
     if (g.etype_rows) {
-      bool plain = g.gather == Gather::None && g.scatter == Gather::None && g.segments == Segments::None && g.row_scalar.empty();
+      // Per-edge-type segments over rows=etypes: row t is segment t, its weight W[t] (a product of two weights
+      // of the edge type, reorder-linear's W[t] · w[t] and its gradients). Node-type segments have no meaning here.
+      if (g.segments == Segments::Ntype) return fmt::format("{}: rows=etypes with node-type segments", g.name);
+      bool plain = g.gather == Gather::None && g.scatter == Gather::None && g.row_scalar.empty();
       if (std::string e = etype_rows(g.name, {x, y}, g.edge_rows, plain); !e.empty()) return e;
       return segments(g.name, g.segments, *w);
     }
