@@ -348,11 +348,11 @@ class ProgramVerifier {
   }
 
   // Rows over the edge types: every row operand holds a row per edge type; nothing is gathered, scattered or
-  // scaled per row (and a weight gradient has no segments: a GEMM's may be the edge types, one row each).
+  // scaled per row. (A GEMM's segments may be the edge types, one row each; a weight gradient has none.)
   std::string etype_rows(const std::string& kernel, std::initializer_list<const TensorInfo*> operands, bool edge_rows,
                          bool plain) const {
     if (edge_rows) return fmt::format("{}: rows=etypes and edge rows at once", kernel);
-    if (!plain) return fmt::format("{}: rows=etypes has no gathers, scatters or row scalars (a weight gradient no segments)", kernel);
+    if (!plain) return fmt::format("{}: rows=etypes has no gathers, scatters or row scalars", kernel);
     for (const TensorInfo* t : operands)
       if (t->per != inter::Per::Etype) return fmt::format("{}: '{}' has no row per edge type (rows=etypes)", kernel, t->name);
     return {};
@@ -463,8 +463,10 @@ class ProgramVerifier {
     if (dw->row_numel() != wg.heads * wg.k * wg.n)
       return fmt::format("{}: '{}' slices have {} elements, expected {} x {} x {}", wg.name, wg.dw, dw->row_numel(), wg.heads, wg.k, wg.n);
     if (wg.etype_rows) {
-      bool plain = wg.x_gather == Gather::None && wg.dy_gather == Gather::None && wg.segments == Segments::None && wg.row_scalar.empty();
+      bool plain = wg.x_gather == Gather::None && wg.dy_gather == Gather::None && wg.row_scalar.empty();
       if (std::string e = etype_rows(wg.name, {x, dy}, wg.edge_rows, plain); !e.empty()) return e;
+      if (wg.segments != Segments::None)  // dW[t] += x[t]^T dy[t] per type is a GEMM: rows=etypes, segments=etype
+        return fmt::format("{}: a weight gradient over rows=etypes has no segments", wg.name);
       return segments(wg.name, wg.segments, *dw);
     }
     if (std::string e = rows(wg.name, *x, wg.edge_rows, wg.x_gather, "input"); !e.empty()) return e;
