@@ -223,6 +223,8 @@ class Lowering {
       p_.kernels.push_back(ss);
     }
     pending_segment_sums_.clear();
+    for (Kernel& k : pending_after_stage_) p_.kernels.push_back(std::move(k));
+    pending_after_stage_.clear();
     emit_gather_sums(ctx);
   }
 
@@ -323,6 +325,11 @@ class Lowering {
     }
     // Backward patterns: gradients of products computed per edge type, input gradients through transposed
     // weights, and weight gradients.
+    if (s->op == AssignOp::Add) {
+      bool handled = false;
+      StmtP def = weight_weight_grad(s, ctx, stage, inner, can_flush, handled);
+      if (handled) return def;  // the per-edge value its gradients sum, or nothing
+    }
     if (s->op == AssignOp::Add && etype_product_grad(s, ctx, stage, inner, can_flush)) return nullptr;
     if (s->op == AssignOp::Add) {
       if (lower_linear_t(s, ctx, stage, inner, can_flush)) return nullptr;
@@ -1003,7 +1010,6 @@ class Lowering {
   bool etype_product_grad(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush) {
     const TensorDecl* o = weight_grad_target(*s->target);
     if (!o || !(inner || !ctx.node_loop)) return false;
-    if (weight_weight_grad(s, o, ctx, stage, inner, can_flush)) return true;
     const ExprP& v = s->value;
     const TensorDecl* w = nullptr;  // the shared weight (d_V) or the weight row's V (d_W)
     ExprP y;
@@ -1071,47 +1077,66 @@ class Lowering {
   //   d_w[t] += S[t] · W[t]                                (k = K, n = D)
   //   d_W[t] += S[t]ᵀ · w[t], i.e. outer(S[t], w[t])        (K heads of k = 1, n = D: head i is row i of d_W[t])
   // R rows each instead of E: no per-edge d_w rows, no per-edge copy of w, no atomics.
-  bool weight_weight_grad(const StmtP& s, const TensorDecl* o, LoopCtx& ctx, Stage& stage, const Stmt* inner,
-                          bool can_flush) {
+  // Returns the statement the traversal runs for it (Y per edge, stored for the segment sum), or null; `handled`
+  // says whether the statement was lowered so.
+  StmtP weight_weight_grad(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush, bool& handled) {
+    handled = false;
+    const TensorDecl* o = weight_grad_target(*s->target);
+    if (!o || !(inner || !ctx.node_loop)) return nullptr;
     const Expr& t = *s->target;
     bool by_etype = o->per == Per::Etype && t.kind == ExprKind::Index && t.args[1]->kind == ExprKind::Attr &&
                     t.args[1]->name == "etype" && t.args[1]->args[0]->kind == ExprKind::Name &&
                     ctx.edge_vars.count(t.args[1]->args[0]->name);
-    if (!by_etype) return false;
+    if (!by_etype) return nullptr;
     const ExprP& v = strip_reshape(s->value);
     const TensorDecl* w = nullptr;  // d_w: the matrix W; d_W: the vector w
     ExprP y;
     bool vector_grad = is_linear(v);
     if (vector_grad) {
       w = etype_matrix(v->args[1], ctx);
-      if (!w || w->shape[1] != tensor(o->name).row_numel()) return false;
+      if (!w || w->shape[1] != tensor(o->name).row_numel()) return nullptr;
       y = v->args[0];
     } else if (is_op(v, Op::Outer) && s->value == v && o->shape.size() == 2) {
       w = etype_row(strip_reshape(v->args[1]), ctx);
-      if (!w || tensor(w->name).row_numel() != o->shape[1]) return false;
+      if (!w || tensor(w->name).row_numel() != o->shape[1]) return nullptr;
       y = v->args[0];
     } else {
-      return false;
+      return nullptr;
     }
     int64_t y_numel = 1;
     for (int64_t d : value_type(y->type).shape) y_numel *= d;
-    if (y_numel != (vector_grad ? w->shape[0] : o->shape[0])) return false;
+    if (y_numel != (vector_grad ? w->shape[0] : o->shape[0])) return nullptr;
     // d_w and d_W sum the same Y (autodiff spells it out for each): computed and summed once, while nothing Y
     // reads is written in between.
     const std::string key = print_expr(y);
-    std::set<std::string> reads = expr_reads(y, ctx);
+    const std::set<std::string> reads = expr_reads(y, ctx);
     std::string sum;
+    bool deferred = false;
     if (auto it = ww_sums_.find(key); it != ww_sums_.end() && it->second.loop == ctx.loop) {
       bool fresh_sum = true;
       for (size_t k = it->second.kernels; k < p_.kernels.size(); ++k)
         for (const std::string& w : intra::kernel_writes(p_.kernels[k])) fresh_sum = fresh_sum && !reads.count(w);
       for (const std::string& w : stage.writes) fresh_sum = fresh_sum && !reads.count(w);
-      if (fresh_sum) sum = it->second.sum;
+      if (fresh_sum) {
+        sum = it->second.sum;
+        deferred = it->second.deferred && it->second.kernels == p_.kernels.size();  // its segment sum still pending
+      }
+    }
+    std::optional<Input> plain = gemm_input(y, ctx, true);
+    StmtP def;
+    if (sum.empty() && !(plain && plain->gather == intra::Gather::None)) {
+      // Y is computed per edge in the open traversal stage and stored; its segment sum and the GEMMs run after the
+      // stage's kernel (flush), so the loop is not cut here: the statements after it share the traversal.
+      def = deferred_etype_sum(y, ctx, stage, inner, can_flush, s, sum);
+      deferred = def != nullptr;
+      bool cacheable = true;  // nothing the stage wrote before Y is read by Y (see the freshness check above)
+      for (const std::string& w : stage.writes) cacheable = cacheable && !reads.count(w);
+      if (deferred && cacheable) ww_sums_[key] = {sum, p_.kernels.size(), ctx.loop, true};
     }
     if (sum.empty()) {
       sum = etype_sum(y, ctx, stage, inner, can_flush, s);
-      if (sum.empty()) return false;
-      ww_sums_[key] = {sum, p_.kernels.size(), ctx.loop};
+      if (sum.empty()) return nullptr;
+      ww_sums_[key] = {sum, p_.kernels.size(), ctx.loop, false};
     }
     GemmInstance g;
     g.x = sum;
@@ -1129,7 +1154,59 @@ class Lowering {
       g.n = o->shape[1];
       g.heads = o->shape[0];
     }
-    return push_gemm(g, s, ctx, stage, can_flush);
+    if (deferred) {
+      // After the stage's kernel and S's segment sum (flush): it reads S and weights only, and writes a gradient
+      // no traversal reads.
+      const auto& sched = m_.decl.options.schedule;
+      g.dtype = m_.decl.options.dtype;
+      g.tile = sched.gemm_tile;
+      g.coarsen = sched.gemm_coarsen;
+      g.launch_bounds = sched.launch_bounds;
+      g.source = print_expr(s->target) + " " + to_string(s->op) + " " + print_expr(s->value);
+      note_write(g.y, true);
+      g.name = unique(fmt::format("{}_gemm_{}", prefix_, shown(g.y)));
+      pending_after_stage_.push_back(g);
+      handled = true;
+      return def;
+    }
+    handled = push_gemm(g, s, ctx, stage, can_flush);
+    return nullptr;
+  }
+
+  // S[t] = the sum over the edges of type t of `y`, computed per edge by the open stage (the statement returned:
+  // at the top of an edge loop or in a node loop's inner edge loop) into a temporary; the segment sum runs after the
+  // stage's kernel. Sets `sum` to S; null when the traversal cannot compute y.
+  StmtP deferred_etype_sum(const ExprP& y, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush, const StmtP& s,
+                           std::string& sum) {
+    if (ctx.node_loop && !inner) return nullptr;
+    ExprP value = extract_linears(y, ctx, stage, inner, can_flush, s);
+    if (!value || !intra::traversal_supports(value)) return nullptr;
+    std::string local = fmt::format("{}op{}", kSigil, wg_count_++);
+    if (inner) edge_locals_.insert(local);  // stored per edge of the inner loop (edges are numbered in type order)
+    Type ty;
+    ty.domain = Domain::Edge;
+    ty.shape = value_type(y->type).shape;
+    local_types_[local] = ty;
+    force_materialize_.insert(local);
+    StmtP def = Stmt::assign(typed::name(local, value_type(value->type), y->loc), AssignOp::Set, value, y->loc);
+    record_access(def, ctx, stage);
+    stage.reg_locals.insert(local);
+    intra::SegmentSumInstance ss;
+    ss.v = local;  // resolved to the materialised tensor at flush
+    ss.dw = fresh(derived_name("t" + local, "per_etype"));  // t$op1$per_etype
+    int64_t numel = 1;
+    for (int64_t d : ty.shape) numel *= d;
+    add_tensor({ss.dw, Role::Temp, Per::Etype, ty.shape, false, ""});
+    ss.edge_rows = true;
+    ss.segments = intra::Segments::Etype;
+    ss.numel = numel;
+    ss.source = fmt::format("{}[t] = sum over the edges e of type t of {}", ss.dw, print_expr(y));
+    note_write(ss.dw, /*accumulates=*/true);
+    ss.name = unique(fmt::format("{}_segsum_{}", prefix_, ss.dw.substr(2)));
+    p_.layouts.insert(intra::layout::kSortedCoo);
+    pending_segment_sums_.push_back(ss);
+    sum = ss.dw;
+    return def;
   }
 
   // S[t] = the sum of the per-edge value `y` over the edges of type t (a segment sum into a temporary with a
@@ -1233,7 +1310,9 @@ class Lowering {
     std::string sum;     // the per-edge-type sum of Y
     size_t kernels = 0;  // the kernel count after it
     const Stmt* loop = nullptr;
+    bool deferred = false;  // its segment sum runs after the open stage's kernel
   };
+  std::vector<Kernel> pending_after_stage_;  // GEMMs reading a deferred segment sum: after it, at flush
   std::map<std::string, WeightWeightSum> ww_sums_;  // printed Y -> its per-type sum (weight_weight_grad)
 };
 

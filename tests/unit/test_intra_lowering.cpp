@@ -947,6 +947,25 @@ program: |
   for e in g.edges():
       e.src["h"] += e["v"] - e.dst.feature
 )",
+    // reorder-linear in a node loop's incoming-edge loop (k != d): the weight-weight product over the edge types,
+    // read per inner edge; the backward stores the edges' gradient of it per edge inside the inner loop and sums
+    // it per edge type for d_v and d_W.
+    R"(model: inner_reorder
+hyper: {d: 36, k: 40}
+inputs:
+  feature: {per: node, shape: [k]}
+weights:
+  W: {per: etype, shape: [k, d]}
+  v: {per: etype, shape: [d]}
+outputs:
+  h: {per: node, shape: [k]}
+options:
+  reorder: on
+program: |
+  for n in g.dst_nodes():
+      for e in n.incoming_edges():
+          n["h"] += tanh(dot(e.src.feature * W[e.etype], v[e.etype])) * e.src.feature
+)",
     R"(model: heads40
 hyper: {in_dim: 8, out_dim: 3, heads: 40}
 inputs:
