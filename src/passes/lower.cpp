@@ -223,7 +223,11 @@ class Lowering {
       p_.kernels.push_back(ss);
     }
     pending_segment_sums_.clear();
-    for (Kernel& k : pending_after_stage_) p_.kernels.push_back(std::move(k));
+    for (Kernel& k : pending_after_stage_) {
+      if (auto* wg = std::get_if<intra::WeightGradInstance>(&k); wg && ctx.materialized.count(wg->dy))
+        wg->dy = ctx.materialized.at(wg->dy);  // the per-edge scalar the stage stored
+      p_.kernels.push_back(std::move(k));
+    }
     pending_after_stage_.clear();
     emit_gather_sums(ctx);
   }
@@ -1125,6 +1129,15 @@ class Lowering {
     std::optional<Input> plain = gemm_input(y, ctx, true);
     StmtP def;
     if (sum.empty() && !(plain && plain->gather == intra::Gather::None)) {
+      // Y = s_e · x (RGAT: the attention gradient times e.src.feature): only s_e is stored per edge, and S is a
+      // weight gradient over the edges, S[t] = Σ x[G(e)]ᵀ · s_e (k = x's width, n = 1): no E x K temporary.
+      def = deferred_scaled_sum(y, ctx, stage, inner, can_flush, s, sum);
+      deferred = def != nullptr;
+      bool cacheable = true;
+      for (const std::string& w : stage.writes) cacheable = cacheable && !reads.count(w);
+      if (deferred && cacheable) ww_sums_[key] = {sum, p_.kernels.size(), ctx.loop, true};
+    }
+    if (sum.empty() && !(plain && plain->gather == intra::Gather::None)) {
       // Y is computed per edge in the open traversal stage and stored; its segment sum and the GEMMs run after the
       // stage's kernel (flush), so the loop is not cut here: the statements after it share the traversal.
       def = deferred_etype_sum(y, ctx, stage, inner, can_flush, s, sum);
@@ -1170,6 +1183,60 @@ class Lowering {
       return def;
     }
     handled = push_gemm(g, s, ctx, stage, can_flush);
+    return nullptr;
+  }
+
+  // S[t] = the sum over the edges e of type t of s_e · x_e, for y = s · x (either order) with s a per-edge scalar
+  // expression and x a row of an input the weight-gradient kernel can gather (e.src.feature): the open stage
+  // computes s per edge (the statement returned) and stores it; after the stage's kernel, a weight gradient over the
+  // edges in per-type segments, S[t] = Σ x[G(e)]ᵀ · s_e, k = x's width and n = 1 (deterministic split-K). Sets `sum`
+  // to S; null when y has no such form. (x is read after the stage: an input, which no kernel of the phase writes.)
+  StmtP deferred_scaled_sum(const ExprP& y, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush, const StmtP& s,
+                            std::string& sum) {
+    if (ctx.node_loop && !inner) return nullptr;
+    const ExprP& e = strip_reshape(y);
+    if (e->kind != ExprKind::Binary || e->op != BinOp::Mul) return nullptr;
+    for (size_t k : {size_t{0}, size_t{1}}) {
+      const ExprP& factor = e->args[k];
+      const ExprP& row = e->args[1 - k];
+      int64_t numel = 1;
+      for (int64_t d : value_type(factor->type).shape) numel *= d;
+      std::optional<Input> in = gemm_input(row, ctx, true);
+      if (numel != 1 || !in || tensor(in->tensor).role != Role::Input || value_type(row->type).shape.size() != 1) continue;
+      ExprP value = extract_linears(factor, ctx, stage, inner, can_flush, s);
+      if (!value || !intra::traversal_supports(value)) return nullptr;
+      std::string local = fmt::format("{}op{}", kSigil, wg_count_++);
+      if (inner) edge_locals_.insert(local);
+      Type ty;
+      ty.domain = Domain::Edge;
+      ty.shape = value_type(value->type).shape;
+      local_types_[local] = ty;
+      force_materialize_.insert(local);
+      StmtP def = Stmt::assign(typed::name(local, value_type(value->type), y->loc), AssignOp::Set, value, y->loc);
+      record_access(def, ctx, stage);
+      stage.reg_locals.insert(local);
+      intra::WeightGradInstance wg;
+      wg.x = in->tensor;
+      wg.x_gather = in->gather;
+      wg.dy = local;  // resolved to the materialised tensor at flush
+      wg.dw = fresh(derived_name("t" + local, "per_etype"));  // t$op1$per_etype
+      add_tensor({wg.dw, Role::Temp, Per::Etype, value_type(y->type).shape, false, ""});
+      wg.edge_rows = true;
+      wg.segments = intra::Segments::Etype;
+      wg.accumulate = false;  // its only write
+      wg.heads = 1;
+      wg.k = tensor(in->tensor).row_numel();
+      wg.n = 1;
+      wg.dtype = m_.decl.options.dtype;
+      wg.kernel = intra::choose_wgrad_kernel(wg);
+      wg.source = fmt::format("{}[t] = sum over the edges e of type t of {}", wg.dw, print_expr(y));
+      note_write(wg.dw, false);
+      wg.name = unique(fmt::format("{}_wgrad_{}", prefix_, wg.dw.substr(2)));
+      p_.layouts.insert(intra::layout::kSortedCoo);
+      pending_after_stage_.push_back(wg);
+      sum = wg.dw;
+      return def;
+    }
     return nullptr;
   }
 

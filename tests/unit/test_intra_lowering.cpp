@@ -966,6 +966,26 @@ program: |
       for e in n.incoming_edges():
           n["h"] += tanh(dot(e.src.feature * W[e.etype], v[e.etype])) * e.src.feature
 )",
+    // reorder-linear with an expression as the transform's input: the edges' gradient of the product is no scaled
+    // input row, so it is stored per edge (in the edge kernel) and summed per edge type.
+    R"(model: reorder_expr
+hyper: {d: 40, k: 36}
+inputs:
+  feature: {per: node, shape: [k]}
+weights:
+  W: {per: etype, shape: [k, d]}
+  v: {per: etype, shape: [d]}
+outputs:
+  h: {per: node, shape: [k]}
+options:
+  reorder: on
+program: |
+  for e in g.edges():
+      e["att"] = exp(dot(tanh(e.src.feature) * W[e.etype], v[e.etype]))
+  for n in g.dst_nodes():
+      for e in n.incoming_edges():
+          n["h"] += e["att"] * e.src.feature
+)",
     R"(model: heads40
 hyper: {in_dim: 8, out_dim: 3, heads: 40}
 inputs:
@@ -1142,8 +1162,9 @@ TEST_CASE("a GEMM operand scaled by a per-row scalar expression reads the rows g
 
 // reorder-linear's weight-weight products, lowered: W[r] · w[r]ᵀ is one GEMM over the edge types per attention half
 // (each row its own weight), the edges read their relation's row; ht's transform is gone. The backward sums the
-// edges' gradient of each product per relation once and gets d_w and its share of d_W from etype-row GEMMs; no
-// training kernel adds atomically, no PyTorch fallback.
+// edges' gradient of each product, s_e · feature, per relation once (a weight gradient over the edges, s_e stored
+// per edge) and gets d_w and its share of d_W from etype-row GEMMs; no training kernel adds atomically, no PyTorch
+// fallback.
 TEST_CASE("RGAT with reorder on: weight-weight products over the edge types, forward and backward", "[intra][lowering][reorder]") {
   const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/specs/rgat_reorder.yaml";
   std::vector<Program> phases = lower_path(path);
@@ -1179,8 +1200,16 @@ TEST_CASE("RGAT with reorder on: weight-weight products over the edge types, for
       CHECK(g->accumulate);
       grads[g->y + "/" + g->w] = g;
     }
-    if (auto* s = std::get_if<SegmentSumInstance>(&k); s && bw.find(s->dw)->per == inter::Per::Etype && s->dw.rfind("t$", 0) == 0)
+    // S[t] = Σ feature[src/dst(e)]ᵀ · s_e: a weight gradient over the edges with n = 1, no E x in_dim temporary
+    if (auto* w = std::get_if<WeightGradInstance>(&k); w && w->n == 1) {
       ++sums;
+      CHECK(w->x == "feature");
+      CHECK(w->k == 32);
+      CHECK(w->segments == Segments::Etype);
+      CHECK(bw.find(w->dy)->row_numel() == 1);
+      CHECK(bw.find(w->dw)->per == inter::Per::Etype);
+    }
+    CHECK_FALSE(std::holds_alternative<SegmentSumInstance>(k));
   }
   REQUIRE(grads.size() == 4);
   // d_w_s[r] += S_s[r] · W[r] (k = in_dim, n = out_dim); d_W[r] += outer(S_s[r], w_s[r]) (in_dim heads of 1 x out_dim)
