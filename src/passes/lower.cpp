@@ -426,15 +426,14 @@ class Lowering {
   // Emits one statement as a PyTorch instance, after the statements before it.
   void torch_fallback(const StmtP& s, const Stmt* original, LoopCtx& ctx, Stage& stage, const Stmt* inner, std::vector<StmtP>* inner_body) {
     if (const Expr* e = without_torch_template(s->value)) {
-      // E.g. the weight-weight product linear_t(w[e.etype], W[e.etype]) of reorder-linear: no GEMM instance
-      // computes a per-edge-type product of two per-edge-type weights yet.
+      // E.g. a linear_t(w, W) that is no weight-weight product over the edge types (is_weight_weight_product).
       d_.error(e->loc, "unsupported",
                fmt::format("the code generator cannot compute '{}' here (no GEMM or traversal instance, no PyTorch "
                            "call){}", print_expr(std::make_shared<Expr>(*e)),
                            !contains_op(s->value, Op::LinearT)
                                ? ""
-                               : "; the weight-weight product of linear operator reordering is not lowered yet: "
-                                 "use reorder: off"));
+                               : "; a weight-weight product is computed as linear_t(w[e.etype], W[e.etype]) in an edge "
+                                 "loop, both weights per edge type (W a matrix)"));
       return;
     }
     if (inner && !inner_body->empty()) {

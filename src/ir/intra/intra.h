@@ -84,8 +84,10 @@ struct GemmInstance {
   std::string x, w, y;  // tensors
   bool edge_rows = false;
   // Rows are the edge types (rows=etypes): X and Y hold a row per edge type (X a per-etype weight or tensor),
-  // no gather, scatter, segments or row scalar. A product that depends only on the edge type (a weight row
-  // projected by a shared weight) is computed once per type and read by the edges through etype[e].
+  // no gather, scatter or row scalar. A product that depends only on the edge type (a weight row projected by a
+  // shared weight) is computed once per type and read by the edges through etype[e]. With segments=etype, row t
+  // is segment t and reads its own W[t]: a product of two weights of the edge type (reorder-linear's
+  // W[t] · w[t]ᵀ, and its gradients), one block per row.
   bool etype_rows = false;
   Gather gather = Gather::None;
   Segments segments = Segments::None;
