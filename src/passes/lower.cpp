@@ -1122,7 +1122,7 @@ class Lowering {
       for (const std::string& w : stage.writes) fresh_sum = fresh_sum && !reads.count(w);
       if (fresh_sum) {
         sum = it->second.sum;
-        deferred = it->second.deferred && it->second.kernels == p_.kernels.size();  // its segment sum still pending
+        deferred = pending_sum(sum);  // S's kernel waits for the open stage: so must its readers
       }
     }
     std::optional<Input> plain = gemm_input(y, ctx, true);
@@ -1134,7 +1134,7 @@ class Lowering {
       deferred = def != nullptr;
       bool cacheable = true;
       for (const std::string& w : stage.writes) cacheable = cacheable && !reads.count(w);
-      if (deferred && cacheable) ww_sums_[key] = {sum, p_.kernels.size(), ctx.loop, true};
+      if (deferred && cacheable) ww_sums_[key] = {sum, p_.kernels.size(), ctx.loop};
     }
     if (sum.empty() && !(plain && plain->gather == intra::Gather::None)) {
       // Y is computed per edge in the open traversal stage and stored; its segment sum and the GEMMs run after the
@@ -1143,12 +1143,12 @@ class Lowering {
       deferred = def != nullptr;
       bool cacheable = true;  // nothing the stage wrote before Y is read by Y (see the freshness check above)
       for (const std::string& w : stage.writes) cacheable = cacheable && !reads.count(w);
-      if (deferred && cacheable) ww_sums_[key] = {sum, p_.kernels.size(), ctx.loop, true};
+      if (deferred && cacheable) ww_sums_[key] = {sum, p_.kernels.size(), ctx.loop};
     }
     if (sum.empty()) {
       sum = etype_sum(y, ctx, stage, inner, can_flush, s);
       if (sum.empty()) return nullptr;
-      ww_sums_[key] = {sum, p_.kernels.size(), ctx.loop, false};
+      ww_sums_[key] = {sum, p_.kernels.size(), ctx.loop};
     }
     GemmInstance g;
     g.x = sum;
@@ -1183,6 +1183,15 @@ class Lowering {
     }
     handled = push_gemm(g, s, ctx, stage, can_flush);
     return nullptr;
+  }
+
+  // Whether the kernel computing `sum` waits for the open stage's kernel (flush).
+  bool pending_sum(const std::string& sum) const {
+    for (const intra::SegmentSumInstance& ss : pending_segment_sums_)
+      if (ss.dw == sum) return true;
+    for (const Kernel& k : pending_after_stage_)
+      if (intra::kernel_writes(k).count(sum)) return true;
+    return false;
   }
 
   // S[t] = the sum over the edges e of type t of s_e · x_e, for y = s · x (either order) with s a per-edge scalar
@@ -1376,7 +1385,6 @@ class Lowering {
     std::string sum;     // the per-edge-type sum of Y
     size_t kernels = 0;  // the kernel count after it
     const Stmt* loop = nullptr;
-    bool deferred = false;  // its segment sum runs after the open stage's kernel
   };
   std::vector<Kernel> pending_after_stage_;  // GEMMs reading a deferred segment sum: after it, at flush
   std::map<std::string, WeightWeightSum> ww_sums_;  // printed Y -> its per-type sum (weight_weight_grad)
