@@ -197,13 +197,22 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
     params += fmt::format("\n    const {}* __restrict__ row_scalar,", intra::cuda_type(p.find(g.row_scalar)->storage));
     args.push_back("a." + g.row_scalar);
   }
-  if (!seg.empty()) {
+  // rows=etypes with segments: row t is segment t, one block per row (launch_config), no segment arrays.
+  const bool row_segments = g.rows == intra::Rows::Etypes && !seg.empty();
+  if (!seg.empty() && !row_segments) {
     params += fmt::format("\n    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,");
     args.push_back(segment_ptr_expr(g.rows, g.segments, "a."));
     args.push_back(g.rows == intra::Rows::Pairs ? "a.pair_tile_ptr" : fmt::format("a.{}_tile_ptr", seg));
   }
   v["extra_params"] = params;
-  if (seg.empty()) {
+  if (row_segments) {
+    v["tile_range"] =
+        "// Row t is edge type t, and its own segment: this block's row and weight.\n"
+        "const int type = blockIdx.x;\n"
+        "const int64_t row_begin = type, row_end = type + 1;\n"
+        "(void)num_rows;\n"
+        "(void)num_segments;";
+  } else if (seg.empty()) {
     v["tile_range"] =
         "const int64_t row_begin = static_cast<int64_t>(blockIdx.x) * kTile;\n"
         "const int64_t row_end = row_begin + kTile < num_rows ? row_begin + kTile : num_rows;\n"

@@ -246,6 +246,12 @@ class Lowering {
       p_.kernels.push_back(ss);
     }
     pending_segment_sums_.clear();
+    for (Kernel& k : pending_after_stage_) {
+      if (auto* wg = std::get_if<intra::WeightGradInstance>(&k); wg && ctx.materialized.count(wg->dy))
+        wg->dy = ctx.materialized.at(wg->dy);  // the per-edge scalar the stage stored
+      p_.kernels.push_back(std::move(k));
+    }
+    pending_after_stage_.clear();
     emit_gather_sums(ctx);
   }
 
@@ -362,6 +368,11 @@ class Lowering {
     }
     // Backward patterns: gradients of products computed per edge type, input gradients through transposed
     // weights, and weight gradients.
+    if (s->op == AssignOp::Add) {
+      bool handled = false;
+      StmtP def = weight_weight_grad(s, ctx, stage, inner, can_flush, handled);
+      if (handled) return def;  // the per-edge value its gradients sum, or nothing
+    }
     if (s->op == AssignOp::Add && etype_product_grad(s, ctx, stage, inner, can_flush)) return nullptr;
     if (s->op == AssignOp::Add) {
       if (lower_linear_t(s, ctx, stage, inner, can_flush)) return nullptr;
@@ -470,15 +481,14 @@ class Lowering {
       return;
     }
     if (const Expr* e = without_torch_template(s->value)) {
-      // E.g. the weight-weight product linear_t(w[e.etype], W[e.etype]) of reorder-linear: no GEMM instance
-      // computes a per-edge-type product of two per-edge-type weights yet.
+      // E.g. a linear_t(w, W) that is no weight-weight product over the edge types (is_weight_weight_product).
       d_.error(e->loc, "unsupported",
                fmt::format("the code generator cannot compute '{}' here (no GEMM or traversal instance, no PyTorch "
                            "call){}", print_expr(std::make_shared<Expr>(*e)),
                            !contains_op(s->value, Op::LinearT)
                                ? ""
-                               : "; the weight-weight product of linear operator reordering is not lowered yet: "
-                                 "use reorder: off"));
+                               : "; a weight-weight product is computed as linear_t(w[e.etype], W[e.etype]) in an edge "
+                                 "loop, both weights per edge type (W a matrix)"));
       return;
     }
     if (inner && !inner_body->empty()) {
@@ -920,6 +930,22 @@ class Lowering {
     return out;
   }
 
+  // The tensors an expression reads (fields, materialised locals, inputs, weights).
+  std::set<std::string> expr_reads(const ExprP& e, const LoopCtx& ctx) const {
+    std::set<std::string> out;
+    std::function<void(const ExprP&)> walk = [&](const ExprP& x) {
+      if (auto f = field_ref(x, ctx.edge_vars)) out.insert(field_tensor(f->field));
+      if (x->kind == ExprKind::Name) {
+        if (auto it = ctx.materialized.find(x->name); it != ctx.materialized.end()) out.insert(it->second);
+        if (m_.decl.find_weight(x->name)) out.insert(x->name);
+      }
+      if (x->kind == ExprKind::Attr && m_.decl.find_input(x->name)) out.insert(x->name);
+      for (const ExprP& a : x->args) walk(a);
+    };
+    walk(e);
+    return out;
+  }
+
   void record_access(const StmtP& s, const LoopCtx& ctx, Stage& stage) {
     std::function<void(const ExprP&)> reads = [&](const ExprP& e) {
       if (auto f = field_ref(e, ctx.edge_vars)) stage.reads.insert(field_tensor(f->field));
@@ -1090,16 +1116,39 @@ class Lowering {
     const TensorDecl* d = m_.decl.find_weight(w->name);
     return d && d->per == Per::None && d->shape.size() == 2 ? d : nullptr;
   }
+  // W's declaration when `w` is W[e.etype] with W a per-edge-type matrix, else null.
+  const TensorDecl* etype_matrix(const ExprP& w, const LoopCtx& ctx) const {
+    const TensorDecl* d = etype_row(w, ctx);
+    return d && d->shape.size() == 2 ? d : nullptr;
+  }
+  // linear_t(w[e.etype], W[e.etype]) = W[r] · w[r] (reorder-linear's weight-weight product; w may be a reshaped
+  // view): both operands per edge type, W a matrix whose columns match w's elements.
+  bool is_weight_weight_product(const ExprP& e, const LoopCtx& ctx) const {
+    if (!is_op(e, Op::LinearT)) return false;
+    const TensorDecl* v = etype_row(strip_reshape(e->args[0]), ctx);
+    const TensorDecl* w = etype_matrix(e->args[1], ctx);
+    if (!v || !w) return false;
+    int64_t numel = 1;
+    for (int64_t d : v->shape) numel *= d;
+    return numel == w->shape[1];
+  }
   bool is_etype_product(const ExprP& e, const LoopCtx& ctx) const {
-    return is_linear(e) && etype_row(e->args[0], ctx) && shared_matrix(e->args[1]);
+    return (is_linear(e) && etype_row(e->args[0], ctx) && shared_matrix(e->args[1])) || is_weight_weight_product(e, ctx);
   }
 
   // t[r] = V[r] · W over the edge types, once per product and phase; returns t (a row per edge type).
+  // The weight-weight product linear_t(w[e.etype], W[e.etype]) is the same GEMM with each row's own weight
+  // (segments=etype: row r is segment r) transposed: t[r] = w[r] · W[r]^T, K values per relation, recomputed
+  // every phase (the weights train).
   std::string etype_product(const ExprP& lin, const StmtP& s) {
-    std::string key = print_expr(lin->args[0]->args[0]) + " * " + print_expr(lin->args[1]);
+    const bool ww = is_op(lin, Op::LinearT);
+    const ExprP& row = strip_reshape(lin->args[0]);
+    const ExprP& wsel = lin->args[1];
+    const std::string w_name = wsel->kind == ExprKind::Index ? wsel->args[0]->name : wsel->name;
+    std::string key = print_expr(row->args[0]) + (ww ? " ^T* " : " * ") + w_name;
     if (auto it = etype_products_.find(key); it != etype_products_.end()) return it->second;
-    const TensorDecl* v = m_.decl.find_weight(lin->args[0]->args[0]->name);
-    const TensorDecl* w = shared_matrix(lin->args[1]);
+    const TensorDecl* v = m_.decl.find_weight(row->args[0]->name);
+    const TensorDecl* w = m_.decl.find_weight(w_name);
     std::string tn = fresh(derived_name("t", derived_name(v->name, w->name)));  // t$rel_emb$W_r
     add_tensor({tn, Role::Temp, Per::Etype, value_type(lin->type).shape, false, ""});
     GemmInstance g;
@@ -1107,9 +1156,17 @@ class Lowering {
     g.w = w->name;
     g.y = tn;
     g.rows = intra::Rows::Etypes;
-    g.k = w->shape[0];
-    g.n = w->shape[1];
-    g.heads = tensor(v->name).row_numel() / g.k;  // the same weight applied to each of the row's sub-vectors
+    if (ww) {
+      g.segments = intra::Segments::Etype;
+      g.transpose_w = true;
+      g.k = w->shape[1];
+      g.n = w->shape[0];
+      g.heads = 1;
+    } else {
+      g.k = w->shape[0];
+      g.n = w->shape[1];
+      g.heads = tensor(v->name).row_numel() / g.k;  // the same weight applied to each of the row's sub-vectors
+    }
     note_write(tn, false);
     const auto& sched = m_.decl.options.schedule;
     g.dtype = m_.decl.options.dtype;
@@ -1187,6 +1244,218 @@ class Lowering {
     wg.name = unique(fmt::format("{}_wgrad_{}", prefix_, o->name));
     p_.kernels.push_back(wg);
     return true;
+  }
+
+  // The backward of the weight-weight product P[r] = linear_t(w[r], W[r]) = W[r] · w[r]. autodiff gives, per
+  // edge, with Y the edge's gradient of P[e.etype] (K values):
+  //   d_w[e.etype] += [reshape] linear(Y, W[e.etype])      d_W[e.etype] += outer(Y, [reshape] w[e.etype])
+  // Both are linear in Y, and both weights are the edge type's: with S[t] the sum of Y over the edges of type t
+  // (etype_sum, deterministic), they are etype-row GEMMs with each row's own weight (segments=etype):
+  //   d_w[t] += S[t] · W[t]                                (k = K, n = D)
+  //   d_W[t] += S[t]ᵀ · w[t], i.e. outer(S[t], w[t])        (K heads of k = 1, n = D: head i is row i of d_W[t])
+  // R rows each instead of E: no per-edge d_w rows, no per-edge copy of w, no atomics.
+  // Returns the statement the traversal runs for it (Y per edge, stored for the segment sum), or null; `handled`
+  // says whether the statement was lowered so.
+  StmtP weight_weight_grad(const StmtP& s, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush, bool& handled) {
+    handled = false;
+    const TensorDecl* o = weight_grad_target(*s->target);
+    if (!o || !(inner || !ctx.node_loop)) return nullptr;
+    const Expr& t = *s->target;
+    bool by_etype = o->per == Per::Etype && t.kind == ExprKind::Index && t.args[1]->kind == ExprKind::Attr &&
+                    t.args[1]->name == "etype" && t.args[1]->args[0]->kind == ExprKind::Name &&
+                    ctx.edge_vars.count(t.args[1]->args[0]->name);
+    if (!by_etype) return nullptr;
+    const ExprP& v = strip_reshape(s->value);
+    const TensorDecl* w = nullptr;  // d_w: the matrix W; d_W: the vector w
+    ExprP y;
+    bool vector_grad = is_linear(v);
+    if (vector_grad) {
+      w = etype_matrix(v->args[1], ctx);
+      if (!w || w->shape[1] != tensor(o->name).row_numel()) return nullptr;
+      y = v->args[0];
+    } else if (is_op(v, Op::Outer) && s->value == v && o->shape.size() == 2) {
+      w = etype_row(strip_reshape(v->args[1]), ctx);
+      if (!w || tensor(w->name).row_numel() != o->shape[1]) return nullptr;
+      y = v->args[0];
+    } else {
+      return nullptr;
+    }
+    int64_t y_numel = 1;
+    for (int64_t d : value_type(y->type).shape) y_numel *= d;
+    if (y_numel != (vector_grad ? w->shape[0] : o->shape[0])) return nullptr;
+    // d_w and d_W sum the same Y (autodiff spells it out for each): computed and summed once, while nothing Y
+    // reads is written in between.
+    const std::string key = print_expr(y);
+    const std::set<std::string> reads = expr_reads(y, ctx);
+    std::string sum;
+    bool deferred = false;
+    if (auto it = ww_sums_.find(key); it != ww_sums_.end() && it->second.loop == ctx.loop) {
+      bool fresh_sum = true;
+      for (size_t k = it->second.kernels; k < p_.kernels.size(); ++k)
+        for (const std::string& w : intra::kernel_writes(p_.kernels[k])) fresh_sum = fresh_sum && !reads.count(w);
+      for (const std::string& w : stage.writes) fresh_sum = fresh_sum && !reads.count(w);
+      if (fresh_sum) {
+        sum = it->second.sum;
+        deferred = pending_sum(sum);  // S's kernel waits for the open stage: so must its readers
+      }
+    }
+    std::optional<Input> plain = gemm_input(y, ctx, true);
+    StmtP def;
+    if (sum.empty() && !(plain && plain->gather == intra::Gather::None)) {
+      // Y = s_e · x (RGAT: the attention gradient times e.src.feature): only s_e is stored per edge, and S is a
+      // weight gradient over the edges, S[t] = Σ x[G(e)]ᵀ · s_e (k = x's width, n = 1): no E x K temporary.
+      def = deferred_scaled_sum(y, ctx, stage, inner, can_flush, s, sum);
+      deferred = def != nullptr;
+      bool cacheable = true;
+      for (const std::string& w : stage.writes) cacheable = cacheable && !reads.count(w);
+      if (deferred && cacheable) ww_sums_[key] = {sum, p_.kernels.size(), ctx.loop};
+    }
+    if (sum.empty() && !(plain && plain->gather == intra::Gather::None)) {
+      // Y is computed per edge in the open traversal stage and stored; its segment sum and the GEMMs run after the
+      // stage's kernel (flush), so the loop is not cut here: the statements after it share the traversal.
+      def = deferred_etype_sum(y, ctx, stage, inner, can_flush, s, sum);
+      deferred = def != nullptr;
+      bool cacheable = true;  // nothing the stage wrote before Y is read by Y (see the freshness check above)
+      for (const std::string& w : stage.writes) cacheable = cacheable && !reads.count(w);
+      if (deferred && cacheable) ww_sums_[key] = {sum, p_.kernels.size(), ctx.loop};
+    }
+    if (sum.empty()) {
+      sum = etype_sum(y, ctx, stage, inner, can_flush, s);
+      if (sum.empty()) return nullptr;
+      ww_sums_[key] = {sum, p_.kernels.size(), ctx.loop};
+    }
+    GemmInstance g;
+    g.x = sum;
+    g.w = w->name;
+    g.y = o->name;
+    g.rows = intra::Rows::Etypes;
+    g.segments = intra::Segments::Etype;
+    g.accumulate = true;
+    if (vector_grad) {
+      g.k = w->shape[0];
+      g.n = w->shape[1];
+      g.heads = 1;
+    } else {
+      g.k = 1;
+      g.n = o->shape[1];
+      g.heads = o->shape[0];
+    }
+    if (deferred) {
+      // After the stage's kernel and S's segment sum (flush): it reads S and weights only, and writes a gradient
+      // no traversal reads.
+      const auto& sched = m_.decl.options.schedule;
+      g.dtype = m_.decl.options.dtype;
+      g.tile = sched.gemm_tile;
+      g.coarsen = sched.gemm_coarsen;
+      g.launch_bounds = sched.launch_bounds;
+      g.source = print_expr(s->target) + " " + to_string(s->op) + " " + print_expr(s->value);
+      note_write(g.y, true);
+      g.name = unique(fmt::format("{}_gemm_{}", prefix_, shown(g.y)));
+      pending_after_stage_.push_back(g);
+      handled = true;
+      return def;
+    }
+    handled = push_gemm(g, s, ctx, stage, can_flush);
+    return nullptr;
+  }
+
+  // Whether the kernel computing `sum` waits for the open stage's kernel (flush).
+  bool pending_sum(const std::string& sum) const {
+    for (const intra::SegmentSumInstance& ss : pending_segment_sums_)
+      if (ss.dw == sum) return true;
+    for (const Kernel& k : pending_after_stage_)
+      if (intra::kernel_writes(k).count(sum)) return true;
+    return false;
+  }
+
+  // S[t] = the sum over the edges e of type t of s_e · x_e, for y = s · x (either order) with s a per-edge scalar
+  // expression and x a row of an input the weight-gradient kernel can gather (e.src.feature): the open stage
+  // computes s per edge (the statement returned) and stores it; after the stage's kernel, a weight gradient over the
+  // edges in per-type segments, S[t] = Σ x[G(e)]ᵀ · s_e, k = x's width and n = 1 (deterministic split-K). Sets `sum`
+  // to S; null when y has no such form. (x is read after the stage: an input, which no kernel of the phase writes.)
+  StmtP deferred_scaled_sum(const ExprP& y, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush, const StmtP& s,
+                            std::string& sum) {
+    if (ctx.node_loop && !inner) return nullptr;
+    const ExprP& e = strip_reshape(y);
+    if (e->kind != ExprKind::Binary || e->op != BinOp::Mul) return nullptr;
+    for (size_t k : {size_t{0}, size_t{1}}) {
+      const ExprP& factor = e->args[k];
+      const ExprP& row = e->args[1 - k];
+      int64_t numel = 1;
+      for (int64_t d : value_type(factor->type).shape) numel *= d;
+      std::optional<Input> in = gemm_input(row, ctx, true);
+      if (numel != 1 || !in || tensor(in->tensor).role != Role::Input || value_type(row->type).shape.size() != 1) continue;
+      ExprP value = extract_linears(factor, ctx, stage, inner, can_flush, s);
+      if (!value || !intra::traversal_supports(value)) return nullptr;
+      std::string local = fmt::format("{}op{}", kSigil, wg_count_++);
+      if (inner) edge_locals_.insert(local);
+      Type ty;
+      ty.domain = Domain::Edge;
+      ty.shape = value_type(value->type).shape;
+      local_types_[local] = ty;
+      force_materialize_.insert(local);
+      StmtP def = Stmt::assign(typed::name(local, value_type(value->type), y->loc), AssignOp::Set, value, y->loc);
+      record_access(def, ctx, stage);
+      stage.reg_locals.insert(local);
+      intra::WeightGradInstance wg;
+      wg.x = in->tensor;
+      wg.x_gather = in->gather;
+      wg.dy = local;  // resolved to the materialised tensor at flush
+      wg.dw = fresh(derived_name("t" + local, "per_etype"));  // t$op1$per_etype
+      add_tensor({wg.dw, Role::Temp, Per::Etype, value_type(y->type).shape, false, ""});
+      wg.rows = rows_of(ctx, inner);  // the edges, or a pair loop's pairs (each with its edge type)
+      wg.segments = intra::Segments::Etype;
+      wg.accumulate = false;  // its only write
+      wg.heads = 1;
+      wg.k = tensor(in->tensor).row_numel();
+      wg.n = 1;
+      wg.dtype = m_.decl.options.dtype;
+      wg.kernel = intra::choose_wgrad_kernel(wg);
+      wg.source = fmt::format("{}[t] = sum over the {} of type t of {}", wg.dw, ctx.pair_loop ? "pairs" : "edges e", print_expr(y));
+      note_write(wg.dw, false);
+      wg.name = unique(fmt::format("{}_wgrad_{}", prefix_, wg.dw.substr(2)));
+      p_.layouts.insert(intra::layout::kSortedCoo);
+      pending_after_stage_.push_back(wg);
+      sum = wg.dw;
+      return def;
+    }
+    return nullptr;
+  }
+
+  // S[t] = the sum over the edges of type t of `y`, computed per edge by the open stage (the statement returned:
+  // at the top of an edge loop or in a node loop's inner edge loop) into a temporary; the segment sum runs after the
+  // stage's kernel. Sets `sum` to S; null when the traversal cannot compute y.
+  StmtP deferred_etype_sum(const ExprP& y, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush, const StmtP& s,
+                           std::string& sum) {
+    if (ctx.node_loop && !inner) return nullptr;
+    ExprP value = extract_linears(y, ctx, stage, inner, can_flush, s);
+    if (!value || !intra::traversal_supports(value)) return nullptr;
+    std::string local = fmt::format("{}op{}", kSigil, wg_count_++);
+    if (inner) edge_locals_.insert(local);  // stored per edge of the inner loop (edges are numbered in type order)
+    Type ty;
+    ty.domain = Domain::Edge;
+    ty.shape = value_type(y->type).shape;
+    local_types_[local] = ty;
+    force_materialize_.insert(local);
+    StmtP def = Stmt::assign(typed::name(local, value_type(value->type), y->loc), AssignOp::Set, value, y->loc);
+    record_access(def, ctx, stage);
+    stage.reg_locals.insert(local);
+    intra::SegmentSumInstance ss;
+    ss.v = local;  // resolved to the materialised tensor at flush
+    ss.dw = fresh(derived_name("t" + local, "per_etype"));  // t$op1$per_etype
+    int64_t numel = 1;
+    for (int64_t d : ty.shape) numel *= d;
+    add_tensor({ss.dw, Role::Temp, Per::Etype, ty.shape, false, ""});
+    ss.rows = rows_of(ctx, inner);  // the edges, or a pair loop's pairs
+    ss.segments = intra::Segments::Etype;
+    ss.numel = numel;
+    ss.source = fmt::format("{}[t] = sum over the edges e of type t of {}", ss.dw, print_expr(y));
+    note_write(ss.dw, /*accumulates=*/true);
+    ss.name = unique(fmt::format("{}_segsum_{}", prefix_, ss.dw.substr(2)));
+    p_.layouts.insert(intra::layout::kSortedCoo);
+    pending_segment_sums_.push_back(ss);
+    sum = ss.dw;
+    return def;
   }
 
   // S[t] = the sum of the per-edge value `y` over the edges of type t (a segment sum into a temporary with a
@@ -1293,6 +1562,13 @@ class Lowering {
   int wg_count_ = 0;
   std::map<std::string, std::string> etype_products_;                   // V * W -> its per-edge-type tensor
   std::map<std::string, std::pair<std::string, size_t>> etype_sums_;    // edge tensor -> (per-type sum, kernel)
+  struct WeightWeightSum {
+    std::string sum;     // the per-edge-type sum of Y
+    size_t kernels = 0;  // the kernel count after it
+    const Stmt* loop = nullptr;
+  };
+  std::vector<Kernel> pending_after_stage_;  // GEMMs reading a deferred segment sum: after it, at flush
+  std::map<std::string, WeightWeightSum> ww_sums_;  // printed Y -> its per-type sum (weight_weight_grad)
 };
 
 // Rows with fewer elements than this (per-row scalars and short vectors: attention scores, the softmax's max and

@@ -7,8 +7,9 @@
 //                         ==>  ... reshape(dot(e.src.feature, linear_t(reshape(w_s[e.etype], D), W[e.etype])), 1) ...
 //
 // linear_t(w, W) = w · Wᵀ = W · wᵀ is the weight-weight product Ww_s[r] (K values per relation): lowering computes
-// it by a GEMM over the edge types (rows = etypes, one row per relation, recomputed every forward since the
-// weights train), and autodiff differentiates it (d_W[r] += outer(d_Ww_s[r], w_s[r]), d_w_s[r] += W[r] · d_Ww_s[r]).
+// it by a GEMM over the edge types (rows = etypes, each row its own W[r]: segments = etype; recomputed in every
+// phase since the weights train), and autodiff differentiates it (d_W[r] += outer(d_Ww_s[r], w_s[r]),
+// d_w_s[r] += W[r] · d_Ww_s[r]), which lowering sums per relation first (passes/lower.cpp, weight_weight_grad).
 // A local that only the rewritten dots read (RGAT's ht) becomes dead and is removed: its E x D rows and its
 // E-row GEMM disappear.
 //

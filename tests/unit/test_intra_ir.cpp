@@ -9,7 +9,9 @@
 #include <regex>
 #include <sstream>
 
+#include "ir/intra/interpreter.h"
 #include "ir/intra/intra.h"
+#include "ir/intra/launch.h"
 #include "ir/intra/parser.h"
 #include "emit/traversal.h"
 #include "passes/passes.h"
@@ -698,12 +700,103 @@ TEST_CASE("GEMMs and weight gradients over the edge types print, parse back and 
   const std::string t = kEtypeRows;
   CHECK(verify_text(replace(t, "t_v[row] = V[row]", "t_v[row] = t_n[row]")) == "m_gemm_v: 't_n' has no row per edge type (rows=etypes)");
   CHECK(verify_text(replace(t, "t_v[row] = V[row]", "t_v[row] = V[src[row]]")) ==
-        "m_gemm_v: rows=etypes has no gathers, scatters, segments or row scalars");
+        "m_gemm_v: rows=etypes has no gathers, scatters or row scalars");
   CHECK(verify_text(replace(t, "sum over rows V[row]^T", "sum over rows t_n[row]^T")) ==
         "m_wgrad: 't_n' has no row per edge type (rows=etypes)");
   std::string perr;
   CHECK_FALSE(parse_program_text(replace(t, "rows=etypes heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 store", "rows=types heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 store"), &perr));
   CHECK(perr.find("expected rows=nodes, edges, etypes or pairs, not 'types'") != std::string::npos);
+}
+
+// Rows over the edge types, each row its own segment (segments=etype): reorder-linear's weight-weight product
+// P[t] = w[t] · W[t]^T, and its gradients from S[t], the per-type sum of the edges' gradient of P:
+// d_w[t] += S[t] · W[t], and d_W[t] += outer(S[t], w[t]) as K heads of k = 1.
+const char* kEtypeRowSegments = R"(# hectorgen intra-operator IR
+model m
+phase backward
+weight W: etype[3, 5] init="glorot"
+weight w: etype[1, 5] init="glorot"
+output d_W: etype[3, 5]
+output d_w: etype[1, 5]
+option materialization = "vanilla"
+option reorder = "on"
+option dtype = "fp32"
+option gemm_tile = 16
+option gemm_coarsen = 1
+option traversal_threads = 256
+layouts etype_sorted_coo
+tensor W: weight etype[3, 5]
+tensor w: weight etype[1, 5]
+tensor d_W: output etype[3, 5] zero_init
+tensor d_w: output etype[1, 5] zero_init
+tensor t_p: temp etype[3]
+tensor t_s: temp etype[3]
+tensor t_n: temp node[5]
+
+gemm m_gemm_p:  t_p[row] = w[row] · W[etype]^T
+    rows=etypes heads=1 k=5 n=3 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt
+    from: p = linear_t(reshape(w[e.etype], 5), W[e.etype])
+
+gemm m_gemm_d_w:  d_w[row] += t_s[row] · W[etype]
+    rows=etypes heads=1 k=3 n=5 dtype=fp32 tile=16 coarsen=1 store=add kernel=simt
+    from: d_w[e.etype] += reshape(linear(e["d_p"], W[e.etype]), 1, 5)
+
+gemm m_gemm_d_W:  d_W[row] += t_s[row] · w[etype]
+    rows=etypes heads=3 k=1 n=5 dtype=fp32 tile=16 coarsen=1 store=add kernel=simt
+    from: d_W[e.etype] += outer(e["d_p"], reshape(w[e.etype], 5))
+)";
+
+TEST_CASE("GEMMs over the edge types with a weight per row: print, parse back, verify, run; misuse is rejected",
+          "[intra][roundtrip][verifier][reorder]") {
+  std::string err;
+  auto p = parse_program_text(kEtypeRowSegments, &err);
+  INFO(err);
+  REQUIRE(p);
+  CHECK(print_program(*p) == kEtypeRowSegments);
+  CHECK(verify_program(*p) == "");
+  // Row t reads its own W[t] and w[t]: the float64 interpreter against the products written out.
+  inter::HeteroGraph g;
+  g.num_nodes = 2;
+  g.num_etypes = 2;
+  g.ntype = {0, 0};
+  inter::TensorMap t;
+  auto tensor = [](std::vector<int64_t> shape, std::vector<double> data) {
+    inter::Tensor64 x;
+    x.shape = std::move(shape);
+    x.data = std::move(data);
+    return x;
+  };
+  std::vector<double> W(30), w(10), s(6);
+  for (size_t i = 0; i < W.size(); ++i) W[i] = 0.1 * static_cast<double>(i) - 1.0;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.3 * static_cast<double>(i) + 0.5;
+  for (size_t i = 0; i < s.size(); ++i) s[i] = 1.0 - 0.25 * static_cast<double>(i);
+  t["W"] = tensor({2, 3, 5}, W);
+  t["w"] = tensor({2, 1, 5}, w);
+  t["t_s"] = tensor({2, 3}, s);
+  REQUIRE(intra::interpret(*p, g, t) == "");
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 3; ++i) {
+      double pv = 0;
+      for (int j = 0; j < 5; ++j) pv += W[r * 15 + i * 5 + j] * w[r * 5 + j];
+      CHECK(t.at("t_p").data[r * 3 + i] == Approx(pv));
+      for (int j = 0; j < 5; ++j) CHECK(t.at("d_W").data[r * 15 + i * 5 + j] == Approx(s[r * 3 + i] * w[r * 5 + j]));
+    }
+  for (int r = 0; r < 2; ++r)
+    for (int j = 0; j < 5; ++j) {
+      double dv = 0;
+      for (int i = 0; i < 3; ++i) dv += s[r * 3 + i] * W[r * 15 + i * 5 + j];
+      CHECK(t.at("d_w").data[r * 5 + j] == Approx(dv));
+    }
+  // A block per row (its own segment), no segment arrays.
+  const LaunchConfig c = launch_config(*p, p->kernels[0]);
+  CHECK(c.x.expr("a.num_etypes", "a.num_etypes") == "static_cast<unsigned>(a.num_etypes)");
+  const std::string text = kEtypeRowSegments;
+  CHECK(verify_text(replace(text, "tensor t_p: temp etype[3]", "tensor t_p: temp edge[3]")) ==
+        "m_gemm_p: 't_p' has no row per edge type (rows=etypes)");
+  CHECK(verify_text(replace(text, "t_p[row] = w[row] · W[etype]^T", "t_p[row] = t_n[row] · W[etype]^T")) ==
+        "m_gemm_p: 't_n' has no row per edge type (rows=etypes)");
+  CHECK(verify_text(replace(text, "t_p[row] = w[row] · W[etype]^T", "t_p[row] = w[src[row]] · W[etype]^T")) ==
+        "m_gemm_p: rows=etypes has no gathers, scatters or row scalars");
 }
 
 TEST_CASE("the weight gradient's kernel: tensor cores where the dtype and the shape allow, else SIMT with the reason",

@@ -33,6 +33,12 @@ std::vector<std::string> all_specs() {
   return out;
 }
 
+// The module autodiff and lowering start from, as the pipeline makes it: reorder-linear with the spec's option,
+// then hoist-node-transforms.
+inter::Module pipeline_forward(const inter::Module& m) {
+  return passes::hoist_node_transforms(passes::reorder_linear(m, m.decl.options.reorder));
+}
+
 std::vector<Program> lower_source(const std::string& path, const std::string& text) {
   auto c = compile_text(path, text);
   INFO(c->rendered());
@@ -53,8 +59,8 @@ std::vector<Program> lower_source(const std::string& path, const std::string& te
     out.push_back(*p);
     return true;
   };
-  // As the pipeline does: hoist-node-transforms before autodiff.
-  const inter::Module forward = passes::hoist_node_transforms(*c->module);
+  // As the pipeline does: reorder-linear (the spec's options.reorder), then hoist-node-transforms, before autodiff.
+  const inter::Module forward = pipeline_forward(*c->module);
   lower(forward, "forward", {});
   if (auto tm = passes::autodiff(forward, d)) {
     lower(tm->forward, "forward_train", tm->saved);
@@ -942,6 +948,45 @@ program: |
   for e in g.edges():
       e.src["h"] += e["v"] - e.dst.feature
 )",
+    // reorder-linear in a node loop's incoming-edge loop (k != d): the weight-weight product over the edge types,
+    // read per inner edge; the backward stores the edges' gradient of it per edge inside the inner loop and sums
+    // it per edge type for d_v and d_W.
+    R"(model: inner_reorder
+hyper: {d: 36, k: 40}
+inputs:
+  feature: {per: node, shape: [k]}
+weights:
+  W: {per: etype, shape: [k, d]}
+  v: {per: etype, shape: [d]}
+outputs:
+  h: {per: node, shape: [k]}
+options:
+  reorder: on
+program: |
+  for n in g.dst_nodes():
+      for e in n.incoming_edges():
+          n["h"] += tanh(dot(e.src.feature * W[e.etype], v[e.etype])) * e.src.feature
+)",
+    // reorder-linear with an expression as the transform's input: the edges' gradient of the product is no scaled
+    // input row, so it is stored per edge (in the edge kernel) and summed per edge type.
+    R"(model: reorder_expr
+hyper: {d: 40, k: 36}
+inputs:
+  feature: {per: node, shape: [k]}
+weights:
+  W: {per: etype, shape: [k, d]}
+  v: {per: etype, shape: [d]}
+outputs:
+  h: {per: node, shape: [k]}
+options:
+  reorder: on
+program: |
+  for e in g.edges():
+      e["att"] = exp(dot(tanh(e.src.feature) * W[e.etype], v[e.etype]))
+  for n in g.dst_nodes():
+      for e in n.incoming_edges():
+          n["h"] += e["att"] * e.src.feature
+)",
     R"(model: heads40
 hyper: {in_dim: 8, out_dim: 3, heads: 40}
 inputs:
@@ -972,13 +1017,16 @@ TEST_CASE("lowering keeps the meaning: the intra IR computes what the inter IR c
   }
   for (const char* text : kExtraSpecs) specs.push_back({"extra.yaml", text});
   for (const char* text : kVersionSpecs) specs.push_back({"versions.yaml", text});
+  // Linear operator reordering: `auto` rewrites RGAT's dot(ht, w_t) only (tests/specs/rgat_reorder.yaml has `on`).
+  const std::string rgat = std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgat.yaml";
+  specs.push_back({rgat, replace(read_file(rgat), "  reorder: off", "  reorder: auto")});
   for (const auto& [path, text] : specs) {
     CAPTURE(path, text);
     auto c = compile_text(path, text);
     REQUIRE(c->module);
     std::vector<Program> phases = lower_source(path, text);
-    // The pipeline's forward: hoist-node-transforms runs before autodiff.
-    const inter::Module forward = passes::hoist_node_transforms(*c->module);
+    // The pipeline's forward: reorder-linear and hoist-node-transforms run before autodiff.
+    const inter::Module forward = pipeline_forward(*c->module);
     Diagnostics d;
     auto tm = passes::autodiff(forward, d);
     for (uint64_t seed : {1u, 2u}) {
@@ -1025,7 +1073,9 @@ TEST_CASE("compact materialization lowers to kernels that compute what the uncom
     CAPTURE(path, text);
     auto c = compile_text(path, text);
     REQUIRE(c->module);
-    const inter::Module forward = passes::hoist_node_transforms(*c->module);
+    // As the pipeline does: reorder-linear (the spec's option) and hoist-node-transforms before compaction.
+    const inter::Module forward =
+        passes::hoist_node_transforms(passes::reorder_linear(*c->module, c->module->decl.options.reorder));
     const inter::Module compact = passes::compact_materialization(forward, inter::Materialization::Compact);
     bool pairs = false;
     for (const inter::StmtP& s : compact.body) pairs = pairs || (s->kind == inter::StmtKind::For && s->loop == inter::LoopKind::SrcPairs);
@@ -1185,4 +1235,66 @@ TEST_CASE("a GEMM operand scaled by a per-row scalar expression reads the rows g
     CHECK(gemms == 1);
     CHECK(wgrads == 1);
   }
+}
+
+// reorder-linear's weight-weight products, lowered: W[r] · w[r]ᵀ is one GEMM over the edge types per attention half
+// (each row its own weight), the edges read their relation's row; ht's transform is gone. The backward sums the
+// edges' gradient of each product, s_e · feature, per relation once (a weight gradient over the edges, s_e stored
+// per edge) and gets d_w and its share of d_W from etype-row GEMMs; no training kernel adds atomically, no PyTorch
+// fallback.
+TEST_CASE("RGAT with reorder on: weight-weight products over the edge types, forward and backward", "[intra][lowering][reorder]") {
+  const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/specs/rgat_reorder.yaml";
+  std::vector<Program> phases = lower_path(path);
+  REQUIRE(phases.size() == 3);
+  for (const Program& p : phases) {
+    CAPTURE(p.phase);
+    CHECK(verify_program(p) == "");
+    int edge_gemms = 0, products = 0;
+    for (const Kernel& k : p.kernels) {
+      CHECK_FALSE(std::holds_alternative<TorchInstance>(k));
+      if (p.phase != "forward") CHECK(atomic_writes(k).empty());
+      const auto* g = std::get_if<GemmInstance>(&k);
+      if (!g) continue;
+      if (g->rows == intra::Rows::Edges) ++edge_gemms;
+      if (g->rows == intra::Rows::Etypes && g->segments == Segments::Etype && g->transpose_w) {
+        ++products;
+        CHECK(g->w == "W");
+        CHECK((g->x == "w_s" || g->x == "w_t"));
+        CHECK(g->k == 64);  // out_dim
+        CHECK(g->n == 32);  // in_dim: K values per relation
+      }
+    }
+    CHECK(products == 2);
+    // The forward phases: hs's GEMM (the message) only; ht's is gone.
+    if (p.phase != "backward") CHECK(edge_gemms == 1);
+  }
+  const Program& bw = phases[2];
+  std::map<std::string, const GemmInstance*> grads;
+  int sums = 0;
+  for (const Kernel& k : bw.kernels) {
+    if (auto* g = std::get_if<GemmInstance>(&k); g && g->rows == intra::Rows::Etypes && !g->transpose_w) {
+      CHECK(g->segments == Segments::Etype);
+      CHECK(g->accumulate);
+      grads[g->y + "/" + g->w] = g;
+    }
+    // S[t] = Σ feature[src/dst(e)]ᵀ · s_e: a weight gradient over the edges with n = 1, no E x in_dim temporary
+    if (auto* w = std::get_if<WeightGradInstance>(&k); w && w->n == 1) {
+      ++sums;
+      CHECK(w->x == "feature");
+      CHECK(w->k == 32);
+      CHECK(w->segments == Segments::Etype);
+      CHECK(bw.find(w->dy)->row_numel() == 1);
+      CHECK(bw.find(w->dw)->per == inter::Per::Etype);
+    }
+    CHECK_FALSE(std::holds_alternative<SegmentSumInstance>(k));
+  }
+  REQUIRE(grads.size() == 4);
+  // d_w_s[r] += S_s[r] · W[r] (k = in_dim, n = out_dim); d_W[r] += outer(S_s[r], w_s[r]) (in_dim heads of 1 x out_dim)
+  const GemmInstance& dws = *grads.at("d$w_s/W");
+  CHECK((dws.heads == 1 && dws.k == 32 && dws.n == 64));
+  const GemmInstance& dW = *grads.at("d$W/w_s");
+  CHECK((dW.heads == 32 && dW.k == 1 && dW.n == 64));
+  CHECK(dW.x == dws.x);  // one per-relation sum for both
+  CHECK(grads.at("d$W/w_t")->x == grads.at("d$w_t/W")->x);
+  CHECK(sums == 2);
 }

@@ -101,7 +101,10 @@ class Interpreter {
     return r;
   }
   int64_t segment(Segments s, Rows rows, int64_t r) const {
-    if (s == Segments::Etype) return rows == Rows::Pairs ? pair_etype_[static_cast<size_t>(r)] : g_.etype[static_cast<size_t>(r)];
+    if (s == Segments::Etype) {
+      if (rows == Rows::Etypes) return r;  // rows=etypes with segments: row r is edge type r, its own W[r]
+      return rows == Rows::Pairs ? pair_etype_[static_cast<size_t>(r)] : g_.etype[static_cast<size_t>(r)];
+    }
     if (s == Segments::Ntype) {
       if (rows != Rows::Nodes) throw Error("node-type segments over rows other than nodes");
       return g_.ntype[static_cast<size_t>(r)];

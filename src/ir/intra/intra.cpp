@@ -379,18 +379,18 @@ class ProgramVerifier {
     return {};
   }
 
-  // Rows over the edge types: every row operand holds a row per edge type; nothing is gathered, scattered,
-  // segmented or scaled per row.
+  // Rows over the edge types: every row operand holds a row per edge type; nothing is gathered, scattered or
+  // scaled per row. (A GEMM's segments may be the edge types, one row each; a weight gradient has none.)
   std::string etype_rows(const std::string& kernel, std::initializer_list<const TensorInfo*> operands, bool plain) const {
-    if (!plain) return fmt::format("{}: rows=etypes has no gathers, scatters, segments or row scalars", kernel);
+    if (!plain) return fmt::format("{}: rows=etypes has no gathers, scatters or row scalars", kernel);
     for (const TensorInfo* t : operands)
       if (t->per != inter::Per::Etype) return fmt::format("{}: '{}' has no row per edge type (rows=etypes)", kernel, t->name);
     return {};
   }
 
   std::string segments(const std::string& kernel, Rows r, Segments s, const TensorInfo& w) const {
-    if (s == Segments::Etype && r != Rows::Edges && r != Rows::Pairs)
-      return fmt::format("{}: per-edge-type segments need edge or pair rows", kernel);
+    if (s == Segments::Etype && r == Rows::Nodes)
+      return fmt::format("{}: per-edge-type segments need edge, edge-type or pair rows", kernel);
     if (s == Segments::Ntype && r != Rows::Nodes) return fmt::format("{}: per-node-type segments need node rows", kernel);
     if (s == Segments::Etype && (w.per != inter::Per::Etype || !p_.layouts.count(layout::kSortedCoo)))
       return fmt::format("{}: per-edge-type segments need '{}' per etype and the layout '{}'", kernel, w.name, layout::kSortedCoo);
@@ -456,7 +456,10 @@ class ProgramVerifier {
     int64_t slice = w->row_numel() / (w->shape.size() == 3 ? g.heads : 1);
     if (slice != g.k * g.n) return fmt::format("{}: weight {} slices have {} elements, expected {} x {}", g.name, g.w, slice, g.k, g.n);
     if (g.rows == Rows::Etypes) {
-      bool plain = g.gather == Gather::None && g.scatter == Gather::None && g.segments == Segments::None && g.row_scalar.empty();
+      // Per-edge-type segments over rows=etypes: row t is segment t, its weight W[t] (a product of two weights
+      // of the edge type, reorder-linear's W[t] · w[t] and its gradients). Node-type segments have no meaning here.
+      if (g.segments == Segments::Ntype) return fmt::format("{}: rows=etypes with node-type segments", g.name);
+      bool plain = g.gather == Gather::None && g.scatter == Gather::None && g.row_scalar.empty();
       if (std::string e = etype_rows(g.name, {x, y}, plain); !e.empty()) return e;
       return segments(g.name, g.rows, g.segments, *w);
     }
@@ -493,8 +496,10 @@ class ProgramVerifier {
     if (dw->row_numel() != wg.heads * wg.k * wg.n)
       return fmt::format("{}: '{}' slices have {} elements, expected {} x {} x {}", wg.name, wg.dw, dw->row_numel(), wg.heads, wg.k, wg.n);
     if (wg.rows == Rows::Etypes) {
-      bool plain = wg.x_gather == Gather::None && wg.dy_gather == Gather::None && wg.segments == Segments::None && wg.row_scalar.empty();
+      bool plain = wg.x_gather == Gather::None && wg.dy_gather == Gather::None && wg.row_scalar.empty();
       if (std::string e = etype_rows(wg.name, {x, dy}, plain); !e.empty()) return e;
+      if (wg.segments != Segments::None)  // dW[t] += x[t]^T dy[t] per type is a GEMM: rows=etypes, segments=etype
+        return fmt::format("{}: a weight gradient over rows=etypes has no segments", wg.name);
       return segments(wg.name, wg.rows, wg.segments, *dw);
     }
     if (std::string e = rows(wg.name, *x, wg.rows, wg.x_gather, "input"); !e.empty()) return e;

@@ -87,9 +87,10 @@ const char* to_string(Rows r);  // nodes, edges, etypes, pairs
 struct GemmInstance {
   std::string name;
   std::string x, w, y;  // tensors
-  // Rows::Etypes: X and Y hold a row per edge type (X a per-etype weight or tensor), no gather, scatter, segments
-  // or row scalar. A product that depends only on the edge type (a weight row projected by a shared weight) is
-  // computed once per type and read by the edges through etype[e].
+  // Rows::Etypes: X and Y hold a row per edge type (X a per-etype weight or tensor), no gather, scatter or row
+  // scalar. A product that depends only on the edge type (a weight row projected by a shared weight) is computed once
+  // per type and read by the edges through etype[e]. With segments=etype, row t is segment t and reads its own W[t]:
+  // a product of two weights of the edge type (reorder-linear's W[t] · w[t]ᵀ, and its gradients), one block per row.
   Rows rows = Rows::Nodes;
   Gather gather = Gather::None;
   Segments segments = Segments::None;

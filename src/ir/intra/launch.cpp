@@ -84,7 +84,9 @@ LaunchConfig launch_config(const Program& p, const Kernel& k) {
     c.static_shared_bytes = gemm_shared_bytes(g.tile);
     c.min_blocks_per_sm = g.launch_bounds.value_or(0);
     c.x.rows_per_block = g.tile;
-    if (g.segments != Segments::None) {
+    if (g.rows == Rows::Etypes && g.segments != Segments::None) {
+      c.x.rows_per_block = 1;  // row t is edge type t and its own segment (W[t]): a block per row
+    } else if (g.segments != Segments::None) {
       // Every segment's last tile may be partial: one extra tile per segment, but never more tiles than rows.
       c.x.per_segment = 1;
       c.x.at_most_rows = true;
