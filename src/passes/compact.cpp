@@ -22,14 +22,13 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "ir/inter/names.h"
 #include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
-#include "ir/inter/verifier.h"
 #include "passes/passes.h"
+#include "passes/rewrite.h"
 
 namespace hectorgen::passes {
 
@@ -38,17 +37,6 @@ using namespace inter;
 namespace {
 
 bool is_field(const ExprP& e) { return e->kind == ExprKind::Index && e->args[1]->kind == ExprKind::String; }
-
-ExprP untyped_copy(const ExprP& e, const std::function<ExprP(const ExprP&)>& replace) {
-  if (ExprP r = replace(e)) return r;
-  auto c = std::make_shared<Expr>(*e);
-  c->type = Type{};
-  for (ExprP& a : c->args) a = untyped_copy(a, replace);
-  return c;
-}
-ExprP untyped_copy(const ExprP& e) {
-  return untyped_copy(e, [](const ExprP&) { return nullptr; });
-}
 
 // Per field: how many statements write it, and whether one of them is not a plain set.
 struct Writes {
@@ -116,8 +104,8 @@ class Compactor {
       written_fields(top->body, written_);
       StmtP rewritten = loop(top, "");
       if (!defs_.empty()) {
-        std::string var = loop_var();
-        for (StmtP& d : defs_) d = bind_var(d, var);
+        std::string var = free_loop_var(m_, "p");
+        for (StmtP& d : defs_) d = bind_placeholder(d, "$pair", var);
         out.body.push_back(Stmt::for_loop(var, LoopKind::SrcPairs, "g", defs_, top->loc));
         changed = true;
       }
@@ -398,26 +386,6 @@ class Compactor {
     return Stmt::assign(target, s->op, value, s->loc);
   }
 
-  // `def` with the placeholder pair `$pair` renamed to `var`.
-  static StmtP bind_var(const StmtP& def, const std::string& var) {
-    std::function<ExprP(const ExprP&)> rename = [&](const ExprP& e) -> ExprP {
-      if (e->kind == ExprKind::Name && e->name == "$pair") return Expr::name_ref(var, e->loc);
-      return nullptr;
-    };
-    return Stmt::assign(untyped_copy(def->target, rename), def->op, untyped_copy(def->value, rename), def->loc);
-  }
-
-  // The pair loop's variable: `p`, unless a declaration or hyper-parameter has that name.
-  std::string loop_var() const {
-    std::set<std::string> declared{m_.decl.name};
-    for (const HyperParam& h : m_.decl.hyper) declared.insert(h.name);
-    for (const auto* list : {&m_.decl.inputs, &m_.decl.weights, &m_.decl.outputs})
-      for (const TensorDecl& t : *list) declared.insert(t.name);
-    std::string p = "p";
-    for (int k = 2; declared.count(p); ++k) p = fmt::format("p_{}", k);
-    return p;
-  }
-
   std::string fresh(const std::string& base) {
     std::string n = fresh_name(base, [&](const std::string& x) { return names_.count(x) > 0; });
     names_.insert(n);
@@ -441,18 +409,7 @@ Module compact_materialization(const Module& m, Materialization mode) {
   bool changed = false;
   Module out = Compactor(m).run(changed);
   if (!changed) return m;
-  out.node_fields.clear();
-  out.edge_fields.clear();
-  out.pair_fields.clear();
-  Diagnostics d;
-  std::optional<Module> typed = typecheck(out, d);
-  if (!typed) {
-    std::ostringstream s;
-    d.render(s);
-    throw std::logic_error("compact-materialization: the rewritten module does not typecheck:\n" + s.str() +
-                           print_module(out));
-  }
-  return std::move(*typed);
+  return retype(std::move(out), "compact-materialization");
 }
 
 }  // namespace hectorgen::passes

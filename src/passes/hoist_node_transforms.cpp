@@ -17,14 +17,13 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "ir/inter/names.h"
 #include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
-#include "ir/inter/verifier.h"
 #include "passes/passes.h"
+#include "passes/rewrite.h"
 
 namespace hectorgen::passes {
 
@@ -33,16 +32,6 @@ using namespace inter;
 namespace {
 
 bool is_field(const ExprP& e) { return e->kind == ExprKind::Index && e->args[1]->kind == ExprKind::String; }
-
-// A copy of `e` without types (typecheck types it again), with every node reference for which `replace`
-// returns an expression replaced by it.
-ExprP untyped_copy(const ExprP& e, const std::function<ExprP(const ExprP&)>& replace) {
-  if (ExprP r = replace(e)) return r;
-  auto c = std::make_shared<Expr>(*e);
-  c->type = Type{};
-  for (ExprP& a : c->args) a = untyped_copy(a, replace);
-  return c;
-}
 
 // Every name a module uses (declarations, hyper-parameters, fields, locals, loop variables), so new fields and
 // loop variables collide with none.
@@ -101,8 +90,8 @@ class Hoister {
         for (const Hoisted& h : hoisted_)
           if (h.end == end) defs.push_back(h.def);
         if (defs.empty()) continue;
-        std::string var = loop_var();
-        for (StmtP& d : defs) d = bind_var(d, var);
+        std::string var = free_loop_var(m_, "n");
+        for (StmtP& d : defs) d = bind_placeholder(d, "$node", var);
         out.body.push_back(Stmt::for_loop(var, end == End::Src ? LoopKind::SrcNodes : LoopKind::DstNodes, "g", defs, top->loc));
       }
       changed = changed || !hoisted_.empty();
@@ -141,7 +130,7 @@ class Hoister {
         r = loop(s, scope);
       } else if (s->kind == StmtKind::Assign && !scope.edge_var.empty()) {
         ExprP value = rewrite(s->value, scope);
-        if (value != s->value) r = Stmt::assign(untyped_copy(s->target, [](const ExprP&) { return nullptr; }), s->op, value, s->loc);
+        if (value != s->value) r = Stmt::assign(untyped_copy(s->target), s->op, value, s->loc);
       }
       changed = changed || r != s;
       body.push_back(r);
@@ -167,7 +156,7 @@ class Hoister {
     auto c = std::make_shared<Expr>(*e);
     c->type = Type{};
     for (size_t i = 0; i < args.size(); ++i)
-      c->args[i] = args[i] == e->args[i] ? untyped_copy(args[i], [](const ExprP&) { return nullptr; }) : args[i];
+      c->args[i] = args[i] == e->args[i] ? untyped_copy(args[i]) : args[i];
     return c;
   }
 
@@ -269,26 +258,6 @@ class Hoister {
     return Expr::index(base, Expr::string_lit(h->field, lin->loc), lin->loc);
   }
 
-  // `def` with the placeholder node `$node` renamed to `var`.
-  static StmtP bind_var(const StmtP& def, const std::string& var) {
-    std::function<ExprP(const ExprP&)> rename = [&](const ExprP& e) -> ExprP {
-      if (e->kind == ExprKind::Name && e->name == "$node") return Expr::name_ref(var, e->loc);
-      return nullptr;
-    };
-    return Stmt::assign(untyped_copy(def->target, rename), def->op, untyped_copy(def->value, rename), def->loc);
-  }
-
-  // A node loop variable: `n`, unless a declaration or hyper-parameter has that name (it would shadow it).
-  std::string loop_var() const {
-    std::set<std::string> declared{m_.decl.name};
-    for (const HyperParam& h : m_.decl.hyper) declared.insert(h.name);
-    for (const auto* list : {&m_.decl.inputs, &m_.decl.weights, &m_.decl.outputs})
-      for (const TensorDecl& t : *list) declared.insert(t.name);
-    std::string n = "n";
-    for (int k = 2; declared.count(n); ++k) n = fmt::format("n_{}", k);
-    return n;
-  }
-
   // A name no declaration, field, local or loop variable of the module uses yet.
   std::string fresh(const std::string& base) {
     std::string n = fresh_name(base, [&](const std::string& x) { return names_.count(x) > 0; });
@@ -309,16 +278,7 @@ Module hoist_node_transforms(const Module& m) {
   Module out = Hoister(m).run(changed);
   if (!changed) return m;
   // The rewritten statements are untyped copies: type inference types them (and rebuilds the field tables).
-  out.node_fields.clear();
-  out.edge_fields.clear();
-  Diagnostics d;
-  std::optional<Module> typed = typecheck(out, d);
-  if (!typed) {
-    std::ostringstream s;
-    d.render(s);
-    throw std::logic_error("hoist-node-transforms: the rewritten module does not typecheck:\n" + s.str());
-  }
-  return std::move(*typed);
+  return retype(std::move(out), "hoist-node-transforms");
 }
 
 }  // namespace hectorgen::passes
