@@ -30,12 +30,12 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "ir/inter/ops.h"
 #include "ir/inter/verifier.h"
 #include "passes/passes.h"
+#include "passes/rewrite.h"
 
 namespace hectorgen::passes {
 
@@ -250,16 +250,7 @@ Module reorder_linear(const Module& m, Reorder mode) {
   Module out = m;
   out.body = r.body(m.body, false);
   if (!r.changed()) return m;
-  out.node_fields.clear();
-  out.edge_fields.clear();
-  Diagnostics d;
-  std::optional<Module> typed = typecheck(out, d);
-  if (!typed) {
-    std::ostringstream s;
-    d.render(s);
-    throw std::logic_error("reorder-linear: the rewritten module does not typecheck:\n" + s.str());
-  }
-  return std::move(*typed);
+  return retype(std::move(out), "reorder-linear");
 }
 
 }  // namespace hectorgen::passes
