@@ -43,14 +43,6 @@ using namespace inter;
 
 namespace {
 
-// A copy of `e` without types (typecheck types it again).
-ExprP untyped(const ExprP& e) {
-  auto c = std::make_shared<Expr>(*e);
-  c->type = Type{};
-  for (ExprP& a : c->args) a = untyped(a);
-  return c;
-}
-
 // `W[<loop>.etype]` with W a weight per edge type: its name.
 std::optional<std::string> etype_weight(const Module& m, const ExprP& e, std::vector<int64_t>* shape = nullptr) {
   if (e->kind != ExprKind::Index || e->args[0]->kind != ExprKind::Name) return std::nullopt;
@@ -160,10 +152,10 @@ class Reorderer {
       bool dead = c->local.empty() || reads.at(c->local) == 1;
       int64_t before = c->d + (dead ? c->k * c->d : 0), after = c->k;  // per edge
       if (mode_ == Reorder::Auto && !(after < before)) continue;
-      ExprP w = untyped(vec);
+      ExprP w = untyped_copy(vec);
       if (c->reshaped) w = Expr::call(Op::Reshape, {w, Expr::number_lit(static_cast<double>(c->d), true)}, e->loc);
-      ExprP ww = Expr::call(Op::LinearT, {w, untyped(c->weight)}, e->loc);
-      ExprP r = Expr::call(Op::Dot, {untyped(c->x), ww}, e->loc);
+      ExprP ww = Expr::call(Op::LinearT, {w, untyped_copy(c->weight)}, e->loc);
+      ExprP r = Expr::call(Op::Dot, {untyped_copy(c->x), ww}, e->loc);
       if (c->reshaped) r = Expr::call(Op::Reshape, {r, Expr::number_lit(1, true)}, e->loc);
       changed_ = true;
       return r;
@@ -216,7 +208,7 @@ class Reorderer {
       }
       auto c = std::make_shared<Stmt>(*s);
       c->value = v;
-      c->target = untyped(s->target);
+      c->target = untyped_copy(s->target);
       out.push_back(c);
     }
     // Locals nobody reads any more (a transform only the rewritten dots read).
