@@ -36,8 +36,6 @@ using namespace inter;
 
 namespace {
 
-bool is_field(const ExprP& e) { return e->kind == ExprKind::Index && e->args[1]->kind == ExprKind::String; }
-
 // Per field: how many statements write it, and whether one of them is not a plain set.
 struct Writes {
   int count = 0;
@@ -52,12 +50,6 @@ void count_field_writes(const std::vector<StmtP>& body, std::map<std::string, Wr
       ++w.count;
       w.only_sets = w.only_sets && s->op == AssignOp::Set;
     }
-  }
-}
-void written_fields(const std::vector<StmtP>& body, std::set<std::string>& out) {
-  for (const StmtP& s : body) {
-    if (s->kind == StmtKind::For) written_fields(s->body, out);
-    else if (s->kind == StmtKind::Assign && is_field(s->target)) out.insert(s->target->args[1]->name);
   }
 }
 // How many statements of a loop body assign each local.

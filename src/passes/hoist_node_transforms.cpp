@@ -31,8 +31,6 @@ using namespace inter;
 
 namespace {
 
-bool is_field(const ExprP& e) { return e->kind == ExprKind::Index && e->args[1]->kind == ExprKind::String; }
-
 // Every name a module uses (declarations, hyper-parameters, fields, locals, loop variables), so new fields and
 // loop variables collide with none.
 void collect_names(const ExprP& e, std::set<std::string>& out) {
@@ -47,14 +45,6 @@ void collect_names(const std::vector<StmtP>& body, std::set<std::string>& out) {
     }
     if (s->target) collect_names(s->target, out);
     if (s->value) collect_names(s->value, out);
-  }
-}
-
-// The fields a loop nest writes.
-void written_fields(const std::vector<StmtP>& body, std::set<std::string>& out) {
-  for (const StmtP& s : body) {
-    if (s->kind == StmtKind::For) written_fields(s->body, out);
-    else if (s->kind == StmtKind::Assign && is_field(s->target)) out.insert(s->target->args[1]->name);
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <set>
+#include <tuple>
 
 #include "ir/inter/names.h"
 #include "ir/inter/ops.h"
@@ -594,15 +595,8 @@ class Lowering {
         gs.scale = field_tensor(fr->field);
       } else {
         if (!intra::traversal_supports(scale)) return std::nullopt;
-        std::string local = fmt::format("{}sc{}", kSigil, wg_count_++);
-        if (inner) edge_locals_.insert(local);
-        Type ty = value_type(scale->type);
-        ty.domain = Domain::Edge;
-        local_types_[local] = ty;
-        force_materialize_.insert(local);
-        def = Stmt::assign(typed::name(local, value_type(scale->type), s->loc), AssignOp::Set, scale, s->loc);
-        record_access(def, ctx, stage);
-        stage.reg_locals.insert(local);
+        std::string local;
+        std::tie(local, def) = stored_local("sc", scale, ctx, stage, inner, s->loc);
         gs.scale = local;
         gs.scale_is_local = true;
       }
@@ -614,6 +608,23 @@ class Lowering {
 
   static std::string statement_text(const StmtP& s) {
     return print_expr(s->target) + " " + to_string(s->op) + " " + print_expr(s->value);
+  }
+
+  // A local `$<tag>N` the open stage computes per row (per edge inside an inner loop) and stores for the kernels
+  // after it: recorded in the stage and materialised when it is flushed. Returns the local and its definition.
+  std::pair<std::string, StmtP> stored_local(const char* tag, const ExprP& value, LoopCtx& ctx, Stage& stage,
+                                             const Stmt* inner, SourceLoc loc) {
+    std::string local = fmt::format("{}{}{}", kSigil, tag, wg_count_++);
+    if (inner) edge_locals_.insert(local);
+    Type ty;
+    ty.domain = Domain::Edge;
+    ty.shape = value_type(value->type).shape;
+    local_types_[local] = ty;
+    force_materialize_.insert(local);
+    StmtP def = Stmt::assign(typed::name(local, value_type(value->type), loc), AssignOp::Set, value, loc);
+    record_access(def, ctx, stage);
+    stage.reg_locals.insert(local);
+    return {local, def};
   }
 
   // Whether a statement of the loop nest after `after` (in program order) writes field `f`: the gather sums run once
@@ -1387,16 +1398,7 @@ class Lowering {
       if (numel != 1 || !in || tensor(in->tensor).role != Role::Input || value_type(row->type).shape.size() != 1) continue;
       ExprP value = extract_linears(factor, ctx, stage, inner, can_flush, s);
       if (!value || !intra::traversal_supports(value)) return nullptr;
-      std::string local = fmt::format("{}op{}", kSigil, wg_count_++);
-      if (inner) edge_locals_.insert(local);
-      Type ty;
-      ty.domain = Domain::Edge;
-      ty.shape = value_type(value->type).shape;
-      local_types_[local] = ty;
-      force_materialize_.insert(local);
-      StmtP def = Stmt::assign(typed::name(local, value_type(value->type), y->loc), AssignOp::Set, value, y->loc);
-      record_access(def, ctx, stage);
-      stage.reg_locals.insert(local);
+      auto [local, def] = stored_local("op", value, ctx, stage, inner, y->loc);
       intra::WeightGradInstance wg;
       wg.x = in->tensor;
       wg.x_gather = in->gather;
@@ -1430,22 +1432,15 @@ class Lowering {
     if (ctx.node_loop && !inner) return nullptr;
     ExprP value = extract_linears(y, ctx, stage, inner, can_flush, s);
     if (!value || !intra::traversal_supports(value)) return nullptr;
-    std::string local = fmt::format("{}op{}", kSigil, wg_count_++);
-    if (inner) edge_locals_.insert(local);  // stored per edge of the inner loop (edges are numbered in type order)
-    Type ty;
-    ty.domain = Domain::Edge;
-    ty.shape = value_type(y->type).shape;
-    local_types_[local] = ty;
-    force_materialize_.insert(local);
-    StmtP def = Stmt::assign(typed::name(local, value_type(value->type), y->loc), AssignOp::Set, value, y->loc);
-    record_access(def, ctx, stage);
-    stage.reg_locals.insert(local);
+    // Stored per edge of an inner loop too (edges are numbered in type order).
+    auto [local, def] = stored_local("op", value, ctx, stage, inner, y->loc);
+    const std::vector<int64_t> shape = local_types_.at(local).shape;
     intra::SegmentSumInstance ss;
     ss.v = local;  // resolved to the materialised tensor at flush
     ss.dw = fresh(derived_name("t" + local, "per_etype"));  // t$op1$per_etype
     int64_t numel = 1;
-    for (int64_t d : ty.shape) numel *= d;
-    add_tensor({ss.dw, Role::Temp, Per::Etype, ty.shape, false, ""});
+    for (int64_t d : shape) numel *= d;
+    add_tensor({ss.dw, Role::Temp, Per::Etype, shape, false, ""});
     ss.rows = rows_of(ctx, inner);  // the edges, or a pair loop's pairs
     ss.segments = intra::Segments::Etype;
     ss.numel = numel;

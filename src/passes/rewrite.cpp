@@ -13,6 +13,15 @@ namespace hectorgen::passes {
 
 using namespace inter;
 
+bool is_field(const ExprP& e) { return e->kind == ExprKind::Index && e->args[1]->kind == ExprKind::String; }
+
+void written_fields(const std::vector<StmtP>& body, std::set<std::string>& out) {
+  for (const StmtP& s : body) {
+    if (s->kind == StmtKind::For) written_fields(s->body, out);
+    else if (s->kind == StmtKind::Assign && is_field(s->target)) out.insert(s->target->args[1]->name);
+  }
+}
+
 ExprP untyped_copy(const ExprP& e, const std::function<ExprP(const ExprP&)>& replace) {
   if (replace)
     if (ExprP r = replace(e)) return r;

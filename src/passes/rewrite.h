@@ -4,11 +4,19 @@
 #pragma once
 
 #include <functional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "ir/inter/ir.h"
 
 namespace hectorgen::passes {
+
+// x["f"]: a field access (its base an element, its key a string).
+bool is_field(const inter::ExprP& e);
+
+// The fields a loop nest writes, added to `out`.
+void written_fields(const std::vector<inter::StmtP>& body, std::set<std::string>& out);
 
 // A copy of `e` without types, with every node for which `replace` returns an expression replaced by it.
 inter::ExprP untyped_copy(const inter::ExprP& e, const std::function<inter::ExprP(const inter::ExprP&)>& replace = {});
