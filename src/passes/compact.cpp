@@ -94,7 +94,7 @@ class Compactor {
       keys_.clear();
       written_.clear();
       written_fields(top->body, written_);
-      StmtP rewritten = loop(top, "");
+      StmtP rewritten = loop(top);
       if (!defs_.empty()) {
         std::string var = free_loop_var(m_, "p");
         for (StmtP& d : defs_) d = bind_placeholder(d, "$pair", var);
@@ -119,12 +119,12 @@ class Compactor {
     std::map<std::string, ExprP> inline_locals;       // cheap movable locals -> their value ($pair form)
   };
 
-  StmtP loop(const StmtP& L, const std::string& outer_node) {
+  StmtP loop(const StmtP& L) {
     if (!is_edge_loop(L->loop)) {
       std::vector<StmtP> body;
       bool changed = false;
       for (const StmtP& s : L->body) {
-        StmtP r = s->kind == StmtKind::For ? loop(s, L->var) : s;
+        StmtP r = s->kind == StmtKind::For ? loop(s) : s;
         changed = changed || r != s;
         body.push_back(r);
       }
@@ -132,7 +132,6 @@ class Compactor {
     }
     // In a node's outgoing edges, e.src is the loop node itself: its values are per node, nothing to compact.
     if (L->loop == LoopKind::OutgoingEdges) return L;
-    (void)outer_node;
     Scope scope;
     scope.edge_var = L->var;
     count_local_writes(L->body, scope.local_writes);
