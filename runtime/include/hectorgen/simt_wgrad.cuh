@@ -1,5 +1,6 @@
 // Weight gradients on CUDA cores, for fp32 models and for the instances the tensor-core kernel does not take
-// (several heads, k or n not a multiple of 64): the same fixed split-K schedule as tc::launch_wgrad.
+// (several heads, k or n not a multiple of 64): the same fixed split-K schedule as tc::launch_wgrad. n = 1 (a
+// vector per relation) is a scaled row sum (wgrad_rowsum_partial_kernel) rather than a padded 64 x 64 tile.
 //   dW[t][h] (+)= sum over the rows r of segment t of X[G(r)][h]^T (dY[S(r)][h] * scale[r])
 // Each block computes one 64 x 64 tile of dW[t][h] over one chunk of chunk_rows rows of segment t (chunk_ptr
 // numbers the chunks of every segment: hectorgen::launch_segment_tile_ptr with tile_rows = chunk_rows) and stores
@@ -109,6 +110,65 @@ __global__ void __launch_bounds__(kWgradThreads)
   }
 }
 
+// n = 1 (a weight vector per relation, e.g. the weight-weight product of linear operator reordering): dW[t][h] is a
+// scaled sum of X rows, a memory-bound reduction, so no 64 x 64 tile of which 63 columns would be padding. Same
+// chunks and partial layout as wgrad_partial_kernel (blocks per chunk: k tiles x heads). Each warp takes every
+// kWarps-th row of the chunk, lanes across 64 columns (a coalesced row slice per load), kRowsPerStep rows' loads in
+// flight before they are added in row order; the warps' sums are then added in warp order: a fixed order, so two
+// runs give bit-identical sums.
+template <class T, class TD, int K, int kHeads>
+__global__ void __launch_bounds__(kWgradThreads)
+    wgrad_rowsum_partial_kernel(const WgradArgs<T, TD> a, const int32_t* __restrict__ chunk_ptr, int chunk_rows,
+                                float* __restrict__ partial) {
+  constexpr int kKTiles = (K + kWgradTile - 1) / kWgradTile;
+  constexpr int kBlocksPerChunk = kKTiles * kHeads;
+  constexpr int kWarps = kWgradThreads / 32, kPerLane = kWgradTile / 32, kRowsPerStep = 4;
+  __shared__ float sums[kWarps][kWgradTile];
+
+  const int64_t chunk = blockIdx.x / kBlocksPerChunk;
+  const int within = static_cast<int>(blockIdx.x % kBlocksPerChunk);
+  const int k0 = within % kKTiles * kWgradTile, head = within / kKTiles;
+  if (chunk >= chunk_ptr[a.num_segments]) return;  // the grid over-approximates the chunk count
+  const int type = tc::find_segment(chunk_ptr, a.num_segments, chunk);
+  const int64_t seg_begin = a.seg_ptr ? a.seg_ptr[type] : 0, seg_end = a.seg_ptr ? a.seg_ptr[type + 1] : a.num_rows;
+  const int64_t row_begin = seg_begin + (chunk - chunk_ptr[type]) * chunk_rows;
+  const int64_t row_end = min(row_begin + chunk_rows, seg_end);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+
+  float acc[kPerLane] = {};
+  for (int64_t r0 = row_begin + warp; r0 < row_end; r0 += kWarps * kRowsPerStep) {
+    float d[kRowsPerStep], x[kRowsPerStep][kPerLane];
+#pragma unroll
+    for (int i = 0; i < kRowsPerStep; ++i) {
+      const int64_t row = r0 + static_cast<int64_t>(i) * kWarps;
+      const bool valid = row < row_end;
+      const int64_t x_row = !valid ? 0 : a.gather ? static_cast<int64_t>(a.gather[row]) : row;
+      const int64_t d_row = !valid ? 0 : a.scatter ? static_cast<int64_t>(a.scatter[row]) : row;
+      d[i] = valid ? tc::to_float(a.dy[d_row * kHeads + head]) * (a.scale ? a.scale[row] : 1.f) : 0.f;
+      const T* xp = a.x + (x_row * kHeads + head) * K;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int k = k0 + lane + 32 * j;
+        x[i][j] = valid && k < K ? tc::to_float(xp[k]) : 0.f;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsPerStep; ++i) {
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) acc[j] += x[i][j] * d[i];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) sums[warp][lane + 32 * j] = acc[j];
+  __syncthreads();
+  if (threadIdx.x < kWgradTile && k0 + static_cast<int>(threadIdx.x) < K) {
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += sums[w][threadIdx.x];
+    partial[(chunk * kHeads + head) * static_cast<int64_t>(K) + k0 + threadIdx.x] = total;
+  }
+}
+
 // First half of the weight gradient: partial[chunk][h] for every chunk (chunk_ptr from launch_segment_tile_ptr
 // with chunk_rows = wgrad_chunk_rows(num_rows, wgrad_blocks_per_chunk<K, N, kHeads>())). partial holds
 // wgrad_max_chunks(num_rows, num_segments, chunk_rows) x kHeads x K x N floats.
@@ -119,8 +179,12 @@ cudaError_t launch_wgrad_partials(const WgradArgs<T, TD>& a, const int32_t* chun
   const int64_t blocks = wgrad_max_chunks(a.num_rows, a.num_segments, chunk_rows) *
                          wgrad_blocks_per_chunk<K, N, kHeads>();
   if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;  // never a truncated grid
-  wgrad_partial_kernel<T, TD, K, N, kHeads>
-      <<<static_cast<unsigned>(blocks), kWgradThreads, 0, stream>>>(a, chunk_ptr, chunk_rows, partial);
+  if constexpr (N == 1)
+    wgrad_rowsum_partial_kernel<T, TD, K, kHeads>
+        <<<static_cast<unsigned>(blocks), kWgradThreads, 0, stream>>>(a, chunk_ptr, chunk_rows, partial);
+  else
+    wgrad_partial_kernel<T, TD, K, N, kHeads>
+        <<<static_cast<unsigned>(blocks), kWgradThreads, 0, stream>>>(a, chunk_ptr, chunk_rows, partial);
   return cudaGetLastError();
 }
 
