@@ -11,6 +11,7 @@
 #include "ir/inter/typing.h"
 #include "ir/intra/launch.h"
 #include "passes/passes.h"
+#include "passes/rewrite.h"
 
 namespace hectorgen::passes {
 
@@ -279,14 +280,25 @@ class Lowering {
       intra::TraversalSource t;
       std::string local = "$scatter";
       // for n in g.dst_nodes(): for e in n.incoming_edges(): n[field] += $scatter   (or src / outgoing)
-      Type scatter = Type::tensor(Domain::Edge, tensor(edges).shape);
-      scatter.dep_edge = true;
-      ExprP target = typed::with_type(Expr::index(typed::name("n", Type::node_var()), typed::string(gs.field)),
+      //                                                      n[field] += $scatter * row   (scaled_node_sum)
+      const std::string edge_var = gs.row ? gs.edge_var : "e", node_var = edge_var == "n" ? "v" : "n";
+      ExprP value;
+      if (!edges.empty() || !gs.scale.empty()) {
+        const std::string& per_edge = edges.empty() ? (gs.scale_is_local ? ctx.materialized.at(gs.scale) : gs.scale) : edges;
+        Type scatter = Type::tensor(Domain::Edge, tensor(per_edge).shape);
+        scatter.dep_edge = true;
+        value = typed::name(local, scatter);
+        t.materialized[local] = per_edge;
+      }
+      if (gs.row) {
+        for (const auto& [l, tn] : ctx.materialized) t.materialized.try_emplace(l, tn);
+        value = value ? typed::apply(Op::Mul, {value, gs.row}) : gs.row;  // scaled_node_sum checked the shape
+      }
+      ExprP target = typed::with_type(Expr::index(typed::name(node_var, Type::node_var()), typed::string(gs.field)),
                                       Type::tensor(Domain::Node, tensor(gs.field).shape));
-      StmtP body = Stmt::assign(target, AssignOp::Add, typed::name(local, scatter));
-      StmtP inner = Stmt::for_loop("e", gs.via_src ? LoopKind::OutgoingEdges : LoopKind::IncomingEdges, "n", {body});
-      t.loop = Stmt::for_loop("n", gs.via_src ? LoopKind::SrcNodes : LoopKind::DstNodes, "g", {inner});
-      t.materialized = {{local, edges}};
+      StmtP body = Stmt::assign(target, AssignOp::Add, value);
+      StmtP inner = Stmt::for_loop(edge_var, gs.via_src ? LoopKind::OutgoingEdges : LoopKind::IncomingEdges, node_var, {body});
+      t.loop = Stmt::for_loop(node_var, gs.via_src ? LoopKind::SrcNodes : LoopKind::DstNodes, "g", {inner});
       t.field_tensor = alias_;
       t.threads = m_.decl.options.schedule.traversal_threads;
       t.name = unique(fmt::format("{}_sum_{}", prefix_, gs.field));
@@ -417,6 +429,11 @@ class Lowering {
         // the gather sum reads the rows itself and scales them; only the scalar is stored per edge.
         if (csr == intra::GatherCsr::PairEdges && s->op == AssignOp::Add)
           if (std::optional<StmtP> r = scaled_pair_sum(value, field_tensor(f->field), ctx, stage, inner, s)) return *r;
+        // A node's sum of `scale * row` (a row per edge type, per pair or of the other endpoint): the same, over the
+        // node's edges.
+        if (!csr && other_node && s->op == AssignOp::Add)
+          if (std::optional<StmtP> r = scaled_node_sum(value, field_tensor(f->field), via_src, ctx, stage, inner, s))
+            return *r;
         std::string local = fmt::format("{}sc{}", kSigil, wg_count_++);
         if (inner) edge_locals_.insert(local);  // stored per edge of the inner loop
         Type ty = s->target->type;
@@ -532,8 +549,8 @@ class Lowering {
   // factors (one value each): a gather sum over the pair's edges reads the rows and scales them, so the per-edge
   // products (E rows) are never stored; a scale that is not a plain per-edge value is computed per edge here.
   // Returns the statement left for the traversal (null: nothing), or nullopt when the value has another shape.
-  std::optional<StmtP> scaled_pair_sum(const ExprP& value, const std::string& field, LoopCtx& ctx, Stage& stage,
-                                       const Stmt* inner, const StmtP& s) {
+  // The factors of a product a * b * ... (elementwise Mul nodes), in order.
+  static std::vector<ExprP> mul_factors(const ExprP& value) {
     std::vector<ExprP> factors;
     std::function<void(const ExprP&)> flatten = [&](const ExprP& e) {
       if (e->kind == ExprKind::Binary && e->op == BinOp::Mul && e->fn == Op::Mul) {
@@ -544,13 +561,95 @@ class Lowering {
       }
     };
     flatten(value);
+    return factors;
+  }
+  static int64_t elems(const ExprP& e) {
+    int64_t n = 1;
+    for (int64_t d : value_type(e->type).shape) n *= d;
+    return n;
+  }
+
+  // The scale of a scaled sum: the product of `factors` other than the row's, as the tensor the sum reads: a plain
+  // per-edge value this loop nest does not write is read as it is, anything else is a local computed per edge by
+  // the open stage (its definition is returned). Empty when there is no other factor; nullopt when the traversal
+  // template cannot compute it.
+  std::optional<std::pair<std::string, StmtP>> sum_scale(const std::vector<ExprP>& factors, size_t row_at,
+                                                         LoopCtx& ctx, Stage& stage, const Stmt* inner,
+                                                         const StmtP& s, bool& is_local) {
+    ExprP scale;
+    for (size_t i = 0; i < factors.size(); ++i)
+      if (i != row_at) scale = scale ? typed::apply(Op::Mul, {scale, factors[i]}, s->loc) : factors[i];
+    is_local = false;
+    if (!scale) return std::pair<std::string, StmtP>{"", nullptr};
+    auto fr = field_ref(scale, ctx.edge_vars);
+    const TensorDecl* in = scale->kind == ExprKind::Attr ? m_.decl.find_input(scale->name) : nullptr;
+    if (in && in->per == Per::Edge && scale->args[0]->kind == ExprKind::Name && ctx.edge_vars.count(scale->args[0]->name))
+      return std::pair<std::string, StmtP>{in->name, nullptr};
+    if (fr && fr->on_edge && !written_after(*ctx.loop, s.get(), fr->field) && tensor(field_tensor(fr->field)).per == Per::Edge)
+      return std::pair<std::string, StmtP>{field_tensor(fr->field), nullptr};
+    if (!intra::traversal_supports(scale)) return std::nullopt;
+    is_local = true;
+    return stored_local("sc", scale, ctx, stage, inner, s->loc);
+  }
+
+  // n[f] += scale * row over the edges of a node other than the loop's own (e.dst["f"] += ... in an edge loop), with
+  // `row` readable again by the node-centric sum that runs after the loop: a value computed once per edge type
+  // before the loop (a weight-weight product of linear operator reordering), a pair's input or a field of the edge's
+  // pair this loop nest does not write (compact materialization), or an input row of the edge's other endpoint.
+  // Only the scale is stored per edge; the sum traversal multiplies it by the row it reads, so the E per-edge
+  // products are never stored. Returns the statement left for the traversal, or nullopt for any other value.
+  std::optional<StmtP> scaled_node_sum(const ExprP& value, const std::string& field, bool via_src, LoopCtx& ctx,
+                                       Stage& stage, const Stmt* inner, const StmtP& s) {
+    const int64_t numel = tensor(field).row_numel();
+    if (numel <= 1 || ctx.node_loop == !inner) return std::nullopt;
+    const std::string edge_var = inner ? inner->var : ctx.loop->var;
+    std::vector<ExprP> factors = mul_factors(value);
+    std::set<std::string> loop_written;
+    written_fields(ctx.loop->body, loop_written);
+    std::optional<size_t> row_at;
+    for (size_t i = 0; i < factors.size(); ++i) {
+      if (elems(factors[i]) == 1) continue;
+      if (row_at || elems(factors[i]) != numel) return std::nullopt;
+      const ExprP& x = factors[i];
+      bool readable = false;
+      if (x->kind == ExprKind::Name) {  // a value per edge type, computed before the loop
+        auto it = ctx.materialized.find(x->name);
+        readable = it != ctx.materialized.end() && tensor(it->second).per == Per::Etype;
+      } else if (x->kind == ExprKind::Attr && x->args[0]->kind == ExprKind::Attr &&
+                 x->args[0]->args[0]->kind == ExprKind::Name && x->args[0]->args[0]->name == edge_var) {
+        // e.pair.x (a pair input) or e.src.x / e.dst.x (an input row of the endpoint the sum does not add into)
+        const std::string& via = x->args[0]->name;
+        const TensorDecl* in = m_.decl.find_input(x->name);
+        readable = in && ((via == "pair" && in->per == Per::Pair) ||
+                          (via == (via_src ? "dst" : "src") && in->per == Per::Node));
+      } else if (auto fr = field_ref(x, ctx.edge_vars); fr && fr->via_pair && x->args[0]->args[0]->kind == ExprKind::Name &&
+                                                       x->args[0]->args[0]->name == edge_var) {
+        readable = !loop_written.count(fr->field) && tensor(field_tensor(fr->field)).per == Per::Pair;
+      }
+      if (!readable) return std::nullopt;
+      row_at = i;
+    }
+    if (!row_at) return std::nullopt;
+    // The sum computes scale * row: it must have the field's shape as it is (no reshape).
+    ExprP product = factors[*row_at];
+    for (size_t i = 0; i < factors.size(); ++i)
+      if (i != *row_at) product = typed::apply(Op::Mul, {factors[i], product}, s->loc);
+    if (value_type(product->type).shape != tensor(field).shape) return std::nullopt;
+    bool scale_is_local = false;
+    std::optional<std::pair<std::string, StmtP>> scale = sum_scale(factors, *row_at, ctx, stage, inner, s, scale_is_local);
+    if (!scale) return std::nullopt;
+    GatherSum gs{field, "", via_src, false, std::nullopt, intra::Gather::None, scale->first, scale_is_local,
+                 statement_text(s), factors[*row_at], edge_var};
+    stage.writes.insert(field);
+    pending_gather_sums_.push_back(gs);
+    return scale->second;
+  }
+
+  std::optional<StmtP> scaled_pair_sum(const ExprP& value, const std::string& field, LoopCtx& ctx, Stage& stage,
+                                       const Stmt* inner, const StmtP& s) {
+    std::vector<ExprP> factors = mul_factors(value);
     const int64_t numel = tensor(field).row_numel();
     if (numel <= 1) return std::nullopt;
-    auto elems = [](const ExprP& e) {
-      int64_t n = 1;
-      for (int64_t d : value_type(e->type).shape) n *= d;
-      return n;
-    };
     std::optional<size_t> row_at;
     std::string row_tensor;
     intra::Gather gather = intra::Gather::None;
@@ -580,30 +679,14 @@ class Lowering {
       gather = dst ? intra::Gather::Dst : intra::Gather::None;
     }
     if (!row_at || tensor(row_tensor).row_numel() != numel) return std::nullopt;
-    ExprP scale;
-    for (size_t i = 0; i < factors.size(); ++i)
-      if (i != *row_at) scale = scale ? typed::apply(Op::Mul, {scale, factors[i]}, s->loc) : factors[i];
-    GatherSum gs{field, row_tensor, false, false, intra::GatherCsr::PairEdges, gather, "", false, statement_text(s)};
-    StmtP def;
-    if (scale) {
-      // A plain per-edge value the loop nest does not write is read as it is; anything else is computed per edge.
-      auto fr = field_ref(scale, ctx.edge_vars);
-      const TensorDecl* in = scale->kind == ExprKind::Attr ? m_.decl.find_input(scale->name) : nullptr;
-      if (in && in->per == Per::Edge && scale->args[0]->kind == ExprKind::Name && ctx.edge_vars.count(scale->args[0]->name)) {
-        gs.scale = in->name;
-      } else if (fr && fr->on_edge && !written_after(*ctx.loop, s.get(), fr->field) && tensor(field_tensor(fr->field)).per == Per::Edge) {
-        gs.scale = field_tensor(fr->field);
-      } else {
-        if (!intra::traversal_supports(scale)) return std::nullopt;
-        std::string local;
-        std::tie(local, def) = stored_local("sc", scale, ctx, stage, inner, s->loc);
-        gs.scale = local;
-        gs.scale_is_local = true;
-      }
-    }
+    bool scale_is_local = false;
+    std::optional<std::pair<std::string, StmtP>> scale = sum_scale(factors, *row_at, ctx, stage, inner, s, scale_is_local);
+    if (!scale) return std::nullopt;
+    GatherSum gs{field, row_tensor, false, false, intra::GatherCsr::PairEdges, gather, scale->first, scale_is_local,
+                 statement_text(s)};
     stage.writes.insert(field);
     pending_gather_sums_.push_back(gs);
-    return def;
+    return scale->second;
   }
 
   static std::string statement_text(const StmtP& s) {
@@ -1540,6 +1623,10 @@ class Lowering {
     std::string scale;                             // per-edge scale (a tensor, or a local materialised by then)
     bool scale_is_local = false;
     std::string source;  // the statement it implements
+    // Node-centric sums of scale * row (scaled_node_sum): the row, read by the sum itself through the edge variable
+    // `edge_var`; `edges` is then empty.
+    ExprP row = nullptr;
+    std::string edge_var = {};
   };
   std::vector<GatherSum> pending_gather_sums_;
   intra::Program p_;
