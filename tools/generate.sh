@@ -15,7 +15,7 @@ cus=("$OUT"/*.cu)
 if ((${#cus[@]})) && [[ -x "$NVCC" ]]; then
   for cu in "${cus[@]}"; do
     for arch in sm_80 sm_90; do
-      "$NVCC" -std=c++17 -arch="$arch" -c "$cu" -o "${cu%.cu}.$arch.o" -Xcompiler -Wall
+      "$NVCC" -std=c++17 -arch="$arch" -I"$ROOT/runtime/include" -c "$cu" -o "${cu%.cu}.$arch.o" -Xcompiler -Wall
       echo "generate: compiled $(basename "$cu") for $arch"
     done
   done

@@ -95,16 +95,7 @@ std::vector<at::Tensor> hgt_forward_op(
   check(W_a, "weight 'W_a'", at::kFloat, {num_ntypes, 64, 64}, device);
   const auto options = feature.options();
   at::Tensor h = at::empty({num_nodes, 64}, options);
-  at::Tensor agg = at::empty({num_nodes, 1, 64}, options);  // field
-  at::Tensor att_max = at::empty({num_nodes, 1}, options);  // field
-  at::Tensor att_sum = at::empty({num_nodes, 1}, options);  // field
-  at::Tensor k = at::empty({num_nodes, 1, 64}, options);  // field
-  at::Tensor q = at::empty({num_nodes, 1, 64}, options);  // field
-  at::Tensor v = at::empty({num_nodes, 1, 64}, options);  // field
-  at::Tensor att = at::empty({num_edges, 1}, options);  // field
-  at::Tensor msg = at::empty({num_edges, 1, 64}, options);  // field
-  at::Tensor t_lin_3 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  HgtForwardArgs a;
+  HgtForwardArgs a{};  // pointers to tensors no kernel touches stay null
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
   a.num_etypes = static_cast<int>(num_etypes);
@@ -132,23 +123,38 @@ std::vector<at::Tensor> hgt_forward_op(
   a.mu = mu.data_ptr<float>();
   a.W_a = W_a.data_ptr<float>();
   a.h = h.data_ptr<float>();
-  a.agg = agg.data_ptr<float>();
-  a.att_max = att_max.data_ptr<float>();
-  a.att_sum = att_sum.data_ptr<float>();
-  a.k = k.data_ptr<float>();
-  a.q = q.data_ptr<float>();
-  a.v = v.data_ptr<float>();
-  a.att = att.data_ptr<float>();
-  a.msg = msg.data_ptr<float>();
-  a.t_lin_3 = t_lin_3.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor k = at::empty({num_nodes, 1, 64}, options);  // field
+  a.k = k.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_fw_gemm_k(a, stream));
+  at::Tensor q = at::empty({num_nodes, 1, 64}, options);  // field
+  a.q = q.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_fw_gemm_q(a, stream));
+  at::Tensor v = at::empty({num_nodes, 1, 64}, options);  // field
+  a.v = v.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_fw_gemm_v(a, stream));
+  at::Tensor t_lin_3 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  a.t_lin_3 = t_lin_3.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_fw_gemm_lin_3(a, stream));
+  // No kernel below uses k: its memory goes back to the caching allocator.
+  k.reset();
+  at::Tensor msg = at::empty({num_edges, 1, 64}, options);  // field
+  a.msg = msg.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_fw_gemm_msg(a, stream));
+  // No kernel below uses v: its memory goes back to the caching allocator.
+  v.reset();
+  at::Tensor att = at::empty({num_edges, 1}, options);  // field
+  a.att = att.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_fw_edges_att(a, stream));
+  // No kernel below uses q, t_lin_3: their memory goes back to the caching allocator.
+  q.reset();
+  t_lin_3.reset();
+  at::Tensor agg = at::empty({num_nodes, 1, 64}, options);  // field
+  a.agg = agg.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_fw_nodes_att_max(a, stream));
+  // No kernel below uses att, msg: their memory goes back to the caching allocator.
+  att.reset();
+  msg.reset();
   C10_CUDA_CHECK(launch_hgt_fw_gemm_h(a, stream));
   return {h};
 }
@@ -251,8 +257,7 @@ std::vector<at::Tensor> hgt_forward_train_op(
   at::Tensor att__0 = at::empty({num_edges, 1}, options);  // field
   at::Tensor att__1 = at::empty({num_edges, 1}, options);  // field
   at::Tensor msg = at::empty({num_edges, 1, 64}, options);  // field
-  at::Tensor t_lin_3 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  HgtForwardTrainArgs a;
+  HgtForwardTrainArgs a{};  // pointers to tensors no kernel touches stay null
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
   a.num_etypes = static_cast<int>(num_etypes);
@@ -290,14 +295,17 @@ std::vector<at::Tensor> hgt_forward_train_op(
   a.att__0 = att__0.data_ptr<float>();
   a.att__1 = att__1.data_ptr<float>();
   a.msg = msg.data_ptr<float>();
-  a.t_lin_3 = t_lin_3.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_k(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_q(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_v(a, stream));
+  at::Tensor t_lin_3 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  a.t_lin_3 = t_lin_3.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_lin_3(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_msg(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_edges_att__0(a, stream));
+  // No kernel below uses t_lin_3: its memory goes back to the caching allocator.
+  t_lin_3.reset();
   C10_CUDA_CHECK(launch_hgt_fwt_nodes_att_max(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_h(a, stream));
   return {h, agg, att, att__0, att__1, att_max, att_sum, k, msg, q, v};
@@ -430,38 +438,7 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor d_W_msg = at::empty({num_etypes, 1, 64, 64}, options);
   at::Tensor d_mu = at::zeros({num_etypes, 1}, options);
   at::Tensor d_W_a = at::empty({num_ntypes, 64, 64}, options);
-  at::Tensor att_max_ties = at::empty({num_nodes, 1}, options);  // field
-  at::Tensor d_agg = at::zeros({num_nodes, 1, 64}, options);  // field
-  at::Tensor d_att_max = at::zeros({num_nodes, 1}, options);  // field
-  at::Tensor d_att_sum = at::zeros({num_nodes, 1}, options);  // field
-  at::Tensor d_k = at::empty({num_nodes, 1, 64}, options);  // field
-  at::Tensor d_q = at::empty({num_nodes, 1, 64}, options);  // field
-  at::Tensor d_v = at::empty({num_nodes, 1, 64}, options);  // field
-  at::Tensor d_att = at::empty({num_edges, 1}, options);  // field
-  at::Tensor d_att__0 = at::empty({num_edges, 1}, options);  // field
-  at::Tensor d_att__1 = at::empty({num_edges, 1}, options);  // field
-  at::Tensor d_msg = at::empty({num_edges, 1, 64}, options);  // field
-  at::Tensor t_d_v_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_op0 = at::empty({num_edges, 1}, options);  // intermediate
-  at::Tensor t_d_k_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_lin_11 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_sc2 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_wg3 = at::empty({num_edges, 1}, options);  // intermediate
-  at::Tensor hgt_bw_wgrad_d_W_a_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_a's fp32 partial sums, one [1, 64, 64] slice per chunk
-  at::Tensor hgt_bw_wgrad_d_W_a_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_a's first chunk of each segment
-  at::Tensor hgt_bw_wgrad_d_W_msg_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_msg's fp32 partial sums, one [1, 64, 64] slice per chunk
-  at::Tensor hgt_bw_wgrad_d_W_msg_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_msg's first chunk of each segment
-  at::Tensor hgt_bw_wgrad_d_W_att_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_att's fp32 partial sums, one [1, 64, 64] slice per chunk
-  at::Tensor hgt_bw_wgrad_d_W_att_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_att's first chunk of each segment
-  at::Tensor hgt_bw_segsum_d_mu_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_segsum_d_mu's first chunk of each segment
-  at::Tensor hgt_bw_segsum_d_mu_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 1)) * 1}, options.dtype(at::kFloat));  // workspace: hgt_bw_segsum_d_mu's fp32 sums, one per chunk
-  at::Tensor hgt_bw_wgrad_d_W_v_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_v's fp32 partial sums, one [1, 64, 64] slice per chunk
-  at::Tensor hgt_bw_wgrad_d_W_v_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_v's first chunk of each segment
-  at::Tensor hgt_bw_wgrad_d_W_q_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_q's fp32 partial sums, one [1, 64, 64] slice per chunk
-  at::Tensor hgt_bw_wgrad_d_W_q_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_q's first chunk of each segment
-  at::Tensor hgt_bw_wgrad_d_W_k_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_k's fp32 partial sums, one [1, 64, 64] slice per chunk
-  at::Tensor hgt_bw_wgrad_d_W_k_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_k's first chunk of each segment
-  HgtBackwardArgs a;
+  HgtBackwardArgs a{};  // pointers to tensors no kernel touches stay null
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
   a.num_etypes = static_cast<int>(num_etypes);
@@ -507,57 +484,115 @@ std::vector<at::Tensor> hgt_backward_op(
   a.d_W_msg = d_W_msg.data_ptr<float>();
   a.d_mu = d_mu.data_ptr<float>();
   a.d_W_a = d_W_a.data_ptr<float>();
-  a.att_max_ties = att_max_ties.data_ptr<float>();
-  a.d_agg = d_agg.data_ptr<float>();
-  a.d_att_max = d_att_max.data_ptr<float>();
-  a.d_att_sum = d_att_sum.data_ptr<float>();
-  a.d_k = d_k.data_ptr<float>();
-  a.d_q = d_q.data_ptr<float>();
-  a.d_v = d_v.data_ptr<float>();
-  a.d_att = d_att.data_ptr<float>();
-  a.d_att__0 = d_att__0.data_ptr<float>();
-  a.d_att__1 = d_att__1.data_ptr<float>();
-  a.d_msg = d_msg.data_ptr<float>();
-  a.t_d_v_edges = t_d_v_edges.data_ptr<float>();
-  a.t_op0 = t_op0.data_ptr<float>();
-  a.t_d_k_edges = t_d_k_edges.data_ptr<float>();
-  a.t_lin_11 = t_lin_11.data_ptr<float>();
-  a.t_sc2 = t_sc2.data_ptr<float>();
-  a.t_wg3 = t_wg3.data_ptr<float>();
-  a.hgt_bw_wgrad_d_W_a_partial = hgt_bw_wgrad_d_W_a_partial.data_ptr<float>();
-  a.hgt_bw_wgrad_d_W_a_chunk_ptr = hgt_bw_wgrad_d_W_a_chunk_ptr.data_ptr<int32_t>();
-  a.hgt_bw_wgrad_d_W_msg_partial = hgt_bw_wgrad_d_W_msg_partial.data_ptr<float>();
-  a.hgt_bw_wgrad_d_W_msg_chunk_ptr = hgt_bw_wgrad_d_W_msg_chunk_ptr.data_ptr<int32_t>();
-  a.hgt_bw_wgrad_d_W_att_partial = hgt_bw_wgrad_d_W_att_partial.data_ptr<float>();
-  a.hgt_bw_wgrad_d_W_att_chunk_ptr = hgt_bw_wgrad_d_W_att_chunk_ptr.data_ptr<int32_t>();
-  a.hgt_bw_segsum_d_mu_chunk_ptr = hgt_bw_segsum_d_mu_chunk_ptr.data_ptr<int32_t>();
-  a.hgt_bw_segsum_d_mu_partial = hgt_bw_segsum_d_mu_partial.data_ptr<float>();
-  a.hgt_bw_wgrad_d_W_v_partial = hgt_bw_wgrad_d_W_v_partial.data_ptr<float>();
-  a.hgt_bw_wgrad_d_W_v_chunk_ptr = hgt_bw_wgrad_d_W_v_chunk_ptr.data_ptr<int32_t>();
-  a.hgt_bw_wgrad_d_W_q_partial = hgt_bw_wgrad_d_W_q_partial.data_ptr<float>();
-  a.hgt_bw_wgrad_d_W_q_chunk_ptr = hgt_bw_wgrad_d_W_q_chunk_ptr.data_ptr<int32_t>();
-  a.hgt_bw_wgrad_d_W_k_partial = hgt_bw_wgrad_d_W_k_partial.data_ptr<float>();
-  a.hgt_bw_wgrad_d_W_k_chunk_ptr = hgt_bw_wgrad_d_W_k_chunk_ptr.data_ptr<int32_t>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor d_agg = at::zeros({num_nodes, 1, 64}, options);  // field
+  a.d_agg = d_agg.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_agg(a, stream));
+  at::Tensor hgt_bw_wgrad_d_W_a_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_a's fp32 partial sums, one [1, 64, 64] slice per chunk
+  a.hgt_bw_wgrad_d_W_a_partial = hgt_bw_wgrad_d_W_a_partial.data_ptr<float>();
+  at::Tensor hgt_bw_wgrad_d_W_a_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_a's first chunk of each segment
+  a.hgt_bw_wgrad_d_W_a_chunk_ptr = hgt_bw_wgrad_d_W_a_chunk_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_a(a, stream));
+  // No kernel below uses hgt_bw_wgrad_d_W_a_partial, hgt_bw_wgrad_d_W_a_chunk_ptr: their memory goes back to the caching allocator.
+  hgt_bw_wgrad_d_W_a_partial.reset();
+  hgt_bw_wgrad_d_W_a_chunk_ptr.reset();
+  at::Tensor d_att__0 = at::empty({num_edges, 1}, options);  // field
+  a.d_att__0 = d_att__0.data_ptr<float>();
+  at::Tensor d_att__1 = at::empty({num_edges, 1}, options);  // field
+  a.d_att__1 = d_att__1.data_ptr<float>();
+  at::Tensor d_msg = at::empty({num_edges, 1, 64}, options);  // field
+  a.d_msg = d_msg.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_bw_nodes_d_att(a, stream));
+  // No kernel below uses d_agg, d_att__1: their memory goes back to the caching allocator.
+  d_agg.reset();
+  d_att__1.reset();
+  at::Tensor t_d_v_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
+  a.t_d_v_edges = t_d_v_edges.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_v_edges(a, stream));
+  at::Tensor hgt_bw_wgrad_d_W_msg_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_msg's fp32 partial sums, one [1, 64, 64] slice per chunk
+  a.hgt_bw_wgrad_d_W_msg_partial = hgt_bw_wgrad_d_W_msg_partial.data_ptr<float>();
+  at::Tensor hgt_bw_wgrad_d_W_msg_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_msg's first chunk of each segment
+  a.hgt_bw_wgrad_d_W_msg_chunk_ptr = hgt_bw_wgrad_d_W_msg_chunk_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_msg(a, stream));
+  // No kernel below uses d_msg, hgt_bw_wgrad_d_W_msg_partial, hgt_bw_wgrad_d_W_msg_chunk_ptr: their memory goes back to the caching allocator.
+  d_msg.reset();
+  hgt_bw_wgrad_d_W_msg_partial.reset();
+  hgt_bw_wgrad_d_W_msg_chunk_ptr.reset();
+  at::Tensor t_op0 = at::empty({num_edges, 1}, options);  // intermediate
+  a.t_op0 = t_op0.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_bw_edges_loop(a, stream));
+  at::Tensor d_v = at::empty({num_nodes, 1, 64}, options);  // field
+  a.d_v = d_v.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_bw_sum_d_v(a, stream));
+  // No kernel below uses t_d_v_edges: its memory goes back to the caching allocator.
+  t_d_v_edges.reset();
+  at::Tensor t_d_k_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
+  a.t_d_k_edges = t_d_k_edges.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_k_edges(a, stream));
+  at::Tensor d_k = at::empty({num_nodes, 1, 64}, options);  // field
+  a.d_k = d_k.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_bw_sum_d_k(a, stream));
+  // No kernel below uses t_d_k_edges: its memory goes back to the caching allocator.
+  t_d_k_edges.reset();
+  at::Tensor hgt_bw_wgrad_d_W_att_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_att's fp32 partial sums, one [1, 64, 64] slice per chunk
+  a.hgt_bw_wgrad_d_W_att_partial = hgt_bw_wgrad_d_W_att_partial.data_ptr<float>();
+  at::Tensor hgt_bw_wgrad_d_W_att_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_att's first chunk of each segment
+  a.hgt_bw_wgrad_d_W_att_chunk_ptr = hgt_bw_wgrad_d_W_att_chunk_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_att(a, stream));
+  // No kernel below uses t_op0, hgt_bw_wgrad_d_W_att_partial, hgt_bw_wgrad_d_W_att_chunk_ptr: their memory goes back to the caching allocator.
+  t_op0.reset();
+  hgt_bw_wgrad_d_W_att_partial.reset();
+  hgt_bw_wgrad_d_W_att_chunk_ptr.reset();
+  at::Tensor t_lin_11 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  a.t_lin_11 = t_lin_11.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_11(a, stream));
+  at::Tensor t_sc2 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  a.t_sc2 = t_sc2.data_ptr<float>();
+  at::Tensor t_wg3 = at::empty({num_edges, 1}, options);  // intermediate
+  a.t_wg3 = t_wg3.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_bw_edges_loop_3(a, stream));
+  // No kernel below uses d_att__0, t_lin_11: their memory goes back to the caching allocator.
+  d_att__0.reset();
+  t_lin_11.reset();
+  at::Tensor hgt_bw_segsum_d_mu_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_segsum_d_mu's first chunk of each segment
+  a.hgt_bw_segsum_d_mu_chunk_ptr = hgt_bw_segsum_d_mu_chunk_ptr.data_ptr<int32_t>();
+  at::Tensor hgt_bw_segsum_d_mu_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 1)) * 1}, options.dtype(at::kFloat));  // workspace: hgt_bw_segsum_d_mu's fp32 sums, one per chunk
+  a.hgt_bw_segsum_d_mu_partial = hgt_bw_segsum_d_mu_partial.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_bw_segsum_d_mu(a, stream));
+  // No kernel below uses t_wg3, hgt_bw_segsum_d_mu_chunk_ptr, hgt_bw_segsum_d_mu_partial: their memory goes back to the caching allocator.
+  t_wg3.reset();
+  hgt_bw_segsum_d_mu_chunk_ptr.reset();
+  hgt_bw_segsum_d_mu_partial.reset();
+  at::Tensor d_q = at::empty({num_nodes, 1, 64}, options);  // field
+  a.d_q = d_q.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_bw_sum_d_q(a, stream));
+  // No kernel below uses t_sc2: its memory goes back to the caching allocator.
+  t_sc2.reset();
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature(a, stream));
+  at::Tensor hgt_bw_wgrad_d_W_v_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_v's fp32 partial sums, one [1, 64, 64] slice per chunk
+  a.hgt_bw_wgrad_d_W_v_partial = hgt_bw_wgrad_d_W_v_partial.data_ptr<float>();
+  at::Tensor hgt_bw_wgrad_d_W_v_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_v's first chunk of each segment
+  a.hgt_bw_wgrad_d_W_v_chunk_ptr = hgt_bw_wgrad_d_W_v_chunk_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_v(a, stream));
+  // No kernel below uses d_v, hgt_bw_wgrad_d_W_v_partial, hgt_bw_wgrad_d_W_v_chunk_ptr: their memory goes back to the caching allocator.
+  d_v.reset();
+  hgt_bw_wgrad_d_W_v_partial.reset();
+  hgt_bw_wgrad_d_W_v_chunk_ptr.reset();
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature_2(a, stream));
+  at::Tensor hgt_bw_wgrad_d_W_q_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_q's fp32 partial sums, one [1, 64, 64] slice per chunk
+  a.hgt_bw_wgrad_d_W_q_partial = hgt_bw_wgrad_d_W_q_partial.data_ptr<float>();
+  at::Tensor hgt_bw_wgrad_d_W_q_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_q's first chunk of each segment
+  a.hgt_bw_wgrad_d_W_q_chunk_ptr = hgt_bw_wgrad_d_W_q_chunk_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_q(a, stream));
+  // No kernel below uses d_q, hgt_bw_wgrad_d_W_q_partial, hgt_bw_wgrad_d_W_q_chunk_ptr: their memory goes back to the caching allocator.
+  d_q.reset();
+  hgt_bw_wgrad_d_W_q_partial.reset();
+  hgt_bw_wgrad_d_W_q_chunk_ptr.reset();
   C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature_3(a, stream));
+  at::Tensor hgt_bw_wgrad_d_W_k_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_k's fp32 partial sums, one [1, 64, 64] slice per chunk
+  a.hgt_bw_wgrad_d_W_k_partial = hgt_bw_wgrad_d_W_k_partial.data_ptr<float>();
+  at::Tensor hgt_bw_wgrad_d_W_k_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_k's first chunk of each segment
+  a.hgt_bw_wgrad_d_W_k_chunk_ptr = hgt_bw_wgrad_d_W_k_chunk_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_k(a, stream));
   return {d_feature, d_W_k, d_W_q, d_W_v, d_W_att, d_W_msg, d_mu, d_W_a};
 }

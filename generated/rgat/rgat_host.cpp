@@ -81,12 +81,7 @@ std::vector<at::Tensor> rgat_forward_op(
   check(w_t, "weight 'w_t'", at::kFloat, {num_etypes, 1, 64}, device);
   const auto options = feature.options();
   at::Tensor h = at::empty({num_nodes, 1, 64}, options);
-  at::Tensor att_max = at::empty({num_nodes, 1}, options);  // field
-  at::Tensor att_sum = at::empty({num_nodes, 1}, options);  // field
-  at::Tensor att = at::empty({num_edges, 1}, options);  // field
-  at::Tensor t_hs = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_ht = at::empty({num_edges, 1, 64}, options);  // intermediate
-  RgatForwardArgs a;
+  RgatForwardArgs a{};  // pointers to tensors no kernel touches stay null
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
   a.num_etypes = static_cast<int>(num_etypes);
@@ -107,15 +102,18 @@ std::vector<at::Tensor> rgat_forward_op(
   a.w_s = w_s.data_ptr<float>();
   a.w_t = w_t.data_ptr<float>();
   a.h = h.data_ptr<float>();
-  a.att_max = att_max.data_ptr<float>();
-  a.att_sum = att_sum.data_ptr<float>();
-  a.att = att.data_ptr<float>();
-  a.t_hs = t_hs.data_ptr<float>();
-  a.t_ht = t_ht.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor t_hs = at::empty({num_edges, 1, 64}, options);  // intermediate
+  a.t_hs = t_hs.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgat_fw_gemm_hs(a, stream));
+  at::Tensor t_ht = at::empty({num_edges, 1, 64}, options);  // intermediate
+  a.t_ht = t_ht.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgat_fw_gemm_ht(a, stream));
+  at::Tensor att = at::empty({num_edges, 1}, options);  // field
+  a.att = att.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgat_fw_edges_att(a, stream));
+  // No kernel below uses t_ht: its memory goes back to the caching allocator.
+  t_ht.reset();
   C10_CUDA_CHECK(launch_rgat_fw_nodes_att_max(a, stream));
   return {h};
 }
@@ -194,7 +192,7 @@ std::vector<at::Tensor> rgat_forward_train_op(
   at::Tensor att__1 = at::empty({num_edges, 1}, options);  // field
   at::Tensor hs = at::empty({num_edges, 1, 64}, options);  // field
   at::Tensor ht = at::empty({num_edges, 1, 64}, options);  // field
-  RgatForwardTrainArgs a;
+  RgatForwardTrainArgs a{};  // pointers to tensors no kernel touches stay null
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
   a.num_etypes = static_cast<int>(num_etypes);
@@ -325,28 +323,7 @@ std::vector<at::Tensor> rgat_backward_op(
   at::Tensor d_W = at::empty({num_etypes, 64, 64}, options);
   at::Tensor d_w_s = at::zeros({num_etypes, 1, 64}, options);
   at::Tensor d_w_t = at::zeros({num_etypes, 1, 64}, options);
-  at::Tensor att_max_ties = at::empty({num_nodes, 1}, options);  // field
-  at::Tensor d_att_max = at::zeros({num_nodes, 1}, options);  // field
-  at::Tensor d_att_sum = at::zeros({num_nodes, 1}, options);  // field
-  at::Tensor d_att = at::empty({num_edges, 1}, options);  // field
-  at::Tensor d_att__0 = at::empty({num_edges, 1}, options);  // field
-  at::Tensor d_att__1 = at::empty({num_edges, 1}, options);  // field
-  at::Tensor d_hs = at::empty({num_edges, 1, 64}, options);  // field
-  at::Tensor d_ht = at::empty({num_edges, 1, 64}, options);  // field
-  at::Tensor d_msg = at::empty({num_edges, 1, 64}, options);  // field
-  at::Tensor t_wg0 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_wg1 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  at::Tensor t_d_feature_edges = at::empty({num_edges, 64}, options);  // intermediate
-  at::Tensor t_d_feature_edges_2 = at::empty({num_edges, 64}, options);  // intermediate
-  at::Tensor rgat_bw_segsum_d_w_s_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_segsum_d_w_s's first chunk of each segment
-  at::Tensor rgat_bw_segsum_d_w_s_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_segsum_d_w_s's fp32 sums, one per chunk
-  at::Tensor rgat_bw_segsum_d_w_t_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_segsum_d_w_t's first chunk of each segment
-  at::Tensor rgat_bw_segsum_d_w_t_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_segsum_d_w_t's fp32 sums, one per chunk
-  at::Tensor rgat_bw_wgrad_d_W_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
-  at::Tensor rgat_bw_wgrad_d_W_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_W's first chunk of each segment
-  at::Tensor rgat_bw_wgrad_d_W_2_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W_2's fp32 partial sums, one [1, 64, 64] slice per chunk
-  at::Tensor rgat_bw_wgrad_d_W_2_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_W_2's first chunk of each segment
-  RgatBackwardArgs a;
+  RgatBackwardArgs a{};  // pointers to tensors no kernel touches stay null
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
   a.num_etypes = static_cast<int>(num_etypes);
@@ -379,37 +356,73 @@ std::vector<at::Tensor> rgat_backward_op(
   a.d_W = d_W.data_ptr<float>();
   a.d_w_s = d_w_s.data_ptr<float>();
   a.d_w_t = d_w_t.data_ptr<float>();
-  a.att_max_ties = att_max_ties.data_ptr<float>();
-  a.d_att_max = d_att_max.data_ptr<float>();
-  a.d_att_sum = d_att_sum.data_ptr<float>();
-  a.d_att = d_att.data_ptr<float>();
-  a.d_att__0 = d_att__0.data_ptr<float>();
-  a.d_att__1 = d_att__1.data_ptr<float>();
-  a.d_hs = d_hs.data_ptr<float>();
-  a.d_ht = d_ht.data_ptr<float>();
-  a.d_msg = d_msg.data_ptr<float>();
-  a.t_wg0 = t_wg0.data_ptr<float>();
-  a.t_wg1 = t_wg1.data_ptr<float>();
-  a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
-  a.t_d_feature_edges_2 = t_d_feature_edges_2.data_ptr<float>();
-  a.rgat_bw_segsum_d_w_s_chunk_ptr = rgat_bw_segsum_d_w_s_chunk_ptr.data_ptr<int32_t>();
-  a.rgat_bw_segsum_d_w_s_partial = rgat_bw_segsum_d_w_s_partial.data_ptr<float>();
-  a.rgat_bw_segsum_d_w_t_chunk_ptr = rgat_bw_segsum_d_w_t_chunk_ptr.data_ptr<int32_t>();
-  a.rgat_bw_segsum_d_w_t_partial = rgat_bw_segsum_d_w_t_partial.data_ptr<float>();
-  a.rgat_bw_wgrad_d_W_partial = rgat_bw_wgrad_d_W_partial.data_ptr<float>();
-  a.rgat_bw_wgrad_d_W_chunk_ptr = rgat_bw_wgrad_d_W_chunk_ptr.data_ptr<int32_t>();
-  a.rgat_bw_wgrad_d_W_2_partial = rgat_bw_wgrad_d_W_2_partial.data_ptr<float>();
-  a.rgat_bw_wgrad_d_W_2_chunk_ptr = rgat_bw_wgrad_d_W_2_chunk_ptr.data_ptr<int32_t>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor d_att__0 = at::empty({num_edges, 1}, options);  // field
+  a.d_att__0 = d_att__0.data_ptr<float>();
+  at::Tensor d_att__1 = at::empty({num_edges, 1}, options);  // field
+  a.d_att__1 = d_att__1.data_ptr<float>();
+  at::Tensor d_msg = at::empty({num_edges, 1, 64}, options);  // field
+  a.d_msg = d_msg.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgat_bw_nodes_d_att(a, stream));
+  // No kernel below uses d_att__1: its memory goes back to the caching allocator.
+  d_att__1.reset();
+  at::Tensor d_hs = at::empty({num_edges, 1, 64}, options);  // field
+  a.d_hs = d_hs.data_ptr<float>();
+  at::Tensor d_ht = at::empty({num_edges, 1, 64}, options);  // field
+  a.d_ht = d_ht.data_ptr<float>();
+  at::Tensor t_wg0 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  a.t_wg0 = t_wg0.data_ptr<float>();
+  at::Tensor t_wg1 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  a.t_wg1 = t_wg1.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgat_bw_edges_d_hs(a, stream));
+  // No kernel below uses d_att__0, d_msg: their memory goes back to the caching allocator.
+  d_att__0.reset();
+  d_msg.reset();
+  at::Tensor rgat_bw_segsum_d_w_s_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_segsum_d_w_s's first chunk of each segment
+  a.rgat_bw_segsum_d_w_s_chunk_ptr = rgat_bw_segsum_d_w_s_chunk_ptr.data_ptr<int32_t>();
+  at::Tensor rgat_bw_segsum_d_w_s_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_segsum_d_w_s's fp32 sums, one per chunk
+  a.rgat_bw_segsum_d_w_s_partial = rgat_bw_segsum_d_w_s_partial.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgat_bw_segsum_d_w_s(a, stream));
+  // No kernel below uses t_wg0, rgat_bw_segsum_d_w_s_chunk_ptr, rgat_bw_segsum_d_w_s_partial: their memory goes back to the caching allocator.
+  t_wg0.reset();
+  rgat_bw_segsum_d_w_s_chunk_ptr.reset();
+  rgat_bw_segsum_d_w_s_partial.reset();
+  at::Tensor rgat_bw_segsum_d_w_t_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_segsum_d_w_t's first chunk of each segment
+  a.rgat_bw_segsum_d_w_t_chunk_ptr = rgat_bw_segsum_d_w_t_chunk_ptr.data_ptr<int32_t>();
+  at::Tensor rgat_bw_segsum_d_w_t_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_segsum_d_w_t's fp32 sums, one per chunk
+  a.rgat_bw_segsum_d_w_t_partial = rgat_bw_segsum_d_w_t_partial.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgat_bw_segsum_d_w_t(a, stream));
+  // No kernel below uses t_wg1, rgat_bw_segsum_d_w_t_chunk_ptr, rgat_bw_segsum_d_w_t_partial: their memory goes back to the caching allocator.
+  t_wg1.reset();
+  rgat_bw_segsum_d_w_t_chunk_ptr.reset();
+  rgat_bw_segsum_d_w_t_partial.reset();
+  at::Tensor t_d_feature_edges = at::empty({num_edges, 64}, options);  // intermediate
+  a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges(a, stream));
+  at::Tensor rgat_bw_wgrad_d_W_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
+  a.rgat_bw_wgrad_d_W_partial = rgat_bw_wgrad_d_W_partial.data_ptr<float>();
+  at::Tensor rgat_bw_wgrad_d_W_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_W's first chunk of each segment
+  a.rgat_bw_wgrad_d_W_chunk_ptr = rgat_bw_wgrad_d_W_chunk_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_rgat_bw_wgrad_d_W(a, stream));
+  // No kernel below uses d_ht, rgat_bw_wgrad_d_W_partial, rgat_bw_wgrad_d_W_chunk_ptr: their memory goes back to the caching allocator.
+  d_ht.reset();
+  rgat_bw_wgrad_d_W_partial.reset();
+  rgat_bw_wgrad_d_W_chunk_ptr.reset();
+  at::Tensor t_d_feature_edges_2 = at::empty({num_edges, 64}, options);  // intermediate
+  a.t_d_feature_edges_2 = t_d_feature_edges_2.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges_2(a, stream));
+  at::Tensor rgat_bw_wgrad_d_W_2_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W_2's fp32 partial sums, one [1, 64, 64] slice per chunk
+  a.rgat_bw_wgrad_d_W_2_partial = rgat_bw_wgrad_d_W_2_partial.data_ptr<float>();
+  at::Tensor rgat_bw_wgrad_d_W_2_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_W_2's first chunk of each segment
+  a.rgat_bw_wgrad_d_W_2_chunk_ptr = rgat_bw_wgrad_d_W_2_chunk_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_rgat_bw_wgrad_d_W_2(a, stream));
+  // No kernel below uses d_hs, rgat_bw_wgrad_d_W_2_partial, rgat_bw_wgrad_d_W_2_chunk_ptr: their memory goes back to the caching allocator.
+  d_hs.reset();
+  rgat_bw_wgrad_d_W_2_partial.reset();
+  rgat_bw_wgrad_d_W_2_chunk_ptr.reset();
   C10_CUDA_CHECK(launch_rgat_bw_sum_d_feature(a, stream));
+  // No kernel below uses t_d_feature_edges: its memory goes back to the caching allocator.
+  t_d_feature_edges.reset();
   C10_CUDA_CHECK(launch_rgat_bw_sum_d_feature_2(a, stream));
   return {d_feature, d_W, d_w_s, d_w_t};
 }

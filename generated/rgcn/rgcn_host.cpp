@@ -81,7 +81,7 @@ std::vector<at::Tensor> rgcn_forward_op(
   check(W, "weight 'W'", at::kFloat, {num_etypes, 64, 64}, device);
   const auto options = feature.options();
   at::Tensor h = at::empty({num_nodes, 64}, options);
-  RgcnForwardArgs a;
+  RgcnForwardArgs a{};  // pointers to tensors no kernel touches stay null
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
   a.num_etypes = static_cast<int>(num_etypes);
@@ -175,8 +175,7 @@ std::vector<at::Tensor> rgcn_forward_train_op(
   check(W, "weight 'W'", at::kFloat, {num_etypes, 64, 64}, device);
   const auto options = feature.options();
   at::Tensor h = at::empty({num_nodes, 64}, options);
-  at::Tensor t_h_edges = at::empty({num_edges, 64}, options);  // intermediate
-  RgcnForwardTrainArgs a;
+  RgcnForwardTrainArgs a{};  // pointers to tensors no kernel touches stay null
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
   a.num_etypes = static_cast<int>(num_etypes);
@@ -197,9 +196,10 @@ std::vector<at::Tensor> rgcn_forward_train_op(
   a.W0 = W0.data_ptr<float>();
   a.W = W.data_ptr<float>();
   a.h = h.data_ptr<float>();
-  a.t_h_edges = t_h_edges.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_rgcn_fwt_gemm_h(a, stream));
+  at::Tensor t_h_edges = at::empty({num_edges, 64}, options);  // intermediate
+  a.t_h_edges = t_h_edges.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgcn_fwt_gemm_h_edges(a, stream));
   C10_CUDA_CHECK(launch_rgcn_fwt_sum_h(a, stream));
   return {h};
@@ -276,12 +276,7 @@ std::vector<at::Tensor> rgcn_backward_op(
   at::Tensor d_feature = at::zeros({num_nodes, 64}, options);
   at::Tensor d_W0 = at::empty({64, 64}, options);
   at::Tensor d_W = at::empty({num_etypes, 64, 64}, options);
-  at::Tensor t_d_feature_edges = at::empty({num_edges, 64}, options);  // intermediate
-  at::Tensor rgcn_bw_wgrad_d_W_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgcn_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
-  at::Tensor rgcn_bw_wgrad_d_W_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgcn_bw_wgrad_d_W's first chunk of each segment
-  at::Tensor rgcn_bw_wgrad_d_W0_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, 1, hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgcn_bw_wgrad_d_W0's fp32 partial sums, one [1, 64, 64] slice per chunk
-  at::Tensor rgcn_bw_wgrad_d_W0_chunk_ptr = at::empty({2}, options.dtype(at::kInt));  // workspace: rgcn_bw_wgrad_d_W0's first chunk of each segment
-  RgcnBackwardArgs a;
+  RgcnBackwardArgs a{};  // pointers to tensors no kernel touches stay null
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
   a.num_etypes = static_cast<int>(num_etypes);
@@ -305,16 +300,27 @@ std::vector<at::Tensor> rgcn_backward_op(
   a.d_feature = d_feature.data_ptr<float>();
   a.d_W0 = d_W0.data_ptr<float>();
   a.d_W = d_W.data_ptr<float>();
-  a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
-  a.rgcn_bw_wgrad_d_W_partial = rgcn_bw_wgrad_d_W_partial.data_ptr<float>();
-  a.rgcn_bw_wgrad_d_W_chunk_ptr = rgcn_bw_wgrad_d_W_chunk_ptr.data_ptr<int32_t>();
-  a.rgcn_bw_wgrad_d_W0_partial = rgcn_bw_wgrad_d_W0_partial.data_ptr<float>();
-  a.rgcn_bw_wgrad_d_W0_chunk_ptr = rgcn_bw_wgrad_d_W0_chunk_ptr.data_ptr<int32_t>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor t_d_feature_edges = at::empty({num_edges, 64}, options);  // intermediate
+  a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgcn_bw_gemm_d_feature_edges(a, stream));
+  at::Tensor rgcn_bw_wgrad_d_W_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgcn_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
+  a.rgcn_bw_wgrad_d_W_partial = rgcn_bw_wgrad_d_W_partial.data_ptr<float>();
+  at::Tensor rgcn_bw_wgrad_d_W_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgcn_bw_wgrad_d_W's first chunk of each segment
+  a.rgcn_bw_wgrad_d_W_chunk_ptr = rgcn_bw_wgrad_d_W_chunk_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_rgcn_bw_wgrad_d_W(a, stream));
+  // No kernel below uses rgcn_bw_wgrad_d_W_partial, rgcn_bw_wgrad_d_W_chunk_ptr: their memory goes back to the caching allocator.
+  rgcn_bw_wgrad_d_W_partial.reset();
+  rgcn_bw_wgrad_d_W_chunk_ptr.reset();
   C10_CUDA_CHECK(launch_rgcn_bw_gemm_d_feature(a, stream));
+  at::Tensor rgcn_bw_wgrad_d_W0_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, 1, hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgcn_bw_wgrad_d_W0's fp32 partial sums, one [1, 64, 64] slice per chunk
+  a.rgcn_bw_wgrad_d_W0_partial = rgcn_bw_wgrad_d_W0_partial.data_ptr<float>();
+  at::Tensor rgcn_bw_wgrad_d_W0_chunk_ptr = at::empty({2}, options.dtype(at::kInt));  // workspace: rgcn_bw_wgrad_d_W0's first chunk of each segment
+  a.rgcn_bw_wgrad_d_W0_chunk_ptr = rgcn_bw_wgrad_d_W0_chunk_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_rgcn_bw_wgrad_d_W0(a, stream));
+  // No kernel below uses rgcn_bw_wgrad_d_W0_partial, rgcn_bw_wgrad_d_W0_chunk_ptr: their memory goes back to the caching allocator.
+  rgcn_bw_wgrad_d_W0_partial.reset();
+  rgcn_bw_wgrad_d_W0_chunk_ptr.reset();
   C10_CUDA_CHECK(launch_rgcn_bw_sum_d_feature(a, stream));
   return {d_feature, d_W0, d_W};
 }

@@ -375,17 +375,17 @@ WgradShape wgrad_shape(const intra::WeightGradInstance& w, const std::string& pr
   return s;
 }
 
-std::vector<Workspace> wgrad_workspaces(const Program& p, const intra::WeightGradInstance& w) {
-  (void)p;
+std::vector<Workspace> wgrad_workspaces(const intra::WeightGradInstance& w) {
   const WgradShape s = wgrad_shape(w, "");
   const std::string segments = s.segments == "1" ? "1" : fmt::format("static_cast<int>({})", s.segments);
   const std::string chunk_rows = fmt::format("hectorgen::wgrad_chunk_rows({}, {})", s.rows, s.blocks_per_chunk);
   return {
       Workspace{workspace_name(w.name, "partial"), "float",
                 fmt::format("hectorgen::wgrad_max_chunks({}, {}, {}) * {}", s.rows, segments, chunk_rows, w.heads * w.k * w.n),
-                fmt::format("{}'s fp32 partial sums, one [{}, {}, {}] slice per chunk", w.name, w.heads, w.k, w.n)},
+                fmt::format("{}'s fp32 partial sums, one [{}, {}, {}] slice per chunk", w.name, w.heads, w.k, w.n), w.name,
+                "partial"},
       Workspace{workspace_name(w.name, "chunk_ptr"), "int32_t", s.segments == "1" ? "2" : s.segments + " + 1",
-                fmt::format("{}'s first chunk of each segment", w.name)},
+                fmt::format("{}'s first chunk of each segment", w.name), w.name, "chunk_ptr"},
   };
 }
 
@@ -520,7 +520,7 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
 //   tensor-core GEMMs: the 64-row tiles of each segment, numbered per call ("tile_ptr"), and W^T when the instance
 //   computes X W^T ("w_t", W's size and storage type).
 static std::vector<Workspace> kernel_workspaces(const Program& p, const intra::Kernel& k) {
-  if (auto* w = std::get_if<intra::WeightGradInstance>(&k)) return wgrad_workspaces(p, *w);
+  if (auto* w = std::get_if<intra::WeightGradInstance>(&k)) return wgrad_workspaces(*w);
   std::vector<Workspace> out;
   if (auto* ss = std::get_if<intra::SegmentSumInstance>(&k)) {
     const std::string rows = rows_expr(ss->rows, ""), segs = segments_expr(ss->segments, "");

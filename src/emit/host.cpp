@@ -1,6 +1,8 @@
 // Emission of everything around the kernels: libtorch host stubs, the Python module, the extension's
 // CMakeLists.txt and manifest.json.
+#include <algorithm>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -131,6 +133,45 @@ static std::vector<OpArg> op_args(const Program& p) {
   return args;
 }
 
+// When the op's tensors hold memory. Its results (outputs, then the tensors saved for the backward) live from the
+// start to the return; every other tensor and every workspace lives from the kernel that first touches it to the
+// last: allocated right before the first, released right after the last, so that later allocations reuse its memory
+// through the stream-ordered caching allocator (HGT's compact backward holds at most three of its four [pairs, 64]
+// gradients at once). A tensor no kernel touches is not allocated at all.
+struct Lifetime {
+  size_t first = 0, last = 0;  // kernel indices
+};
+using Lifetimes = std::map<std::string, Lifetime>;  // the tensors and workspaces allocated late
+
+static Lifetimes plan_memory(const Program& p, const std::vector<std::string>& results) {
+  Lifetimes plan;
+  const std::set<std::string> keep(results.begin(), results.end());
+  auto touch = [&](const std::string& name, size_t i) {
+    if (keep.count(name)) return;
+    auto [it, fresh] = plan.try_emplace(name, Lifetime{i, i});
+    if (!fresh) it->second.last = i;
+  };
+  std::map<std::string, size_t> kernel_index;
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    kernel_index[intra::kernel_name(p.kernels[i])] = i;
+    for (const std::string& n : intra::kernel_reads(p.kernels[i])) touch(n, i);
+    for (const std::string& n : intra::kernel_writes(p.kernels[i])) touch(n, i);
+  }
+  const std::vector<Workspace> all_workspaces = workspaces(p);
+  std::set<std::string> workspace_names;
+  for (const Workspace& w : all_workspaces) {
+    workspace_names.insert(w.name);
+    if (auto it = kernel_index.find(w.kernel); it != kernel_index.end()) plan[w.name] = Lifetime{it->second, it->second};
+  }
+  // Only the op's own tensors are planned: reads of inputs, weights and graph arrays are not allocations.
+  for (auto it = plan.begin(); it != plan.end();) {
+    const TensorInfo* t = p.find(it->first);
+    const bool own = t ? t->role != Role::Input && t->role != Role::Weight : workspace_names.count(it->first) > 0;
+    it = own ? std::next(it) : plan.erase(it);
+  }
+  return plan;
+}
+
 // `p` with the C++ names (emit/names.h), `ir` the same program with the IR's: messages name the user's tensors.
 static std::string emit_op(const Program& p, const Program& ir) {
   Vars v;
@@ -168,14 +209,29 @@ static std::string emit_op(const Program& p, const Program& ir) {
                                        ": bad pair count\");\n  a.num_pairs = num_pairs;" : "";
   std::string alloc, meta, assign;
   std::vector<std::string> results = op_results(p);
+  const Lifetimes plan = plan_memory(p, results);
   // fp32 and tf32 models: every tensor is float, as the first input. 16-bit models name each tensor's type.
   const bool mixed = intra::model_storage(p.decl.options.dtype) != DType::FP32;
+  std::vector<std::string> before(p.kernels.size());
+  std::vector<std::vector<std::string>> after(p.kernels.size());
   for (const TensorInfo& t : p.tensors) {
-    if (t.role == Role::Input || t.role == Role::Weight) continue;
+    if (t.role == Role::Input || t.role == Role::Weight) {
+      assign += fmt::format("  a.{} = {};\n", t.name, data_ptr(t));
+      continue;
+    }
     std::string options = mixed ? fmt::format("options.dtype({})", aten_scalar(t.storage)) : "options";
-    alloc += fmt::format("  at::Tensor {} = at::{}({}, {});{}\n", t.name, t.zero_init ? "zeros" : "empty", shape_list(t), options,
-                         t.role == Role::Output ? "" : t.role == Role::Field ? "  // field" : "  // intermediate");
-    if (std::find(results.begin(), results.end(), t.name) != results.end())
+    const std::string line = fmt::format("  at::Tensor {} = at::{}({}, {});{}\n", t.name, t.zero_init ? "zeros" : "empty",
+                                         shape_list(t), options,
+                                         t.role == Role::Output ? "" : t.role == Role::Field ? "  // field" : "  // intermediate");
+    const bool result = std::find(results.begin(), results.end(), t.name) != results.end();
+    if (auto it = plan.find(t.name); it != plan.end()) {
+      before[it->second.first] += line + fmt::format("  a.{} = {};\n", t.name, data_ptr(t));
+      after[it->second.last].push_back(t.name);
+    } else if (result) {
+      alloc += line;
+      assign += fmt::format("  a.{} = {};\n", t.name, data_ptr(t));
+    }
+    if (result)
       meta += fmt::format("  at::Tensor {} = at::empty({}, {}.options(){});\n", t.name, shape_list(t), device_from,
                           mixed ? fmt::format(".dtype({})", aten_scalar(t.storage)) : "");
   }
@@ -187,27 +243,43 @@ static std::string emit_op(const Program& p, const Program& ir) {
     if (ctype == "float") return {"at::kFloat", "float"};
     throw std::logic_error("emit: workspace of unknown type " + ctype);
   };
-  for (const Workspace& w : workspaces(p))
-    alloc += fmt::format("  at::Tensor {} = at::empty({{{}}}, options.dtype({}));  // workspace: {}\n", w.name, w.numel,
-                         at_type(w.ctype).first, w.comment);
+  for (const Workspace& w : workspaces(p)) {
+    const std::string line = fmt::format("  at::Tensor {} = at::empty({{{}}}, options.dtype({}));  // workspace: {}\n", w.name,
+                                         w.numel, at_type(w.ctype).first, w.comment);
+    const char* elem = at_type(w.ctype).second;
+    const std::string set = w.ctype == elem ? fmt::format("  a.{} = {}.data_ptr<{}>();\n", w.name, w.name, elem)
+                                            : fmt::format("  a.{} = reinterpret_cast<{}*>({}.data_ptr<{}>());\n", w.name, w.ctype,
+                                                          w.name, elem);
+    if (auto it = plan.find(w.name); it != plan.end()) {
+      before[it->second.first] += line + set;
+      after[it->second.last].push_back(w.name);
+    } else {
+      alloc += line;
+      assign += set;
+    }
+  }
   v["allocations"] = alloc.substr(0, alloc.size() - 1);
   v["meta_allocations"] = meta.substr(0, meta.size() - 1);
-  for (const std::string& g : graph_arrays(p)) assign += fmt::format("  a.{} = {}.data_ptr<int32_t>();\n", g, g);
-  for (const TensorInfo& t : p.tensors) assign += fmt::format("  a.{} = {};\n", t.name, data_ptr(t));
-  for (const Workspace& w : workspaces(p)) {
-    const char* elem = at_type(w.ctype).second;
-    if (w.ctype == elem) assign += fmt::format("  a.{} = {}.data_ptr<{}>();\n", w.name, w.name, elem);
-    else assign += fmt::format("  a.{} = reinterpret_cast<{}*>({}.data_ptr<{}>());\n", w.name, w.ctype, w.name, elem);
-  }
+  std::string graph_assign;
+  for (const std::string& g : graph_arrays(p)) graph_assign += fmt::format("  a.{} = {}.data_ptr<int32_t>();\n", g, g);
+  assign = graph_assign + assign;
   v["assignments"] = assign.substr(0, assign.size() - 1);
   std::string res;
   for (const auto& r : results) res += (res.empty() ? "" : ", ") + r;
   v["results"] = res;
   v["returns"] = p.saved.empty() ? "the outputs" : "the outputs, then the tensors the backward pass needs";
   std::string launches;
-  for (const auto& k : p.kernels) {
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    const intra::Kernel& k = p.kernels[i];
+    launches += before[i];
     if (auto* t = std::get_if<intra::TorchInstance>(&k)) launches += emit_torch_block(p, *t);
     else launches += fmt::format("  C10_CUDA_CHECK(launch_{}(a, stream));\n", intra::kernel_name(k));
+    if (after[i].empty() || i + 1 == p.kernels.size()) continue;
+    std::string names;
+    for (const std::string& n : after[i]) names += (names.empty() ? "" : ", ") + n;
+    launches += fmt::format("  // No kernel below uses {}: {} memory goes back to the caching allocator.\n", names,
+                            after[i].size() == 1 ? "its" : "their");
+    for (const std::string& n : after[i]) launches += fmt::format("  {}.reset();\n", n);
   }
   v["launches"] = launches.substr(0, launches.size() - 1);
   return render_template("host/op.cpp.in", v);

@@ -41,12 +41,6 @@ int64_t wgrad_shared_bytes(bool tc, int64_t elem_bytes) {
   return 2 * stages * kWgradSlab * (kWgradTile + 8) * elem_bytes;
 }
 
-// Segments over grid y: min(segments, 65535) blocks, each taking every gridDim.y-th segment; one without.
-GridExtent segments_extent(Segments s) {
-  if (s == Segments::None) return GridExtent::constant(1);
-  return GridExtent{0, 1, 0, limits::kGridYZ, false};
-}
-
 std::string kib(int64_t bytes) {
   return bytes % 1024 ? fmt::format("{} bytes", bytes) : fmt::format("{} KiB", bytes / 1024);
 }
