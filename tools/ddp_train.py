@@ -50,6 +50,9 @@ for _p in (REPO / "tests" / "gpu", REPO / "bench", REPO / "runtime" / "python"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # deterministic cuBLAS (before CUDA starts)
+# NVLink multicast off unless asked for (it can take a shared host's GPUs out of service: docs/distributed.md)
+for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ.setdefault(_k, _v)
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402

@@ -15,6 +15,8 @@
    parameter's all-reduce skipped) it fails, in both the comparison with one process and between the ranks.
 4. rank_scoped_path (hectorgen_runtime.distributed): a single process keeps the base folder, each rank of a job gets
    its own.
+5. bench/ddp_scaling.py --report on summaries with known step times: speed-up and efficiency against 1 GPU of the
+   same graph, model, mode and GPU type; check records left out; the PNG when matplotlib is installed.
 Exit 0 if all pass, 1 otherwise, 77 (skipped) without torch or torch.distributed.
 """
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO / "tools"))
+sys.path.insert(0, str(REPO / "bench"))
 
 try:
     import torch
@@ -207,8 +210,34 @@ def test_rank_scoped_path():
     check(rank_scoped_path("/c", "pool", RankInfo(1, 2, 1)) == Path("/c/pool-rank1-of-2"), "kind and rank")
 
 
+def test_scaling_report():
+    import ddp_scaling
+    base = dict(kind="summary", model="rgat", mode="khop", gpu="H100", batch=1024, num_nodes=10, num_edges=20,
+                loss_first=2.0, loss_last=1.0, torch="x")
+    recs = [dict(base, graph="mag", world_size=n, median_step_ms=ms, throughput_nodes_s=1024 / ms * 1e3)
+            for n, ms in ((1, 40.0), (2, 20.0), (4, 16.0))]
+    recs.append(dict(base, graph="wikikg2", world_size=2, median_step_ms=10.0, throughput_nodes_s=1.0))  # no 1 GPU
+    recs.append(dict(recs[0], check={"vs_one_process": True}, median_step_ms=1.0))   # a --check run: left out
+    path = TMP / "scaling.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    md, png = TMP / "scaling.md", TMP / "scaling.png"
+    rc = ddp_scaling.main(["--report", str(path), "--md", str(md), "--png", str(png)])
+    check(rc == 0, "report failed")
+    rows = {(e["graph"], e["gpus"]): e for e in ddp_scaling.table(ddp_scaling.load_summaries([path]))}
+    check(rows[("mag", 1)]["step_ms"] == 40.0, "the --check record must be left out")
+    check(rows[("mag", 2)]["speedup"] == 2.0 and rows[("mag", 4)]["efficiency"] == 0.625, f"{rows}")
+    check(rows[("wikikg2", 2)]["speedup"] is None, "no speed-up without a 1-GPU run")
+    text = md.read_text()
+    check("| 2.50 | 62% |" in text and "| 2.00 | 100% |" in text, text)
+    try:
+        import matplotlib  # noqa: F401
+        check(png.is_file() and png.stat().st_size > 1000, "no plot written")
+    except ImportError:
+        print("  (no matplotlib: plot not checked)")
+
+
 def main() -> int:
-    tests = [test_sharding, test_global_mean_loss, test_rank_scoped_path, test_check_end_to_end]
+    tests = [test_sharding, test_global_mean_loss, test_rank_scoped_path, test_scaling_report, test_check_end_to_end]
     failed = 0
     t0 = time.time()
     for t in tests:
