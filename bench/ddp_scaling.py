@@ -115,7 +115,7 @@ def table(rows: list) -> list:
         out.append(dict(graph=key[0], model=key[1], mode=key[2], gpu=key[3], gpus=key[4], batch=r["batch"],
                         step_ms=r["median_step_ms"], nodes_s=r["throughput_nodes_s"], speedup=speedup,
                         efficiency=speedup / key[4] if speedup else None, loss=(r["loss_first"], r["loss_last"]),
-                        nodes=r["num_nodes"], edges=r["num_edges"], torch=r.get("torch")))
+                        nodes=r["num_nodes"], edges=r["num_edges"], torch=r.get("torch"), ddp=r.get("ddp") or {}))
     return out
 
 
@@ -128,13 +128,16 @@ def markdown(entries: list, sources: list) -> str:
              "count; step time is the median over the steps after the first, as the slowest rank saw it; "
              "throughput is labelled nodes per second; speed-up is against 1 GPU of the same kind; efficiency is "
              "speed-up / GPUs.", "",
+             "All-reduce: DDP's own measurement of its last sampled step, the time its bucket all-reduces took "
+             "and, in parentheses, how much of it overlapped the backward's computation.", "",
              "| graph | model | mode | GPU | GPUs | global batch | step (ms) | labelled nodes/s | speed-up | efficiency "
-             "| loss first → last |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| all-reduce ms (overlapped) | loss first → last |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for e in entries:
         lines.append(f"| {e['graph']} ({e['nodes']:,} nodes, {e['edges']:,} edges) | {e['model']} | {e['mode']} | "
                      f"{e['gpu'] or 'cpu'} | {e['gpus']} | {e['batch']} | {e['step_ms']:.2f} | {e['nodes_s']:,.0f} | "
                      f"{f(e['speedup'], '.2f')} | {f(e['efficiency'], '.0%')} | "
+                     f"{f(e['ddp'].get('allreduce_ms'), '.2f')} ({f(e['ddp'].get('overlap_ms'), '.2f')}) | "
                      f"{e['loss'][0]:.3f} → {e['loss'][1]:.3f} |")
     return "\n".join(lines) + "\n"
 

@@ -40,6 +40,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -247,6 +248,7 @@ class Trainer:
 
     def __init__(self, a, info, device, mod, cls, graph: Graph):
         self.a, self.info, self.device, self.mod, self.cls, self.graph = a, info, device, mod, cls, graph
+        self.ddp_stats = {}
         x, y, labelled = features_and_labels(graph, a.classes, a.seed)
         self.train_nodes, self.test_nodes = split(labelled, a.seed)
         if a.batch < info.world_size:
@@ -304,6 +306,7 @@ class Trainer:
             losses.append(loss.detach())
             if log and (step % every == 0 or step == a.steps - 1):
                 log(f"step {step + 1:4d}/{a.steps}  local loss {loss.item():.4f}  {times[-1] * 1e3:8.2f} ms")
+        self.ddp_stats = ddp_stats(net) if ddp else {}
         return model, torch.stack(losses).double(), torch.tensor(times, dtype=torch.float64), sorted(missing)
 
     @torch.no_grad()
@@ -317,6 +320,21 @@ class Trainer:
             g, x, at = self.step_inputs(nodes)
             pred = model(g, x)[at].argmax(1)
         return (pred == self.y[nodes]).double().mean().item()
+
+
+def ddp_stats(ddp) -> dict:
+    """DDP's own measurements of its last sampled step (DDP samples the first steps, then one in 100): the gradient
+    buckets (bytes, in reduction order) and the backward's compute time, all-reduce time and the time the two
+    overlapped, in ms."""
+    try:
+        d = ddp._get_ddp_logging_data()
+        ms = lambda k: round(d[k] / 1e6, 3) if k in d else None  # noqa: E731
+        return {"bucket_bytes": [int(b) for b in re.findall(r"\d+", str(d.get("rebuilt_bucket_sizes") or
+                                                                          d.get("bucket_sizes", "")))],
+                "backward_compute_ms": ms("avg_backward_compute_time"), "allreduce_ms": ms("avg_backward_comm_time"),
+                "overlap_ms": ms("avg_backward_compute_comm_overlap_time")}
+    except Exception:  # noqa: BLE001  (a private API: a change in it only loses these numbers)
+        return {}
 
 
 def sync(device):
@@ -480,7 +498,10 @@ def main(argv=None) -> int:
               "torch": torch.__version__, "batch": a.batch, "steps": a.steps, "optimizer": a.optimizer, "lr": a.lr,
               "seed": a.seed, "bucket_mb": a.bucket_mb, "static_graph": a.static_graph,
               "loss_first": losses[0].item(), "loss_last": losses[-1].item(), "digest": digest(weights),
-              "missing_grads": missing}
+              "missing_grads": missing, "ddp": trainer.ddp_stats}
+    if trainer.ddp_stats:
+        log(f"DDP: buckets {trainer.ddp_stats['bucket_bytes']} bytes; backward {trainer.ddp_stats['backward_compute_ms']}"
+            f" ms, all-reduce {trainer.ddp_stats['allreduce_ms']} ms, overlapped {trainer.ddp_stats['overlap_ms']} ms")
     timed = times[1:] if times.numel() > 1 else times    # the first step warms up (allocations, DDP buckets)
     result["median_step_ms"] = statistics.median(timed.tolist()) * 1e3
     result["throughput_nodes_s"] = a.batch / (result["median_step_ms"] / 1e3)
