@@ -47,9 +47,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-for _p in (REPO / "tests" / "gpu", REPO / "bench", REPO / "runtime" / "python"):
+for _p in (REPO / "tests" / "gpu", REPO / "bench"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
+if str(REPO / "runtime" / "python") not in sys.path:   # last: an installed runtime (with its compiled _C) wins
+    sys.path.append(str(REPO / "runtime" / "python"))
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # deterministic cuBLAS (before CUDA starts)
 # NVLink multicast off unless asked for (it can take a shared host's GPUs out of service: docs/distributed.md)
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
@@ -59,7 +61,15 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from hectorgen_runtime.distributed import rank_info  # noqa: E402
+try:
+    from hectorgen_runtime.distributed import rank_info  # noqa: E402
+except ImportError:   # an installed runtime older than its distributed module: the module alone, from the source tree
+    import importlib.util  # noqa: E402
+    _spec = importlib.util.spec_from_file_location(
+        "hectorgen_runtime_distributed", REPO / "runtime" / "python" / "hectorgen_runtime" / "distributed.py")
+    _distributed = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_distributed)
+    rank_info = _distributed.rank_info
 
 IN_DIM = 64
 BUG_ENV = "HG_DDP_BUG"
@@ -74,9 +84,11 @@ class Graph:
     type), and its sizes."""
 
     def __init__(self, name, src, dst, etype, ntype, num_etypes, num_ntypes):
-        order = torch.sort(etype, stable=True).indices
+        if etype.numel() > 1 and not bool((etype[1:] >= etype[:-1]).all()):
+            order = torch.sort(etype, stable=True).indices
+            src, dst, etype = src[order], dst[order], etype[order]
         self.name = name
-        self.src, self.dst, self.etype = src[order].contiguous(), dst[order].contiguous(), etype[order].contiguous()
+        self.src, self.dst, self.etype = src.contiguous(), dst.contiguous(), etype.contiguous()
         self.ntype = ntype.contiguous()
         self.num_nodes, self.num_edges = int(ntype.numel()), int(src.numel())
         self.num_etypes, self.num_ntypes = int(num_etypes), int(num_ntypes)
@@ -455,9 +467,10 @@ def setup_device(a, info) -> torch.device:
 def main(argv=None) -> int:
     a = parse_args(argv)
     info = rank_info()
-    if info.distributed and not dist.is_initialized():
-        dist.init_process_group(a.backend, timeout=datetime.timedelta(minutes=10))
     device = setup_device(a, info)
+    if info.distributed and not dist.is_initialized():
+        dist.init_process_group(a.backend, timeout=datetime.timedelta(minutes=10),
+                                device_id=device if a.backend == "nccl" else None)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     if a.check:
