@@ -7,7 +7,8 @@ hectorgen-generated layers (RGAT, HGT or RGCN) on a synthetic heterogeneous grap
     torchrun --standalone --nproc_per_node=2 tools/ddp_train.py --backend gloo --check    (2 processes, one GPU)
 
 Every rank holds the whole graph, its features and labels (built from --seed alone, identically everywhere). Step s
-draws a global batch of --batch labelled nodes (a seeded permutation of the training nodes, reshuffled per epoch)
+draws a global batch of --batch labelled nodes (a seeded permutation of the training nodes, reshuffled per epoch,
+its remainder dropped)
 and rank r takes every world-th node of it, from position r (``shard``). The loss of a rank is the sum of its
 nodes' cross-entropies divided by the GLOBAL batch size, and DDP's all-reduce SUMS the gradients (a comm hook,
 instead of DDP's mean): the gradient is that of the mean loss over the global batch, whatever the world size, so
@@ -131,9 +132,11 @@ def split(labelled: torch.Tensor, seed: int, train_fraction: float = 0.7):
 
 
 def global_batch(train: torch.Tensor, step: int, batch: int, seed: int) -> torch.Tensor:
-    """The node ids of step ``step``'s global batch: consecutive slices of a seeded permutation of ``train``,
-    reshuffled every epoch (a batch never straddles two epochs: the last slice of an epoch may be shorter)."""
-    per_epoch = math.ceil(train.numel() / batch)
+    """The node ids of step ``step``'s global batch: consecutive slices of ``batch`` nodes of a seeded permutation of
+    ``train``, reshuffled every epoch; the remainder of an epoch is dropped (every batch has the same size, so no
+    rank ever gets an empty shard). With fewer training nodes than ``batch``, every batch is all of them."""
+    batch = min(batch, train.numel())
+    per_epoch = train.numel() // batch
     epoch, k = divmod(step, per_epoch)
     perm = torch.randperm(train.numel(), generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
     return train[perm[k * batch:(k + 1) * batch]]
@@ -263,8 +266,10 @@ class Trainer:
         self.ddp_stats = {}
         x, y, labelled = features_and_labels(graph, a.classes, a.seed)
         self.train_nodes, self.test_nodes = split(labelled, a.seed)
-        if a.batch < info.world_size:
-            raise SystemExit(f"ddp_train: --batch {a.batch} is smaller than the world size {info.world_size}")
+        if min(a.batch, self.train_nodes.numel()) < info.world_size:
+            raise SystemExit(f"ddp_train: a global batch of {min(a.batch, self.train_nodes.numel())} nodes (--batch "
+                             f"{a.batch}, {self.train_nodes.numel()} training nodes) is smaller than the world size "
+                             f"{info.world_size}")
         self.x, self.y = x.to(device), y.to(device)
         self.src, self.dst = graph.src.to(device), graph.dst.to(device)
         self.etype, self.ntype = graph.etype.to(device), graph.ntype.to(device)
