@@ -48,7 +48,7 @@ def run(a) -> int:
     sys.path.insert(0, str(HERE))
     import datasets
 
-    have = torch.cuda.device_count()
+    have = torch.cuda.device_count() if a.device == "cuda" else max(a.gpus)
     gpus = [n for n in a.gpus if n <= have]
     if not gpus:
         log(f"no GPU count of {a.gpus} fits the {have} GPU(s) here")
@@ -58,7 +58,7 @@ def run(a) -> int:
     t0 = time.time()
     for g in a.graphs:
         t = time.time()
-        datasets.synthetic(g, seed=a.seed)   # generated and cached once, before any rank wants it
+        datasets.synthetic(g, seed=a.seed, scale=a.scale)   # generated and cached once, before any rank wants it
         log(f"graph {g}: ready in {time.time() - t:.1f} s (cache {datasets.cache_dir()})")
     env = dict(os.environ, **NO_MULTICAST, PYTHONUNBUFFERED="1")
     failed = 0
@@ -73,9 +73,10 @@ def run(a) -> int:
                         continue
                     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
                            str(REPO / "tools" / "ddp_train.py"), "--graph", g, "--model", m, "--mode", mode,
-                           "--steps", str(a.steps), "--batch", str(a.batch), "--backend", "nccl",
-                           "--generated", a.generated, "--out", a.out, "--tag", "scaling", "--seed", str(a.seed),
-                           "--bucket-mb", str(a.bucket_mb)]
+                           "--steps", str(a.steps), "--batch", str(a.batch), "--generated", a.generated,
+                           "--out", a.out, "--tag", "scaling", "--seed", str(a.seed), "--bucket-mb", str(a.bucket_mb),
+                           "--scale", str(a.scale)]
+                    cmd += ["--backend", "nccl"] if a.device == "cuda" else ["--device", "cpu", "--backend", "gloo"]
                     log(f"{g} {m} {mode} on {n} GPU(s): {' '.join(cmd[2:])}")
                     t = time.time()
                     try:
@@ -203,6 +204,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=16384, help="global batch of labelled nodes (all GPU counts)")
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: a dry run of the runner (processes instead of GPUs, gloo, the stand-in layers)")
+    p.add_argument("--scale", type=float, default=1.0, help="shrink the graphs (dry runs)")
     p.add_argument("--generated", default=str(REPO / "build" / "bench" / "gen"))
     p.add_argument("--out", default=str(REPO / "out" / "ddp" / "ddp_scaling.jsonl"))
     p.add_argument("--budget-s", type=float, default=420.0, help="no run starts after this many seconds")
