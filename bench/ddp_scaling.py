@@ -172,7 +172,7 @@ def plot(entries: list, path: Path) -> bool:
     ax2.set_ylabel("parallel efficiency")
     ax2.set_ylim(0, 1.15)
     ax1.legend(fontsize=7)
-    kinds = sorted({str(e["gpu"]) for e in entries})
+    kinds = sorted({e["gpu"] or "cpu" for e in entries})
     fig.suptitle(f"DDP training on generated layers, strong scaling ({', '.join(kinds)})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
