@@ -2,6 +2,7 @@
 # Data-parallel scaling in one command on a machine with several GPUs (run from anywhere; docs/distributed.md):
 #
 #   bench/ddp_run.sh [options of bench/ddp_scaling.py --run]   e.g. --gpus 1,2,4 --graphs mag,wikikg2 --models rgat
+#   bench/ddp_run.sh --prepare [--models M]      steps 1-3 only (a warm machine keeps them for the next call)
 #
 # 1. hectorgen: $HECTORGEN, build/hectorgen or build/hg_bundle/hectorgen (the first that runs); without one the
 #    committed generated/ is used.
@@ -41,8 +42,15 @@ log() { echo "[ddp_run.sh $(printf '%3d' "$SECONDS")s] $*"; }
 left() { echo $((LIMIT - SECONDS)); }
 
 MODELS=rgat
+PREPARE_ONLY=0
+ARGS=()
 prev=""
-for x in "$@"; do [[ "$prev" == --models ]] && MODELS="$x"; prev="$x"; done
+for x in "$@"; do
+  [[ "$prev" == --models ]] && MODELS="$x"
+  if [[ "$x" == --prepare ]]; then PREPARE_ONLY=1; else ARGS+=("$x"); fi
+  prev="$x"
+done
+set -- "${ARGS[@]}"
 log "repo $ROOT, OUT $OUT, work $WORK, models $MODELS, args: $*"
 { nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>&1 || true
   nvidia-smi topo -m 2>/dev/null | head -12 || true
@@ -106,6 +114,8 @@ log "generating and building $MODELS (fp32)"
 timeout -k 10 "$(( $(left) - 200 > 60 ? $(left) - 200 : 60 ))" \
   python3 bench/bench.py --prepare --models "$MODELS" --variants fp32 --gen-dir "$WORK/gen" --hectorgen "$HG" ||
   log "prepare: FAILED (the runs below will say why)"
+
+if ((PREPARE_ONLY)); then log "--prepare: done in ${SECONDS}s"; exit 0; fi
 
 # ---- 4. the check over NCCL, 2 GPUs --------------------------------------------------------------------------------
 NGPU="$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
