@@ -7,12 +7,11 @@ hectorgen-generated layers (RGAT, HGT or RGCN) on a synthetic heterogeneous grap
     torchrun --standalone --nproc_per_node=2 tools/ddp_train.py --backend gloo --check    (2 processes, one GPU)
 
 Every rank holds the whole graph, its features and labels (built from --seed alone, identically everywhere). Step s
-draws a global batch of --batch labelled nodes (a seeded permutation of the training nodes, reshuffled per epoch,
-its remainder dropped)
-and rank r takes every world-th node of it, from position r (``shard``). The loss of a rank is the sum of its
-nodes' cross-entropies divided by the GLOBAL batch size, and DDP's all-reduce SUMS the gradients (a comm hook,
-instead of DDP's mean): the gradient is that of the mean loss over the global batch, whatever the world size, so
-N processes compute what one process computes over the same global batch.
+draws a global batch of --batch labelled nodes (slices of a seeded permutation of the training nodes, reshuffled per
+epoch, its remainder dropped) and rank r takes every world-th node of it, from position r (``shard``). The loss of a
+rank is the sum of its nodes' cross-entropies divided by the GLOBAL batch size, and DDP's all-reduce SUMS the
+gradients (a comm hook, instead of DDP's mean): the gradient is that of the mean loss over the global batch, whatever
+the world size, so N processes compute what one process computes over the same global batch.
 
 --mode full: every rank runs both layers over the whole graph and takes the loss at its own nodes (the replicated
 full-graph setting: more ranks give a larger global batch per step, not a faster step). --mode khop: every rank runs
@@ -266,8 +265,9 @@ class Trainer:
         self.ddp_stats = {}
         x, y, labelled = features_and_labels(graph, a.classes, a.seed)
         self.train_nodes, self.test_nodes = split(labelled, a.seed)
-        if min(a.batch, self.train_nodes.numel()) < info.world_size:
-            raise SystemExit(f"ddp_train: a global batch of {min(a.batch, self.train_nodes.numel())} nodes (--batch "
+        self.batch = min(a.batch, self.train_nodes.numel())   # the global batch size (global_batch)
+        if self.batch < info.world_size:
+            raise SystemExit(f"ddp_train: a global batch of {self.batch} nodes (--batch "
                              f"{a.batch}, {self.train_nodes.numel()} training nodes) is smaller than the world size "
                              f"{info.world_size}")
         self.x, self.y = x.to(device), y.to(device)
@@ -502,7 +502,7 @@ def main(argv=None) -> int:
     log(f"{a.layer} {a.model} on '{g.name}' ({g.num_nodes} nodes, {g.num_edges} edges, {g.num_etypes} relations, "
         f"{g.num_ntypes} node types), mode {a.mode}, {info.world_size} process(es) over "
         f"{a.backend if info.distributed else 'none'} on {device} "
-        f"({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), global batch {a.batch}, "
+        f"({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), global batch {trainer.batch}, "
         f"{len(trainer.train_nodes)} training nodes, {a.optimizer} lr {a.lr}, setup {setup_s:.1f} s")
 
     model, losses, times, missing = trainer.run(info.world_size, info.rank, a.optimizer, info.distributed, log)
@@ -513,7 +513,7 @@ def main(argv=None) -> int:
               "num_nodes": g.num_nodes, "num_edges": g.num_edges, "mode": a.mode, "world_size": info.world_size,
               "backend": a.backend if info.distributed else None, "device": str(device),
               "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-              "torch": torch.__version__, "batch": a.batch, "steps": a.steps, "optimizer": a.optimizer, "lr": a.lr,
+              "torch": torch.__version__, "batch": trainer.batch, "steps": a.steps, "optimizer": a.optimizer, "lr": a.lr,
               "seed": a.seed, "bucket_mb": a.bucket_mb, "static_graph": a.static_graph,
               "loss_first": losses[0].item(), "loss_last": losses[-1].item(), "digest": digest(weights),
               "missing_grads": missing, "ddp": trainer.ddp_stats}
@@ -522,7 +522,7 @@ def main(argv=None) -> int:
             f" ms, all-reduce {trainer.ddp_stats['allreduce_ms']} ms, overlapped {trainer.ddp_stats['overlap_ms']} ms")
     timed = times[1:] if times.numel() > 1 else times    # the first step warms up (allocations, DDP buckets)
     result["median_step_ms"] = statistics.median(timed.tolist()) * 1e3
-    result["throughput_nodes_s"] = a.batch / (result["median_step_ms"] / 1e3)
+    result["throughput_nodes_s"] = trainer.batch / (result["median_step_ms"] / 1e3)
     ok = not missing
     if missing:
         log(f"FAIL: parameters without a gradient: {', '.join(missing)}")
