@@ -19,8 +19,8 @@ the layers on the exact 2-hop in-neighbourhood subgraph of its own nodes (every 
 in-neighbours), which gives its nodes the outputs the full graph gives them, so the step shrinks with the shard.
 
 Generated layers: DIR/<model>/ (--generated, default generated/), built with its CMakeLists.txt when missing (by rank
-0 first, the others wait). --layer standin (forced by --device cpu) uses bench/systems.py's plain-PyTorch layer with
-the spec's parameters instead: the CPU tests run the whole script with it.
+0 first, the others wait). --layer standin (the default with --device cpu) uses bench/systems.py's plain-PyTorch
+layer with the spec's parameters instead: the CPU tests run the whole script with it.
 
 --check: trains --steps steps three times and exits 1 unless (a) the N-process weights equal those of one process
 over the same global batches (run by rank 0 alone) within fp32 tolerance (max |a - b| / max |b| per parameter <=
@@ -418,8 +418,9 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog="See docs/distributed.md.")
     p.add_argument("--model", default="rgat", help="rgat, hgt or rgcn (a bundled spec with a backward pass)")
-    p.add_argument("--layer", default="generated", choices=["generated", "standin"],
-                   help="the generated layer, or bench/systems.py's plain-PyTorch stand-in (CPU tests)")
+    p.add_argument("--layer", default=None, choices=["generated", "standin"],
+                   help="the generated layer (default on GPUs) or bench/systems.py's plain-PyTorch stand-in (default "
+                        "on the CPU)")
     p.add_argument("--generated", default=str(REPO / "generated"), help="folder of the generated modules")
     p.add_argument("--graph", default="small", help="tests/gpu/graphs.py preset or bench/datasets.py dataset")
     p.add_argument("--scale", type=float, default=1.0, help="shrink a bench/datasets.py graph (tests)")
@@ -441,8 +442,8 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.device is None:
         a.device = "cuda" if torch.cuda.is_available() else "cpu"
-    if a.device == "cpu":
-        a.layer = "standin"
+    if a.layer is None:
+        a.layer = "generated" if a.device == "cuda" else "standin"
     if a.backend is None:
         a.backend = "nccl" if a.device == "cuda" else "gloo"
     if a.backend == "nccl" and a.device != "cuda":
@@ -481,6 +482,7 @@ def main(argv=None) -> int:
     if a.check:
         torch.use_deterministic_algorithms(True, warn_only=True)
     lead = info.rank == 0
+    procs = f"{info.world_size} process{'es' if info.world_size > 1 else ''}"
 
     def log(msg):
         if lead:
@@ -500,7 +502,7 @@ def main(argv=None) -> int:
             dist.barrier()
     g = trainer.graph
     log(f"{a.layer} {a.model} on '{g.name}' ({g.num_nodes} nodes, {g.num_edges} edges, {g.num_etypes} relations, "
-        f"{g.num_ntypes} node types), mode {a.mode}, {info.world_size} process(es) over "
+        f"{g.num_ntypes} node types), mode {a.mode}, {procs} over "
         f"{a.backend if info.distributed else 'none'} on {device} "
         f"({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), global batch {trainer.batch}, "
         f"{len(trainer.train_nodes)} training nodes, {a.optimizer} lr {a.lr}, setup {setup_s:.1f} s")
@@ -542,7 +544,7 @@ def main(argv=None) -> int:
                       "ranks_identical": spread == 0.0, "every_parameter_has_a_gradient": not missing}
             verdict[0] = 0.0 if all(checks.values()) else 1.0
             result.update(check=checks, tol=a.tol, bug=os.environ.get(BUG_ENV, ""), rank_spread=spread, **ref)
-            log(f"check: {info.world_size} processes vs 1 process after {a.steps} steps: max abs diff "
+            log(f"check: {procs} vs 1 process after {a.steps} steps: max abs diff "
                 f"{ref['max_abs']:.3e} ({ref['max_abs_param']}), max rel diff {ref['max_rel']:.3e} "
                 f"({ref['max_rel_param']}; tolerance {a.tol:g})")
             log(f"check: rerun bit-identical: {rerun_equal}; ranks identical: {spread == 0.0} (spread {spread:.3e}); "
@@ -568,7 +570,7 @@ def main(argv=None) -> int:
     if a.check:
         bug = f", {BUG_ENV}={os.environ[BUG_ENV]}" if os.environ.get(BUG_ENV) else ""
         c = result.get("check", {})
-        log(f"{'PASS' if ok else 'FAIL'}: DDP check {a.model} ({info.world_size} processes, "
+        log(f"{'PASS' if ok else 'FAIL'}: DDP check {a.model} ({procs}, "
             f"{a.backend if info.distributed else 'no'} backend, {device.type}, {a.mode}{bug}): vs 1 process max rel "
             f"diff {result.get('max_rel', float('nan')):.1e} (tol {a.tol:g}), rerun bit-identical "
             f"{c.get('rerun_bit_identical')}, ranks identical {c.get('ranks_identical')}, all gradients {not missing}")

@@ -15,7 +15,9 @@
    parameter's all-reduce skipped) it fails, in both the comparison with one process and between the ranks.
 4. rank_scoped_path (hectorgen_runtime.distributed): a single process keeps the base folder, each rank of a job gets
    its own.
-5. bench/ddp_scaling.py --report on summaries with known step times: speed-up and efficiency against 1 GPU of the
+5. --layer generated in one process, with a stand-in that has a generated module's interface: loaded the way the GPU
+   runs load modules (gpu_check.load_generated); a module without a backward pass is refused with a clear message.
+6. bench/ddp_scaling.py --report on summaries with known step times: speed-up and efficiency against 1 GPU of the
    same graph, model, mode and GPU type; check records left out; the PNG when matplotlib is installed.
 Exit 0 if all pass, 1 otherwise, 77 (skipped) without torch or torch.distributed.
 """
@@ -176,9 +178,9 @@ def launch(args, env_extra=None, timeout=150):
     return rcs[0] if rcs[0] == rcs[1] else 99, "\n".join(outs)
 
 
-def summary(path: Path) -> dict:
+def summary(path: Path, steps: int = 3) -> dict:
     recs = [json.loads(line) for line in path.read_text().splitlines()]
-    check([r["kind"] for r in recs] == ["step"] * 3 + ["summary"], f"{path}: records {[r['kind'] for r in recs]}")
+    check([r["kind"] for r in recs] == ["step"] * steps + ["summary"], f"{path}: records {[r['kind'] for r in recs]}")
     return recs[-1]
 
 
@@ -205,6 +207,46 @@ def test_check_end_to_end():
     check(s["check"]["rerun_bit_identical"], "the faulty run is still deterministic")
     check(s["max_rel_param"] == "layer1.W", f"the worst parameter should be the one not reduced: {s['max_rel_param']}")
     print(f"  HG_DDP_BUG=1: max rel diff {s['max_rel']:.2e} in {s['max_rel_param']}, rank spread {s['rank_spread']:.2e}")
+
+
+FAKE_MODULE = """# A stand-in with a generated module's interface (docs/generated_api.md), for the CPU test.
+import sys
+sys.path.insert(0, {bench!r})
+import systems
+_standin = systems.StandInModule("rgat")
+TRAINABLE = {trainable}
+Rgat = _standin.Layer
+prepare_graph = _standin.prepare_graph
+
+
+def load_extension(build_dir=None):
+    return None
+"""
+
+
+def test_generated_module_path():
+    """--layer generated loads DIR/<model>/<model>.py the way the GPU runs do (gpu_check.load_generated), in one
+    process; a module without a backward pass is refused with a clear message."""
+    for trainable in (True, False):
+        gen = TMP / f"gen_{trainable}"
+        (gen / "rgat" / "build").mkdir(parents=True)
+        (gen / "rgat" / "rgat.py").write_text(FAKE_MODULE.format(bench=str(REPO / "bench"), trainable=trainable))
+        sys.modules.pop("rgat", None)
+        sys.path[:] = [p for p in sys.path if "gen_" not in p]
+        out = TMP / f"generated_{trainable}.jsonl"
+        argv = ["--device", "cpu", "--layer", "generated", "--generated", str(gen), "--graph", "mini", "--steps", "2",
+                "--batch", "32", "--check", "--out", str(out)]
+        if trainable:
+            check(ddp_train.main(argv) == 0, "the check of one process must pass")
+            s = summary(out, steps=2)
+            check(s["layer"] == "generated" and s["world_size"] == 1 and s["max_abs"] == 0.0, f"summary: {s}")
+        else:
+            try:
+                ddp_train.main(argv)
+            except SystemExit as e:
+                check("no backward pass" in str(e), f"unclear message: {e}")
+            else:
+                raise AssertionError("a module without a backward pass must be refused")
 
 
 def test_rank_scoped_path():
@@ -242,7 +284,8 @@ def test_scaling_report():
 
 
 def main() -> int:
-    tests = [test_sharding, test_global_mean_loss, test_rank_scoped_path, test_scaling_report, test_check_end_to_end]
+    tests = [test_sharding, test_global_mean_loss, test_rank_scoped_path, test_scaling_report,
+             test_generated_module_path, test_check_end_to_end]
     failed = 0
     t0 = time.time()
     for t in tests:
