@@ -27,6 +27,8 @@
 #      and backward, bit-identical weight gradients, timings (gpu_check.md, gpu_check.json).
 #   4. compute-sanitizer memcheck and racecheck (in parallel, each over two shards of the specs) on one
 #      forward + backward per spec on the tiny graph (sanitizer.log).
+#   4b. tools/ddp_train.py --check for rgat and hgt (DDP_MODELS): 2 processes on this one GPU over gloo with CUDA
+#      tensors, weights vs one process, bit-identical rerun, ranks agree (ddp.log, ddp.jsonl; docs/distributed.md).
 #   5. tools/train_example.py if time is left (train.log, train_loss.png).
 #   6. the short per-spec table, printed last (summary.txt). Everything printed is also in gpu_check.log.
 # Exit status 0 iff every spec PASSes: all checks, with gradients (a forward-only spec is not a pass), and
@@ -49,7 +51,8 @@
 # CAPTURE, CHECK_JOBS,
 # HG_GEN_DIR, HECTORGEN, SEED, GPU_CHECK_BUDGET_S, DEVICE (cuda|cpu), SKIP_SANITIZER=1, SANITIZER_FLAGS (extra
 # compute-sanitizer options, e.g. "--report-api-errors no" if PyTorch itself trips API-error reports),
-# SKIP_TRAIN=1, TRAIN_MODELS (rgcn rgat hgt), HECTORGEN_CUDA_ARCH (default: this GPU's, e.g. 90).
+# SKIP_TRAIN=1, TRAIN_MODELS (rgcn rgat hgt), SKIP_DDP=1, DDP_MODELS (rgat hgt), DDP_STEPS (4),
+# HECTORGEN_CUDA_ARCH (default: this GPU's, e.g. 90).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -320,6 +323,37 @@ PY
 fi
 log "$SAN_LINE"
 
+# ---- 4b. data-parallel training: 2 processes on this one GPU over gloo, CUDA tensors ------------------------------
+# tools/ddp_train.py --check per model: the 2-process weights after DDP_STEPS steps equal one process's over the same
+# global batches, a rerun is bit-identical, both ranks agree, every parameter gets a gradient (docs/distributed.md).
+# Its output goes to gpu_check.log (and $GEN_ROOT/ddp.log, ddp.jsonl: $OUT brings back at most 8 files).
+DDP_LINE="ddp: skipped"
+ddp_rc=0
+if [[ "${SKIP_DDP:-0}" != 1 ]] && ((!DTYPE_RUN)); then
+  DDP_LOG="$GEN_ROOT/ddp.log"
+  : > "$DDP_LOG"
+  rm -f "$GEN_ROOT/ddp.jsonl"
+  ddp_pass=() ddp_fail=()
+  for m in ${DDP_MODELS:-rgat hgt}; do
+    if [[ "$DEVICE" != cpu && ! -f "$GEN_DIR/$m/$m.py" ]]; then log "ddp: $m is not among the checked specs: skipped"; continue; fi
+    if (($(left) < 25)); then ddp_fail+=("$m(no time left)"); ddp_rc=1; continue; fi
+    ddp_args=(--model "$m" --check --steps "${DDP_STEPS:-4}" --out "$GEN_ROOT/ddp.jsonl")
+    if [[ "$DEVICE" == cpu ]]; then  # the plain-PyTorch stand-in layers on a smaller graph
+      ddp_args+=(--device cpu --graph mini --batch 64)
+    else
+      ddp_args+=(--backend gloo --generated "$GEN_DIR" --graph small --batch 512)
+    fi
+    log "ddp: $m, 2 processes (log: gpu_check.log, $DDP_LOG)"
+    rc=0
+    timeout -k 5 "$(cap 45 15)" python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
+      tools/ddp_train.py "${ddp_args[@]}" 2>&1 | tee -a "$DDP_LOG" |
+      { grep -E '^\[ddp_train|Error|error:' || true; } | sed 's/^/  /' || rc=$?
+    if ((rc == 0)); then ddp_pass+=("$m"); else ddp_fail+=("$m(rc $rc)"); ddp_rc=1; fi
+  done
+  DDP_LINE="ddp (2 processes on one ${DEVICE/cuda/GPU}, gloo): ${ddp_pass[*]:+PASS ${ddp_pass[*]}}${ddp_fail[*]:+${ddp_pass[*]:+; }FAIL ${ddp_fail[*]}}; $(grep -oE '(PASS|FAIL): DDP check .*' "$DDP_LOG" | sed -E 's/^(PASS|FAIL): DDP check ([a-z0-9_]+) \([^)]*\): vs 1 process/\2:/' | tr '\n' ';')"
+fi
+log "$DDP_LINE"
+
 # ---- 5. training example: 2 generated layers + a linear head, loss must go down (train.log, train_loss.png) ---
 TRAIN_LINE="training: skipped"
 train_rc=0
@@ -350,13 +384,14 @@ log "$TRAIN_LINE"
 
 # ---- 6. the short table, printed last --------------------------------------------------------------------------
 { echo "===== generation log"; cat "$GEN_LOG"; } >> "$OUT/gpu_check.log.gen" 2>/dev/null || true
-VERDICT="generation+builds rc=$prep_rc, checks rc=$check_rc, $SAN_LINE, training rc=$train_rc; logs in $OUT; ${SECONDS}s"
+VERDICT="generation+builds rc=$prep_rc, checks rc=$check_rc, $SAN_LINE, training rc=$train_rc, ddp rc=$ddp_rc; logs in $OUT; ${SECONDS}s"
 sum_rc=0
-python3 "$CHECK" --summary --out "$OUT" "${SUMMARY_ARGS[@]}" --extra "$TRAIN_LINE" --extra "$VERDICT" || sum_rc=$?
+python3 "$CHECK" --summary --out "$OUT" "${SUMMARY_ARGS[@]}" --extra "$TRAIN_LINE" --extra "$DDP_LINE" --extra "$VERDICT" ||
+  sum_rc=$?
 # The generation log goes to the end of gpu_check.log, after the table (the table stays the last thing printed).
 exec 1>&- 2>&-
 wait "$TEE_PID" 2>/dev/null || true
 cat "$OUT/gpu_check.log.gen" >> "$OUT/gpu_check.log" 2>/dev/null && rm -f "$OUT/gpu_check.log.gen"
 trap - EXIT
-if ((sum_rc == 0 && prep_rc == 0 && check_rc == 0 && train_rc == 0)); then exit 0; fi
+if ((sum_rc == 0 && prep_rc == 0 && check_rc == 0 && train_rc == 0 && ddp_rc == 0)); then exit 0; fi
 exit 1

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Data-parallel scaling in one command on a machine with several GPUs (run from anywhere; docs/distributed.md):
+#
+#   bench/ddp_run.sh [options of bench/ddp_scaling.py --run]   e.g. --gpus 1,2,4 --graphs mag,wikikg2 --models rgat
+#   bench/ddp_run.sh --prepare [--models M]      steps 1-3 only (a warm machine keeps them for the next call)
+#
+# 1. hectorgen: $HECTORGEN, build/hectorgen or build/hg_bundle/hectorgen (the first that runs); without one the
+#    committed generated/ is used.
+# 2. the hectorgen runtime, built and installed once into $HG_BENCH_DIR/runtime-prefix (default build/bench/, shared
+#    with bench/run.sh and rebuilt when runtime/ changes).
+# 3. bench.py --prepare: the fp32 modules of the selected models generated into $HG_BENCH_DIR/gen and built.
+# 4. a 2-process NCCL --check of the first model on the 'small' graph (weights vs 1 process, bit-identical rerun).
+# 5. bench/ddp_scaling.py --run: torchrun on 1, 2, 4 GPUs (those present) per graph; JSON lines in
+#    $OUT/ddp_scaling.jsonl, the check in $OUT/ddp_check.jsonl, everything printed in $OUT/ddp.log; the table last.
+# The whole command stays under DDP_LIMIT_S (default 470) seconds, so it fits one 8-minute call. NVLink multicast stays
+# off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1; /work/.library/device/KINDS.md).
+# Then, on any machine: python3 bench/ddp_scaling.py --report ddp_scaling.jsonl  ->  bench/ddp_scaling.{md,png}
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 1
+OUT="${OUT:-$ROOT/out/ddp}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+WORK="${HG_BENCH_DIR:-$ROOT/build/bench}"
+mkdir -p "$WORK/bin"
+LIMIT="${DDP_LIMIT_S:-470}"
+export HG_BENCH_CACHE="${HG_BENCH_CACHE:-$WORK/cache}"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH="$PATH:/usr/local/cuda/bin"; fi
+
+exec > >(tee -a "$OUT/ddp.log") 2>&1
+TEE_PID=$!
+# shellcheck disable=SC2317  # invoked by the EXIT trap: let tee finish writing ddp.log before the call returns
+finish() {
+  local rc=$?
+  exec 1>&- 2>&-
+  wait "$TEE_PID" 2>/dev/null || true
+  exit "$rc"
+}
+trap finish EXIT
+log() { echo "[ddp_run.sh $(printf '%3d' "$SECONDS")s] $*"; }
+left() { echo $((LIMIT - SECONDS)); }
+
+MODELS=rgat
+PREPARE_ONLY=0
+ARGS=()
+prev=""
+for x in "$@"; do
+  [[ "$prev" == --models ]] && MODELS="$x"
+  if [[ "$x" == --prepare ]]; then PREPARE_ONLY=1; else ARGS+=("$x"); fi
+  prev="$x"
+done
+set -- "${ARGS[@]}"
+log "repo $ROOT, OUT $OUT, work $WORK, models $MODELS, args: $*"
+{ nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>&1 || true
+  nvidia-smi topo -m 2>/dev/null | head -12 || true
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl",
+              ".".join(map(str, torch.cuda.nccl.version())), "GPUs", torch.cuda.device_count())'; } | sed 's/^/  /'
+
+# ---- 1. hectorgen -----------------------------------------------------------------------------------------------
+HG=""
+HGW="$WORK/bin/hectorgen"
+try_hg() { # try_hg BIN [LIBPATH...]: writes the wrapper with the first library path it runs with
+  local bin="$1" libs
+  shift
+  [[ -x "$bin" ]] || return 1
+  for libs in "$@"; do
+    { echo '#!/bin/sh'
+      [[ -n "$libs" ]] &&
+        echo "LD_LIBRARY_PATH=\"$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"; export LD_LIBRARY_PATH"
+      echo "exec \"$bin\" \"\$@\""; } > "$HGW"
+    chmod +x "$HGW"
+    if "$HGW" --version >/dev/null 2>&1; then log "hectorgen: $bin ($("$HGW" --version))"; return 0; fi
+  done
+  return 1
+}
+B="$ROOT/build/hg_bundle"
+if { [[ -n "${HECTORGEN:-}" ]] && try_hg "$HECTORGEN" ""; } || try_hg "$ROOT/build/hectorgen" "" ||
+   try_hg "$B/hectorgen" "" "$B/lib" "$B/lib:$B/lib/std"; then
+  HG="$HGW"
+else
+  log "hectorgen: none runs here; using the committed generated/"
+fi
+
+# ---- 2. the hectorgen runtime (the same stamp as bench/run.sh: one build serves both) ---------------------------
+RT="$WORK/runtime-prefix"
+STAMP="$(find runtime -type f -not -path '*/build/*' -not -name '*.pyc' -not -name '_C*.so' | LC_ALL=C sort |
+         xargs sha1sum | sha1sum | cut -c1-16)"
+ARCH="${HECTORGEN_CUDA_ARCH:-$(python3 -c 'import torch; print("%d%d" % torch.cuda.get_device_capability(0))' 2>/dev/null || echo 90)}"
+if [[ -f "$RT/python/hectorgen_runtime/__init__.py" && "$(cat "$RT/stamp" 2>/dev/null)" == "$STAMP-$ARCH" ]]; then
+  log "hectorgen runtime: $RT is current"
+else
+  log "hectorgen runtime: building for sm_$ARCH into $RT (log: $WORK/runtime.log)"
+  rm -rf "$WORK/runtime-build" "$RT"
+  args=(-S runtime -B "$WORK/runtime-build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH"
+        -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+        -DPython3_EXECUTABLE="$(command -v python3)" -DHECTORGEN_RUNTIME_PYTHON_INSTALL_DIR=python)
+  command -v ninja >/dev/null && args+=(-G Ninja)
+  # shellcheck disable=SC2016  # $1, $2 expand in the inner shell
+  if timeout -k 10 "$(( $(left) < 240 ? $(left) : 240 ))" bash -c 'cmake "${@:3}" && cmake --build "$1" &&
+       cmake --install "$1" --prefix "$2"' _ "$WORK/runtime-build" "$RT" "${args[@]}" > "$WORK/runtime.log" 2>&1; then
+    echo "$STAMP-$ARCH" > "$RT/stamp"
+    log "hectorgen runtime: built"
+  else
+    log "hectorgen runtime: build FAILED; the end of $WORK/runtime.log:"
+    tail -30 "$WORK/runtime.log"
+  fi
+fi
+export CMAKE_PREFIX_PATH="$RT${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+export PYTHONPATH="$RT/python${PYTHONPATH:+:$PYTHONPATH}"
+
+# ---- 3. generate and build the modules ----------------------------------------------------------------------------
+log "generating and building $MODELS (fp32)"
+timeout -k 10 "$(( $(left) - 200 > 60 ? $(left) - 200 : 60 ))" \
+  python3 bench/bench.py --prepare --models "$MODELS" --variants fp32 --gen-dir "$WORK/gen" --hectorgen "$HG" ||
+  log "prepare: FAILED (the runs below will say why)"
+
+if ((PREPARE_ONLY)); then log "--prepare: done in ${SECONDS}s"; exit 0; fi
+
+# ---- 4. the check over NCCL, 2 GPUs --------------------------------------------------------------------------------
+NGPU="$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
+check_rc=0
+if ((NGPU >= 2)); then
+  log "check: ${MODELS%%,*}, 2 processes on 2 GPUs over NCCL"
+  rm -f "$OUT/ddp_check.jsonl"
+  timeout -k 5 60 python3 -m torch.distributed.run --standalone --nproc_per_node=2 tools/ddp_train.py \
+    --model "${MODELS%%,*}" --check --graph small --steps 4 --batch 512 --backend nccl --generated "$WORK/gen" \
+    --out "$OUT/ddp_check.jsonl" || check_rc=$?
+else
+  log "check: SKIPPED ($NGPU GPU(s): NCCL needs one GPU per process)"
+fi
+
+# ---- 5. the scaling runs ------------------------------------------------------------------------------------------
+BUDGET=$(( $(left) - 20 ))
+log "scaling: runs may start during the next ${BUDGET}s"
+rc=0
+timeout -k 10 "$(( $(left) > 10 ? $(left) : 10 ))" python3 bench/ddp_scaling.py --run "$@" --generated "$WORK/gen" \
+  --out "$OUT/ddp_scaling.jsonl" --budget-s "$BUDGET" || rc=$?
+[[ -s "$OUT/ddp_scaling.jsonl" ]] &&
+  python3 bench/ddp_scaling.py --report "$OUT/ddp_scaling.jsonl" --md "$OUT/ddp_scaling.md" --png "$OUT/ddp_scaling.png"
+log "done: check rc=$check_rc, scaling rc=$rc, in ${SECONDS}s; results in $OUT"
+((check_rc == 0 && rc == 0))

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Data-parallel scaling of training on generated layers: tools/ddp_train.py under torchrun on 1, 2, 4 (8) GPUs.
+
+    python3 bench/ddp_scaling.py --run [--graphs mag,wikikg2] [--models rgat] [--gpus 1,2,4] [--modes khop]
+                                 [--steps 12] [--batch 16384] --generated DIR --out FILE.jsonl [--budget-s 420]
+    python3 bench/ddp_scaling.py --report A.jsonl [B.jsonl ...]   ->  bench/ddp_scaling.md, bench/ddp_scaling.png
+
+--run launches, per graph, model, mode and GPU count, ``torchrun --standalone --nproc_per_node=N
+tools/ddp_train.py`` over NCCL (NVLink multicast kept off: NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
+NVSHMEM_DISABLE_NVLS=1, forced in the children's environment), every run appending its per-step records and its
+summary to FILE. The global batch (--batch labelled nodes) is the same for every GPU count (strong scaling): N
+GPUs split it, so the speed-up is T(1 GPU) / T(N GPUs) per step and the efficiency speed-up / N. The graphs are
+generated (and cached, bench/datasets.py) once before the first launch. A run that would start after --budget-s
+seconds is skipped and says so.
+
+Modes (docs/distributed.md): khop (default) runs each rank on the exact 2-hop in-neighbourhood subgraph of its own
+nodes, so a rank's work shrinks with its shard; full runs every rank over the whole graph (replicated full-graph
+training: the step cannot get faster with more GPUs, only the all-reduce is added; measured for reference).
+
+--report reads the summaries (kind "summary") of any number of such files and writes the table (step time, labelled
+nodes per second, speed-up, efficiency, per graph, model and mode) and a plot of throughput and efficiency.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def lst(s: str) -> list:
+    return [x for x in s.split(",") if x]
+
+
+def log(msg: str) -> None:
+    print(f"[ddp_scaling] {msg}", flush=True)
+
+
+def run(a) -> int:
+    import torch
+    sys.path.insert(0, str(HERE))
+    import datasets
+
+    have = torch.cuda.device_count() if a.device == "cuda" else max(a.gpus)
+    gpus = [n for n in a.gpus if n <= have]
+    if not gpus:
+        log(f"no GPU count of {a.gpus} fits the {have} GPU(s) here")
+        return 1
+    if len(gpus) < len(a.gpus):
+        log(f"{have} GPU(s) here: skipping {[n for n in a.gpus if n > have]}")
+    t0 = time.time()
+    for g in a.graphs:
+        t = time.time()
+        datasets.synthetic(g, seed=a.seed, scale=a.scale)   # generated and cached once, before any rank wants it
+        log(f"graph {g}: ready in {time.time() - t:.1f} s (cache {datasets.cache_dir()})")
+    env = dict(os.environ, **NO_MULTICAST, PYTHONUNBUFFERED="1")
+    failed = 0
+    for g in a.graphs:
+        for m in a.models:
+            for mode in a.modes:
+                for n in gpus:
+                    left = a.budget_s - (time.time() - t0)
+                    if left < a.min_run_s:
+                        log(f"SKIP {g} {m} {mode} {n} GPU(s): {left:.0f} s left of --budget-s {a.budget_s:.0f}")
+                        failed += 1
+                        continue
+                    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+                           str(REPO / "tools" / "ddp_train.py"), "--graph", g, "--model", m, "--mode", mode,
+                           "--steps", str(a.steps), "--batch", str(a.batch), "--generated", a.generated,
+                           "--out", a.out, "--tag", "scaling", "--seed", str(a.seed), "--bucket-mb", str(a.bucket_mb),
+                           "--scale", str(a.scale)]
+                    cmd += ["--backend", "nccl"] if a.device == "cuda" else ["--device", "cpu", "--backend", "gloo"]
+                    log(f"{g} {m} {mode} on {n} GPU(s): {' '.join(cmd[2:])}")
+                    t = time.time()
+                    try:
+                        rc = subprocess.run(cmd, env=env, timeout=min(left, a.run_timeout_s)).returncode
+                    except subprocess.TimeoutExpired:
+                        rc = "timeout"
+                    log(f"{g} {m} {mode} on {n} GPU(s): rc {rc} in {time.time() - t:.0f} s")
+                    failed += rc != 0
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def load_summaries(paths) -> list:
+    rows = []
+    for p in paths:
+        for line in Path(p).read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                if r.get("kind") == "summary" and not r.get("check"):
+                    rows.append(r)
+    return rows
+
+
+def table(rows: list) -> list:
+    """One entry per (graph, model, mode, GPUs), the last record of each, with speed-up and efficiency against the
+    1-GPU record of the same graph, model, mode and GPU type (None without one)."""
+    last = {}
+    for r in rows:
+        last[(r["graph"], r["model"], r["mode"], r.get("gpu"), r["world_size"])] = r
+    out = []
+    for key in sorted(last, key=lambda k: (k[0], k[1], k[2], str(k[3]), k[4])):
+        r = last[key]
+        base = last.get(key[:4] + (1,))
+        speedup = base["median_step_ms"] / r["median_step_ms"] if base else None
+        out.append(dict(graph=key[0], model=key[1], mode=key[2], gpu=key[3], gpus=key[4], batch=r["batch"],
+                        step_ms=r["median_step_ms"], nodes_s=r["throughput_nodes_s"], speedup=speedup,
+                        efficiency=speedup / key[4] if speedup else None, loss=(r["loss_first"], r["loss_last"]),
+                        nodes=r["num_nodes"], edges=r["num_edges"], torch=r.get("torch"), ddp=r.get("ddp") or {}))
+    return out
+
+
+def markdown(entries: list, sources: list) -> str:
+    f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
+    lines = ["# Data-parallel scaling (DDP over NCCL)", "",
+             "Made by `python3 bench/ddp_scaling.py --report " + " ".join(Path(s).name for s in sources) + "` from "
+             "runs of `bench/ddp_run.sh` (tools/ddp_train.py under torchrun, one process per GPU; "
+             "docs/distributed.md). Strong scaling: the global batch of labelled nodes is the same for every GPU "
+             "count; step time is the median over the steps after the first, as the slowest rank saw it; "
+             "throughput is labelled nodes per second; speed-up is against 1 GPU of the same kind; efficiency is "
+             "speed-up / GPUs.", "",
+             "All-reduce: DDP's own measurement of its last sampled step, the time its bucket all-reduces took "
+             "and, in parentheses, how much of it overlapped the backward's computation.", "",
+             "| graph | model | mode | GPU | GPUs | global batch | step (ms) | labelled nodes/s | speed-up | efficiency "
+             "| all-reduce ms (overlapped) | loss first → last |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for e in entries:
+        lines.append(f"| {e['graph']} ({e['nodes']:,} nodes, {e['edges']:,} edges) | {e['model']} | {e['mode']} | "
+                     f"{e['gpu'] or 'cpu'} | {e['gpus']} | {e['batch']} | {e['step_ms']:.2f} | {e['nodes_s']:,.0f} | "
+                     f"{f(e['speedup'], '.2f')} | {f(e['efficiency'], '.0%')} | "
+                     f"{f(e['ddp'].get('allreduce_ms'), '.2f')} ({f(e['ddp'].get('overlap_ms'), '.2f')}) | "
+                     f"{e['loss'][0]:.3f} → {e['loss'][1]:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(entries: list, path: Path) -> bool:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    series = {}
+    for e in entries:
+        series.setdefault((e["graph"], e["model"], e["mode"]), []).append(e)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=120)
+    for (g, m, mode), es in sorted(series.items()):
+        es = sorted(es, key=lambda e: e["gpus"])
+        n = [e["gpus"] for e in es]
+        line = ax1.plot(n, [e["nodes_s"] for e in es], marker="o", label=f"{g} {m} {mode}")[0]
+        if es[0]["gpus"] == 1:
+            ax1.plot(n, [es[0]["nodes_s"] * k for k in n], ls=":", color=line.get_color(), lw=0.8)
+        ax2.plot(n, [e["efficiency"] if e["efficiency"] is not None else float("nan") for e in es], marker="o",
+                 color=line.get_color(), label=f"{g} {m} {mode}")
+    gpus = sorted({e["gpus"] for e in entries})
+    for ax in (ax1, ax2):
+        ax.set_xlabel("GPUs")
+        ax.set_xticks(gpus)
+        ax.grid(alpha=0.3)
+    ax1.set_ylabel("labelled nodes / s (dotted: linear)")
+    ax1.set_yscale("log")
+    ax2.set_ylabel("parallel efficiency")
+    ax2.set_ylim(0, 1.15)
+    ax1.legend(fontsize=7)
+    kinds = sorted({e["gpu"] or "cpu" for e in entries})
+    fig.suptitle(f"DDP training on generated layers, strong scaling ({', '.join(kinds)})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    return True
+
+
+def report(a) -> int:
+    rows = load_summaries(a.report)
+    if not rows:
+        log(f"no summaries in {a.report}")
+        return 1
+    entries = table(rows)
+    md = markdown(entries, a.report)
+    Path(a.md).write_text(md)
+    print(md)
+    log(f"wrote {a.md}" + (f" and {a.png}" if plot(entries, Path(a.png)) else " (no matplotlib: no plot)"))
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", action="store_true", help="launch the runs")
+    p.add_argument("--report", nargs="+", metavar="JSONL", help="write the table and plot from these files")
+    p.add_argument("--graphs", type=lst, default=["mag", "wikikg2"])
+    p.add_argument("--models", type=lst, default=["rgat"])
+    p.add_argument("--modes", type=lst, default=["khop"])
+    p.add_argument("--gpus", type=lambda s: [int(x) for x in lst(s)], default=[1, 2, 4])
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--batch", type=int, default=16384, help="global batch of labelled nodes (all GPU counts)")
+    p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: a dry run of the runner (processes instead of GPUs, gloo, the stand-in layers)")
+    p.add_argument("--scale", type=float, default=1.0, help="shrink the graphs (dry runs)")
+    p.add_argument("--generated", default=str(REPO / "build" / "bench" / "gen"))
+    p.add_argument("--out", default=str(REPO / "out" / "ddp" / "ddp_scaling.jsonl"))
+    p.add_argument("--budget-s", type=float, default=420.0, help="no run starts after this many seconds")
+    p.add_argument("--min-run-s", type=float, default=25.0, help="a run needs at least this much budget left")
+    p.add_argument("--run-timeout-s", type=float, default=150.0)
+    p.add_argument("--md", default=str(HERE / "ddp_scaling.md"))
+    p.add_argument("--png", default=str(HERE / "ddp_scaling.png"))
+    a = p.parse_args(argv)
+    if a.run == bool(a.report):
+        p.error("give --run or --report FILES")
+    if a.run:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        return run(a)
+    return report(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,583 @@
+#!/usr/bin/env python3
+"""Data-parallel training (torch.distributed, DistributedDataParallel) of a 2-layer node classifier made of
+hectorgen-generated layers (RGAT, HGT or RGCN) on a synthetic heterogeneous graph.
+
+    torchrun --standalone --nproc_per_node=N tools/ddp_train.py --model rgat [--graph medium] [--steps 50]
+    python3 tools/ddp_train.py --model rgat ...          one process: the same global batches, no process group
+    torchrun --standalone --nproc_per_node=2 tools/ddp_train.py --backend gloo --check    (2 processes, one GPU)
+
+Every rank holds the whole graph, its features and labels (built from --seed alone, identically everywhere). Step s
+draws a global batch of --batch labelled nodes (slices of a seeded permutation of the training nodes, reshuffled per
+epoch, its remainder dropped) and rank r takes every world-th node of it, from position r (``shard``). The loss of a
+rank is the sum of its nodes' cross-entropies divided by the GLOBAL batch size, and DDP's all-reduce SUMS the
+gradients (a comm hook, instead of DDP's mean): the gradient is that of the mean loss over the global batch, whatever
+the world size, so N processes compute what one process computes over the same global batch.
+
+--mode full: every rank runs both layers over the whole graph and takes the loss at its own nodes (the replicated
+full-graph setting: more ranks give a larger global batch per step, not a faster step). --mode khop: every rank runs
+the layers on the exact 2-hop in-neighbourhood subgraph of its own nodes (every in-edge of its nodes and of their
+in-neighbours), which gives its nodes the outputs the full graph gives them, so the step shrinks with the shard.
+
+Generated layers: DIR/<model>/ (--generated, default generated/), built with its CMakeLists.txt when missing (by rank
+0 first, the others wait). --layer standin (the default with --device cpu) uses bench/systems.py's plain-PyTorch
+layer with the spec's parameters instead: the CPU tests run the whole script with it.
+
+--check: trains --steps steps three times and exits 1 unless (a) the N-process weights equal those of one process
+over the same global batches (run by rank 0 alone) within fp32 tolerance (max |a - b| / max |b| per parameter <=
+--tol), (b) a second N-process run with the same seed is bit-identical, (c) all ranks hold identical weights and
+(d) every parameter received a gradient at every step. The check uses SGD (Adam's first steps move every weight by
+about lr whatever its gradient's size, which turns rounding into lr-sized differences). HG_DDP_BUG=1 makes the
+comm hook skip the all-reduce of one parameter (the first layer's first weight): the check must then fail.
+
+Output: progress lines on rank 0; --out FILE gets JSON lines (one per step: loss, step time as the slowest rank saw
+it; then one summary: median step time, throughput in labelled nodes per second, the weights' digest, the check).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+for _p in (REPO / "tests" / "gpu", REPO / "bench"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+if str(REPO / "runtime" / "python") not in sys.path:   # last: an installed runtime (with its compiled _C) wins
+    sys.path.append(str(REPO / "runtime" / "python"))
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # deterministic cuBLAS (before CUDA starts)
+# NVLink multicast off unless asked for (it can take a shared host's GPUs out of service: docs/distributed.md)
+for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ.setdefault(_k, _v)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+try:
+    from hectorgen_runtime.distributed import rank_info  # noqa: E402
+except ImportError:   # an installed runtime older than its distributed module: the module alone, from the source tree
+    import importlib.util  # noqa: E402
+    _spec = importlib.util.spec_from_file_location(
+        "hectorgen_runtime_distributed", REPO / "runtime" / "python" / "hectorgen_runtime" / "distributed.py")
+    _distributed = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_distributed)
+    rank_info = _distributed.rank_info
+
+IN_DIM = 64
+BUG_ENV = "HG_DDP_BUG"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data: the graph, features, labels, batches and shards
+
+
+class Graph:
+    """A typed graph on the CPU: int64 src, dst, etype [E] (edges sorted by relation), ntype [N] (nodes sorted by
+    type), and its sizes."""
+
+    def __init__(self, name, src, dst, etype, ntype, num_etypes, num_ntypes):
+        if etype.numel() > 1 and not bool((etype[1:] >= etype[:-1]).all()):
+            order = torch.sort(etype, stable=True).indices
+            src, dst, etype = src[order], dst[order], etype[order]
+        self.name = name
+        self.src, self.dst, self.etype = src.contiguous(), dst.contiguous(), etype.contiguous()
+        self.ntype = ntype.contiguous()
+        self.num_nodes, self.num_edges = int(ntype.numel()), int(src.numel())
+        self.num_etypes, self.num_ntypes = int(num_etypes), int(num_ntypes)
+
+
+def load_graph(name: str, seed: int, scale: float = 1.0) -> Graph:
+    """A preset of tests/gpu/graphs.py (tiny, mini, small, medium, aifb, ...) or a dataset of bench/datasets.py
+    (mag, wikikg2, am, ...: the thesis's statistics, cached on disk), built from ``seed`` alone."""
+    import graphs
+    import datasets
+    if name == "tiny" or name in graphs.PRESETS:
+        g = graphs.graph_by_name(name, seed)
+        return Graph(name, g.src, g.dst, g.etype, g.ntype, g.num_etypes, g.num_ntypes)
+    if name in datasets.STATS:
+        g = datasets.synthetic(name, seed=seed, scale=scale)
+        return Graph(name, g["src"], g["dst"], g["etype"], g["ntype"], g["num_etypes"], g["num_ntypes"])
+    raise SystemExit(f"ddp_train: unknown graph {name!r}: one of tiny, {', '.join(graphs.PRESETS)}, "
+                     f"{', '.join(datasets.STATS)}")
+
+
+def features_and_labels(g: Graph, classes: int, seed: int):
+    """x [N, 64] float32 and labels [N] drawn on the CPU from ``seed`` (the same bits on every rank and device), and
+    the labelled nodes (in-degree > 0). A label is the argmax of the mean over in-neighbours of x @ T for a random T
+    (a "teacher" only message passing can imitate), computed in float64 on the projected features."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(g.num_nodes, IN_DIM, generator=gen)
+    T = torch.randn(IN_DIM, classes, generator=gen, dtype=torch.float64)
+    xt = x.double() @ T
+    agg = torch.zeros(g.num_nodes, classes, dtype=torch.float64).index_add_(0, g.dst, xt[g.src])
+    deg = torch.bincount(g.dst, minlength=g.num_nodes)
+    y = (agg / deg.clamp(min=1).unsqueeze(1)).argmax(1)
+    return x, y, (deg > 0).nonzero().squeeze(1)
+
+
+def split(labelled: torch.Tensor, seed: int, train_fraction: float = 0.7):
+    """(train, test) node ids: a seeded split of the labelled nodes."""
+    perm = labelled[torch.randperm(labelled.numel(), generator=torch.Generator().manual_seed(seed + 17))]
+    n = max(1, int(train_fraction * perm.numel()))
+    return perm[:n], perm[n:]
+
+
+def global_batch(train: torch.Tensor, step: int, batch: int, seed: int) -> torch.Tensor:
+    """The node ids of step ``step``'s global batch: consecutive slices of ``batch`` nodes of a seeded permutation of
+    ``train``, reshuffled every epoch; the remainder of an epoch is dropped (every batch has the same size, so no
+    rank ever gets an empty shard). With fewer training nodes than ``batch``, every batch is all of them."""
+    batch = min(batch, train.numel())
+    per_epoch = train.numel() // batch
+    epoch, k = divmod(step, per_epoch)
+    perm = torch.randperm(train.numel(), generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+    return train[perm[k * batch:(k + 1) * batch]]
+
+
+def shard(batch: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+    """Rank ``rank``'s part of a global batch: every ``world``-th node from position ``rank``. The shards are
+    disjoint, their union is the batch, their sizes differ by at most one."""
+    if not 0 <= rank < world:
+        raise ValueError(f"rank {rank} is not in 0..{world - 1}")
+    return batch[rank::world]
+
+
+def khop_in_subgraph(src, dst, num_nodes: int, seeds, hops: int = 2):
+    """The subgraph a ``hops``-layer message-passing model needs for exact outputs at ``seeds``: every in-edge of
+    the nodes within hops - 1 in-steps of the seeds. Returns (nodes: sorted old ids, edge ids in their original
+    order, the seeds' positions among ``nodes``)."""
+    inside = torch.zeros(num_nodes, dtype=torch.bool, device=src.device)
+    inside[seeds] = True
+    for h in range(hops):
+        emask = inside[dst]
+        if h + 1 < hops:
+            inside[src[emask]] = True
+    eids = emask.nonzero().squeeze(1)
+    keep = inside.clone()
+    keep[src[eids]] = True
+    nodes = keep.nonzero().squeeze(1)
+    new_id = torch.full((num_nodes,), -1, dtype=torch.int64, device=src.device)
+    new_id[nodes] = torch.arange(nodes.numel(), device=src.device)
+    return nodes, eids, new_id
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The model
+
+
+class Classifier(torch.nn.Module):
+    """layer(graph) -> LayerNorm -> GELU -> layer(graph) -> LayerNorm -> GELU -> linear head.
+
+    GELU, not ReLU: a node without in-edges gets an exactly zero layer output, so LayerNorm hands it its bias, which
+    starts at exactly 0; a ReLU there sits on its kink, and after one step the sign of a bias component -- set by
+    rounding noise when its gradient is tiny -- switches the gradient of every such node on or off. Any two
+    computations that round differently (N processes vs 1) then drift apart by far more than fp32 tolerance. A
+    smooth activation keeps the difference at rounding level."""
+
+    def __init__(self, cls, num_etypes, num_ntypes, width, num_classes, device):
+        super().__init__()
+        self.layer1 = cls(num_etypes, num_ntypes=num_ntypes, device=device)
+        self.layer2 = cls(num_etypes, num_ntypes=num_ntypes, device=device)
+        self.norm1 = torch.nn.LayerNorm(width, device=device)
+        self.norm2 = torch.nn.LayerNorm(width, device=device)
+        self.head = torch.nn.Linear(width, num_classes, device=device)
+
+    def forward(self, g, x):
+        n = x.shape[0]
+        h = F.gelu(self.norm1(self.layer1(g, x).reshape(n, -1)))
+        h = F.gelu(self.norm2(self.layer2(g, h).reshape(n, -1)))
+        return self.head(h)
+
+
+def load_layer(a, info):
+    """(module, layer class): the generated module (rank 0 builds it if needed, the others wait) or the stand-in."""
+    if a.layer == "standin":
+        import systems
+        mod = systems.StandInModule(a.model)
+        return mod, mod.Layer
+    import gpu_check
+    variant = gpu_check.Variant(a.model, f"specs/{a.model}.yaml")
+    gen_dir = Path(a.generated)
+    mod = gpu_check.load_generated(variant, gen_dir, build=not (gen_dir / a.model / "build").is_dir())
+    if not getattr(mod, "TRAINABLE", False):
+        raise SystemExit(f"ddp_train: {a.model}: the generated module has no backward pass (TRAINABLE is False)")
+    return mod, gpu_check.layer_class(mod, variant)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DDP
+
+
+class HookState:
+    """The comm hook's state: the parameter whose all-reduce HG_DDP_BUG=1 skips (None: none)."""
+
+    def __init__(self, skip=None):
+        self.skip = skip
+
+
+def allreduce_sum_hook(state: HookState, bucket):
+    """DDP comm hook: all-reduce SUM of the bucket (DDP's default divides by the world size; the loss is already
+    divided by the global batch). With state.skip set, that parameter's slice keeps this rank's own gradient."""
+    buf = bucket.buffer()
+    keep = None
+    if state.skip is not None:
+        offset = 0
+        for p in bucket.parameters():
+            if p is state.skip:
+                keep = (offset, buf[offset:offset + p.numel()].clone())
+            offset += p.numel()
+    fut = dist.all_reduce(buf, async_op=True).get_future()
+
+    def done(f):
+        out = f.value()[0]
+        if keep is not None:
+            out[keep[0]:keep[0] + keep[1].numel()].copy_(keep[1])
+        return out
+    return fut.then(done)
+
+
+def wrap_ddp(model, a, device):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    ddp = DDP(model, device_ids=[device] if device.type == "cuda" else None, bucket_cap_mb=a.bucket_mb,
+              broadcast_buffers=False, find_unused_parameters=False, static_graph=a.static_graph)
+    skip = model.layer1.get_parameter(next(n for n, _ in model.layer1.named_parameters())) \
+        if os.environ.get(BUG_ENV, "") not in ("", "0") else None
+    ddp.register_comm_hook(HookState(skip), allreduce_sum_hook)
+    return ddp
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training
+
+
+class Trainer:
+    """Everything a run needs on one rank: the prepared graph, features, labels, the layer class."""
+
+    def __init__(self, a, info, device, mod, cls, graph: Graph):
+        self.a, self.info, self.device, self.mod, self.cls, self.graph = a, info, device, mod, cls, graph
+        self.ddp_stats = {}
+        x, y, labelled = features_and_labels(graph, a.classes, a.seed)
+        self.train_nodes, self.test_nodes = split(labelled, a.seed)
+        self.batch = min(a.batch, self.train_nodes.numel())   # the global batch size (global_batch)
+        if self.batch < info.world_size:
+            raise SystemExit(f"ddp_train: a global batch of {self.batch} nodes (--batch "
+                             f"{a.batch}, {self.train_nodes.numel()} training nodes) is smaller than the world size "
+                             f"{info.world_size}")
+        self.x, self.y = x.to(device), y.to(device)
+        self.src, self.dst = graph.src.to(device), graph.dst.to(device)
+        self.etype, self.ntype = graph.etype.to(device), graph.ntype.to(device)
+        self.full = self.prepare(self.src, self.dst, self.etype, graph.num_nodes, self.ntype) \
+            if a.mode == "full" else None
+
+    def prepare(self, src, dst, etype, n, ntype):
+        return self.mod.prepare_graph(src, dst, etype, n, self.graph.num_etypes, ntype=ntype,
+                                      num_ntypes=self.graph.num_ntypes)
+
+    def step_inputs(self, nodes):
+        """(prepared graph, features, positions of ``nodes`` in the model's output) for one step."""
+        if self.a.mode == "full":
+            return self.full, self.x, nodes
+        keep, eids, new_id = khop_in_subgraph(self.src, self.dst, self.graph.num_nodes, nodes, hops=2)
+        g = self.prepare(new_id[self.src[eids]], new_id[self.dst[eids]], self.etype[eids], int(keep.numel()),
+                         self.ntype[keep])
+        return g, self.x[keep], new_id[nodes]
+
+    def new_model(self):
+        torch.manual_seed(self.a.seed)
+        g = self.graph
+        return Classifier(self.cls, g.num_etypes, g.num_ntypes, IN_DIM, self.a.classes, self.device)
+
+    def run(self, world: int, rank: int, optimizer: str, ddp: bool, log=None):
+        """Trains a fresh model for --steps steps as rank ``rank`` of ``world``; returns (model, per-step local
+        losses, per-step times in s, the names of parameters that missed a gradient at some step)."""
+        a = self.a
+        model = self.new_model()
+        net = wrap_ddp(model, a, self.device) if ddp else model
+        if optimizer == "sgd":
+            opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
+        else:
+            opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+        losses, times, missing = [], [], set()
+        every = max(1, a.steps // 10)
+        for step in range(a.steps):
+            batch = global_batch(self.train_nodes, step, a.batch, a.seed)
+            mine = shard(batch, rank, world).to(self.device)
+            sync(self.device)
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            g, x, at = self.step_inputs(mine)
+            logits = net(g, x)[at]
+            loss = F.cross_entropy(logits, self.y[mine], reduction="sum") / batch.numel()
+            loss.backward()
+            missing |= {n for n, p in model.named_parameters() if p.grad is None}
+            opt.step()
+            sync(self.device)
+            times.append(time.perf_counter() - t0)
+            losses.append(loss.detach())
+            if log and (step % every == 0 or step == a.steps - 1):
+                log(f"step {step + 1:4d}/{a.steps}  local loss {loss.item():.4f}  {times[-1] * 1e3:8.2f} ms")
+        self.ddp_stats = ddp_stats(net) if ddp else {}
+        return model, torch.stack(losses).double(), torch.tensor(times, dtype=torch.float64), sorted(missing)
+
+    @torch.no_grad()
+    def accuracy(self, model) -> float:
+        nodes = self.test_nodes.to(self.device)
+        if nodes.numel() == 0:
+            return float("nan")
+        if self.a.mode == "full":
+            pred = model(self.full, self.x)[nodes].argmax(1)
+        else:
+            g, x, at = self.step_inputs(nodes)
+            pred = model(g, x)[at].argmax(1)
+        return (pred == self.y[nodes]).double().mean().item()
+
+
+def ddp_stats(ddp) -> dict:
+    """DDP's own measurements of its last sampled step (DDP samples the first steps, then one in 100): the gradient
+    buckets (bytes, in reduction order) and the backward's compute time, all-reduce time and the time the two
+    overlapped, in ms."""
+    try:
+        d = ddp._get_ddp_logging_data()
+        ms = lambda k: round(d[k] / 1e6, 3) if k in d else None  # noqa: E731
+        return {"bucket_bytes": [int(b) for b in re.findall(r"\d+", str(d.get("rebuilt_bucket_sizes") or
+                                                                          d.get("bucket_sizes", "")))],
+                "backward_compute_ms": ms("avg_backward_compute_time"), "allreduce_ms": ms("avg_backward_comm_time"),
+                "overlap_ms": ms("avg_backward_compute_comm_overlap_time")}
+    except Exception:  # noqa: BLE001  (a private API: a change in it only loses these numbers)
+        return {}
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def flat_weights(model) -> dict:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def digest(weights: dict) -> str:
+    h = hashlib.sha256()
+    for n in sorted(weights):
+        h.update(n.encode())
+        h.update(weights[n].detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def compare(got: dict, ref: dict) -> dict:
+    """Per parameter max |got - ref| and max |got - ref| / max |ref|; the worst of each."""
+    rows = {}
+    for n in ref:
+        d = (got[n].double() - ref[n].double()).abs().max().item()
+        rows[n] = (d, d / max(ref[n].double().abs().max().item(), 1e-30))
+    worst_abs = max(rows.items(), key=lambda kv: kv[1][0])
+    worst_rel = max(rows.items(), key=lambda kv: kv[1][1])
+    return {"max_abs": worst_abs[1][0], "max_abs_param": worst_abs[0], "max_rel": worst_rel[1][1],
+            "max_rel_param": worst_rel[0]}
+
+
+def max_over_ranks(t: torch.Tensor, info) -> torch.Tensor:
+    if info.distributed:
+        t = t.clone()
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t
+
+
+def sum_over_ranks(t: torch.Tensor, info) -> torch.Tensor:
+    if info.distributed:
+        t = t.clone()
+        dist.all_reduce(t)
+    return t
+
+
+def rank_spread(weights: dict, info) -> float:
+    """The largest difference between this rank's weights and rank 0's (0.0 when every rank agrees bit for bit),
+    the same number on every rank."""
+    if not info.distributed:
+        return 0.0
+    worst = torch.zeros(1, dtype=torch.float64, device=next(iter(weights.values())).device)
+    for n in sorted(weights):
+        mine = weights[n].contiguous()
+        r0 = mine.clone()
+        dist.broadcast(r0, 0)
+        worst = torch.maximum(worst, (mine.double() - r0.double()).abs().max().reshape(1))
+    return float(max_over_ranks(worst, info).item())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="See docs/distributed.md.")
+    p.add_argument("--model", default="rgat", help="rgat, hgt or rgcn (a bundled spec with a backward pass)")
+    p.add_argument("--layer", default=None, choices=["generated", "standin"],
+                   help="the generated layer (default on GPUs) or bench/systems.py's plain-PyTorch stand-in (default "
+                        "on the CPU)")
+    p.add_argument("--generated", default=str(REPO / "generated"), help="folder of the generated modules")
+    p.add_argument("--graph", default="small", help="tests/gpu/graphs.py preset or bench/datasets.py dataset")
+    p.add_argument("--scale", type=float, default=1.0, help="shrink a bench/datasets.py graph (tests)")
+    p.add_argument("--mode", default="full", choices=["full", "khop"])
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--batch", type=int, default=1024, help="labelled nodes per step, over all ranks")
+    p.add_argument("--classes", type=int, default=8)
+    p.add_argument("--optimizer", default=None, choices=["adam", "sgd"], help="default adam; sgd with --check")
+    p.add_argument("--lr", type=float, default=None, help="default 0.005 (adam), 0.05 (sgd)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None, choices=["cuda", "cpu"], help="default cuda when available")
+    p.add_argument("--backend", default=None, choices=["nccl", "gloo"], help="default nccl on GPUs, else gloo")
+    p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP gradient bucket size (bucket_cap_mb)")
+    p.add_argument("--static-graph", action="store_true", help="DDP(static_graph=True) (same results)")
+    p.add_argument("--check", action="store_true", help="the correctness check (exit 1 on failure)")
+    p.add_argument("--tol", type=float, default=1e-5, help="--check: max |a - b| / max |b| per parameter")
+    p.add_argument("--out", default=None, help="append JSON lines here (rank 0)")
+    p.add_argument("--tag", default="", help="a free label copied into the JSON records")
+    a = p.parse_args(argv)
+    if a.device is None:
+        a.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if a.layer is None:
+        a.layer = "generated" if a.device == "cuda" else "standin"
+    if a.backend is None:
+        a.backend = "nccl" if a.device == "cuda" else "gloo"
+    if a.backend == "nccl" and a.device != "cuda":
+        p.error("--backend nccl needs --device cuda")
+    if a.optimizer is None:
+        a.optimizer = "sgd" if a.check else "adam"
+    if a.lr is None:
+        a.lr = 0.05 if a.optimizer == "sgd" else 0.005
+    if a.steps < 1 or a.batch < 1:
+        p.error("--steps and --batch must be positive")
+    return a
+
+
+def setup_device(a, info) -> torch.device:
+    if a.device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise SystemExit("ddp_train: --device cuda but torch sees no GPU")
+    index = info.local_rank % torch.cuda.device_count()
+    if a.backend == "nccl" and info.local_rank >= torch.cuda.device_count():
+        raise SystemExit(f"ddp_train: NCCL needs one GPU per process: local rank {info.local_rank} of a host with "
+                         f"{torch.cuda.device_count()} GPU(s); use --backend gloo to share GPUs")
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    info = rank_info()
+    device = setup_device(a, info)
+    if info.distributed and not dist.is_initialized():
+        dist.init_process_group(a.backend, timeout=datetime.timedelta(minutes=10),
+                                device_id=device if a.backend == "nccl" else None)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if a.check:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    lead = info.rank == 0
+    procs = f"{info.world_size} process{'es' if info.world_size > 1 else ''}"
+
+    def log(msg):
+        if lead:
+            print(f"[ddp_train {a.model} {info.world_size}x] {msg}", flush=True)
+
+    # Rank 0 first: it builds the extension, JIT-builds the runtime and writes the graph cache; the others then
+    # find them ready (no two processes build or write the same files).
+    trainer = None
+    for turn in ([0, 1] if info.distributed else [0]):
+        if (info.rank == 0) == (turn == 0):
+            t0 = time.perf_counter()
+            mod, cls = load_layer(a, info)
+            graph = load_graph(a.graph, a.seed, a.scale)
+            trainer = Trainer(a, info, device, mod, cls, graph)
+            setup_s = time.perf_counter() - t0
+        if info.distributed:
+            dist.barrier()
+    g = trainer.graph
+    log(f"{a.layer} {a.model} on '{g.name}' ({g.num_nodes} nodes, {g.num_edges} edges, {g.num_etypes} relations, "
+        f"{g.num_ntypes} node types), mode {a.mode}, {procs} over "
+        f"{a.backend if info.distributed else 'none'} on {device} "
+        f"({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), global batch {trainer.batch}, "
+        f"{len(trainer.train_nodes)} training nodes, {a.optimizer} lr {a.lr}, setup {setup_s:.1f} s")
+
+    model, losses, times, missing = trainer.run(info.world_size, info.rank, a.optimizer, info.distributed, log)
+    losses = sum_over_ranks(losses.to(device), info).cpu()       # the global mean loss of every step
+    times = max_over_ranks(times.to(device), info).cpu()         # a step takes as long as its slowest rank
+    weights = flat_weights(model)
+    result = {"kind": "summary", "tag": a.tag, "model": a.model, "layer": a.layer, "graph": g.name,
+              "num_nodes": g.num_nodes, "num_edges": g.num_edges, "mode": a.mode, "world_size": info.world_size,
+              "backend": a.backend if info.distributed else None, "device": str(device),
+              "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+              "torch": torch.__version__, "batch": trainer.batch, "steps": a.steps, "optimizer": a.optimizer, "lr": a.lr,
+              "seed": a.seed, "bucket_mb": a.bucket_mb, "static_graph": a.static_graph,
+              "loss_first": losses[0].item(), "loss_last": losses[-1].item(), "digest": digest(weights),
+              "missing_grads": missing, "ddp": trainer.ddp_stats}
+    if trainer.ddp_stats:
+        log(f"DDP: buckets {trainer.ddp_stats['bucket_bytes']} bytes; backward {trainer.ddp_stats['backward_compute_ms']}"
+            f" ms, all-reduce {trainer.ddp_stats['allreduce_ms']} ms, overlapped {trainer.ddp_stats['overlap_ms']} ms")
+    timed = times[1:] if times.numel() > 1 else times    # the first step warms up (allocations, DDP buckets)
+    result["median_step_ms"] = statistics.median(timed.tolist()) * 1e3
+    result["throughput_nodes_s"] = trainer.batch / (result["median_step_ms"] / 1e3)
+    ok = not missing
+    if missing:
+        log(f"FAIL: parameters without a gradient: {', '.join(missing)}")
+
+    if a.check:
+        spread = rank_spread(weights, info)
+        model2, *_ , missing2 = trainer.run(info.world_size, info.rank, a.optimizer, info.distributed)
+        rerun_equal = all(torch.equal(weights[n], p.detach()) for n, p in model2.named_parameters())
+        rerun_equal = bool(max_over_ranks(torch.tensor([0.0 if rerun_equal else 1.0], device=device), info).item() == 0)
+        verdict = torch.zeros(1, device=device)
+        ref = {}
+        if lead:
+            model1, *_, missing1 = trainer.run(1, 0, a.optimizer, ddp=False)
+            ref = compare(weights, flat_weights(model1))
+            missing = sorted(set(missing) | set(missing2) | set(missing1))
+            checks = {"vs_one_process": ref["max_rel"] <= a.tol, "rerun_bit_identical": rerun_equal,
+                      "ranks_identical": spread == 0.0, "every_parameter_has_a_gradient": not missing}
+            verdict[0] = 0.0 if all(checks.values()) else 1.0
+            result.update(check=checks, tol=a.tol, bug=os.environ.get(BUG_ENV, ""), rank_spread=spread, **ref)
+            log(f"check: {procs} vs 1 process after {a.steps} steps: max abs diff "
+                f"{ref['max_abs']:.3e} ({ref['max_abs_param']}), max rel diff {ref['max_rel']:.3e} "
+                f"({ref['max_rel_param']}; tolerance {a.tol:g})")
+            log(f"check: rerun bit-identical: {rerun_equal}; ranks identical: {spread == 0.0} (spread {spread:.3e}); "
+                f"every parameter has a gradient: {not missing}")
+        if info.distributed:
+            dist.broadcast(verdict, 0)
+        ok = ok and verdict.item() == 0
+
+    result["test_acc"] = trainer.accuracy(model) if lead else None
+    result["ok"] = ok
+    if lead:
+        log(f"loss {result['loss_first']:.4f} -> {result['loss_last']:.4f}, test accuracy {result['test_acc']:.3f}, "
+            f"median step {result['median_step_ms']:.2f} ms, {result['throughput_nodes_s']:.0f} labelled nodes/s, "
+            f"weights {result['digest']}")
+    if lead and a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        with open(a.out, "a") as f:
+            for s in range(a.steps):
+                f.write(json.dumps({"kind": "step", "tag": a.tag, "model": a.model, "graph": g.name, "mode": a.mode,
+                                    "world_size": info.world_size, "step": s, "loss": losses[s].item(),
+                                    "step_ms": times[s].item() * 1e3}) + "\n")
+            f.write(json.dumps(result) + "\n")
+    if a.check:
+        bug = f", {BUG_ENV}={os.environ[BUG_ENV]}" if os.environ.get(BUG_ENV) else ""
+        c = result.get("check", {})
+        log(f"{'PASS' if ok else 'FAIL'}: DDP check {a.model} ({procs}, "
+            f"{a.backend if info.distributed else 'no'} backend, {device.type}, {a.mode}{bug}): vs 1 process max rel "
+            f"diff {result.get('max_rel', float('nan')):.1e} (tol {a.tol:g}), rerun bit-identical "
+            f"{c.get('rerun_bit_identical')}, ranks identical {c.get('ranks_identical')}, all gradients {not missing}")
+    if info.distributed:
+        dist.destroy_process_group()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
