@@ -299,8 +299,11 @@ def extension_sources() -> list:
     """The C++/CUDA sources of the extension (for torch.utils.cpp_extension), from a source checkout."""
     return [
         str(_RUNTIME_ROOT / "src" / "graph_preprocess.cu"),
+        str(_RUNTIME_ROOT / "src" / "unified.cu"),
         str(_RUNTIME_ROOT / "torch" / "graph_preprocess_torch.cpp"),
+        str(_RUNTIME_ROOT / "torch" / "unified_torch.cpp"),
         str(_RUNTIME_ROOT / "torch" / "python_module.cpp"),
+        str(_RUNTIME_ROOT / "torch" / "unified_python.cpp"),
     ]
 
 
