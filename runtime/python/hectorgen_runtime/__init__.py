@@ -585,3 +585,18 @@ class Graph:
 
 
 _TENSOR_FIELDS = frozenset(_KEY_LAYOUT)
+
+
+# Unified tensors (pinned, GPU-mapped host memory gathered over PCIe): hectorgen_runtime/unified.py. The function
+# `unified` takes the package attribute of the same name; the module is sys.modules["hectorgen_runtime.unified"].
+from .unified import (  # noqa: E402
+    NotPinnableError,
+    PinnedMemoryError,
+    UnifiedTensor,
+    check_gather_errors,
+    empty_unified,
+    gather,
+    is_unified,
+    to_unified,
+    unified,
+)
