@@ -241,6 +241,10 @@ def test_host_affine_indexing_by_a_cpu_index(fake):
     for got in (u[index], torch.index_select(u, 0, index), u.index_select(0, index.int())):
         assert hr.is_unified(got) and got.affinity == "host"
         assert torch.equal(got.plain(), x[index])
+    assert torch.equal(u[index, :].plain(), x[index])
+    assert torch.equal(u[index, ...].plain(), x[index])
+    mixed = u[index, 1:]  # not a row gather: CPU semantics, a new (plain) tensor
+    assert not hr.is_unified(mixed) and torch.equal(mixed, x[index, 1:])
     two_d = torch.tensor([[1, 2], [3, 4]])
     assert torch.equal(u[two_d].plain(), x[two_d])
     mask = torch.arange(10) % 3 == 0

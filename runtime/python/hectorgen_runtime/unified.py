@@ -458,7 +458,8 @@ def _index_call(func, args, kwargs):
     None (then the operator runs with CPU semantics)."""
     if func is torch.Tensor.__getitem__:
         table, key = args[0], args[1]
-        if isinstance(key, tuple) and len(key) == 1:
+        # t[idx], t[idx,], t[idx, :, ...] and t[idx, ...] index rows; anything else keeps CPU semantics.
+        if isinstance(key, tuple) and key and all(k is Ellipsis or k == slice(None) for k in key[1:]):
             key = key[0]
         if isinstance(table, UnifiedTensor) and isinstance(key, torch.Tensor) and not isinstance(key, UnifiedTensor):
             return table, key
