@@ -161,7 +161,7 @@ PinResult pin(void* host, std::size_t bytes) {
       last.type == cudaMemoryTypeHost &&
       static_cast<char*>(last.devicePointer) == static_cast<char*>(first.devicePointer) + (bytes - 1)) {
     registry().add(host, bytes, first.devicePointer, RangeKind::kMappedElsewhere);
-    return PinResult::kAlreadyMapped;
+    return PinResult::kAdopted;
   }
   cudaGetLastError();
   const cudaError_t status = cudaHostRegister(host, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);

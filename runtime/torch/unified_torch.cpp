@@ -83,13 +83,15 @@ bool unified_pin(const at::Tensor& t) {
   const std::size_t bytes = storage->nbytes();
   if (bytes == 0) return false;
   void* base = storage->mutable_data();
-  if (hu::pin(base, bytes) == hu::PinResult::kAlreadyMapped) return false;
+  const hu::PinResult pinned = hu::pin(base, bytes);
+  if (pinned == hu::PinResult::kAlreadyMapped) return false;
   // The storage now owns a DataPtr whose context holds the original one: when the storage dies, the range is
-  // unpinned first, then the original allocation is released as it would have been.
+  // unpinned (or, pinned by someone else, forgotten by the registry) first, then the original allocation is
+  // released as it would have been.
   c10::DataPtr original = storage->set_data_ptr(c10::DataPtr(base, c10::Device(c10::kCPU)));
   auto* context = new PinnedContext{std::move(original), base};
   storage->set_data_ptr_noswap(c10::DataPtr(base, context, &delete_pinned, c10::Device(c10::kCPU)));
-  return true;
+  return pinned == hu::PinResult::kPinned;
 }
 
 bool unified_is_mapped(const at::Tensor& t) {

@@ -42,8 +42,10 @@ std::size_t trim_pool();                  // frees unused chunks; returns the by
 void set_pool_limit(std::size_t bytes);  // 0: no limit
 
 enum class PinResult {
-  kPinned,         // registered here: unpin() must be called once the memory is no longer used
-  kAlreadyMapped,  // already GPU-mapped (the pool's, pinned here before, or pinned by someone else): nothing to undo
+  kPinned,         // registered here (cudaHostRegister): unpin() once the memory is no longer used
+  kAdopted,        // pinned and mapped by someone else (cudaHostAlloc, torch's pin_memory), entered in the registry:
+                   // unpin() (which then only forgets the range) before that memory is freed
+  kAlreadyMapped,  // inside a range the registry holds (the pool's, or pinned before): nothing to undo
 };
 // Maps [host, host + bytes) for the GPU in place. Throws NotPinnable.
 PinResult pin(void* host, std::size_t bytes);
