@@ -3,6 +3,8 @@
 
 #include "hectorgen/unified.h"
 
+#include "hectorgen/unified_gather.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
@@ -211,9 +213,11 @@ void record_use(const void* host, cudaStream_t stream) {
 
 namespace {
 
+namespace gm = gather_math;
+
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kUnroll = 4;  // 16-byte loads in flight per lane before the first store
+constexpr int kUnroll = gm::kUnroll;
 
 template <int kBytes>
 struct Word;
@@ -228,16 +232,14 @@ struct Word<2> { using type = unsigned short; };
 template <>
 struct Word<1> { using type = unsigned char; };
 
-// One group of kLanes lanes gathers one row at a time; a warp holds 32 / kLanes groups. A row's bytes are read as
-// the 16-byte sectors of its 128-byte lines that overlap it, in steps of kUnroll loads per lane, each load
-// instruction of a group covering whole aligned lines (the requests PCIe carries). kStore is the widest store that
-// every row's start in the table and in `out` is aligned to: 16 writes the loaded vectors directly; narrower rows
-// go through shared memory, which realigns them.
+// One group of kLanes lanes gathers one row at a time; a warp holds 32 / kLanes groups. The address arithmetic is
+// hectorgen/unified_gather.h's (which says how rows are read in whole lines and stored): kStore 16 stores the loaded
+// sectors directly; narrower rows are realigned through shared memory.
 template <int kLanes, int kStore, typename Index>
 __global__ void __launch_bounds__(kThreads) gather_rows(GatherArgs args) {
   using StoreWord = typename Word<kStore>::type;
   constexpr int kGroups = 32 / kLanes;
-  constexpr std::int64_t kStep = std::int64_t{kLanes} * 16 * kUnroll;  // bytes a group covers per step
+  constexpr std::int64_t kStep = gm::step_bytes<kLanes>();
   __shared__ uint4 stage[kStore == 16 ? 1 : kWarps * 32 * kUnroll];
 
   const int lane = threadIdx.x & 31;
@@ -263,32 +265,30 @@ __global__ void __launch_bounds__(kThreads) gather_rows(GatherArgs args) {
       }
       continue;
     }
-    const std::uintptr_t start = table + static_cast<std::uintptr_t>(row) * static_cast<std::uintptr_t>(row_bytes);
-    const std::uintptr_t line = start & ~std::uintptr_t{127};
-    const std::int64_t head = static_cast<std::int64_t>(start - line);  // row bytes are [head, end) from `line`
-    const std::int64_t end = head + row_bytes;
-    for (std::int64_t base = 0; base < end; base += kStep) {
+    const gm::RowSpan span =
+        gm::row_span(table + static_cast<std::uintptr_t>(row) * static_cast<std::uintptr_t>(row_bytes), row_bytes);
+    for (std::int64_t base = 0; base < span.end; base += kStep) {
       uint4 v[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const std::int64_t at = base + (std::int64_t{u} * kLanes + sub) * 16;
+        const std::int64_t at = gm::sector<kLanes>(base, u, sub);
         v[u] = make_uint4(0, 0, 0, 0);
-        if (at + 16 > head && at < end) v[u] = *reinterpret_cast<const uint4*>(line + at);
+        if (gm::overlaps(at, span)) v[u] = *reinterpret_cast<const uint4*>(span.line + at);
       }
       if constexpr (kStore == 16) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-          const std::int64_t at = base + (std::int64_t{u} * kLanes + sub) * 16;
-          if (at >= head && at < end) *reinterpret_cast<uint4*>(dst + (at - head)) = v[u];
+          const std::int64_t at = gm::sector<kLanes>(base, u, sub);
+          if (gm::inside(at, span)) *reinterpret_cast<uint4*>(dst + (at - span.head)) = v[u];
         }
       } else {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) my_stage[u * kLanes + sub] = v[u];
         __syncwarp(mask);
-        const std::int64_t lo = base > head ? base : head;
-        const std::int64_t hi = base + kStep < end ? base + kStep : end;
+        std::int64_t lo = 0, hi = 0;
+        gm::step_range<kLanes>(base, span, lo, hi);
         for (std::int64_t b = lo + std::int64_t{sub} * kStore; b < hi; b += std::int64_t{kLanes} * kStore) {
-          *reinterpret_cast<StoreWord*>(dst + (b - head)) =
+          *reinterpret_cast<StoreWord*>(dst + (b - span.head)) =
               *reinterpret_cast<const StoreWord*>(my_stage_bytes + (b - base));
         }
         __syncwarp(mask);
@@ -310,13 +310,6 @@ int multiprocessors(int device) {
   }
   cached[device] = count;
   return count;
-}
-
-int widest_store(std::uintptr_t a, std::uintptr_t b, std::uintptr_t c) {
-  const std::uintptr_t bits = a | b | c;
-  int width = 16;
-  while (width > 1 && (bits & static_cast<std::uintptr_t>(width - 1)) != 0) width /= 2;
-  return width;
 }
 
 template <int kLanes, int kStore>
@@ -343,10 +336,10 @@ void launch_lanes(const GatherArgs& args, int store, int blocks, cudaStream_t st
 
 GatherPlan plan_gather(const GatherArgs& args, int device) {
   GatherPlan plan;
-  plan.lanes_per_row = args.row_bytes <= 128 ? 8 : args.row_bytes <= 256 ? 16 : 32;
-  plan.store_bytes = widest_store(reinterpret_cast<std::uintptr_t>(args.table),
-                                  static_cast<std::uintptr_t>(args.row_bytes),
-                                  reinterpret_cast<std::uintptr_t>(args.out));
+  plan.lanes_per_row = gm::lanes_per_row(args.row_bytes);
+  plan.store_bytes = gm::widest_store(reinterpret_cast<std::uintptr_t>(args.table),
+                                      static_cast<std::uintptr_t>(args.row_bytes),
+                                      reinterpret_cast<std::uintptr_t>(args.out));
   const std::int64_t rows_per_block = std::int64_t{kWarps} * (32 / plan.lanes_per_row);
   const std::int64_t wanted = (args.count + rows_per_block - 1) / rows_per_block;
   // Enough resident blocks to keep many requests in flight (8 blocks of 256 threads fill an SM), no more.

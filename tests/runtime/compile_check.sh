@@ -88,11 +88,12 @@ for arch in 80 90a; do
 done
 
 printf '#include "hectorgen/%s"\n' graph.h runtime_version.h segments.h tc_fragments.h unified.h unified_pool.h \
+  unified_gather.h \
   >"$tmp/header_check.cpp"
 printf 'int main() { return 0; }\n' >>"$tmp/header_check.cpp"
 "$cxx" -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I"$runtime/include" -I"$cuda_include" "$tmp/header_check.cpp"
-echo "compile_check: ok  hectorgen/graph.h, runtime_version.h, segments.h, tc_fragments.h, unified.h, unified_pool.h" \
-  "as plain C++17"
+echo "compile_check: ok  hectorgen/graph.h, runtime_version.h, segments.h, tc_fragments.h, unified.h, unified_pool.h," \
+  "unified_gather.h as plain C++17"
 
 torch_query='from torch.utils.cpp_extension import include_paths; print(" ".join(include_paths()))'
 if torch_includes="$("$python" -c "$torch_query" 2>/dev/null)"; then
