@@ -754,12 +754,13 @@ def _time(fn, repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def calibrate(device=None, *, table_bytes: int = 2 << 30, batch_bytes: Tuple[int, int] = (1 << 20, 32 << 20),
+def calibrate(device=None, *, table_bytes: int = 2 << 30, batch_bytes: Tuple[int, int] = (4 << 20, 256 << 20),
               widths: Sequence[int] = CALIBRATION_WIDTHS, repeats: int = 3, store: bool = True,
               verbose: bool = True) -> Calibration:
     """Measures every gather path on this machine (random rows of a `table_bytes` unified table, for each row width
     and two batch sizes) and caches the result in calibration_file() (store=True); `gather(path="auto")` does this
-    once per machine. A few seconds."""
+    once per machine. A few seconds. The large batch gathers 1/8 of the table: random reads over PCIe get faster
+    with the density of the rows read (sorted rows then share pages), and mini-batch inputs are of that order."""
     device = torch.device("cuda", _cuda_index(device))
     if verbose:
         print(f"hectorgen unified: calibrating the gather paths on {torch.cuda.get_device_name(device)} "
