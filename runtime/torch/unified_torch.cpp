@@ -116,7 +116,7 @@ at::Tensor unified_cuda_view(const at::Tensor& t, int64_t device) {
         hu::record_use(host, at::cuda::getCurrentCUDAStream(cuda.index()).stream());
       })
       .target_device(cuda)
-      .options(t.options().device(cuda))
+      .options(at::TensorOptions().dtype(t.scalar_type()).device(cuda))
       .make_tensor();
 }
 
