@@ -618,9 +618,9 @@ def gather(table: torch.Tensor, index: torch.Tensor, *, out: Optional[torch.Tens
     cuda_index = flat_index.to(device, non_blocking=True).contiguous()
     positions = None
     if path == "zero_copy_sorted":
-        if cuda_index.dtype == torch.int64 and num_rows <= 2**31 - 1:
-            # 32-bit keys sort about twice as fast; an index >= 2^31 wraps to a negative one, still out of range.
-            cuda_index = cuda_index.to(torch.int32)
+        if cuda_index.dtype == torch.int64 and num_rows < 2**31 - 1:
+            # 32-bit keys sort about twice as fast; clamping first keeps every bad index out of range (-1 or N).
+            cuda_index = cuda_index.clamp(-1, num_rows).to(torch.int32)
         cuda_index, positions = torch.sort(cuda_index)
     error = torch.full((1,), -1, dtype=torch.int64, device=device) if check else _sticky_error_word(device)
     _backend.gather(plain_table, cuda_index, positions, _plain(flat_result), error)
