@@ -109,23 +109,29 @@ Registry& registry() {
 struct CudaHostSource {
   void* allocate(std::size_t bytes) {
     void* host = nullptr;
-    if (cudaHostAlloc(&host, bytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
-      cudaGetLastError();  // clear the sticky-free error state so later calls do not see it
+    if (const cudaError_t status = cudaHostAlloc(&host, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+        status != cudaSuccess) {
+      cudaGetLastError();  // clear the (non-sticky) error so that later calls do not see it
+      failure = cuda_error("cudaHostAlloc", status);
       return nullptr;
     }
     void* device = nullptr;
-    if (cudaHostGetDevicePointer(&device, host, 0) != cudaSuccess) {
+    if (const cudaError_t status = cudaHostGetDevicePointer(&device, host, 0); status != cudaSuccess) {
       cudaGetLastError();
       cudaFreeHost(host);
+      failure = cuda_error("cudaHostGetDevicePointer", status);
       return nullptr;
     }
     registry().add(host, bytes, device, RangeKind::kPoolChunk);
     return host;
   }
+  std::string last_failure() const { return failure; }
   void release(void* host, std::size_t) {
     registry().remove(host);
     cudaFreeHost(host);
   }
+
+  std::string failure;  // the pool calls allocate under its lock
 };
 
 using Pool = HostPool<CudaHostSource>;

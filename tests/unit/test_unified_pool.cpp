@@ -9,6 +9,7 @@
 #include <memory>
 #include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "hectorgen/unified_pool.h"
@@ -30,6 +31,8 @@ struct FakeSource {
     std::size_t live_bytes = 0;
   };
   std::shared_ptr<Log> log = std::make_shared<Log>();
+
+  std::string last_failure() const { return log->live_bytes > 0 ? "over budget" : ""; }
 
   void* allocate(std::size_t bytes) {
     if (log->live_bytes + bytes > log->budget) return nullptr;
@@ -131,7 +134,7 @@ TEST_CASE("unified pool: exhaustion is an error naming the sizes, after free chu
     FAIL("expected PinnedMemoryExhausted");
   } catch (const PinnedMemoryExhausted& error) {
     CHECK_THAT(error.what(), Catch::Contains("cannot get 4194304 bytes of pinned host memory") &&
-                                 Catch::Contains("3145728 bytes"));
+                                 Catch::Contains("3145728 bytes") && Catch::Contains("in use; over budget)"));
   }
   pool.deallocate(a);
   // Now the unused chunk is released and a 5 MiB chunk (6 MiB rounded) fits the budget.

@@ -11,6 +11,7 @@
 // Source is a type with
 //   void* allocate(std::size_t bytes)           nullptr when it cannot (never throws)
 //   void release(void* chunk, std::size_t bytes)
+//   std::string last_failure() const            why the last allocate failed, for the error message ("" if unknown)
 // Blocks are aligned to kAlignment bytes (two 128-byte cache lines, which GPU reads over PCIe are made of) when
 // the source's chunks are (page-aligned chunks are). Thread-safe.
 #pragma once
@@ -79,11 +80,12 @@ class HostPool {
       base = static_cast<char*>(source_.allocate(chunk_size));
     }
     if (base == nullptr) {
+      const std::string why = source_.last_failure();
       throw PinnedMemoryExhausted("unified memory pool: cannot get " + std::to_string(chunk_size) +
                                   " bytes of pinned host memory for a request of " + std::to_string(bytes) +
                                   " bytes (the pool holds " + std::to_string(reserved_) + " bytes, " +
-                                  std::to_string(in_use_) + " in use); free unified tensors, or lower the "
-                                  "memory locked by other processes");
+                                  std::to_string(in_use_) + " in use" + (why.empty() ? "" : "; " + why) +
+                                  "); free unified tensors, or lower the memory locked by other processes");
     }
     ++source_allocations_;
     reserved_ += chunk_size;
