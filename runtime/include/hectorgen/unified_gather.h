@@ -9,8 +9,8 @@
 // Then either
 //   direct (store width 16): the lane stores its sectors inside [head, end) to dst + (offset - head), or
 //   staged (narrower): the group's sectors go to shared memory (sector j of the step at byte 16 j), and lane `sub`
-//     copies the row bytes of the step, [lo, hi), in words of kStore bytes: b = lo + sub * kStore, step kLanes * kStore,
-//     from stage + (b - base) to dst + (b - head).
+//     copies the row bytes of the step, [lo, hi), in words of kStore bytes (b = lo + sub * kStore, step
+//     kLanes * kStore) from stage + (b - base) to dst + (b - head).
 // kStore must divide the table's address, row_bytes and the output's address, so that every row starts aligned to it
 // in both (widest_store); then head, lo and hi are multiples of kStore.
 #pragma once
