@@ -588,15 +588,20 @@ _TENSOR_FIELDS = frozenset(_KEY_LAYOUT)
 
 
 # Unified tensors (pinned, GPU-mapped host memory gathered over PCIe): hectorgen_runtime/unified.py. The function
-# `unified` takes the package attribute of the same name; the module is sys.modules["hectorgen_runtime.unified"].
+# `unified` takes the package attribute of the same name (`from hectorgen_runtime.unified import X` still reads the
+# module, which is sys.modules["hectorgen_runtime.unified"]).
 from .unified import (  # noqa: E402
     NotPinnableError,
     PinnedMemoryError,
     UnifiedTensor,
+    calibrate,
     check_gather_errors,
     empty_unified,
     gather,
     is_unified,
+    pool_stats,
+    set_pool_limit,
     to_unified,
+    trim_pool,
     unified,
 )
