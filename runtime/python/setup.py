@@ -55,8 +55,11 @@ setup(
             name="hectorgen_runtime._C",
             sources=[
                 relative(RUNTIME / "src" / "graph_preprocess.cu"),
+                relative(RUNTIME / "src" / "unified.cu"),
                 relative(RUNTIME / "torch" / "graph_preprocess_torch.cpp"),
+                relative(RUNTIME / "torch" / "unified_torch.cpp"),
                 relative(RUNTIME / "torch" / "python_module.cpp"),
+                relative(RUNTIME / "torch" / "unified_python.cpp"),
             ],
             include_dirs=[str(RUNTIME / "include"), str(RUNTIME / "torch" / "include")],
             extra_compile_args={"cxx": ["-O2"], "nvcc": ["-O2"]},

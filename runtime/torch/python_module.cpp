@@ -5,6 +5,10 @@
 
 #include "hectorgen/graph_preprocess_torch.h"
 
+namespace hectorgen::runtime {
+void bind_unified(pybind11::module_& m);  // unified_python.cpp
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "hectorgen graph preprocessing runtime (CUDA)";
   m.def("preprocess", &hectorgen::runtime::preprocess,
@@ -14,4 +18,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("num_ntypes") = -1, pybind11::arg("validate") = true, pybind11::arg("gemm_tile") = 0);
   m.def("layout_names", &hectorgen::runtime::layout_names, "Layout names accepted by preprocess().");
   m.def("version", &hectorgen::runtime::version, "Version of the compiled runtime (hectorgen/runtime_version.h).");
+  hectorgen::runtime::bind_unified(m);
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Compile check of the graph preprocessing runtime; needs no GPU. Runnable from any directory.
-#   1. runtime/src/graph_preprocess.cu with nvcc for sm_80 and sm_90 (-c), every warning an error;
+#   1. runtime/src/graph_preprocess.cu and unified.cu with nvcc for sm_80 and sm_90 (-c), every warning an error;
 #   2. the tensor-core kernels hectorgen/tc_gemm.cuh, each kernel instantiated for each storage type, with nvcc for
 #      sm_80 and sm_90a (-c), every warning an error;
-#   3. the public headers hectorgen/graph.h and hectorgen/runtime_version.h as plain C++17 (no nvcc, no CUB);
+#   3. the public headers hectorgen/graph.h, runtime_version.h, unified.h and unified_pool.h as plain C++17 (no nvcc,
+#      no CUB);
 #   4. when Python can import torch: the libtorch binding runtime/torch/*.cpp (syntax only).
 # Environment: NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc), CXX (default c++), PYTHON (python3).
 set -euo pipefail
@@ -35,6 +36,10 @@ for arch in 80 90; do
     -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
     -c "$runtime/src/graph_preprocess.cu" -o "$tmp/graph_preprocess_sm$arch.o"
   echo "compile_check: ok  graph_preprocess.cu for sm_$arch"
+  "$nvcc" -std=c++17 -O2 -arch="sm_$arch" -I"$runtime/include" \
+    -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
+    -c "$runtime/src/unified.cu" -o "$tmp/unified_sm$arch.o"
+  echo "compile_check: ok  unified.cu for sm_$arch"
 done
 
 # The tensor-core kernels of the header, for each storage type and every epilogue (what generated code instantiates).
@@ -82,10 +87,13 @@ for arch in 80 90a; do
   echo "compile_check: ok  hectorgen/tc_gemm.cuh, simt_wgrad.cuh, segments.cuh for sm_$arch (fp32/tf32, bf16, fp16)"
 done
 
-printf '#include "hectorgen/%s"\n' graph.h runtime_version.h segments.h tc_fragments.h >"$tmp/header_check.cpp"
+printf '#include "hectorgen/%s"\n' graph.h runtime_version.h segments.h tc_fragments.h unified.h unified_pool.h \
+  unified_gather.h \
+  >"$tmp/header_check.cpp"
 printf 'int main() { return 0; }\n' >>"$tmp/header_check.cpp"
 "$cxx" -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I"$runtime/include" -I"$cuda_include" "$tmp/header_check.cpp"
-echo "compile_check: ok  hectorgen/graph.h, runtime_version.h, segments.h, tc_fragments.h as plain C++17"
+echo "compile_check: ok  hectorgen/graph.h, runtime_version.h, segments.h, tc_fragments.h, unified.h, unified_pool.h," \
+  "unified_gather.h as plain C++17"
 
 torch_query='from torch.utils.cpp_extension import include_paths; print(" ".join(include_paths()))'
 if torch_includes="$("$python" -c "$torch_query" 2>/dev/null)"; then
@@ -93,7 +101,8 @@ if torch_includes="$("$python" -c "$torch_query" 2>/dev/null)"; then
   flags=(-std=c++20 -Wall -Wextra -Werror -fsyntax-only -DTORCH_EXTENSION_NAME=hectorgen_runtime_C
          -I"$runtime/include" -I"$runtime/torch/include" -isystem "$cuda_include" -isystem "$python_include")
   for dir in $torch_includes; do flags+=(-isystem "$dir"); done
-  for source in "$runtime/torch/graph_preprocess_torch.cpp" "$runtime/torch/python_module.cpp"; do
+  for source in "$runtime/torch/graph_preprocess_torch.cpp" "$runtime/torch/python_module.cpp" \
+                "$runtime/torch/unified_torch.cpp" "$runtime/torch/unified_python.cpp"; do
     "$cxx" "${flags[@]}" "$source"
     echo "compile_check: ok  $(basename "$source") (libtorch binding)"
   done

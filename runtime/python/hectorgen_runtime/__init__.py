@@ -299,8 +299,11 @@ def extension_sources() -> list:
     """The C++/CUDA sources of the extension (for torch.utils.cpp_extension), from a source checkout."""
     return [
         str(_RUNTIME_ROOT / "src" / "graph_preprocess.cu"),
+        str(_RUNTIME_ROOT / "src" / "unified.cu"),
         str(_RUNTIME_ROOT / "torch" / "graph_preprocess_torch.cpp"),
+        str(_RUNTIME_ROOT / "torch" / "unified_torch.cpp"),
         str(_RUNTIME_ROOT / "torch" / "python_module.cpp"),
+        str(_RUNTIME_ROOT / "torch" / "unified_python.cpp"),
     ]
 
 
@@ -582,3 +585,23 @@ class Graph:
 
 
 _TENSOR_FIELDS = frozenset(_KEY_LAYOUT)
+
+
+# Unified tensors (pinned, GPU-mapped host memory gathered over PCIe): hectorgen_runtime/unified.py. The function
+# `unified` takes the package attribute of the same name (`from hectorgen_runtime.unified import X` still reads the
+# module, which is sys.modules["hectorgen_runtime.unified"]).
+from .unified import (  # noqa: E402
+    NotPinnableError,
+    PinnedMemoryError,
+    UnifiedTensor,
+    calibrate,
+    check_gather_errors,
+    empty_unified,
+    gather,
+    is_unified,
+    pool_stats,
+    set_pool_limit,
+    to_unified,
+    trim_pool,
+    unified,
+)
