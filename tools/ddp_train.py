@@ -406,7 +406,7 @@ class StepInputs:
     def tensors(self):
         g = [getattr(self.graph, f.name) for f in dataclasses.fields(self.graph)] \
             if dataclasses.is_dataclass(self.graph) else list(vars(self.graph).values())
-        return [t for t in (*g, self.x, self.at, self.nodes) if isinstance(t, torch.Tensor)]
+        return [t for t in (*g, self.x, self.at, self.nodes) if isinstance(t, torch.Tensor) and t.is_cuda]
 
 
 class Trainer:
@@ -460,7 +460,7 @@ class Trainer:
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             with clock.phase(step, "select"):
                 mine = self.shard_of(global_batch(self.train_nodes, step, self.a.batch, self.a.seed), rank, world)
-                nodes = mine.pin_memory().to(self.device, non_blocking=True) if clock.cuda else mine.to(self.device)
+                nodes = mine.contiguous().pin_memory().to(self.device, non_blocking=True) if clock.cuda else mine
             if self.a.mode == "full":
                 inputs = StepInputs(self.full, self.x, nodes, nodes)
             else:
@@ -619,7 +619,7 @@ def gather_ranks(t: torch.Tensor, info, device) -> torch.Tensor:
     """[world, *t.shape] on the CPU: every rank's ``t`` (float64), in rank order."""
     if not info.distributed:
         return t.unsqueeze(0)
-    t = t.to(device).contiguous()
+    t = t.to(device if dist.get_backend() == "nccl" else "cpu").contiguous()
     parts = [torch.empty_like(t) for _ in range(info.world_size)]
     dist.all_gather(parts, t)
     return torch.stack(parts).cpu()
