@@ -14,8 +14,8 @@ labelled nodes) is the same for every GPU count (strong scaling): N
 GPUs split it, so the speed-up is T(1 GPU) / T(N GPUs) per step and the efficiency speed-up / N. The graphs are
 generated (and cached, bench/datasets.py) once before the first launch. A run that would start after --budget-s
 seconds is skipped and says so. --shards: how a batch is split (tools/ddp_train.py --shard; "cost" runs only on 2
-or more GPUs, one GPU being the same either way). --sync-debug-run adds, per graph and model, a 1-GPU run that counts
-the host synchronisations per phase (--sync-debug; tagged "syncdebug", not in the scaling table).
+or more GPUs, one GPU being the same either way). --sync-debug-run adds, per graph and model, a 2-GPU run (1 GPU
+where there is one) that counts the host synchronisations per phase (--sync-debug; tagged "syncdebug", not in the scaling table).
 
 Modes (docs/distributed.md): khop (default) runs each rank on the exact 2-hop in-neighbourhood subgraph of its own
 nodes, so a rank's work shrinks with its shard; full runs every rank over the whole graph (replicated full-graph
@@ -72,7 +72,8 @@ def run(a) -> int:
     jobs = [(g, m, mode, sh, n, [], "scaling") for i, sh in enumerate(a.shards) for g in a.graphs
             for m in a.models for mode in a.modes for n in gpus if i == 0 or n > 1]
     if a.sync_debug_run:
-        jobs += [(g, m, a.modes[0], a.shards[0], 1, ["--sync-debug", "--steps", "10"], "syncdebug")
+        n = max(k for k in gpus if k <= 2)   # 2 GPUs where there are: DDP's own synchronisations count too
+        jobs += [(g, m, a.modes[0], a.shards[0], n, ["--sync-debug", "--steps", "10"], "syncdebug")
                  for g in a.graphs for m in a.models]
     failed = 0
     for g, m, mode, sh, n, extra, tag in jobs:

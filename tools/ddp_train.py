@@ -860,6 +860,7 @@ def main(argv=None) -> int:
             f"diff {result.get('max_rel', float('nan')):.1e} (tol {a.tol:g}), rerun bit-identical "
             f"{c.get('rerun_bit_identical')}, ranks identical {c.get('ranks_identical')}, all gradients {not missing}")
     if info.distributed:
+        dist.barrier()   # no rank tears its connections down while another still works (gloo aborts on that)
         dist.destroy_process_group()
     return 0 if ok else 1
 
