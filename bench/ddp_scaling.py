@@ -171,7 +171,7 @@ def sync_rows(rows: list) -> list:
     """Host synchronisations per step and phase of the --sync-debug runs."""
     lines = ["| graph | model | mode | GPUs | " + " | ".join(PHASES) + " |", "|---|---|---|---:|" + "---:|" * len(PHASES)]
     for r in rows:
-        if r.get("phases"):
+        if r.get("phases") and r.get("gpu"):   # (CPU runs have nothing to count)
             lines.append(f"| {r['graph']} | {r['model']} | {r['mode']} | {r['world_size']} | " +
                          " | ".join(f"{max(r['phases'][k]['syncs']):g}" for k in PHASES) + " |")
     return lines
