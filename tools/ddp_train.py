@@ -189,15 +189,17 @@ def balanced_shard(batch: torch.Tensor, cost: torch.Tensor, rank: int, world: in
 def khop_in_subgraph(src, dst, num_nodes: int, seeds, hops: int = 2):
     """The subgraph a ``hops``-layer message-passing model needs for exact outputs at ``seeds``: every in-edge of
     the nodes within hops - 1 in-steps of the seeds. Returns (nodes: sorted old ids, edge ids in their original
-    order, the seeds' positions among ``nodes``)."""
-    inside = torch.zeros(num_nodes, dtype=torch.bool, device=src.device)
+    order, old id -> position among ``nodes``, -1 outside). Two host synchronisations (the two sizes), whatever
+    ``hops``: a hop marks the sources of the selected edges by scattering into one spare slot for the others
+    instead of compacting them."""
+    inside = torch.zeros(num_nodes + 1, dtype=torch.bool, device=src.device)   # [num_nodes]: the spare slot
     inside[seeds] = True
     for h in range(hops):
         emask = inside[dst]
         if h + 1 < hops:
-            inside[src[emask]] = True
+            inside[torch.where(emask, src, num_nodes)] = True
     eids = emask.nonzero().squeeze(1)
-    keep = inside.clone()
+    keep = inside[:num_nodes].clone()
     keep[src[eids]] = True
     nodes = keep.nonzero().squeeze(1)
     new_id = torch.full((num_nodes,), -1, dtype=torch.int64, device=src.device)

@@ -7,7 +7,7 @@
    of one epoch disjoint and of equal size (the remainder dropped); the shards of 1, 2, 3 and 4 ranks are disjoint, cover the batch and differ in size
    by at most one.
    --shard cost: balanced_shard's shards are disjoint, cover the batch, sizes within one, spread costly nodes that
-   striding piles on one rank; khop_cost counts 2-hop in-paths. StepClock and timing_summary (the per-phase timing).
+   striding piles on one rank; khop_cost counts 2-hop in-paths; khop_in_subgraph against a plain BFS. StepClock and timing_summary (the per-phase timing).
 2. the global-mean loss: the sum over ranks of the gradients of the ranks' losses (their nodes' cross-entropies
    divided by the GLOBAL batch size) equals the gradient of the mean loss over the global batch, for 2 and 3 ranks,
    with the plain-PyTorch stand-in layers of RGAT and HGT; and --mode khop's 2-hop subgraph gives the batch's nodes
@@ -127,6 +127,22 @@ def test_balanced_shard():
     for v in range(0, g.num_nodes, 7):
         want = len(ins.get(v, [])) + sum(len(ins.get(u, [])) for u in ins.get(v, []))
         check(int(kc[v]) == want, f"khop_cost[{v}] = {int(kc[v])}, the 2-hop in-paths are {want}")
+
+
+def test_khop_subgraph():
+    """khop_in_subgraph against a plain-Python breadth-first search: the nodes within 2 in-steps of the seeds, every
+    in-edge of the seeds and of their in-neighbours, and the old -> new id map."""
+    g = ddp_train.load_graph("mini", 0)
+    src, dst = g.src.tolist(), g.dst.tolist()
+    for seeds in ([0], [5, 17, 33], list(range(0, g.num_nodes, 9)), [g.num_nodes - 1]):
+        nodes, eids, new_id = ddp_train.khop_in_subgraph(g.src, g.dst, g.num_nodes, torch.tensor(seeds), hops=2)
+        hop1 = set(seeds) | {s_ for s_, d_ in zip(src, dst) if d_ in seeds}
+        want_e = [e for e, d_ in enumerate(dst) if d_ in hop1]
+        want_n = sorted(hop1 | {src[e] for e in want_e})
+        check(eids.tolist() == want_e, f"seeds {seeds}: edges {eids.tolist()[:10]}..., want {want_e[:10]}...")
+        check(nodes.tolist() == want_n, f"seeds {seeds}: nodes {nodes.tolist()[:10]}..., want {want_n[:10]}...")
+        check(new_id[nodes].tolist() == list(range(len(want_n))) and int((new_id >= 0).sum()) == len(want_n),
+              f"seeds {seeds}: the id map")
 
 
 def test_step_clock():
@@ -402,7 +418,7 @@ def test_scaling_report():
 
 
 def main() -> int:
-    tests = [test_sharding, test_balanced_shard, test_step_clock, test_global_mean_loss, test_rank_scoped_path, test_scaling_report,
+    tests = [test_sharding, test_balanced_shard, test_khop_subgraph, test_step_clock, test_global_mean_loss, test_rank_scoped_path, test_scaling_report,
              test_generated_module_path, test_check_end_to_end]
     failed = 0
     t0 = time.time()
