@@ -15,7 +15,8 @@ GPUs split it, so the speed-up is T(1 GPU) / T(N GPUs) per step and the efficien
 generated (and cached, bench/datasets.py) once before the first launch. A run that would start after --budget-s
 seconds is skipped and says so. --shards: how a batch is split (tools/ddp_train.py --shard; "cost" runs only on 2
 or more GPUs, one GPU being the same either way). --sync-debug-run adds, per graph and model, a 2-GPU run (1 GPU
-where there is one) that counts the host synchronisations per phase (--sync-debug; tagged "syncdebug", not in the scaling table).
+where there is one) that counts the host synchronisations per phase (--sync-debug; tagged "syncdebug", not in the
+scaling table).
 
 Modes (docs/distributed.md): khop (default) runs each rank on the exact 2-hop in-neighbourhood subgraph of its own
 nodes, so a rank's work shrinks with its shard; full runs every rank over the whole graph (replicated full-graph
@@ -169,7 +170,8 @@ def phase_rows(entries: list) -> list:
 
 def sync_rows(rows: list) -> list:
     """Host synchronisations per step and phase of the --sync-debug runs."""
-    lines = ["| graph | model | mode | GPUs | " + " | ".join(PHASES) + " |", "|---|---|---|---:|" + "---:|" * len(PHASES)]
+    lines = ["| graph | model | mode | GPUs | " + " | ".join(PHASES) + " |",
+             "|---|---|---|---:|" + "---:|" * len(PHASES)]
     for r in rows:
         if r.get("phases") and r.get("gpu"):   # (CPU runs have nothing to count)
             lines.append(f"| {r['graph']} | {r['model']} | {r['mode']} | {r['world_size']} | " +
@@ -190,8 +192,8 @@ def markdown(entries: list, sources: list, syncs: list = ()) -> str:
              "All-reduce: DDP's own measurement of one sampled step, the time its bucket all-reduces took "
              "and, in parentheses, how much of it overlapped the backward's computation (it includes the wait for "
              "the slowest rank: see the breakdown below).", "",
-             "| graph | model | mode | shard | GPU | GPUs | global batch | step (ms) median / mean | labelled nodes/s | "
-             "speed-up | efficiency | all-reduce ms (overlapped) | loss first → last |",
+             "| graph | model | mode | shard | GPU | GPUs | global batch | step (ms) median / mean | "
+             "labelled nodes/s | speed-up | efficiency | all-reduce ms (overlapped) | loss first → last |",
              "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for e in entries:
         lines.append(f"| {e['graph']} ({e['nodes']:,} nodes, {e['edges']:,} edges) | {e['model']} | {e['mode']} | "

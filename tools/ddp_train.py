@@ -673,7 +673,8 @@ def phase_table(timing: dict, gpu: bool) -> list:
     lines.append(f"  step: mean {timing['mean_step_ms']:.2f} ms, median {timing['median_step_ms']:.2f} ms, range "
                  f"{timing['step_ms_spread'][0]:.2f} .. {timing['step_ms_spread'][1]:.2f} ms, wall clock "
                  f"{timing['wall_step_ms']:.2f} ms per step; subgraph edges per rank "
-                 f"{', '.join(f'{e:,.0f}' for e in timing['subgraph_edges'])} (max / mean {timing['edge_imbalance']:.2f})")
+                 f"{', '.join(f'{e:,.0f}' for e in timing['subgraph_edges'])} "
+                 f"(max / mean {timing['edge_imbalance']:.2f})")
     return lines
 
 

@@ -7,7 +7,8 @@
    of one epoch disjoint and of equal size (the remainder dropped); the shards of 1, 2, 3 and 4 ranks are disjoint, cover the batch and differ in size
    by at most one.
    --shard cost: balanced_shard's shards are disjoint, cover the batch, sizes within one, spread costly nodes that
-   striding piles on one rank; khop_cost counts 2-hop in-paths; khop_in_subgraph against a plain BFS. StepClock and timing_summary (the per-phase timing).
+   striding piles on one rank; khop_cost counts 2-hop in-paths; khop_in_subgraph against a plain BFS; StepClock
+   and timing_summary (the per-phase timing).
 2. the global-mean loss: the sum over ranks of the gradients of the ranks' losses (their nodes' cross-entropies
    divided by the GLOBAL batch size) equals the gradient of the mean loss over the global batch, for 2 and 3 ranks,
    with the plain-PyTorch stand-in layers of RGAT and HGT; and --mode khop's 2-hop subgraph gives the batch's nodes
@@ -418,7 +419,8 @@ def test_scaling_report():
 
 
 def main() -> int:
-    tests = [test_sharding, test_balanced_shard, test_khop_subgraph, test_step_clock, test_global_mean_loss, test_rank_scoped_path, test_scaling_report,
+    tests = [test_sharding, test_balanced_shard, test_khop_subgraph, test_step_clock, test_global_mean_loss,
+             test_rank_scoped_path, test_scaling_report,
              test_generated_module_path, test_check_end_to_end]
     failed = 0
     t0 = time.time()
