@@ -190,14 +190,15 @@ def khop_in_subgraph(src, dst, num_nodes: int, seeds, hops: int = 2):
     """The subgraph a ``hops``-layer message-passing model needs for exact outputs at ``seeds``: every in-edge of
     the nodes within hops - 1 in-steps of the seeds. Returns (nodes: sorted old ids, edge ids in their original
     order, old id -> position among ``nodes``, -1 outside). Two host synchronisations (the two sizes), whatever
-    ``hops``: a hop marks the sources of the selected edges by scattering into one spare slot for the others
-    instead of compacting them."""
-    inside = torch.zeros(num_nodes + 1, dtype=torch.bool, device=src.device)   # [num_nodes]: the spare slot
+    ``hops``: a hop marks the sources of the selected edges with a scatter that sends the other edges to spare
+    slots past the nodes (1024 of them, by destination: no single hot address) instead of compacting them."""
+    spare = 1024
+    inside = torch.zeros(num_nodes + spare, dtype=torch.bool, device=src.device)
     inside[seeds] = True
     for h in range(hops):
         emask = inside[dst]
         if h + 1 < hops:
-            inside[torch.where(emask, src, num_nodes)] = True
+            inside[torch.where(emask, src, num_nodes + dst % spare)] = True
     eids = emask.nonzero().squeeze(1)
     keep = inside[:num_nodes].clone()
     keep[src[eids]] = True
