@@ -2,6 +2,7 @@
 # Data-parallel scaling in one command on a machine with several GPUs (run from anywhere; docs/distributed.md):
 #
 #   bench/ddp_run.sh [options of bench/ddp_scaling.py --run]   e.g. --gpus 1,2,4 --graphs mag,wikikg2 --models rgat
+#                                                                    --shards stride,cost --sync-debug-run
 #   bench/ddp_run.sh --prepare [--models M]      steps 1-3 only (a warm machine keeps them for the next call)
 #
 # 1. hectorgen: $HECTORGEN, build/hectorgen or build/hg_bundle/hectorgen (the first that runs); without one the
@@ -9,7 +10,8 @@
 # 2. the hectorgen runtime, built and installed once into $HG_BENCH_DIR/runtime-prefix (default build/bench/, shared
 #    with bench/run.sh and rebuilt when runtime/ changes).
 # 3. bench.py --prepare: the fp32 modules of the selected models generated into $HG_BENCH_DIR/gen and built.
-# 4. a 2-process NCCL --check of the first model on the 'small' graph (weights vs 1 process, bit-identical rerun).
+# 4. a 2-process NCCL --check of the first model on the 'small' graph in khop mode with cost shards and the subgraphs
+#    prefetched on a side stream (weights vs 1 process, bit-identical rerun).
 # 5. bench/ddp_scaling.py --run: torchrun on 1, 2, 4 GPUs (those present) per graph; JSON lines in
 #    $OUT/ddp_scaling.jsonl, the check in $OUT/ddp_check.jsonl, everything printed in $OUT/ddp.log; the table last.
 # The whole command stays under DDP_LIMIT_S (default 470) seconds, so it fits one 8-minute call. NVLink multicast stays
@@ -121,11 +123,11 @@ if ((PREPARE_ONLY)); then log "--prepare: done in ${SECONDS}s"; exit 0; fi
 NGPU="$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
 check_rc=0
 if ((NGPU >= 2)); then
-  log "check: ${MODELS%%,*}, 2 processes on 2 GPUs over NCCL"
+  log "check: ${MODELS%%,*}, 2 processes on 2 GPUs over NCCL, khop mode (subgraphs prefetched), cost shards"
   rm -f "$OUT/ddp_check.jsonl"
   timeout -k 5 60 python3 -m torch.distributed.run --standalone --nproc_per_node=2 tools/ddp_train.py \
-    --model "${MODELS%%,*}" --check --graph small --steps 4 --batch 512 --backend nccl --generated "$WORK/gen" \
-    --out "$OUT/ddp_check.jsonl" || check_rc=$?
+    --model "${MODELS%%,*}" --check --graph small --mode khop --shard cost --steps 6 --batch 512 --backend nccl \
+    --generated "$WORK/gen" --out "$OUT/ddp_check.jsonl" || check_rc=$?
 else
   log "check: SKIPPED ($NGPU GPU(s): NCCL needs one GPU per process)"
 fi

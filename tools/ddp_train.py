@@ -29,12 +29,27 @@ over the same global batches (run by rank 0 alone) within fp32 tolerance (max |a
 about lr whatever its gradient's size, which turns rounding into lr-sized differences). HG_DDP_BUG=1 makes the
 comm hook skip the all-reduce of one parameter (the first layer's first weight): the check must then fail.
 
+Timing: nothing synchronises inside a step. Every rank times every phase of every step (PHASES: select, khop,
+prepare, forward, loss, backward, allreduce, optimizer) with the host's clock and CUDA events (StepClock), reads the
+events once after the last step and rank 0 gathers them: the summary says, per phase, the fastest and the slowest
+rank (mean over the timed steps, the first --warmup steps left out). "allreduce" is the time from the moment the
+last gradient bucket is ready on this rank to the end of its reduction: the NCCL transfer plus the wait for the
+slowest rank. A step's time is the interval between the starts of consecutive steps on the GPU's timeline (host
+clock on the CPU), the slowest rank's. --prefetch (khop mode on GPUs) builds the next step's subgraph (select, khop,
+prepare) on a side stream while the GPU runs the current step, so their host synchronisations wait for that stream
+alone. --shard cost deals the batch to the ranks by the size of their 2-hop in-neighbourhoods (balanced_shard)
+instead of every world-th node. --sync-debug counts per phase the host synchronisations torch reports
+(torch.cuda.set_sync_debug_mode("warn")).
+
 Output: progress lines on rank 0; --out FILE gets JSON lines (one per step: loss, step time as the slowest rank saw
-it; then one summary: median step time, throughput in labelled nodes per second, the weights' digest, the check).
+it, every rank's step time, subgraph size and phase times; then one summary: mean and median step time, throughput in
+labelled nodes per second, the per-phase breakdown, the weights' digest, the check).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -44,6 +59,7 @@ import re
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -149,23 +165,143 @@ def shard(batch: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     return batch[rank::world]
 
 
+def khop_cost(src, dst, num_nodes: int) -> torch.Tensor:
+    """[num_nodes] int64: an estimate of the edges of each node's 2-hop in-neighbourhood, its in-degree plus its
+    in-neighbours' in-degrees (shared neighbours counted once per path)."""
+    deg = torch.bincount(dst, minlength=num_nodes)
+    return deg + torch.zeros(num_nodes, dtype=torch.int64).index_add_(0, dst, deg[src])
+
+
+def balanced_shard(batch: torch.Tensor, cost: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+    """Rank ``rank``'s part of a global batch, balanced by ``cost`` (per node id, e.g. khop_cost): the batch's nodes
+    in decreasing order of cost (ties by position) are dealt to the ranks like cards in a snake, 0, 1, .., w-1,
+    w-1, .., 0, 0, 1, .., so every rank gets one node of every w consecutive costs; the shard keeps batch order.
+    Disjoint, covering, sizes within one, the same on every rank."""
+    if not 0 <= rank < world:
+        raise ValueError(f"rank {rank} is not in 0..{world - 1}")
+    order = torch.sort(cost[batch], descending=True, stable=True).indices
+    i = torch.arange(batch.numel())
+    col = i % world
+    owner = torch.where((i // world) % 2 == 0, col, world - 1 - col)
+    return batch[order[owner == rank].sort().values]
+
+
 def khop_in_subgraph(src, dst, num_nodes: int, seeds, hops: int = 2):
     """The subgraph a ``hops``-layer message-passing model needs for exact outputs at ``seeds``: every in-edge of
     the nodes within hops - 1 in-steps of the seeds. Returns (nodes: sorted old ids, edge ids in their original
-    order, the seeds' positions among ``nodes``)."""
-    inside = torch.zeros(num_nodes, dtype=torch.bool, device=src.device)
+    order, old id -> position among ``nodes``, -1 outside). Two host synchronisations (the two sizes), whatever
+    ``hops``: a hop marks the sources of the selected edges with a scatter that sends the other edges to spare
+    slots past the nodes (1024 of them, by destination: no single hot address) instead of compacting them."""
+    spare = 1024
+    inside = torch.zeros(num_nodes + spare, dtype=torch.bool, device=src.device)
     inside[seeds] = True
     for h in range(hops):
         emask = inside[dst]
         if h + 1 < hops:
-            inside[src[emask]] = True
+            inside[torch.where(emask, src, num_nodes + dst % spare)] = True
     eids = emask.nonzero().squeeze(1)
-    keep = inside.clone()
+    keep = inside[:num_nodes].clone()
     keep[src[eids]] = True
     nodes = keep.nonzero().squeeze(1)
     new_id = torch.full((num_nodes,), -1, dtype=torch.int64, device=src.device)
     new_id[nodes] = torch.arange(nodes.numel(), device=src.device)
     return nodes, eids, new_id
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Timing
+
+PHASES = ("select", "khop", "prepare", "forward", "loss", "backward", "allreduce", "optimizer")
+
+
+class StepClock:
+    """Where one rank's training steps go, phase by phase (PHASES), without synchronising inside a step: the host's
+    perf_counter at every phase boundary and, on a GPU, a CUDA event recorded there on the current stream (the side
+    stream for prefetched phases); the events are read once, after the last step (``result``). A phase's GPU time
+    is the time between its boundary events on the GPU's timeline: its kernels, plus any time the stream waited for
+    the host or for another stream. The backward phase is split at the moment the last gradient bucket became ready
+    (``bucket_ready``, called by the DDP comm hook): "backward" before it, "allreduce" after it (the reduction of the
+    last bucket: the transfer plus the wait for the slowest rank). With ``count_syncs`` the host synchronisations
+    torch reports (torch.cuda.set_sync_debug_mode("warn")) are counted per phase."""
+
+    def __init__(self, device: torch.device, count_syncs: bool = False):
+        self.cuda = device.type == "cuda"
+        self.count_syncs = count_syncs and self.cuda
+        self.records = {}     # step -> {phase: [host start, host end, start event, end event, syncs]}
+        self.marks = {}       # step -> (host time, main-stream event) at the start of the step
+        self.sizes = {}       # step -> (subgraph nodes, subgraph edges)
+        self.ready = None     # (host time, event) of the last bucket that became ready in the current backward
+        self._caught = None
+
+    def _event(self):
+        if not self.cuda:
+            return None
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    @contextlib.contextmanager
+    def watch_syncs(self):
+        """Collects torch's synchronisation warnings while the steps run (count_syncs only)."""
+        if not self.count_syncs:
+            yield
+            return
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            previous = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("warn")
+            self._caught = caught
+            try:
+                yield
+            finally:
+                torch.cuda.set_sync_debug_mode(previous)
+                self._caught = None
+
+    def _syncs(self) -> int:
+        return 0 if self._caught is None else sum("synchroniz" in str(w.message) for w in self._caught)
+
+    def mark(self, step: int):
+        self.marks[step] = (time.perf_counter(), self._event())
+
+    @contextlib.contextmanager
+    def phase(self, step: int, name: str):
+        n0, e0, t0 = self._syncs(), self._event(), time.perf_counter()
+        yield
+        t1, e1 = time.perf_counter(), self._event()
+        self.records.setdefault(step, {})[name] = [t0, t1, e0, e1, self._syncs() - n0]
+
+    def bucket_ready(self):
+        self.ready = (time.perf_counter(), self._event())
+
+    def split_backward(self, step: int):
+        """Splits the step's backward phase where its last gradient bucket became ready (DDP runs only)."""
+        rec = self.records[step]
+        if self.ready is not None and "backward" in rec:
+            t0, t1, e0, e1, syncs = rec["backward"]
+            t_ready, e_ready = self.ready
+            rec["backward"] = [t0, t_ready, e0, e_ready, syncs]
+            rec["allreduce"] = [t_ready, t1, e_ready, e1, 0]
+        self.ready = None
+
+    def result(self, steps: int) -> dict:
+        """Per step (synchronises once): "phases" [steps, len(PHASES), 3] host ms, GPU ms (host ms on the CPU) and
+        host synchronisations; "step_ms" [steps] between the starts of consecutive steps (GPU timeline on a GPU);
+        "sizes" [steps, 2] subgraph nodes and edges (0 in full mode). float64 tensors."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        phases = torch.zeros(steps, len(PHASES), 3, dtype=torch.float64)
+        for s, rec in self.records.items():
+            for name, (t0, t1, e0, e1, syncs) in rec.items():
+                k = PHASES.index(name)
+                phases[s, k, 0] = (t1 - t0) * 1e3
+                phases[s, k, 1] = e0.elapsed_time(e1) if self.cuda else (t1 - t0) * 1e3
+                phases[s, k, 2] = syncs
+        step_ms = torch.zeros(steps, dtype=torch.float64)
+        for s in range(steps):
+            (h0, e0), (h1, e1) = self.marks[s], self.marks[s + 1]
+            step_ms[s] = e0.elapsed_time(e1) if self.cuda else (h1 - h0) * 1e3
+        sizes = torch.tensor([self.sizes.get(s, (0, 0)) for s in range(steps)], dtype=torch.float64)
+        return {"phases": phases, "step_ms": step_ms, "sizes": sizes.reshape(steps, 2)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -216,15 +352,18 @@ def load_layer(a, info):
 
 
 class HookState:
-    """The comm hook's state: the parameter whose all-reduce HG_DDP_BUG=1 skips (None: none)."""
+    """The comm hook's state: the parameter whose all-reduce HG_DDP_BUG=1 skips (None: none) and the StepClock told
+    when a bucket is ready (None: none)."""
 
-    def __init__(self, skip=None):
-        self.skip = skip
+    def __init__(self, skip=None, clock=None):
+        self.skip, self.clock = skip, clock
 
 
 def allreduce_sum_hook(state: HookState, bucket):
     """DDP comm hook: all-reduce SUM of the bucket (DDP's default divides by the world size; the loss is already
     divided by the global batch). With state.skip set, that parameter's slice keeps this rank's own gradient."""
+    if state.clock is not None:
+        state.clock.bucket_ready()
     buf = bucket.buffer()
     keep = None
     if state.skip is not None:
@@ -243,18 +382,34 @@ def allreduce_sum_hook(state: HookState, bucket):
     return fut.then(done)
 
 
-def wrap_ddp(model, a, device):
+def wrap_ddp(model, a, device, clock=None):
     from torch.nn.parallel import DistributedDataParallel as DDP
     ddp = DDP(model, device_ids=[device] if device.type == "cuda" else None, bucket_cap_mb=a.bucket_mb,
               broadcast_buffers=False, find_unused_parameters=False, static_graph=a.static_graph)
     skip = model.layer1.get_parameter(next(n for n, _ in model.layer1.named_parameters())) \
         if os.environ.get(BUG_ENV, "") not in ("", "0") else None
-    ddp.register_comm_hook(HookState(skip), allreduce_sum_hook)
+    ddp.register_comm_hook(HookState(skip, clock), allreduce_sum_hook)
     return ddp
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Training
+
+
+@dataclasses.dataclass
+class StepInputs:
+    """A step's inputs on one rank: the prepared (sub)graph, its features, the positions of the rank's nodes in the
+    model's output, the nodes (for the labels) and, when built on a side stream, the event that ends their work."""
+    graph: object
+    x: torch.Tensor
+    at: torch.Tensor
+    nodes: torch.Tensor
+    ready: object = None
+
+    def tensors(self):
+        g = [getattr(self.graph, f.name) for f in dataclasses.fields(self.graph)] \
+            if dataclasses.is_dataclass(self.graph) else list(vars(self.graph).values())
+        return [t for t in (*g, self.x, self.at, self.nodes) if isinstance(t, torch.Tensor) and t.is_cuda]
 
 
 class Trainer:
@@ -275,56 +430,108 @@ class Trainer:
         self.etype, self.ntype = graph.etype.to(device), graph.ntype.to(device)
         self.full = self.prepare(self.src, self.dst, self.etype, graph.num_nodes, self.ntype) \
             if a.mode == "full" else None
+        self.cost = khop_cost(graph.src, graph.dst, graph.num_nodes) if a.shard == "cost" else None
 
     def prepare(self, src, dst, etype, n, ntype):
         return self.mod.prepare_graph(src, dst, etype, n, self.graph.num_etypes, ntype=ntype,
                                       num_ntypes=self.graph.num_ntypes)
 
+    def shard_of(self, batch, rank: int, world: int):
+        return shard(batch, rank, world) if self.cost is None else balanced_shard(batch, self.cost, rank, world)
+
+    def subgraph(self, nodes):
+        """khop mode: (the nodes of ``nodes``' 2-hop in-neighbourhood, its edge ids, old id -> new id)."""
+        return khop_in_subgraph(self.src, self.dst, self.graph.num_nodes, nodes, hops=2)
+
+    def prepare_subgraph(self, keep, eids, new_id):
+        return self.prepare(new_id[self.src[eids]], new_id[self.dst[eids]], self.etype[eids], int(keep.numel()),
+                            self.ntype[keep])
+
     def step_inputs(self, nodes):
         """(prepared graph, features, positions of ``nodes`` in the model's output) for one step."""
         if self.a.mode == "full":
             return self.full, self.x, nodes
-        keep, eids, new_id = khop_in_subgraph(self.src, self.dst, self.graph.num_nodes, nodes, hops=2)
-        g = self.prepare(new_id[self.src[eids]], new_id[self.dst[eids]], self.etype[eids], int(keep.numel()),
-                         self.ntype[keep])
-        return g, self.x[keep], new_id[nodes]
+        keep, eids, new_id = self.subgraph(nodes)
+        return self.prepare_subgraph(keep, eids, new_id), self.x[keep], new_id[nodes]
+
+    def stage(self, step: int, world: int, rank: int, clock: StepClock, stream=None) -> "StepInputs":
+        """Step ``step``'s inputs on this rank, timed by ``clock`` (phases select, khop, prepare), queued on
+        ``stream`` (None: the current stream). With a stream, the step's stream must wait for ``ready`` and the
+        tensors are marked as used by the current stream (the caching allocator then keeps them until its work
+        is done)."""
+        main = torch.cuda.current_stream(self.device) if stream is not None else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            with clock.phase(step, "select"):
+                mine = self.shard_of(global_batch(self.train_nodes, step, self.a.batch, self.a.seed), rank, world)
+                nodes = mine.contiguous().pin_memory().to(self.device, non_blocking=True) if clock.cuda else mine
+            if self.a.mode == "full":
+                inputs = StepInputs(self.full, self.x, nodes, nodes)
+            else:
+                with clock.phase(step, "khop"):
+                    keep, eids, new_id = self.subgraph(nodes)
+                with clock.phase(step, "prepare"):
+                    g = self.prepare_subgraph(keep, eids, new_id)
+                    inputs = StepInputs(g, self.x[keep], new_id[nodes], nodes)
+                clock.sizes[step] = (int(keep.numel()), int(eids.numel()))
+            if stream is not None:
+                inputs.ready = stream.record_event()
+                for t in inputs.tensors():
+                    t.record_stream(main)
+        return inputs
 
     def new_model(self):
         torch.manual_seed(self.a.seed)
         g = self.graph
         return Classifier(self.cls, g.num_etypes, g.num_ntypes, IN_DIM, self.a.classes, self.device)
 
-    def run(self, world: int, rank: int, optimizer: str, ddp: bool, log=None):
-        """Trains a fresh model for --steps steps as rank ``rank`` of ``world``; returns (model, per-step local
-        losses, per-step times in s, the names of parameters that missed a gradient at some step)."""
+    def run(self, world: int, rank: int, optimizer: str, ddp: bool, clock: StepClock = None):
+        """Trains a fresh model for --steps steps as rank ``rank`` of ``world``, timed by ``clock`` (a new one
+        without); returns (model, per-step local losses, the names of parameters that missed a gradient at some
+        step, the wall time of the steps after the warm-up in s)."""
         a = self.a
+        clock = clock or StepClock(self.device)
         model = self.new_model()
-        net = wrap_ddp(model, a, self.device) if ddp else model
+        net = wrap_ddp(model, a, self.device, clock) if ddp else model
         if optimizer == "sgd":
             opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
         else:
             opt = torch.optim.Adam(model.parameters(), lr=a.lr)
-        losses, times, missing = [], [], set()
-        every = max(1, a.steps // 10)
-        for step in range(a.steps):
-            batch = global_batch(self.train_nodes, step, a.batch, a.seed)
-            mine = shard(batch, rank, world).to(self.device)
-            sync(self.device)
-            t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            g, x, at = self.step_inputs(mine)
-            logits = net(g, x)[at]
-            loss = F.cross_entropy(logits, self.y[mine], reduction="sum") / batch.numel()
-            loss.backward()
-            missing |= {n for n, p in model.named_parameters() if p.grad is None}
-            opt.step()
-            sync(self.device)
-            times.append(time.perf_counter() - t0)
-            losses.append(loss.detach())
-            if log and (step % every == 0 or step == a.steps - 1):
-                log(f"step {step + 1:4d}/{a.steps}  local loss {loss.item():.4f}  {times[-1] * 1e3:8.2f} ms")
+        side = torch.cuda.Stream(self.device) if a.prefetch and clock.cuda and a.mode == "khop" else None
+        losses, missing = [], set()
+        warmup = min(a.warmup, a.steps - 1)
+        t_timed = time.perf_counter()
+        with clock.watch_syncs():
+            nxt = self.stage(0, world, rank, clock, side) if side is not None else None
+            for step in range(a.steps):
+                if step == warmup:
+                    sync(self.device)   # once: the wall time of the timed steps starts here
+                    t_timed = time.perf_counter()
+                clock.mark(step)
+                if side is None:
+                    inputs = self.stage(step, world, rank, clock)
+                else:
+                    inputs = nxt
+                    torch.cuda.current_stream(self.device).wait_event(inputs.ready)
+                with clock.phase(step, "forward"):
+                    opt.zero_grad(set_to_none=True)
+                    logits = net(inputs.graph, inputs.x)[inputs.at]
+                with clock.phase(step, "loss"):
+                    loss = F.cross_entropy(logits, self.y[inputs.nodes], reduction="sum") / self.batch
+                with clock.phase(step, "backward"):
+                    loss.backward()
+                clock.split_backward(step)
+                missing |= {n for n, p in model.named_parameters() if p.grad is None}
+                with clock.phase(step, "optimizer"):
+                    opt.step()
+                losses.append(loss.detach())
+                del inputs, logits, loss
+                if side is not None and step + 1 < a.steps:
+                    nxt = self.stage(step + 1, world, rank, clock, side)   # while the GPU runs this step
+            clock.mark(a.steps)
+        sync(self.device)
+        wall = time.perf_counter() - t_timed
         self.ddp_stats = ddp_stats(net) if ddp else {}
-        return model, torch.stack(losses).double(), torch.tensor(times, dtype=torch.float64), sorted(missing)
+        return model, torch.stack(losses).double(), sorted(missing), wall
 
     @torch.no_grad()
     def accuracy(self, model) -> float:
@@ -411,6 +618,67 @@ def rank_spread(weights: dict, info) -> float:
     return float(max_over_ranks(worst, info).item())
 
 
+def gather_ranks(t: torch.Tensor, info, device) -> torch.Tensor:
+    """[world, *t.shape] on the CPU: every rank's ``t`` (float64), in rank order."""
+    if not info.distributed:
+        return t.unsqueeze(0)
+    t = t.to(device if dist.get_backend() == "nccl" else "cpu").contiguous()
+    parts = [torch.empty_like(t) for _ in range(info.world_size)]
+    dist.all_gather(parts, t)
+    return torch.stack(parts).cpu()
+
+
+def timing_summary(phases, step_ms, sizes, wall_s, warmup: int) -> dict:
+    """The timing of a run from every rank's StepClock.result (stacked by gather_ranks): phases [W, S, P, 3] (host
+    ms, GPU ms, synchronisations), step_ms [W, S], sizes [W, S, 2] (subgraph nodes, edges), wall_s [W] (the timed
+    steps' wall time), the first ``warmup`` steps left out of every mean. A step takes as long as its slowest rank.
+    Per phase: every rank's mean over the timed steps, and the fastest and slowest rank."""
+    world, steps = step_ms.shape
+    w = min(warmup, steps - 1)
+    slowest = step_ms.max(0).values
+    timed = slowest[w:].tolist()
+    out = {"warmup": w, "timed_steps": steps - w,
+           "median_step_ms": statistics.median(timed), "mean_step_ms": statistics.fmean(timed),
+           "wall_step_ms": float(wall_s.max()) * 1e3 / (steps - w),
+           "step_ms_spread": [min(timed), max(timed)]}
+    mean = phases[:, w:].mean(1)                        # [W, P, 3]
+    out["phases"] = {}
+    for k, name in enumerate(PHASES):
+        gpu, host, syncs = mean[:, k, 1], mean[:, k, 0], mean[:, k, 2]
+        out["phases"][name] = {"gpu_ms": [round(v, 4) for v in gpu.tolist()],
+                               "host_ms": [round(v, 4) for v in host.tolist()],
+                               "syncs": [round(v, 2) for v in syncs.tolist()],
+                               "slowest_rank": int(gpu.argmax()), "fastest_rank": int(gpu.argmin()),
+                               "gpu_max": float(gpu.max()), "gpu_min": float(gpu.min()),
+                               "host_max": float(host.max()), "host_min": float(host.min())}
+    edges = sizes[:, w:, 1].mean(1)
+    out["subgraph_edges"] = [round(v, 1) for v in edges.tolist()]
+    out["subgraph_nodes"] = [round(v, 1) for v in sizes[:, w:, 0].mean(1).tolist()]
+    out["edge_imbalance"] = float(edges.max() / edges.mean()) if float(edges.mean()) > 0 else 1.0
+    out["per_step"] = [{"step_ms": float(slowest[s]), "rank_step_ms": [round(v, 4) for v in step_ms[:, s].tolist()],
+                        "edges": [int(v) for v in sizes[:, s, 1].tolist()],
+                        "phase_ms_max": {name: round(float(phases[:, s, k, 1].max()), 4)
+                                         for k, name in enumerate(PHASES)}}
+                       for s in range(steps)]
+    return out
+
+
+def phase_table(timing: dict, gpu: bool) -> list:
+    """The printed per-phase breakdown: lines of text."""
+    clock = "GPU timeline" if gpu else "host clock"
+    lines = [f"per phase, ms per step (mean of steps {timing['warmup'] + 1}-{timing['warmup'] + timing['timed_steps']}"
+             f", {clock}), fastest .. slowest rank; host time; host syncs per step:"]
+    for name, p in timing["phases"].items():
+        lines.append(f"  {name:<10} {p['gpu_min']:8.2f} .. {p['gpu_max']:8.2f} (rank {p['slowest_rank']})   host "
+                     f"{p['host_min']:8.2f} .. {p['host_max']:8.2f}   syncs {max(p['syncs']):.1f}")
+    lines.append(f"  step: mean {timing['mean_step_ms']:.2f} ms, median {timing['median_step_ms']:.2f} ms, range "
+                 f"{timing['step_ms_spread'][0]:.2f} .. {timing['step_ms_spread'][1]:.2f} ms, wall clock "
+                 f"{timing['wall_step_ms']:.2f} ms per step; subgraph edges per rank "
+                 f"{', '.join(f'{e:,.0f}' for e in timing['subgraph_edges'])} "
+                 f"(max / mean {timing['edge_imbalance']:.2f})")
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -435,6 +703,13 @@ def parse_args(argv=None):
     p.add_argument("--backend", default=None, choices=["nccl", "gloo"], help="default nccl on GPUs, else gloo")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP gradient bucket size (bucket_cap_mb)")
     p.add_argument("--static-graph", action="store_true", help="DDP(static_graph=True) (same results)")
+    p.add_argument("--warmup", type=int, default=3, help="steps left out of the timing (at most --steps - 1)")
+    p.add_argument("--shard", default="stride", choices=["stride", "cost"],
+                   help="stride: every world-th node of the batch; cost: balanced by 2-hop in-neighbourhood size")
+    p.add_argument("--prefetch", default=True, action=argparse.BooleanOptionalAction,
+                   help="khop mode on GPUs: build the next step's subgraph on a side stream (default on)")
+    p.add_argument("--sync-debug", action="store_true",
+                   help="count host synchronisations per phase (torch.cuda.set_sync_debug_mode('warn'))")
     p.add_argument("--check", action="store_true", help="the correctness check (exit 1 on failure)")
     p.add_argument("--tol", type=float, default=1e-5, help="--check: max |a - b| / max |b| per parameter")
     p.add_argument("--out", default=None, help="append JSON lines here (rank 0)")
@@ -452,8 +727,8 @@ def parse_args(argv=None):
         a.optimizer = "sgd" if a.check else "adam"
     if a.lr is None:
         a.lr = 0.05 if a.optimizer == "sgd" else 0.005
-    if a.steps < 1 or a.batch < 1:
-        p.error("--steps and --batch must be positive")
+    if a.steps < 1 or a.batch < 1 or a.warmup < 0:
+        p.error("--steps and --batch must be positive, --warmup not negative")
     return a
 
 
@@ -507,37 +782,50 @@ def main(argv=None) -> int:
         f"({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), global batch {trainer.batch}, "
         f"{len(trainer.train_nodes)} training nodes, {a.optimizer} lr {a.lr}, setup {setup_s:.1f} s")
 
-    model, losses, times, missing = trainer.run(info.world_size, info.rank, a.optimizer, info.distributed, log)
+    clock = StepClock(device, count_syncs=a.sync_debug)
+    model, losses, missing, wall = trainer.run(info.world_size, info.rank, a.optimizer, info.distributed, clock)
     losses = sum_over_ranks(losses.to(device), info).cpu()       # the global mean loss of every step
-    times = max_over_ranks(times.to(device), info).cpu()         # a step takes as long as its slowest rank
+    t = clock.result(a.steps)
+    warmup = min(a.warmup, a.steps - 1)
+    timing = timing_summary(gather_ranks(t["phases"], info, device), gather_ranks(t["step_ms"], info, device),
+                            gather_ranks(t["sizes"], info, device),
+                            gather_ranks(torch.tensor([wall], dtype=torch.float64), info, device)[:, 0], warmup)
     weights = flat_weights(model)
     result = {"kind": "summary", "tag": a.tag, "model": a.model, "layer": a.layer, "graph": g.name,
               "num_nodes": g.num_nodes, "num_edges": g.num_edges, "mode": a.mode, "world_size": info.world_size,
               "backend": a.backend if info.distributed else None, "device": str(device),
               "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
               "torch": torch.__version__, "batch": trainer.batch, "steps": a.steps, "optimizer": a.optimizer, "lr": a.lr,
-              "seed": a.seed, "bucket_mb": a.bucket_mb, "static_graph": a.static_graph,
+              "seed": a.seed, "bucket_mb": a.bucket_mb, "static_graph": a.static_graph, "shard": a.shard,
+              "prefetch": bool(a.prefetch and device.type == "cuda" and a.mode == "khop"), "sync_debug": a.sync_debug,
               "loss_first": losses[0].item(), "loss_last": losses[-1].item(), "digest": digest(weights),
               "missing_grads": missing, "ddp": trainer.ddp_stats}
+    result.update({k: v for k, v in timing.items() if k not in ("per_step",)})
+    result["throughput_nodes_s"] = trainer.batch / (result["median_step_ms"] / 1e3)
+    every = max(1, a.steps // 10)
+    for s in range(a.steps):
+        if s % every == 0 or s == a.steps - 1:
+            log(f"step {s + 1:4d}/{a.steps}  loss {losses[s].item():.4f}  {timing['per_step'][s]['step_ms']:8.2f} ms"
+                f"{'  (warm-up)' if s < warmup else ''}")
     if trainer.ddp_stats:
         log(f"DDP: buckets {trainer.ddp_stats['bucket_bytes']} bytes; backward {trainer.ddp_stats['backward_compute_ms']}"
-            f" ms, all-reduce {trainer.ddp_stats['allreduce_ms']} ms, overlapped {trainer.ddp_stats['overlap_ms']} ms")
-    timed = times[1:] if times.numel() > 1 else times    # the first step warms up (allocations, DDP buckets)
-    result["median_step_ms"] = statistics.median(timed.tolist()) * 1e3
-    result["throughput_nodes_s"] = trainer.batch / (result["median_step_ms"] / 1e3)
+            f" ms, all-reduce {trainer.ddp_stats['allreduce_ms']} ms, overlapped {trainer.ddp_stats['overlap_ms']} ms "
+            f"(DDP's own sample of one step)")
+    for line in phase_table(timing, gpu=device.type == "cuda"):
+        log(line)
     ok = not missing
     if missing:
         log(f"FAIL: parameters without a gradient: {', '.join(missing)}")
 
     if a.check:
         spread = rank_spread(weights, info)
-        model2, *_ , missing2 = trainer.run(info.world_size, info.rank, a.optimizer, info.distributed)
+        model2, _, missing2, _ = trainer.run(info.world_size, info.rank, a.optimizer, info.distributed)
         rerun_equal = all(torch.equal(weights[n], p.detach()) for n, p in model2.named_parameters())
         rerun_equal = bool(max_over_ranks(torch.tensor([0.0 if rerun_equal else 1.0], device=device), info).item() == 0)
         verdict = torch.zeros(1, device=device)
         ref = {}
         if lead:
-            model1, *_, missing1 = trainer.run(1, 0, a.optimizer, ddp=False)
+            model1, _, missing1, _ = trainer.run(1, 0, a.optimizer, ddp=False)
             ref = compare(weights, flat_weights(model1))
             missing = sorted(set(missing) | set(missing2) | set(missing1))
             checks = {"vs_one_process": ref["max_rel"] <= a.tol, "rerun_bit_identical": rerun_equal,
@@ -557,7 +845,8 @@ def main(argv=None) -> int:
     result["ok"] = ok
     if lead:
         log(f"loss {result['loss_first']:.4f} -> {result['loss_last']:.4f}, test accuracy {result['test_acc']:.3f}, "
-            f"median step {result['median_step_ms']:.2f} ms, {result['throughput_nodes_s']:.0f} labelled nodes/s, "
+            f"step {result['mean_step_ms']:.2f} ms mean, {result['median_step_ms']:.2f} ms median (steps {warmup + 1}-"
+            f"{a.steps}), {result['throughput_nodes_s']:.0f} labelled nodes/s, "
             f"weights {result['digest']}")
     if lead and a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
@@ -565,7 +854,7 @@ def main(argv=None) -> int:
             for s in range(a.steps):
                 f.write(json.dumps({"kind": "step", "tag": a.tag, "model": a.model, "graph": g.name, "mode": a.mode,
                                     "world_size": info.world_size, "step": s, "loss": losses[s].item(),
-                                    "step_ms": times[s].item() * 1e3}) + "\n")
+                                    "warmup": s < warmup, **timing["per_step"][s]}) + "\n")
             f.write(json.dumps(result) + "\n")
     if a.check:
         bug = f", {BUG_ENV}={os.environ[BUG_ENV]}" if os.environ.get(BUG_ENV) else ""
@@ -575,6 +864,7 @@ def main(argv=None) -> int:
             f"diff {result.get('max_rel', float('nan')):.1e} (tol {a.tol:g}), rerun bit-identical "
             f"{c.get('rerun_bit_identical')}, ranks identical {c.get('ranks_identical')}, all gradients {not missing}")
     if info.distributed:
+        dist.barrier()   # no rank tears its connections down while another still works (gloo aborts on that)
         dist.destroy_process_group()
     return 0 if ok else 1
 
