@@ -129,6 +129,8 @@ const char* const kModuleAttributes[] = {
 // user name enters them).
 const char* const kCppTemplates[] = {"host/host.cpp.in", "host/op.cpp.in", "cuda/kernels.cu.in", "cuda/kernels.h.in"};
 const char* const kPythonTemplate = "python/module.py.in";
+// Every template of the Python module: the module, and the graph API a non-auto or an auto module holds.
+const char* const kPythonTemplates[] = {kPythonTemplate, "python/graph_api.py.in", "python/auto.py.in"};
 
 template <size_t N>
 void add(Names& s, const char* const (&list)[N]) {
@@ -311,7 +313,7 @@ const std::set<std::string>& python_reserved() {
     Names s;
     add(s, kPythonKeywords);
     add(s, kPythonEmitterNames);
-    s.merge(identifiers(template_text(kPythonTemplate), Lang::Python, /*after_dot=*/false));
+    for (const char* t : kPythonTemplates) s.merge(identifiers(template_text(t), Lang::Python, /*after_dot=*/false));
     return s;
   }();
   return names;
