@@ -82,7 +82,7 @@ import sys
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -642,7 +642,8 @@ def _grad_scale(x, scale: float):
 # ---------------------------------------------------------------------------------------------
 
 class Adapter:
-    def __init__(self, mod, model, device, trainable: bool, variant: Variant | None = None):
+    def __init__(self, mod, model, device, trainable: bool, variant: Variant | None = None,
+                 materialization: str | None = None):
         self.mod = mod
         self.model = model
         self.device = device
@@ -650,10 +651,14 @@ class Adapter:
         self.trainable = trainable
         self.input_names = [d.name for d in model.inputs if not d.from_graph]
         self.weight_names = [d.name for d in model.weights]
+        # materialization: auto modules: the program every graph is prepared for ("vanilla" or "compact"), so that
+        # each is checked; None: the module's own choice.
+        self.materialization = materialization
 
     def prepare(self, g):
+        kw = {} if self.materialization is None else {"materialization": self.materialization}
         return self.mod.prepare_graph(g.src, g.dst, g.etype, g.num_nodes, g.num_etypes, ntype=g.ntype,
-                                      num_ntypes=g.num_ntypes)
+                                      num_ntypes=g.num_ntypes, **kw)
 
     def layer(self, g, weights: dict, dtype=None):
         """The layer for graph ``g`` with ``weights`` copied into its parameters; ``dtype``: the parameters' dtype
@@ -696,6 +701,14 @@ class Adapter:
 # ---------------------------------------------------------------------------------------------
 # Helpers for the checks
 # ---------------------------------------------------------------------------------------------
+
+def auto_programs(mod) -> list:
+    """The programs to check of a generated module: both ("vanilla", "compact") of a materialization: auto module
+    (MATERIALIZATION = "auto"), else [None] (the module's only program)."""
+    if getattr(mod, "MATERIALIZATION", None) == "auto":
+        return list(mod.PROGRAMS)
+    return [None]
+
 
 def sync(device):
     import torch
@@ -1597,7 +1610,15 @@ class Checker:
                 if not trainable and not info["no_backward"]:
                     info["no_backward"] = "TRAINABLE is False"
                 info["trainable"] = trainable
-                ad = Adapter(mod, model, a.device, trainable, v)
+                # A materialization: auto module holds two programs: each is checked, forced at prepare_graph, as
+                # its own rows (<model>[vanilla], <model>[compact]).
+                programs = auto_programs(mod)
+                cases = [(v if prog is None else replace(v, name=f"{v.name}[{prog}]"),
+                          Adapter(mod, model, a.device, trainable, v, materialization=prog)) for prog in programs]
+                if programs != [None]:
+                    del self.specs[v.name]
+                    for prog, (cv, _) in zip(programs, cases):
+                        self.specs[cv.name] = dict(info, materialization=prog)
             except Exception as e:  # noqa: BLE001
                 if v.dtype:  # one row per variant: the table has one line per spec, dtype and phase
                     self.fail(v.name, "-", "generate/build/import", e, DTYPES[v.dtype].tol, phase="setup")
@@ -1605,18 +1626,19 @@ class Checker:
                 for gname in graph_names:
                     self.fail(v.name, gname, "generate/build/import", e)
                 continue
-            for gi, gname in enumerate(graph_names):
-                seed = base_seed + 1000 * vi + gi
-                try:
-                    if v.dtype:
-                        self.run_dtype_case(v, model, ad, gname, hosts[gname], seed, storage)
-                    else:
-                        self.run_case(v, model, ad, gname, hosts[gname], seed)
-                except Exception as e:  # noqa: BLE001
-                    self.fail(v.name, gname, "setup", e, DTYPES[v.dtype].tol if v.dtype else None,
-                              phase="setup" if v.dtype else None)
-                if a.device.startswith("cuda"):
-                    torch.cuda.empty_cache()
+            for cv, ad in cases:
+                for gi, gname in enumerate(graph_names):
+                    seed = base_seed + 1000 * vi + gi  # both programs of an auto module see the same data
+                    try:
+                        if v.dtype:
+                            self.run_dtype_case(cv, model, ad, gname, hosts[gname], seed, storage)
+                        else:
+                            self.run_case(cv, model, ad, gname, hosts[gname], seed)
+                    except Exception as e:  # noqa: BLE001
+                        self.fail(cv.name, gname, "setup", e, DTYPES[v.dtype].tol if v.dtype else None,
+                                  phase="setup" if v.dtype else None)
+                    if a.device.startswith("cuda"):
+                        torch.cuda.empty_cache()
 
 
 def run_isolated(checker: Checker, args, variants, base_seed: int, progress=None) -> None:
@@ -1714,8 +1736,11 @@ def run_isolated(checker: Checker, args, variants, base_seed: int, progress=None
                 merge(*res)
         # rows in spec order, whatever order the children ended in
         order = {v.name: i for i, v in enumerate(variants)}
-        checker.rows.sort(key=lambda r: order.get(r["model"], len(order)))
-        checker.specs = dict(sorted(checker.specs.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+        def rank(model):  # an auto module's rows (<model>[program]) sort with their module
+            return order.get(model.split("[")[0], len(order))
+        checker.rows.sort(key=lambda r: rank(r["model"]))
+        checker.specs = dict(sorted(checker.specs.items(), key=lambda kv: rank(kv[0])))
 
 
 def _env_info(device) -> dict:
