@@ -59,13 +59,27 @@ def random_graph(num_nodes, num_edges, num_etypes, seed, used_etypes=None, max_n
     return src, dst, etype, ntype
 
 
-def check_invariants(out, src, dst, etype, num_nodes, num_etypes):
-    """Structural properties that any correct result has, independent of how it was computed (CPU tensors)."""
+def key_dtype(key):
+    if key == "inv_relation_in_degree":
+        return torch.float32
+    return torch.bool if key.endswith("_relation_compacted") else torch.int32
+
+
+def unique_pair_counts(node, etype, num_etypes):
+    """Unique (node, etype) pairs of each relation, counted with a Python set (independent of both paths)."""
+    counts = [0] * num_etypes
+    for pair in set(zip(node.tolist(), etype.tolist())):
+        counts[pair[1]] += 1
+    return counts
+
+
+def check_invariants(out, src, dst, etype, num_nodes, num_etypes, compacted=None):
+    """Structural properties that any correct result has, independent of how it was computed (CPU tensors).
+    compacted: the relations that must be compacted, {"src": [bool] * R, "dst": [bool] * R} (default: all)."""
     num_edges = src.numel()
     src, dst, etype = src.long(), dst.long(), etype.long()
     for key, value in out.items():
-        expected = torch.float32 if key == "inv_relation_in_degree" else torch.int32
-        assert value.dtype == expected, key
+        assert value.dtype == key_dtype(key), key
     perm = out["perm"].long()
     assert torch.equal(torch.sort(perm).values, torch.arange(num_edges))
     s_src, s_dst, s_etype = out["sorted_src"].long(), out["sorted_dst"].long(), out["sorted_etype"].long()
@@ -99,10 +113,17 @@ def check_invariants(out, src, dst, etype, num_nodes, num_etypes):
         num_unique = unique.numel()
         assert int(ptr[0]) == 0 and int(ptr[-1]) == num_unique
         unique_etype = torch.repeat_interleave(torch.arange(num_etypes), ptr[1:] - ptr[:-1])
-        pair = unique_etype * max(num_nodes, 1) + unique
-        assert bool((pair[1:] > pair[:-1]).all())  # strictly increasing: unique and ordered by (etype, node)
         assert torch.equal(unique[to_unique], node) and torch.equal(unique_etype[to_unique], s_etype)
         assert torch.equal(torch.unique(to_unique), torch.arange(num_unique))  # every row is used
+
+        # Per relation: the true unique pair counts, the expected decision, and the rows it implies.
+        expected_compacted = [True] * num_etypes if compacted is None else list(compacted[name])
+        pairs = unique_pair_counts(node, s_etype, num_etypes)
+        edges = torch.bincount(s_etype, minlength=num_etypes).tolist()
+        assert out["unique_" + name + "_relation_pairs"].tolist() == pairs
+        assert out[name + "_relation_compacted"].tolist() == expected_compacted
+        rows = [p if c else e for p, e, c in zip(pairs, edges, expected_compacted)]
+        assert torch.diff(ptr).tolist() == rows
 
         # Pair -> edges: every edge once, grouped by its pair row, ascending positions inside a pair.
         edge_ptr, edge_eid = out["unique_" + name + "_edge_ptr"].long(), out["unique_" + name + "_edge_eid"].long()
@@ -113,6 +134,14 @@ def check_invariants(out, src, dst, etype, num_nodes, num_etypes):
         assert torch.equal(to_unique[edge_eid], edge_rows)
         same_pair = edge_rows[1:] == edge_rows[:-1]
         assert bool((edge_eid[1:][same_pair] > edge_eid[:-1][same_pair]).all())
+        # Rows strictly increasing by (etype, node, first edge of the row if its relation is uncompacted): the pairs
+        # of a compacted relation are unique, an uncompacted one has one row per edge ordered by (node, p).
+        row_compacted = torch.tensor(expected_compacted, dtype=torch.bool)[unique_etype]
+        first_edge = edge_eid[edge_ptr[:-1]] if num_unique else edge_ptr[:0]
+        assert bool((torch.diff(edge_ptr)[~row_compacted] == 1).all())
+        row_key = (unique_etype * max(num_nodes, 1) + unique) * (num_edges + 1) + torch.where(row_compacted, 0,
+                                                                                              first_edge + 1)
+        assert bool((row_key[1:] > row_key[:-1]).all())
         if name == "dst":  # edges are ordered by (etype, dst): a (dst, etype) pair's edges are adjacent already
             assert torch.equal(edge_eid, torch.arange(num_edges))
 
@@ -148,6 +177,7 @@ def segment_sum(values, ptr):
 
 
 def assert_same(actual, expected, context=""):
+    """Same keys, dtypes, shapes and values, bit for bit."""
     assert sorted(actual) == sorted(expected), context
     for key in expected:
         a, e = actual[key].cpu(), expected[key].cpu()
@@ -190,6 +220,8 @@ HAND_EXPECTED = {
     "unique_src_edge_eid": [0, 1, 3, 6, 2, 4, 5],
     "unique_src_node_ptr": [0, 2, 4, 5, 6],  # nodes 0 and 1 have a pair in each relation
     "unique_src_node_pair": [0, 2, 1, 3, 4, 5],
+    "unique_src_relation_pairs": [2, 4, 0],  # r0: 2 pairs of 2 edges, r1: 4 of 5 (src 0 twice), r2: no edges
+    "src_relation_compacted": [True, True, True],
     # (dst, etype) pairs: rows 0 (1, r0), 1 (2, r0), 2 (0, r1), 3 (1, r1), 4 (2, r1)
     "unique_dst": [1, 2, 0, 1, 2],
     "unique_dst_etype_ptr": [0, 2, 5, 5],
@@ -198,6 +230,8 @@ HAND_EXPECTED = {
     "unique_dst_edge_eid": [0, 1, 2, 3, 4, 5, 6],  # the identity: edges are ordered by (etype, dst)
     "unique_dst_node_ptr": [0, 1, 3, 5, 5],  # node 3 has no incoming edges
     "unique_dst_node_pair": [2, 0, 3, 1, 4],
+    "unique_dst_relation_pairs": [2, 3, 0],
+    "dst_relation_compacted": [True, True, True],
     "inv_relation_in_degree": [1.0, 1.0, 1.0, 1 / 3, 1 / 3, 1 / 3, 1.0],
     "ntype_ptr": [0, 2, 2, 4],
     "ntype": [0, 0, 2, 2],
@@ -223,10 +257,7 @@ def hand_graph(device="cpu", dtype=torch.int64):
 
 
 def hand_expected():
-    return {
-        key: torch.tensor(v, dtype=torch.float32 if key == "inv_relation_in_degree" else torch.int32)
-        for key, v in HAND_EXPECTED.items()
-    }
+    return {key: torch.tensor(v, dtype=key_dtype(key)) for key, v in HAND_EXPECTED.items()}
 
 
 def test_reference_matches_hand_computed_layouts():
