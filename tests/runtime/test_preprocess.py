@@ -174,8 +174,8 @@ def check_invariants(out, src, dst, etype, num_nodes, num_etypes, compacted=None
 
 
 def segment_sum(values, ptr):
-    """Sums of values[ptr[i]:ptr[i+1]] for each segment i, by a cumulative sum (no scatter)."""
-    prefix = torch.zeros(values.numel() + 1, dtype=values.dtype)
+    """Sums of values[ptr[i]:ptr[i+1]] (rows) for each segment i, by a cumulative sum (no scatter)."""
+    prefix = torch.zeros((values.shape[0] + 1, *values.shape[1:]), dtype=values.dtype)
     prefix[1:] = torch.cumsum(values, 0)
     return prefix[ptr[1:]] - prefix[ptr[:-1]]
 
@@ -544,6 +544,42 @@ def test_gathering_through_the_mapping_reproduces_per_edge_values(policy):
         stored = torch.zeros(unique.numel(), dtype=torch.float64)
         stored[rows] = torch.arange(num_edges, dtype=torch.float64)[own]
         assert torch.equal(stored[rows], torch.arange(num_edges, dtype=torch.float64)[own])
+
+
+@pytest.mark.parametrize("policy", [None, 0.0, 0.3, "mask"], ids=str)
+def test_compact_program_on_a_mixed_mapping_equals_the_per_edge_program(policy):
+    """What a compact module computes, in plain PyTorch on integer-valued float64 (so every sum is exact): per
+    relation a GEMM over its pair rows (unique_src_etype_ptr segments), edges reading their row (edge_to_unique_src),
+    and the backward's gather-only sums (pair -> edges, node -> pairs). Any mix of compacted and uncompacted
+    relations must give the per-edge program's results exactly."""
+    num_nodes, edges_per_relation, num_etypes = POLICY_GRAPHS["skewed"]
+    src, dst, etype = skewed_graph(num_nodes, edges_per_relation, num_etypes, seed=3)
+    compact = random_mask(num_etypes, 11) if policy == "mask" else policy
+    out = hr.reference_preprocess(src, dst, etype, num_nodes, num_etypes, None, ["etype_sorted_coo", "compact_src_etype"],
+                                  compact_relations=compact)
+    chosen = out["src_relation_compacted"].tolist()
+    assert all(chosen) if policy is None else (True in chosen and False in chosen)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(-4, 5, (num_nodes, 6), generator=g).double()
+    w = torch.randint(-3, 4, (num_etypes, 6, 5), generator=g).double()
+    s_src, s_etype = out["sorted_src"].long(), out["sorted_etype"].long()
+    num_edges = s_src.numel()
+    d_msg = torch.randint(-5, 6, (num_edges, 5), generator=g).double()  # the gradient of the per-edge messages
+
+    # Per edge: msg[p] = x[src[p]] @ W[etype[p]]; dx[v] = sum over the edges from v of d_msg[p] @ W[etype[p]]^T.
+    msg = torch.einsum("ef,efo->eo", x[s_src], w[s_etype])
+    dx = torch.zeros_like(x).index_add_(0, s_src, torch.einsum("eo,efo->ef", d_msg, w[s_etype]))
+
+    # Compact: one GEMM per relation over its pair rows, edges gather; backward by gathers only.
+    pair_ptr, unique = out["unique_src_etype_ptr"].long(), out["unique_src"].long()
+    pair_msg = torch.cat([x[unique[pair_ptr[r]:pair_ptr[r + 1]]] @ w[r] for r in range(num_etypes)])
+    assert torch.equal(pair_msg[out["edge_to_unique_src"].long()], msg)
+    edge_ptr, edge_eid = out["unique_src_edge_ptr"].long(), out["unique_src_edge_eid"].long()
+    d_pair = segment_sum(d_msg[edge_eid], edge_ptr)
+    pair_etype = torch.repeat_interleave(torch.arange(num_etypes), torch.diff(pair_ptr))
+    d_pair_x = torch.einsum("ko,kfo->kf", d_pair, w[pair_etype])
+    node_ptr, node_pair = out["unique_src_node_ptr"].long(), out["unique_src_node_pair"].long()
+    assert torch.equal(segment_sum(d_pair_x[node_pair], node_ptr), dx)
 
 
 @pytest.mark.parametrize("bad, message", [
