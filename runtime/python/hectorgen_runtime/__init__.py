@@ -696,14 +696,14 @@ _TENSOR_FIELDS = frozenset(_KEY_LAYOUT)
 
 def _relation_statistics(tensors: Mapping[str, torch.Tensor]) -> Dict[str, tuple]:
     """The per-relation host tuples of a Graph from its layout tensors, with ONE host synchronisation (a single
-    read-back of the stacked counts; none without a compact layout or etype_ptr). relation_edges comes from etype_ptr,
-    or, without it, from a compact layout (the edges of relation r are those of its pair rows)."""
+    read-back of the stacked counts; none without a compact layout). relation_edges comes from etype_ptr, or, without
+    it, from a compact layout (the edges of relation r are those of its pair rows)."""
     columns: Dict[str, torch.Tensor] = {}
     if "etype_ptr" in tensors:
         columns["relation_edges"] = torch.diff(tensors["etype_ptr"].long())
     for name in ("src", "dst"):
-        if f"unique_{name}_relation_pairs" not in tensors:
-            continue
+        if f"unique_{name}_relation_pairs" not in tensors or f"{name}_relation_compacted" not in tensors:
+            continue  # no compact layout of this endpoint (or tensors of a runtime before 1.3)
         if "relation_edges" not in columns:
             pair_ptr = tensors[f"unique_{name}_etype_ptr"].long()
             columns["relation_edges"] = torch.diff(tensors[f"unique_{name}_edge_ptr"].long()[pair_ptr])
