@@ -1,6 +1,6 @@
 // Graph preprocessing on the GPU: etype-sorted COO, CSR by dst/src, compact materialization mapping (with its
-// per-relation choice) and its inverses, inverse relation in-degree and node type segments. See hectorgen/graph.h for the layouts and the shared
-// conventions.
+// per-relation choice) and its inverses, inverse relation in-degree and node type segments. See hectorgen/graph.h for
+// the layouts and the shared conventions.
 //
 // Every layout is built from three primitives:
 //   * a stable CUB radix sort of (key, position) pairs, restricted to the key bits that can be non-zero;
@@ -467,8 +467,8 @@ cudaError_t build_node_pair_csr(const int32_t* unique_node, const int32_t* num_p
                 sorted_keys.as<uint32_t>(), capacity, num_nodes, node_pair_ptr);
 }
 
-// The per-relation statistics and decision (relation_choice_kernel over the grouping `runs` in which every relation is
-// compacted) and, for a policy that may leave relations uncompacted, the runs of the chosen grouping in place.
+// The per-relation statistics and decision (relation_choice_kernel over the grouping `runs`, in which every relation
+// is compacted) and, for a policy that may leave relations uncompacted, the runs of the chosen grouping in place.
 template <typename Key>
 cudaError_t apply_compact_policy(const SortedCooView& graph, const CompactPolicy& policy, const CompactChoice& choice,
                                  EdgeRuns& runs, cudaStream_t stream, const DeviceAllocator* allocator) {

@@ -555,8 +555,8 @@ def test_compact_program_on_a_mixed_mapping_equals_the_per_edge_program(policy):
     num_nodes, edges_per_relation, num_etypes = POLICY_GRAPHS["skewed"]
     src, dst, etype = skewed_graph(num_nodes, edges_per_relation, num_etypes, seed=3)
     compact = random_mask(num_etypes, 11) if policy == "mask" else policy
-    out = hr.reference_preprocess(src, dst, etype, num_nodes, num_etypes, None, ["etype_sorted_coo", "compact_src_etype"],
-                                  compact_relations=compact)
+    out = hr.reference_preprocess(src, dst, etype, num_nodes, num_etypes, None,
+                                  ["etype_sorted_coo", "compact_src_etype"], compact_relations=compact)
     chosen = out["src_relation_compacted"].tolist()
     assert all(chosen) if policy is None else (True in chosen and False in chosen)
     g = torch.Generator().manual_seed(1)
