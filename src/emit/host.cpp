@@ -81,17 +81,28 @@ std::vector<const TensorDecl*> op_tensors(const Program& p) {
   return v;
 }
 
-// The hectorgen runtime version generated code is written for, "MAJOR.MINOR" (runtime/include/hectorgen/
-// runtime_version.h): generated modules run on any runtime MAJOR.x with x >= MINOR.
+// The runtime minor version that generated code needs: the newest runtime interface it uses, which can be older
+// than the runtime beside this compiler (runtime/include/hectorgen/runtime_version.h). 1.3 added the per-relation
+// compaction choice (prepare_graph's compact_relations and the statistics on Graph), which only materialization: auto
+// modules use (kAutoRuntimeMinor below), so the others still ask for 1.2 and run on every 1.x runtime from 1.2 on.
+// Raise it with the first generated code that needs a newer interface.
+constexpr int kRequiredRuntimeMinor = 2;
+static_assert(kRequiredRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR,
+              "generated code cannot need a runtime newer than the one it ships with");
+
+// The hectorgen runtime version generated code is written for, "MAJOR.MINOR": generated modules run on any runtime
+// MAJOR.x with x >= MINOR.
 std::string runtime_version() {
-  return fmt::format("{}.{}", HECTORGEN_RUNTIME_VERSION_MAJOR, HECTORGEN_RUNTIME_VERSION_MINOR);
+  return fmt::format("{}.{}", HECTORGEN_RUNTIME_VERSION_MAJOR, kRequiredRuntimeMinor);
 }
 
-// materialization: auto modules pass compact_relations to hectorgen_runtime.prepare_graph (per-relation compaction),
-// new in runtime 1.3: they need that minor version (other modules keep the one above).
+// materialization: auto modules pass compact_relations to hectorgen_runtime.prepare_graph (the per-relation
+// compaction choice), new in runtime 1.3: they need that minor version (other modules keep the one above).
 constexpr int kAutoRuntimeMinor = 3;
+static_assert(kAutoRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR,
+              "generated code cannot need a runtime newer than the one it ships with");
 int module_runtime_minor(const EmitContext& ctx) {
-  return ctx.auto_materialization ? kAutoRuntimeMinor : HECTORGEN_RUNTIME_VERSION_MINOR;
+  return ctx.auto_materialization ? kAutoRuntimeMinor : kRequiredRuntimeMinor;
 }
 std::string module_runtime_version(const EmitContext& ctx) {
   return ctx.auto_materialization ? fmt::format("{}.{}", HECTORGEN_RUNTIME_VERSION_MAJOR, kAutoRuntimeMinor) : runtime_version();

@@ -75,7 +75,9 @@ const char* const kPythonEmitterNames[] = {
     "ctx", "g", "tensors", "res", "outs", "saved", "grads", "stored", "device", "d_outs", "d", "s", "result", "r",
     "i", "t", "o", "zip", "torch", "staticmethod", "super", "isinstance", "tuple", "any", "None",
     // an untrainable module (emit/host.cpp: python_untrainable)
-    "NO_BACKWARD_REASON", "_ARGUMENT_NAMES", "_refuse_grad", "names", "n", "RuntimeError", "join"};
+    "NO_BACKWARD_REASON", "_ARGUMENT_NAMES", "_refuse_grad", "names", "n", "RuntimeError", "join",
+    // a materialization: auto module (emit/host.cpp: python_auto_constants, the forward's program choice)
+    "MATERIALIZATION", "training", "program"};
 
 // Modules a model's file (<model>.py) would shadow for the generated code, or for torch and scripts run
 // beside it: Python's standard library and the packages torch imports.

@@ -54,6 +54,11 @@ Phases (tools/gpu_check.sh runs them in this order, each under its own time limi
                poisoning, gradients, determinism, tables -- runs on the CPU. HG_FAKE_BUG=forward|grad|nondet|
                no-raise makes the stand-in wrong in one way, to see the check fail (tests/gpu/test_gpu_check_dry.py).
 
+HG_COMPACT_RELATIONS=THETA|alternate  prepares the graphs of modules with compact layouts with only some relations
+               compacted (hectorgen_runtime.prepare_graph(..., compact_relations=), runtime >= 1.3): THETA a
+               threshold on unique pairs / edges (0: no relation with edges compacted), alternate: the even
+               relations. Every check then runs on the mixed layout, against the same float64 references.
+
 Tolerances: float32 results vs float64 references: relative error 1e-5 (forward) and 1e-4 (gradients), the
 denominator floored at 16 times the float32 rounding noise of the same computation in plain PyTorch
 (compare.floored_rel_err), so a gradient that cancels to almost zero is judged by the precision it can have.
@@ -641,6 +646,21 @@ def _grad_scale(x, scale: float):
 # Adapter: the one place that calls a generated module
 # ---------------------------------------------------------------------------------------------
 
+def compact_relations_from_env(num_etypes: int):
+    """compact_relations for hectorgen_runtime.prepare_graph from HG_COMPACT_RELATIONS (module docstring): None when
+    unset, a float threshold, or for 'alternate' the mask of the even relations."""
+    value = os.environ.get("HG_COMPACT_RELATIONS", "").strip()
+    if not value:
+        return None
+    if value == "alternate":
+        return [r % 2 == 0 for r in range(num_etypes)]
+    try:
+        return float(value)
+    except ValueError:
+        raise SetupError(f"HG_COMPACT_RELATIONS must be a threshold (a number >= 0) or 'alternate', got {value!r}") \
+            from None
+
+
 class Adapter:
     def __init__(self, mod, model, device, trainable: bool, variant: Variant | None = None,
                  materialization: str | None = None):
@@ -656,7 +676,18 @@ class Adapter:
         self.materialization = materialization
 
     def prepare(self, g):
-        kw = {} if self.materialization is None else {"materialization": self.materialization}
+        layouts = tuple(getattr(self.mod, "GRAPH_LAYOUTS", ()))
+        compact = compact_relations_from_env(g.num_etypes)
+        kw = {}
+        if self.materialization is not None:  # an auto module: its prepare_graph takes both
+            kw = {"materialization": self.materialization}
+            if compact is not None:
+                kw["compact_relations"] = compact
+        elif compact is not None and any(layout.startswith("compact_") for layout in layouts):
+            import hectorgen_runtime  # what the module's prepare_graph calls, with the per-relation choice
+            return hectorgen_runtime.prepare_graph(g.src, g.dst, g.etype, g.num_nodes, g.num_etypes, layouts=layouts,
+                                                   ntype=g.ntype, num_ntypes=g.num_ntypes,
+                                                   gemm_tile=self.mod.GEMM_TILE, compact_relations=compact)
         return self.mod.prepare_graph(g.src, g.dst, g.etype, g.num_nodes, g.num_etypes, ntype=g.ntype,
                                       num_ntypes=g.num_ntypes, **kw)
 

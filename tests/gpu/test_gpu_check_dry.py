@@ -444,3 +444,15 @@ def test_generated_dtype_module_is_recognised(dtype_prepared):
     assert gpu_check.module_storage(type("M", (), {})(), fp32) == torch.float32
     with pytest.raises(gpu_check.SetupError, match="DTYPE is torch.float16"):
         gpu_check.module_storage(type("M", (), {"DTYPE": torch.float16})(), vs["rgcn_bf16"])
+
+
+def test_compact_relations_from_env(monkeypatch):
+    monkeypatch.delenv("HG_COMPACT_RELATIONS", raising=False)
+    assert gpu_check.compact_relations_from_env(3) is None
+    monkeypatch.setenv("HG_COMPACT_RELATIONS", "0")
+    assert gpu_check.compact_relations_from_env(3) == 0.0
+    monkeypatch.setenv("HG_COMPACT_RELATIONS", "alternate")
+    assert gpu_check.compact_relations_from_env(5) == [True, False, True, False, True]
+    monkeypatch.setenv("HG_COMPACT_RELATIONS", "some")
+    with pytest.raises(gpu_check.SetupError, match="HG_COMPACT_RELATIONS"):
+        gpu_check.compact_relations_from_env(3)

@@ -344,7 +344,8 @@ TEST_CASE("the emitters print no fixed identifier that is not reserved", "[names
                                            "vanilla", "reorder", "off", "dtype", "fp32", "schedule", "gemm", "tile",
                                            "coarsen", "traversal", "threads", "init", "glorot", "ones", "zeros",
                                            "for", "in", "def", "g", "edges", "dst_nodes", "src_nodes", "nodes",
-                                           "incoming_edges", "outgoing_edges", "src", "dst"};
+                                           "incoming_edges", "outgoing_edges", "src", "dst", "auto",
+                                           "compact_relations"};
   // Derived and numbered names the scopes allocate: the emitters' temporaries v0, v1, ... and lowering's
   // tensors of its own locals (t$wg0, t$lin_3).
   // Registers lower-traversal names after the lowering's locals ($lin_3, $wg0, $scatter) and operands
@@ -363,7 +364,9 @@ TEST_CASE("the emitters print no fixed identifier that is not reserved", "[names
   // The bundled models, and an untrainable one (its module refuses requires_grad: other fixed names):
   // rgat_concat_outer with its attention through leakyrelu_grad, an operator without a derivative rule.
   const std::string untrainable = std::string(HECTORGEN_SOURCE_DIR) + "/tests/specs/rgat_concat_outer.yaml";
-  for (const std::string& path : {spec_path("rgcn.yaml"), spec_path("rgat.yaml"), spec_path("hgt.yaml"), untrainable}) {
+  // And a materialization: auto module (both programs, the choice and the cost tables).
+  const std::string both = std::string(HECTORGEN_SOURCE_DIR) + "/tests/specs/rgcn_auto.yaml";
+  for (const std::string& path : {spec_path("rgcn.yaml"), spec_path("rgat.yaml"), spec_path("hgt.yaml"), untrainable, both}) {
     const std::string spec = fs::path(path).filename().string();
     CAPTURE(spec);
     std::string text = read_file(path);
