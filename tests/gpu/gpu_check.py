@@ -1864,30 +1864,35 @@ def sanitizer_run(args, variants) -> int:
             model = ir_torch.load_model(REPO / v.ref_spec)
             mod = FakeModule(model, not (gen and gen.no_backward)) if dev == "cpu" else \
                 load_generated(v, Path(args.generated), build=False)
-            ad = Adapter(mod, model, dev, bool(getattr(mod, "TRAINABLE", False)))
-            seed = (args.seed or 0) + vi
-            inputs64 = ir_torch.random_inputs(model, g, seed)
-            inp = {k: t.to(dev, torch.float32) for k, t in inputs64.items()}
-            hg = ad.prepare(gdev)
-            layer = ad.layer(g, {k: inp[k] for k in ad.weight_names})
-            with torch.no_grad():
-                out = ad.call(layer, hg, [inp[k] for k in ad.input_names])
-            sync(dev)
-            note = "forward"
-            if ad.trainable and ir_torch.grad_names(model):
-                d_out = {k: t.to(dev, torch.float32) for k, t in ir_torch.random_output_grads(model, g, seed).items()}
-                xs = [inp[k].detach().clone().requires_grad_(True) for k in ad.input_names]
-                outs = ad.call(layer, hg, xs)
-                torch.autograd.backward([outs[k] for k in d_out], [d_out[k] for k in d_out])
+            ok = True
+            for prog in auto_programs(mod):  # both programs of an auto module
+                ad = Adapter(mod, model, dev, bool(getattr(mod, "TRAINABLE", False)), materialization=prog)
+                seed = (args.seed or 0) + vi
+                inputs64 = ir_torch.random_inputs(model, g, seed)
+                inp = {k: t.to(dev, torch.float32) for k, t in inputs64.items()}
+                hg = ad.prepare(gdev)
+                layer = ad.layer(g, {k: inp[k] for k in ad.weight_names})
+                with torch.no_grad():
+                    out = ad.call(layer, hg, [inp[k] for k in ad.input_names])
                 sync(dev)
-                note = "forward + backward"
-            with torch.no_grad():
-                ref = ir_torch.evaluate(model, g, inputs64)
-            err, _, why = compare_maps({k: t.detach().cpu() for k, t in out.items()}, ref, args.tol)
-            ok = err <= args.tol
-            print(f"sanitizer-run {v.name} tiny: {note}, rel err {err:.3e} {'OK' if ok else 'FAIL'} {why}", flush=True)
-            del layer, hg, out
+                note = "forward"
+                if ad.trainable and ir_torch.grad_names(model):
+                    d_out = {k: t.to(dev, torch.float32) for k, t in ir_torch.random_output_grads(model, g, seed).items()}
+                    xs = [inp[k].detach().clone().requires_grad_(True) for k in ad.input_names]
+                    outs = ad.call(layer, hg, xs)
+                    torch.autograd.backward([outs[k] for k in d_out], [d_out[k] for k in d_out])
+                    sync(dev)
+                    note = "forward + backward"
+                with torch.no_grad():
+                    ref = ir_torch.evaluate(model, g, inputs64)
+                err, _, why = compare_maps({k: t.detach().cpu() for k, t in out.items()}, ref, args.tol)
+                ok = ok and err <= args.tol
+                name = v.name if prog is None else f"{v.name}[{prog}]"
+                print(f"sanitizer-run {name} tiny: {note}, rel err {err:.3e} {'OK' if err <= args.tol else 'FAIL'} "
+                      f"{why}", flush=True)
+                del layer, hg, out
         except Exception as e:  # noqa: BLE001
+            ok = False
             print(f"sanitizer-run {v.name} tiny: ERROR {type(e).__name__}: {e}", flush=True)
             traceback.print_exc()
             sys.stdout.flush()
