@@ -217,6 +217,14 @@ class System:
         return {}
 
 
+def _arch(device) -> str:
+    """sm_XY of a CUDA device (the tuning table's key), else "cpu"."""
+    if torch.device(device).type != "cuda":
+        return "cpu"
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
 class HectorgenSystem(System):
     kind = "hectorgen"
 
@@ -252,7 +260,9 @@ class HectorgenSystem(System):
         hg = ctx.cache[("hg_graph", mod.__name__)][0]
         estimates = mod.estimated_seconds(hg, train)
         return {"materialization": mod.materialization(hg, train),
-                "estimated_ms": {k: None if s is None else round(s * 1e3, 4) for k, s in estimates.items()}}
+                "estimated_ms": {k: None if s is None else round(s * 1e3, 4) for k, s in estimates.items()},
+                # (launches, bytes) per program: bench/calibrate_auto.py fits the tuning table to the fixed variants
+                "cost_terms": mod.cost_terms(hg, train), "arch": _arch(ctx.x.device)}
 
     def supports(self, model):
         return model in self.modules

@@ -368,12 +368,40 @@ def test_auto_report():
         check(want in md, f"auto report lacks {want!r}")
 
 
+def test_calibrate_auto():
+    """calibrate_auto.py recovers the launch time and bandwidth that produced the fixed variants' times, and counts
+    the choices the fitted table gets right."""
+    import calibrate_auto
+    launch_s, per_byte = 4e-6, 1 / 2.5e12
+    recs = [dict(type="meta", part="1/1")]
+    for ds, terms in (("a", {"vanilla": (10, 1e6), "compact": (14, 5e5)}),
+                      ("b", {"vanilla": (10, 4e9), "compact": (14, 1e9)}),
+                      ("c", {"vanilla": (30, 2e8), "compact": (40, 3e8)})):
+        times = {p: (n * launch_s + b * per_byte) * 1e3 for p, (n, b) in terms.items()}
+        recs += [_case(ds, "rgat", "train", "hectorgen_tf32", "hectorgen", "fp32", times["vanilla"], dtype="tf32"),
+                 _case(ds, "rgat", "train", "hectorgen_tf32_compact", "hectorgen", "fp32", times["compact"], dtype="tf32"),
+                 _case(ds, "rgat", "train", "hectorgen_tf32_auto", "hectorgen", "fp32", min(times.values()),
+                       dtype="tf32", materialization="vanilla", cost_terms=terms, arch="sm_90")]
+    path = TMP / "calibrate.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    import report
+    obs = calibrate_auto.observations(report.read([path]))
+    check(sorted(obs) == ["sm_90"] and len(obs["sm_90"]) == 6, f"observations {obs}")
+    launch_us, bandwidth_gbs = calibrate_auto.fit(obs["sm_90"])
+    check(math.isclose(launch_us, 4.0, rel_tol=1e-6) and math.isclose(bandwidth_gbs, 2500, rel_tol=1e-6),
+          f"fit {launch_us}, {bandwidth_gbs}")
+    check(calibrate_auto.picks_right(obs["sm_90"], launch_us, bandwidth_gbs) == (3, 3), "choices of the fit")
+    # a table whose launches cost nothing picks compact on "a", where vanilla's fewer launches win
+    check(calibrate_auto.picks_right(obs["sm_90"], 0.0, 2500) == (2, 3), "choices of a launch-free table")
+    check(calibrate_auto.main([str(path)]) == 0, "calibrate_auto rc")
+
+
 def main() -> int:
     t0 = time.time()
     failed = 0
     dry = None
     for fn in (test_generator, test_loaders, test_hand_vs_spec, test_hand_vs_interpreter, test_variants,
-               test_dry_run, test_report, test_auto_report):
+               test_dry_run, test_report, test_auto_report, test_calibrate_auto):
         t = time.time()
         try:
             res = fn(dry) if fn is test_report else fn()

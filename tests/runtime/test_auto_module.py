@@ -154,6 +154,10 @@ class AutoModule(unittest.TestCase):
             got = m.estimated_seconds(g, training)
             for program in m.PROGRAMS:
                 self.assertAlmostEqual(got[program], expected[program], delta=1e-12 + 1e-9 * expected[program])
+            terms = m.cost_terms(g, training)  # what bench/calibrate_auto.py fits the tuning table with
+            for program in m.PROGRAMS:
+                launches = sum(m.COST_MODEL[program][phase][0] for phase in phases)
+                self.assertEqual(terms[program][0], launches)
 
     def test_choice_follows_the_graph(self):
         m = self.module
