@@ -283,6 +283,7 @@ class Runner:
                     res = time_fn(fn, budget, self.a.min_iters, self.a.max_iters)
             rec.update(res, status="ok", peak_mib=memory("peak"))
             rec["note"] = system.case_note(model)
+            rec.update(system.case_info(ctx, model, train))
             if system.kind == "hectorgen":
                 rec["prepare_graph_ms"] = system.prepare_ms(ctx, model)
                 if not train and self.a.check:

@@ -151,6 +151,36 @@ def train_over_infer(recs) -> list:
     return md
 
 
+def auto_choices(recs) -> list:
+    """Markdown lines: per case of a materialization: auto variant (hectorgen_<dtype>_auto), the program it picked,
+    its time, the fixed programs' times (hectorgen_<dtype>, hectorgen_<dtype>_compact) where they ran, and its time
+    over the best fixed one (issue 9's target: within 5%)."""
+    autos = sorted({s for (_, _, _, s), r in recs["cases"].items() if r.get("materialization")})
+    if not autos:
+        return []
+    ok = lambda r: r is not None and r.get("status") == "ok" and r.get("ms")  # noqa: E731
+    md = ["## materialization: auto: the program picked per case", "",
+          "auto / best fixed = the auto variant's time over the faster of the vanilla and compact variants of its "
+          "dtype (<= 1.05: within 5%). Estimates: the module's cost model (ms, vanilla / compact).", "",
+          "| variant | dataset | model | mode | picked | auto ms | vanilla ms | compact ms | auto / best fixed | "
+          "estimates |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for auto in autos:
+        base = auto[: -len("_auto")]
+        for (d, m, mode, s), r in recs["cases"].items():
+            if s != auto or not ok(r):
+                continue
+            fixed = [recs["cases"].get((d, m, mode, base)), recs["cases"].get((d, m, mode, base + "_compact"))]
+            times = [f"{x['ms']:.3f}" if ok(x) else "-" for x in fixed]
+            best = min((x["ms"] for x in fixed if ok(x)), default=None)
+            ratio = f"{r['ms'] / best:.2f}" if best else "-"
+            est = r.get("estimated_ms") or {}
+            estimates = " / ".join("-" if est.get(k) is None else f"{est[k]:.3f}" for k in ("vanilla", "compact"))
+            md.append(f"| {auto} | {d} | {m} | {mode} | {r['materialization']} | {r['ms']:.3f} | {times[0]} | "
+                      f"{times[1]} | {ratio} | {estimates} |")
+    md.append("")
+    return md
+
+
 def optimisation_pairs(recs) -> list:
     """(optimised system, unoptimised system): every hectorgen variant `<dtype>_<opt>[_<opt>...]` (e.g. bf16_compact,
     bf16_compact_reorder) whose plain `<dtype>` variant ran too (bench/systems.py VARIANTS)."""
@@ -252,6 +282,7 @@ def markdown(recs, plots: list) -> str:
     md.append("")
     md += train_over_infer(recs)
     md += optimisations(recs)
+    md += auto_choices(recs)
     if recs["datasets"]:
         md += ["## Datasets", "", "| dataset | nodes | node types | edges | relations | source | generated/loaded "
                "in | graph hash |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -266,9 +297,10 @@ def markdown(recs, plots: list) -> str:
         r, b = row["rec"], row["base"]
         bl = f"{b['system']} ({b['ms']:.3f}, {b['peak_mib']:.0f})" if b else "none ran"
         err = f"{r['err']:.1e}" if r.get("err") is not None else r.get("err_ref", "-") or "-"
-        md.append(f"| {r['dataset']} | {r['model']} | {r['mode']} | {r['system']} | {_ms(r)} | "
+        system = r["system"] + (f" ({r['materialization']})" if r.get("materialization") else "")
+        md.append(f"| {r['dataset']} | {r['model']} | {r['mode']} | {system} | {_ms(r)} | "
                   f"{r['peak_mib']:.0f} | " if r.get("peak_mib") else
-                  f"| {r['dataset']} | {r['model']} | {r['mode']} | {r['system']} | {_ms(r)} | - | ")
+                  f"| {r['dataset']} | {r['model']} | {r['mode']} | {system} | {_ms(r)} | - | ")
         md[-1] += (f"{bl} | {_x(row['speedup'])} | {r.get('floor_ms') or 0:.3f} | {_x(row['floor_ratio'], 1)} | "
                    f"{err} | {_note(r)} |")
     md.append("")

@@ -74,6 +74,12 @@ VARIANTS = {
     "bf16_compact_reorder": Variant("bf16_compact_reorder", "bf16", "bf16",
                                     (("materialization: vanilla", "materialization: compact"), ("reorder: off", "reorder: on")),
                                     "compact materialization and linear operator reordering"),
+    # materialization: auto (issue 9): one module with the vanilla and the compact program, choosing per graph and
+    # mode at prepare_graph from its cost model (the report shows which program it picked per case).
+    "tf32_auto": Variant("tf32_auto", "tf32", "fp32", (("materialization: vanilla", "materialization: auto"),),
+                         "materialization chosen per graph (auto)"),
+    "bf16_auto": Variant("bf16_auto", "bf16", "bf16", (("materialization: vanilla", "materialization: auto"),),
+                         "materialization chosen per graph (auto)"),
 }
 
 
@@ -206,6 +212,18 @@ class System:
         """A remark for the case's cell (set up by the last setup())."""
         return getattr(self, "note", "")
 
+    def case_info(self, ctx: Context, model: str, train: bool) -> dict:
+        """Extra fields of the case's record (after setup())."""
+        return {}
+
+
+def _arch(device) -> str:
+    """sm_XY of a CUDA device (the tuning table's key), else "cpu"."""
+    if torch.device(device).type != "cuda":
+        return "cpu"
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
 
 class HectorgenSystem(System):
     kind = "hectorgen"
@@ -232,6 +250,19 @@ class HectorgenSystem(System):
 
     def case_note(self, model):
         return self.notes.get(model, "")
+
+    def case_info(self, ctx, model, train):
+        """A materialization: auto module: the program it runs on this graph in this mode, and its cost model's
+        estimates of both (ms)."""
+        mod, _ = self.modules[model]
+        if getattr(mod, "MATERIALIZATION", None) != "auto":
+            return {}
+        hg = ctx.cache[("hg_graph", mod.__name__)][0]
+        estimates = mod.estimated_seconds(hg, train)
+        return {"materialization": mod.materialization(hg, train),
+                "estimated_ms": {k: None if s is None else round(s * 1e3, 4) for k, s in estimates.items()},
+                # (launches, bytes) per program: bench/calibrate_auto.py fits the tuning table to the fixed variants
+                "cost_terms": mod.cost_terms(hg, train), "arch": _arch(ctx.x.device)}
 
     def supports(self, model):
         return model in self.modules

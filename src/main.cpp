@@ -32,8 +32,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"on", "off", "auto"}));
   app.add_option("--materialization", opts.materialization,
                  "how edge values of a (source, edge type) pair are stored, overriding the spec's "
-                 "options.materialization: vanilla (per edge) or compact (once per unique pair)")
-      ->check(CLI::IsMember({"vanilla", "compact"}));
+                 "options.materialization: vanilla (per edge), compact (once per unique pair) or auto (both programs "
+                 "in one module, chosen per graph at prepare_graph from a cost model: docs/materialization.md)")
+      ->check(CLI::IsMember({"vanilla", "compact", "auto"}));
   app.add_option("--reference", opts.reference_dir,
                  "run the float64 CPU reference on DIR/meta.json (see driver/reference_io.h) instead of generating");
   app.add_flag("-v,--verbose", opts.verbose, "log pipeline steps and pass timing to stderr");

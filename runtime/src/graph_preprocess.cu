@@ -1,6 +1,6 @@
-// Graph preprocessing on the GPU: etype-sorted COO, CSR by dst/src, compact materialization mapping and its
-// inverses, inverse relation in-degree and node type segments. See hectorgen/graph.h for the layouts and the shared
-// conventions.
+// Graph preprocessing on the GPU: etype-sorted COO, CSR by dst/src, compact materialization mapping (with its
+// per-relation choice) and its inverses, inverse relation in-degree and node type segments. See hectorgen/graph.h for
+// the layouts and the shared conventions.
 //
 // Every layout is built from three primitives:
 //   * a stable CUB radix sort of (key, position) pairs, restricted to the key bits that can be non-zero;
@@ -267,6 +267,53 @@ __global__ void unique_etype_ptr_kernel(const Key* sorted, const int32_t* runs_b
   }
 }
 
+// Per relation r: the unique (etype, node) pairs it has (the runs of the grouping in which every relation is
+// compacted) and whether `policy` compacts it. compacted[r] is written for every r; unique_pairs[r] when given.
+template <typename Key>
+__global__ void relation_choice_kernel(const Key* sorted, const int32_t* runs_before, int32_t count,
+                                       int32_t num_etypes, int32_t num_nodes, CompactPolicy policy,
+                                       int32_t* unique_pairs, uint8_t* compacted) {
+  const int64_t r = thread_index();
+  if (r >= num_etypes) {
+    return;
+  }
+  // Relation r's edges are sorted indices [first, last); (r + 1) * N fits Key for r + 1 < num_etypes.
+  const int32_t first = lower_bound(sorted, count, static_cast<Key>(r) * static_cast<Key>(num_nodes));
+  const int32_t last =
+      r + 1 < num_etypes ? lower_bound(sorted, count, static_cast<Key>(r + 1) * static_cast<Key>(num_nodes)) : count;
+  const int32_t pairs = count > 0 ? runs_before[last] - runs_before[first] : 0;
+  bool compact = true;
+  switch (policy.kind) {
+    case CompactPolicy::Kind::kAll: compact = true; break;
+    case CompactPolicy::Kind::kThreshold: compact = compacts_relation(policy.threshold, pairs, last - first); break;
+    case CompactPolicy::Kind::kMask: compact = policy.mask[r] != 0; break;
+  }
+  if (unique_pairs != nullptr) {
+    unique_pairs[r] = pairs;
+  }
+  compacted[r] = compact ? 1 : 0;
+}
+
+// Run heads of the chosen grouping: as run_heads_kernel, and every edge of an uncompacted relation starts a run of
+// its own (so its pairs are ordered by (node, position), the sort order). An etype out of range (invalid input)
+// counts as compacted rather than being read out of bounds.
+template <typename Key>
+__global__ void chosen_run_heads_kernel(const Key* sorted, const int32_t* order, const int32_t* etype,
+                                        const uint8_t* compacted, int32_t count, int32_t num_etypes,
+                                        int32_t* heads) {
+  const int64_t i = thread_index();
+  if (i > count) {
+    return;
+  }
+  if (i == count) {
+    heads[i] = 0;
+    return;
+  }
+  const int32_t r = etype[order[i]];
+  const bool own_run = r >= 0 && r < num_etypes && compacted[r] == 0;
+  heads[i] = (i == 0 || sorted[i] != sorted[i - 1] || own_run) ? 1 : 0;
+}
+
 // run_start[k] = sorted index where run k starts, for k in [0, runs]; run_start[runs] = count.
 __global__ void run_starts_kernel(const int32_t* runs_before, int32_t count, int32_t* run_start) {
   const int64_t i = thread_index();
@@ -420,13 +467,44 @@ cudaError_t build_node_pair_csr(const int32_t* unique_node, const int32_t* num_p
                 sorted_keys.as<uint32_t>(), capacity, num_nodes, node_pair_ptr);
 }
 
+// The per-relation statistics and decision (relation_choice_kernel over the grouping `runs`, in which every relation
+// is compacted) and, for a policy that may leave relations uncompacted, the runs of the chosen grouping in place.
 template <typename Key>
-cudaError_t build_compact_mapping_impl(const SortedCooView& graph, const int32_t* node, const CompactMapping& out,
-                                       cudaStream_t stream, const DeviceAllocator* allocator) {
+cudaError_t apply_compact_policy(const SortedCooView& graph, const CompactPolicy& policy, const CompactChoice& choice,
+                                 EdgeRuns& runs, cudaStream_t stream, const DeviceAllocator* allocator) {
+  const bool all = policy.kind == CompactPolicy::Kind::kAll;
+  if (all && choice.unique_pairs == nullptr && choice.compacted == nullptr) {
+    return cudaSuccess;
+  }
+  const int32_t count = graph.num_edges;
+  DeviceBuffer decided(allocator, stream);
+  uint8_t* compacted = choice.compacted;
+  if (compacted == nullptr) {
+    HG_RETURN_IF_ERROR(decided.allocate<uint8_t>(graph.num_etypes));
+    compacted = decided.as<uint8_t>();
+  }
+  int32_t* runs_before = runs.runs_before.as<int32_t>();
+  HG_RETURN_IF_ERROR(launch(relation_choice_kernel<Key>, graph.num_etypes, stream, runs.sorted_keys.as<Key>(),
+                            runs_before, count, graph.num_etypes, graph.num_nodes, policy, choice.unique_pairs,
+                            compacted));
+  if (all || count == 0) {
+    return cudaSuccess;
+  }
+  HG_RETURN_IF_ERROR(launch(chosen_run_heads_kernel<Key>, static_cast<int64_t>(count) + 1, stream,
+                            runs.sorted_keys.as<Key>(), runs.order.as<int32_t>(), graph.etype, compacted, count,
+                            graph.num_etypes, runs_before));
+  return exclusive_sum_in_place(runs_before, count + 1, stream, allocator);
+}
+
+template <typename Key>
+cudaError_t build_compact_mapping_impl(const SortedCooView& graph, const int32_t* node, const CompactPolicy& policy,
+                                       const CompactMapping& out, const CompactChoice& choice, cudaStream_t stream,
+                                       const DeviceAllocator* allocator) {
   const int32_t count = graph.num_edges;
   {
     EdgeRuns runs(allocator, stream);  // released before the node sort below
     HG_RETURN_IF_ERROR(group_by_etype_and_node<Key>(graph, node, runs, stream, allocator));
+    HG_RETURN_IF_ERROR(apply_compact_policy<Key>(graph, policy, choice, runs, stream, allocator));
     const int32_t* runs_before = runs.runs_before.as<int32_t>();
     HG_RETURN_IF_ERROR(launch(compact_scatter_kernel, count, stream, runs.order.as<int32_t>(), runs_before,
                               node, count, out.unique_node, out.edge_to_unique));
@@ -551,8 +629,28 @@ cudaError_t build_csr_by_src(const SortedCooView& graph, const Csr& out, cudaStr
 
 cudaError_t build_compact_mapping(const SortedCooView& graph, Endpoint endpoint, const CompactMapping& out,
                                   cudaStream_t stream, const DeviceAllocator* allocator) {
+  return build_compact_mapping(graph, endpoint, CompactPolicy::all(), out, CompactChoice{}, stream, allocator);
+}
+
+cudaError_t build_compact_mapping(const SortedCooView& graph, Endpoint endpoint, const CompactPolicy& policy,
+                                  const CompactMapping& out, const CompactChoice& choice, cudaStream_t stream,
+                                  const DeviceAllocator* allocator) {
   HG_RETURN_IF_ERROR(check_graph_counts(graph.num_nodes, graph.num_edges, graph.num_etypes));
+  if (!policy.valid()) {
+    return cudaErrorInvalidValue;
+  }
   if (graph.num_edges == 0) {  // no pairs: every offset is 0 (the [E]-sized buffers may be nullptr)
+    if (choice.unique_pairs != nullptr || choice.compacted != nullptr) {
+      // Every relation is empty: no pairs, and compacted unless a mask says otherwise.
+      DeviceBuffer decided(allocator, stream);
+      uint8_t* compacted = choice.compacted;
+      if (compacted == nullptr) {
+        HG_RETURN_IF_ERROR(decided.allocate<uint8_t>(graph.num_etypes));
+        compacted = decided.as<uint8_t>();
+      }
+      HG_RETURN_IF_ERROR(launch(relation_choice_kernel<uint32_t>, graph.num_etypes, stream, nullptr, nullptr, 0,
+                                graph.num_etypes, graph.num_nodes, policy, choice.unique_pairs, compacted));
+    }
     if (out.pair_edge_ptr != nullptr) {
       HG_RETURN_IF_ERROR(zero_fill(out.pair_edge_ptr, 1, stream));
     }
@@ -566,8 +664,9 @@ cudaError_t build_compact_mapping(const SortedCooView& graph, Endpoint endpoint,
     return cudaErrorInvalidValue;  // an inverse is built whole or not at all
   }
   const int32_t* node = endpoint == Endpoint::kSrc ? graph.src : graph.dst;
-  return fits_32bit_keys(graph) ? build_compact_mapping_impl<uint32_t>(graph, node, out, stream, allocator)
-                                : build_compact_mapping_impl<uint64_t>(graph, node, out, stream, allocator);
+  return fits_32bit_keys(graph)
+             ? build_compact_mapping_impl<uint32_t>(graph, node, policy, out, choice, stream, allocator)
+             : build_compact_mapping_impl<uint64_t>(graph, node, policy, out, choice, stream, allocator);
 }
 
 cudaError_t build_inv_relation_in_degree(const SortedCooView& graph, float* inv_relation_in_degree,

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <sstream>
 
 #include "hectorgen/graph.h"
@@ -174,7 +175,8 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
                                              int64_t num_nodes, int64_t num_etypes,
                                              const std::optional<at::Tensor>& ntype,
                                              const std::vector<std::string>& layouts, int64_t num_ntypes,
-                                             bool validate, int64_t gemm_tile) {
+                                             bool validate, int64_t gemm_tile, double compact_threshold,
+                                             const std::optional<at::Tensor>& compact_mask) {
   const unsigned wanted = parse_layouts(layouts);
 
   // Argument checks.
@@ -199,6 +201,20 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
                 num(num_ntypes));
   }
 
+  TORCH_CHECK(!std::isnan(compact_threshold),
+              "hectorgen preprocess: compact_threshold must be a number >= 0, or < 0 for none; got NaN");
+  TORCH_CHECK(!(compact_mask.has_value() && compact_threshold >= 0),
+              "hectorgen preprocess: give compact_threshold or compact_mask, not both");
+  if (compact_mask.has_value()) {
+    const at::Tensor& mask = *compact_mask;
+    TORCH_CHECK(mask.scalar_type() == at::kBool, "hectorgen preprocess: compact_mask must be a bool tensor, got ",
+                mask.scalar_type());
+    TORCH_CHECK(mask.dim() == 1 && mask.numel() == num_etypes, "hectorgen preprocess: compact_mask must have shape [",
+                num(num_etypes), "] (one entry per relation), got ", shape(mask.sizes()));
+    TORCH_CHECK(!mask.is_cuda() || mask.device() == device, "hectorgen preprocess: compact_mask is on ",
+                mask.device(), " but src is on ", device);
+  }
+
   const c10::cuda::CUDAGuard device_guard(device);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
   const DeviceAllocator allocator{nullptr, &torch_allocate, &torch_deallocate};
@@ -206,6 +222,16 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
   const auto n = static_cast<int32_t>(num_nodes);
   const auto e = static_cast<int32_t>(num_edges);
   const auto r = static_cast<int32_t>(num_etypes);
+
+  // Which relations the compact layouts compact; a CPU mask is copied to the device (the queued work reads it).
+  at::Tensor device_mask;
+  CompactPolicy policy = CompactPolicy::all();
+  if (compact_mask.has_value()) {
+    device_mask = compact_mask->to(device).contiguous();
+    policy = CompactPolicy::relations(reinterpret_cast<const uint8_t*>(device_mask.data_ptr<bool>()));
+  } else if (compact_threshold >= 0) {
+    policy = CompactPolicy::ratio_at_most(compact_threshold);
+  }
 
   std::map<std::string, at::Tensor> result;
   std::vector<PendingCompact> pending;
@@ -283,7 +309,8 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
       if ((wanted & (by_src ? kCompactSrcEtype : kCompactDstEtype)) == 0) {
         continue;
       }
-      const std::string prefix = by_src ? "unique_src" : "unique_dst";
+      const std::string side = by_src ? "src" : "dst";
+      const std::string prefix = "unique_" + side;
       const at::Tensor unique_node = new_int32(e, options);
       const at::Tensor unique_etype_ptr = new_int32(num_etypes + 1, options);
       const at::Tensor edge_to_unique = new_int32(e, options);
@@ -296,9 +323,15 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
       mapping.pair_edge_eid = i32(pair_edge_eid);
       mapping.node_pair_ptr = i32(node_pair_ptr);
       mapping.node_pair = i32(node_pair);
-      HG_CUDA_CHECK(build_compact_mapping(graph, by_src ? Endpoint::kSrc : Endpoint::kDst, mapping, stream,
-                                          &allocator),
+      const at::Tensor relation_pairs = new_int32(num_etypes, options);
+      const at::Tensor relation_compacted = at::empty({num_etypes}, options.dtype(at::kBool));
+      const CompactChoice choice{i32(relation_pairs),
+                                 reinterpret_cast<uint8_t*>(relation_compacted.data_ptr<bool>())};
+      HG_CUDA_CHECK(build_compact_mapping(graph, by_src ? Endpoint::kSrc : Endpoint::kDst, policy, mapping, choice,
+                                          stream, &allocator),
                     "build_compact_mapping");
+      result[prefix + "_relation_pairs"] = relation_pairs;
+      result[side + "_relation_compacted"] = relation_compacted;
       result[prefix + "_etype_ptr"] = unique_etype_ptr;
       result["edge_to_" + prefix] = edge_to_unique;
       result[prefix + "_edge_eid"] = pair_edge_eid;

@@ -15,7 +15,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Builds the requested graph layouts on the GPU; returns a dict of named int32/float32 tensors.",
         pybind11::arg("src"), pybind11::arg("dst"), pybind11::arg("etype"), pybind11::arg("num_nodes"),
         pybind11::arg("num_etypes"), pybind11::arg("ntype"), pybind11::arg("layouts"),
-        pybind11::arg("num_ntypes") = -1, pybind11::arg("validate") = true, pybind11::arg("gemm_tile") = 0);
+        pybind11::arg("num_ntypes") = -1, pybind11::arg("validate") = true, pybind11::arg("gemm_tile") = 0,
+        pybind11::arg("compact_threshold") = -1.0, pybind11::arg("compact_mask") = pybind11::none());
   m.def("layout_names", &hectorgen::runtime::layout_names, "Layout names accepted by preprocess().");
   m.def("version", &hectorgen::runtime::version, "Version of the compiled runtime (hectorgen/runtime_version.h).");
   hectorgen::runtime::bind_unified(m);

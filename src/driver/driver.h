@@ -22,7 +22,7 @@ struct Options {
   std::string run_pass;          // a pass name: run only it on printed inter IR (pipeline.h run_pass)
   std::string phase = "forward"; // for --run-pass=lower and fuse-loops: the phase the module is
   std::string reorder;           // --reorder=on|off|auto: overrides the spec's options.reorder (empty: the spec's)
-  std::string materialization;   // --materialization=vanilla|compact: overrides the spec's options.materialization
+  std::string materialization;   // --materialization=vanilla|compact|auto: overrides the spec's options.materialization
   std::string reference_dir;     // run the float64 CPU reference on tensors in this directory
   bool verbose = false;
   bool verify_each = inter::kVerifyEachPassByDefault;  // verify the IR after every pass (debug builds: on)

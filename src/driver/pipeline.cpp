@@ -56,10 +56,14 @@ class PassLog {
 
   // Inter-IR phases. Returns false (after an internal error on `err`) when --verify-each finds a phase that
   // does not verify; `typed` is false before typecheck.
+  // The program the following passes build ("" for a module's only one; "compact" for auto's second): printed
+  // phases are <program>_<phase>.
+  void set_program(const std::string& program) { program_ = program; }
+
   bool after(const std::string& pass, const std::vector<Phase>& phases, bool typed = true) {
     timed(pass, phases.size());
     for (const Phase& p : phases) {
-      if (printing(pass)) log_ << banner(pass, p.name) << print_inter(p.module, typed);
+      if (printing(pass)) log_ << banner(pass, shown(p.name)) << print_inter(p.module, typed);
       if (!typed || !o_.verify_each) continue;
       Diagnostics vd;
       if (inter::verify(p.module, vd)) continue;
@@ -74,11 +78,12 @@ class PassLog {
   void after(const std::string& pass, const std::vector<intra::Program>& programs) {
     timed(pass, programs.size());
     if (printing(pass))
-      for (const intra::Program& p : programs) log_ << banner(pass, p.phase) << intra::print_program(p);
+      for (const intra::Program& p : programs) log_ << banner(pass, shown(p.phase)) << intra::print_program(p);
     last_ = std::chrono::steady_clock::now();
   }
 
  private:
+  std::string shown(const std::string& phase) const { return program_.empty() ? phase : program_ + "_" + phase; }
   bool printing(const std::string& pass) const { return o_.print_ir_after == pass || o_.print_ir_after == "all"; }
   static std::string banner(const std::string& pass, const std::string& phase) {
     return fmt::format("# ---- IR after {} ({}) ----\n", pass, phase);
@@ -93,6 +98,7 @@ class PassLog {
   const Options& o_;
   std::ostream& log_;
   std::ostream& err_;
+  std::string program_;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
@@ -203,6 +209,62 @@ std::optional<inter::Module> frontend(const SourceFile& spec, Diagnostics& diags
   return run_frontend(spec, diags, passes);
 }
 
+namespace {
+
+// The programs of one materialization: reorder-linear .. lower over the typed module. `label` names the program
+// in the printed IR ("" for the module's only program; "compact" for auto's second one), and its inter IR files
+// are <model>[.label].inter.ir and <model>[.label].backward.inter.ir. Returns the status (0: fine).
+int build_program(const inter::Module& typed, inter::Materialization materialization, const std::string& label,
+                  const Options& opts, PassLog& log, OutputSet& files, std::vector<intra::Program>& programs,
+                  std::string& no_training, std::ostream& err) {
+  log.set_program(label);
+  const std::string model = typed.decl.name;
+  const std::string infix = label.empty() ? "" : "." + label;
+  // Before autodiff: the training forward and the backward inherit the reordering, the hoisted node transforms and
+  // the compaction.
+  std::vector<Phase> phases = {{"forward", passes::reorder_linear(typed, typed.decl.options.reorder)}};
+  phases.front().module.decl.options.materialization = materialization;  // the printed IR says what ran
+  if (!log.after("reorder-linear", phases)) return kInternalError;
+  phases.front().module = passes::hoist_node_transforms(phases.front().module);
+  if (!log.after("hoist-node-transforms", phases)) return kInternalError;
+  phases.front().module = passes::compact_materialization(phases.front().module, materialization);
+  if (!log.after("compact-materialization", phases)) return kInternalError;
+  std::vector<std::string> saved;  // forward_train fields the backward reads
+  add_training_phases(phases, saved, no_training, err);
+  if (!log.after("autodiff", phases)) return kInternalError;
+
+  for (Phase& p : phases) p.module = passes::fuse_loops(p.module);
+  if (!log.after("fuse-loops", phases)) return kInternalError;
+
+  files.add(model + infix + ".inter.ir", print_inter(phases.front().module, /*types=*/true));
+  if (const inter::Module* backward = find_phase(phases, "backward"))
+    files.add(model + infix + ".backward.inter.ir", print_inter(*backward, /*types=*/false));
+  if (opts.emit == "inter-ir") return 0;
+
+  int status = 0;
+  programs = lower_phases(phases, saved, no_training, err, status);
+  if (status != 0) return status;
+  log.after("lower", programs);
+  return 0;
+}
+
+// materialization: auto's second program: its phases are compact_<phase> (its ops and Args structs follow), its
+// kernels <model>_compact_<...> (the emitter still emits a kernel identical to one of the vanilla program once).
+void name_compact_program(std::vector<intra::Program>& programs) {
+  for (intra::Program& p : programs) {
+    const std::string prefix = p.model + "_", compact = p.model + "_compact_";
+    p.phase = "compact_" + p.phase;
+    for (intra::Kernel& k : p.kernels)
+      std::visit([&](auto& instance) {
+        if (instance.name.rfind(prefix, 0) != 0)
+          throw std::logic_error("pipeline: kernel '" + instance.name + "' does not start with '" + prefix + "'");
+        instance.name = compact + instance.name.substr(prefix.size());
+      }, k);
+  }
+}
+
+}  // namespace
+
 int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::ostream& ir_log, std::ostream& err) {
   PassLog log(opts, ir_log, err);
   Diagnostics diags;
@@ -211,44 +273,45 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   if (!typed) return kUserError;
   const std::string model = typed->decl.name;
   typed->decl.options.reorder = reorder_mode(*typed, opts);  // --reorder wins; the printed IR says what ran
-  typed->decl.options.materialization = materialization_mode(*typed, opts);
-  if (typed->decl.options.materialization == inter::Materialization::Auto) {
-    // The choice needs the graph's statistics (unique pairs per edge, per relation), which no option carries yet.
-    diags.error(typed->decl.loc, "unsupported",
-                "materialization: auto (a choice from the graph's statistics) is not implemented yet; choose vanilla "
-                "or compact (bench/compact/results.md shows where compact pays)");
-    diags.render(err);
-    return kUserError;
+  const inter::Materialization materialization = materialization_mode(*typed, opts);
+  typed->decl.options.materialization = materialization;
+  if (typed->decl.options.compact_relations && materialization != inter::Materialization::Auto)
+    err << Diagnostics::format({Severity::Warning, typed->decl.loc,
+                                fmt::format("options.compact_relations is ignored: it chooses the relations of "
+                                            "materialization: auto, and this module is {}",
+                                            inter::to_string(materialization)),
+                                "ignored-option"});
+
+  // materialization: auto compiles the model twice, vanilla and compact, into one module that picks one per graph
+  // (docs/materialization.md).
+  const bool both = materialization == inter::Materialization::Auto;
+  std::string no_training;  // why there is no training code, if there is none
+  std::vector<intra::Program> programs;
+  if (int status = build_program(*typed, both ? inter::Materialization::Vanilla : materialization, "", opts, log, files,
+                                 programs, no_training, err);
+      status != 0)
+    return status;
+  std::vector<intra::Program> compact;
+  if (both) {
+    std::string compact_no_training;
+    if (int status = build_program(*typed, inter::Materialization::Compact, "compact", opts, log, files, compact,
+                                   compact_no_training, err);
+        status != 0)
+      return status;
+    if (compact.size() != programs.size() && opts.emit != "inter-ir") {
+      // Training code for one program only: the module has none, since the choice between them must stay free.
+      if (no_training.empty()) no_training = "the compact program: " + compact_no_training;
+      err << "hectorgen: warning: no training code generated (materialization: auto needs it in both programs)\n";
+      programs.resize(1);
+      compact.resize(1);
+    }
   }
-
-  // Before autodiff: the training forward and the backward inherit the reordering, the hoisted node transforms and
-  // the compaction.
-  std::vector<Phase> phases = {{"forward", passes::reorder_linear(*typed, typed->decl.options.reorder)}};
-  if (!log.after("reorder-linear", phases)) return kInternalError;
-  phases.front().module = passes::hoist_node_transforms(phases.front().module);
-  if (!log.after("hoist-node-transforms", phases)) return kInternalError;
-  phases.front().module = passes::compact_materialization(phases.front().module, typed->decl.options.materialization);
-  if (!log.after("compact-materialization", phases)) return kInternalError;
-  std::vector<std::string> saved;  // forward_train fields the backward reads
-  std::string no_training;         // why there is no training code, if there is none
-  add_training_phases(phases, saved, no_training, err);
-  if (!log.after("autodiff", phases)) return kInternalError;
-
-  for (Phase& p : phases) p.module = passes::fuse_loops(p.module);
-  if (!log.after("fuse-loops", phases)) return kInternalError;
-
-  files.add(model + ".inter.ir", print_inter(phases.front().module, /*types=*/true));
-  if (const inter::Module* backward = find_phase(phases, "backward"))
-    files.add(model + ".backward.inter.ir", print_inter(*backward, /*types=*/false));
   if (opts.emit == "inter-ir") return 0;
-
-  int status = 0;
-  std::vector<intra::Program> programs = lower_phases(phases, saved, no_training, err, status);
-  if (status != 0) return status;
-  log.after("lower", programs);
 
   if (opts.emit == "intra-ir") {
     files = OutputSet{};
+    name_compact_program(compact);
+    for (intra::Program& p : compact) programs.push_back(std::move(p));
     files.add(model + ".intra.ir", intra::print_programs(programs));
     return 0;
   }
@@ -257,7 +320,13 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   std::filesystem::path spec_path(spec.path());
   std::string shown = spec_path.is_absolute() ? spec_path.filename().string() : spec_path.lexically_normal().string();
   auto start = std::chrono::steady_clock::now();
-  emit::emit_all(programs, emit::EmitContext{shown, HECTORGEN_VERSION, no_training}, files);
+  emit::EmitContext ctx{shown, HECTORGEN_VERSION, no_training};
+  if (both) {
+    ctx.auto_materialization = true;
+    name_compact_program(compact);
+    for (intra::Program& p : compact) programs.push_back(std::move(p));
+  }
+  emit::emit_all(programs, ctx, files);
   std::chrono::duration<double, std::milli> emit_time = std::chrono::steady_clock::now() - start;
   spdlog::debug("{:<23} {:8.3f} ms  ({} files)", "emit", emit_time.count(), files.files().size());
   return 0;

@@ -474,6 +474,11 @@ class Parser {
     bool ok = false;
     if (k == "materialization" && val.kind == Tok::String) {
       if (auto m = parse_materialization(val.text)) { o.materialization = *m; ok = true; }
+    } else if (k == "compact_relations" && val.kind == Tok::Number) {
+      char* end = nullptr;
+      double theta = std::strtod(val.text.c_str(), &end);
+      ok = *end == '\0' && theta >= 0 && theta <= 1;
+      if (ok) o.compact_relations = theta;
     } else if (k == "reorder" && val.kind == Tok::String) {
       if (auto r = parse_reorder(val.text)) { o.reorder = *r; ok = true; }
     } else if (k == "dtype" && val.kind == Tok::String) {

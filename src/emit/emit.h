@@ -16,7 +16,13 @@ struct EmitContext {
   // Why no training code was generated (the generation-time warning), for the module's error when a parameter
   // requires grad; empty when the model is trainable or no reason is known.
   std::string no_training_reason = {};
+  // materialization: auto: the phases are the vanilla program's, then the compact program's (compact_forward, ...);
+  // the module holds both and picks one per graph (docs/materialization.md).
+  bool auto_materialization = false;
 };
+
+// materialization: auto: the phases of one of the two programs (`compact`: those named compact_<phase>).
+std::vector<intra::Program> program_phases(const std::vector<intra::Program>& phases, bool compact);
 
 // Adds every generated file for `p` to `out`: kernels (.cu/.h), host stubs, Python module, CMakeLists,
 // manifest. Throws TemplateError/logic_error on internal inconsistencies (exit code 2).

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "emit/cost.h"
 #include "emit/emit.h"
 #include "emit/names.h"
 #include "ir/inter/names.h"
@@ -81,10 +82,31 @@ std::vector<const TensorDecl*> op_tensors(const Program& p) {
   return v;
 }
 
-// The hectorgen runtime version generated code is written for, "MAJOR.MINOR" (runtime/include/hectorgen/
-// runtime_version.h): generated modules run on any runtime MAJOR.x with x >= MINOR.
+// The runtime minor version that generated code needs: the newest runtime interface it uses, which can be older
+// than the runtime beside this compiler (runtime/include/hectorgen/runtime_version.h). 1.3 added the per-relation
+// compaction choice (prepare_graph's compact_relations and the statistics on Graph), which only materialization: auto
+// modules use (kAutoRuntimeMinor below), so the others still ask for 1.2 and run on every 1.x runtime from 1.2 on.
+// Raise it with the first generated code that needs a newer interface.
+constexpr int kRequiredRuntimeMinor = 2;
+static_assert(kRequiredRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR,
+              "generated code cannot need a runtime newer than the one it ships with");
+
+// The hectorgen runtime version generated code is written for, "MAJOR.MINOR": generated modules run on any runtime
+// MAJOR.x with x >= MINOR.
 std::string runtime_version() {
-  return fmt::format("{}.{}", HECTORGEN_RUNTIME_VERSION_MAJOR, HECTORGEN_RUNTIME_VERSION_MINOR);
+  return fmt::format("{}.{}", HECTORGEN_RUNTIME_VERSION_MAJOR, kRequiredRuntimeMinor);
+}
+
+// materialization: auto modules pass compact_relations to hectorgen_runtime.prepare_graph (the per-relation
+// compaction choice), new in runtime 1.3: they need that minor version (other modules keep the one above).
+constexpr int kAutoRuntimeMinor = 3;
+static_assert(kAutoRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR,
+              "generated code cannot need a runtime newer than the one it ships with");
+int module_runtime_minor(const EmitContext& ctx) {
+  return ctx.auto_materialization ? kAutoRuntimeMinor : kRequiredRuntimeMinor;
+}
+std::string module_runtime_version(const EmitContext& ctx) {
+  return ctx.auto_materialization ? fmt::format("{}.{}", HECTORGEN_RUNTIME_VERSION_MAJOR, kAutoRuntimeMinor) : runtime_version();
 }
 
 // The runtime's name (a key of hectorgen_runtime.Graph, see runtime/python/hectorgen_runtime) of the graph array
@@ -307,7 +329,7 @@ std::string emit_host_cpp(const std::vector<Program>& ir_phases, const EmitConte
   }
   v["phases"] = names;
   v["runtime_major"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MAJOR);
-  v["runtime_minor"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MINOR);
+  v["runtime_minor"] = std::to_string(module_runtime_minor(ctx));
   v["functions"] = functions;
   bool any_workspace = false;
   for (const Program& ph : phases) any_workspace |= !workspaces(ph).empty();
@@ -330,9 +352,98 @@ std::string emit_host_cpp(const std::vector<Program>& ir_phases, const EmitConte
 
 std::string python_training(const std::vector<Program>& phases, const std::vector<std::string>& user_inputs,
                             const std::vector<std::string>& weights, const std::string& from_graph_args,
-                            const std::string& no_training_reason);
+                            const std::string& no_training_reason, const std::vector<Program>& compact = {});
 
-std::string emit_python(const std::vector<Program>& phases, const EmitContext& ctx) {
+std::vector<Program> program_phases(const std::vector<Program>& phases, bool compact) {
+  std::vector<Program> out;
+  for (const Program& p : phases)
+    if ((p.phase.rfind("compact_", 0) == 0) == compact) out.push_back(p);
+  return out;
+}
+
+namespace {
+
+// A byte count or launch count as a Python number (an int when whole).
+std::string py_number(double x) {
+  if (x == static_cast<double>(static_cast<long long>(x))) return std::to_string(static_cast<long long>(x));
+  return fmt::format("{}", x);
+}
+
+std::string py_strings(const std::vector<std::string>& xs) {
+  std::string s;
+  for (const auto& x : xs) s += fmt::format("\"{}\", ", x);
+  return s;
+}
+
+std::set<std::string> union_layouts(const std::vector<Program>& phases) {
+  std::set<std::string> out;
+  for (const Program& p : phases) out.insert(p.layouts.begin(), p.layouts.end());
+  return out;
+}
+
+// materialization: auto: the constants after GRAPH_ARRAYS (the programs, their layouts and arrays, the cost model,
+// the tuning table).
+std::string python_auto_constants(const std::vector<Program>& vanilla, const std::vector<Program>& compact,
+                                  const inter::Options& options) {
+  const Program& v = vanilla.front();
+  const Program& c = compact.front();
+  std::vector<std::string> compact_keys;
+  for (const auto& g : graph_arrays(c)) compact_keys.push_back(runtime_graph_key(g));
+  std::string ops;
+  for (const Program& x : compact) ops += (ops.empty() ? "" : ", ") + x.phase;
+  std::string vops;
+  for (const Program& x : vanilla) vops += (vops.empty() ? "" : ", ") + x.phase;
+  std::string out = "\n\n";
+  out += fmt::format(
+      "# materialization: auto. This module holds two programs of {0}, and prepare_graph picks one per graph for\n"
+      "# inference and one for training with the cost model below (hectorgen's docs/materialization.md):\n"
+      "#   \"vanilla\" (ops {1}): every edge value stored per edge;\n"
+      "#   \"compact\" (ops {2}): edge values that depend only on the edge's source and type\n"
+      "#   stored once per unique (source, edge type) pair.\n",
+      v.model, vops, ops);
+  out += "MATERIALIZATION = \"auto\"\n";
+  out += "PROGRAMS = (\"vanilla\", \"compact\")\n";
+  out += "_OP_PREFIX = {\"vanilla\": \"\", \"compact\": \"compact_\"}\n";
+  out += "_MODES = (\"inference\", \"training\")\n";
+  out += "# Each program's graph layouts, graph arrays (its ops' leading arguments) and whether its ops take the pair count.\n";
+  out += fmt::format("PROGRAM_LAYOUTS = {{\"vanilla\": ({}), \"compact\": ({})}}\n",
+                     py_strings({v.layouts.begin(), v.layouts.end()}), py_strings({c.layouts.begin(), c.layouts.end()}));
+  out += fmt::format("PROGRAM_GRAPH_ARRAYS = {{\"vanilla\": GRAPH_ARRAYS, \"compact\": ({})}}\n", py_strings(compact_keys));
+  out += fmt::format("PROGRAM_PAIR_COUNT = {{\"vanilla\": {}, \"compact\": {}}}\n", has_pairs(v) ? "True" : "False",
+                     has_pairs(c) ? "True" : "False");
+  out += "# The cost model (hectorgen's src/emit/cost.h), per program and phase: (kernel launches, bytes moved per\n"
+         "# (1, node, edge, unique (source, edge type) pair, edge type, node type)), counted from the generated kernels.\n";
+  out += "COST_MODEL = {\n";
+  for (const auto* program : {&vanilla, &compact}) {
+    out += fmt::format("    \"{}\": {{\n", program == &vanilla ? "vanilla" : "compact");
+    for (const Program& x : *program) {
+      const PhaseCost cost = phase_cost(x);
+      std::string coefficients;
+      for (double b : cost.bytes) coefficients += (coefficients.empty() ? "" : ", ") + py_number(b);
+      const std::string phase = x.phase.rfind("compact_", 0) == 0 ? x.phase.substr(8) : x.phase;
+      out += fmt::format("        \"{}\": ({}, ({})),\n", phase, cost.launches, coefficients);
+    }
+    out += "    },\n";
+  }
+  out += "}\n";
+  out += "# hectorgen's templates/tuning/materialization.json: per GPU architecture, launch_us (microseconds per kernel\n"
+         "# launch), bandwidth_gbs (achieved global-memory GB/s) and theta (the compact program compacts relation r iff its\n"
+         "# unique (source, r) pairs / edges <= theta). ESTIMATES until calibrated on the GPU.\n";
+  out += "TUNING = {\n";
+  for (const auto& [arch, t] : tuning_table())
+    out += fmt::format("    \"{}\": {{\"launch_us\": {}, \"bandwidth_gbs\": {}, \"theta\": {}}},\n", arch, py_number(t.launch_us),
+                       py_number(t.bandwidth_gbs), py_number(t.theta));
+  out += "}\n";
+  out += "# The spec's options.compact_relations (theta on every GPU), or None for TUNING's theta of the graph's GPU.\n";
+  out += fmt::format("COMPACT_RELATIONS = {}", options.compact_relations ? py_number(*options.compact_relations) : "None");
+  return out;
+}
+
+}  // namespace
+
+std::string emit_python(const std::vector<Program>& all_phases, const EmitContext& ctx) {
+  const std::vector<Program> phases = ctx.auto_materialization ? program_phases(all_phases, false) : all_phases;
+  const std::vector<Program> compact = ctx.auto_materialization ? program_phases(all_phases, true) : std::vector<Program>{};
   const Program& p = phases.front();
   Vars v = banner_vars(p, ctx);
   const PythonNames py = python_names(p.decl);
@@ -363,19 +474,27 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
     hyper_dict += (hyper_dict.empty() ? "" : ", ") +
                   fmt::format("\"{}\": {}", h.name, h.is_integer ? fmt::format("{}", static_cast<long long>(h.value)) : fmt::format("{}", h.value));
   v["hyper_dict"] = hyper_dict;
-  std::vector<std::string> layouts(p.layouts.begin(), p.layouts.end());
+  std::set<std::string> all_layouts = ctx.auto_materialization ? union_layouts(all_phases) : p.layouts;
+  std::vector<std::string> layouts(all_layouts.begin(), all_layouts.end());
   std::string lay;
   for (const auto& l : layouts) lay += fmt::format("\"{}\", ", l);
   v["layouts"] = lay;
   std::string arr;
   for (const auto& g : graph_arrays(p)) arr += fmt::format("\"{}\", ", runtime_graph_key(g));
   v["graph_arrays"] = arr;
-  v["pair_count"] = has_pairs(p) ? ", g.num_unique_src" : "";
+  if (ctx.auto_materialization) {
+    v["auto_constants"] = python_auto_constants(phases, compact, p.decl.options);
+    v["graph_api"] = render_template("python/auto.py.in", {{"model", p.model}});
+  } else {
+    v["auto_constants"] = "";
+    v["graph_api"] = render_template("python/graph_api.py.in",
+                                     {{"model", p.model}, {"pair_count", has_pairs(p) ? ", g.num_unique_src" : ""}});
+  }
   int tile = 16;
   for (const auto& k : p.kernels)
     if (auto* g = std::get_if<intra::GemmInstance>(&k)) tile = g->tile;
   v["tile"] = std::to_string(tile);
-  v["runtime_version"] = runtime_version();
+  v["runtime_version"] = module_runtime_version(ctx);
   v["runtime_major"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MAJOR);
   std::vector<std::string> fn_params{"g"};
   for (const std::string& n : params(user_inputs)) fn_params.push_back(n);
@@ -392,7 +511,6 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
   std::string fg;
   for (const auto& t : p.decl.inputs)  // computed by the runtime, in edge-type-sorted order
     if (!t.from_graph.empty()) fg += fmt::format("g.array(\"{}\"), ", t.from_graph);
-  v["from_graph_args"] = fg;
   const DType dtype = p.decl.options.dtype;
   const DType storage = intra::model_storage(dtype);
   v["dtype"] = inter::to_string(dtype);
@@ -406,9 +524,27 @@ std::string emit_python(const std::vector<Program>& phases, const EmitContext& c
                     : "\n# Inside the kernels every sum, and the softmax's statistics, are float32." +
                           (fp32_inputs.empty() ? std::string()
                                                : fmt::format("\n# Inputs that scale rows ({}) are float32.", fp32_inputs));
-  v["training"] = python_training(phases, user_inputs, weights, fg, ctx.no_training_reason);
-  v["grad_path"] = phases.size() < 3 ? "_refuse_grad(tensors)"
-                                     : "outs = _Function.apply(g, *tensors)\nouts = outs if isinstance(outs, tuple) else (outs,)";
+  v["training"] = python_training(phases, user_inputs, weights, fg, ctx.no_training_reason, compact);
+  const std::string contiguous = "*[t.contiguous() for t in tensors]";
+  if (!ctx.auto_materialization) {
+    v["run"] = fmt::format("    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):\n"
+                           "        {}\n"
+                           "    else:\n"
+                           "        outs = torch.ops.hectorgen_{}.forward(*_graph_args(g), {}{})",
+                           phases.size() < 3 ? "_refuse_grad(tensors)"
+                                             : "outs = _Function.apply(g, *tensors)\n        outs = outs if isinstance(outs, tuple) else (outs,)",
+                           p.model, fg, contiguous);
+  } else {
+    v["run"] = fmt::format("    training = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)\n"
+                           "    program = materialization(g, training)  # \"vanilla\" or \"compact\", chosen per graph\n"
+                           "    if training:\n"
+                           "        {}\n"
+                           "    else:\n"
+                           "        outs = _op(program, \"forward\")(*_graph_args(g, program), {}{})",
+                           phases.size() < 3 ? "_refuse_grad(tensors)"
+                                             : "outs = _Function.apply(g, program, *tensors)\n        outs = outs if isinstance(outs, tuple) else (outs,)",
+                           fg, contiguous);
+  }
   std::vector<std::string> outs;
   std::string ret;
   for (size_t i = 0; i < p.decl.outputs.size(); ++i) {
@@ -478,8 +614,9 @@ std::string python_untrainable(const std::vector<std::string>& user_inputs, cons
 
 std::string python_training(const std::vector<Program>& phases, const std::vector<std::string>& user_inputs,
                             const std::vector<std::string>& weights, const std::string& from_graph_args,
-                            const std::string& no_training_reason) {
+                            const std::string& no_training_reason, const std::vector<Program>& compact) {
   if (phases.size() < 3) return python_untrainable(user_inputs, weights, phases.front().model, no_training_reason);
+  const bool both = !compact.empty();  // materialization: auto: the Function runs the program it is given
   const Program& f = phases[0];
   const Program& b = phases[2];
   size_t n_out = 0;
@@ -487,36 +624,56 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
     if (x.role == Role::Output) ++n_out;
   size_t n_in = user_inputs.size(), n_t = user_inputs.size() + weights.size();
   // Which backward result is the gradient of which Function argument.
-  std::vector<std::string> grad_slots;
-  size_t result = 0;
-  for (const TensorInfo& x : b.tensors) {
-    if (x.role != Role::Output) continue;
-    std::string of = grad_target(x.name).value_or("");
-    for (size_t i = 0; i < n_t; ++i) {
-      std::string name = i < n_in ? user_inputs[i] : weights[i - n_in];
-      if (name == of) grad_slots.push_back(fmt::format("({}, {})", result, i));
+  auto grad_slots = [&](const Program& backward) {
+    std::string slots;
+    size_t result = 0;
+    for (const TensorInfo& x : backward.tensors) {
+      if (x.role != Role::Output) continue;
+      std::string of = grad_target(x.name).value_or("");
+      for (size_t i = 0; i < n_t; ++i) {
+        std::string name = i < n_in ? user_inputs[i] : weights[i - n_in];
+        if (name == of) slots += fmt::format("({}, {}), ", result, i);
+      }
+      ++result;
     }
-    ++result;
-  }
-  std::string slots;
-  for (const auto& s : grad_slots) slots += s + ", ";
+    return slots;
+  };
+  std::vector<Program> all = phases;  // the host code names the tensors of every phase of the module at once
+  all.insert(all.end(), compact.begin(), compact.end());
+  const std::vector<Program> cpp = with_cpp_names(all);
+  auto saved_fields = [&](size_t forward_train) {  // the host code's names of the saved fields
+    std::string s;
+    for (const auto& x : cpp[forward_train].saved) s += "\"" + x + "\", ";
+    return s;
+  };
   std::string out;
   out += "TRAINABLE = True\n";
   out += fmt::format("_NUM_OUTPUTS = {}\n", n_out);
   out += fmt::format("_NUM_INPUTS = {}  # user inputs, then weights\n", n_in);
-  out += fmt::format("_GRAD_SLOTS = ({})  # (backward result, argument) pairs\n", slots);
-  out += fmt::format("SAVED_FOR_BACKWARD = ({})  # forward fields the backward reads\n\n\n", [&] {
-    std::string s;
-    const std::vector<Program> cpp = with_cpp_names(phases);  // the host code's names of the saved fields
-    for (const auto& x : cpp[1].saved) s += "\"" + x + "\", ";
-    return s;
-  }());
+  if (!both) {
+    out += fmt::format("_GRAD_SLOTS = ({})  # (backward result, argument) pairs\n", grad_slots(b));
+    out += fmt::format("SAVED_FOR_BACKWARD = ({})  # forward fields the backward reads\n\n\n", saved_fields(1));
+  } else {
+    out += fmt::format("_GRAD_SLOTS = {{\"vanilla\": ({}), \"compact\": ({})}}  # (backward result, argument) pairs\n",
+                       grad_slots(b), grad_slots(compact[2]));
+    out += fmt::format("SAVED_FOR_BACKWARD = {{\"vanilla\": ({}), \"compact\": ({})}}  # forward fields the backward reads\n\n\n",
+                       saved_fields(1), saved_fields(phases.size() + 1));
+  }
   out += "class _Function(torch.autograd.Function):\n";
-  out += "    \"\"\"Pairs the generated forward_train kernels with the generated backward kernels.\"\"\"\n\n";
-  out += "    @staticmethod\n";
-  out += "    def forward(ctx, g, *tensors):\n";
-  out += fmt::format("        res = torch.ops.hectorgen_{}.forward_train(*_graph_args(g), {}*[t.contiguous() for t in tensors])\n",
-                     f.model, from_graph_args);
+  if (!both) {
+    out += "    \"\"\"Pairs the generated forward_train kernels with the generated backward kernels.\"\"\"\n\n";
+    out += "    @staticmethod\n";
+    out += "    def forward(ctx, g, *tensors):\n";
+    out += fmt::format("        res = torch.ops.hectorgen_{}.forward_train(*_graph_args(g), {}*[t.contiguous() for t in tensors])\n",
+                       f.model, from_graph_args);
+  } else {
+    out += "    \"\"\"Pairs the generated forward_train kernels with the generated backward kernels of one program.\"\"\"\n\n";
+    out += "    @staticmethod\n";
+    out += "    def forward(ctx, g, program, *tensors):\n";
+    out += fmt::format("        res = _op(program, \"forward_train\")(*_graph_args(g, program), {}*[t.contiguous() for t in tensors])\n",
+                       from_graph_args);
+    out += "        ctx.program = program\n";
+  }
   out += "        outs, saved = res[:_NUM_OUTPUTS], res[_NUM_OUTPUTS:]\n";
   out += "        ctx.graph = g\n";
   out += "        ctx.out_shapes = [o.shape for o in outs]  # for outputs that get no gradient\n";
@@ -530,20 +687,31 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
   out += "        device = tensors[0].device\n";
   out += "        d_outs = [torch.zeros(s, device=device, dtype=DTYPE) if d is None else d.contiguous()\n"
          "                  for d, s in zip(grads, ctx.out_shapes)]\n";
-  out += fmt::format("        res = torch.ops.hectorgen_{}.backward(\n            *_graph_args(g), {}*[t.contiguous() for t in tensors[:_NUM_INPUTS]],\n"
+  if (!both) {
+    out += fmt::format("        res = torch.ops.hectorgen_{}.backward(\n            *_graph_args(g), {}*[t.contiguous() for t in tensors[:_NUM_INPUTS]],\n"
+                       "            *saved, *d_outs, *[t.contiguous() for t in tensors[_NUM_INPUTS:]])\n",
+                       b.model, from_graph_args);
+    out += fmt::format("        result = [None] * {}\n", n_t);
+    out += "        for r, i in _GRAD_SLOTS:\n";
+    out += "            if ctx.needs_input_grad[1 + i]:\n";
+    out += "                result[i] = res[r]\n";
+    out += "        return (None, *result)";
+    return out;
+  }
+  out += fmt::format("        res = _op(ctx.program, \"backward\")(\n            *_graph_args(g, ctx.program), {}*[t.contiguous() for t in tensors[:_NUM_INPUTS]],\n"
                      "            *saved, *d_outs, *[t.contiguous() for t in tensors[_NUM_INPUTS:]])\n",
-                     b.model, from_graph_args);
+                     from_graph_args);
   out += fmt::format("        result = [None] * {}\n", n_t);
-  out += "        for r, i in _GRAD_SLOTS:\n";
-  out += "            if ctx.needs_input_grad[1 + i]:\n";
+  out += "        for r, i in _GRAD_SLOTS[ctx.program]:\n";
+  out += "            if ctx.needs_input_grad[2 + i]:\n";
   out += "                result[i] = res[r]\n";
-  out += "        return (None, *result)";
+  out += "        return (None, None, *result)";
   return out;
 }
 
 std::string emit_cmake(const Program& p, const EmitContext& ctx) {
   Vars v = banner_vars(p, ctx);
-  v["runtime_version"] = runtime_version();
+  v["runtime_version"] = module_runtime_version(ctx);
   v["runtime_major"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MAJOR);
   return render_template("cmake/CMakeLists.txt.in", v);
 }
@@ -558,9 +726,36 @@ std::string emit_manifest(const std::vector<Program>& ir_phases, const EmitConte
   j["dtype"] = to_string(p.decl.options.dtype);
   j["files"] = {p.model + "_kernels.cu", p.model + "_kernels.h", p.model + "_host.cpp", p.model + ".py",
                 "CMakeLists.txt", "manifest.json", p.model + ".inter.ir", p.model + ".intra.ir"};
-  if (phases.size() > 1) j["files"].push_back(p.model + ".backward.inter.ir");
-  j["graph_layouts"] = std::vector<std::string>(p.layouts.begin(), p.layouts.end());
+  const std::vector<Program> vanilla = ctx.auto_materialization ? program_phases(phases, false) : phases;
+  if (vanilla.size() > 1) j["files"].push_back(p.model + ".backward.inter.ir");
+  if (ctx.auto_materialization) {
+    j["files"].push_back(p.model + ".compact.inter.ir");
+    if (vanilla.size() > 1) j["files"].push_back(p.model + ".compact.backward.inter.ir");
+    const std::set<std::string> layouts = union_layouts(phases);
+    j["graph_layouts"] = std::vector<std::string>(layouts.begin(), layouts.end());
+  } else {
+    j["graph_layouts"] = std::vector<std::string>(p.layouts.begin(), p.layouts.end());
+  }
   j["graph_arrays"] = graph_arrays(p);
+  if (ctx.auto_materialization) {
+    // Both programs: their ops (phases), layouts and graph arrays, and the cost model's coefficients per phase.
+    j["materialization"] = "auto";
+    for (bool compact : {false, true}) {
+      const std::vector<Program> program = program_phases(phases, compact);
+      nlohmann::ordered_json x;
+      for (const Program& ph : program) x["ops"].push_back(ph.phase);
+      x["graph_layouts"] = std::vector<std::string>(program.front().layouts.begin(), program.front().layouts.end());
+      x["graph_arrays"] = graph_arrays(program.front());
+      for (const Program& ph : program) {
+        const PhaseCost cost = phase_cost(ph);
+        nlohmann::ordered_json c;
+        c["launches"] = cost.launches;
+        for (size_t i = 0; i < kCostDomains; ++i) c["bytes_per"][to_string(static_cast<CostDomain>(i))] = cost.bytes[i];
+        x["cost"][ph.phase] = c;
+      }
+      j["programs"][compact ? "compact" : "vanilla"] = x;
+    }
+  }
   for (const TensorInfo& t : p.tensors) {
     const char* role = t.role == Role::Input ? "input" : t.role == Role::Weight ? "weight" : t.role == Role::Output ? "output"
                        : t.role == Role::Field ? "field" : "intermediate";
@@ -621,8 +816,10 @@ std::string emit_manifest(const std::vector<Program>& ir_phases, const EmitConte
   return j.dump(2, ' ', true, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-void emit_all(const std::vector<Program>& phases, const EmitContext& ctx, OutputSet& out) {
+void emit_all(const std::vector<Program>& phases, const EmitContext& given, OutputSet& out) {
   const Program& p = phases.front();
+  EmitContext ctx = given;  // the phases say whether the module holds both programs (also when read from .intra.ir)
+  ctx.auto_materialization = ctx.auto_materialization || !program_phases(phases, true).empty();
   out.add(p.model + "_kernels.cu", emit_kernels_cu(phases, ctx));
   out.add(p.model + "_kernels.h", emit_kernels_h(phases, ctx));
   out.add(p.model + "_host.cpp", emit_host_cpp(phases, ctx));

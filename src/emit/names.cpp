@@ -75,7 +75,9 @@ const char* const kPythonEmitterNames[] = {
     "ctx", "g", "tensors", "res", "outs", "saved", "grads", "stored", "device", "d_outs", "d", "s", "result", "r",
     "i", "t", "o", "zip", "torch", "staticmethod", "super", "isinstance", "tuple", "any", "None",
     // an untrainable module (emit/host.cpp: python_untrainable)
-    "NO_BACKWARD_REASON", "_ARGUMENT_NAMES", "_refuse_grad", "names", "n", "RuntimeError", "join"};
+    "NO_BACKWARD_REASON", "_ARGUMENT_NAMES", "_refuse_grad", "names", "n", "RuntimeError", "join",
+    // a materialization: auto module (emit/host.cpp: python_auto_constants, the forward's program choice)
+    "MATERIALIZATION", "training", "program"};
 
 // Modules a model's file (<model>.py) would shadow for the generated code, or for torch and scripts run
 // beside it: Python's standard library and the packages torch imports.
@@ -129,6 +131,8 @@ const char* const kModuleAttributes[] = {
 // user name enters them).
 const char* const kCppTemplates[] = {"host/host.cpp.in", "host/op.cpp.in", "cuda/kernels.cu.in", "cuda/kernels.h.in"};
 const char* const kPythonTemplate = "python/module.py.in";
+// Every template of the Python module: the module, and the graph API a non-auto or an auto module holds.
+const char* const kPythonTemplates[] = {kPythonTemplate, "python/graph_api.py.in", "python/auto.py.in"};
 
 template <size_t N>
 void add(Names& s, const char* const (&list)[N]) {
@@ -311,7 +315,7 @@ const std::set<std::string>& python_reserved() {
     Names s;
     add(s, kPythonKeywords);
     add(s, kPythonEmitterNames);
-    s.merge(identifiers(template_text(kPythonTemplate), Lang::Python, /*after_dot=*/false));
+    for (const char* t : kPythonTemplates) s.merge(identifiers(template_text(t), Lang::Python, /*after_dot=*/false));
     return s;
   }();
   return names;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -122,6 +123,25 @@ class SchemaReader {
     if (s == "false" || s == "off" || s == "no") return false;
     error(n, "wrong-type", fmt::format("{} must be true/false (or on/off), got '{}'", what, s));
     return std::nullopt;
+  }
+
+  // A number in [0, 1] (a ratio such as unique pairs / edges).
+  std::optional<double> fraction_value(const YAML::Node& n, std::string_view what) {
+    if (!expect_type(n, YAML::NodeType::Scalar, what)) return std::nullopt;
+    const std::string& s = n.Scalar();
+    char* end = nullptr;
+    double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !std::isfinite(v)) {
+      error(n, "wrong-type", fmt::format("{} must be a number between 0 and 1, got '{}'", what, s));
+      return std::nullopt;
+    }
+    if (v < 0 || v > 1) {
+      error(n, "bad-value",
+            fmt::format("{} must be between 0 and 1 (the largest unique pairs / edges ratio of a relation that is "
+                        "compacted), got {}", what, s));
+      return std::nullopt;
+    }
+    return v;
   }
 
   std::optional<int> int_value(const YAML::Node& n, std::string_view what, int lo, int hi) {
@@ -299,13 +319,15 @@ class SchemaReader {
 
   void options(const YAML::Node& n, Options& o) {
     if (!expect_type(n, YAML::NodeType::Map, "'options'")) return;
-    for_each_key(n, "'options'", {"materialization", "reorder", "dtype", "schedule"},
+    for_each_key(n, "'options'", {"materialization", "compact_relations", "reorder", "dtype", "schedule"},
                  [&](const std::string& k, const YAML::Node&, const YAML::Node& v) {
       if (k == "materialization") {
         auto s = string_value(v, "'materialization'");
         if (!s) return;
         if (auto m = parse_materialization(*s)) o.materialization = *m;
         else error(v, "bad-value", fmt::format("'materialization' must be vanilla, compact or auto, got '{}'", *s));
+      } else if (k == "compact_relations") {
+        if (auto theta = fraction_value(v, "'compact_relations'")) o.compact_relations = *theta;
       } else if (k == "reorder") {
         auto s = string_value(v, "'reorder'");
         if (!s) return;

@@ -340,12 +340,68 @@ def test_report(dry_results=None):
     return note
 
 
+def test_auto_report():
+    """materialization: auto cases: the per-case table names the picked program, the auto table compares it with
+    the best fixed variant, and auto counts as an optimisation of the plain dtype variant."""
+    import report
+    fake = TMP / "auto.jsonl"
+    recs = [dict(type="meta", part="1/1", gpu="NVIDIA H100 80GB HBM3", sms=132, gpu_mem_gib=79.2, driver="580",
+                 torch="2.11.0", cuda="13.0", pyg="2.8.0", python="3.12", date="2026-11-27T10:00:00+00:00",
+                 commit="abc", seed=0, skew=1.5, type_skew=1.1, bandwidth_gbs=3000.0, case_budget_s=30,
+                 max_iters=20),
+            _case("mag", "rgat", "train", "hectorgen_tf32", "hectorgen", "fp32", 30.0, dtype="tf32"),
+            _case("mag", "rgat", "train", "hectorgen_tf32_compact", "hectorgen", "fp32", 20.0, dtype="tf32"),
+            _case("mag", "rgat", "train", "hectorgen_tf32_auto", "hectorgen", "fp32", 20.5, dtype="tf32",
+                  materialization="compact", estimated_ms={"vanilla": 25.0, "compact": 15.0}),
+            _case("aifb", "rgat", "train", "hectorgen_tf32", "hectorgen", "fp32", 1.0, dtype="tf32"),
+            _case("aifb", "rgat", "train", "hectorgen_tf32_compact", "hectorgen", "fp32", 1.2, dtype="tf32"),
+            _case("aifb", "rgat", "train", "hectorgen_tf32_auto", "hectorgen", "fp32", 1.0, dtype="tf32",
+                  materialization="vanilla", estimated_ms={"vanilla": 0.2, "compact": 0.3})]
+    fake.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    md_path = TMP / "auto.md"
+    check(report.main([str(fake), "--out", str(md_path), "--no-plots"]) == 0, "report rc")
+    md = md_path.read_text()
+    for want in ("## materialization: auto: the program picked per case",
+                 "| hectorgen_tf32_auto | mag | rgat | train | compact | 20.500 | 30.000 | 20.000 | 1.02 | 25.000 / 15.000 |",
+                 "| hectorgen_tf32_auto | aifb | rgat | train | vanilla | 1.000 | 1.000 | 1.200 | 1.00 | 0.200 / 0.300 |",
+                 "hectorgen_tf32_auto (compact)", "| hectorgen_tf32_auto | RGAT | train |"):
+        check(want in md, f"auto report lacks {want!r}")
+
+
+def test_calibrate_auto():
+    """calibrate_auto.py recovers the launch time and bandwidth that produced the fixed variants' times, and counts
+    the choices the fitted table gets right."""
+    import calibrate_auto
+    launch_s, per_byte = 4e-6, 1 / 2.5e12
+    recs = [dict(type="meta", part="1/1")]
+    for ds, terms in (("a", {"vanilla": (10, 1e6), "compact": (14, 5e5)}),
+                      ("b", {"vanilla": (10, 4e9), "compact": (14, 1e9)}),
+                      ("c", {"vanilla": (30, 2e8), "compact": (40, 3e8)})):
+        times = {p: (n * launch_s + b * per_byte) * 1e3 for p, (n, b) in terms.items()}
+        recs += [_case(ds, "rgat", "train", "hectorgen_tf32", "hectorgen", "fp32", times["vanilla"], dtype="tf32"),
+                 _case(ds, "rgat", "train", "hectorgen_tf32_compact", "hectorgen", "fp32", times["compact"], dtype="tf32"),
+                 _case(ds, "rgat", "train", "hectorgen_tf32_auto", "hectorgen", "fp32", min(times.values()),
+                       dtype="tf32", materialization="vanilla", cost_terms=terms, arch="sm_90")]
+    path = TMP / "calibrate.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    import report
+    obs = calibrate_auto.observations(report.read([path]))
+    check(sorted(obs) == ["sm_90"] and len(obs["sm_90"]) == 6, f"observations {obs}")
+    launch_us, bandwidth_gbs = calibrate_auto.fit(obs["sm_90"])
+    check(math.isclose(launch_us, 4.0, rel_tol=1e-6) and math.isclose(bandwidth_gbs, 2500, rel_tol=1e-6),
+          f"fit {launch_us}, {bandwidth_gbs}")
+    check(calibrate_auto.picks_right(obs["sm_90"], launch_us, bandwidth_gbs) == (3, 3), "choices of the fit")
+    # a table whose launches cost nothing picks compact on "a", where vanilla's fewer launches win
+    check(calibrate_auto.picks_right(obs["sm_90"], 0.0, 2500) == (2, 3), "choices of a launch-free table")
+    check(calibrate_auto.main([str(path)]) == 0, "calibrate_auto rc")
+
+
 def main() -> int:
     t0 = time.time()
     failed = 0
     dry = None
     for fn in (test_generator, test_loaders, test_hand_vs_spec, test_hand_vs_interpreter, test_variants,
-               test_dry_run, test_report):
+               test_dry_run, test_report, test_auto_report, test_calibrate_auto):
         t = time.time()
         try:
             res = fn(dry) if fn is test_report else fn()

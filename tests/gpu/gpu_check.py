@@ -54,6 +54,11 @@ Phases (tools/gpu_check.sh runs them in this order, each under its own time limi
                poisoning, gradients, determinism, tables -- runs on the CPU. HG_FAKE_BUG=forward|grad|nondet|
                no-raise makes the stand-in wrong in one way, to see the check fail (tests/gpu/test_gpu_check_dry.py).
 
+HG_COMPACT_RELATIONS=THETA|alternate  prepares the graphs of modules with compact layouts with only some relations
+               compacted (hectorgen_runtime.prepare_graph(..., compact_relations=), runtime >= 1.3): THETA a
+               threshold on unique pairs / edges (0: no relation with edges compacted), alternate: the even
+               relations. Every check then runs on the mixed layout, against the same float64 references.
+
 Tolerances: float32 results vs float64 references: relative error 1e-5 (forward) and 1e-4 (gradients), the
 denominator floored at 16 times the float32 rounding noise of the same computation in plain PyTorch
 (compare.floored_rel_err), so a gradient that cancels to almost zero is judged by the precision it can have.
@@ -82,7 +87,7 @@ import sys
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -641,8 +646,24 @@ def _grad_scale(x, scale: float):
 # Adapter: the one place that calls a generated module
 # ---------------------------------------------------------------------------------------------
 
+def compact_relations_from_env(num_etypes: int):
+    """compact_relations for hectorgen_runtime.prepare_graph from HG_COMPACT_RELATIONS (module docstring): None when
+    unset, a float threshold, or for 'alternate' the mask of the even relations."""
+    value = os.environ.get("HG_COMPACT_RELATIONS", "").strip()
+    if not value:
+        return None
+    if value == "alternate":
+        return [r % 2 == 0 for r in range(num_etypes)]
+    try:
+        return float(value)
+    except ValueError:
+        raise SetupError(f"HG_COMPACT_RELATIONS must be a threshold (a number >= 0) or 'alternate', got {value!r}") \
+            from None
+
+
 class Adapter:
-    def __init__(self, mod, model, device, trainable: bool, variant: Variant | None = None):
+    def __init__(self, mod, model, device, trainable: bool, variant: Variant | None = None,
+                 materialization: str | None = None):
         self.mod = mod
         self.model = model
         self.device = device
@@ -650,10 +671,25 @@ class Adapter:
         self.trainable = trainable
         self.input_names = [d.name for d in model.inputs if not d.from_graph]
         self.weight_names = [d.name for d in model.weights]
+        # materialization: auto modules: the program every graph is prepared for ("vanilla" or "compact"), so that
+        # each is checked; None: the module's own choice.
+        self.materialization = materialization
 
     def prepare(self, g):
+        layouts = tuple(getattr(self.mod, "GRAPH_LAYOUTS", ()))
+        compact = compact_relations_from_env(g.num_etypes)
+        kw = {}
+        if self.materialization is not None:  # an auto module: its prepare_graph takes both
+            kw = {"materialization": self.materialization}
+            if compact is not None:
+                kw["compact_relations"] = compact
+        elif compact is not None and any(layout.startswith("compact_") for layout in layouts):
+            import hectorgen_runtime  # what the module's prepare_graph calls, with the per-relation choice
+            return hectorgen_runtime.prepare_graph(g.src, g.dst, g.etype, g.num_nodes, g.num_etypes, layouts=layouts,
+                                                   ntype=g.ntype, num_ntypes=g.num_ntypes,
+                                                   gemm_tile=self.mod.GEMM_TILE, compact_relations=compact)
         return self.mod.prepare_graph(g.src, g.dst, g.etype, g.num_nodes, g.num_etypes, ntype=g.ntype,
-                                      num_ntypes=g.num_ntypes)
+                                      num_ntypes=g.num_ntypes, **kw)
 
     def layer(self, g, weights: dict, dtype=None):
         """The layer for graph ``g`` with ``weights`` copied into its parameters; ``dtype``: the parameters' dtype
@@ -696,6 +732,14 @@ class Adapter:
 # ---------------------------------------------------------------------------------------------
 # Helpers for the checks
 # ---------------------------------------------------------------------------------------------
+
+def auto_programs(mod) -> list:
+    """The programs to check of a generated module: both ("vanilla", "compact") of a materialization: auto module
+    (MATERIALIZATION = "auto"), else [None] (the module's only program)."""
+    if getattr(mod, "MATERIALIZATION", None) == "auto":
+        return list(mod.PROGRAMS)
+    return [None]
+
 
 def sync(device):
     import torch
@@ -1597,7 +1641,15 @@ class Checker:
                 if not trainable and not info["no_backward"]:
                     info["no_backward"] = "TRAINABLE is False"
                 info["trainable"] = trainable
-                ad = Adapter(mod, model, a.device, trainable, v)
+                # A materialization: auto module holds two programs: each is checked, forced at prepare_graph, as
+                # its own rows (<model>[vanilla], <model>[compact]).
+                programs = auto_programs(mod)
+                cases = [(v if prog is None else replace(v, name=f"{v.name}[{prog}]"),
+                          Adapter(mod, model, a.device, trainable, v, materialization=prog)) for prog in programs]
+                if programs != [None]:
+                    del self.specs[v.name]
+                    for prog, (cv, _) in zip(programs, cases):
+                        self.specs[cv.name] = dict(info, materialization=prog)
             except Exception as e:  # noqa: BLE001
                 if v.dtype:  # one row per variant: the table has one line per spec, dtype and phase
                     self.fail(v.name, "-", "generate/build/import", e, DTYPES[v.dtype].tol, phase="setup")
@@ -1605,18 +1657,19 @@ class Checker:
                 for gname in graph_names:
                     self.fail(v.name, gname, "generate/build/import", e)
                 continue
-            for gi, gname in enumerate(graph_names):
-                seed = base_seed + 1000 * vi + gi
-                try:
-                    if v.dtype:
-                        self.run_dtype_case(v, model, ad, gname, hosts[gname], seed, storage)
-                    else:
-                        self.run_case(v, model, ad, gname, hosts[gname], seed)
-                except Exception as e:  # noqa: BLE001
-                    self.fail(v.name, gname, "setup", e, DTYPES[v.dtype].tol if v.dtype else None,
-                              phase="setup" if v.dtype else None)
-                if a.device.startswith("cuda"):
-                    torch.cuda.empty_cache()
+            for cv, ad in cases:
+                for gi, gname in enumerate(graph_names):
+                    seed = base_seed + 1000 * vi + gi  # both programs of an auto module see the same data
+                    try:
+                        if v.dtype:
+                            self.run_dtype_case(cv, model, ad, gname, hosts[gname], seed, storage)
+                        else:
+                            self.run_case(cv, model, ad, gname, hosts[gname], seed)
+                    except Exception as e:  # noqa: BLE001
+                        self.fail(cv.name, gname, "setup", e, DTYPES[v.dtype].tol if v.dtype else None,
+                                  phase="setup" if v.dtype else None)
+                    if a.device.startswith("cuda"):
+                        torch.cuda.empty_cache()
 
 
 def run_isolated(checker: Checker, args, variants, base_seed: int, progress=None) -> None:
@@ -1714,8 +1767,11 @@ def run_isolated(checker: Checker, args, variants, base_seed: int, progress=None
                 merge(*res)
         # rows in spec order, whatever order the children ended in
         order = {v.name: i for i, v in enumerate(variants)}
-        checker.rows.sort(key=lambda r: order.get(r["model"], len(order)))
-        checker.specs = dict(sorted(checker.specs.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+        def rank(model):  # an auto module's rows (<model>[program]) sort with their module
+            return order.get(model.split("[")[0], len(order))
+        checker.rows.sort(key=lambda r: rank(r["model"]))
+        checker.specs = dict(sorted(checker.specs.items(), key=lambda kv: rank(kv[0])))
 
 
 def _env_info(device) -> dict:
@@ -1808,30 +1864,35 @@ def sanitizer_run(args, variants) -> int:
             model = ir_torch.load_model(REPO / v.ref_spec)
             mod = FakeModule(model, not (gen and gen.no_backward)) if dev == "cpu" else \
                 load_generated(v, Path(args.generated), build=False)
-            ad = Adapter(mod, model, dev, bool(getattr(mod, "TRAINABLE", False)))
-            seed = (args.seed or 0) + vi
-            inputs64 = ir_torch.random_inputs(model, g, seed)
-            inp = {k: t.to(dev, torch.float32) for k, t in inputs64.items()}
-            hg = ad.prepare(gdev)
-            layer = ad.layer(g, {k: inp[k] for k in ad.weight_names})
-            with torch.no_grad():
-                out = ad.call(layer, hg, [inp[k] for k in ad.input_names])
-            sync(dev)
-            note = "forward"
-            if ad.trainable and ir_torch.grad_names(model):
-                d_out = {k: t.to(dev, torch.float32) for k, t in ir_torch.random_output_grads(model, g, seed).items()}
-                xs = [inp[k].detach().clone().requires_grad_(True) for k in ad.input_names]
-                outs = ad.call(layer, hg, xs)
-                torch.autograd.backward([outs[k] for k in d_out], [d_out[k] for k in d_out])
+            ok = True
+            for prog in auto_programs(mod):  # both programs of an auto module
+                ad = Adapter(mod, model, dev, bool(getattr(mod, "TRAINABLE", False)), materialization=prog)
+                seed = (args.seed or 0) + vi
+                inputs64 = ir_torch.random_inputs(model, g, seed)
+                inp = {k: t.to(dev, torch.float32) for k, t in inputs64.items()}
+                hg = ad.prepare(gdev)
+                layer = ad.layer(g, {k: inp[k] for k in ad.weight_names})
+                with torch.no_grad():
+                    out = ad.call(layer, hg, [inp[k] for k in ad.input_names])
                 sync(dev)
-                note = "forward + backward"
-            with torch.no_grad():
-                ref = ir_torch.evaluate(model, g, inputs64)
-            err, _, why = compare_maps({k: t.detach().cpu() for k, t in out.items()}, ref, args.tol)
-            ok = err <= args.tol
-            print(f"sanitizer-run {v.name} tiny: {note}, rel err {err:.3e} {'OK' if ok else 'FAIL'} {why}", flush=True)
-            del layer, hg, out
+                note = "forward"
+                if ad.trainable and ir_torch.grad_names(model):
+                    d_out = {k: t.to(dev, torch.float32) for k, t in ir_torch.random_output_grads(model, g, seed).items()}
+                    xs = [inp[k].detach().clone().requires_grad_(True) for k in ad.input_names]
+                    outs = ad.call(layer, hg, xs)
+                    torch.autograd.backward([outs[k] for k in d_out], [d_out[k] for k in d_out])
+                    sync(dev)
+                    note = "forward + backward"
+                with torch.no_grad():
+                    ref = ir_torch.evaluate(model, g, inputs64)
+                err, _, why = compare_maps({k: t.detach().cpu() for k, t in out.items()}, ref, args.tol)
+                ok = ok and err <= args.tol
+                name = v.name if prog is None else f"{v.name}[{prog}]"
+                print(f"sanitizer-run {name} tiny: {note}, rel err {err:.3e} {'OK' if err <= args.tol else 'FAIL'} "
+                      f"{why}", flush=True)
+                del layer, hg, out
         except Exception as e:  # noqa: BLE001
+            ok = False
             print(f"sanitizer-run {v.name} tiny: ERROR {type(e).__name__}: {e}", flush=True)
             traceback.print_exc()
             sys.stdout.flush()

@@ -444,3 +444,56 @@ def test_generated_dtype_module_is_recognised(dtype_prepared):
     assert gpu_check.module_storage(type("M", (), {})(), fp32) == torch.float32
     with pytest.raises(gpu_check.SetupError, match="DTYPE is torch.float16"):
         gpu_check.module_storage(type("M", (), {"DTYPE": torch.float16})(), vs["rgcn_bf16"])
+
+
+def test_compact_relations_from_env(monkeypatch):
+    monkeypatch.delenv("HG_COMPACT_RELATIONS", raising=False)
+    assert gpu_check.compact_relations_from_env(3) is None
+    monkeypatch.setenv("HG_COMPACT_RELATIONS", "0")
+    assert gpu_check.compact_relations_from_env(3) == 0.0
+    monkeypatch.setenv("HG_COMPACT_RELATIONS", "alternate")
+    assert gpu_check.compact_relations_from_env(5) == [True, False, True, False, True]
+    monkeypatch.setenv("HG_COMPACT_RELATIONS", "some")
+    with pytest.raises(gpu_check.SetupError, match="HG_COMPACT_RELATIONS"):
+        gpu_check.compact_relations_from_env(3)
+
+
+def test_auto_modules_are_checked_once_per_program(monkeypatch):
+    """A materialization: auto module gives two programs to check, each forced at prepare_graph (with
+    HG_COMPACT_RELATIONS passed through the module's own prepare_graph); other modules one, prepared as they are."""
+    calls = []
+
+    class AutoModule:
+        MATERIALIZATION = "auto"
+        PROGRAMS = ("vanilla", "compact")
+        GRAPH_LAYOUTS = ("compact_src_etype", "etype_sorted_coo")
+        GEMM_TILE = 16
+
+        @staticmethod
+        def prepare_graph(*args, **kwargs):
+            calls.append(kwargs)
+            return "graph"
+
+    class Plain:
+        GRAPH_LAYOUTS = ("etype_sorted_coo",)
+
+        @staticmethod
+        def prepare_graph(*args, **kwargs):
+            calls.append(kwargs)
+            return "graph"
+
+    assert gpu_check.auto_programs(AutoModule) == ["vanilla", "compact"]
+    assert gpu_check.auto_programs(Plain) == [None]
+    g = type("G", (), dict(src=None, dst=None, etype=None, num_nodes=4, num_etypes=3, ntype=None, num_ntypes=1))()
+    ad = object.__new__(gpu_check.Adapter)
+    ad.mod, ad.materialization = AutoModule, "compact"
+    monkeypatch.delenv("HG_COMPACT_RELATIONS", raising=False)
+    assert ad.prepare(g) == "graph"
+    assert calls[-1]["materialization"] == "compact" and "compact_relations" not in calls[-1]
+    monkeypatch.setenv("HG_COMPACT_RELATIONS", "alternate")
+    ad.prepare(g)
+    assert calls[-1] == {"ntype": None, "num_ntypes": 1, "materialization": "compact",
+                         "compact_relations": [True, False, True]}
+    ad.mod, ad.materialization = Plain, None
+    ad.prepare(g)
+    assert calls[-1] == {"ntype": None, "num_ntypes": 1}

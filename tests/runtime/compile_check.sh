@@ -3,8 +3,8 @@
 #   1. runtime/src/graph_preprocess.cu and unified.cu with nvcc for sm_80 and sm_90 (-c), every warning an error;
 #   2. the tensor-core kernels hectorgen/tc_gemm.cuh, each kernel instantiated for each storage type, with nvcc for
 #      sm_80 and sm_90a (-c), every warning an error;
-#   3. the public headers hectorgen/graph.h, runtime_version.h, unified.h and unified_pool.h as plain C++17 (no nvcc,
-#      no CUB);
+#   3. the public headers hectorgen/compact_policy.h, graph.h, runtime_version.h, unified.h and unified_pool.h as plain
+#      C++17 (no nvcc, no CUB);
 #   4. when Python can import torch: the libtorch binding runtime/torch/*.cpp (syntax only).
 # Environment: NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc), CXX (default c++), PYTHON (python3).
 set -euo pipefail
@@ -87,13 +87,15 @@ for arch in 80 90a; do
   echo "compile_check: ok  hectorgen/tc_gemm.cuh, simt_wgrad.cuh, segments.cuh for sm_$arch (fp32/tf32, bf16, fp16)"
 done
 
-printf '#include "hectorgen/%s"\n' graph.h runtime_version.h segments.h tc_fragments.h unified.h unified_pool.h \
-  unified_gather.h \
+printf '#include "hectorgen/%s"
+' compact_policy.h graph.h runtime_version.h segments.h tc_fragments.h unified.h \
+  unified_pool.h unified_gather.h \
   >"$tmp/header_check.cpp"
-printf 'int main() { return 0; }\n' >>"$tmp/header_check.cpp"
+printf 'int main() { return 0; }
+' >>"$tmp/header_check.cpp"
 "$cxx" -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I"$runtime/include" -I"$cuda_include" "$tmp/header_check.cpp"
-echo "compile_check: ok  hectorgen/graph.h, runtime_version.h, segments.h, tc_fragments.h, unified.h, unified_pool.h," \
-  "unified_gather.h as plain C++17"
+echo "compile_check: ok  hectorgen/compact_policy.h, graph.h, runtime_version.h, segments.h, tc_fragments.h, unified.h," \
+  "unified_pool.h, unified_gather.h as plain C++17"
 
 torch_query='from torch.utils.cpp_extension import include_paths; print(" ".join(include_paths()))'
 if torch_includes="$("$python" -c "$torch_query" 2>/dev/null)"; then

@@ -344,7 +344,8 @@ TEST_CASE("the emitters print no fixed identifier that is not reserved", "[names
                                            "vanilla", "reorder", "off", "dtype", "fp32", "schedule", "gemm", "tile",
                                            "coarsen", "traversal", "threads", "init", "glorot", "ones", "zeros",
                                            "for", "in", "def", "g", "edges", "dst_nodes", "src_nodes", "nodes",
-                                           "incoming_edges", "outgoing_edges", "src", "dst"};
+                                           "incoming_edges", "outgoing_edges", "src", "dst", "auto",
+                                           "compact_relations"};
   // Derived and numbered names the scopes allocate: the emitters' temporaries v0, v1, ... and lowering's
   // tensors of its own locals (t$wg0, t$lin_3).
   // Registers lower-traversal names after the lowering's locals ($lin_3, $wg0, $scatter) and operands
@@ -355,15 +356,17 @@ TEST_CASE("the emitters print no fixed identifier that is not reserved", "[names
       "leakyrelu_in(_[0-9]+)?");
   // Kernels of these templates take fixed parameters only: no user name enters them.
   std::set<std::string> kernel_templates;
-  for (const char* t : {"cuda/gemm.cu.in"})
+  for (const char* t : {"cuda/gemm.cu.in", "cuda/gather_sum.cu.in"})
     kernel_templates.merge(emit::identifiers(emit::embedded_templates().find(t)->second, emit::Lang::Cpp));
   // ... nor the row ranges emit/cuda.cpp substitutes into them, nor the warp_sum helper (its own parameter).
   kernel_templates.insert({"head", "tile", "tile_ptr", "seg_ptr", "lo", "hi", "mid", "type", "row", "row_scalar", "row_begin",
-                           "row_end", "num_segments", "v", "offset"});
+                           "row_end", "num_segments", "v", "offset", "x_row", "entry_scale", "scale"});
   // The bundled models, and an untrainable one (its module refuses requires_grad: other fixed names):
   // rgat_concat_outer with its attention through leakyrelu_grad, an operator without a derivative rule.
   const std::string untrainable = std::string(HECTORGEN_SOURCE_DIR) + "/tests/specs/rgat_concat_outer.yaml";
-  for (const std::string& path : {spec_path("rgcn.yaml"), spec_path("rgat.yaml"), spec_path("hgt.yaml"), untrainable}) {
+  // And a materialization: auto module (both programs, the choice and the cost tables).
+  const std::string both = std::string(HECTORGEN_SOURCE_DIR) + "/tests/specs/rgcn_auto.yaml";
+  for (const std::string& path : {spec_path("rgcn.yaml"), spec_path("rgat.yaml"), spec_path("hgt.yaml"), untrainable, both}) {
     const std::string spec = fs::path(path).filename().string();
     CAPTURE(spec);
     std::string text = read_file(path);

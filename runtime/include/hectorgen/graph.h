@@ -15,7 +15,9 @@
 //   CSR by source       same arrays with row = src and col_idx = dst (outgoing edges)
 //   compact mapping     unique_node [U]          the unique (node, etype) pairs ordered by (etype, node), where
 //   (Hector's compact   unique_etype_ptr [R+1]   node is the src (or the dst) of an edge; relation r owns rows
-//    materialization)   edge_to_unique [E]       [unique_etype_ptr[r], unique_etype_ptr[r+1]); row of edge p
+//    materialization)   edge_to_unique [E]       [unique_etype_ptr[r], unique_etype_ptr[r+1]); row of edge p.
+//                                                An uncompacted relation (CompactPolicy) has one pair per edge,
+//                                                ordered by (node, p): its edge -> pair map is a bijection
 //   its inverses, for   pair_edge_ptr [U+1]      edges of pair k: pair_edge_eid[pair_edge_ptr[k], pair_edge_ptr[k+1])
 //   gather-only sums    pair_edge_eid [E]        edge positions p grouped by pair (pairs in row order, each
 //   in the backward                              pair's edges by p): {p : edge_to_unique[p] == k} in order
@@ -47,6 +49,8 @@
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
+
+#include "hectorgen/compact_policy.h"  // CompactPolicy, CompactChoice
 
 namespace hectorgen::runtime {
 
@@ -172,6 +176,18 @@ struct CompactMapping {
 // nodes, padded to E with N since U is not known on the host).
 cudaError_t build_compact_mapping(const SortedCooView& graph, Endpoint endpoint, const CompactMapping& out,
                                   cudaStream_t stream, const DeviceAllocator* allocator = nullptr);
+
+// The same mapping with a per-relation choice (hectorgen/compact_policy.h): the relations that `policy` compacts get
+// one row per unique (node, etype) pair as above; the others get one row per edge, ordered by (node, p), so every
+// array keeps its meaning and kernels written for the compact layout work for any mix. CompactPolicy::all() gives
+// exactly the mapping of the overload above. The decision runs on the device, one thread per relation, from the
+// per-relation unique pair counts of the grouping that the mapping sorts anyway (no host synchronisation); a policy
+// other than all() costs one more head-flag pass and scan over E. `choice` receives, where its buffers are given, the
+// unique pair count of every relation (whether or not it was compacted) and the decision. An invalid policy
+// (CompactPolicy::valid) is cudaErrorInvalidValue.
+cudaError_t build_compact_mapping(const SortedCooView& graph, Endpoint endpoint, const CompactPolicy& policy,
+                                  const CompactMapping& out, const CompactChoice& choice, cudaStream_t stream,
+                                  const DeviceAllocator* allocator = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Normalisation and node types

@@ -25,9 +25,14 @@ Layouts and their result keys (int32 unless noted; p is an edge's position in th
                           unique_src_edge_ptr [U+1], unique_src_edge_eid [E]: pair -> edges CSR, the edges p with
                             edge_to_unique_src[p] == k are unique_src_edge_eid[ptr[k]:ptr[k+1]], ascending;
                           unique_src_node_ptr [N+1], unique_src_node_pair [U]: node -> pairs CSR, the pair rows k
-                            with unique_src[k] == v are unique_src_node_pair[ptr[v]:ptr[v+1]], ascending (by etype)
+                            with unique_src[k] == v are unique_src_node_pair[ptr[v]:ptr[v+1]], ascending (by etype);
+                          and per relation (see compact_relations below):
+                          unique_src_relation_pairs [R]: the unique (src, r) pairs of relation r, whether or not it
+                            is compacted (the rows it has when compacted);
+                          src_relation_compacted [R] bool: which relations are compacted
   compact_dst_etype       unique_dst, unique_dst_etype_ptr, edge_to_unique_dst, unique_dst_edge_ptr,
-                          unique_dst_edge_eid, unique_dst_node_ptr, unique_dst_node_pair: the same for (dst, etype)
+                          unique_dst_edge_eid, unique_dst_node_ptr, unique_dst_node_pair, unique_dst_relation_pairs,
+                          dst_relation_compacted: the same for (dst, etype)
                           (unique_dst_edge_eid is the identity: edges are ordered by (etype, dst))
   inv_relation_in_degree  inv_relation_in_degree [E] float32: 1 / #edges with the same (dst, etype) as edge p
   ntype_ptr               ntype_ptr [T+1] (nodes must be sorted by ntype), ntype [N] (the node types as int32)
@@ -42,15 +47,32 @@ tiles tile_ptr[s]:tile_ptr[s+1], ceil(rows of s / gemm_tile) of them:
 
 `Graph.num_unique_src` / `num_unique_dst` (U) are host ints (the length of unique_src / unique_dst, read back once
 when the graph is prepared), so launchers size pair buffers without a synchronisation per call.
+
+Per-relation compaction (runtime 1.3). Compaction pays where a relation repeats its (node, relation) pairs; where
+unique pairs / edges is close to 1 the indirection buys nothing. `compact_relations` (of preprocess, prepare_graph,
+reference_preprocess and Graph.from_coo) says which relations the compact layouts compact:
+
+  None            every relation (the layouts of runtime 1.2, bit for bit)
+  theta (float)   relation r iff it has no edges or unique_pairs_r / edges_r <= theta (an IEEE double division);
+                  theta >= 0; 0 compacts only the relations without edges, >= 1 every relation
+  mask            a bool sequence or tensor [R]: exactly the relations marked True
+
+An uncompacted relation keeps one pair row per edge, its rows ordered by (node, p): edge_to_unique_* is then a
+bijection between its edges and its rows, and every array keeps its meaning, so kernels written for the compact
+layout run unchanged on any mix. The choice applies to both endpoints' layouts; the decision is made per layout from
+that endpoint's pairs. `Graph.relation_edges`, `relation_unique_src` / `relation_unique_dst` and
+`compacted_relations` / `compacted_dst_relations` give the statistics and the decision as host tuples [R].
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import os
 import pathlib
 import warnings
-from typing import Dict, Iterable, Mapping, Optional, Sequence
+from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -68,17 +90,19 @@ __all__ = [
 ]
 
 # This runtime's version, (MAJOR, MINOR, PATCH); it must equal hectorgen/runtime_version.h (a test checks).
-VERSION = (1, 2, 0)
-__version__ = "1.2.0"
+VERSION = (1, 3, 0)
+__version__ = "1.3.0"
 
 LAYOUT_KEYS: Dict[str, tuple] = {
     "etype_sorted_coo": ("perm", "sorted_src", "sorted_dst", "sorted_etype", "etype_ptr"),
     "csr_by_dst": ("in_row_ptr", "in_col_src", "in_col_eid", "in_col_etype"),
     "csr_by_src": ("out_row_ptr", "out_col_dst", "out_col_eid", "out_col_etype"),
     "compact_src_etype": ("unique_src", "unique_src_etype_ptr", "edge_to_unique_src", "unique_src_edge_ptr",
-                          "unique_src_edge_eid", "unique_src_node_ptr", "unique_src_node_pair"),
+                          "unique_src_edge_eid", "unique_src_node_ptr", "unique_src_node_pair",
+                          "unique_src_relation_pairs", "src_relation_compacted"),
     "compact_dst_etype": ("unique_dst", "unique_dst_etype_ptr", "edge_to_unique_dst", "unique_dst_edge_ptr",
-                          "unique_dst_edge_eid", "unique_dst_node_ptr", "unique_dst_node_pair"),
+                          "unique_dst_edge_eid", "unique_dst_node_ptr", "unique_dst_node_pair",
+                          "unique_dst_relation_pairs", "dst_relation_compacted"),
     "inv_relation_in_degree": ("inv_relation_in_degree",),
     "ntype_ptr": ("ntype_ptr", "ntype"),
 }
@@ -166,6 +190,48 @@ def _check_gemm_tile(gemm_tile: Optional[int]) -> int:
     return gemm_tile
 
 
+CompactRelations = Union[None, float, Sequence[bool], torch.Tensor]
+
+
+def _compact_policy(compact_relations: CompactRelations, num_etypes: int) -> Tuple[Optional[float],
+                                                                                  Optional[torch.Tensor]]:
+    """(threshold, mask) of a compact_relations argument, at most one of them not None: (None, None) for None (every
+    relation compacted), (theta, None) for a number theta >= 0, (None, bool tensor [R]) for a mask. ValueError
+    otherwise."""
+    if compact_relations is None:
+        return None, None
+    if isinstance(compact_relations, numbers.Real) and not isinstance(compact_relations, bool):
+        threshold = float(compact_relations)
+        if math.isnan(threshold) or threshold < 0:
+            raise ValueError("compact_relations: a threshold on unique pairs / edges must be a number >= 0 (0 "
+                             f"compacts only relations without edges, >= 1 every relation), got {compact_relations!r}")
+        return threshold, None
+    mask = compact_relations
+    if not isinstance(mask, torch.Tensor):
+        try:
+            mask = torch.tensor(list(mask))
+        except (TypeError, ValueError, RuntimeError):
+            mask = None
+    if mask is None or mask.dtype != torch.bool or mask.dim() != 1 or mask.numel() != num_etypes:
+        got = (f"a {mask.dtype} tensor of shape {list(mask.shape)}" if isinstance(mask, torch.Tensor)
+               else repr(compact_relations))
+        raise ValueError("compact_relations must be None (every relation compacted), a threshold >= 0 on unique "
+                         f"pairs / edges, or {num_etypes} bools (one per relation); got {got}")
+    return None, mask
+
+
+def _chosen_relations(threshold: Optional[float], mask: Optional[torch.Tensor], relation_pairs: torch.Tensor,
+                      relation_edges: torch.Tensor) -> torch.Tensor:
+    """The relations [R] (bool) that a policy compacts, given each relation's unique pairs and edges."""
+    if mask is not None:
+        return mask.to(relation_pairs.device).clone()
+    if threshold is None:
+        return torch.ones(relation_pairs.numel(), dtype=torch.bool, device=relation_pairs.device)
+    # An IEEE double division, like compacts_relation in hectorgen/compact_policy.h; 0 / 0 (no edges) is NaN, so the
+    # empty relations are taken by the first term.
+    return (relation_edges == 0) | (relation_pairs.double() / relation_edges.double() <= threshold)
+
+
 def _check_range(name: str, t: torch.Tensor, bound: int) -> None:
     if t.numel() and (int(t.min()) < 0 or int(t.max()) >= bound):
         raise ValueError(f"{name} out of range [0, {bound})")
@@ -181,11 +247,13 @@ def reference_preprocess(
     layouts: Optional[Sequence[str]] = None,
     num_ntypes: Optional[int] = None,
     gemm_tile: Optional[int] = None,
+    compact_relations: CompactRelations = None,
 ) -> Dict[str, torch.Tensor]:
     """Pure-PyTorch implementation of `preprocess` (any device; synchronises freely). Raises ValueError on invalid
     input. Written independently of the CUDA implementation: stable sorts, torch.unique and bincount."""
     layouts = _check_layouts(_default_layouts(ntype) if layouts is None else layouts)
     gemm_tile = _check_gemm_tile(gemm_tile)
+    threshold, mask = _compact_policy(compact_relations, num_etypes)
     for name, t in (("src", src), ("dst", dst), ("etype", etype)):
         if t.dim() != 1 or t.numel() != src.numel() or t.dtype not in (torch.int32, torch.int64):
             raise ValueError(f"{name} must be a 1-D int32/int64 tensor of length {src.numel()}")
@@ -236,12 +304,26 @@ def reference_preprocess(
     for layout, name, node in (("compact_src_etype", "src", s_src), ("compact_dst_etype", "dst", s_dst)):
         if layout not in layouts:
             continue
+        keys = sorted_etype * num_nodes + node
+        # Per relation: its edges, its unique (node, etype) pairs, and whether the policy compacts it.
+        relation_edges = torch.bincount(sorted_etype, minlength=num_etypes)
+        relation_pairs = torch.bincount(torch.unique(keys) // max(num_nodes, 1), minlength=num_etypes)
+        compacted = _chosen_relations(threshold, mask, relation_pairs, relation_edges)
+        emit("unique_" + name + "_relation_pairs", relation_pairs)
+        out[name + "_relation_compacted"] = compacted
         if num_edges == 0:
             unique_keys = torch.zeros(0, dtype=torch.int64, device=device)
             inverse = unique_keys
-        else:
+        elif bool(compacted.all()):
             # torch.unique sorts its keys, so pairs come out ordered by (etype, node).
-            unique_keys, inverse = torch.unique(sorted_etype * num_nodes + node, sorted=True, return_inverse=True)
+            unique_keys, inverse = torch.unique(keys, sorted=True, return_inverse=True)
+        else:
+            # A second key column keeps an uncompacted relation's edges apart: -1 on the edges of compacted relations,
+            # the position p on the others, whose pairs are then one per edge, ordered by (etype, node, p).
+            positions = torch.arange(num_edges, device=device)
+            apart = torch.where(compacted[sorted_etype], torch.full_like(positions, -1), positions)
+            rows, inverse = torch.unique(torch.stack([keys, apart], 1), dim=0, sorted=True, return_inverse=True)
+            unique_keys = rows[:, 0]
         unique_etype = unique_keys // max(num_nodes, 1)
         unique_node = unique_keys - unique_etype * num_nodes
         unique_etype_ptr = _offsets(unique_etype, num_etypes)
@@ -374,15 +456,19 @@ def preprocess(
     validate: bool = True,
     backend: str = "auto",
     gemm_tile: Optional[int] = None,
+    compact_relations: CompactRelations = None,
 ) -> Dict[str, torch.Tensor]:
     """Builds the requested layouts (default: all that apply) and returns them by key; see the module docstring.
 
     backend: "cuda" (the extension; CUDA tensors), "reference" (pure PyTorch), or "auto": "cuda" for CUDA tensors
     when the extension loads (with a warning and the reference otherwise), "reference" for CPU tensors.
     gemm_tile: also build the row-tile offsets of the segments for GEMM kernels with this row tile.
+    compact_relations: which relations the compact layouts compact (module docstring): None (all), a threshold on
+    unique pairs / edges, or a bool mask [R]. The CUDA path decides on the device, without a synchronisation.
     """
     layouts = list(_default_layouts(ntype) if layouts is None else layouts)
     gemm_tile = _check_gemm_tile(gemm_tile)
+    threshold, mask = _compact_policy(compact_relations, int(num_etypes))
     if backend not in ("auto", "cuda", "reference"):
         raise ValueError(f"backend must be 'auto', 'cuda' or 'reference', got {backend!r}")
     if backend == "auto":
@@ -394,10 +480,11 @@ def preprocess(
             except Exception as error:  # noqa: BLE001 - any build/load failure falls back
                 warnings.warn(f"hectorgen_runtime: CUDA extension unavailable ({error}); using the reference")
     if backend == "reference":
-        return reference_preprocess(src, dst, etype, num_nodes, num_etypes, ntype, layouts, num_ntypes, gemm_tile)
+        return reference_preprocess(src, dst, etype, num_nodes, num_etypes, ntype, layouts, num_ntypes, gemm_tile,
+                                    compact_relations=compact_relations)
     return load_extension().preprocess(
         src, dst, etype, num_nodes, num_etypes, ntype, layouts, -1 if num_ntypes is None else num_ntypes, validate,
-        gemm_tile,
+        gemm_tile, compact_threshold=-1.0 if threshold is None else threshold, compact_mask=mask,
     )
 
 
@@ -414,6 +501,7 @@ def prepare_graph(
     gemm_tile: Optional[int] = None,
     backend: str = "cuda",
     caller: str = "prepare_graph",
+    compact_relations: CompactRelations = None,
 ) -> "Graph":
     """Builds exactly `layouts` (and, with gemm_tile, their tile offsets) for a generated module's kernels, once per
     graph, and returns them as a Graph (what generated `<model>.prepare_graph` does).
@@ -424,7 +512,10 @@ def prepare_graph(
     given (one host synchronisation), else 1. backend: as for `preprocess`, but "cuda" by default: the compiled
     extension, or an ImportError saying why it is unavailable (not a silent fallback). The work is queued on the
     current CUDA stream; validation reads back one error word (one host synchronisation per graph, none per forward
-    call). `caller` prefixes error messages.
+    call). `caller` prefixes error messages. compact_relations: which relations the compact layouts compact (None:
+    all; a threshold on unique pairs / edges; a bool mask [R]; see the module docstring); the statistics and the
+    decision are on the Graph as host tuples (relation_edges, relation_unique_src, compacted_relations, ...), read
+    back once here with the pair counts, never per forward call.
     """
     _check_layouts(layouts)
     if backend != "reference" and not (src.is_cuda and dst.is_cuda and etype.is_cuda):
@@ -435,8 +526,13 @@ def prepare_graph(
         raise ValueError(f"{caller}: this model needs node types (layout 'ntype_ptr'): pass ntype, a [num_nodes] "
                          "tensor with the nodes sorted by type, and num_ntypes")
     num_nodes, num_etypes = int(num_nodes), int(num_etypes)
+    try:
+        _compact_policy(compact_relations, num_etypes)
+    except ValueError as error:
+        raise ValueError(f"{caller}: {error}") from None
     tensors = preprocess(src, dst, etype, num_nodes, num_etypes, ntype if needs_ntype else None, list(layouts),
-                         None if num_ntypes is None else int(num_ntypes), backend=backend, gemm_tile=gemm_tile)
+                         None if num_ntypes is None else int(num_ntypes), backend=backend, gemm_tile=gemm_tile,
+                         compact_relations=compact_relations)
     graph = Graph.from_tensors(tensors, num_nodes, src.numel(), num_etypes, layouts=layouts, gemm_tile=gemm_tile)
     if graph.num_ntypes is None:
         graph.num_ntypes = 1 if num_ntypes is None else int(num_ntypes)
@@ -458,6 +554,13 @@ class Graph:
     num_ntypes: Optional[int] = None
     layouts: frozenset = frozenset()
     gemm_tile: Optional[int] = None  # the row tile of the *_tile_ptr arrays, None if not built
+    # Per relation r, host tuples [R] read back once when the graph is prepared (None without compact_src_etype /
+    # compact_dst_etype): its edges; its unique (src, r) / (dst, r) pairs; whether that compact layout compacts it.
+    relation_edges: Optional[tuple] = None
+    relation_unique_src: Optional[tuple] = None
+    compacted_relations: Optional[tuple] = None
+    relation_unique_dst: Optional[tuple] = None
+    compacted_dst_relations: Optional[tuple] = None
     # etype_sorted_coo
     perm: Optional[torch.Tensor] = None
     sorted_src: Optional[torch.Tensor] = None
@@ -483,6 +586,8 @@ class Graph:
     unique_src_edge_eid: Optional[torch.Tensor] = None
     unique_src_node_ptr: Optional[torch.Tensor] = None
     unique_src_node_pair: Optional[torch.Tensor] = None
+    unique_src_relation_pairs: Optional[torch.Tensor] = None
+    src_relation_compacted: Optional[torch.Tensor] = None
     unique_src_tile_ptr: Optional[torch.Tensor] = None
     # compact_dst_etype
     unique_dst: Optional[torch.Tensor] = None
@@ -492,6 +597,8 @@ class Graph:
     unique_dst_edge_eid: Optional[torch.Tensor] = None
     unique_dst_node_ptr: Optional[torch.Tensor] = None
     unique_dst_node_pair: Optional[torch.Tensor] = None
+    unique_dst_relation_pairs: Optional[torch.Tensor] = None
+    dst_relation_compacted: Optional[torch.Tensor] = None
     unique_dst_tile_ptr: Optional[torch.Tensor] = None
     # inv_relation_in_degree
     inv_relation_in_degree: Optional[torch.Tensor] = None
@@ -511,7 +618,8 @@ class Graph:
         gemm_tile: Optional[int] = None,
     ) -> "Graph":
         """Wraps the dict returned by preprocess / reference_preprocess. layouts: the layouts it was asked for
-        (default: those whose tensors are all present); gemm_tile: the one it was asked for, if any."""
+        (default: those whose tensors are all present); gemm_tile: the one it was asked for, if any. Reads the
+        per-relation statistics back to the host (one synchronisation, see _relation_statistics)."""
         unknown = set(tensors) - _TENSOR_FIELDS
         if unknown:
             raise ValueError(f"unknown layout tensor(s): {sorted(unknown)}")
@@ -520,7 +628,8 @@ class Graph:
         ntype_ptr = tensors.get("ntype_ptr")
         num_ntypes = None if ntype_ptr is None else ntype_ptr.numel() - 1
         return cls(num_nodes=num_nodes, num_edges=num_edges, num_etypes=num_etypes, num_ntypes=num_ntypes,
-                   layouts=_check_layouts(layouts), gemm_tile=_check_gemm_tile(gemm_tile) or None, **tensors)
+                   layouts=_check_layouts(layouts), gemm_tile=_check_gemm_tile(gemm_tile) or None,
+                   **_relation_statistics(tensors), **tensors)
 
     @classmethod
     def from_coo(
@@ -535,11 +644,12 @@ class Graph:
         num_ntypes: Optional[int] = None,
         backend: str = "auto",
         gemm_tile: Optional[int] = None,
+        compact_relations: CompactRelations = None,
     ) -> "Graph":
         """Preprocesses a typed COO graph (see `preprocess`) into a Graph."""
         layouts = list(_default_layouts(ntype) if layouts is None else layouts)
         tensors = preprocess(src, dst, etype, num_nodes, num_etypes, ntype, layouts, num_ntypes, backend=backend,
-                             gemm_tile=gemm_tile)
+                             gemm_tile=gemm_tile, compact_relations=compact_relations)
         return cls.from_tensors(tensors, num_nodes, src.numel(), num_etypes, layouts, gemm_tile)
 
     def tensors(self) -> Dict[str, torch.Tensor]:
@@ -585,6 +695,31 @@ class Graph:
 
 
 _TENSOR_FIELDS = frozenset(_KEY_LAYOUT)
+
+
+def _relation_statistics(tensors: Mapping[str, torch.Tensor]) -> Dict[str, tuple]:
+    """The per-relation host tuples of a Graph from its layout tensors, with ONE host synchronisation (a single
+    read-back of the stacked counts; none without a compact layout). relation_edges comes from etype_ptr, or, without
+    it, from a compact layout (the edges of relation r are those of its pair rows)."""
+    columns: Dict[str, torch.Tensor] = {}
+    if "etype_ptr" in tensors:
+        columns["relation_edges"] = torch.diff(tensors["etype_ptr"].long())
+    for name in ("src", "dst"):
+        if f"unique_{name}_relation_pairs" not in tensors or f"{name}_relation_compacted" not in tensors:
+            continue  # no compact layout of this endpoint (or tensors of a runtime before 1.3)
+        if "relation_edges" not in columns:
+            pair_ptr = tensors[f"unique_{name}_etype_ptr"].long()
+            columns["relation_edges"] = torch.diff(tensors[f"unique_{name}_edge_ptr"].long()[pair_ptr])
+        columns[f"relation_unique_{name}"] = tensors[f"unique_{name}_relation_pairs"].long()
+        compacted = "compacted_relations" if name == "src" else "compacted_dst_relations"
+        columns[compacted] = tensors[f"{name}_relation_compacted"].long()
+    if set(columns) <= {"relation_edges"}:
+        return {}  # only layouts that do not need them: no read-back
+    values = torch.stack(list(columns.values())).tolist()  # the one host synchronisation
+    return {
+        field: tuple(bool(v) for v in row) if field.startswith("compacted") else tuple(row)
+        for field, row in zip(columns, values)
+    }
 
 
 # Unified tensors (pinned, GPU-mapped host memory gathered over PCIe): hectorgen_runtime/unified.py. The function

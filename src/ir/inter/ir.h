@@ -210,6 +210,10 @@ struct Schedule {
 
 struct Options {
   Materialization materialization = Materialization::Vanilla;
+  // materialization: auto: the compaction threshold theta, overriding the tuning table's
+  // (templates/tuning/materialization.json): the compact program compacts relation r iff its unique (source, r)
+  // pairs / edges <= theta. Unset: the table's value for the GPU the graph is on.
+  std::optional<double> compact_relations;
   Reorder reorder = Reorder::Off;
   DType dtype = DType::FP32;
   Schedule schedule;

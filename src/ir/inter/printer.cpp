@@ -131,6 +131,7 @@ std::string print_module(const Module& m, const Annotator& annotate) {
   tensors("output", d.outputs, false);
   const Options& o = d.options;
   out += fmt::format("option materialization = \"{}\"\n", to_string(o.materialization));
+  if (o.compact_relations) out += fmt::format("option compact_relations = {}\n", *o.compact_relations);
   out += fmt::format("option reorder = \"{}\"\n", to_string(o.reorder));
   out += fmt::format("option dtype = \"{}\"\n", to_string(o.dtype));
   out += fmt::format("option gemm_tile = {}\n", o.schedule.gemm_tile);

@@ -21,10 +21,13 @@ namespace hectorgen::runtime {
 //   "csr_by_src"              out_row_ptr [N+1], out_col_dst [E], out_col_eid [E], out_col_etype [E]
 //   "compact_src_etype"       unique_src [U], unique_src_etype_ptr [R+1], edge_to_unique_src [E],
 //                             unique_src_edge_ptr [U+1], unique_src_edge_eid [E] (pair -> edges CSR),
-//                             unique_src_node_ptr [N+1], unique_src_node_pair [U] (node -> pairs CSR)
+//                             unique_src_node_ptr [N+1], unique_src_node_pair [U] (node -> pairs CSR),
+//                             unique_src_relation_pairs [R] (unique (src, r) pairs of each relation, whether or not
+//                             it is compacted), src_relation_compacted [R] (bool: which relations are compacted)
 //   "compact_dst_etype"       unique_dst [U'], unique_dst_etype_ptr [R+1], edge_to_unique_dst [E],
 //                             unique_dst_edge_ptr [U'+1], unique_dst_edge_eid [E],
-//                             unique_dst_node_ptr [N+1], unique_dst_node_pair [U']
+//                             unique_dst_node_ptr [N+1], unique_dst_node_pair [U'],
+//                             unique_dst_relation_pairs [R], dst_relation_compacted [R] (bool)
 //   "inv_relation_in_degree"  inv_relation_in_degree [E] (float32)
 //   "ntype_ptr"               ntype_ptr [T+1], ntype [N] (the node types as int32; needs ntype)
 // With gemm_tile > 0, also the GEMM row-tile offsets of the segments (hectorgen/graph.h, build_tile_ptr):
@@ -43,6 +46,12 @@ const std::vector<std::string>& layout_names();
 //   validate         check index ranges and ntype order on the device and raise on violations (one host
 //                    synchronisation at the end). Without it, invalid input gives unspecified values.
 //   gemm_tile        rows per tile of the generated GEMM kernels: > 0 adds the tile offsets (see above), 0 not.
+//   compact_threshold, compact_mask
+//                    which relations the compact layouts compact (hectorgen/compact_policy.h); the others get one
+//                    pair row per edge. Neither (threshold < 0, no mask): every relation, as before runtime 1.3.
+//                    threshold >= 0: relation r iff it has no edges or unique_pairs_r / edges_r <= threshold.
+//                    mask: a bool tensor [R] (CPU or the graph's device): exactly the relations marked true.
+//                    Not both. The decision is made on the device, without a synchronisation.
 // Host synchronisations: only the `validate` read-back, the num_ntypes derivation, and one read-back of the
 // number of unique pairs per requested compact layout (to size the [U] and [U+1] arrays). All are issued after
 // every kernel has been queued. Errors are raised as c10::Error (TORCH_CHECK).
@@ -50,7 +59,9 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
                                              int64_t num_nodes, int64_t num_etypes,
                                              const std::optional<at::Tensor>& ntype,
                                              const std::vector<std::string>& layouts, int64_t num_ntypes = -1,
-                                             bool validate = true, int64_t gemm_tile = 0);
+                                             bool validate = true, int64_t gemm_tile = 0,
+                                             double compact_threshold = -1.0,
+                                             const std::optional<at::Tensor>& compact_mask = std::nullopt);
 
 // HECTORGEN_RUNTIME_VERSION_STRING of the compiled library (hectorgen/runtime_version.h), e.g. "1.0.0".
 const char* version();

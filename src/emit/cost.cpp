@@ -1,0 +1,235 @@
+// The cost model of materialization: auto (cost.h, docs/materialization.md).
+#include "emit/cost.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <set>
+#include <stdexcept>
+
+#include "emit/templates.h"
+#include "ir/intra/traversal.h"
+
+namespace hectorgen::emit {
+
+using inter::Per;
+using intra::Program;
+
+const char* to_string(CostDomain d) {
+  switch (d) {
+    case CostDomain::Fixed: return "fixed";
+    case CostDomain::Node: return "node";
+    case CostDomain::Edge: return "edge";
+    case CostDomain::Pair: return "pair";
+    case CostDomain::Etype: return "etype";
+    case CostDomain::Ntype: return "ntype";
+  }
+  return "";
+}
+
+namespace {
+
+constexpr double kIndexBytes = 4;  // int32 graph arrays
+
+CostDomain domain_of(intra::Rows r) {
+  switch (r) {
+    case intra::Rows::Nodes: return CostDomain::Node;
+    case intra::Rows::Edges: return CostDomain::Edge;
+    case intra::Rows::Etypes: return CostDomain::Etype;
+    case intra::Rows::Pairs: return CostDomain::Pair;
+  }
+  return CostDomain::Fixed;
+}
+
+CostDomain domain_of(Per per) {
+  switch (per) {
+    case Per::Node: return CostDomain::Node;
+    case Per::Edge: return CostDomain::Edge;
+    case Per::Pair: return CostDomain::Pair;
+    case Per::Etype: return CostDomain::Etype;
+    case Per::Ntype: return CostDomain::Ntype;
+    case Per::None: return CostDomain::Fixed;
+  }
+  return CostDomain::Fixed;
+}
+
+CostDomain domain_of(inter::LoopKind k) {
+  switch (k) {
+    case inter::LoopKind::Edges:
+    case inter::LoopKind::IncomingEdges:
+    case inter::LoopKind::OutgoingEdges: return CostDomain::Edge;
+    case inter::LoopKind::DstNodes:
+    case inter::LoopKind::SrcNodes: return CostDomain::Node;
+    case inter::LoopKind::SrcPairs: return CostDomain::Pair;
+  }
+  return CostDomain::Fixed;
+}
+
+double element_bytes(inter::DType storage) {
+  return storage == inter::DType::BF16 || storage == inter::DType::FP16 ? 2 : 4;
+}
+
+// Accumulates one kernel's bytes.
+class Counter {
+ public:
+  explicit Counter(const Program& p) : p_(p) {}
+
+  void index(CostDomain d, double reads = 1) { bytes_[static_cast<size_t>(d)] += reads * kIndexBytes; }
+  void scalars(CostDomain d, const std::string& tensor) { row(d, tensor); }
+  // A row of `tensor` read or written once per element of `d`; rows of per-type data (weights, per-relation
+  // vectors) and tensors without rows count once per kernel, whatever reads them: they stay in cache.
+  void row(CostDomain d, const std::string& tensor, double times = 1) {
+    const intra::TensorInfo* t = p_.find(tensor);
+    if (!t) return;  // not a tensor of the program (nothing to count)
+    const double row_bytes = static_cast<double>(t->row_numel()) * element_bytes(t->storage);
+    if (t->per == Per::Node || t->per == Per::Edge || t->per == Per::Pair) {
+      bytes_[static_cast<size_t>(d)] += times * row_bytes;
+    } else if (cached_.insert(tensor).second) {
+      bytes_[static_cast<size_t>(domain_of(t->per))] += row_bytes;
+    }
+  }
+  // The whole tensor, once (a weight, or a result written in full).
+  void whole(const std::string& tensor, double times = 1) {
+    const intra::TensorInfo* t = p_.find(tensor);
+    if (!t) return;
+    bytes_[static_cast<size_t>(domain_of(t->per))] +=
+        times * static_cast<double>(t->row_numel()) * element_bytes(t->storage);
+  }
+  const Bytes& bytes() const { return bytes_; }
+
+ private:
+  const Program& p_;
+  Bytes bytes_{};
+  std::set<std::string> cached_;
+};
+
+void traversal_body(const std::vector<intra::Instr>& body, CostDomain d, Counter& c) {
+  for (const intra::Instr& in : body) {
+    if (auto* def = std::get_if<intra::Def>(&in.v)) {
+      if (auto* load = std::get_if<intra::Load>(&def->source)) c.row(d, load->tensor);
+    } else if (auto* st = std::get_if<intra::Store>(&in.v)) {
+      c.row(d, st->tensor, st->atomic ? 2 : 1);  // an atomic add reads the row too
+    } else if (std::holds_alternative<intra::IndexDef>(in.v)) {
+      c.index(d);
+    } else if (auto* loop = std::get_if<intra::EdgeLoop>(&in.v)) {
+      c.index(d, 2);  // the row node's CSR offsets
+      c.index(CostDomain::Edge);  // the edge id at each position
+      traversal_body(loop->body, CostDomain::Edge, c);
+    }
+  }
+}
+
+}  // namespace
+
+PhaseCost kernel_cost(const Program& p, const intra::Kernel& k) {
+  Counter c(p);
+  int launches = 1;
+  if (auto* g = std::get_if<intra::GemmInstance>(&k)) {
+    const CostDomain d = domain_of(g->rows);
+    c.row(d, g->x);
+    if (g->gather != intra::Gather::None) c.index(d);
+    c.whole(g->w);
+    const bool reads_y = g->accumulate || g->scatter != intra::Gather::None;
+    c.row(d, g->y, reads_y ? 2 : 1);
+    if (g->scatter != intra::Gather::None) c.index(d);
+    if (!g->row_scalar.empty()) c.scalars(d, g->row_scalar);
+  } else if (auto* w = std::get_if<intra::WeightGradInstance>(&k)) {
+    const CostDomain d = domain_of(w->rows);
+    c.row(d, w->x);
+    if (w->x_gather != intra::Gather::None) c.index(d);
+    c.row(d, w->dy);
+    if (w->dy_gather != intra::Gather::None) c.index(d);
+    if (!w->row_scalar.empty()) c.scalars(d, w->row_scalar);
+    c.whole(w->dw, w->accumulate ? 3 : 2);  // the partials' write and read, the result (read too when +=)
+    launches = 2;                           // partial sums, then their ordered reduction
+  } else if (auto* s = std::get_if<intra::SegmentSumInstance>(&k)) {
+    c.row(domain_of(s->rows), s->v);
+    c.whole(s->dw, 2);
+  } else if (auto* gs = std::get_if<intra::GatherSumInstance>(&k)) {
+    const bool pair_edges = gs->csr == intra::GatherCsr::PairEdges;
+    const CostDomain rows = pair_edges ? CostDomain::Pair : CostDomain::Node;
+    const CostDomain entries = pair_edges ? CostDomain::Edge : CostDomain::Pair;
+    c.index(rows, 2);
+    c.row(rows, gs->y, gs->accumulate ? 2 : 1);
+    c.index(entries);
+    c.row(entries, gs->x);
+    if (gs->x_gather != intra::Gather::None) c.index(entries);
+    if (!gs->scale.empty()) c.scalars(entries, gs->scale);
+  } else if (auto* t = std::get_if<intra::TraversalInstance>(&k)) {
+    traversal_body(t->body, domain_of(t->rows), c);
+  } else if (auto* torch = std::get_if<intra::TorchInstance>(&k)) {
+    // ATen calls: each materialised operand read in full, the result written, a few launches (index_select,
+    // the operation, index_add_).
+    std::set<std::string> read;
+    for (const auto& [_, tensor] : torch->materialized) read.insert(tensor);
+    for (const auto& [_, tensor] : torch->field_tensor) read.insert(tensor);
+    for (const std::string& tensor : read) c.whole(tensor, 2);  // gathered into a temporary, then read
+    c.whole(torch->target, 2);
+    launches = 2 + static_cast<int>(read.size());
+  }
+  return PhaseCost{intra::kernel_name(k), launches, c.bytes()};
+}
+
+PhaseCost phase_cost(const Program& p) {
+  PhaseCost out{p.phase, 0, {}};
+  for (const intra::Kernel& k : p.kernels) {
+    PhaseCost kc = kernel_cost(p, k);
+    out.launches += kc.launches;
+    for (size_t i = 0; i < kCostDomains; ++i) out.bytes[i] += kc.bytes[i];
+  }
+  for (const intra::TensorInfo& t : p.tensors)
+    if (t.zero_init) {
+      out.bytes[static_cast<size_t>(domain_of(t.per))] += static_cast<double>(t.row_numel()) * element_bytes(t.storage);
+      ++out.launches;  // the fill
+    }
+  return out;
+}
+
+TuningTable parse_tuning(const std::string& json_text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error(fmt::format("tuning table: not JSON: {}", e.what()));
+  }
+  if (!j.is_object() || !j.contains("architectures") || !j["architectures"].is_object())
+    throw std::runtime_error("tuning table: expected an object with an 'architectures' object");
+  TuningTable out;
+  for (const auto& [arch, row] : j["architectures"].items()) {
+    auto number = [&](const char* key, double lo, double hi) {
+      if (!row.is_object() || !row.contains(key) || !row[key].is_number())
+        throw std::runtime_error(fmt::format("tuning table: architecture '{}' needs a number '{}'", arch, key));
+      double v = row[key].get<double>();
+      if (!(v >= lo && v <= hi))
+        throw std::runtime_error(fmt::format("tuning table: '{}' of '{}' must be in [{}, {}], got {}", key, arch, lo, hi, v));
+      return v;
+    };
+    out[arch] = Tuning{number("launch_us", 0, 1e6), number("bandwidth_gbs", 1e-3, 1e6), number("theta", 0, 1)};
+  }
+  if (!out.count("default")) throw std::runtime_error("tuning table: the 'default' architecture is missing");
+  return out;
+}
+
+const TuningTable& tuning_table() {
+  static const TuningTable table = [] {
+    const auto& all = embedded_templates();
+    auto it = all.find("tuning/materialization.json");
+    if (it == all.end()) throw std::logic_error("cost: no embedded tuning/materialization.json");
+    return parse_tuning(it->second);
+  }();
+  return table;
+}
+
+double estimated_seconds(const PhaseCost& c, const GraphCounts& g, const Tuning& t) {
+  const Bytes& b = c.bytes;
+  const double bytes = b[0] + b[1] * g.nodes + b[2] * g.edges + b[3] * g.pairs + b[4] * g.etypes + b[5] * g.ntypes;
+  return c.launches * t.launch_us * 1e-6 + bytes / (t.bandwidth_gbs * 1e9);
+}
+
+double estimated_seconds(const std::vector<PhaseCost>& phases, const GraphCounts& g, const Tuning& t) {
+  double s = 0;
+  for (const PhaseCost& c : phases) s += estimated_seconds(c, g, t);
+  return s;
+}
+
+}  // namespace hectorgen::emit

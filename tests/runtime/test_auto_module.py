@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""materialization: auto modules without a GPU: prepare_graph asks the runtime for the right layouts and
+compact_relations, the cost model's choice per graph and mode (and its cache on the Graph), estimated_seconds against
+the module's own tables, and forward() running the chosen program's ops. The graph is prepared by the runtime's
+PyTorch reference and the ops are replaced by a recorder (CTest: auto_module; skipped without torch).
+
+    python3 tests/runtime/test_auto_module.py HECTORGEN_BINARY [-v]
+"""
+
+from __future__ import annotations
+
+import inspect
+import pathlib
+import subprocess
+import sys
+import tempfile
+import types
+import unittest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import test_generated_boundary as boundary  # noqa: E402  (the import helpers)
+
+ROOT = boundary.ROOT
+HECTORGEN = None  # set from argv
+SPEC = ROOT / "tests" / "specs" / "rgcn_auto.yaml"  # compact_relations: 0.6
+MODEL = "rgcn_auto"
+DIM = 64
+
+
+class _Ops:
+    """Stands in for torch.ops.hectorgen_<model>: records (op, args) and returns zeros; a backward returns each
+    gradient in the shape of the argument it belongs to."""
+
+    def __init__(self, module, arg_shapes):
+        self.module, self.arg_shapes, self.calls = module, arg_shapes, []
+
+    def __getattr__(self, op):
+        torch = boundary.torch
+
+        def call(*args):
+            self.calls.append((op, args))
+            program = "compact" if op.startswith("compact_") else "vanilla"
+            phase = op[len("compact_"):] if program == "compact" else op
+            if phase == "backward":
+                slots = self.module._GRAD_SLOTS[program]
+                shapes = {r: self.arg_shapes[i] for r, i in slots}
+                return [torch.zeros(shapes.get(r, (1,))) for r in range(max(shapes) + 1)]
+            outs = [torch.zeros(boundary.N, DIM)]
+            if phase == "forward_train":
+                outs += [torch.zeros(1) for _ in self.module.SAVED_FOR_BACKWARD[program]]
+            return outs
+
+        return call
+
+
+class _Torch(types.ModuleType):
+    def __init__(self, ops, model):
+        super().__init__("torch")
+        self._ops = types.SimpleNamespace(**{f"hectorgen_{model}": ops})
+
+    def __getattr__(self, name):
+        return self._ops if name == "ops" else getattr(boundary.torch, name)
+
+
+def counts(nodes, edges, pairs, etypes=4, ntypes=1):
+    """A Graph's counts alone (what the cost model reads)."""
+    return types.SimpleNamespace(num_nodes=nodes, num_edges=edges, num_unique_src=pairs, num_etypes=etypes,
+                                 num_ntypes=ntypes, tensors=dict)
+
+
+@unittest.skipUnless(boundary.HAVE_TORCH, "needs torch (the graph is prepared by the runtime's PyTorch reference)")
+class AutoModule(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.out = pathlib.Path(cls.tmp.name)
+        result = subprocess.run([HECTORGEN, str(SPEC), "-o", str(cls.out)], capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def setUp(self):
+        # The module needs runtime 1.3 (compact_relations); the runtime's reference path prepares the graph on the
+        # CPU, and a runtime from before 1.3 gets the call without compact_relations (recorded all the same).
+        self.isolation = boundary.isolated(version=(boundary.MAJOR, max(boundary.MINOR, 3), 0))
+        self.runtime = self.isolation.__enter__()
+        self.prepared = []
+        real = self.runtime.prepare_graph
+        takes_policy = "compact_relations" in inspect.signature(real).parameters
+
+        def prepare_graph(*args, **kwargs):
+            self.prepared.append(dict(kwargs))
+            if not takes_policy:
+                kwargs.pop("compact_relations", None)
+            return real(*args, backend="reference", **kwargs)
+
+        self.runtime.prepare_graph = prepare_graph
+        self.module = boundary.load_file(MODEL, self.out / f"{MODEL}.py")
+        self.module.load_extension = lambda *args, **kwargs: None
+
+    def tearDown(self):
+        self.isolation.__exit__(None, None, None)
+
+    def graph(self, **kwargs):
+        src, dst, etype, _ = boundary.hand_graph()
+        return self.module.prepare_graph(src, dst, etype, boundary.N, boundary.R, **kwargs)
+
+    def test_prepare_graph_asks_for_both_programs_and_the_spec_theta(self):
+        g = self.graph()
+        (call,) = self.prepared
+        self.assertEqual(tuple(call["layouts"]), self.module.GRAPH_LAYOUTS)
+        self.assertIn("compact_src_etype", call["layouts"])
+        self.assertEqual(call["compact_relations"], 0.6)  # the spec's options.compact_relations
+        self.assertEqual(set(g.materialization_choices), {"inference", "training"})
+        self.assertEqual(self.module.RUNTIME_VERSION, "1.3")
+
+    def test_compact_relations_argument_wins_over_the_spec(self):
+        self.graph(compact_relations=[True, False, True])
+        self.assertEqual(self.prepared[0]["compact_relations"], [True, False, True])
+
+    def test_forced_vanilla_builds_only_its_layouts(self):
+        g = self.graph(materialization="vanilla")
+        (call,) = self.prepared
+        self.assertEqual(tuple(call["layouts"]), self.module.PROGRAM_LAYOUTS["vanilla"])
+        self.assertNotIn("compact_src_etype", call["layouts"])
+        self.assertNotIn("compact_relations", call)
+        self.assertEqual(self.module.materialization(g, training=True), "vanilla")
+        self.assertIsNone(self.module.estimated_seconds(g)["compact"])
+
+    def test_forced_compact(self):
+        g = self.graph(materialization="compact")
+        self.assertEqual(self.module.materialization(g), "compact")
+        self.assertEqual(self.module.materialization(g, training=True), "compact")
+
+    def test_bad_materialization_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "materialization must be 'auto', 'vanilla' or 'compact', got 'both'"):
+            self.graph(materialization="both")
+
+    def test_estimated_seconds_evaluates_the_module_tables(self):
+        m = self.module
+        g = counts(1000, 50000, 2000)
+        row = m.TUNING["default"]  # no GPU: the default row
+        for training, phases in ((False, ("forward",)), (True, ("forward_train", "backward"))):
+            expected = {}
+            for program in m.PROGRAMS:
+                total = 0.0
+                for phase in phases:
+                    launches, per = m.COST_MODEL[program][phase]
+                    moved = sum(c * n for c, n in zip(per, (1, 1000, 50000, 2000, 4, 1)))
+                    total += launches * row["launch_us"] * 1e-6 + moved / (row["bandwidth_gbs"] * 1e9)
+                expected[program] = total
+            got = m.estimated_seconds(g, training)
+            for program in m.PROGRAMS:
+                self.assertAlmostEqual(got[program], expected[program], delta=1e-12 + 1e-9 * expected[program])
+            terms = m.cost_terms(g, training)  # what bench/calibrate_auto.py fits the tuning table with
+            for program in m.PROGRAMS:
+                launches = sum(m.COST_MODEL[program][phase][0] for phase in phases)
+                self.assertEqual(terms[program][0], launches)
+
+    def test_choice_follows_the_graph(self):
+        m = self.module
+        # mag-like: 21M edges, 1.45M unique (source, relation) pairs.
+        self.assertEqual(m.materialization(counts(1_900_000, 21_000_000, 1_450_000), training=True), "compact")
+        self.assertEqual(m.materialization(counts(1_900_000, 21_000_000, 1_450_000)), "compact")
+        # Every pair unique: compaction only adds indirections.
+        self.assertEqual(m.materialization(counts(1_000_000, 5_000_000, 5_000_000), training=True), "vanilla")
+        # A few hundred edges: the launches decide.
+        self.assertEqual(m.materialization(counts(300, 600, 200), training=True), "vanilla")
+
+    def test_choice_is_cached_on_the_graph(self):
+        g = counts(1_900_000, 21_000_000, 1_450_000)
+        self.assertEqual(self.module.materialization(g), "compact")
+        g.num_unique_src = g.num_edges  # the counts are not read again
+        self.assertEqual(self.module.materialization(g), "compact")
+        self.assertEqual(g.materialization_choices["inference"], "compact")
+
+    def run_layer(self, g, requires_grad):
+        torch = boundary.torch
+        layer = self.module.Rgcn_auto(boundary.R)
+        for p in layer.parameters():
+            p.requires_grad_(requires_grad)
+        feature = torch.randn(boundary.N, DIM)
+        shapes = [tuple(feature.shape)] + [tuple(p.shape) for p in (layer.W0, layer.W)]
+        ops = _Ops(self.module, shapes)
+        self.module.torch = _Torch(ops, MODEL)
+        out = layer(g, feature)
+        if requires_grad:
+            out.sum().backward()
+        return [op for op, _ in ops.calls], ops
+
+    def test_forward_runs_the_chosen_program(self):
+        for forced in ("vanilla", "compact"):
+            g = self.graph(materialization=forced)
+            prefix = "" if forced == "vanilla" else "compact_"
+            with boundary.torch.no_grad():
+                called, ops = self.run_layer(g, False)
+            self.assertEqual(called, [prefix + "forward"])
+            # The graph arguments are that program's: the compact ops take the pair layout and the pair count.
+            args = ops.calls[0][1]
+            n_arrays = len(self.module.PROGRAM_GRAPH_ARRAYS[forced])
+            self.assertEqual(args[n_arrays:n_arrays + 4], (g.num_nodes, g.num_edges, g.num_etypes, g.num_ntypes))
+            if forced == "compact":
+                self.assertEqual(args[n_arrays + 4], g.num_unique_src)
+            called, _ = self.run_layer(g, True)
+            self.assertEqual(called, [prefix + "forward_train", prefix + "backward"])
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: test_auto_module.py HECTORGEN_BINARY [unittest options]")
+    HECTORGEN = sys.argv.pop(1)
+    if not boundary.HAVE_TORCH:
+        print("SKIPPED: needs torch")
+        sys.exit(77)
+    unittest.main()

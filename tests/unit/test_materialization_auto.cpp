@@ -1,0 +1,320 @@
+// materialization: auto: the cost model (emit/cost.h) and the module that holds both programs.
+#include <catch2/catch.hpp>
+
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "emit/cost.h"
+#include "emit/emit.h"
+#include "helpers.h"
+#include "ir/intra/parser.h"
+
+using namespace hectorgen;
+using emit::CostDomain;
+using emit::PhaseCost;
+using intra::Program;
+using intra::TensorInfo;
+using inter::Per;
+
+namespace {
+
+double bytes(const PhaseCost& c, CostDomain d) { return c.bytes[static_cast<size_t>(d)]; }
+
+// A program with the tensors the hand-built kernels below read.
+Program tensors_program() {
+  Program p;
+  p.model = "m";
+  auto tensor = [](const char* name, intra::Role role, Per per, std::vector<int64_t> shape,
+                   inter::DType storage = inter::DType::FP32) {
+    TensorInfo t;
+    t.name = name;
+    t.role = role;
+    t.per = per;
+    t.shape = std::move(shape);
+    t.storage = storage;
+    return t;
+  };
+  p.tensors = {tensor("x", intra::Role::Input, Per::Node, {64}),      tensor("W", intra::Role::Weight, Per::Etype, {64, 32}),
+               tensor("y", intra::Role::Temp, Per::Edge, {32}),       tensor("s", intra::Role::Temp, Per::Edge, {}),
+               tensor("hp", intra::Role::Temp, Per::Pair, {32}),      tensor("dW", intra::Role::Output, Per::Etype, {64, 32}),
+               tensor("b", intra::Role::Input, Per::Node, {64}, inter::DType::BF16)};
+  return p;
+}
+
+struct Generated {
+  int status = 0;
+  std::string err;
+  OutputSet files;
+  const std::string& file(const std::string& name) const {
+    auto it = files.files().find(name);
+    if (it == files.files().end()) throw std::runtime_error("test: no generated file " + name);
+    return it->second;
+  }
+  std::vector<Program> programs() const {
+    for (const auto& [name, text] : files.files())
+      if (name.size() > 9 && name.compare(name.size() - 9, 9, ".intra.ir") == 0) {
+        SourceFile f(name, text);
+        Diagnostics d;
+        auto parsed = intra::parse_programs(f, d);
+        if (!parsed) throw std::runtime_error("test: the intra IR does not parse");
+        return *parsed;
+      }
+    throw std::runtime_error("test: no .intra.ir");
+  }
+};
+
+Generated generate(const std::string& path, const std::string& text, const std::string& materialization = "") {
+  Generated g;
+  SourceFile spec(path, text);
+  driver::Options opts;
+  opts.spec_path = path;
+  opts.materialization = materialization;
+  std::ostringstream log, err;
+  g.status = driver::compile(spec, opts, g.files, log, err);
+  g.err = err.str();
+  return g;
+}
+
+Generated generate_spec(const std::string& relpath, const std::string& materialization = "") {
+  const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/" + relpath;
+  return generate(path, test::read_file(path), materialization);
+}
+
+std::vector<PhaseCost> costs(const std::vector<Program>& phases, bool compact, bool training) {
+  std::vector<PhaseCost> out;
+  for (const Program& p : emit::program_phases(phases, compact)) {
+    const std::string phase = compact ? p.phase.substr(8) : p.phase;
+    if (training ? phase != "forward" : phase == "forward") out.push_back(emit::phase_cost(p));
+  }
+  return out;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("cost: a GEMM moves its gathered input and output rows per row, its weight once", "[cost]") {
+  Program p = tensors_program();
+  intra::GemmInstance g;
+  g.name = "m_fw_gemm_y";
+  g.rows = intra::Rows::Edges;
+  g.x = "x";
+  g.gather = intra::Gather::Src;
+  g.w = "W";
+  g.segments = intra::Segments::Etype;
+  g.y = "y";
+  g.row_scalar = "s";
+  g.k = 64;
+  g.n = 32;
+  PhaseCost c = emit::kernel_cost(p, g);
+  CHECK(c.launches == 1);
+  CHECK(bytes(c, CostDomain::Edge) == 64 * 4 + 4 + 32 * 4 + 4);  // x row, src index, y row, row scalar
+  CHECK(bytes(c, CostDomain::Etype) == 64 * 32 * 4);              // W[t]
+  CHECK(bytes(c, CostDomain::Node) == 0);
+  CHECK(bytes(c, CostDomain::Fixed) == 0);
+  g.accumulate = true;  // y[row] += : read and written
+  CHECK(bytes(emit::kernel_cost(p, g), CostDomain::Edge) == 64 * 4 + 4 + 2 * 32 * 4 + 4);
+  g.x = "b";  // a bf16 row is half the bytes
+  CHECK(bytes(emit::kernel_cost(p, g), CostDomain::Edge) == 64 * 2 + 4 + 2 * 32 * 4 + 4);
+}
+
+TEST_CASE("cost: a gather sum reads per entry of its CSR, writes per row; a weight gradient launches twice", "[cost]") {
+  Program p = tensors_program();
+  intra::GatherSumInstance gs;
+  gs.name = "m_bw_sum_hp";
+  gs.x = "y";
+  gs.y = "hp";
+  gs.csr = intra::GatherCsr::PairEdges;
+  gs.scale = "s";
+  PhaseCost c = emit::kernel_cost(p, gs);
+  CHECK(bytes(c, CostDomain::Pair) == 2 * 4 + 32 * 4);  // CSR offsets, the pair's row
+  CHECK(bytes(c, CostDomain::Edge) == 4 + 32 * 4 + 4);  // edge id, the edge's row, its scale
+  intra::WeightGradInstance w;
+  w.name = "m_bw_wgrad_W";
+  w.rows = intra::Rows::Pairs;
+  w.x = "x";
+  w.x_gather = intra::Gather::Src;
+  w.dy = "hp";
+  w.dw = "dW";
+  w.segments = intra::Segments::Etype;
+  w.accumulate = false;
+  PhaseCost wc = emit::kernel_cost(p, w);
+  CHECK(wc.launches == 2);
+  CHECK(bytes(wc, CostDomain::Pair) == 64 * 4 + 4 + 32 * 4);
+  CHECK(bytes(wc, CostDomain::Etype) == 2 * 64 * 32 * 4);  // the partials written and read: dW's size each
+}
+
+TEST_CASE("cost: a phase sums its kernels and the zeroing of zero-initialised tensors", "[cost]") {
+  Program p = tensors_program();
+  p.tensors[2].zero_init = true;  // y: one fill, one write of E rows
+  intra::SegmentSumInstance ss;
+  ss.name = "m_bw_segsum_dW";
+  ss.rows = intra::Rows::Edges;
+  ss.v = "y";
+  ss.dw = "dW";
+  ss.segments = intra::Segments::Etype;
+  p.kernels = {ss, ss};
+  PhaseCost c = emit::phase_cost(p);
+  CHECK(c.launches == 3);
+  CHECK(bytes(c, CostDomain::Edge) == 3 * 32 * 4);
+  CHECK(bytes(c, CostDomain::Etype) == 2 * 2 * 64 * 32 * 4);
+}
+
+TEST_CASE("cost: seconds are launches times the launch time plus bytes over the bandwidth", "[cost]") {
+  PhaseCost c;
+  c.launches = 10;
+  c.bytes = {1000, 2, 100, 50, 8, 0};
+  emit::GraphCounts g;
+  g.nodes = 1e3;
+  g.edges = 1e6;
+  g.pairs = 1e5;
+  g.etypes = 4;
+  emit::Tuning t{5, 1, 1};
+  const double moved = 1000 + 2 * 1e3 + 100 * 1e6 + 50 * 1e5 + 8 * 4;
+  CHECK(emit::estimated_seconds(c, g, t) == Approx(10 * 5e-6 + moved / 1e9));
+  CHECK(emit::estimated_seconds(std::vector<PhaseCost>{c, c}, g, t) == Approx(2 * (10 * 5e-6 + moved / 1e9)));
+}
+
+TEST_CASE("cost: the tuning table parses, has a default row, and refuses bad values", "[cost]") {
+  const emit::TuningTable& table = emit::tuning_table();
+  REQUIRE(table.count("default"));
+  CHECK(table.count("sm_80"));
+  CHECK(table.count("sm_90"));
+  for (const auto& [arch, t] : table) {
+    CAPTURE(arch);
+    CHECK(t.launch_us > 0);
+    CHECK(t.bandwidth_gbs > 0);
+    CHECK(t.theta >= 0);
+    CHECK(t.theta <= 1);
+  }
+  auto row = [](const std::string& body) { return "{\"architectures\": {" + body + "}}"; };
+  CHECK(emit::parse_tuning(row("\"default\": {\"launch_us\": 2, \"bandwidth_gbs\": 100, \"theta\": 0.25}"))
+            .at("default")
+            .theta == 0.25);
+  CHECK_THROWS_WITH(emit::parse_tuning(row("\"sm_90\": {\"launch_us\": 2, \"bandwidth_gbs\": 100, \"theta\": 0.25}")),
+                    "tuning table: the 'default' architecture is missing");
+  CHECK_THROWS_WITH(emit::parse_tuning(row("\"default\": {\"launch_us\": 2, \"bandwidth_gbs\": 100, \"theta\": 2}")),
+                    "tuning table: 'theta' of 'default' must be in [0, 1], got 2");
+  CHECK_THROWS_WITH(emit::parse_tuning(row("\"default\": {\"launch_us\": 2, \"theta\": 1}")),
+                    "tuning table: architecture 'default' needs a number 'bandwidth_gbs'");
+  CHECK_THROWS(emit::parse_tuning("{"));
+}
+
+TEST_CASE("cost: RGAT's compact program wins on graphs with many edges per unique pair, not on tiny or pair-free ones",
+          "[cost][auto]") {
+  Generated g = generate_spec("tests/gpu/specs/rgat_auto.yaml");
+  INFO(g.err);
+  REQUIRE(g.status == 0);
+  const std::vector<Program> programs = g.programs();
+  const emit::Tuning& h100 = emit::tuning_table().at("sm_90");
+  for (bool training : {false, true}) {
+    CAPTURE(training);
+    const auto vanilla = costs(programs, false, training), compact = costs(programs, true, training);
+    REQUIRE(vanilla.size() == (training ? 2u : 1u));
+    REQUIRE(compact.size() == vanilla.size());
+    // mag's statistics (issue 9): 1.9M nodes, 21M edges, 1.45M unique (source, relation) pairs, 4 relations.
+    emit::GraphCounts mag{1.9e6, 21e6, 1.45e6, 4, 4};
+    CHECK(emit::estimated_seconds(compact, mag, h100) < 0.8 * emit::estimated_seconds(vanilla, mag, h100));
+    // Every pair unique: the compact program only adds its indirections.
+    emit::GraphCounts unique{1e6, 5e6, 5e6, 4, 1};
+    CHECK(emit::estimated_seconds(compact, unique, h100) > emit::estimated_seconds(vanilla, unique, h100));
+    // A graph of a few hundred edges: the launches decide.
+    emit::GraphCounts tiny{300, 600, 500, 4, 1};
+    CHECK(emit::estimated_seconds(compact, tiny, h100) > emit::estimated_seconds(vanilla, tiny, h100));
+  }
+}
+
+TEST_CASE("materialization: auto emits the vanilla and the compact program in one module, shared kernels once",
+          "[auto][emit]") {
+  Generated g = generate_spec("tests/gpu/specs/rgat_auto.yaml");
+  INFO(g.err);
+  REQUIRE(g.status == 0);
+  const std::vector<Program> programs = g.programs();
+  std::vector<std::string> phases;
+  for (const Program& p : programs) phases.push_back(p.phase);
+  CHECK(phases == std::vector<std::string>{"forward", "forward_train", "backward", "compact_forward",
+                                           "compact_forward_train", "compact_backward"});
+  for (const Program& p : programs)
+    for (const intra::Kernel& k : p.kernels) {
+      CAPTURE(p.phase);
+      const std::string& name = intra::kernel_name(k);
+      CHECK(name.rfind(p.phase.rfind("compact_", 0) == 0 ? "rgat_auto_compact_" : "rgat_auto_", 0) == 0);
+    }
+  // The vanilla program reads no pair layout; the compact one does; GRAPH_LAYOUTS is their union.
+  CHECK(programs.front().layouts.count("compact_src_etype") == 0);
+  CHECK(programs.back().layouts.count("compact_src_etype") == 1);
+  const std::string& py = g.file("rgat_auto.py");
+  CHECK(py.find("GRAPH_LAYOUTS = (\"compact_src_etype\", \"csr_by_dst\", \"csr_by_src\", \"etype_sorted_coo\", )") !=
+        std::string::npos);
+  CHECK(py.find("RUNTIME_VERSION = \"1.3\"") != std::string::npos);
+  CHECK(py.find("def materialization(g, training=False):") != std::string::npos);
+  CHECK(py.find("def estimated_seconds(g, training=False):") != std::string::npos);
+  CHECK(py.find("compact_relations=compact_relations)") != std::string::npos);
+  // Ops of both programs, each with its own Args struct.
+  const std::string& host = g.file("rgat_auto_host.cpp");
+  for (const char* op : {"forward", "forward_train", "backward", "compact_forward", "compact_forward_train", "compact_backward"}) {
+    CAPTURE(op);
+    CHECK(count(host, std::string("m.def(\"") + op + "(") == 1);
+  }
+  // Kernels identical in both programs are emitted once: the compact program's launchers call the vanilla ones.
+  const std::string& cu = g.file("rgat_auto_kernels.cu");
+  const size_t shared = count(cu, "  // same kernel as rgat_auto_f") + count(cu, "  // same kernel as rgat_auto_b");
+  CHECK(shared > 0);
+  Generated vanilla = generate_spec("tests/gpu/specs/rgat_auto.yaml", "vanilla");
+  Generated compact = generate_spec("tests/gpu/specs/rgat_auto.yaml", "compact");
+  REQUIRE(vanilla.status == 0);
+  REQUIRE(compact.status == 0);
+  const size_t both = count(cu, "__global__"), v = count(vanilla.file("rgat_auto_kernels.cu"), "__global__"),
+               c = count(compact.file("rgat_auto_kernels.cu"), "__global__");
+  CHECK(both < v + c);
+  CHECK(both >= std::max(v, c));
+  // Both programs' inter IR, listed in the manifest with both programs' cost coefficients.
+  CHECK(g.files.files().count("rgat_auto.compact.inter.ir"));
+  CHECK(g.files.files().count("rgat_auto.compact.backward.inter.ir"));
+  const std::string& manifest = g.file("manifest.json");
+  CHECK(manifest.find("\"rgat_auto.compact.inter.ir\"") != std::string::npos);
+  CHECK(manifest.find("\"materialization\": \"auto\"") != std::string::npos);
+  CHECK(manifest.find("\"compact_forward_train\"") != std::string::npos);
+  // A fixed choice generates one program, as before.
+  CHECK(vanilla.files.files().count("rgat_auto.compact.inter.ir") == 0);
+  CHECK(vanilla.file("rgat_auto.py").find("def materialization(") == std::string::npos);
+}
+
+TEST_CASE("materialization: auto output is deterministic, and the spec's compact_relations reaches the module",
+          "[auto][emit]") {
+  Generated a = generate_spec("tests/specs/rgcn_auto.yaml"), b = generate_spec("tests/specs/rgcn_auto.yaml");
+  INFO(a.err);
+  REQUIRE(a.status == 0);
+  CHECK(a.files.files() == b.files.files());
+  CHECK(a.file("rgcn_auto.py").find("COMPACT_RELATIONS = 0.6\n") != std::string::npos);
+  // The intra IR holds both programs: the emitters print the same files from it.
+  OutputSet from_ir;
+  emit::emit_all(a.programs(), {"rgcn_auto.yaml", HECTORGEN_VERSION}, from_ir);  // banners: an absolute spec's name
+  for (const auto& [name, text] : from_ir.files()) {
+    CAPTURE(name);
+    if (name == "manifest.json" || name.find(".inter.ir") != std::string::npos) continue;
+    CHECK(text == a.file(name));
+  }
+}
+
+TEST_CASE("options.compact_relations: a ratio in [0, 1], printed and parsed back by the inter IR; ignored with a warning "
+          "unless auto",
+          "[auto][frontend]") {
+  const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/specs/rgcn_auto.yaml";
+  const std::string text = test::read_file(path);
+  auto c = test::compile_text(path, text);
+  REQUIRE(c->module);
+  REQUIRE(c->module->decl.options.compact_relations);
+  CHECK(*c->module->decl.options.compact_relations == 0.6);
+  Generated fixed = generate(path, test::replace(text, "  materialization: auto\n", "  materialization: compact\n"));
+  CHECK(fixed.status == 0);
+  CHECK(fixed.err.find("warning: options.compact_relations is ignored") != std::string::npos);
+  Generated bad = generate(path, test::replace(text, "compact_relations: 0.6", "compact_relations: 1.5"));
+  CHECK(bad.status == 1);
+  CHECK(bad.err.find(":18:22: error: 'compact_relations' must be between 0 and 1") != std::string::npos);
+}
