@@ -16,6 +16,7 @@ struct Engine::Entry {
   int arena = -1;
   std::uint64_t host_offset = 0;
   void* host = nullptr;
+  bool placed = false;  // the source copies into the host block itself (Source::place)
   bool has_extent = false;
   FileStore::Extent extent;
   std::shared_ptr<Source> source;
@@ -166,6 +167,8 @@ void Engine::free_room(Entry& entry) {
 }
 
 std::uint64_t Engine::store(Tier tier, std::shared_ptr<Source> source) {
+  // Sources and sinks are never destroyed under mutex_: their destructors may need other locks (Python's).
+  std::shared_ptr<Source> unused;
   auto entry = std::make_shared<Entry>();
   entry->tier = tier;
   entry->bytes = source->size();
@@ -196,9 +199,12 @@ std::uint64_t Engine::store(Tier tier, std::shared_ptr<Source> source) {
   }
   if (!entry->error.empty()) {
     entry->store = State::failed;
-    entry->source.reset();
+    unused = std::move(entry->source);
     ++stats_.stores_failed;
     return entry->id;
+  }
+  if (entry->tier == Tier::host) {
+    entry->placed = entry->source->place(entry->host);
   }
   entry->store = State::queued;
   store_queue_.push_back(entry);
@@ -235,9 +241,9 @@ State Engine::wait_store(std::uint64_t id) {
 void Engine::load(std::uint64_t id, std::shared_ptr<Sink> sink) {
   std::lock_guard lock(mutex_);
   auto entry = find(id);
-  if (!entry || entry->store != State::done) {
+  if (!entry || (entry->store != State::done && entry->store != State::queued && entry->store != State::running)) {
     throw std::logic_error("offload: loading entry " + std::to_string(id) + ", whose store is " +
-                           (entry ? to_string(entry->store) : "unknown") + ", not done");
+                           (entry ? to_string(entry->store) : "unknown"));
   }
   if (entry->load == State::queued || entry->load == State::running) {
     throw std::logic_error("offload: entry " + std::to_string(id) + " is already being loaded");
@@ -291,6 +297,14 @@ std::vector<std::pair<std::uint64_t, State>> Engine::take_finished_stores() {
   return finished;
 }
 
+void Engine::pause_stores(bool paused) {
+  {
+    std::lock_guard lock(mutex_);
+    stores_paused_ = paused;
+  }
+  work_ready_.notify_all();
+}
+
 void Engine::drain() {
   std::unique_lock lock(mutex_);
   job_done_.wait(lock, [&] { return store_queue_.empty() && load_queue_.empty() && running_ == 0; });
@@ -319,9 +333,11 @@ void Engine::worker(bool stores) {
   auto& queue = stores ? store_queue_ : load_queue_;
   for (;;) {
     std::shared_ptr<Entry> entry;
+    std::shared_ptr<Source> done_source;  // destroyed after the lock is released
+    std::shared_ptr<Sink> done_sink;
     {
       std::unique_lock lock(mutex_);
-      work_ready_.wait(lock, [&] { return stopping_ || !queue.empty(); });
+      work_ready_.wait(lock, [&] { return stopping_ || (!queue.empty() && !(stores && stores_paused_)); });
       if (queue.empty()) {
         break;  // stopping, and nothing left to do
       }
@@ -334,16 +350,24 @@ void Engine::worker(bool stores) {
         if (!entry->released) {
           finished_stores_.emplace_back(entry->id, state);
         }
-        entry->source.reset();
+        done_source = std::move(entry->source);
         free_room(*entry);
         job_done_.notify_all();
         continue;
       }
-      if (!stores && entry->released) {
-        state = State::cancelled;  // nobody waits for it any more
-        entry->sink.reset();
-        job_done_.notify_all();
-        continue;
+      if (!stores) {
+        // A load queued while its store was still running waits for the store.
+        job_done_.wait(lock, [&] { return entry->store != State::queued && entry->store != State::running; });
+        if (entry->store != State::done && entry->error.empty()) {
+          entry->error = std::string("its store was ") + to_string(entry->store);
+        }
+        if (entry->store != State::done || entry->released) {
+          state = entry->released ? State::cancelled : State::failed;  // cancelled: nobody waits for it any more
+          stats_.loads_failed += state == State::failed;
+          done_sink = std::move(entry->sink);
+          job_done_.notify_all();
+          continue;
+        }
       }
       state = State::running;
       entry->running = true;
@@ -380,7 +404,7 @@ void Engine::worker(bool stores) {
       entry->running = false;
       --running_;
       if (stores) {
-        entry->source.reset();  // the caller's data is no longer needed by the engine
+        done_source = std::move(entry->source);  // the caller's data is no longer needed by the engine
         stats_.store_seconds += seconds;
         if (!entry->error.empty()) {
           entry->store = State::failed;
@@ -400,7 +424,7 @@ void Engine::worker(bool stores) {
           finished_stores_.emplace_back(entry->id, entry->store);
         }
       } else {
-        entry->sink.reset();
+        done_sink = std::move(entry->sink);
         stats_.load_seconds += seconds;
         if (!entry->error.empty()) {
           entry->load = State::failed;
@@ -437,7 +461,9 @@ std::string Engine::io_error(const Entry& entry, IoOp op, std::int64_t result, s
 void Engine::run_store(Entry& entry, IoQueue& io, std::vector<void*>& bounce) {
   entry.source->prepare();
   if (entry.tier == Tier::host) {
-    entry.source->read(0, entry.host, entry.bytes);
+    if (!entry.placed) {
+      entry.source->read(0, entry.host, entry.bytes);
+    }
     return;
   }
   const int fd = files_->fd(entry.extent.file);

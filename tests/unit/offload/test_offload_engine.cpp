@@ -10,14 +10,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hectorgen/offload/engine.h"
@@ -455,4 +458,72 @@ TEST_CASE("GPUDirect Storage: missing libcufile is reported, not fatal", "[offlo
   }
   CHECK_FALSE(cufile.reason().empty());
   CHECK(cufile.register_file(0) == nullptr);
+}
+
+TEST_CASE("paused stores wait in the queue, in order", "[offload]") {
+  ho::EngineOptions options;
+  options.host_budget_bytes = 1 << 20;
+  ho::Engine engine(options, host_memory());
+  engine.pause_stores(true);
+  auto source = std::make_shared<VectorSource>(pattern(8192, 1));
+  const auto id = engine.store(ho::Tier::host, source);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(engine.store_state(id) == ho::State::queued);
+  CHECK(source->reads() == 0);
+  engine.pause_stores(false);
+  CHECK(engine.wait_store(id) == ho::State::done);
+}
+
+namespace {
+
+// Copies into the host block when placed (as the CUDA binding queues its copy); prepare() waits for a gate.
+class PlacingSource final : public ho::Source {
+ public:
+  explicit PlacingSource(std::vector<unsigned char> data) : data_(std::move(data)) {}
+  std::uint64_t size() const override { return data_.size(); }
+  bool place(void* host) override {
+    std::memcpy(host, data_.data(), data_.size());
+    return true;
+  }
+  void prepare() override { gate_.prepare(); }
+  void read(std::uint64_t, void*, std::uint64_t) override { FAIL("read() of a placed source"); }
+  GateSource& gate() { return gate_; }
+
+ private:
+  std::vector<unsigned char> data_;
+  GateSource gate_{0};
+};
+
+}  // namespace
+
+TEST_CASE("placed stores: a load queued while the store runs waits for it", "[offload]") {
+  ho::EngineOptions options;
+  options.host_budget_bytes = 1 << 20;
+  ho::Engine engine(options, host_memory());
+  auto source = std::make_shared<PlacingSource>(pattern(70000, 9));
+  const auto id = engine.store(ho::Tier::host, source);
+  source->gate().wait_entered();
+  auto sink = std::make_shared<VectorSink>(70000);
+  engine.load(id, sink);  // the store is still running
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK_FALSE(sink->finished());
+  source->gate().open();
+  REQUIRE(engine.wait_load(id) == ho::State::done);
+  CHECK(sink->data() == pattern(70000, 9));
+}
+
+TEST_CASE("a load queued during a store that fails fails with the store's error", "[offload]") {
+  TempDir dir("/tmp");
+  auto options = file_options(dir.path, 4 << 20);
+  options.fault = [](ho::IoOp op, std::uint64_t, std::size_t) { return op == ho::IoOp::write ? EIO : 0; };
+  ho::Engine engine(options, host_memory());
+  auto gate = std::make_shared<GateSource>(100 << 10);
+  const auto id = engine.store(ho::Tier::file, gate);
+  gate->wait_entered();
+  engine.load(id, std::make_shared<VectorSink>(100 << 10));
+  gate->open();
+  CHECK(engine.wait_store(id) == ho::State::failed);
+  CHECK(engine.wait_load(id) == ho::State::failed);
+  CHECK_THAT(engine.error(id), Catch::Contains("Input/output error"));
+  CHECK_THROWS_AS(engine.load(id, std::make_shared<VectorSink>(10)), std::logic_error);
 }

@@ -54,6 +54,11 @@ class Source {
  public:
   virtual ~Source() = default;
   virtual std::uint64_t size() const = 0;
+  // Host tier only, called by Engine::store on the caller's thread with the host block the data goes to: a source
+  // that queues its own copy there (e.g. an asynchronous device-to-host copy on a copy stream, so that the caller can
+  // free the device memory at once) returns true, and the engine then only calls prepare(), which must return once
+  // the copy is complete. Returning false (the default) makes the engine call read() on its thread.
+  virtual bool place(void* /*host*/) { return false; }
   // Called once on the engine thread before any read (e.g. to wait for the kernel that produced the data).
   virtual void prepare() {}
   virtual void read(std::uint64_t offset, void* host, std::uint64_t bytes) = 0;
@@ -114,7 +119,8 @@ class Engine {
   bool cancel_store(std::uint64_t id);
   State store_state(std::uint64_t id) const;
   State wait_store(std::uint64_t id);
-  // Queues loading a stored entry into `sink` (the store must be done). Loading again is allowed.
+  // Queues loading an entry into `sink`. Its store must not have failed or been cancelled; a load queued while the
+  // store is still running waits for it on the load thread. Loading again is allowed.
   void load(std::uint64_t id, std::shared_ptr<Sink> sink);
   State load_state(std::uint64_t id) const;
   State wait_load(std::uint64_t id);
@@ -124,7 +130,10 @@ class Engine {
   // The stores that ended (done, failed or cancelled) since the last call, in the order they ended: the caller
   // drops its copy of the data of the done ones.
   std::vector<std::pair<std::uint64_t, State>> take_finished_stores();
-  // Waits until no job is queued or running.
+  // While paused, queued stores wait (running ones finish): a scheduler hint (e.g. keep the link free for loads), and
+  // how tests hold stores in flight.
+  void pause_stores(bool paused);
+  // Waits until no job is queued or running (not while stores are paused with some queued).
   void drain();
 
   EngineStats stats() const;
@@ -165,6 +174,7 @@ class Engine {
   std::uint64_t next_id_ = 1;
   int running_ = 0;
   bool stopping_ = false;
+  bool stores_paused_ = false;
   EngineStats stats_;
   std::vector<std::thread> threads_;
 };
