@@ -166,7 +166,7 @@ void Engine::free_room(Entry& entry) {
   }
 }
 
-std::uint64_t Engine::store(Tier tier, std::shared_ptr<Source> source) {
+std::uint64_t Engine::store(Tier tier, std::shared_ptr<Source> source, bool* accepted, bool* placed) {
   // Sources and sinks are never destroyed under mutex_: their destructors may need other locks (Python's).
   std::shared_ptr<Source> unused;
   auto entry = std::make_shared<Entry>();
@@ -201,10 +201,22 @@ std::uint64_t Engine::store(Tier tier, std::shared_ptr<Source> source) {
     entry->store = State::failed;
     unused = std::move(entry->source);
     ++stats_.stores_failed;
+    if (accepted != nullptr) {
+      *accepted = false;
+    }
+    if (placed != nullptr) {
+      *placed = false;
+    }
     return entry->id;
+  }
+  if (accepted != nullptr) {
+    *accepted = true;
   }
   if (entry->tier == Tier::host) {
     entry->placed = entry->source->place(entry->host);
+  }
+  if (placed != nullptr) {
+    *placed = entry->placed;
   }
   entry->store = State::queued;
   store_queue_.push_back(entry);

@@ -211,7 +211,9 @@ TEST_CASE("host tier: round trip within the budget, full budget fails at once", 
   for (int i = 0; i < 3; ++i) {
     ids.push_back(engine.store(ho::Tier::host, std::make_shared<VectorSource>(pattern(1 << 20, 3))));
   }
-  const auto over = engine.store(ho::Tier::host, std::make_shared<VectorSource>(pattern(10, 4)));
+  bool accepted = true;
+  const auto over = engine.store(ho::Tier::host, std::make_shared<VectorSource>(pattern(10, 4)), &accepted);
+  CHECK_FALSE(accepted);
   CHECK(engine.store_state(over) == ho::State::failed);
   for (auto id : ids) {
     CHECK(engine.wait_store(id) == ho::State::done);
@@ -221,7 +223,11 @@ TEST_CASE("host tier: round trip within the budget, full budget fails at once", 
   CHECK(engine.store_state(to_file) == ho::State::failed);
   CHECK_THAT(engine.error(to_file), Catch::Contains("file tier is not available"));
   engine.release(ids[1]);
-  const auto fits = engine.store(ho::Tier::host, std::make_shared<VectorSource>(pattern(1 << 20, 6)));
+  bool placed = true;
+  const auto fits = engine.store(ho::Tier::host, std::make_shared<VectorSource>(pattern(1 << 20, 6)), &accepted,
+                                 &placed);
+  CHECK(accepted);
+  CHECK_FALSE(placed);  // VectorSource leaves the copy to the engine
   CHECK(engine.wait_store(fits) == ho::State::done);
   CHECK(engine.stats().stores_failed == 3);
 }
@@ -501,7 +507,9 @@ TEST_CASE("placed stores: a load queued while the store runs waits for it", "[of
   options.host_budget_bytes = 1 << 20;
   ho::Engine engine(options, host_memory());
   auto source = std::make_shared<PlacingSource>(pattern(70000, 9));
-  const auto id = engine.store(ho::Tier::host, source);
+  bool placed = false;
+  const auto id = engine.store(ho::Tier::host, source, nullptr, &placed);
+  CHECK(placed);
   source->gate().wait_entered();
   auto sink = std::make_shared<VectorSink>(70000);
   engine.load(id, sink);  // the store is still running

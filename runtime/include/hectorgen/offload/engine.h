@@ -113,8 +113,9 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Queues storing `source` to `tier` and returns the entry's id. Room is reserved now: when the tier is full or
-  // unavailable the entry has already failed (error() says why) and nothing is queued.
-  std::uint64_t store(Tier tier, std::shared_ptr<Source> source);
+  // unavailable the entry has already failed (error() says why), nothing is queued and *accepted is set to false.
+  // *placed says whether the source placed its own copy (Source::place).
+  std::uint64_t store(Tier tier, std::shared_ptr<Source> source, bool* accepted = nullptr, bool* placed = nullptr);
   // Cancels a store that is queued or running (its room is freed); true if it had not finished.
   bool cancel_store(std::uint64_t id);
   State store_state(std::uint64_t id) const;
