@@ -36,6 +36,9 @@ struct CuFile::Api {
 };
 
 CuFile::CuFile() {
+  // libcufile logs to cufile.log in the working directory unless told otherwise; a probe that fails on a machine
+  // without GPUDirect Storage should leave no file behind.
+  setenv("CUFILE_LOGFILE_PATH", "/dev/null", /*overwrite=*/0);
   for (const char* name : {"libcufile.so.0", "libcufile.so", "libcufile.so.1"}) {
     library_ = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (library_ != nullptr) {
