@@ -145,8 +145,10 @@ def engine_file_bandwidth(engine, gib: float) -> dict:
 
 
 def measure(runner: Runner, steps: int) -> dict:
-    runner.step()  # warm-up: allocates the gradients, JIT-compiles nothing else
+    runner.step()  # warm-up: allocates the gradients
     torch.cuda.synchronize()
+    if runner.cache is not None:
+        runner.cache.wait_io()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base_allocated, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
@@ -226,6 +228,8 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
                     tier = "file" if mode.endswith("ssd") else "host"
                     profiles = profiles or profile_scopes(layers, x, engine)
                     write = bandwidth["disk_write"] if tier == "file" else bandwidth["d2h"]
+                    if write <= 0:
+                        raise RuntimeError("no measured bandwidth for this tier (is the file tier available?)")
                     read = bandwidth["disk_read"] if tier == "file" else bandwidth["h2d"]
                     keep_ms = rows.get("keep", {}).get("step_ms")
                     factor = (keep_ms / 1e3 - fwd) / fwd if keep_ms else 2.0
@@ -239,6 +243,9 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
             row = measure(runner, args.steps)
         except torch.OutOfMemoryError:
             row = {"oom": True}
+        except Exception as error:  # noqa: BLE001 - one broken mode must not end the run: it is reported
+            log(f"   {mode}: FAILED: {type(error).__name__}: {error}")
+            row = {"error": f"{type(error).__name__}: {error}"}
         finally:
             if cache is not None:
                 cache.remove()
@@ -251,8 +258,8 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
         results.append(row)
         out.write(json.dumps(row) + "\n")
         out.flush()
-        if row.get("oom"):
-            log(f"   {mode:18s} OOM")
+        if row.get("oom") or row.get("error"):
+            log(f"   {mode:18s} {'OOM' if row.get('oom') else 'error'}")
         else:
             extra = ""
             if "stored_gib_per_step" in row:
@@ -354,8 +361,8 @@ def write_report(results, bandwidth, engine, args, path_md, path_png) -> None:
                   "| mode | step ms | vs keep | vs save_on_cpu | peak GiB | vs keep | stored GiB/step | loaded GiB/step |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
-            if r.get("oom"):
-                lines.append(f"| {r['mode']} | OOM | | | | | | |")
+            if r.get("oom") or r.get("error"):
+                lines.append(f"| {r['mode']} | {'OOM' if r.get('oom') else 'error: ' + r['error'][:80]} | | | | | | |")
                 continue
             vs_keep = f"{r['step_ms'] / keep['step_ms']:.2f}x" if keep else ""
             vs_cpu = f"{cpu['step_ms'] / r['step_ms']:.2f}x faster" if cpu else ""
@@ -419,7 +426,7 @@ def main() -> int:
     parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "offload" / "results"))
     parser.add_argument("--file-dir", default=os.environ.get("HECTORGEN_OFFLOAD_DIR", "/tmp"),
                         help="where the file tier's file goes (a disk, not tmpfs)")
-    parser.add_argument("--host-budget-gib", type=float, default=48)
+    parser.add_argument("--host-budget-gib", type=float, default=32)
     parser.add_argument("--file-gib", type=float, default=40)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="small stacks only, to try the script")
