@@ -112,7 +112,7 @@ def extension():
 
 
 @pytest.mark.parametrize("mode", ["host", "file", "host_keep_last", "mixed", "file_full_falls_back_to_host",
-                                  "two_threads_deep_queue"])
+                                  "two_threads_deep_queue", "recompute_and_offload"])
 def test_gradients_bit_identical(mode, tmp_path):
     model, x = make_model(), inputs()
     expected = gradients(model, x)
@@ -125,6 +125,7 @@ def test_gradients_bit_identical(mode, tmp_path):
         "file_full_falls_back_to_host": dict(tier="file", directories=[str(tmp_path)], file_bytes=64 << 10),
         "two_threads_deep_queue": dict(tier="file", directories=[str(tmp_path)], file_bytes=16 << 20,
                                        store_threads=2, load_threads=2, queue_depth=8, chunk_bytes=16 << 10),
+        "recompute_and_offload": dict(tier="host", placement={model[1]: "recompute", model[2]: "recompute"}),
     }[mode]
     cache = make_cache(model, **options)
     with warnings.catch_warnings(record=True) as caught:
@@ -141,6 +142,11 @@ def test_gradients_bit_identical(mode, tmp_path):
         assert stats["kept_placement"] > 0
     if mode == "mixed":
         assert stats["stored_host"] > 0 and stats["stored_file"] > 0 and stats["kept_placement"] > 0
+    if mode == "recompute_and_offload":
+        assert stats["recomputed_scopes"] == 2 * 3 and stats["stored_host"] > 0, stats
+        # A recomputed scope saves only its input (checkpoint's), which is kept; scopes 0 and 3 save everything.
+        assert stats["offered_bytes"] == 3 * 2 * (2 * BATCH * WIDTH + 2 * BATCH * HIDDEN) * 8, stats
+        assert stats["kept_placement"] == 3 * 2, stats
     if mode == "file_full_falls_back_to_host":
         assert stats["stored_host"] > 0
         assert any("offload files are full" in str(w.message) for w in caught)
@@ -311,6 +317,9 @@ def test_arguments_are_checked():
         cache.set_placement(torch.nn.Linear(2, 2), "keep")
     with cache, pytest.raises(RuntimeError, match="already active"):
         cache.__enter__()
+    cache.set_placement(model[0], "recompute")
+    cache.remove()
+    assert "forward" not in vars(model[0])  # the recompute wrapper is gone with the hooks
 
 
 def test_plan_placement_offloads_what_transfers_can_hide():
@@ -329,6 +338,11 @@ def test_plan_placement_offloads_what_transfers_can_hide():
     assert set(offload.plan_placement(profiles, write_bandwidth=1e6, tier="file").values()) == {"keep"}
     with pytest.raises(ValueError):
         offload.plan_placement(profiles, write_bandwidth=0)
+    # A budget for what stays in memory: the earliest kept scopes are recomputed, the last one is kept.
+    plan = offload.plan_placement(profiles, write_bandwidth=0.5e9, keep_budget_bytes=10**9)
+    assert [plan[m] for m in modules] == ["host", "host", "recompute", "keep"]
+    plan = offload.plan_placement(profiles, write_bandwidth=1e6, keep_budget_bytes=0)
+    assert [plan[m] for m in modules] == ["recompute", "recompute", "recompute", "keep"]
 
 
 if __name__ == "__main__":

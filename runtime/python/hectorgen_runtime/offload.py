@@ -45,6 +45,7 @@ import warnings
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import torch
+import torch.utils.checkpoint
 
 __all__ = [
     "OffloadError",
@@ -55,7 +56,7 @@ __all__ = [
     "ScopeProfile",
 ]
 
-PLACEMENTS = ("keep", "host", "file")
+PLACEMENTS = ("keep", "host", "file", "recompute")
 
 _RUNTIME_ROOT = pathlib.Path(__file__).resolve().parents[2]
 _EXTENSION = None
@@ -299,6 +300,7 @@ class TensorCache:
         for module in (self.scopes if parameters_of is None else parameters_of):
             self.exclude_parameters(module)
         for module in self.scopes:
+            self._wrap_for_recompute(module)
             self._hooks.append(module.register_forward_pre_hook(self._forward_enter))
             self._hooks.append(module.register_forward_hook(self._forward_exit))
             self._hooks.append(module.register_full_backward_pre_hook(self._backward_enter))
@@ -307,7 +309,8 @@ class TensorCache:
     # ---- configuration ------------------------------------------------------------------------------------------
 
     def set_placement(self, module: torch.nn.Module, where: str) -> None:
-        """Manual override: "keep", "host" or "file" for one scope module."""
+        """Manual override for one scope module: "keep", "host", "file" or "recompute" (its forward runs under
+        torch.utils.checkpoint: only its inputs are kept, the rest is recomputed in backward)."""
         if where not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {where!r}")
         if module not in self.placement:
@@ -320,15 +323,33 @@ class TensorCache:
             setattr(parameter.untyped_storage(), _PARAMETER, True)
 
     def remove(self) -> None:
-        """Removes the module hooks (the cache can no longer be used)."""
+        """Removes the module hooks and forward wrappers (the cache can no longer be used)."""
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
+        for module in self.scopes:
+            if getattr(module.forward, "_hectorgen_offload_cache", None) is self:
+                del module.forward
+
+    def _wrap_for_recompute(self, module: torch.nn.Module) -> None:
+        """Runs the module's forward under activation checkpointing while its placement is "recompute"."""
+        original = module.forward
+        placement = self.placement
+
+        def forward(*args, **kwargs):
+            if placement.get(module) != "recompute" or not torch.is_grad_enabled():
+                return original(*args, **kwargs)
+            self.stats["recomputed_scopes"] += 1
+            return torch.utils.checkpoint.checkpoint(original, *args, use_reentrant=False, **kwargs)
+
+        forward._hectorgen_offload_cache = self
+        module.forward = forward
 
     def reset_stats(self) -> None:
         self.stats = {key: 0 for key in (
             "packed", "kept_small", "kept_outside", "kept_placement", "kept_backward", "kept_full", "deduplicated", "stored_host",
             "stored_file", "store_failed", "forwarded", "prefetched", "load_misses", "released", "throttled",
+            "recomputed_scopes",
             "offered_bytes", "offloaded_bytes")}
 
     # ---- saved tensor hooks ----------------------------------------------------------------------------------------
@@ -396,7 +417,7 @@ class TensorCache:
             return _Handle(self, record, tensor)
 
     def _start_store(self, record: _Record, where: str) -> None:
-        if where == "keep":
+        if where in ("keep", "recompute"):  # a recomputed scope saves only its inputs: they stay
             self.stats["kept_placement"] += 1
             return
         tiers = [where] + ([t for t in ("host", "file") if t != where] if self.fallback else [])
@@ -649,15 +670,17 @@ class ScopeProfile:
 
 
 def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, read_bandwidth: Optional[float] = None,
-                   tier: str = "host", backward_factor: float = 2.0) -> Dict[torch.nn.Module, str]:
-    """Adaptive offloading (SSDTrain, Sec. "Adaptive Offloading"): offload the scopes 0..m-1 and keep the rest, with
-    the largest m whose transfers finish under compute.
+                   tier: str = "host", backward_factor: float = 2.0,
+                   keep_budget_bytes: Optional[int] = None) -> Dict[torch.nn.Module, str]:
+    """Adaptive offloading (SSDTrain, Sec. "Adaptive Offloading"): offload scopes 0..m-1 and keep the rest, with the
+    largest m whose transfers finish under compute.
 
-    Offloading scope j is useful only if its store ends before the backward pass reaches it. With scopes 0..m-1
-    offloaded, the stores (all of them, FIFO at `write_bandwidth` bytes/s, each starting no earlier than its
-    scope's forward end) must end by the time backward reaches scope m-1, and the loads of scope m-1 (and later the
-    others, in reverse) must be back by then too; backward of a scope takes `backward_factor` times its forward.
-    Returns {module: tier or "keep"}."""
+    With scopes 0..m-1 offloaded, the stores run first in, first out at `write_bandwidth` bytes/s, each starting
+    when its scope's forward ends; then the loads run in reverse order at `read_bandwidth`, and each must be back
+    when backward reaches its scope (backward of a scope takes `backward_factor` times its forward). Offloading
+    more would either slow the step down or not lower the peak at the start of backward. With keep_budget_bytes,
+    kept scopes beyond that budget are recomputed instead, earliest first (the last scope, which backward needs
+    first, stays kept). Returns {module: tier, "keep" or "recompute"}."""
     if tier not in ("host", "file"):
         raise ValueError(f"tier must be 'host' or 'file', got {tier!r}")
     if write_bandwidth <= 0:
@@ -693,4 +716,12 @@ def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, rea
         if feasible(candidate):
             m = candidate
             break
-    return {profile.module: (tier if index < m else "keep") for index, profile in enumerate(profiles)}
+    plan = {profile.module: (tier if index < m else "keep") for index, profile in enumerate(profiles)}
+    if keep_budget_bytes is not None:
+        kept = sum(p.offload_bytes for p in profiles[m:])
+        for profile in profiles[m:n - 1]:
+            if kept <= keep_budget_bytes:
+                break
+            plan[profile.module] = "recompute"
+            kept -= profile.offload_bytes
+    return plan
