@@ -5,7 +5,7 @@
   keep        in GPU memory                          recompute    per-layer checkpointing
   save_on_cpu torch.autograd.graph.save_on_cpu(pin_memory=True)
   ours-host   hectorgen TensorCache, every layer to pinned host memory
-  ours-ssd    every layer to the file tier (O_DIRECT files on --file-dir)
+  ours-ssd    every layer to the file tier (O_DIRECT files on --file-dir), as much as the disk absorbs
   ours-adaptive[-ssd]  the layers plan_placement picks from a profiled step (the rest kept)
 
 For each configuration: step time (median of --steps), activation peak (peak reserved GPU memory above what the
@@ -236,9 +236,13 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
                     placement = offload.plan_placement(profiles, write, read, tier=tier, backward_factor=factor)
                     log(f"   {mode}: plan offloads {sum(v != 'keep' for v in placement.values())} of {layers_n} "
                         f"layers (backward/forward {factor:.2f}, {write / 1e9:.1f} GB/s out)")
-                    cache = offload.TensorCache(layers, placement=placement, engine=engine)
+                    cache = offload.TensorCache(layers, placement=placement, engine=engine,
+                                                max_inflight_bytes=args.inflight_gib * GiB)
                 else:
-                    cache = offload.TensorCache(layers, tier="file" if mode == "ours-ssd" else "host", engine=engine)
+                    # ours-ssd offloads what the disk absorbs while the step runs and keeps the rest (the disk is
+                    # 25x slower than PCIe: waiting for it would stretch the forward pass to disk speed).
+                    cache = offload.TensorCache(layers, tier="file" if mode == "ours-ssd" else "host", engine=engine,
+                                                when_busy="keep" if mode == "ours-ssd" else "wait")
             runner = Runner(layers, x, "keep" if mode.startswith("ours") else mode, cache)
             row = measure(runner, args.steps)
         except torch.OutOfMemoryError:
@@ -429,6 +433,8 @@ def main() -> int:
     parser.add_argument("--host-budget-gib", type=float, default=32)
     parser.add_argument("--file-gib", type=float, default=40)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--inflight-gib", type=float, default=4,
+                        help="max_inflight_bytes of the adaptive modes (ours-host/ours-ssd use the default, 2 GiB)")
     parser.add_argument("--quick", action="store_true", help="small stacks only, to try the script")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: main,large,rok,grads")
     args = parser.parse_args()

@@ -5,9 +5,9 @@
 // compiles without the CUDA toolkit and serves CUDA tensors and, in the CPU tensor mode, CPU tensors alike:
 //   * store: the caller's current stream is recorded in an event when the store is queued; an engine thread makes its
 //     own copy stream wait for that event, copies device -> host (pinned) on it and synchronizes that stream. For the
-//     host tier the copy can instead be queued at once on the caller's thread (asynchronous=True): the caller drops
-//     the tensor right away and record_stream keeps the caching allocator from reusing its memory before the copy
-//     ran, so the memory is freed in GPU time even when the CPU runs far ahead of the GPU;
+//     host tier the copy can instead be queued at once on the caller's thread (asynchronous=True), on a copy stream
+//     that waits for the event; the engine thread then only waits for the copy. Either way the store is done once
+//     the bytes are in host memory, and only then may the caller drop the tensor;
 //   * load: an engine thread copies host -> device on its copy stream and synchronizes it before the load is done, so
 //     the caller may use the tensor on any stream once wait_load returns.
 // Host arenas and bounce buffers are pinned tensors allocated once (CUDA), or aligned host memory (CPU mode).
@@ -82,8 +82,8 @@ void check_bytes(const at::Tensor& tensor, const char* what) {
 
 class TensorSource final : public ho::Source {
  public:
-  // asynchronous: for the host tier, queue the device-to-host copy on the caller's thread (place) and let the caller
-  // drop the tensor at once: record_stream keeps its memory from being reused before the copy has run.
+  // asynchronous: for the host tier, queue the device-to-host copy on the caller's thread (place), so that it starts
+  // as soon as the GPU has produced the data rather than when an engine thread gets to it.
   TensorSource(at::Tensor bytes, bool asynchronous)
       : bytes_(std::move(bytes)), asynchronous_(asynchronous && bytes_.device().is_cuda()) {
     if (!bytes_.device().is_cpu()) {
@@ -123,9 +123,7 @@ class TensorSource final : public ho::Source {
     }
     copied_.emplace(bytes_.device().type());
     copied_->record(stream);
-    bytes_.record_stream(stream);  // freed by the caller now, reused only once the copy has run
-    bytes_ = at::Tensor();
-    return true;
+    return true;  // bytes_ stays referenced until the store job has waited for the copy
   }
   void prepare() override {
     if (copied_) {
@@ -249,9 +247,8 @@ class PyEngine {
     engine_ = std::make_unique<ho::Engine>(std::move(options), std::move(memory));
   }
 
-  // asynchronous (host tier, CUDA tensors): the copy is queued now and the caller may drop `bytes` at once.
-  // Returns (id, accepted, placed): accepted is false when the tier was full or unavailable (nothing queued); placed
-  // says that the copy was queued asynchronously and `bytes` may be dropped now.
+  // asynchronous (host tier, CUDA tensors): the copy is queued now on a copy stream. Returns (id, accepted, placed):
+  // accepted is false when the tier was full or unavailable (nothing queued); placed says that the copy was queued.
   std::tuple<std::uint64_t, bool, bool> store(const at::Tensor& bytes, const std::string& tier, bool asynchronous) {
     check_bytes(bytes, "the tensor to store");
     bool accepted = false;
@@ -308,8 +305,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("store", &PyEngine::store, py::arg("bytes"), py::arg("tier"), py::arg("asynchronous") = false,
            py::call_guard<py::gil_scoped_release>(),
            "Queues storing a contiguous uint8 tensor to 'host' or 'file'; returns (id, accepted, placed): not "
-           "accepted when the tier is full or unavailable (error(id) says why). asynchronous (host tier, CUDA): the device-to-host copy is queued on a "
-           "copy stream now and, when placed, the caller may drop the tensor at once (a load waits for the store).")
+           "accepted when the tier is full or unavailable (error(id) says why). asynchronous (host tier, CUDA): the "
+           "device-to-host copy is queued on a copy stream now (placed). Keep the tensor until the store is done.")
       .def("load", &PyEngine::load, py::arg("id"), py::arg("into"), py::call_guard<py::gil_scoped_release>(),
            "Queues loading a stored entry into a contiguous uint8 tensor of its size.")
       .def("cancel_store", [](PyEngine& self, std::uint64_t id) { return self.engine().cancel_store(id); },

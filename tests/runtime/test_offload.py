@@ -137,7 +137,9 @@ def test_gradients_bit_identical(mode, tmp_path):
     assert stats["stored_host"] + stats["stored_file"] > 0, stats
     if mode == "file":
         assert stats["stored_host"] == 0 and stats["stored_file"] > 0
-        assert cache.engine_stats()["loaded_bytes"] == cache.engine_stats()["stored_bytes"]
+        # Every stored tensor came back through a prefetch, or stayed in memory when backward reached it first.
+        assert stats["prefetched"] + stats["kept_wanted"] == stats["stored_file"], stats
+        assert cache.engine_stats()["loaded_bytes"] <= cache.engine_stats()["stored_bytes"]
     if mode == "host_keep_last":
         assert stats["kept_placement"] > 0
     if mode == "mixed":
@@ -299,7 +301,7 @@ def test_no_leaks_over_50_steps(tmp_path):
             assert_identical(expected, got)
         assert_clean(cache)
     gc.collect()
-    assert not [obj for obj in gc.get_objects() if isinstance(obj, offload._Handle)]
+    assert not [obj for obj in gc.get_objects() if type(obj) is offload._Handle]
     stats = cache.engine_stats()
     assert stats["stores_done"] == cache.stats["stored_host"] + cache.stats["stored_file"]
     assert stats["host_peak"] > 0 and stats["file_peak"] > 0

@@ -216,8 +216,9 @@ class TensorCache:
     engine options: store_threads, load_threads, chunk_bytes, queue_depth, direct_io, gds, rank,
         fault_injection (tests).
     engine: an engine from make_engine() to share (the engine options above are then ignored).
-    max_inflight_bytes: how many bytes of asynchronous device-to-host copies may be queued and not yet done; a
-        tensor saved beyond that waits for the oldest copies (see "Memory is freed in GPU time" in docs/offload.md).
+    max_inflight_bytes: how many bytes of GPU tensors may wait for their stores; saving more waits for the oldest
+        stores (see "The CPU runs ahead" in docs/offload.md), or, with when_busy="keep", keeps the tensor in memory
+        instead (offloads only what the link absorbs without slowing the step down; useful for a slow disk).
     """
 
     def __init__(
@@ -246,6 +247,7 @@ class TensorCache:
         fault_injection: bool = False,
         engine=None,
         max_inflight_bytes: int = 2 << 30,
+        when_busy: str = "wait",
     ):
         if tier not in ("host", "file"):
             raise ValueError(f"tier must be 'host' or 'file', got {tier!r}")
@@ -261,6 +263,9 @@ class TensorCache:
         self.prefetch_scopes = max(0, int(prefetch_scopes))
         self.fallback = bool(fallback)
         self.max_inflight_bytes = int(max_inflight_bytes)
+        if when_busy not in ("wait", "keep"):
+            raise ValueError(f"when_busy must be 'wait' or 'keep', got {when_busy!r}")
+        self.when_busy = when_busy
         self._inflight: "collections.deque" = collections.deque()  # (engine id, bytes) of queued async copies
         self._inflight_bytes = 0
 
@@ -347,9 +352,9 @@ class TensorCache:
 
     def reset_stats(self) -> None:
         self.stats = {key: 0 for key in (
-            "packed", "kept_small", "kept_outside", "kept_placement", "kept_backward", "kept_full", "deduplicated", "stored_host",
+            "packed", "kept_small", "kept_outside", "kept_placement", "kept_backward", "kept_full", "kept_busy", "deduplicated", "stored_host",
             "stored_file", "store_failed", "forwarded", "prefetched", "load_misses", "released", "throttled",
-            "recomputed_scopes",
+            "recomputed_scopes", "kept_wanted",
             "offered_bytes", "offloaded_bytes")}
 
     # ---- saved tensor hooks ----------------------------------------------------------------------------------------
@@ -420,12 +425,17 @@ class TensorCache:
         if where in ("keep", "recompute"):  # a recomputed scope saves only its inputs: they stay
             self.stats["kept_placement"] += 1
             return
+        if record.device.type == "cuda" and self.when_busy == "keep":
+            self._throttle()  # takes in the stores that are done
+            if self._inflight and self._inflight_bytes + record.nbytes > self.max_inflight_bytes:
+                self.stats["kept_busy"] += 1
+                return
         tiers = [where] + ([t for t in ("host", "file") if t != where] if self.fallback else [])
         for tier in tiers:
             if tier == "host" and not self.engine.host_available or tier == "file" and not self.engine.file_available:
                 continue
-            # Host tier on the GPU: the copy is queued on a copy stream now and the tensor dropped at once (its
-            # memory is reused only after the copy ran): memory is freed in GPU time, however far ahead the CPU is.
+            # Host tier on the GPU: the copy is queued on a copy stream now, to start as soon as the GPU has
+            # produced the data (an engine thread only waits for it).
             asynchronous = tier == "host" and record.device.type == "cuda"
             engine_id, accepted, placed = self.engine.store(record.tensor, tier, asynchronous)
             if not accepted:
@@ -434,28 +444,30 @@ class TensorCache:
                 self.engine.release(engine_id)
                 continue
             record.state, record.engine_id, record.tier = "storing", engine_id, tier
-            if placed:
-                record.state, record.tensor = "stored", None
-                self.stats["stored_host"] += 1
-                self.stats["offloaded_bytes"] += record.nbytes
+            self._by_engine_id[engine_id] = record
+            if record.device.type == "cuda":
                 self._inflight.append((engine_id, record.nbytes))
                 self._inflight_bytes += record.nbytes
                 self._throttle()
-            self._by_engine_id[engine_id] = record
             return
         self.stats["kept_full"] += 1
 
     def _throttle(self) -> None:
-        """Keeps the queued asynchronous copies under max_inflight_bytes: the CPU, which runs ahead of the GPU, waits
-        for the oldest ones, so the memory they free is free by the time the CPU allocates again."""
-        while self._inflight and (self._inflight_bytes > self.max_inflight_bytes
-                                  or self.engine.store_state(self._inflight[0][0]) != "queued"
-                                  and self.engine.store_state(self._inflight[0][0]) != "running"):
-            engine_id, nbytes = self._inflight.popleft()
-            self._inflight_bytes -= nbytes
-            if self._inflight_bytes + nbytes > self.max_inflight_bytes:
+        """Keeps the GPU tensors whose stores are not done under max_inflight_bytes. The CPU runs ahead of the GPU;
+        without this it would queue the whole forward pass while the copies lag behind, holding every activation
+        (the caching allocator frees memory in CPU time). Beyond the limit it waits for the oldest store, and the
+        memory that store frees is free before the CPU allocates more."""
+        while self._inflight:
+            engine_id, nbytes = self._inflight[0]
+            state = self.engine.store_state(engine_id)
+            if state in ("queued", "running"):
+                if self._inflight_bytes <= self.max_inflight_bytes:
+                    break
                 self.stats["throttled"] += 1
                 self.engine.wait_store(engine_id)
+            self._inflight.popleft()
+            self._inflight_bytes -= nbytes
+        self._reap()
 
     def _reap(self) -> None:
         """Takes in the stores that ended: a done store's tensor is dropped; a failed one stays in memory."""
@@ -467,6 +479,7 @@ class TensorCache:
                 self.stats["stored_" + record.tier] += 1
                 self.stats["offloaded_bytes"] += record.nbytes
                 if record.wanted:  # backward has reached it: it stays in memory, no need to read it back
+                    self.stats["kept_wanted"] += 1
                     self._forget_engine_entry(record)
                     record.state = "kept"
                 else:

@@ -291,7 +291,9 @@ void Engine::release(std::uint64_t id) {
   entries_.erase(id);
   entry->released = true;
   entry->cancel = true;
-  if (!entry->running) {
+  // A placed copy may still be writing into the host block until its store job has waited for it.
+  const bool copy_pending = entry->placed && entry->store == State::queued;
+  if (!entry->running && !copy_pending) {
     free_room(*entry);
   }
 }
@@ -356,7 +358,7 @@ void Engine::worker(bool stores) {
       entry = queue.front();
       queue.pop_front();
       State& state = stores ? entry->store : entry->load;
-      if (stores && entry->cancel) {
+      if (stores && entry->cancel && !entry->placed) {  // a placed copy is waited for, then dropped
         state = State::cancelled;
         ++stats_.stores_cancelled;
         if (!entry->released) {

@@ -535,3 +535,20 @@ TEST_CASE("a load queued during a store that fails fails with the store's error"
   CHECK_THAT(engine.error(id), Catch::Contains("Input/output error"));
   CHECK_THROWS_AS(engine.load(id, std::make_shared<VectorSink>(10)), std::logic_error);
 }
+
+TEST_CASE("releasing a queued placed store keeps its block until the copy has been waited for", "[offload]") {
+  ho::EngineOptions options;
+  options.host_budget_bytes = 1 << 20;
+  ho::Engine engine(options, host_memory());
+  auto busy = std::make_shared<GateSource>(4096);
+  engine.store(ho::Tier::host, busy);  // holds the only store thread
+  busy->wait_entered();
+  auto placed = std::make_shared<PlacingSource>(pattern(8192, 3));
+  const auto id = engine.store(ho::Tier::host, placed);
+  engine.release(id);
+  CHECK(engine.stats().host_used == 4096 + 8192);  // the copy into its block may still be running
+  placed->gate().open();
+  busy->open();
+  engine.drain();
+  CHECK(engine.stats().host_used == 4096);  // the busy entry is still stored; the released one is gone
+}

@@ -116,7 +116,8 @@ class Engine {
   // unavailable the entry has already failed (error() says why), nothing is queued and *accepted is set to false.
   // *placed says whether the source placed its own copy (Source::place).
   std::uint64_t store(Tier tier, std::shared_ptr<Source> source, bool* accepted = nullptr, bool* placed = nullptr);
-  // Cancels a store that is queued or running (its room is freed); true if it had not finished.
+  // Cancels a store that is queued or running (its room is freed; a placed copy is waited for first); true if it
+  // had not finished.
   bool cancel_store(std::uint64_t id);
   State store_state(std::uint64_t id) const;
   State wait_store(std::uint64_t id);
