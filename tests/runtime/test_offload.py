@@ -14,6 +14,7 @@ import importlib.util
 import os
 import pathlib
 import sys
+import threading
 import warnings
 
 if __name__ == "__main__":
@@ -236,6 +237,40 @@ def test_micro_batches_backward_in_any_order():
     assert_identical(expected, got)
     assert cache.stats["load_misses"] == 0
     assert_clean(cache)
+
+
+def test_two_caches_over_the_same_tensors():
+    # The input and the parameters outlive a cache: a second cache must not take another storage for them.
+    model, x = make_model(), inputs()
+    expected = gradients(model, x)
+    first, second = make_cache(model), make_cache(model, tier="host", keep_last=1)
+    for cache in (first, second, first, second):
+        assert_identical(expected, gradients(model, x, cache))
+        assert_clean(cache)
+
+
+def test_in_flight_limit_waits_or_keeps():
+    model, x = make_model(), inputs()
+    expected = gradients(model, x)
+    # wait: beyond one activation in flight, saving waits for the oldest store; everything is still offloaded.
+    cache = make_cache(model, max_inflight_bytes=BATCH * HIDDEN * 8)
+    cache.engine.pause_stores(True)
+    resume = threading.Timer(0.2, cache.engine.pause_stores, (False,))
+    resume.start()
+    assert_identical(expected, gradients(model, x, cache))
+    resume.join()
+    assert cache.stats["throttled"] > 0 and cache.stats["kept_busy"] == 0, cache.stats
+    assert_clean(cache)
+    # keep: with the stores held, only what fits in the window goes out; the rest stays in memory.
+    cache = make_cache(model, max_inflight_bytes=2 * BATCH * HIDDEN * 8, when_busy="keep")
+    cache.engine.pause_stores(True)
+    got = gradients(model, x, cache)
+    cache.engine.pause_stores(False)
+    assert_identical(expected, got)
+    assert cache.stats["kept_busy"] > 0 and cache.stats["throttled"] == 0, cache.stats
+    assert_clean(cache)
+    with pytest.raises(ValueError, match="when_busy"):
+        make_cache(model, when_busy="drop")
 
 
 def test_write_errors_keep_tensors_in_memory_with_a_warning(tmp_path):

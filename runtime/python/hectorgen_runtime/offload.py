@@ -38,6 +38,7 @@ import collections
 import contextlib
 import dataclasses
 import glob
+import itertools
 import os
 import pathlib
 import threading
@@ -132,6 +133,9 @@ def make_engine(*, host_budget_bytes: int = 0, host_arena_bytes: int = 1 << 30, 
 
 
 _STAMP = "_hectorgen_offload_id"
+# Storage ids are unique in the process, not per cache: a storage stamped by one cache (an input that lives across
+# steps) must never be mistaken for another storage by a second cache.
+_STORAGE_IDS = itertools.count(1)
 _PARAMETER = "_hectorgen_offload_parameter"
 
 
@@ -216,7 +220,7 @@ class TensorCache:
     engine options: store_threads, load_threads, chunk_bytes, queue_depth, direct_io, gds, rank,
         fault_injection (tests).
     engine: an engine from make_engine() to share (the engine options above are then ignored).
-    max_inflight_bytes: how many bytes of GPU tensors may wait for their stores; saving more waits for the oldest
+    max_inflight_bytes: how many bytes of tensors may wait for their stores; saving more waits for the oldest
         stores (see "The CPU runs ahead" in docs/offload.md), or, with when_busy="keep", keeps the tensor in memory
         instead (offloads only what the link absorbs without slowing the step down; useful for a slow disk).
     """
@@ -291,7 +295,6 @@ class TensorCache:
         self._lock = threading.RLock()
         self._records: Dict[int, _Record] = {}
         self._by_engine_id: Dict[int, _Record] = {}
-        self._next_sid = 1
         self._stack: List[_Scope] = []
         self._micro_batch = 0
         self._order: Dict[int, List[_Scope]] = {}
@@ -352,10 +355,9 @@ class TensorCache:
 
     def reset_stats(self) -> None:
         self.stats = {key: 0 for key in (
-            "packed", "kept_small", "kept_outside", "kept_placement", "kept_backward", "kept_full", "kept_busy", "deduplicated", "stored_host",
-            "stored_file", "store_failed", "forwarded", "prefetched", "load_misses", "released", "throttled",
-            "recomputed_scopes", "kept_wanted",
-            "offered_bytes", "offloaded_bytes")}
+            "packed", "kept_small", "kept_outside", "kept_placement", "kept_backward", "kept_full", "kept_busy",
+            "kept_wanted", "deduplicated", "stored_host", "stored_file", "store_failed", "forwarded", "prefetched",
+            "load_misses", "released", "throttled", "recomputed_scopes", "offered_bytes", "offloaded_bytes")}
 
     # ---- saved tensor hooks ----------------------------------------------------------------------------------------
 
@@ -400,8 +402,7 @@ class TensorCache:
                 return tensor
             sid = getattr(storage, _STAMP, None)
             if sid is None:
-                sid = self._next_sid
-                self._next_sid += 1
+                sid = next(_STORAGE_IDS)
                 setattr(storage, _STAMP, sid)
             record = self._records.get(sid)
             if record is not None:
@@ -425,8 +426,8 @@ class TensorCache:
         if where in ("keep", "recompute"):  # a recomputed scope saves only its inputs: they stay
             self.stats["kept_placement"] += 1
             return
-        if record.device.type == "cuda" and self.when_busy == "keep":
-            self._throttle()  # takes in the stores that are done
+        if self.when_busy == "keep":
+            self._throttle(wait=False)  # takes in the stores that are done
             if self._inflight and self._inflight_bytes + record.nbytes > self.max_inflight_bytes:
                 self.stats["kept_busy"] += 1
                 return
@@ -445,15 +446,14 @@ class TensorCache:
                 continue
             record.state, record.engine_id, record.tier = "storing", engine_id, tier
             self._by_engine_id[engine_id] = record
-            if record.device.type == "cuda":
-                self._inflight.append((engine_id, record.nbytes))
-                self._inflight_bytes += record.nbytes
-                self._throttle()
+            self._inflight.append((engine_id, record.nbytes))
+            self._inflight_bytes += record.nbytes
+            self._throttle(wait=self.when_busy == "wait")
             return
         self.stats["kept_full"] += 1
 
-    def _throttle(self) -> None:
-        """Keeps the GPU tensors whose stores are not done under max_inflight_bytes. The CPU runs ahead of the GPU;
+    def _throttle(self, wait: bool) -> None:
+        """Keeps the tensors whose stores are not done under max_inflight_bytes. The CPU runs ahead of the GPU;
         without this it would queue the whole forward pass while the copies lag behind, holding every activation
         (the caching allocator frees memory in CPU time). Beyond the limit it waits for the oldest store, and the
         memory that store frees is free before the CPU allocates more."""
@@ -461,7 +461,7 @@ class TensorCache:
             engine_id, nbytes = self._inflight[0]
             state = self.engine.store_state(engine_id)
             if state in ("queued", "running"):
-                if self._inflight_bytes <= self.max_inflight_bytes:
+                if not wait or self._inflight_bytes <= self.max_inflight_bytes:
                     break
                 self.stats["throttled"] += 1
                 self.engine.wait_store(engine_id)
