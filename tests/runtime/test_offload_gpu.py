@@ -170,7 +170,8 @@ def test_forwarding_on_the_gpu(model, engine, reference):
 def test_io_errors_on_the_gpu(model, reference):
     layers, x = model
     faulty = offload.make_engine(directories=[DIRECTORY], file_bytes=1 << 30, fault_injection=True)
-    cache = offload.TensorCache(layers, tier="file", engine=faulty, fallback=False)
+    # A small in-flight window: the stores finish during the forward pass, so backward reads them back.
+    cache = offload.TensorCache(layers, tier="file", engine=faulty, fallback=False, max_inflight_bytes=1 << 20)
     try:
         faulty.inject_fault("write", errno.EIO, count=2)
         with pytest.warns(RuntimeWarning, match="Input/output error"):
