@@ -3,7 +3,8 @@
 
     python3 runtime/python/build_ext.py [--build-dir DIR] [--quiet]
 
-It runs the same JIT build that `hectorgen_runtime.load_extension()` does on first use (torch.utils.cpp_extension,
+It runs the same JIT builds that `hectorgen_runtime.load_extension()` and
+`hectorgen_runtime.offload.load_offload_extension()` do on first use (torch.utils.cpp_extension,
 needs nvcc and ninja), so later imports find the cached module. With --build-dir the build goes there; set
 HECTORGEN_RUNTIME_BUILD_DIR to the same directory when running the tests to reuse it.
 """
@@ -27,6 +28,9 @@ def main() -> int:
     module = hectorgen_runtime.load_extension(verbose=not args.quiet)
     print(f"hectorgen_runtime extension: {module.__file__}")
     print(f"layouts: {', '.join(module.layout_names())}")
+    from hectorgen_runtime import offload
+
+    print(f"hectorgen_runtime offload extension: {offload.load_offload_extension(verbose=not args.quiet).__file__}")
     return 0
 
 

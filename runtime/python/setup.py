@@ -28,7 +28,7 @@ def runtime_version() -> str:
 
 try:
     import torch
-    from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+    from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 except ImportError as error:
     sys.exit(f"hectorgen_runtime builds its extension against the installed PyTorch, which this Python cannot import "
              f"({error}): install torch first, then `pip install --no-build-isolation ./runtime/python`")
@@ -47,7 +47,7 @@ def relative(path: pathlib.Path) -> str:
 setup(
     name="hectorgen_runtime",
     version=runtime_version(),
-    description="Graph preprocessing runtime of the modules that hectorgen generates",
+    description="Graph preprocessing and activation offloading runtime of the modules that hectorgen generates",
     packages=["hectorgen_runtime"],
     python_requires=">=3.9",
     ext_modules=[
@@ -63,7 +63,16 @@ setup(
             ],
             include_dirs=[str(RUNTIME / "include"), str(RUNTIME / "torch" / "include")],
             extra_compile_args={"cxx": ["-O2"], "nvcc": ["-O2"]},
-        )
+        ),
+        # The activation offload engine (hectorgen_runtime.offload): plain C++, no CUDA compiler needed.
+        CppExtension(
+            name="hectorgen_runtime._offload",
+            sources=[relative(RUNTIME / "torch" / "offload_torch.cpp")]
+            + [relative(path) for path in sorted((RUNTIME / "src" / "offload").glob("*.cpp"))],
+            include_dirs=[str(RUNTIME / "include")],
+            extra_compile_args=["-O2"],
+            libraries=["dl"],
+        ),
     ],
     cmdclass={"build_ext": BuildExtension},
     zip_safe=False,

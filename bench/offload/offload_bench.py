@@ -1,0 +1,491 @@
+#!/usr/bin/env python3
+"""Activation offloading benchmark (issue 11, item 4): a GPT-like stack of transformer layers in bf16 (the anchor's,
+../shared/anchors/offload.py) trained one step at a time with the activations
+
+  keep        in GPU memory                          recompute    per-layer checkpointing
+  save_on_cpu torch.autograd.graph.save_on_cpu(pin_memory=True)
+  ours-host   hectorgen TensorCache, every layer to pinned host memory
+  ours-ssd    every layer to the file tier (O_DIRECT files on --file-dir), as much as the disk absorbs
+  ours-adaptive[-ssd]  the layers plan_placement picks from a profiled step (the rest kept)
+
+For each configuration: step time (median of --steps), activation peak (peak reserved GPU memory above what the
+weights and gradients hold; peak allocated beside it), bytes moved per step, and the physics floor: the measured
+PCIe and disk bandwidths, the forward time, and what they allow (the bytes that can leave during the forward pass,
+the step time of moving everything). Then the ROK plot (activation peak vs throughput) across batch sizes, and a
+gradient check: every mode bit-identical to keep (on a smaller stack, with deterministic kernels).
+
+    python3 bench/offload/offload_bench.py            # everything, ~5 minutes on an H100; results under $OUT
+    python3 bench/offload/offload_bench.py --quick    # a small stack, to try the script (also on CPU-less GPUs)
+
+Writes to --out (default $OUT or bench/offload/results): offload_results.jsonl (one line per measurement),
+offload_results.md (the tables), offload_rok.png (with matplotlib) and offload_bench.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS for the gradient check
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from torch.utils.checkpoint import checkpoint  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "runtime" / "python"))
+from hectorgen_runtime import offload  # noqa: E402
+
+GiB = 2**30
+LOG = None
+
+
+def log(message: str) -> None:
+    line = f"[{time.strftime('%H:%M:%S')}] {message}"
+    print(line, flush=True)
+    if LOG is not None:
+        LOG.write(line + "\n")
+        LOG.flush()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The model
+
+
+def make_layers(hidden: int, layers: int) -> nn.ModuleList:
+    torch.manual_seed(0)
+    return nn.ModuleList([
+        nn.TransformerEncoderLayer(hidden, hidden // 128, 4 * hidden, dropout=0.0, batch_first=True, norm_first=True,
+                                   activation="gelu", device="cuda", dtype=torch.bfloat16)
+        for _ in range(layers)])
+
+
+def model_flops(hidden: int, layers: int, seq: int, batch: int) -> float:
+    return 2 * 3 * layers * batch * seq * (12 * hidden * hidden + 2 * seq * hidden)  # forward + backward
+
+
+class Runner:
+    """Steps of one configuration in one mode."""
+
+    def __init__(self, layers: nn.ModuleList, x: torch.Tensor, mode: str, cache=None):
+        self.layers, self.x, self.mode, self.cache = layers, x, mode, cache
+
+    def forward(self):
+        h = self.x
+        for layer in self.layers:
+            h = checkpoint(layer, h, use_reentrant=False) if self.mode == "recompute" else layer(h)
+        return h.float().pow(2).mean()
+
+    def step(self):
+        if self.mode == "save_on_cpu":
+            with torch.autograd.graph.save_on_cpu(pin_memory=True):
+                loss = self.forward()
+        elif self.cache is not None:
+            with self.cache:
+                loss = self.forward()
+        else:
+            loss = self.forward()
+        loss.backward()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bandwidths
+
+
+def pcie_bandwidth(gib: float = 1.0) -> dict:
+    n = int(gib * GiB)
+    device = torch.empty(n, dtype=torch.uint8, device="cuda")
+    host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    result = {}
+    for name, dst, src in (("d2h", host, device), ("h2d", device, host)):
+        best = math.inf
+        for _ in range(3):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            dst.copy_(src, non_blocking=True)
+            torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - t)
+        result[name] = n / best
+    return result
+
+
+def engine_file_bandwidth(engine, gib: float) -> dict:
+    """Write and read bandwidth of the file tier as the engine does it (bounce buffers, O_DIRECT, AIO)."""
+    chunk = 256 << 20
+    tensors = [torch.full((chunk,), i, dtype=torch.uint8, device="cuda") for i in range(max(1, int(gib * GiB) // chunk))]
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    ids = [engine.store(tensor, "file", False)[0] for tensor in tensors]
+    states = [engine.wait_store(i) for i in ids]
+    write = time.perf_counter() - t
+    if any(state != "done" for state in states):
+        return {"error": engine.error(ids[states.index(next(s for s in states if s != 'done'))])}
+    back = [torch.empty_like(tensor) for tensor in tensors]
+    t = time.perf_counter()
+    for i, dst in zip(ids, back):
+        engine.load(i, dst)
+    states = [engine.wait_load(i) for i in ids]
+    read = time.perf_counter() - t
+    ok = all(state == "done" for state in states) and all(torch.equal(a, b) for a, b in zip(tensors, back))
+    for i in ids:
+        engine.release(i)
+    engine.take_finished_stores()
+    total = chunk * len(tensors)
+    return {"write": total / write, "read": total / read, "verified": ok}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Measurements
+
+
+def measure(runner: Runner, steps: int) -> dict:
+    runner.step()  # warm-up: allocates the gradients
+    torch.cuda.synchronize()
+    if runner.cache is not None:
+        runner.cache.wait_io()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base_allocated, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    engine_before = runner.cache.engine_stats() if runner.cache is not None else None
+    times = []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        runner.step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+        if runner.cache is not None:
+            runner.cache.wait_io()
+            if runner.cache.live_records():
+                log(f"   WARNING: {runner.cache.live_records()} records left after a step")
+    result = {
+        "step_ms": statistics.median(times) * 1e3,
+        "step_ms_all": [round(t * 1e3, 2) for t in times],
+        "peak_reserved_gib": (torch.cuda.max_memory_reserved() - base_reserved) / GiB,
+        "peak_allocated_gib": (torch.cuda.max_memory_allocated() - base_allocated) / GiB,
+    }
+    if runner.cache is not None:
+        after = runner.cache.engine_stats()
+        result["stored_gib_per_step"] = (after["stored_bytes"] - engine_before["stored_bytes"]) / steps / GiB
+        result["loaded_gib_per_step"] = (after["loaded_bytes"] - engine_before["loaded_bytes"]) / steps / GiB
+        result["cache_stats"] = dict(runner.cache.stats)
+    return result
+
+
+def forward_seconds(runner: Runner) -> float:
+    ts = []
+    for _ in range(3):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        loss = runner.forward()
+        torch.cuda.synchronize()
+        ts.append(time.perf_counter() - t)
+        del loss
+    return statistics.median(ts)
+
+
+def profile_scopes(layers: nn.ModuleList, x: torch.Tensor, engine) -> list:
+    """One step with every layer kept: forward time per layer (CUDA events) and the bytes each layer saves."""
+    cache = offload.TensorCache(layers, placement={layer: "keep" for layer in layers}, engine=engine)
+    events = {}
+    hooks = []
+    for layer in layers:
+        hooks.append(layer.register_forward_pre_hook(
+            lambda m, a: events.setdefault(m, [torch.cuda.Event(enable_timing=True),
+                                               torch.cuda.Event(enable_timing=True)])[0].record()))
+        hooks.append(layer.register_forward_hook(lambda m, a, o: events[m][1].record()))
+    Runner(layers, x, "ours", cache).step()
+    torch.cuda.synchronize()
+    for hook in hooks:
+        hook.remove()
+    cache.remove()
+    return [offload.ScopeProfile(layer, events[layer][0].elapsed_time(events[layer][1]) / 1e3,
+                                 cache.last_scope_bytes.get(layer, 0)) for layer in layers]
+
+
+def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidth, results, out):
+    log(f"== {name}: H={hidden} L={layers_n} S={seq} B={batch} ({', '.join(modes)})")
+    layers = make_layers(hidden, layers_n)
+    x = torch.randn(batch, seq, hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    flops = model_flops(hidden, layers_n, seq, batch)
+    base = {"config": name, "hidden": hidden, "layers": layers_n, "seq": seq, "batch": batch}
+    keep_runner = Runner(layers, x, "keep")
+    keep_runner.step()
+    fwd = forward_seconds(keep_runner)
+    profiles = None
+    rows = {}
+    for mode in modes:
+        cache = None
+        try:
+            if mode.startswith("ours"):
+                if mode.startswith("ours-adaptive"):
+                    tier = "file" if mode.endswith("ssd") else "host"
+                    profiles = profiles or profile_scopes(layers, x, engine)
+                    write = bandwidth["disk_write"] if tier == "file" else bandwidth["d2h"]
+                    if write <= 0:
+                        raise RuntimeError("no measured bandwidth for this tier (is the file tier available?)")
+                    read = bandwidth["disk_read"] if tier == "file" else bandwidth["h2d"]
+                    keep_ms = rows.get("keep", {}).get("step_ms")
+                    factor = (keep_ms / 1e3 - fwd) / fwd if keep_ms else 2.0
+                    placement = offload.plan_placement(profiles, write, read, tier=tier, backward_factor=factor)
+                    log(f"   {mode}: plan offloads {sum(v != 'keep' for v in placement.values())} of {layers_n} "
+                        f"layers (backward/forward {factor:.2f}, {write / 1e9:.1f} GB/s out)")
+                    cache = offload.TensorCache(layers, placement=placement, engine=engine,
+                                                max_inflight_bytes=args.inflight_gib * GiB)
+                else:
+                    # ours-ssd offloads what the disk absorbs while the step runs and keeps the rest (the disk is
+                    # 25x slower than PCIe: waiting for it would stretch the forward pass to disk speed).
+                    cache = offload.TensorCache(layers, tier="file" if mode == "ours-ssd" else "host", engine=engine,
+                                                when_busy="keep" if mode == "ours-ssd" else "wait")
+            runner = Runner(layers, x, "keep" if mode.startswith("ours") else mode, cache)
+            row = measure(runner, args.steps)
+        except torch.OutOfMemoryError:
+            row = {"oom": True}
+        except Exception as error:  # noqa: BLE001 - one broken mode must not end the run: it is reported
+            log(f"   {mode}: FAILED: {type(error).__name__}: {error}")
+            row = {"error": f"{type(error).__name__}: {error}"}
+        finally:
+            if cache is not None:
+                cache.remove()
+        torch.cuda.empty_cache()
+        row.update(base, mode=mode, forward_ms=fwd * 1e3)
+        if "step_ms" in row:
+            row["tflops"] = flops / (row["step_ms"] / 1e3) / 1e12
+            row["tokens_per_s"] = batch * seq / (row["step_ms"] / 1e3)
+        rows[mode] = row
+        results.append(row)
+        out.write(json.dumps(row) + "\n")
+        out.flush()
+        if row.get("oom") or row.get("error"):
+            log(f"   {mode:18s} {'OOM' if row.get('oom') else 'error'}")
+        else:
+            extra = ""
+            if "stored_gib_per_step" in row:
+                extra = f" stored {row['stored_gib_per_step']:.2f} GiB/step loaded {row['loaded_gib_per_step']:.2f}"
+            log(f"   {mode:18s} step {row['step_ms']:8.1f} ms  peak {row['peak_reserved_gib']:6.2f} GiB reserved "
+                f"({row['peak_allocated_gib']:6.2f} allocated){extra}")
+    # The physics floor.
+    offered = None
+    for row in rows.values():
+        if "cache_stats" in row and row["cache_stats"].get("offered_bytes"):
+            offered = row["cache_stats"]["offered_bytes"] / (args.steps + 1) / GiB
+            break
+    keep = rows.get("keep", {})
+    if offered is not None and "step_ms" in keep:
+        floor = {
+            "config": name, "mode": "floor", "batch": batch, "hidden": hidden, "offloadable_gib": offered,
+            "forward_ms": fwd * 1e3, "d2h_gbs": bandwidth["d2h"] / 1e9, "h2d_gbs": bandwidth["h2d"] / 1e9,
+            "disk_write_gbs": bandwidth.get("disk_write", 0) / 1e9, "disk_read_gbs": bandwidth.get("disk_read", 0) / 1e9,
+            # What can leave during the forward pass, and the lowest peak that allows at no cost in time.
+            "host_out_during_forward_gib": min(offered, bandwidth["d2h"] * fwd / GiB),
+            "ssd_out_during_forward_gib": min(offered, bandwidth.get("disk_write", 0) * fwd / GiB),
+            # Offloading everything: each direction must move all of it within the step (PCIe is full duplex).
+            "host_transfer_floor_ms": max(keep["step_ms"], offered * GiB / min(bandwidth["d2h"], bandwidth["h2d"]) * 1e3),
+            "ssd_transfer_floor_ms": max(keep["step_ms"], offered * GiB / max(1.0, min(
+                bandwidth.get("disk_write", 0), bandwidth.get("disk_read", 0))) * 1e3),
+        }
+        floor["keep_peak_gib"] = keep["peak_reserved_gib"]
+        floor["host_peak_floor_gib"] = keep["peak_reserved_gib"] - floor["host_out_during_forward_gib"]
+        results.append(floor)
+        out.write(json.dumps(floor) + "\n")
+        log(f"   floor: {offered:.2f} GiB offloadable, forward {fwd * 1e3:.1f} ms; PCIe {bandwidth['d2h'] / 1e9:.1f} "
+            f"GB/s out -> {floor['host_out_during_forward_gib']:.2f} GiB can leave during forward; moving everything "
+            f"takes >= {floor['host_transfer_floor_ms']:.0f} ms (host), {floor['ssd_transfer_floor_ms']:.0f} ms (ssd)")
+    del layers, x, keep_runner
+    torch.cuda.empty_cache()
+    return rows
+
+
+def gradient_check(args, engine, results, out) -> None:
+    """Every mode's gradients against keep's, bit for bit, on a smaller stack with deterministic kernels (math
+    attention, deterministic algorithms); keep is first checked against itself."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    hidden, layers_n, seq, batch = (1024, 4, 512, 2) if args.quick else (2048, 4, 1024, 2)
+    log(f"== gradient check: H={hidden} L={layers_n} S={seq} B={batch}, math attention, deterministic algorithms")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    layers = make_layers(hidden, layers_n)
+    x = torch.randn(batch, seq, hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+
+    def grads(mode, cache=None):
+        layers.zero_grad(set_to_none=True)
+        x.grad = None
+        with sdpa_kernel([SDPBackend.MATH]):
+            Runner(layers, x, mode, cache).step()
+        torch.cuda.synchronize()
+        return [x.grad.clone()] + [p.grad.clone() for p in layers.parameters()]
+
+    reference = grads("keep")
+    modes = {"keep (again)": ("keep", None), "recompute": ("recompute", None), "save_on_cpu": ("save_on_cpu", None),
+             "ours-host": ("keep", dict(tier="host")), "ours-ssd": ("keep", dict(tier="file")),
+             "ours-mixed": ("keep", dict(tier="host", placement={layers[1]: "file", layers[3]: "keep"}))}
+    for name, (mode, options) in modes.items():
+        cache = offload.TensorCache(layers, engine=engine, **options) if options is not None else None
+        got = grads(mode, cache)
+        if cache is not None:
+            cache.wait_io()
+            cache.remove()
+        identical = all(torch.equal(a, b) for a, b in zip(reference, got))
+        worst = max((a.float() - b.float()).abs().max().item() for a, b in zip(reference, got))
+        row = {"mode": "gradients", "variant": name, "identical": identical, "max_abs_diff": worst}
+        results.append(row)
+        out.write(json.dumps(row) + "\n")
+        log(f"   {name:14s} {'bit-identical' if identical else f'DIFFERENT (max |diff| {worst:.3g})'}")
+    torch.use_deterministic_algorithms(False)
+    del layers, x
+    torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Report
+
+
+def write_report(results, bandwidth, engine, args, path_md, path_png) -> None:
+    lines = ["# Activation offloading benchmark", "",
+             f"{torch.cuda.get_device_name()}, torch {torch.__version__}; PCIe d2h {bandwidth['d2h'] / 1e9:.1f} GB/s, "
+             f"h2d {bandwidth['h2d'] / 1e9:.1f} GB/s; file tier ({', '.join(engine.file_paths) or 'none'}, "
+             f"{'O_DIRECT' if engine.direct_io else 'buffered'}, GDS {'on' if engine.gds else 'off'}): write "
+             f"{bandwidth.get('disk_write', 0) / 1e9:.2f} GB/s, read {bandwidth.get('disk_read', 0) / 1e9:.2f} GB/s. "
+             f"Peak = peak reserved GPU memory above the weights and gradients (allocated in parentheses).", ""]
+    for config in dict.fromkeys(r["config"] for r in results if "config" in r and r.get("mode") != "floor"):
+        rows = [r for r in results if r.get("config") == config and r.get("mode") not in ("floor",)]
+        rows = [r for r in rows if not config.startswith("rok")]
+        if not rows:
+            continue
+        keep = next((r for r in rows if r["mode"] == "keep" and "step_ms" in r), None)
+        cpu = next((r for r in rows if r["mode"] == "save_on_cpu" and "step_ms" in r), None)
+        r0 = rows[0]
+        lines += [f"## {config}: H={r0['hidden']} L={r0['layers']} S={r0['seq']} B={r0['batch']} bf16", "",
+                  "| mode | step ms | vs keep | vs save_on_cpu | peak GiB | vs keep | stored GiB/step | loaded GiB/step |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            if r.get("oom") or r.get("error"):
+                lines.append(f"| {r['mode']} | {'OOM' if r.get('oom') else 'error: ' + r['error'][:80]} | | | | | | |")
+                continue
+            vs_keep = f"{r['step_ms'] / keep['step_ms']:.2f}x" if keep else ""
+            vs_cpu = f"{cpu['step_ms'] / r['step_ms']:.2f}x faster" if cpu else ""
+            peak_vs = f"{(1 - r['peak_reserved_gib'] / keep['peak_reserved_gib']) * 100:+.0f}% lower" \
+                if keep and keep["peak_reserved_gib"] > 0 else ""
+            lines.append(f"| {r['mode']} | {r['step_ms']:.1f} | {vs_keep} | {vs_cpu} | {r['peak_reserved_gib']:.2f} "
+                         f"({r['peak_allocated_gib']:.2f}) | {peak_vs} | {r.get('stored_gib_per_step', 0):.2f} | "
+                         f"{r.get('loaded_gib_per_step', 0):.2f} |")
+        floor = next((r for r in results if r.get("config") == config and r.get("mode") == "floor"), None)
+        if floor:
+            lines += ["", f"Floor: {floor['offloadable_gib']:.2f} GiB offloadable per step, forward "
+                          f"{floor['forward_ms']:.1f} ms. During the forward pass PCIe can move "
+                          f"{floor['host_out_during_forward_gib']:.2f} GiB out (lowest peak at no cost: "
+                          f"{floor['host_peak_floor_gib']:.2f} GiB of keep's {floor['keep_peak_gib']:.2f}), the disk "
+                          f"{floor['ssd_out_during_forward_gib']:.2f} GiB. Moving everything out and back takes at "
+                          f"least {floor['host_transfer_floor_ms']:.0f} ms a step through PCIe, "
+                          f"{floor['ssd_transfer_floor_ms']:.0f} ms through the disk (max with the keep step)."]
+        lines.append("")
+    grads = [r for r in results if r.get("mode") == "gradients"]
+    if grads:
+        lines += ["## Gradients against keep (bit for bit)", "", "| mode | result |", "|---|---|"]
+        for r in grads:
+            lines.append(f"| {r['variant']} | {'bit-identical' if r['identical'] else 'different, max |diff| ' + format(r['max_abs_diff'], '.3g')} |")
+        lines.append("")
+    rok = [r for r in results if str(r.get("config", "")).startswith("rok") and "step_ms" in r]
+    if rok:
+        lines += ["## ROK: activation peak vs throughput across batch sizes", "",
+                  "| batch | mode | peak GiB | tokens/s | TFLOP/s |", "|---:|---|---:|---:|---:|"]
+        for r in sorted(rok, key=lambda r: (r["batch"], r["mode"])):
+            lines.append(f"| {r['batch']} | {r['mode']} | {r['peak_reserved_gib']:.2f} | {r['tokens_per_s']:.0f} | "
+                         f"{r['tflops']:.1f} |")
+        lines.append("")
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+
+            fig, ax = plt.subplots(figsize=(7, 4.5))
+            for mode in dict.fromkeys(r["mode"] for r in rok):
+                pts = sorted(((r["peak_reserved_gib"], r["tokens_per_s"], r["batch"]) for r in rok if r["mode"] == mode))
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
+                for p in pts:
+                    ax.annotate(f"B={p[2]}", (p[0], p[1]), fontsize=7, textcoords="offset points", xytext=(3, 3))
+            ax.set_xlabel("activation peak (GiB, reserved above weights and gradients)")
+            ax.set_ylabel("throughput (tokens/s)")
+            ax.set_title(f"ROK: H={rok[0]['hidden']} L={rok[0]['layers']} S={rok[0]['seq']} bf16")
+            ax.grid(alpha=0.3)
+            ax.legend()
+            fig.tight_layout()
+            fig.savefig(path_png, dpi=130)
+            lines.append(f"![ROK]({path_png.name})")
+        except ImportError:
+            lines.append("(no matplotlib: no plot)")
+    path_md.write_text("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    global LOG
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "offload" / "results"))
+    parser.add_argument("--file-dir", default=os.environ.get("HECTORGEN_OFFLOAD_DIR", "/tmp"),
+                        help="where the file tier's file goes (a disk, not tmpfs)")
+    parser.add_argument("--host-budget-gib", type=float, default=32)
+    parser.add_argument("--file-gib", type=float, default=40)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--inflight-gib", type=float, default=4,
+                        help="max_inflight_bytes of the adaptive modes (ours-host/ours-ssd use the default, 2 GiB)")
+    parser.add_argument("--quick", action="store_true", help="small stacks only, to try the script")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: main,large,rok,grads")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("offload_bench: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    out_dir = pathlib.Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    LOG = open(out_dir / "offload_bench.log", "w")
+    skip = set(filter(None, args.skip.split(",")))
+    started = time.perf_counter()
+    log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, out {out_dir}")
+    t = time.perf_counter()
+    offload.load_offload_extension()
+    log(f"offload extension ready ({time.perf_counter() - t:.0f} s)")
+    budget = int((4 if args.quick else args.host_budget_gib) * GiB)
+    t = time.perf_counter()
+    engine = offload.make_engine(host_budget_bytes=budget, directories=[args.file_dir],
+                                 file_bytes=int((4 if args.quick else args.file_gib) * GiB), store_threads=1,
+                                 load_threads=2)
+    log(f"engine: {budget / GiB:.0f} GiB pinned ({time.perf_counter() - t:.1f} s), files {engine.file_paths} "
+        f"({'O_DIRECT' if engine.direct_io else 'buffered'}, GDS {'on' if engine.gds else 'off'}) {engine.status}")
+    bandwidth = pcie_bandwidth()
+    disk = engine_file_bandwidth(engine, 1.0 if args.quick else 4.0) if engine.file_available else {}
+    bandwidth["disk_write"], bandwidth["disk_read"] = disk.get("write", 0.0), disk.get("read", 0.0)
+    log(f"bandwidth: PCIe d2h {bandwidth['d2h'] / 1e9:.1f} GB/s h2d {bandwidth['h2d'] / 1e9:.1f} GB/s; file tier "
+        f"write {bandwidth['disk_write'] / 1e9:.2f} GB/s read {bandwidth['disk_read'] / 1e9:.2f} GB/s {disk}")
+    results = []
+    modes = ["keep", "recompute", "save_on_cpu", "ours-host", "ours-ssd", "ours-adaptive", "ours-adaptive-ssd"]
+    with open(out_dir / "offload_results.jsonl", "w") as out:
+        out.write(json.dumps({"mode": "meta", "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                              "bandwidth": bandwidth, "direct_io": engine.direct_io, "gds": engine.gds}) + "\n")
+        if "grads" not in skip:
+            gradient_check(args, engine, results, out)
+        if args.quick:
+            configs = [("small", 1024, 4, 1024, 2)]
+        else:
+            configs = [("gpt-h4096", 4096, 8, 2048, 4)] + ([] if "large" in skip else [("gpt-h8192", 8192, 4, 2048, 4)])
+        if "main" not in skip:
+            for config in configs:
+                run_config(*config, modes, args, engine, bandwidth, results, out)
+        if "rok" not in skip:
+            hidden, layers_n, seq = (1024, 4, 1024) if args.quick else (4096, 8, 2048)
+            for batch in ((1, 2) if args.quick else (1, 2, 4, 8)):
+                run_config(f"rok-b{batch}", hidden, layers_n, seq, batch,
+                           ["keep", "recompute", "save_on_cpu", "ours-host", "ours-adaptive"], args, engine,
+                           bandwidth, results, out)
+    write_report(results, bandwidth, engine, args, out_dir / "offload_results.md", out_dir / "offload_rok.png")
+    log(f"done in {time.perf_counter() - started:.0f} s: {out_dir / 'offload_results.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
