@@ -35,6 +35,10 @@ int main(int argc, char** argv) {
                  "options.materialization: vanilla (per edge), compact (once per unique pair) or auto (both programs "
                  "in one module, chosen per graph at prepare_graph from a cost model: docs/materialization.md)")
       ->check(CLI::IsMember({"vanilla", "compact", "auto"}));
+  app.add_option("--unified-inputs", opts.unified_inputs,
+                 "inputs (per node) the generated code reads from unified tensors in pinned, GPU-mapped host memory, "
+                 "as with the spec's 'placement: unified' (comma-separated names)")
+      ->delimiter(',');
   app.add_option("--reference", opts.reference_dir,
                  "run the float64 CPU reference on DIR/meta.json (see driver/reference_io.h) instead of generating");
   app.add_flag("-v,--verbose", opts.verbose, "log pipeline steps and pass timing to stderr");

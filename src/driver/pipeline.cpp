@@ -201,6 +201,31 @@ const inter::Module* find_phase(const std::vector<Phase>& phases, const std::str
   return nullptr;
 }
 
+// --unified-inputs: the named inputs get 'placement: unified', with the spec's checks. False on errors.
+bool mark_unified_inputs(inter::ModelDecl& decl, const std::vector<std::string>& names, Diagnostics& diags) {
+  bool ok = true;
+  for (const std::string& name : names) {
+    auto it = std::find_if(decl.inputs.begin(), decl.inputs.end(), [&](const inter::TensorDecl& t) { return t.name == name; });
+    std::string why;
+    if (it == decl.inputs.end()) {
+      std::string known;
+      for (const auto& t : decl.inputs)
+        if (t.from_graph.empty()) known += (known.empty() ? "" : ", ") + t.name;
+      why = fmt::format("no input '{}' (the user inputs: {})", name, known.empty() ? "none" : known);
+    } else if (!it->from_graph.empty()) {
+      why = fmt::format("input '{}' is computed from the graph ('from_graph'), not given by the user", name);
+    } else if (it->per != inter::Per::Node) {
+      why = fmt::format("input '{}' is 'per: {}'; unified inputs are 'per: node'", name, inter::to_string(it->per));
+    } else {
+      it->unified = true;
+      continue;
+    }
+    diags.error(decl.loc, "bad-value", "--unified-inputs: " + why);
+    ok = false;
+  }
+  return ok;
+}
+
 }  // namespace
 
 std::optional<inter::Module> frontend(const SourceFile& spec, Diagnostics& diags, const Options& opts,
@@ -275,6 +300,10 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   typed->decl.options.reorder = reorder_mode(*typed, opts);  // --reorder wins; the printed IR says what ran
   const inter::Materialization materialization = materialization_mode(*typed, opts);
   typed->decl.options.materialization = materialization;
+  if (!mark_unified_inputs(typed->decl, opts.unified_inputs, diags)) {
+    diags.render(err);
+    return kUserError;
+  }
   if (typed->decl.options.compact_relations && materialization != inter::Materialization::Auto)
     err << Diagnostics::format({Severity::Warning, typed->decl.loc,
                                 fmt::format("options.compact_relations is ignored: it chooses the relations of "

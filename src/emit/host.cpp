@@ -127,6 +127,34 @@ std::string runtime_graph_key(const std::string& array) {
   return it->second;
 }
 
+// The host function of models with unified inputs (placement: unified): the device address through which the
+// kernels read a CPU tensor in pinned, GPU-mapped memory (hectorgen_runtime.to_unified / unified, or pin_memory()),
+// found as the runtime finds it (runtime/src/unified.cu); a CUDA tensor on the device (a unified tensor's cuda_view(),
+// or any copy) is read as it is.
+constexpr const char* kMappedAddress = R"cpp(
+
+void* mapped_address(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntArrayRef shape, at::Device device) {
+  TORCH_CHECK(t.defined(), "$model$: ", name, " is undefined");
+  TORCH_CHECK(t.is_cpu() || t.device() == device, "$model$: ", name, " must be a unified tensor (a CPU tensor in pinned, ",
+              "GPU-mapped memory: hectorgen_runtime.to_unified) or on ", device, ", got ", t.device());
+  TORCH_CHECK(t.scalar_type() == dtype, "$model$: ", name, " must be ", dtype, ", got ", t.scalar_type());
+  TORCH_CHECK(t.sizes() == shape, "$model$: ", name, " must have shape ", shape_str(shape), ", got ", shape_str(t.sizes()));
+  TORCH_CHECK(t.is_contiguous(), "$model$: ", name, " must be contiguous");
+  if (t.is_cuda() || t.numel() == 0) return t.data_ptr();
+  // The first and the last byte: pinned by cudaHostAlloc or cudaHostRegister, mapped, one range for the device.
+  const size_t bytes = t.numel() * t.element_size();
+  cudaPointerAttributes first{}, last{};
+  const bool mapped = cudaPointerGetAttributes(&first, t.data_ptr()) == cudaSuccess && first.type == cudaMemoryTypeHost &&
+                      first.devicePointer != nullptr &&
+                      cudaPointerGetAttributes(&last, static_cast<char*>(t.data_ptr()) + bytes - 1) == cudaSuccess &&
+                      last.type == cudaMemoryTypeHost &&
+                      static_cast<char*>(last.devicePointer) == static_cast<char*>(first.devicePointer) + (bytes - 1);
+  cudaGetLastError();  // an unregistered pointer leaves an error behind on older drivers
+  TORCH_CHECK(mapped, "$model$: ", name, " is a CPU tensor in memory the GPU cannot read (not pinned and mapped); ",
+              "make it unified with hectorgen_runtime.to_unified(t) (a copy) or hectorgen_runtime.unified(t) (in place)");
+  return first.devicePointer;
+})cpp";
+
 }  // namespace
 
 // The tensors an op returns: its outputs, then (forward_train) the saved fields.
@@ -207,7 +235,7 @@ static std::string emit_op(const Program& p, const Program& ir) {
   auto tensors = op_tensors(p);
   std::string device_from = tensors.empty() ? graph_arrays(p).front() : tensors.front()->name;
   for (const TensorDecl* t : tensors)
-    if (t->from_graph.empty()) {
+    if (t->from_graph.empty() && !t->unified) {  // a unified input is a CPU tensor
       device_from = t->name;
       break;
     }
@@ -222,6 +250,11 @@ static std::string emit_op(const Program& p, const Program& ir) {
     std::vector<int64_t> shape = t->shape;
     TensorInfo info = ti ? *ti : TensorInfo{t->name, Role::Input, t->per, shape, false, ""};
     if (!ti) info.storage = intra::model_storage(p.decl.options.dtype);  // an input no kernel reads
+    if (t->unified) {  // placement: unified: the kernels read it through its GPU mapping
+      checks += fmt::format("  void* const {}_mapped = mapped_address({}, \"input '{}'\", {}, {}, device);\n", t->name, t->name,
+                            user_tensors.at(i)->name, aten_scalar(info.storage), shape_list(info));
+      continue;
+    }
     checks += fmt::format("  check({}, \"{} '{}'\", {}, {}, device);\n", t->name, info.role == Role::Weight ? "weight" : "input",
                           is_derived_name(user_tensors.at(i)->name) ? t->name : user_tensors.at(i)->name, aten_scalar(info.storage),
                           shape_list(info));
@@ -238,7 +271,9 @@ static std::string emit_op(const Program& p, const Program& ir) {
   std::vector<std::vector<std::string>> after(p.kernels.size());
   for (const TensorInfo& t : p.tensors) {
     if (t.role == Role::Input || t.role == Role::Weight) {
-      assign += fmt::format("  a.{} = {};\n", t.name, data_ptr(t));
+      const TensorDecl* decl = p.decl.find_input(t.name);
+      assign += decl && decl->unified ? fmt::format("  a.{0} = static_cast<{1}*>({0}_mapped);\n", t.name, intra::cuda_type(t.storage))
+                                      : fmt::format("  a.{} = {};\n", t.name, data_ptr(t));
       continue;
     }
     std::string options = mixed ? fmt::format("options.dtype({})", aten_scalar(t.storage)) : "options";
@@ -334,6 +369,12 @@ std::string emit_host_cpp(const std::vector<Program>& ir_phases, const EmitConte
   bool any_workspace = false;
   for (const Program& ph : phases) any_workspace |= !workspaces(ph).empty();
   v["runtime_includes"] = any_workspace ? "\n#include \"hectorgen/segments.h\"  // workspace sizes" : "";
+  bool any_unified = false;
+  for (const auto& t : p.decl.inputs) any_unified |= t.unified;
+  std::string mapped = any_unified ? kMappedAddress : "";
+  for (size_t at = mapped.find("$model$"); at != std::string::npos; at = mapped.find("$model$", at))
+    mapped.replace(at, 7, p.model);
+  v["mapped_address"] = mapped;
   // 16-bit models: a float tensor of the wrong type is told the model's dtype (fp32 models: the plain check).
   const DType model = p.decl.options.dtype;
   v["dtype_check"] =
@@ -684,7 +725,9 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
   out += "    def backward(ctx, *grads):\n";
   out += "        g = ctx.graph\n";
   out += fmt::format("        stored = ctx.saved_tensors\n        tensors, saved = stored[:{}], stored[{}:]\n", n_t, n_t);
-  out += "        device = tensors[0].device\n";
+  size_t on_device = 0;  // the first argument that is not a unified input (a CPU tensor)
+  for (const TensorDecl* t; on_device < n_in && (t = f.decl.find_input(user_inputs[on_device])) && t->unified;) ++on_device;
+  out += fmt::format("        device = tensors[{}].device\n", on_device);
   out += "        d_outs = [torch.zeros(s, device=device, dtype=DTYPE) if d is None else d.contiguous()\n"
          "                  for d, s in zip(grads, ctx.out_shapes)]\n";
   if (!both) {
@@ -767,6 +810,7 @@ std::string emit_manifest(const std::vector<Program>& ir_phases, const EmitConte
     x["storage"] = to_string(t.storage);
     if (t.zero_init) x["zero_init"] = true;
     if (!t.from_graph.empty()) x["from_graph"] = t.from_graph;
+    if (const TensorDecl* d = p.decl.find_input(t.name); d && d->unified) x["placement"] = "unified";
     j["tensors"].push_back(x);
   }
   for (const Program& ph : phases)

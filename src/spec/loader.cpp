@@ -270,7 +270,8 @@ class SchemaReader {
     if (!expect_type(n, YAML::NodeType::Map, what)) return t;
     bool is_weight = section == "weight", is_input = section == "input";
     bool has_per = false, has_shape = false;
-    std::initializer_list<std::string_view> known_input = {"per", "shape", "from_graph", "requires_grad", "doc"};
+    SourceLoc placement_at;  // where 'placement' was written
+    std::initializer_list<std::string_view> known_input = {"per", "shape", "from_graph", "requires_grad", "placement", "doc"};
     std::initializer_list<std::string_view> known_weight = {"per", "shape", "init", "requires_grad", "doc"};
     std::initializer_list<std::string_view> known_output = {"per", "shape", "doc"};
     for_each_key(n, what, is_input ? known_input : is_weight ? known_weight : known_output,
@@ -302,6 +303,15 @@ class SchemaReader {
         t.from_graph = *s;
       } else if (k == "requires_grad") {
         if (auto b = bool_value(v, "'requires_grad'")) t.requires_grad = *b;
+      } else if (k == "placement") {
+        auto s = string_value(v, "'placement'");
+        if (!s) return;
+        if (*s != "device" && *s != "unified") {
+          error(v, "bad-value", fmt::format("{}: 'placement' must be device or unified, got '{}'", what, *s));
+          return;
+        }
+        t.unified = *s == "unified";
+        placement_at = loc(v);
       } else if (k == "init") {
         auto s = string_value(v, "'init'");
         if (s && *s != "glorot" && *s != "ones" && *s != "zeros") {
@@ -314,6 +324,10 @@ class SchemaReader {
     if (!has_per) d_.error(t.loc, "missing-field", fmt::format("{} is missing 'per'", what));
     if (!has_shape) d_.error(t.loc, "missing-field", fmt::format("{} is missing 'shape'", what));
     if (is_weight && t.init.empty()) t.init = "glorot";
+    if (t.unified && !t.from_graph.empty())
+      d_.error(placement_at, "bad-value", fmt::format("{}: 'placement: unified' is for user inputs, not 'from_graph' ones", what));
+    else if (t.unified && has_per && t.per != Per::Node)
+      d_.error(placement_at, "bad-value", fmt::format("{}: 'placement: unified' needs 'per: node', got 'per: {}'", what, to_string(t.per)));
     return t;
   }
 

@@ -194,6 +194,7 @@ struct TensorDecl {
   std::string from_graph;          // inputs: computed from the graph by preprocessing (e.g. norms)
   bool requires_grad = true;       // inputs and weights
   std::string init;                // weights: "glorot" (default), "ones", "zeros"
+  bool unified = false;            // inputs: placement unified (read by the kernels from mapped host memory)
   SourceLoc loc;
 };
 
