@@ -452,6 +452,8 @@ class Parser {
       if (key.text == "from_graph" && val.kind == Tok::String) td.from_graph = val.text;
       else if (key.text == "init" && val.kind == Tok::String) td.init = val.text;
       else if (key.text == "requires_grad" && val.kind == Tok::Number) td.requires_grad = val.text != "0";
+      else if (key.text == "placement" && val.kind == Tok::String && (val.text == "unified" || val.text == "device"))
+        td.unified = val.text == "unified";
       else {
         error(key.loc, "bad-value", fmt::format("bad tensor attribute '{}'", key.text));
         return false;
