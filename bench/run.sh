@@ -49,29 +49,8 @@ log "repo $ROOT, OUT $OUT, work $WORK, args: $*"
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; } | sed 's/^/  /'
 
 # ---- 1. hectorgen ---------------------------------------------------------------------------------------------
-HG=""
-HGW="$WORK/bin/hectorgen"
-try_hg() { # try_hg BIN [LIBPATH...]: writes the wrapper with the first library path it runs with
-  local bin="$1" libs
-  shift
-  [[ -x "$bin" ]] || return 1
-  for libs in "$@"; do
-    { echo '#!/bin/sh'
-      [[ -n "$libs" ]] &&
-        echo "LD_LIBRARY_PATH=\"$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"; export LD_LIBRARY_PATH"
-      echo "exec \"$bin\" \"\$@\""; } > "$HGW"
-    chmod +x "$HGW"
-    if "$HGW" --version >/dev/null 2>&1; then log "hectorgen: $bin ($("$HGW" --version))"; return 0; fi
-  done
-  return 1
-}
-B="$ROOT/build/hg_bundle"
-if { [[ -n "${HECTORGEN:-}" ]] && try_hg "$HECTORGEN" ""; } || try_hg "$ROOT/build/hectorgen" "" ||
-   try_hg "$B/hectorgen" "" "$B/lib" "$B/lib:$B/lib/std"; then
-  HG="$HGW"
-else
-  log "hectorgen: none runs here (carry build/hg_bundle: tools/gpu_check.sh --bundle); using the committed generated/"
-fi
+# shellcheck source=bench/find_hectorgen.sh
+source "$ROOT/bench/find_hectorgen.sh"
 
 # ---- 2. the hectorgen runtime ----------------------------------------------------------------------------------
 RT="$WORK/runtime-prefix"
