@@ -132,7 +132,10 @@ def unified_forms(hr, x):
     }
 
 
-def test_forward_bit_exact(rgcn, case):
+def test_forward_matches(rgcn, case):
+    """The inference forward of the fp32 rgcn scatters its edge rows with atomics (store=atomic in the intra IR), so
+    two runs sum in different orders: equal to float32 rounding, not bit for bit (test_training_bit_exact covers the
+    deterministic training forward)."""
     _, hr = rgcn
     g, layer, x, edges = case
     with torch.no_grad():
@@ -142,7 +145,8 @@ def test_forward_bit_exact(rgcn, case):
             assert features.device.type == ("cuda" if name == "cuda_view" else "cpu"), name
             out = layer(g, features)
             assert out.is_cuda
-            assert torch.equal(out, expected), f"{name}: differs from the layer on a CUDA copy"
+            torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5,
+                                       msg=lambda m, name=name: f"{name}: differs from the layer on a CUDA copy: {m}")
 
 
 def test_training_bit_exact(rgcn, case):
