@@ -69,11 +69,14 @@ def required_version(model: str) -> tuple:
 def stub_torch() -> types.ModuleType:
     """The torch attributes that the runtime package and generated modules touch while being imported."""
     stub = types.ModuleType("torch")
-    stub.Tensor = type("Tensor", (), {})
+    # hectorgen_runtime.unified lists the Tensor methods and functions its placement rules apply to.
+    stub.Tensor = type("Tensor", (), {"__getitem__": lambda self, index: None,
+                                      "index_select": lambda self, dim, index: None})
+    stub.index_select = lambda input, dim, index: None
     stub.float32 = "float32"
     stub.autograd = types.SimpleNamespace(Function=object,
                                           function=types.SimpleNamespace(once_differentiable=lambda f: f))
-    stub.nn = types.SimpleNamespace(Module=object)
+    stub.nn = types.SimpleNamespace(Module=object, functional=types.SimpleNamespace())
     return stub
 
 
