@@ -37,6 +37,15 @@ void check(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntA
   TORCH_CHECK(t.is_contiguous(), "hgt: ", name, " must be contiguous");
 }
 
+// A tensor of `shape` when a gradient the caller asked for needs it (the backward's grad_mask), else an empty one.
+at::Tensor empty_if(bool needed, at::IntArrayRef shape, const at::TensorOptions& options) {
+  return needed ? at::empty(shape, options) : at::empty({0}, options);
+}
+
+at::Tensor zeros_if(bool needed, at::IntArrayRef shape, const at::TensorOptions& options) {
+  return needed ? at::zeros(shape, options) : at::empty({0}, options);
+}
+
 }  // namespace
 
 // The forward pass. Returns the outputs.
@@ -353,7 +362,9 @@ std::vector<at::Tensor> hgt_forward_train_meta(
   return {h, agg, att, att__0, att__1, att_max, att_sum, k, msg, q, v};
 }
 
-// The backward pass. Returns the outputs.
+// The backward pass. Returns the outputs, the gradients grad_mask asks for (bit 0 d_feature, bit 1 d_W_k, bit 2
+// d_W_q, bit 3 d_W_v, bit 4 d_W_att, bit 5 d_W_msg, bit 6 d_mu, bit 7 d_W_a; one not asked for is an empty tensor:
+// the kernels and tensors that feed only such gradients are skipped).
 std::vector<at::Tensor> hgt_backward_op(
     const at::Tensor& src,
     const at::Tensor& dst,
@@ -391,7 +402,8 @@ std::vector<at::Tensor> hgt_backward_op(
     const at::Tensor& W_att,
     const at::Tensor& W_msg,
     const at::Tensor& mu,
-    const at::Tensor& W_a) {
+    const at::Tensor& W_a,
+    int64_t grad_mask) {
   const at::Device device = feature.device();
   TORCH_CHECK(device.is_cuda(), "hgt: tensors must be on a CUDA device, got ", device);
   TORCH_CHECK(num_nodes >= 0 && num_etypes >= 1 && num_ntypes >= 1, "hgt: bad graph sizes");
@@ -430,14 +442,14 @@ std::vector<at::Tensor> hgt_backward_op(
   check(mu, "weight 'mu'", at::kFloat, {num_etypes, 1}, device);
   check(W_a, "weight 'W_a'", at::kFloat, {num_ntypes, 64, 64}, device);
   const auto options = feature.options();
-  at::Tensor d_feature = at::zeros({num_nodes, 64}, options);
-  at::Tensor d_W_k = at::empty({num_ntypes, 64, 64}, options);
-  at::Tensor d_W_q = at::empty({num_ntypes, 64, 64}, options);
-  at::Tensor d_W_v = at::empty({num_ntypes, 64, 64}, options);
-  at::Tensor d_W_att = at::empty({num_etypes, 1, 64, 64}, options);
-  at::Tensor d_W_msg = at::empty({num_etypes, 1, 64, 64}, options);
-  at::Tensor d_mu = at::zeros({num_etypes, 1}, options);
-  at::Tensor d_W_a = at::empty({num_ntypes, 64, 64}, options);
+  at::Tensor d_feature = zeros_if(grad_mask & 1, {num_nodes, 64}, options);
+  at::Tensor d_W_k = empty_if(grad_mask & 2, {num_ntypes, 64, 64}, options);
+  at::Tensor d_W_q = empty_if(grad_mask & 4, {num_ntypes, 64, 64}, options);
+  at::Tensor d_W_v = empty_if(grad_mask & 8, {num_ntypes, 64, 64}, options);
+  at::Tensor d_W_att = empty_if(grad_mask & 16, {num_etypes, 1, 64, 64}, options);
+  at::Tensor d_W_msg = empty_if(grad_mask & 32, {num_etypes, 1, 64, 64}, options);
+  at::Tensor d_mu = zeros_if(grad_mask & 64, {num_etypes, 1}, options);
+  at::Tensor d_W_a = empty_if(grad_mask & 128, {num_ntypes, 64, 64}, options);
   HgtBackwardArgs a{};  // pointers to tensors no kernel touches stay null
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -485,115 +497,115 @@ std::vector<at::Tensor> hgt_backward_op(
   a.d_mu = d_mu.data_ptr<float>();
   a.d_W_a = d_W_a.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  at::Tensor d_agg = at::zeros({num_nodes, 1, 64}, options);  // field
+  at::Tensor d_agg = zeros_if(grad_mask & 127, {num_nodes, 1, 64}, options);  // field
   a.d_agg = d_agg.data_ptr<float>();
-  C10_CUDA_CHECK(launch_hgt_bw_gemm_d_agg(a, stream));
-  at::Tensor hgt_bw_wgrad_d_W_a_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_a's fp32 partial sums, one [1, 64, 64] slice per chunk
+  if (grad_mask & 127) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_agg(a, stream));
+  at::Tensor hgt_bw_wgrad_d_W_a_partial = empty_if(grad_mask & 128, {hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_a's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.hgt_bw_wgrad_d_W_a_partial = hgt_bw_wgrad_d_W_a_partial.data_ptr<float>();
-  at::Tensor hgt_bw_wgrad_d_W_a_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_a's first chunk of each segment
+  at::Tensor hgt_bw_wgrad_d_W_a_chunk_ptr = empty_if(grad_mask & 128, {num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_a's first chunk of each segment
   a.hgt_bw_wgrad_d_W_a_chunk_ptr = hgt_bw_wgrad_d_W_a_chunk_ptr.data_ptr<int32_t>();
-  C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_a(a, stream));
+  if (grad_mask & 128) C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_a(a, stream));
   // No kernel below uses hgt_bw_wgrad_d_W_a_partial, hgt_bw_wgrad_d_W_a_chunk_ptr: their memory goes back to the caching allocator.
   hgt_bw_wgrad_d_W_a_partial.reset();
   hgt_bw_wgrad_d_W_a_chunk_ptr.reset();
-  at::Tensor d_att__0 = at::empty({num_edges, 1}, options);  // field
+  at::Tensor d_att__0 = empty_if(grad_mask & 127, {num_edges, 1}, options);  // field
   a.d_att__0 = d_att__0.data_ptr<float>();
-  at::Tensor d_att__1 = at::empty({num_edges, 1}, options);  // field
+  at::Tensor d_att__1 = empty_if(grad_mask & 127, {num_edges, 1}, options);  // field
   a.d_att__1 = d_att__1.data_ptr<float>();
-  at::Tensor d_msg = at::empty({num_edges, 1, 64}, options);  // field
+  at::Tensor d_msg = empty_if(grad_mask & 127, {num_edges, 1, 64}, options);  // field
   a.d_msg = d_msg.data_ptr<float>();
-  C10_CUDA_CHECK(launch_hgt_bw_nodes_d_att(a, stream));
+  if (grad_mask & 127) C10_CUDA_CHECK(launch_hgt_bw_nodes_d_att(a, stream));
   // No kernel below uses d_agg, d_att__1: their memory goes back to the caching allocator.
   d_agg.reset();
   d_att__1.reset();
-  at::Tensor t_d_v_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_d_v_edges = empty_if(grad_mask & 9, {num_edges, 1, 64}, options);  // intermediate
   a.t_d_v_edges = t_d_v_edges.data_ptr<float>();
-  C10_CUDA_CHECK(launch_hgt_bw_gemm_d_v_edges(a, stream));
-  at::Tensor hgt_bw_wgrad_d_W_msg_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_msg's fp32 partial sums, one [1, 64, 64] slice per chunk
+  if (grad_mask & 9) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_v_edges(a, stream));
+  at::Tensor hgt_bw_wgrad_d_W_msg_partial = empty_if(grad_mask & 32, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_msg's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.hgt_bw_wgrad_d_W_msg_partial = hgt_bw_wgrad_d_W_msg_partial.data_ptr<float>();
-  at::Tensor hgt_bw_wgrad_d_W_msg_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_msg's first chunk of each segment
+  at::Tensor hgt_bw_wgrad_d_W_msg_chunk_ptr = empty_if(grad_mask & 32, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_msg's first chunk of each segment
   a.hgt_bw_wgrad_d_W_msg_chunk_ptr = hgt_bw_wgrad_d_W_msg_chunk_ptr.data_ptr<int32_t>();
-  C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_msg(a, stream));
+  if (grad_mask & 32) C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_msg(a, stream));
   // No kernel below uses d_msg, hgt_bw_wgrad_d_W_msg_partial, hgt_bw_wgrad_d_W_msg_chunk_ptr: their memory goes back to the caching allocator.
   d_msg.reset();
   hgt_bw_wgrad_d_W_msg_partial.reset();
   hgt_bw_wgrad_d_W_msg_chunk_ptr.reset();
-  at::Tensor t_op0 = at::empty({num_edges, 1}, options);  // intermediate
+  at::Tensor t_op0 = empty_if(grad_mask & 19, {num_edges, 1}, options);  // intermediate
   a.t_op0 = t_op0.data_ptr<float>();
-  C10_CUDA_CHECK(launch_hgt_bw_edges_loop(a, stream));
-  at::Tensor d_v = at::empty({num_nodes, 1, 64}, options);  // field
+  if (grad_mask & 19) C10_CUDA_CHECK(launch_hgt_bw_edges_loop(a, stream));
+  at::Tensor d_v = empty_if(grad_mask & 9, {num_nodes, 1, 64}, options);  // field
   a.d_v = d_v.data_ptr<float>();
-  C10_CUDA_CHECK(launch_hgt_bw_sum_d_v(a, stream));
+  if (grad_mask & 9) C10_CUDA_CHECK(launch_hgt_bw_sum_d_v(a, stream));
   // No kernel below uses t_d_v_edges: its memory goes back to the caching allocator.
   t_d_v_edges.reset();
-  at::Tensor t_d_k_edges = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_d_k_edges = empty_if(grad_mask & 3, {num_edges, 1, 64}, options);  // intermediate
   a.t_d_k_edges = t_d_k_edges.data_ptr<float>();
-  C10_CUDA_CHECK(launch_hgt_bw_gemm_d_k_edges(a, stream));
-  at::Tensor d_k = at::empty({num_nodes, 1, 64}, options);  // field
+  if (grad_mask & 3) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_k_edges(a, stream));
+  at::Tensor d_k = empty_if(grad_mask & 3, {num_nodes, 1, 64}, options);  // field
   a.d_k = d_k.data_ptr<float>();
-  C10_CUDA_CHECK(launch_hgt_bw_sum_d_k(a, stream));
+  if (grad_mask & 3) C10_CUDA_CHECK(launch_hgt_bw_sum_d_k(a, stream));
   // No kernel below uses t_d_k_edges: its memory goes back to the caching allocator.
   t_d_k_edges.reset();
-  at::Tensor hgt_bw_wgrad_d_W_att_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_att's fp32 partial sums, one [1, 64, 64] slice per chunk
+  at::Tensor hgt_bw_wgrad_d_W_att_partial = empty_if(grad_mask & 16, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_att's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.hgt_bw_wgrad_d_W_att_partial = hgt_bw_wgrad_d_W_att_partial.data_ptr<float>();
-  at::Tensor hgt_bw_wgrad_d_W_att_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_att's first chunk of each segment
+  at::Tensor hgt_bw_wgrad_d_W_att_chunk_ptr = empty_if(grad_mask & 16, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_att's first chunk of each segment
   a.hgt_bw_wgrad_d_W_att_chunk_ptr = hgt_bw_wgrad_d_W_att_chunk_ptr.data_ptr<int32_t>();
-  C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_att(a, stream));
+  if (grad_mask & 16) C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_att(a, stream));
   // No kernel below uses t_op0, hgt_bw_wgrad_d_W_att_partial, hgt_bw_wgrad_d_W_att_chunk_ptr: their memory goes back to the caching allocator.
   t_op0.reset();
   hgt_bw_wgrad_d_W_att_partial.reset();
   hgt_bw_wgrad_d_W_att_chunk_ptr.reset();
-  at::Tensor t_lin_11 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  at::Tensor t_lin_11 = empty_if(grad_mask & 69, {num_edges, 1, 64}, options);  // intermediate
   a.t_lin_11 = t_lin_11.data_ptr<float>();
-  C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_11(a, stream));
-  at::Tensor t_sc2 = at::empty({num_edges, 1, 64}, options);  // intermediate
+  if (grad_mask & 69) C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_11(a, stream));
+  at::Tensor t_sc2 = empty_if(grad_mask & 69, {num_edges, 1, 64}, options);  // intermediate
   a.t_sc2 = t_sc2.data_ptr<float>();
-  at::Tensor t_wg3 = at::empty({num_edges, 1}, options);  // intermediate
+  at::Tensor t_wg3 = empty_if(grad_mask & 69, {num_edges, 1}, options);  // intermediate
   a.t_wg3 = t_wg3.data_ptr<float>();
-  C10_CUDA_CHECK(launch_hgt_bw_edges_loop_3(a, stream));
+  if (grad_mask & 69) C10_CUDA_CHECK(launch_hgt_bw_edges_loop_3(a, stream));
   // No kernel below uses d_att__0, t_lin_11: their memory goes back to the caching allocator.
   d_att__0.reset();
   t_lin_11.reset();
-  at::Tensor hgt_bw_segsum_d_mu_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_segsum_d_mu's first chunk of each segment
+  at::Tensor hgt_bw_segsum_d_mu_chunk_ptr = empty_if(grad_mask & 64, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_segsum_d_mu's first chunk of each segment
   a.hgt_bw_segsum_d_mu_chunk_ptr = hgt_bw_segsum_d_mu_chunk_ptr.data_ptr<int32_t>();
-  at::Tensor hgt_bw_segsum_d_mu_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 1)) * 1}, options.dtype(at::kFloat));  // workspace: hgt_bw_segsum_d_mu's fp32 sums, one per chunk
+  at::Tensor hgt_bw_segsum_d_mu_partial = empty_if(grad_mask & 64, {hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 1)) * 1}, options.dtype(at::kFloat));  // workspace: hgt_bw_segsum_d_mu's fp32 sums, one per chunk
   a.hgt_bw_segsum_d_mu_partial = hgt_bw_segsum_d_mu_partial.data_ptr<float>();
-  C10_CUDA_CHECK(launch_hgt_bw_segsum_d_mu(a, stream));
+  if (grad_mask & 64) C10_CUDA_CHECK(launch_hgt_bw_segsum_d_mu(a, stream));
   // No kernel below uses t_wg3, hgt_bw_segsum_d_mu_chunk_ptr, hgt_bw_segsum_d_mu_partial: their memory goes back to the caching allocator.
   t_wg3.reset();
   hgt_bw_segsum_d_mu_chunk_ptr.reset();
   hgt_bw_segsum_d_mu_partial.reset();
-  at::Tensor d_q = at::empty({num_nodes, 1, 64}, options);  // field
+  at::Tensor d_q = empty_if(grad_mask & 5, {num_nodes, 1, 64}, options);  // field
   a.d_q = d_q.data_ptr<float>();
-  C10_CUDA_CHECK(launch_hgt_bw_sum_d_q(a, stream));
+  if (grad_mask & 5) C10_CUDA_CHECK(launch_hgt_bw_sum_d_q(a, stream));
   // No kernel below uses t_sc2: its memory goes back to the caching allocator.
   t_sc2.reset();
-  C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature(a, stream));
-  at::Tensor hgt_bw_wgrad_d_W_v_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_v's fp32 partial sums, one [1, 64, 64] slice per chunk
+  if (grad_mask & 1) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature(a, stream));
+  at::Tensor hgt_bw_wgrad_d_W_v_partial = empty_if(grad_mask & 8, {hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_v's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.hgt_bw_wgrad_d_W_v_partial = hgt_bw_wgrad_d_W_v_partial.data_ptr<float>();
-  at::Tensor hgt_bw_wgrad_d_W_v_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_v's first chunk of each segment
+  at::Tensor hgt_bw_wgrad_d_W_v_chunk_ptr = empty_if(grad_mask & 8, {num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_v's first chunk of each segment
   a.hgt_bw_wgrad_d_W_v_chunk_ptr = hgt_bw_wgrad_d_W_v_chunk_ptr.data_ptr<int32_t>();
-  C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_v(a, stream));
+  if (grad_mask & 8) C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_v(a, stream));
   // No kernel below uses d_v, hgt_bw_wgrad_d_W_v_partial, hgt_bw_wgrad_d_W_v_chunk_ptr: their memory goes back to the caching allocator.
   d_v.reset();
   hgt_bw_wgrad_d_W_v_partial.reset();
   hgt_bw_wgrad_d_W_v_chunk_ptr.reset();
-  C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature_2(a, stream));
-  at::Tensor hgt_bw_wgrad_d_W_q_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_q's fp32 partial sums, one [1, 64, 64] slice per chunk
+  if (grad_mask & 1) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature_2(a, stream));
+  at::Tensor hgt_bw_wgrad_d_W_q_partial = empty_if(grad_mask & 4, {hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_q's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.hgt_bw_wgrad_d_W_q_partial = hgt_bw_wgrad_d_W_q_partial.data_ptr<float>();
-  at::Tensor hgt_bw_wgrad_d_W_q_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_q's first chunk of each segment
+  at::Tensor hgt_bw_wgrad_d_W_q_chunk_ptr = empty_if(grad_mask & 4, {num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_q's first chunk of each segment
   a.hgt_bw_wgrad_d_W_q_chunk_ptr = hgt_bw_wgrad_d_W_q_chunk_ptr.data_ptr<int32_t>();
-  C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_q(a, stream));
+  if (grad_mask & 4) C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_q(a, stream));
   // No kernel below uses d_q, hgt_bw_wgrad_d_W_q_partial, hgt_bw_wgrad_d_W_q_chunk_ptr: their memory goes back to the caching allocator.
   d_q.reset();
   hgt_bw_wgrad_d_W_q_partial.reset();
   hgt_bw_wgrad_d_W_q_chunk_ptr.reset();
-  C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature_3(a, stream));
-  at::Tensor hgt_bw_wgrad_d_W_k_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_k's fp32 partial sums, one [1, 64, 64] slice per chunk
+  if (grad_mask & 1) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature_3(a, stream));
+  at::Tensor hgt_bw_wgrad_d_W_k_partial = empty_if(grad_mask & 2, {hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_k's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.hgt_bw_wgrad_d_W_k_partial = hgt_bw_wgrad_d_W_k_partial.data_ptr<float>();
-  at::Tensor hgt_bw_wgrad_d_W_k_chunk_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_k's first chunk of each segment
+  at::Tensor hgt_bw_wgrad_d_W_k_chunk_ptr = empty_if(grad_mask & 2, {num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_k's first chunk of each segment
   a.hgt_bw_wgrad_d_W_k_chunk_ptr = hgt_bw_wgrad_d_W_k_chunk_ptr.data_ptr<int32_t>();
-  C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_k(a, stream));
+  if (grad_mask & 2) C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_k(a, stream));
   return {d_feature, d_W_k, d_W_q, d_W_v, d_W_att, d_W_msg, d_mu, d_W_a};
 }
 
@@ -635,22 +647,23 @@ std::vector<at::Tensor> hgt_backward_meta(
     const at::Tensor& W_att,
     const at::Tensor& W_msg,
     const at::Tensor& mu,
-    const at::Tensor& W_a) {
-  at::Tensor d_feature = at::empty({num_nodes, 64}, feature.options());
-  at::Tensor d_W_k = at::empty({num_ntypes, 64, 64}, feature.options());
-  at::Tensor d_W_q = at::empty({num_ntypes, 64, 64}, feature.options());
-  at::Tensor d_W_v = at::empty({num_ntypes, 64, 64}, feature.options());
-  at::Tensor d_W_att = at::empty({num_etypes, 1, 64, 64}, feature.options());
-  at::Tensor d_W_msg = at::empty({num_etypes, 1, 64, 64}, feature.options());
-  at::Tensor d_mu = at::empty({num_etypes, 1}, feature.options());
-  at::Tensor d_W_a = at::empty({num_ntypes, 64, 64}, feature.options());
+    const at::Tensor& W_a,
+    int64_t grad_mask) {
+  at::Tensor d_feature = empty_if(grad_mask & 1, {num_nodes, 64}, feature.options());
+  at::Tensor d_W_k = empty_if(grad_mask & 2, {num_ntypes, 64, 64}, feature.options());
+  at::Tensor d_W_q = empty_if(grad_mask & 4, {num_ntypes, 64, 64}, feature.options());
+  at::Tensor d_W_v = empty_if(grad_mask & 8, {num_ntypes, 64, 64}, feature.options());
+  at::Tensor d_W_att = empty_if(grad_mask & 16, {num_etypes, 1, 64, 64}, feature.options());
+  at::Tensor d_W_msg = empty_if(grad_mask & 32, {num_etypes, 1, 64, 64}, feature.options());
+  at::Tensor d_mu = empty_if(grad_mask & 64, {num_etypes, 1}, feature.options());
+  at::Tensor d_W_a = empty_if(grad_mask & 128, {num_ntypes, 64, 64}, feature.options());
   return {d_feature, d_W_k, d_W_q, d_W_v, d_W_att, d_W_msg, d_mu, d_W_a};
 }
 
 TORCH_LIBRARY(hectorgen_hgt, m) {
   m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
   m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor k, Tensor msg, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor k, Tensor msg, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a, int grad_mask) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_hgt, CUDA, m) {
   m.impl("forward", &hgt_forward_op);

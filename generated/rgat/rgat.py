@@ -95,9 +95,10 @@ class _Function(torch.autograd.Function):
         device = tensors[0].device
         d_outs = [torch.zeros(s, device=device, dtype=DTYPE) if d is None else d.contiguous()
                   for d, s in zip(grads, ctx.out_shapes)]
+        grad_mask = sum(1 << r for r, i in _GRAD_SLOTS if ctx.needs_input_grad[1 + i])  # the kernels compute only these
         res = torch.ops.hectorgen_rgat.backward(
             *_graph_args(g), *[t.contiguous() for t in tensors[:_NUM_INPUTS]],
-            *saved, *d_outs, *[t.contiguous() for t in tensors[_NUM_INPUTS:]])
+            *saved, *d_outs, *[t.contiguous() for t in tensors[_NUM_INPUTS:]], grad_mask)
         result = [None] * 4
         for r, i in _GRAD_SLOTS:
             if ctx.needs_input_grad[1 + i]:

@@ -37,6 +37,15 @@ void check(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntA
   TORCH_CHECK(t.is_contiguous(), "rgat: ", name, " must be contiguous");
 }
 
+// A tensor of `shape` when a gradient the caller asked for needs it (the backward's grad_mask), else an empty one.
+at::Tensor empty_if(bool needed, at::IntArrayRef shape, const at::TensorOptions& options) {
+  return needed ? at::empty(shape, options) : at::empty({0}, options);
+}
+
+at::Tensor zeros_if(bool needed, at::IntArrayRef shape, const at::TensorOptions& options) {
+  return needed ? at::zeros(shape, options) : at::empty({0}, options);
+}
+
 }  // namespace
 
 // The forward pass. Returns the outputs.
@@ -260,7 +269,9 @@ std::vector<at::Tensor> rgat_forward_train_meta(
   return {h, att, att__0, att__1, att_max, att_sum, hs, ht, hs};
 }
 
-// The backward pass. Returns the outputs.
+// The backward pass. Returns the outputs, the gradients grad_mask asks for (bit 0 d_feature, bit 1 d_W, bit 2 d_w_s,
+// bit 3 d_w_t; one not asked for is an empty tensor: the kernels and tensors that feed only such gradients are
+// skipped).
 std::vector<at::Tensor> rgat_backward_op(
     const at::Tensor& src,
     const at::Tensor& dst,
@@ -289,7 +300,8 @@ std::vector<at::Tensor> rgat_backward_op(
     const at::Tensor& d_h,
     const at::Tensor& W,
     const at::Tensor& w_s,
-    const at::Tensor& w_t) {
+    const at::Tensor& w_t,
+    int64_t grad_mask) {
   const at::Device device = feature.device();
   TORCH_CHECK(device.is_cuda(), "rgat: tensors must be on a CUDA device, got ", device);
   TORCH_CHECK(num_nodes >= 0 && num_etypes >= 1 && num_ntypes >= 1, "rgat: bad graph sizes");
@@ -319,10 +331,10 @@ std::vector<at::Tensor> rgat_backward_op(
   check(w_s, "weight 'w_s'", at::kFloat, {num_etypes, 1, 64}, device);
   check(w_t, "weight 'w_t'", at::kFloat, {num_etypes, 1, 64}, device);
   const auto options = feature.options();
-  at::Tensor d_feature = at::zeros({num_nodes, 64}, options);
-  at::Tensor d_W = at::empty({num_etypes, 64, 64}, options);
-  at::Tensor d_w_s = at::zeros({num_etypes, 1, 64}, options);
-  at::Tensor d_w_t = at::zeros({num_etypes, 1, 64}, options);
+  at::Tensor d_feature = zeros_if(grad_mask & 1, {num_nodes, 64}, options);
+  at::Tensor d_W = empty_if(grad_mask & 2, {num_etypes, 64, 64}, options);
+  at::Tensor d_w_s = zeros_if(grad_mask & 4, {num_etypes, 1, 64}, options);
+  at::Tensor d_w_t = zeros_if(grad_mask & 8, {num_etypes, 1, 64}, options);
   RgatBackwardArgs a{};  // pointers to tensors no kernel touches stay null
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -378,52 +390,52 @@ std::vector<at::Tensor> rgat_backward_op(
   // No kernel below uses d_att__0, d_msg: their memory goes back to the caching allocator.
   d_att__0.reset();
   d_msg.reset();
-  at::Tensor rgat_bw_segsum_d_w_s_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_segsum_d_w_s's first chunk of each segment
+  at::Tensor rgat_bw_segsum_d_w_s_chunk_ptr = empty_if(grad_mask & 4, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_segsum_d_w_s's first chunk of each segment
   a.rgat_bw_segsum_d_w_s_chunk_ptr = rgat_bw_segsum_d_w_s_chunk_ptr.data_ptr<int32_t>();
-  at::Tensor rgat_bw_segsum_d_w_s_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_segsum_d_w_s's fp32 sums, one per chunk
+  at::Tensor rgat_bw_segsum_d_w_s_partial = empty_if(grad_mask & 4, {hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_segsum_d_w_s's fp32 sums, one per chunk
   a.rgat_bw_segsum_d_w_s_partial = rgat_bw_segsum_d_w_s_partial.data_ptr<float>();
-  C10_CUDA_CHECK(launch_rgat_bw_segsum_d_w_s(a, stream));
+  if (grad_mask & 4) C10_CUDA_CHECK(launch_rgat_bw_segsum_d_w_s(a, stream));
   // No kernel below uses t_wg0, rgat_bw_segsum_d_w_s_chunk_ptr, rgat_bw_segsum_d_w_s_partial: their memory goes back to the caching allocator.
   t_wg0.reset();
   rgat_bw_segsum_d_w_s_chunk_ptr.reset();
   rgat_bw_segsum_d_w_s_partial.reset();
-  at::Tensor rgat_bw_segsum_d_w_t_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_segsum_d_w_t's first chunk of each segment
+  at::Tensor rgat_bw_segsum_d_w_t_chunk_ptr = empty_if(grad_mask & 8, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_segsum_d_w_t's first chunk of each segment
   a.rgat_bw_segsum_d_w_t_chunk_ptr = rgat_bw_segsum_d_w_t_chunk_ptr.data_ptr<int32_t>();
-  at::Tensor rgat_bw_segsum_d_w_t_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_segsum_d_w_t's fp32 sums, one per chunk
+  at::Tensor rgat_bw_segsum_d_w_t_partial = empty_if(grad_mask & 8, {hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_segsum_d_w_t's fp32 sums, one per chunk
   a.rgat_bw_segsum_d_w_t_partial = rgat_bw_segsum_d_w_t_partial.data_ptr<float>();
-  C10_CUDA_CHECK(launch_rgat_bw_segsum_d_w_t(a, stream));
+  if (grad_mask & 8) C10_CUDA_CHECK(launch_rgat_bw_segsum_d_w_t(a, stream));
   // No kernel below uses t_wg1, rgat_bw_segsum_d_w_t_chunk_ptr, rgat_bw_segsum_d_w_t_partial: their memory goes back to the caching allocator.
   t_wg1.reset();
   rgat_bw_segsum_d_w_t_chunk_ptr.reset();
   rgat_bw_segsum_d_w_t_partial.reset();
-  at::Tensor t_d_feature_edges = at::empty({num_edges, 64}, options);  // intermediate
+  at::Tensor t_d_feature_edges = empty_if(grad_mask & 1, {num_edges, 64}, options);  // intermediate
   a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
-  C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges(a, stream));
-  at::Tensor rgat_bw_wgrad_d_W_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
+  if (grad_mask & 1) C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges(a, stream));
+  at::Tensor rgat_bw_wgrad_d_W_partial = empty_if(grad_mask & 2, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.rgat_bw_wgrad_d_W_partial = rgat_bw_wgrad_d_W_partial.data_ptr<float>();
-  at::Tensor rgat_bw_wgrad_d_W_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_W's first chunk of each segment
+  at::Tensor rgat_bw_wgrad_d_W_chunk_ptr = empty_if(grad_mask & 2, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_W's first chunk of each segment
   a.rgat_bw_wgrad_d_W_chunk_ptr = rgat_bw_wgrad_d_W_chunk_ptr.data_ptr<int32_t>();
-  C10_CUDA_CHECK(launch_rgat_bw_wgrad_d_W(a, stream));
+  if (grad_mask & 2) C10_CUDA_CHECK(launch_rgat_bw_wgrad_d_W(a, stream));
   // No kernel below uses d_ht, rgat_bw_wgrad_d_W_partial, rgat_bw_wgrad_d_W_chunk_ptr: their memory goes back to the caching allocator.
   d_ht.reset();
   rgat_bw_wgrad_d_W_partial.reset();
   rgat_bw_wgrad_d_W_chunk_ptr.reset();
-  at::Tensor t_d_feature_edges_2 = at::empty({num_edges, 64}, options);  // intermediate
+  at::Tensor t_d_feature_edges_2 = empty_if(grad_mask & 1, {num_edges, 64}, options);  // intermediate
   a.t_d_feature_edges_2 = t_d_feature_edges_2.data_ptr<float>();
-  C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges_2(a, stream));
-  at::Tensor rgat_bw_wgrad_d_W_2_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W_2's fp32 partial sums, one [1, 64, 64] slice per chunk
+  if (grad_mask & 1) C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges_2(a, stream));
+  at::Tensor rgat_bw_wgrad_d_W_2_partial = empty_if(grad_mask & 2, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W_2's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.rgat_bw_wgrad_d_W_2_partial = rgat_bw_wgrad_d_W_2_partial.data_ptr<float>();
-  at::Tensor rgat_bw_wgrad_d_W_2_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_W_2's first chunk of each segment
+  at::Tensor rgat_bw_wgrad_d_W_2_chunk_ptr = empty_if(grad_mask & 2, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_W_2's first chunk of each segment
   a.rgat_bw_wgrad_d_W_2_chunk_ptr = rgat_bw_wgrad_d_W_2_chunk_ptr.data_ptr<int32_t>();
-  C10_CUDA_CHECK(launch_rgat_bw_wgrad_d_W_2(a, stream));
+  if (grad_mask & 2) C10_CUDA_CHECK(launch_rgat_bw_wgrad_d_W_2(a, stream));
   // No kernel below uses d_hs, rgat_bw_wgrad_d_W_2_partial, rgat_bw_wgrad_d_W_2_chunk_ptr: their memory goes back to the caching allocator.
   d_hs.reset();
   rgat_bw_wgrad_d_W_2_partial.reset();
   rgat_bw_wgrad_d_W_2_chunk_ptr.reset();
-  C10_CUDA_CHECK(launch_rgat_bw_sum_d_feature(a, stream));
+  if (grad_mask & 1) C10_CUDA_CHECK(launch_rgat_bw_sum_d_feature(a, stream));
   // No kernel below uses t_d_feature_edges: its memory goes back to the caching allocator.
   t_d_feature_edges.reset();
-  C10_CUDA_CHECK(launch_rgat_bw_sum_d_feature_2(a, stream));
+  if (grad_mask & 1) C10_CUDA_CHECK(launch_rgat_bw_sum_d_feature_2(a, stream));
   return {d_feature, d_W, d_w_s, d_w_t};
 }
 
@@ -456,18 +468,19 @@ std::vector<at::Tensor> rgat_backward_meta(
     const at::Tensor& d_h,
     const at::Tensor& W,
     const at::Tensor& w_s,
-    const at::Tensor& w_t) {
-  at::Tensor d_feature = at::empty({num_nodes, 64}, feature.options());
-  at::Tensor d_W = at::empty({num_etypes, 64, 64}, feature.options());
-  at::Tensor d_w_s = at::empty({num_etypes, 1, 64}, feature.options());
-  at::Tensor d_w_t = at::empty({num_etypes, 1, 64}, feature.options());
+    const at::Tensor& w_t,
+    int64_t grad_mask) {
+  at::Tensor d_feature = empty_if(grad_mask & 1, {num_nodes, 64}, feature.options());
+  at::Tensor d_W = empty_if(grad_mask & 2, {num_etypes, 64, 64}, feature.options());
+  at::Tensor d_w_s = empty_if(grad_mask & 4, {num_etypes, 1, 64}, feature.options());
+  at::Tensor d_w_t = empty_if(grad_mask & 8, {num_etypes, 1, 64}, feature.options());
   return {d_feature, d_W, d_w_s, d_w_t};
 }
 
 TORCH_LIBRARY(hectorgen_rgat, m) {
   m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
   m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor hs, Tensor ht, Tensor msg, Tensor d_h, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor hs, Tensor ht, Tensor msg, Tensor d_h, Tensor W, Tensor w_s, Tensor w_t, int grad_mask) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_rgat, CUDA, m) {
   m.impl("forward", &rgat_forward_op);

@@ -37,6 +37,15 @@ void check(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntA
   TORCH_CHECK(t.is_contiguous(), "rgcn: ", name, " must be contiguous");
 }
 
+// A tensor of `shape` when a gradient the caller asked for needs it (the backward's grad_mask), else an empty one.
+at::Tensor empty_if(bool needed, at::IntArrayRef shape, const at::TensorOptions& options) {
+  return needed ? at::empty(shape, options) : at::empty({0}, options);
+}
+
+at::Tensor zeros_if(bool needed, at::IntArrayRef shape, const at::TensorOptions& options) {
+  return needed ? at::zeros(shape, options) : at::empty({0}, options);
+}
+
 }  // namespace
 
 // The forward pass. Returns the outputs.
@@ -230,7 +239,8 @@ std::vector<at::Tensor> rgcn_forward_train_meta(
   return {h};
 }
 
-// The backward pass. Returns the outputs.
+// The backward pass. Returns the outputs, the gradients grad_mask asks for (bit 0 d_feature, bit 1 d_W0, bit 2 d_W;
+// one not asked for is an empty tensor: the kernels and tensors that feed only such gradients are skipped).
 std::vector<at::Tensor> rgcn_backward_op(
     const at::Tensor& src,
     const at::Tensor& dst,
@@ -251,7 +261,8 @@ std::vector<at::Tensor> rgcn_backward_op(
     const at::Tensor& feature,
     const at::Tensor& d_h,
     const at::Tensor& W0,
-    const at::Tensor& W) {
+    const at::Tensor& W,
+    int64_t grad_mask) {
   const at::Device device = feature.device();
   TORCH_CHECK(device.is_cuda(), "rgcn: tensors must be on a CUDA device, got ", device);
   TORCH_CHECK(num_nodes >= 0 && num_etypes >= 1 && num_ntypes >= 1, "rgcn: bad graph sizes");
@@ -273,9 +284,9 @@ std::vector<at::Tensor> rgcn_backward_op(
   check(W0, "weight 'W0'", at::kFloat, {64, 64}, device);
   check(W, "weight 'W'", at::kFloat, {num_etypes, 64, 64}, device);
   const auto options = feature.options();
-  at::Tensor d_feature = at::zeros({num_nodes, 64}, options);
-  at::Tensor d_W0 = at::empty({64, 64}, options);
-  at::Tensor d_W = at::empty({num_etypes, 64, 64}, options);
+  at::Tensor d_feature = zeros_if(grad_mask & 1, {num_nodes, 64}, options);
+  at::Tensor d_W0 = empty_if(grad_mask & 2, {64, 64}, options);
+  at::Tensor d_W = empty_if(grad_mask & 4, {num_etypes, 64, 64}, options);
   RgcnBackwardArgs a{};  // pointers to tensors no kernel touches stay null
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -301,27 +312,27 @@ std::vector<at::Tensor> rgcn_backward_op(
   a.d_W0 = d_W0.data_ptr<float>();
   a.d_W = d_W.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  at::Tensor t_d_feature_edges = at::empty({num_edges, 64}, options);  // intermediate
+  at::Tensor t_d_feature_edges = empty_if(grad_mask & 1, {num_edges, 64}, options);  // intermediate
   a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
-  C10_CUDA_CHECK(launch_rgcn_bw_gemm_d_feature_edges(a, stream));
-  at::Tensor rgcn_bw_wgrad_d_W_partial = at::empty({hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgcn_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
+  if (grad_mask & 1) C10_CUDA_CHECK(launch_rgcn_bw_gemm_d_feature_edges(a, stream));
+  at::Tensor rgcn_bw_wgrad_d_W_partial = empty_if(grad_mask & 4, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgcn_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.rgcn_bw_wgrad_d_W_partial = rgcn_bw_wgrad_d_W_partial.data_ptr<float>();
-  at::Tensor rgcn_bw_wgrad_d_W_chunk_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgcn_bw_wgrad_d_W's first chunk of each segment
+  at::Tensor rgcn_bw_wgrad_d_W_chunk_ptr = empty_if(grad_mask & 4, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgcn_bw_wgrad_d_W's first chunk of each segment
   a.rgcn_bw_wgrad_d_W_chunk_ptr = rgcn_bw_wgrad_d_W_chunk_ptr.data_ptr<int32_t>();
-  C10_CUDA_CHECK(launch_rgcn_bw_wgrad_d_W(a, stream));
+  if (grad_mask & 4) C10_CUDA_CHECK(launch_rgcn_bw_wgrad_d_W(a, stream));
   // No kernel below uses rgcn_bw_wgrad_d_W_partial, rgcn_bw_wgrad_d_W_chunk_ptr: their memory goes back to the caching allocator.
   rgcn_bw_wgrad_d_W_partial.reset();
   rgcn_bw_wgrad_d_W_chunk_ptr.reset();
-  C10_CUDA_CHECK(launch_rgcn_bw_gemm_d_feature(a, stream));
-  at::Tensor rgcn_bw_wgrad_d_W0_partial = at::empty({hectorgen::wgrad_max_chunks(num_nodes, 1, hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgcn_bw_wgrad_d_W0's fp32 partial sums, one [1, 64, 64] slice per chunk
+  if (grad_mask & 1) C10_CUDA_CHECK(launch_rgcn_bw_gemm_d_feature(a, stream));
+  at::Tensor rgcn_bw_wgrad_d_W0_partial = empty_if(grad_mask & 2, {hectorgen::wgrad_max_chunks(num_nodes, 1, hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgcn_bw_wgrad_d_W0's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.rgcn_bw_wgrad_d_W0_partial = rgcn_bw_wgrad_d_W0_partial.data_ptr<float>();
-  at::Tensor rgcn_bw_wgrad_d_W0_chunk_ptr = at::empty({2}, options.dtype(at::kInt));  // workspace: rgcn_bw_wgrad_d_W0's first chunk of each segment
+  at::Tensor rgcn_bw_wgrad_d_W0_chunk_ptr = empty_if(grad_mask & 2, {2}, options.dtype(at::kInt));  // workspace: rgcn_bw_wgrad_d_W0's first chunk of each segment
   a.rgcn_bw_wgrad_d_W0_chunk_ptr = rgcn_bw_wgrad_d_W0_chunk_ptr.data_ptr<int32_t>();
-  C10_CUDA_CHECK(launch_rgcn_bw_wgrad_d_W0(a, stream));
+  if (grad_mask & 2) C10_CUDA_CHECK(launch_rgcn_bw_wgrad_d_W0(a, stream));
   // No kernel below uses rgcn_bw_wgrad_d_W0_partial, rgcn_bw_wgrad_d_W0_chunk_ptr: their memory goes back to the caching allocator.
   rgcn_bw_wgrad_d_W0_partial.reset();
   rgcn_bw_wgrad_d_W0_chunk_ptr.reset();
-  C10_CUDA_CHECK(launch_rgcn_bw_sum_d_feature(a, stream));
+  if (grad_mask & 1) C10_CUDA_CHECK(launch_rgcn_bw_sum_d_feature(a, stream));
   return {d_feature, d_W0, d_W};
 }
 
@@ -346,17 +357,18 @@ std::vector<at::Tensor> rgcn_backward_meta(
     const at::Tensor& feature,
     const at::Tensor& d_h,
     const at::Tensor& W0,
-    const at::Tensor& W) {
-  at::Tensor d_feature = at::empty({num_nodes, 64}, feature.options());
-  at::Tensor d_W0 = at::empty({64, 64}, feature.options());
-  at::Tensor d_W = at::empty({num_etypes, 64, 64}, feature.options());
+    const at::Tensor& W,
+    int64_t grad_mask) {
+  at::Tensor d_feature = empty_if(grad_mask & 1, {num_nodes, 64}, feature.options());
+  at::Tensor d_W0 = empty_if(grad_mask & 2, {64, 64}, feature.options());
+  at::Tensor d_W = empty_if(grad_mask & 4, {num_etypes, 64, 64}, feature.options());
   return {d_feature, d_W0, d_W};
 }
 
 TORCH_LIBRARY(hectorgen_rgcn, m) {
   m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor W0, Tensor W) -> Tensor[]");
   m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor W0, Tensor W) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor d_h, Tensor W0, Tensor W) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor d_h, Tensor W0, Tensor W, int grad_mask) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_rgcn, CUDA, m) {
   m.impl("forward", &rgcn_forward_op);

@@ -56,6 +56,11 @@ struct Workspace {
 // are fresh in the scope of the phase's tensors, graph arrays, kernels and the reserved identifiers.
 std::vector<Workspace> workspaces(const intra::Program& p);
 
+// The backward op computes only the gradients its caller asks for (its grad_mask argument: bit i, the i-th of
+// `results`, the op's outputs): for each kernel of `p`, the indices of the results it feeds. The host code runs a
+// kernel, and allocates a tensor, only when one of them is asked for.
+std::vector<std::set<size_t>> results_fed(const intra::Program& p, const std::vector<std::string>& results);
+
 // Graph arrays (struct fields / op arguments) the program needs, in a fixed order.
 std::vector<std::string> graph_arrays(const intra::Program& p);
 

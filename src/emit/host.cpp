@@ -40,6 +40,7 @@ std::string rows_of(Per per) {
 
 // Whether the program reads the compact (source, edge type) pair layout: its ops then take the pair count too.
 bool has_pairs(const Program& p) { return p.layouts.count(intra::layout::kCompactSrc) > 0; }
+bool is_backward(const Program& p) { return p.phase == "backward" || p.phase == "compact_backward"; }
 
 std::string shape_list(const TensorInfo& t) {
   std::string s = rows_of(t.per);
@@ -157,6 +158,18 @@ void* mapped_address(const at::Tensor& t, const char* name, at::ScalarType dtype
 
 }  // namespace
 
+// The backward op's allocations of tensors that only some gradients need (emit_op: grad_mask).
+constexpr const char* kGradMaskHelpers = R"cpp(
+
+// A tensor of `shape` when a gradient the caller asked for needs it (the backward's grad_mask), else an empty one.
+at::Tensor empty_if(bool needed, at::IntArrayRef shape, const at::TensorOptions& options) {
+  return needed ? at::empty(shape, options) : at::empty({0}, options);
+}
+
+at::Tensor zeros_if(bool needed, at::IntArrayRef shape, const at::TensorOptions& options) {
+  return needed ? at::zeros(shape, options) : at::empty({0}, options);
+})cpp";
+
 // The tensors an op returns: its outputs, then (forward_train) the saved fields.
 std::vector<std::string> op_results(const Program& p) {
   std::vector<std::string> r;
@@ -180,6 +193,7 @@ static std::vector<OpArg> op_args(const Program& p) {
   for (const char* n : {"num_nodes", "num_edges", "num_etypes", "num_ntypes"}) args.push_back({n, false});
   if (has_pairs(p)) args.push_back({"num_pairs", false});
   for (const TensorDecl* t : op_tensors(p)) args.push_back({t->name, true});
+  if (is_backward(p)) args.push_back({"grad_mask", false});  // which results to compute (results_fed)
   return args;
 }
 
@@ -220,6 +234,23 @@ static Lifetimes plan_memory(const Program& p, const std::vector<std::string>& r
     it = own ? std::next(it) : plan.erase(it);
   }
   return plan;
+}
+
+// A kernel feeds the results it writes, and those of every later kernel that reads a tensor it writes (kernels in
+// reverse order; a tensor read earlier than it is written adds to its older writers, which can only keep a kernel
+// that could be skipped, never skip one that is needed).
+std::vector<std::set<size_t>> results_fed(const Program& p, const std::vector<std::string>& results) {
+  std::map<std::string, std::set<size_t>> demand;  // tensor -> results that read it, directly or not
+  for (size_t r = 0; r < results.size(); ++r) demand[results[r]].insert(r);
+  std::vector<std::set<size_t>> fed(p.kernels.size());
+  for (size_t i = p.kernels.size(); i-- > 0;) {
+    for (const std::string& n : intra::kernel_writes(p.kernels[i])) {
+      const std::set<size_t>& d = demand[n];
+      fed[i].insert(d.begin(), d.end());
+    }
+    for (const std::string& n : intra::kernel_reads(p.kernels[i])) demand[n].insert(fed[i].begin(), fed[i].end());
+  }
+  return fed;
 }
 
 // `p` with the C++ names (emit/names.h), `ir` the same program with the IR's: messages name the user's tensors.
@@ -265,6 +296,38 @@ static std::string emit_op(const Program& p, const Program& ir) {
   std::string alloc, meta, assign;
   std::vector<std::string> results = op_results(p);
   const Lifetimes plan = plan_memory(p, results);
+  // Backward: the condition under which a kernel runs or a tensor is allocated ("" always: it feeds every result).
+  std::vector<std::string> kernel_when(p.kernels.size());
+  std::map<std::string, uint64_t> tensor_mask;  // the results each tensor and workspace feeds
+  std::string mask_doc;
+  const uint64_t all = (uint64_t{1} << results.size()) - 1;
+  auto when = [&](uint64_t mask) { return mask == all ? std::string() : fmt::format("grad_mask & {}", mask); };
+  if (is_backward(p)) {
+    if (results.size() > 63) throw std::logic_error("emit: more than 63 gradients in one backward op");
+    const std::vector<std::set<size_t>> fed = results_fed(p, results);
+    std::map<std::string, uint64_t> kernel_mask;
+    for (size_t i = 0; i < p.kernels.size(); ++i) {
+      uint64_t mask = 0;
+      for (size_t r : fed[i]) mask |= uint64_t{1} << r;
+      kernel_when[i] = when(mask);
+      kernel_mask[intra::kernel_name(p.kernels[i])] = mask;
+      for (const std::string& n : intra::kernel_reads(p.kernels[i])) tensor_mask[n] |= mask;
+      for (const std::string& n : intra::kernel_writes(p.kernels[i])) tensor_mask[n] |= mask;
+    }
+    for (const Workspace& w : workspaces(p))
+      if (auto it = kernel_mask.find(w.kernel); it != kernel_mask.end()) tensor_mask[w.name] = it->second;
+    for (size_t r = 0; r < results.size(); ++r) {
+      mask_doc += fmt::format("{}bit {} {}", mask_doc.empty() ? "" : ", ", r, results[r]);
+      tensor_mask[results[r]] |= uint64_t{1} << r;
+    }
+  }
+  // The expression that allocates tensor `name` (`how`: empty or zeros); in the backward, one that feeds no requested
+  // gradient gets an empty tensor instead (kGradMaskHelpers).
+  auto allocate = [&](const std::string& name, const char* how, const std::string& shape, const std::string& options) {
+    auto it = tensor_mask.find(name);
+    const std::string cond = it == tensor_mask.end() ? "" : when(it->second);
+    return cond.empty() ? fmt::format("at::{}({}, {})", how, shape, options) : fmt::format("{}_if({}, {}, {})", how, cond, shape, options);
+  };
   // fp32 and tf32 models: every tensor is float, as the first input. 16-bit models name each tensor's type.
   const bool mixed = intra::model_storage(p.decl.options.dtype) != DType::FP32;
   std::vector<std::string> before(p.kernels.size());
@@ -277,8 +340,8 @@ static std::string emit_op(const Program& p, const Program& ir) {
       continue;
     }
     std::string options = mixed ? fmt::format("options.dtype({})", aten_scalar(t.storage)) : "options";
-    const std::string line = fmt::format("  at::Tensor {} = at::{}({}, {});{}\n", t.name, t.zero_init ? "zeros" : "empty",
-                                         shape_list(t), options,
+    const std::string line = fmt::format("  at::Tensor {} = {};{}\n", t.name,
+                                         allocate(t.name, t.zero_init ? "zeros" : "empty", shape_list(t), options),
                                          t.role == Role::Output ? "" : t.role == Role::Field ? "  // field" : "  // intermediate");
     const bool result = std::find(results.begin(), results.end(), t.name) != results.end();
     if (auto it = plan.find(t.name); it != plan.end()) {
@@ -288,9 +351,11 @@ static std::string emit_op(const Program& p, const Program& ir) {
       alloc += line;
       assign += fmt::format("  a.{} = {};\n", t.name, data_ptr(t));
     }
-    if (result)
-      meta += fmt::format("  at::Tensor {} = at::empty({}, {}.options(){});\n", t.name, shape_list(t), device_from,
-                          mixed ? fmt::format(".dtype({})", aten_scalar(t.storage)) : "");
+    if (result) {
+      const std::string meta_options =
+          fmt::format("{}.options(){}", device_from, mixed ? fmt::format(".dtype({})", aten_scalar(t.storage)) : "");
+      meta += fmt::format("  at::Tensor {} = {};\n", t.name, allocate(t.name, "empty", shape_list(t), meta_options));
+    }
   }
   // A workspace's element type (Workspace::ctype) as ATen's dtype and as the data_ptr<> type behind the pointer.
   auto at_type = [](const std::string& ctype) -> std::pair<const char*, const char*> {
@@ -301,8 +366,10 @@ static std::string emit_op(const Program& p, const Program& ir) {
     throw std::logic_error("emit: workspace of unknown type " + ctype);
   };
   for (const Workspace& w : workspaces(p)) {
-    const std::string line = fmt::format("  at::Tensor {} = at::empty({{{}}}, options.dtype({}));  // workspace: {}\n", w.name,
-                                         w.numel, at_type(w.ctype).first, w.comment);
+    const std::string w_options = fmt::format("options.dtype({})", at_type(w.ctype).first);
+    const std::string line = fmt::format("  at::Tensor {} = {};  // workspace: {}\n", w.name,
+                                         allocate(w.name, "empty", "{" + w.numel + "}", w_options),
+                                         w.comment);
     const char* elem = at_type(w.ctype).second;
     const std::string set = w.ctype == elem ? fmt::format("  a.{} = {}.data_ptr<{}>();\n", w.name, w.name, elem)
                                             : fmt::format("  a.{} = reinterpret_cast<{}*>({}.data_ptr<{}>());\n", w.name, w.ctype,
@@ -325,12 +392,31 @@ static std::string emit_op(const Program& p, const Program& ir) {
   for (const auto& r : results) res += (res.empty() ? "" : ", ") + r;
   v["results"] = res;
   v["returns"] = p.saved.empty() ? "the outputs" : "the outputs, then the tensors the backward pass needs";
+  if (!mask_doc.empty()) {  // a comment line: wrapped at 118 columns
+    const std::string text = fmt::format(
+        "{}, the gradients grad_mask asks for ({}; one not asked for is an empty tensor: the kernels and tensors that "
+        "feed only such gradients are skipped)", v["returns"], mask_doc);
+    std::string wrapped, line = "// The " + p.phase + " pass. Returns";
+    for (size_t at = 0; at < text.size();) {
+      size_t end = text.find(' ', at);
+      if (end == std::string::npos) end = text.size();
+      const std::string word = text.substr(at, end - at);
+      if (line.size() + 1 + word.size() > 118) {
+        wrapped += line + "\n";
+        line = "//";
+      }
+      line += " " + word;
+      at = end + 1;
+    }
+    v["returns"] = (wrapped + line).substr(std::string("// The " + p.phase + " pass. Returns ").size());
+  }
   std::string launches;
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const intra::Kernel& k = p.kernels[i];
     launches += before[i];
-    if (auto* t = std::get_if<intra::TorchInstance>(&k)) launches += emit_torch_block(p, *t);
-    else launches += fmt::format("  C10_CUDA_CHECK(launch_{}(a, stream));\n", intra::kernel_name(k));
+    const std::string guard = kernel_when[i].empty() ? "  " : fmt::format("  if ({}) ", kernel_when[i]);
+    if (auto* t = std::get_if<intra::TorchInstance>(&k)) launches += guard + emit_torch_block(p, *t).substr(2);
+    else launches += fmt::format("{}C10_CUDA_CHECK(launch_{}(a, stream));\n", guard, intra::kernel_name(k));
     if (after[i].empty() || i + 1 == p.kernels.size()) continue;
     std::string names;
     for (const std::string& n : after[i]) names += (names.empty() ? "" : ", ") + n;
@@ -374,7 +460,9 @@ std::string emit_host_cpp(const std::vector<Program>& ir_phases, const EmitConte
   std::string mapped = any_unified ? kMappedAddress : "";
   for (size_t at = mapped.find("$model$"); at != std::string::npos; at = mapped.find("$model$", at))
     mapped.replace(at, 7, p.model);
-  v["mapped_address"] = mapped;
+  bool any_backward = false;
+  for (const Program& ph : phases) any_backward |= is_backward(ph);
+  v["mapped_address"] = mapped + (any_backward ? kGradMaskHelpers : "");
   // 16-bit models: a float tensor of the wrong type is told the model's dtype (fp32 models: the plain check).
   const DType model = p.decl.options.dtype;
   v["dtype_check"] =
@@ -731,8 +819,9 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
   out += "        d_outs = [torch.zeros(s, device=device, dtype=DTYPE) if d is None else d.contiguous()\n"
          "                  for d, s in zip(grads, ctx.out_shapes)]\n";
   if (!both) {
+    out += "        grad_mask = sum(1 << r for r, i in _GRAD_SLOTS if ctx.needs_input_grad[1 + i])  # the kernels compute only these\n";
     out += fmt::format("        res = torch.ops.hectorgen_{}.backward(\n            *_graph_args(g), {}*[t.contiguous() for t in tensors[:_NUM_INPUTS]],\n"
-                       "            *saved, *d_outs, *[t.contiguous() for t in tensors[_NUM_INPUTS:]])\n",
+                       "            *saved, *d_outs, *[t.contiguous() for t in tensors[_NUM_INPUTS:]], grad_mask)\n",
                        b.model, from_graph_args);
     out += fmt::format("        result = [None] * {}\n", n_t);
     out += "        for r, i in _GRAD_SLOTS:\n";
@@ -741,8 +830,9 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
     out += "        return (None, *result)";
     return out;
   }
+  out += "        grad_mask = sum(1 << r for r, i in _GRAD_SLOTS[ctx.program] if ctx.needs_input_grad[2 + i])  # the kernels compute only these\n";
   out += fmt::format("        res = _op(ctx.program, \"backward\")(\n            *_graph_args(g, ctx.program), {}*[t.contiguous() for t in tensors[:_NUM_INPUTS]],\n"
-                     "            *saved, *d_outs, *[t.contiguous() for t in tensors[_NUM_INPUTS:]])\n",
+                     "            *saved, *d_outs, *[t.contiguous() for t in tensors[_NUM_INPUTS:]], grad_mask)\n",
                      from_graph_args);
   out += fmt::format("        result = [None] * {}\n", n_t);
   out += "        for r, i in _GRAD_SLOTS[ctx.program]:\n";

@@ -66,14 +66,14 @@ const char* const kCppEmitterNames[] = {
     "pair_src", "pair_etype_ptr", "pair_tile_ptr", "edge_pair", "pair_edge_ptr", "pair_edge_eid", "node_pair_ptr",
     "node_pair", "num_pairs", "segment_of",
     // host functions (emit/host.cpp) and PyTorch fallbacks (emit/torch_fallback.cpp)
-    "check", "shape_str", "device", "guard", "options", "src_l", "dst_l", "etype_l", "ntype_l", "edge_pair_l", "C10_CUDA_CHECK",
+    "check", "shape_str", "device", "guard", "options", "grad_mask", "empty_if", "zeros_if", "needed", "src_l", "dst_l", "etype_l", "ntype_l", "edge_pair_l", "C10_CUDA_CHECK",
     "TORCH_CHECK", "Tensor"};
 
 // Fixed identifiers of the Python emitter (emit/host.cpp: the autograd Function).
 const char* const kPythonEmitterNames[] = {
     "self", "cls", "forward", "backward", "TRAINABLE", "_NUM_OUTPUTS", "_NUM_INPUTS", "_GRAD_SLOTS", "SAVED_FOR_BACKWARD", "_Function",
     "ctx", "g", "tensors", "res", "outs", "saved", "grads", "stored", "device", "d_outs", "d", "s", "result", "r",
-    "i", "t", "o", "zip", "torch", "staticmethod", "super", "isinstance", "tuple", "any", "None",
+    "i", "t", "o", "zip", "torch", "staticmethod", "super", "isinstance", "tuple", "any", "None", "grad_mask", "sum",
     // an untrainable module (emit/host.cpp: python_untrainable)
     "NO_BACKWARD_REASON", "_ARGUMENT_NAMES", "_refuse_grad", "names", "n", "RuntimeError", "join",
     // a materialization: auto module (emit/host.cpp: python_auto_constants, the forward's program choice)
