@@ -152,31 +152,33 @@ def train_over_infer(recs) -> list:
 
 
 def auto_choices(recs) -> list:
-    """Markdown lines: per case of a materialization: auto variant (hectorgen_<dtype>_auto), the program it picked,
-    its time, the fixed programs' times (hectorgen_<dtype>, hectorgen_<dtype>_compact) where they ran, and its time
-    over the best fixed one (issue 9's target: within 5%)."""
+    """Markdown lines: per case of an auto variant (hectorgen_<dtype>_auto: materialization and reorder auto), the
+    program it picked, its time, the fixed choices' times where they ran (hectorgen_<dtype>, _compact, _reorder,
+    _compact_reorder), and its time over the best of them (issue 9's target: within 5%)."""
     autos = sorted({s for (_, _, _, s), r in recs["cases"].items() if r.get("materialization")})
     if not autos:
         return []
     ok = lambda r: r is not None and r.get("status") == "ok" and r.get("ms")  # noqa: E731
-    md = ["## materialization: auto: the program picked per case", "",
-          "auto / best fixed = the auto variant's time over the faster of the vanilla and compact variants of its "
-          "dtype (<= 1.05: within 5%). Estimates: the module's cost model (ms, vanilla / compact).", "",
-          "| variant | dataset | model | mode | picked | auto ms | vanilla ms | compact ms | auto / best fixed | "
-          "estimates |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    suffixes = ("", "_compact", "_reorder", "_compact_reorder")
+    md = ["## auto: the program picked per case", "",
+          "auto / best fixed = the auto variant's time over the fastest fixed choice of its dtype that ran "
+          "(vanilla, compact, reorder, compact + reorder; <= 1.05: within 5%). Estimates: the module's cost model "
+          "(ms, vanilla / compact program).", "",
+          "| variant | dataset | model | mode | picked | auto ms | vanilla ms | compact ms | reorder ms | C+R ms | "
+          "auto / best fixed | estimates |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for auto in autos:
         base = auto[: -len("_auto")]
         for (d, m, mode, s), r in recs["cases"].items():
             if s != auto or not ok(r):
                 continue
-            fixed = [recs["cases"].get((d, m, mode, base)), recs["cases"].get((d, m, mode, base + "_compact"))]
+            fixed = [recs["cases"].get((d, m, mode, base + x)) for x in suffixes]
             times = [f"{x['ms']:.3f}" if ok(x) else "-" for x in fixed]
             best = min((x["ms"] for x in fixed if ok(x)), default=None)
             ratio = f"{r['ms'] / best:.2f}" if best else "-"
             est = r.get("estimated_ms") or {}
             estimates = " / ".join("-" if est.get(k) is None else f"{est[k]:.3f}" for k in ("vanilla", "compact"))
-            md.append(f"| {auto} | {d} | {m} | {mode} | {r['materialization']} | {r['ms']:.3f} | {times[0]} | "
-                      f"{times[1]} | {ratio} | {estimates} |")
+            md.append(f"| {auto} | {d} | {m} | {mode} | {r['materialization']} | {r['ms']:.3f} | "
+                      f"{' | '.join(times)} | {ratio} | {estimates} |")
     md.append("")
     return md
 

@@ -445,6 +445,7 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
 __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     int64_t num_rows,
     const int32_t* __restrict__ etype,
+    const float* __restrict__ att__0,
     const float* __restrict__ hs,
     const float* __restrict__ ht,
     const float* __restrict__ w_s,
@@ -461,45 +462,38 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int e_etype = etype[e];
     const float v_d_att__0 = d_att__0[e];
-    float v_hs[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v_hs[j] = hs[e * 64 + lane + 32 * j];
+    const float v_att__0 = att__0[e];
     float v_w_s[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_w_s[j] = w_s[e_etype * 64 + lane + 32 * j];
-    float v_ht[2];
+    float v_hs[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_ht[j] = ht[e * 64 + lane + 32 * j];
+    for (int j = 0; j < 2; ++j) v_hs[j] = hs[e * 64 + lane + 32 * j];
     float v_w_t[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_w_t[j] = w_t[e_etype * 64 + lane + 32 * j];
+    float v_ht[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) v_ht[j] = ht[e * 64 + lane + 32 * j];
     float v_d_msg[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_msg[j] = d_msg[e * 64 + lane + 32 * j];
-    // e["d$hs"] += e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * reshape(w_s[e.etype], 1, 64)
-    float dot_hs_w_s = 0.f;
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) dot_hs_w_s += v_hs[j] * v_w_s[j];
-    dot_hs_w_s = warp_sum(dot_hs_w_s);
-    float dot_ht_w_t = 0.f;
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) dot_ht_w_t += v_ht[j] * v_w_t[j];
-    dot_ht_w_t = warp_sum(dot_ht_w_t);
+    // e["d$hs"] += e["d$att$0"] * leakyrelu_grad(e.att$0, negative_slope) * reshape(w_s[e.etype], 1, 64)
     float v_d_hs[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_hs[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_w_s[j];
-    // $wg0 = e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
+    for (int j = 0; j < 2; ++j) v_d_hs[j] = v_d_att__0 * (v_att__0 > 0.f ? 1.f : 0.2f) * v_w_s[j];
+    // $wg0 = e["d$att$0"] * leakyrelu_grad(e.att$0, negative_slope) * e.hs
     float wg0[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) wg0[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_hs[j];
-    // e["d$ht"] += e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * reshape(w_t[e.etype], 1, 64)
+    for (int j = 0; j < 2; ++j) wg0[j] = v_d_att__0 * (v_att__0 > 0.f ? 1.f : 0.2f) * v_hs[j];
+    // e["d$ht"] += e["d$att$0"] * leakyrelu_grad(e.att$0, negative_slope) * reshape(w_t[e.etype], 1, 64)
     float v_d_ht[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_ht[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_w_t[j];
-    // $wg1 = e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.ht
+    for (int j = 0; j < 2; ++j) v_d_ht[j] = v_d_att__0 * (v_att__0 > 0.f ? 1.f : 0.2f) * v_w_t[j];
+    // $wg1 = e["d$att$0"] * leakyrelu_grad(e.att$0, negative_slope) * e.ht
     float wg1[2];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) wg1[j] = v_d_att__0 * ((dot_hs_w_s + dot_ht_w_t) > 0.f ? 1.f : 0.2f) * v_ht[j];
+    for (int j = 0; j < 2; ++j) wg1[j] = v_d_att__0 * (v_att__0 > 0.f ? 1.f : 0.2f) * v_ht[j];
     // e["d$hs"] += e["d$msg"]
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_hs[j] += v_d_msg[j];
@@ -729,7 +723,7 @@ cudaError_t launch_rgat_bw_nodes_d_att(const RgatBackwardArgs& a, cudaStream_t s
 cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // rgat_bw_edges_d_hs
     const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    rgat_bw_edges_d_hs<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.hs, a.ht, a.w_s, a.w_t, a.d_att__0, a.d_hs, a.d_ht, a.d_msg, a.t_wg0, a.t_wg1);
+    rgat_bw_edges_d_hs<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.att__0, a.hs, a.ht, a.w_s, a.w_t, a.d_att__0, a.d_hs, a.d_ht, a.d_msg, a.t_wg0, a.t_wg1);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -737,7 +731,7 @@ cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& a, cudaStream_t st
 
 cudaError_t launch_rgat_bw_segsum_d_w_s(const RgatBackwardArgs& a, cudaStream_t stream) {
   // rgat_bw_segsum_d_w_s: segment sum  d_w_s[etype] += sum_row t_wg0[row]
-  //   from: d$w_s[e.etype] += e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.hs
+  //   from: d$w_s[e.etype] += e["d$att$0"] * leakyrelu_grad(e.att$0, negative_slope) * e.hs
   const int64_t rows = a.num_edges;
   const int chunk_rows = hectorgen::segment_sum_chunk_rows(rows, 64);
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, rows, chunk_rows, a.rgat_bw_segsum_d_w_s_chunk_ptr, stream);
@@ -753,7 +747,7 @@ cudaError_t launch_rgat_bw_segsum_d_w_s(const RgatBackwardArgs& a, cudaStream_t 
 
 cudaError_t launch_rgat_bw_segsum_d_w_t(const RgatBackwardArgs& a, cudaStream_t stream) {
   // rgat_bw_segsum_d_w_t: segment sum  d_w_t[etype] += sum_row t_wg1[row]
-  //   from: d$w_t[e.etype] += e["d$att$0"] * leakyrelu_grad(dot(e.hs, w_s[e.etype]) + dot(e.ht, w_t[e.etype]), negative_slope) * e.ht
+  //   from: d$w_t[e.etype] += e["d$att$0"] * leakyrelu_grad(e.att$0, negative_slope) * e.ht
   const int64_t rows = a.num_edges;
   const int chunk_rows = hectorgen::segment_sum_chunk_rows(rows, 64);
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, rows, chunk_rows, a.rgat_bw_segsum_d_w_t_chunk_ptr, stream);

@@ -433,7 +433,8 @@ class Differentiator {
       ExprP count = typed::apply(Op::Max, {typed::field(base, ties, ctx_), typed::number(1.0, false)});
       diff(x, reduce(typed::apply(Op::Div, {typed::apply(Op::Mul, {g, mask}), count}), x), contributions);
     } else {
-      diff(s.value, g, contributions);
+      // A whole stored value (`f = call(...)`): its derivative may read f's saved value (GradArgs::result).
+      diff(s.value, g, contributions, s.op == AssignOp::Set ? s.target : nullptr);
     }
     for (auto& [leaf, grad] : contributions) accumulate(leaf, grad, s.loc, out);
   }
@@ -526,7 +527,8 @@ class Differentiator {
   }
 
   // ---- reverse mode: the operator table's derivative rules -----------------------------------------------
-  void diff(const ExprP& e, const ExprP& g, std::vector<std::pair<ExprP, ExprP>>& out) {
+  // `stored`: the field that holds e's value after its statement (null: none), for GradArgs::result.
+  void diff(const ExprP& e, const ExprP& g, std::vector<std::pair<ExprP, ExprP>>& out, const ExprP& stored = nullptr) {
     switch (e->kind) {
       case ExprKind::Number:
       case ExprKind::String:
@@ -544,7 +546,14 @@ class Differentiator {
         const OpInfo& op = op_info(e->fn);
         if (!op.grad) throw UnsupportedGradient(e->loc, fmt::format("autodiff does not support '{}' yet", op.name));
         std::function<ExprP(const ExprP&)> save = [this](const ExprP& x) { return saved(x); };
-        std::vector<ExprP> adjoints = op.grad(GradArgs{*e, g, save});
+        std::function<ExprP()> result = [this, &stored]() { return stored ? saved(stored) : nullptr; };
+        std::function<std::optional<double>(const ExprP&)> constant = [this](const ExprP& x) -> std::optional<double> {
+          if (x->kind == ExprKind::Number) return x->number;
+          if (x->kind != ExprKind::Name) return std::nullopt;
+          const HyperParam* h = f_.decl.find_hyper(x->name);
+          return h ? std::optional<double>(h->value) : std::nullopt;
+        };
+        std::vector<ExprP> adjoints = op.grad(GradArgs{*e, g, save, result, constant});
         for (size_t i = 0; i < e->args.size(); ++i)
           if (i < adjoints.size() && adjoints[i]) diff(e->args[i], reduce(adjoints[i], e->args[i]), out);
         return;

@@ -1710,6 +1710,7 @@ std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const s
     p->saved = saved;
     merge_duplicate_gemms(*p);
     merge_duplicate_traversals(*p);
+    merge_duplicate_stores(*p);
     drop_dead_stores(*p);
     assign_storage(*p);
     choose_gemm_kernels(*p);

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <map>
 #include <optional>
+#include <regex>
 #include <functional>
 #include <set>
 #include <string>
@@ -170,6 +171,76 @@ void merge_duplicate_traversals(Program& p) {
       }
       const std::set<std::string> writes = kernel_writes(p.kernels[j]);
       if (std::any_of(reads.begin(), reads.end(), [&](const std::string& t) { return writes.count(t) > 0; })) break;
+    }
+  }
+}
+
+void merge_duplicate_stores(Program& p) {
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    auto* t = std::get_if<TraversalInstance>(&p.kernels[i]);
+    if (!t) continue;
+    const std::optional<std::vector<std::string>> temps = private_temps(p, i);
+    // Straight-line bodies only: without updates or loops a register's text names one value.
+    const bool straight = std::none_of(t->body.begin(), t->body.end(), [](const Instr& in) {
+      return std::holds_alternative<Update>(in.v) || std::holds_alternative<EdgeLoop>(in.v);
+    });
+    if (!temps || !straight) continue;
+    // The registers computed from the same expression over the same registers (their text equal).
+    std::map<std::string, std::string> first_of;  // register -> the first register with its value
+    std::map<std::string, std::pair<std::string, int64_t>> seen;  // value text -> (register, elements)
+    for (const Instr& in : t->body) {
+      const auto* d = std::get_if<Def>(&in.v);
+      const auto* e = d && !d->is_mutable ? std::get_if<Eval>(&d->source) : nullptr;
+      if (!e) continue;
+      std::string text = print_value(e->value);
+      for (const auto& [reg, first] : first_of)  // an operand that repeats an earlier register reads as it
+        if (reg != first && text.find(reg) != std::string::npos) text.clear();
+      if (text.empty()) continue;
+      auto [it, fresh] = seen.try_emplace(text, d->name, d->type.numel());
+      if (!fresh && it->second.second == d->type.numel() && it->second.first != d->name) first_of[d->name] = it->second.first;
+    }
+    if (first_of.empty()) continue;
+    // A temporary that stores the same register as an earlier store of the same rows and type goes; its readers
+    // read the earlier one.
+    std::map<std::string, std::string> kept_for;  // dropped temporary -> kept one
+    std::map<std::string, const Store*> stored;   // first register -> its first store
+    for (const Instr& in : t->body) {
+      const auto* st = std::get_if<Store>(&in.v);
+      if (!st || st->atomic) continue;
+      auto f = first_of.find(st->reg);
+      const std::string reg = f == first_of.end() ? st->reg : f->second;
+      auto [it, fresh] = stored.try_emplace(reg, st);
+      if (fresh) continue;
+      const Store& kept = *it->second;
+      const TensorInfo *a = p.find(kept.tensor), *b = p.find(st->tensor);
+      const bool temp = std::find(temps->begin(), temps->end(), st->tensor) != temps->end();
+      if (temp && a && b && kept.row == st->row && kept.lanes == st->lanes && a->storage == b->storage && a->per == b->per &&
+          a->row_numel() == b->row_numel())
+        kept_for[st->tensor] = kept.tensor;
+    }
+    if (kept_for.empty()) continue;
+    std::erase_if(t->body, [&](const Instr& in) {
+      const auto* st = std::get_if<Store>(&in.v);
+      return st && kept_for.count(st->tensor);
+    });
+    for (const auto& [dropped, kept] : kept_for) {
+      for (size_t k = i + 1; k < p.kernels.size(); ++k) redirect_reads(p.kernels[k], dropped, kept);
+      for (auto& [field, tensor] : p.aliases)
+        if (tensor == dropped) tensor = kept;
+      std::erase_if(p.tensors, [&](const TensorInfo& x) { return x.name == dropped; });
+    }
+    // The repeated registers nothing reads any more go, with the comment that introduced each.
+    for (const auto& [reg, first] : first_of) {
+      auto def = std::find_if(t->body.begin(), t->body.end(), [&](const Instr& in) {
+        const auto* d = std::get_if<Def>(&in.v);
+        return d && d->name == reg;
+      });
+      TraversalInstance rest = *t;
+      rest.body.erase(rest.body.begin() + (def - t->body.begin()));
+      std::erase_if(rest.body, [](const Instr& in) { return std::holds_alternative<Comment>(in.v); });
+      if (std::regex_search(print_traversal(rest), std::regex("\\b" + reg + "\\b"))) continue;
+      const bool commented = def != t->body.begin() && std::holds_alternative<Comment>(std::prev(def)->v);
+      t->body.erase(commented ? std::prev(def) : def, std::next(def));
     }
   }
 }

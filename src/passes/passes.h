@@ -57,6 +57,11 @@ void merge_duplicate_gemms(intra::Program& p);
 // its registers and of the temporaries it stores, which only it writes), reading what the earlier read with
 // nothing written to it in between, is dropped; its temporaries' readers read the earlier ones.
 void merge_duplicate_traversals(intra::Program& p);
+// Within one traversal instance: temporaries it alone writes that store the same value (a register computed by
+// the same expression as an earlier one, of as many elements) on the same rows are one temporary; the later ones
+// are dropped and their readers read the first (RGAT's backward scales each edge's attention gradient once for
+// the weight gradient and once for each pair sum).
+void merge_duplicate_stores(intra::Program& p);
 
 // Removes what the traversal instances compute for nobody: stores of fields and temporaries that are neither
 // outputs nor saved for the backward and that no later kernel reads (nor the kernel itself), then the

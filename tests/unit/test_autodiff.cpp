@@ -190,6 +190,9 @@ const std::vector<GradCase> kGradCases = {
     {Op::Sqrt, kA, "[4]", "sqrt(e.src.a * e.src.a + 1.0)"},
     {Op::LeakyRelu, kA, "[4]", "leakyrelu(e.src.a, 0.2)"},
     {Op::LeakyRelu, kA, "[4]", "leakyrelu(e.src.a)"},
+    // A negative slope flips the sign: the derivative recomputes from the argument, not from the stored result.
+    {Op::LeakyRelu, kAB, "[4]", "leakyrelu(e.src.a * e.dst.b, -0.5)"},
+    {Op::LeakyRelu, kAB, "[4]", "leakyrelu(e.src.a * e.dst.b, 0.2) * 2.0"},
     {Op::Max, kAB, "[4]", "max(e.src.a, e.dst.b)"},
     {Op::Sum, kM, "[2]", "sum(e.src.m)"},
     {Op::Dot, kAB, "[]", "dot(e.src.a, e.dst.b)"},
@@ -226,6 +229,29 @@ const std::vector<std::pair<Op, const char*>> kNoGradCases = {
 };
 
 }  // namespace
+
+TEST_CASE("autodiff: leakyrelu's derivative reads the stored result when the slope keeps the argument's sign",
+          "[autodiff][ops]") {
+  auto backward_of = [](const char* slope, const char* tail) {
+    const std::string text = fmt::format(
+        "model: lr\nhyper:\n  slope: {}\n{}outputs:\n  y: {{per: edge, shape: [4]}}\nprogram: |\n  for e in g.edges():\n"
+        "      e[\"y\"] = leakyrelu(e.src.a * e.dst.b, slope){}\n", slope, kAB, tail);
+    auto c = compile_text("lr.yaml", text);
+    INFO(c->rendered());
+    REQUIRE(c->module);
+    Diagnostics d;
+    auto tm = passes::autodiff(*c->module, d);
+    REQUIRE(tm);
+    check_gradients_of("lr.yaml", text);
+    return print_module(tm->backward);
+  };
+  // The whole stored value, slope >= 0 (a hyper-parameter): the sign of e.y is the argument's.
+  CHECK(backward_of("0.2", "").find("leakyrelu_grad(e.y, slope)") != std::string::npos);
+  CHECK(backward_of("0.0", "").find("leakyrelu_grad(e.y, slope)") != std::string::npos);
+  // A negative slope, or a value that is not the whole stored value: from the argument.
+  CHECK(backward_of("-0.5", "").find("leakyrelu_grad(e.src.a * e.dst.b, slope)") != std::string::npos);
+  CHECK(backward_of("0.2", " * 2.0").find("leakyrelu_grad(e.src.a * e.dst.b, slope)") != std::string::npos);
+}
 
 TEST_CASE("autodiff: every operator's derivative rule matches finite differences", "[autodiff][ops]") {
   std::set<Op> covered;

@@ -348,6 +348,11 @@ std::vector<ExprP> grad_relu(const GradArgs& g) {
 }
 std::vector<ExprP> grad_leakyrelu(const GradArgs& g) {
   ExprP slope = g.call.args.size() > 1 ? g.call.args[1] : num(*op_info(Op::LeakyRelu).params[1].default_value);
+  // With a slope >= 0 the result has the sign of the argument: the derivative reads the stored result (RGAT's
+  // attention score, one value per edge) instead of recomputing the argument (a dot product over the
+  // destination's feature row per edge).
+  if (std::optional<double> a = g.constant(slope); a && *a >= 0)
+    if (ExprP y = g.result()) return {mul(g.adjoint, fn(Op::LeakyReluGrad, {y, slope})), nullptr};
   return {mul(g.adjoint, fn(Op::LeakyReluGrad, {g.saved(g.call.args[0]), slope})), nullptr};
 }
 std::vector<ExprP> grad_tanh(const GradArgs& g) {

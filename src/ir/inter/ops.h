@@ -106,10 +106,15 @@ using EvalFn = Value64 (*)(const std::vector<Value64>& args, const Type& result)
 // Derivative: the adjoint of each argument (null: none), given the typed forward node, the adjoint of its
 // result (typed) and `saved`, which gives a forward operand's value in the backward program. Autodiff sums
 // an adjoint over the axes its operand was broadcast along.
+// `result`: the call's own value in the backward (the saved field its statement stores, when the call is that
+// statement's whole value), or null: a rule that can read its result instead of recomputing from its operands
+// (leakyrelu) does so. `constant`: the value of a constant argument (a number or a hyper-parameter), or none.
 struct GradArgs {
   const Expr& call;
   const ExprP& adjoint;
   const std::function<ExprP(const ExprP&)>& saved;
+  const std::function<ExprP()>& result;
+  const std::function<std::optional<double>(const ExprP&)>& constant;
 };
 using GradFn = std::vector<ExprP> (*)(const GradArgs&);
 
