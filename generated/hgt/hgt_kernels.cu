@@ -532,23 +532,22 @@ __global__ void __launch_bounds__(256) hgt_bw_gemm_d_v_edges(
   }
 }
 
-// hgt_bw_edges_loop: traversal instance, one warp per edge
+// hgt_bw_edges_loop: traversal instance, one thread per edge
 __global__ void __launch_bounds__(256) hgt_bw_edges_loop(
     int64_t num_rows,
     const int32_t* __restrict__ etype,
     const float* __restrict__ mu,
     const float* __restrict__ d_att__0,
     float* __restrict__ t_op0) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row_stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int e_etype = etype[e];
     const float v_d_att__0 = d_att__0[e];
     const float v_mu = mu[e_etype];
     // $op0 = e["d$att$0"] / sqrt(d_k) * mu[e.etype]
     const float op0 = v_d_att__0 / 8.0f * v_mu;
-    if (lane == 0) t_op0[e] = op0;
+    t_op0[e] = op0;
   }
 }
 
@@ -989,7 +988,7 @@ cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& a, cudaStream_t s
 
 cudaError_t launch_hgt_bw_edges_loop(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_bw_edges_loop
-    const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_edges + 256 - 1) / 256);
     hgt_bw_edges_loop<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.mu, a.d_att__0, a.t_op0);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }

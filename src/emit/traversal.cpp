@@ -44,11 +44,14 @@ class TraversalPrinter {
     CodeWriter body;
     w_ = &body;
     scopes_.emplace_back();
+    const bool per_thread = intra::one_thread_per_row(t_);
+    split_ = per_thread;  // as in a split loop: each thread loads and stores its own row's values
     {
       CodeWriter::Indent i1(body);
       CodeWriter::Indent i2(body);
       block(t_.body);
     }
+    split_ = false;
     const bool pair_rows = t_.rows == inter::LoopKind::SrcPairs;
     const bool node_rows = t_.rows != inter::LoopKind::Edges && !pair_rows;
     const std::string rows = pair_rows ? "a.num_pairs" : node_rows ? "a.num_nodes" : "a.num_edges";
@@ -76,12 +79,17 @@ class TraversalPrinter {
     const char* per = pair_rows    ? "(source, edge type) pair"
                       : !node_rows ? "edge"
                       : t_.rows == inter::LoopKind::DstNodes ? "destination node" : "source node";
-    k.line(fmt::format("// {}: traversal instance, one warp per {}", t_.name, per));
+    k.line(fmt::format("// {}: traversal instance, one {} per {}", t_.name, per_thread ? "thread" : "warp", per));
     k.line(fmt::format("__global__ void __launch_bounds__({}) {}(", t_.threads, t_.name));
     for (size_t i = 0; i < params.size(); ++i) k.line(fmt::format("    {}{}", params[i], i + 1 < params.size() ? "," : ") {"));
-    k.line("  const int lane = threadIdx.x & 31;");
-    k.line("  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;");
-    k.line("  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;");
+    if (per_thread) {
+      k.line("  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;");
+      k.line("  const int64_t row_stride = static_cast<int64_t>(gridDim.x) * blockDim.x;");
+    } else {
+      k.line("  const int lane = threadIdx.x & 31;");
+      k.line("  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;");
+      k.line("  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;");
+    }
     k.line(fmt::format("  for (int64_t {0} = first_row; {0} < num_rows; {0} += row_stride) {{", t_.row));
     r.kernel = k.str() + body.str() + "  }\n}\n";
     std::string arglist;

@@ -74,12 +74,19 @@ Kernel segsum(int64_t numel) {
   return Kernel{s};
 }
 
-Kernel traversal(int threads) {
+// A traversal over the edges whose body loads a row spread over the lanes (a warp per edge), or, with `scalar`,
+// held whole by each lane (a thread per edge).
+Kernel traversal(int threads, bool scalar = false) {
   intra::TraversalInstance t;
   t.name = "m_edges";
   t.rows = inter::LoopKind::Edges;
   t.row = "e";
   t.threads = threads;
+  intra::Def d;
+  d.name = "v_x";
+  d.type = intra::RegType{{1, 64}, scalar ? intra::LaneLayout::Replicated : intra::LaneLayout::Lanes};
+  d.source = intra::Load{"x", "e"};
+  t.body.push_back(intra::Instr{d});
   return Kernel{t};
 }
 
@@ -196,6 +203,11 @@ TEST_CASE("launch configurations of each kernel kind", "[launch]") {
     CHECK(c.x.largest() == (int64_t{2147483646} + 31) / 32);
     CHECK(c.x.expr("a.num_edges", "a.num_etypes") == "static_cast<unsigned>((a.num_edges + 32 - 1) / 32)");
   }
+  SECTION("traversal of scalar work: one thread per row") {
+    LaunchConfig c = intra::launch_config(p, traversal(256, /*scalar=*/true));
+    CHECK(c.x.at(1000, 1) == 4);
+    CHECK(c.x.expr("a.num_edges", "a.num_etypes") == "static_cast<unsigned>((a.num_edges + 256 - 1) / 256)");
+  }
 }
 
 TEST_CASE("the launch-limit check catches each violated limit", "[launch][verifier]") {
@@ -254,7 +266,8 @@ TEST_CASE("the intra verifier rejects kernel instances that cannot launch", "[la
   CHECK(verify(wgrad(1, 64, 64)).empty());
   CHECK(verify(wgrad(1, 64, 64, intra::WgradKernel::TensorCore)).find("m_wgrad: kernel=tc") != std::string::npos);  // fp32
   CHECK(verify(segsum(64)).empty());
-  CHECK(verify(traversal(256)).empty());
+  CHECK(verify(traversal(256)) == "");
+  CHECK(verify(traversal(256, /*scalar=*/true)) == "");
   CHECK(verify(traversal(2048)).find("2048 threads per block") != std::string::npos);
   CHECK(verify(traversal(48)).find("whole number of warps") != std::string::npos);
   // Wide rows and many heads: folded or strided, still launchable.

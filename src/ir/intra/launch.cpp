@@ -128,9 +128,9 @@ LaunchConfig launch_config(const Program& p, const Kernel& k) {
     c.y = GridExtent::constant(1);
     c.z = GridExtent::constant(1);
   } else if (auto* tp = std::get_if<TraversalInstance>(&k)) {
-    // One warp per row; the kernel strides over the rows past its grid.
+    // One warp per row (a thread per row for scalar work); the kernel strides over the rows past its grid.
     c.threads = tp->threads;
-    c.x.rows_per_block = std::max<int64_t>(1, tp->threads / limits::kWarp);
+    c.x.rows_per_block = one_thread_per_row(*tp) ? tp->threads : std::max<int64_t>(1, tp->threads / limits::kWarp);
     c.y = GridExtent::constant(1);
     c.z = GridExtent::constant(1);
   }

@@ -459,6 +459,19 @@ std::string split_blocker(const EdgeLoop& l) {
   return "";
 }
 
+bool one_thread_per_row(const TraversalInstance& t) {
+  for (const Instr& in : t.body) {
+    if (std::holds_alternative<EdgeLoop>(in.v) || std::holds_alternative<Sync>(in.v)) return false;
+    if (auto* d = std::get_if<Def>(&in.v)) {
+      if (d->type.layout != LaneLayout::Replicated) return false;
+      if (std::holds_alternative<Reduce>(d->source)) return false;
+    } else if (auto* s = std::get_if<Store>(&in.v)) {
+      if (s->lanes != StoreLanes::Lane0 || (!s->atomic && s->row != t.row)) return false;
+    }
+  }
+  return true;
+}
+
 void split_edge_loops(TraversalInstance& t) {
   for (Instr& in : t.body)
     if (auto* l = std::get_if<EdgeLoop>(&in.v)) l->split = split_blocker(*l).empty();

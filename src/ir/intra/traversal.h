@@ -210,6 +210,10 @@ const char* walked_layout(inter::LoopKind k);
 // loop edge's own rows (or atomically), and updates registers of the enclosing scope only by accumulation
 // (`+=` of a value that does not read the register, or `x = max(x, v)`), reading them nowhere else.
 std::string split_blocker(const EdgeLoop& l);
+// Whether each thread can take a row of its own, instead of a warp per row: the body is scalar work only (every
+// register `replicated`, no warp reductions, loops or syncs) and stores only into the row's own entries (or
+// atomically). Per-edge scalar kernels (RGAT's and HGT's attention gradients) then use all 32 lanes.
+bool one_thread_per_row(const TraversalInstance& t);
 // Splits every inner loop of the instance that split_blocker allows and unsplits the others; run before
 // insert_warp_syncs (a split loop's accesses belong to the lane that owns the edge).
 void split_edge_loops(TraversalInstance& t);
