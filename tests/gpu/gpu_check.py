@@ -1510,8 +1510,9 @@ class Checker:
 
         in_grad = [n for n in ad.input_names if n in grad_names]
 
-        def generated_grads():
-            xs = [x.detach().clone().requires_grad_(x_name in in_grad) for x_name, x in zip(ad.input_names, args)]
+        def generated_grads(inputs_grad=True):
+            xs = [x.detach().clone().requires_grad_(inputs_grad and x_name in in_grad)
+                  for x_name, x in zip(ad.input_names, args)]
             layer.zero_grad(set_to_none=True)
             outs = ad.call(layer, hg, xs)
             keys = [k for k in d_out if k in outs]
@@ -1546,6 +1547,18 @@ class Checker:
                      f"differ: {', '.join(differ)}" if differ else f"{len(same)} weight gradient(s)", "grad")
             return err, tol, f"{nbytes / 2**20:.1f} MiB poisoned" + (f"; {note}" if note else "")
         self.guarded(name, gname, f"poisoned backward vs {label}", again, tol=TOL_GRAD, kind="grad")
+
+        def weights_only():
+            # The inputs need no gradient: the backward's grad_mask skips the kernels that feed only theirs.
+            poison(dev, ad.mod)
+            third = generated_grads(inputs_grad=False)
+            weights = [k for k in first if k in ad.weight_names]
+            differ = [k for k in weights if third.get(k) is None or not torch.equal(first[k], third[k])]
+            return (math.inf if differ else 0.0), 0.0, (f"differ: {', '.join(differ)}" if differ else
+                                                         f"{len(weights)} weight gradient(s)")
+        if in_grad and any(k in ad.weight_names for k in first):
+            self.guarded(name, gname, "weight grads bit-identical, inputs need no grad (poisoned)", weights_only,
+                         tol=0.0, kind="grad")
 
     def timing(self, v, model, ad, layer, hg, args, inp, d_out, gdev, name, gname, with_backward):
         import torch
