@@ -3,7 +3,8 @@
 
     python3 bench/calibrate_auto.py results-*.jsonl
 
-Input: a benchmark run with a `<dtype>_auto` variant beside `<dtype>` and `<dtype>_compact` (bench/README.md). Each
+Input: a benchmark run with a `<dtype>_auto` variant beside `<dtype>_reorder` and `<dtype>_compact_reorder` (or, from
+runs before the auto variant reordered, `<dtype>` and `<dtype>_compact`; bench/README.md). Each
 auto case records the cost model's terms of both programs on its graph and mode (`cost_terms`: kernel launches and
 bytes moved); the fixed variants' measured times of the same case are what each program costs. Per GPU
 architecture, launch_us and bandwidth_gbs are fitted by least squares on the relative error of
@@ -35,7 +36,11 @@ def observations(recs) -> dict:
         if not (ok(r) and r.get("cost_terms") and system.endswith("_auto")):
             continue
         base = system[: -len("_auto")]
-        for program, fixed in (("vanilla", base), ("compact", base + "_compact")):
+        # The auto variant reorders where it pays (reorder: auto): its programs are timed as the fixed variants with
+        # reordering when those ran, else as the plain ones.
+        reordered = (d, m, mode, base + "_reorder") in recs["cases"]
+        suffix = "_reorder" if reordered else ""
+        for program, fixed in (("vanilla", base + suffix), ("compact", base + "_compact" + suffix)):
             f = recs["cases"].get((d, m, mode, fixed))
             terms = r["cost_terms"].get(program)
             if ok(f) and terms:
