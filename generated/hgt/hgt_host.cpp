@@ -264,6 +264,7 @@ std::vector<at::Tensor> hgt_forward_train_op(
   at::Tensor v = at::empty({num_nodes, 1, 64}, options);  // field
   at::Tensor att = at::empty({num_edges, 1}, options);  // field
   at::Tensor att__0 = at::empty({num_edges, 1}, options);  // field
+  at::Tensor att__0_dot = at::empty({num_edges, 1}, options);  // field
   at::Tensor att__1 = at::empty({num_edges, 1}, options);  // field
   at::Tensor msg = at::empty({num_edges, 1, 64}, options);  // field
   HgtForwardTrainArgs a{};  // pointers to tensors no kernel touches stay null
@@ -302,6 +303,7 @@ std::vector<at::Tensor> hgt_forward_train_op(
   a.v = v.data_ptr<float>();
   a.att = att.data_ptr<float>();
   a.att__0 = att__0.data_ptr<float>();
+  a.att__0_dot = att__0_dot.data_ptr<float>();
   a.att__1 = att__1.data_ptr<float>();
   a.msg = msg.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -312,12 +314,12 @@ std::vector<at::Tensor> hgt_forward_train_op(
   a.t_lin_3 = t_lin_3.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_lin_3(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_msg(a, stream));
-  C10_CUDA_CHECK(launch_hgt_fwt_edges_att__0(a, stream));
+  C10_CUDA_CHECK(launch_hgt_fwt_edges_att__0_dot(a, stream));
   // No kernel below uses t_lin_3: its memory goes back to the caching allocator.
   t_lin_3.reset();
   C10_CUDA_CHECK(launch_hgt_fwt_nodes_att_max(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_h(a, stream));
-  return {h, agg, att, att__0, att__1, att_max, att_sum, k, msg, q, v};
+  return {h, agg, att, att__0, att__0_dot, att__1, att_max, att_sum, k, msg, q, v};
 }
 
 // Shape-only implementation of the forward_train pass, for tracing and torch.compile.
@@ -357,9 +359,10 @@ std::vector<at::Tensor> hgt_forward_train_meta(
   at::Tensor v = at::empty({num_nodes, 1, 64}, feature.options());
   at::Tensor att = at::empty({num_edges, 1}, feature.options());
   at::Tensor att__0 = at::empty({num_edges, 1}, feature.options());
+  at::Tensor att__0_dot = at::empty({num_edges, 1}, feature.options());
   at::Tensor att__1 = at::empty({num_edges, 1}, feature.options());
   at::Tensor msg = at::empty({num_edges, 1, 64}, feature.options());
-  return {h, agg, att, att__0, att__1, att_max, att_sum, k, msg, q, v};
+  return {h, agg, att, att__0, att__0_dot, att__1, att_max, att_sum, k, msg, q, v};
 }
 
 // The backward pass. Returns the outputs, the gradients grad_mask asks for (bit 0 d_feature, bit 1 d_W_k, bit 2
@@ -388,6 +391,7 @@ std::vector<at::Tensor> hgt_backward_op(
     const at::Tensor& agg,
     const at::Tensor& att,
     const at::Tensor& att__0,
+    const at::Tensor& att__0_dot,
     const at::Tensor& att__1,
     const at::Tensor& att_max,
     const at::Tensor& att_sum,
@@ -426,6 +430,7 @@ std::vector<at::Tensor> hgt_backward_op(
   check(agg, "input 'agg'", at::kFloat, {num_nodes, 1, 64}, device);
   check(att, "input 'att'", at::kFloat, {num_edges, 1}, device);
   check(att__0, "input 'att__0'", at::kFloat, {num_edges, 1}, device);
+  check(att__0_dot, "input 'att__0_dot'", at::kFloat, {num_edges, 1}, device);
   check(att__1, "input 'att__1'", at::kFloat, {num_edges, 1}, device);
   check(att_max, "input 'att_max'", at::kFloat, {num_nodes, 1}, device);
   check(att_sum, "input 'att_sum'", at::kFloat, {num_nodes, 1}, device);
@@ -473,6 +478,7 @@ std::vector<at::Tensor> hgt_backward_op(
   a.agg = agg.data_ptr<float>();
   a.att = att.data_ptr<float>();
   a.att__0 = att__0.data_ptr<float>();
+  a.att__0_dot = att__0_dot.data_ptr<float>();
   a.att__1 = att__1.data_ptr<float>();
   a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
@@ -633,6 +639,7 @@ std::vector<at::Tensor> hgt_backward_meta(
     const at::Tensor& agg,
     const at::Tensor& att,
     const at::Tensor& att__0,
+    const at::Tensor& att__0_dot,
     const at::Tensor& att__1,
     const at::Tensor& att_max,
     const at::Tensor& att_sum,
@@ -663,7 +670,7 @@ std::vector<at::Tensor> hgt_backward_meta(
 TORCH_LIBRARY(hectorgen_hgt, m) {
   m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
   m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor k, Tensor msg, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a, int grad_mask) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__0_dot, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor k, Tensor msg, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a, int grad_mask) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_hgt, CUDA, m) {
   m.impl("forward", &hgt_forward_op);

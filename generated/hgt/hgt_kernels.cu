@@ -236,14 +236,15 @@ __global__ void __launch_bounds__(256) hgt_fw_nodes_att_max(
 
 // ==== forward_train ====
 
-// hgt_fwt_edges_att__0: traversal instance, one warp per edge
-__global__ void __launch_bounds__(256) hgt_fwt_edges_att__0(
+// hgt_fwt_edges_att__0_dot: traversal instance, one warp per edge
+__global__ void __launch_bounds__(256) hgt_fwt_edges_att__0_dot(
     int64_t num_rows,
     const int32_t* __restrict__ dst,
     const int32_t* __restrict__ etype,
     const float* __restrict__ mu,
     const float* __restrict__ q,
     float* __restrict__ att__0,
+    float* __restrict__ att__0_dot,
     const float* __restrict__ t_lin_3) {
   const int lane = threadIdx.x & 31;
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
@@ -258,12 +259,14 @@ __global__ void __launch_bounds__(256) hgt_fwt_edges_att__0(
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
     const float v_mu = mu[e_etype];
-    // e["att$0"] = dot($lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
-    float dot_lin_3_q = 0.f;
+    // e["att$0$dot"] = dot($lin_3, e.dst["q"])
+    float v_att__0_dot = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) dot_lin_3_q += lin_3[j] * v_dst_q[j];
-    dot_lin_3_q = warp_sum(dot_lin_3_q);
-    const float v_att__0 = dot_lin_3_q * v_mu / 8.0f;
+    for (int j = 0; j < 2; ++j) v_att__0_dot += lin_3[j] * v_dst_q[j];
+    v_att__0_dot = warp_sum(v_att__0_dot);
+    // e["att$0"] = e["att$0$dot"] * mu[e.etype] / sqrt(d_k)
+    const float v_att__0 = v_att__0_dot * v_mu / 8.0f;
+    if (lane == 0) att__0_dot[e] = v_att__0_dot;
     if (lane == 0) att__0[e] = v_att__0;
   }
 }
@@ -667,9 +670,8 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
 // hgt_bw_edges_loop_3: traversal instance, one warp per edge
 __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
     int64_t num_rows,
-    const int32_t* __restrict__ dst,
     const int32_t* __restrict__ etype,
-    const float* __restrict__ q,
+    const float* __restrict__ att__0_dot,
     const float* __restrict__ mu,
     const float* __restrict__ d_att__0,
     const float* __restrict__ t_lin_11,
@@ -680,28 +682,18 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t e = first_row; e < num_rows; e += row_stride) {
     const int e_etype = etype[e];
-    const int64_t e_dst = dst[e];
     const float v_d_att__0 = d_att__0[e];
     const float v_mu = mu[e_etype];
     float lin_11[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) lin_11[j] = t_lin_11[e * 64 + lane + 32 * j];
-    float lin_12[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) lin_12[j] = t_lin_11[e * 64 + lane + 32 * j];
-    float v_dst_q[2];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
+    const float v_att__0_dot = att__0_dot[e];
     // $sc2 = e["d$att$0"] / sqrt(d_k) * mu[e.etype] * $lin_11
     float sc2[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) sc2[j] = v_d_att__0 / 8.0f * v_mu * lin_11[j];
-    // $wg3 = e["d$att$0"] / sqrt(d_k) * dot($lin_12, e.dst.q)
-    float dot_lin_12_q = 0.f;
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) dot_lin_12_q += lin_12[j] * v_dst_q[j];
-    dot_lin_12_q = warp_sum(dot_lin_12_q);
-    const float wg3 = v_d_att__0 / 8.0f * dot_lin_12_q;
+    // $wg3 = e["d$att$0"] / sqrt(d_k) * e.att$0$dot
+    const float wg3 = v_d_att__0 / 8.0f * v_att__0_dot;
     #pragma unroll
     for (int j = 0; j < 2; ++j) t_sc2[e * 64 + lane + 32 * j] = sc2[j];
     if (lane == 0) t_wg3[e] = wg3;
@@ -876,10 +868,10 @@ cudaError_t launch_hgt_fwt_gemm_msg(const HgtForwardTrainArgs& a, cudaStream_t s
   return cudaSuccess;
 }
 
-cudaError_t launch_hgt_fwt_edges_att__0(const HgtForwardTrainArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // hgt_fwt_edges_att__0
+cudaError_t launch_hgt_fwt_edges_att__0_dot(const HgtForwardTrainArgs& a, cudaStream_t stream) {
+  if (a.num_edges > 0) {  // hgt_fwt_edges_att__0_dot
     const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    hgt_fwt_edges_att__0<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.mu, a.q, a.att__0, a.t_lin_3);
+    hgt_fwt_edges_att__0_dot<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.mu, a.q, a.att__0, a.att__0_dot, a.t_lin_3);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -910,7 +902,7 @@ cudaError_t hgt_forward_train(const HgtForwardTrainArgs& a, cudaStream_t stream)
   if (cudaError_t err = launch_hgt_fwt_gemm_v(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_fwt_gemm_lin_3(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_fwt_gemm_msg(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_hgt_fwt_edges_att__0(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_hgt_fwt_edges_att__0_dot(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_fwt_nodes_att_max(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_fwt_gemm_h(a, stream); err != cudaSuccess) return err;
   return cudaSuccess;
@@ -1059,7 +1051,7 @@ cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& a, cudaStream_t str
 cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_bw_edges_loop_3
     const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    hgt_bw_edges_loop_3<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.q, a.mu, a.d_att__0, a.t_lin_11, a.t_sc2, a.t_wg3);
+    hgt_bw_edges_loop_3<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.att__0_dot, a.mu, a.d_att__0, a.t_lin_11, a.t_sc2, a.t_wg3);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1067,7 +1059,7 @@ cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& a, cudaStream_t st
 
 cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& a, cudaStream_t stream) {
   // hgt_bw_segsum_d_mu: segment sum  d_mu[etype] += sum_row t_wg3[row]
-  //   from: d$mu[e.etype] += e["d$att$0"] / sqrt(d_k) * dot(e.src.k * W_att[e.etype], e.dst.q)
+  //   from: d$mu[e.etype] += e["d$att$0"] / sqrt(d_k) * e.att$0$dot
   const int64_t rows = a.num_edges;
   const int chunk_rows = hectorgen::segment_sum_chunk_rows(rows, 1);
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, rows, chunk_rows, a.hgt_bw_segsum_d_mu_chunk_ptr, stream);

@@ -96,6 +96,7 @@ struct HgtForwardTrainArgs {
   float* v = nullptr;  // [num_nodes, 1, 64]
   float* att = nullptr;  // [num_edges, 1]
   float* att__0 = nullptr;  // [num_edges, 1]
+  float* att__0_dot = nullptr;  // [num_edges, 1]
   float* att__1 = nullptr;  // [num_edges, 1]
   float* msg = nullptr;  // [num_edges, 1, 64]
   float* t_lin_3 = nullptr;  // [num_edges, 1, 64]
@@ -107,7 +108,7 @@ cudaError_t launch_hgt_fwt_gemm_q(const HgtForwardTrainArgs& args, cudaStream_t 
 cudaError_t launch_hgt_fwt_gemm_v(const HgtForwardTrainArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fwt_gemm_lin_3(const HgtForwardTrainArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fwt_gemm_msg(const HgtForwardTrainArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_fwt_edges_att__0(const HgtForwardTrainArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_fwt_edges_att__0_dot(const HgtForwardTrainArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fwt_nodes_att_max(const HgtForwardTrainArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fwt_gemm_h(const HgtForwardTrainArgs& args, cudaStream_t stream);
 // Runs the whole forward_train pass on `stream`, in order. Returns the first launch error.
@@ -137,6 +138,7 @@ struct HgtBackwardArgs {
   const float* agg = nullptr;  // [num_nodes, 1, 64]
   const float* att = nullptr;  // [num_edges, 1]
   const float* att__0 = nullptr;  // [num_edges, 1]
+  const float* att__0_dot = nullptr;  // [num_edges, 1]
   const float* att__1 = nullptr;  // [num_edges, 1]
   const float* att_max = nullptr;  // [num_nodes, 1]
   const float* att_sum = nullptr;  // [num_nodes, 1]

@@ -3,6 +3,7 @@
 // statement, in reverse, and builds typed nodes throughout (no type inference afterwards).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <set>
 #include <stdexcept>
@@ -289,9 +290,21 @@ class Normalizer : public Mutator {
 // ---------------------------------------------------------------------------------------------------
 // Step 2: the backward program.
 // ---------------------------------------------------------------------------------------------------
+// Operands the training forward stores for the backward instead of the backward recomputing them (see
+// Differentiator::worth_storing): (forward statement, operand node in its value) -> the field.
+using OperandStores = std::map<std::pair<const Stmt*, const Expr*>, std::string>;
+
+// A stored operand has at most this many elements per row (a float or a few per edge)...
+constexpr int64_t kMaxStoredElements = 4;
+// ... and reduces a row of at least this many elements (a warp's width: recomputing it re-reads whole rows).
+constexpr int64_t kMinReducedRow = 32;
+
 class Differentiator {
  public:
   explicit Differentiator(const Module& fwd) : f_(fwd) {}
+
+  // After run(): the operands the backward reads from fields that the training forward must store.
+  const OperandStores& stores() const { return stores_; }
 
   Module run(std::vector<std::string>& saved) {
     Module b;
@@ -327,6 +340,7 @@ class Differentiator {
     for (const TensorDecl& o : f_.decl.outputs) grad_.insert(o.name);  // output gradients come in
     std::vector<StmtP> body;
     for (auto it = f_.body.rbegin(); it != f_.body.rend(); ++it) loop(**it, body);
+    drop_unread_stores(body);
     zero_unreached_gradients(b, body);
     b.body = body;
     // Every node and edge gradient is written, with its declared shape (the rules broadcast explicitly).
@@ -361,6 +375,8 @@ class Differentiator {
         loop(*s, body);
         continue;
       }
+      loop_ = &L;
+      stmt_ = s.get();
       statement(*s, body);
     }
     std::swap(outer_ties, ties_);
@@ -479,7 +495,8 @@ class Differentiator {
     return g;
   }
 
-  // Reads of forward fields become reads of the saved tensors (inputs of the backward program). A weight
+  // Reads of forward fields become reads of the saved tensors (inputs of the backward program), and operands
+  // worth storing become reads of the fields the training forward stores them in (stored_operand). A weight
   // of rank >= 2 used as a value is wrapped in a no-op reshape: `g * W[...]` would read as a linear transform.
   ExprP saved(const ExprP& e) {
     if (e->type.kind == ValueKind::Weight && e->type.shape.size() >= 2) {
@@ -490,7 +507,7 @@ class Differentiator {
     return SavedFields(*this).mutate(e);
   }
 
-  // Field reads -> reads of the saved inputs.
+  // Field reads -> reads of the saved inputs; stored operands -> reads of their fields.
   class SavedFields : public Mutator {
    public:
     explicit SavedFields(Differentiator& d) : Mutator(d.ctx_), d_(d) {}
@@ -502,25 +519,96 @@ class Differentiator {
       d_.declare_saved(f);
       return typed::attr(mutate(e->args[0]), f, context(), e->loc);
     }
+    ExprP visit_call(const ExprP& e) override { return stored_or_children(e); }
+    ExprP visit_binary(const ExprP& e) override { return stored_or_children(e); }
+    ExprP visit_neg(const ExprP& e) override { return stored_or_children(e); }
 
    private:
+    ExprP stored_or_children(const ExprP& e) { return d_.worth_storing(*e) ? d_.stored_operand(e) : mutate_children(e); }
     Differentiator& d_;
   };
 
+  // Whether the backward reads `e`, a value of the forward statement being differentiated, from a field the
+  // training forward stores it in, rather than recomputing it from saved fields: a value per edge (or per pair)
+  // of the statement's loop, of at most kMaxStoredElements elements, whose recomputation would re-read whole
+  // rows (rereads_rows). Recomputing HGT's dot(k * W_att, q) for the gradient of mu re-reads two feature rows
+  // per edge; storing it costs a float per edge. Of nested candidates only the innermost are stored
+  // (sigmoid(w * dot(a, b)) stores the dot; the backward recomputes the rest from it), so that nothing is
+  // stored twice.
+  //
+  // The forward is rewritten after differentiation (StoreOperands), not before: which operands the backward
+  // reads is what the operator table's derivative rules ask for (GradArgs::saved), and only they know it. A
+  // read that no gradient ends up using (the adjoint of a constant factor) is dropped again
+  // (drop_unread_stores): the forward stores only what the backward reads.
+  bool worth_storing(const Expr& e) const {
+    if (!loop_ || !(is_edge_loop(loop_->loop) || loop_->loop == LoopKind::SrcPairs)) return false;
+    if (e.kind != ExprKind::Call && e.kind != ExprKind::Binary && e.kind != ExprKind::Neg) return false;
+    const Type& t = e.type;
+    return t.is_tensor() && t.domain == Domain::Edge && t.numel() <= kMaxStoredElements && rereads_rows(e);
+  }
+  // True when recomputing `e` sums over rows of kMinReducedRow elements or more of node or edge data (the
+  // operators the traversal template computes as warp reductions): e is such a sum, or a part of it that is
+  // not stored is.
+  bool rereads_rows(const Expr& e) const {
+    if (e.kind == ExprKind::Call && op_info(e.fn).form == Form::ReduceLast) {
+      const Type& x = value_type(e.args[0]->type);
+      bool per_row = e.type.domain == Domain::Node || e.type.domain == Domain::Edge;
+      if (per_row && !x.shape.empty() && x.shape.back() >= kMinReducedRow) return true;
+    }
+    return std::any_of(e.args.begin(), e.args.end(), [&](const ExprP& a) { return !worth_storing(*a) && rereads_rows(*a); });
+  }
+  // The read of the field the training forward stores `e` in (worth_storing), declared saved.
+  ExprP stored_operand(const ExprP& e) {
+    auto [it, added] = stores_.try_emplace({stmt_, e.get()});
+    if (added) {
+      // Named after the statement's field and the operator: att$0$dot.
+      std::string base = derived_name(stmt_->target->args[1]->name, e->kind == ExprKind::Call ? op_info(e->fn).name : "value");
+      it->second = fresh_name(base, [&](const std::string& n) { return is_forward_name(n); });
+      store_fields_.insert(it->second);
+    }
+    bool pair = loop_->loop == LoopKind::SrcPairs;
+    declare_saved(it->second, pair ? Per::Pair : Per::Edge, e->type.shape);
+    return typed::attr(typed::name(loop_->var, Type::loop_var(loop_->loop)), it->second, ctx_, e->loc);
+  }
+  // A name the forward uses: a declaration, a hyper-parameter, a field, or a stored operand's field.
+  bool is_forward_name(const std::string& n) const {
+    const ModelDecl& d = f_.decl;
+    return d.find_input(n) || d.find_weight(n) || d.find_output(n) || d.find_hyper(n) || f_.node_fields.count(n) ||
+           f_.edge_fields.count(n) || f_.pair_fields.count(n) || store_fields_.count(n);
+  }
+
+  // Forgets the stored operands that no statement of the backward reads (their reads were built for adjoints
+  // nothing accumulates), so that the forward does not store them.
+  void drop_unread_stores(const std::vector<StmtP>& body) {
+    struct Reads : Visitor {
+      std::set<std::string> names;
+      void visit_attr(const ExprP& e) override {
+        names.insert(e->name);
+        visit_children(e);
+      }
+    } reads;
+    reads.visit(body);
+    for (auto it = stores_.begin(); it != stores_.end();) {
+      if (reads.names.count(it->second)) {
+        ++it;
+        continue;
+      }
+      saved_.erase(it->second);
+      it = stores_.erase(it);
+    }
+  }
+
   void declare_saved(const std::string& name) {
+    if (f_.edge_fields.count(name)) return declare_saved(name, Per::Edge, f_.edge_fields.at(name).shape);
+    if (f_.pair_fields.count(name)) return declare_saved(name, Per::Pair, f_.pair_fields.at(name).shape);
+    declare_saved(name, Per::Node, f_.node_fields.at(name).shape);
+  }
+  void declare_saved(const std::string& name, Per per, const std::vector<int64_t>& shape) {
     if (!saved_.insert(name).second) return;
     TensorDecl t;
     t.name = name;
-    if (f_.edge_fields.count(name)) {
-      t.per = Per::Edge;
-      t.shape = f_.edge_fields.at(name).shape;
-    } else if (f_.pair_fields.count(name)) {
-      t.per = Per::Pair;
-      t.shape = f_.pair_fields.at(name).shape;
-    } else {
-      t.per = Per::Node;
-      t.shape = f_.node_fields.at(name).shape;
-    }
+    t.per = per;
+    t.shape = shape;
     for (int64_t d : t.shape) t.shape_exprs.push_back(Expr::number_lit(static_cast<double>(d), true));
     t.requires_grad = false;
     b_->decl.inputs.push_back(t);
@@ -568,6 +656,74 @@ class Differentiator {
   std::set<std::string> saved_;  // forward fields the backward reads
   std::set<std::string> output_reads_;  // outputs read after their last write (their gradient has two parts)
   std::vector<StmtP> ties_;      // tie counts of the max-aggregations of the loop being differentiated
+  const Stmt* loop_ = nullptr;   // the forward loop and statement being differentiated
+  const Stmt* stmt_ = nullptr;
+  OperandStores stores_;                // operands the backward reads stored (worth_storing)
+  std::set<std::string> store_fields_;  // their fields
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Step 3: the training forward stores the operands the backward reads stored (Differentiator::worth_storing):
+// `e["att$0$dot"] = dot(...)` right before the statement that computes the operand, which then reads the field
+// instead. The forward computes the same values in the same order; the inference forward is not touched.
+// ---------------------------------------------------------------------------------------------------
+class StoreOperands : public Mutator {
+ public:
+  StoreOperands(const Module& fwd, const OperandStores& stores) : Mutator(TypeContext{}), out_(fwd), stores_(stores) {
+    set_context(TypeContext::of(out_));
+  }
+
+  Module run() {
+    if (stores_.empty()) return std::move(out_);
+    out_.body = mutate(out_.body);
+    return std::move(out_);
+  }
+
+ protected:
+  StmtP visit_for(const StmtP& L) override {
+    push_scope();
+    bind(L->var, loop_var_type(*L));
+    std::vector<StmtP> body;
+    for (const StmtP& s : L->body) {
+      if (s->kind == StmtKind::For) {
+        body.push_back(mutate(s));
+        continue;
+      }
+      stmt_ = s.get();
+      element_ = typed::name(L->var, loop_var_type(*L), L->loc);
+      StmtP r = mutate(s);
+      for (StmtP& store : pending_) body.push_back(std::move(store));
+      pending_.clear();
+      body.push_back(r);
+    }
+    pop_scope();
+    if (body == L->body) return L;
+    return Stmt::for_loop(L->var, L->loop, L->parent, body, L->loc);
+  }
+  // Children first: an operand stored inside another one is stored before it.
+  ExprP visit_call(const ExprP& e) override { return store(e, Mutator::visit_call(e)); }
+  ExprP visit_binary(const ExprP& e) override { return store(e, Mutator::visit_binary(e)); }
+  ExprP visit_neg(const ExprP& e) override { return store(e, Mutator::visit_neg(e)); }
+
+ private:
+  // `value` (the operand `original` with its own stored parts read from their fields), stored when requested.
+  ExprP store(const ExprP& original, ExprP value) {
+    auto it = stores_.find({stmt_, original.get()});
+    if (it == stores_.end()) return value;
+    const std::string& f = it->second;
+    bool on_edges = element_->type.kind == ValueKind::Edge;
+    record_field_write(on_edges ? out_.edge_fields : out_.pair_fields, f, on_edges, /*accumulates=*/false,
+                       /*may_grow=*/false, value_type(value->type).shape);
+    ExprP target = Expr::index(element_, typed::string(f, original->loc), original->loc);
+    pending_.push_back(typed::assign(target, AssignOp::Set, value, context(), nullptr, nullptr, stmt_->loc));
+    return typed::field(element_, f, context(), original->loc);
+  }
+
+  Module out_;
+  const OperandStores& stores_;
+  const Stmt* stmt_ = nullptr;  // the forward statement being rewritten (the stores' key) and its loop's element
+  ExprP element_;
+  std::vector<StmtP> pending_;  // stores to insert before it
 };
 
 }  // namespace
@@ -576,7 +732,9 @@ std::optional<TrainingModules> autodiff(const Module& m, Diagnostics& diags) {
   TrainingModules out;
   try {
     out.forward = Normalizer(m).run();
-    out.backward = Differentiator(out.forward).run(out.saved);
+    Differentiator d(out.forward);
+    out.backward = d.run(out.saved);
+    out.forward = StoreOperands(out.forward, d.stores()).run();
   } catch (const UnsupportedGradient& u) {
     diags.error(u.loc, "unsupported", u.what());
     return std::nullopt;

@@ -108,7 +108,10 @@ namespace hectorgen::passes {
 // Autodiff at the inter-operator level (thesis: "Backward Propagation").
 //   forward   the training forward: locals become fields (so the backward can read them; every value of a
 //             local a field of its own: x, x$2) and every field is in SSA form (a re-assigned field gets a new
-//             version `f$k`; the last keeps the name);
+//             version `f$k`; the last keeps the name); an operand the backward needs that reduces a row to a few
+//             elements per edge (HGT's dot(k * W_att, q), for the gradient of mu) is stored in a field of its
+//             own right before its statement (`att$0$dot`), which then reads it: the backward reads one float
+//             per edge instead of re-reading the rows;
 //   backward  reads the forward's saved fields as inputs (`e.att`) and the output gradients (`n.d$h`),
 //             accumulates gradient fields `d$f`, and writes the gradients of node/edge inputs (`d$feature`)
 //             and of weights (`d$W[e.etype] += ...`). An output the program also reads gets what flows back

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -46,12 +47,14 @@ double loss(const Module& fwd, const HeteroGraph& g, const TensorMap& t, const T
 }
 
 // Every gradient of the backward program against central finite differences of the forward's outputs.
-void check_gradients_of(const std::string& spec, const std::string& text) {
+// `prepare`: passes to run before autodiff (e.g. compact materialization), if any.
+void check_gradients_of(const std::string& spec, const std::string& text,
+                        const std::function<Module(const Module&)>& prepare = nullptr) {
   auto c = compile_text(spec, text);
   INFO(c->rendered());
   REQUIRE(c->module);
   Diagnostics diags;
-  auto tm = passes::autodiff(*c->module, diags);
+  auto tm = passes::autodiff(prepare ? prepare(*c->module) : *c->module, diags);
   std::ostringstream err;
   diags.render(err);
   INFO(err.str());
@@ -251,6 +254,97 @@ TEST_CASE("autodiff: leakyrelu's derivative reads the stored result when the slo
   // A negative slope, or a value that is not the whole stored value: from the argument.
   CHECK(backward_of("-0.5", "").find("leakyrelu_grad(e.src.a * e.dst.b, slope)") != std::string::npos);
   CHECK(backward_of("0.2", " * 2.0").find("leakyrelu_grad(e.src.a * e.dst.b, slope)") != std::string::npos);
+}
+
+// HGT's attention score (specs/hgt.yaml): dot(k * W_att, q) * mu / sqrt(d_k). The gradient of mu needs the dot
+// per edge; the training forward stores it (one float per edge) instead of the backward re-reading both rows.
+std::string stored_operand_spec(int dim, const std::string& value) {
+  return fmt::format(R"(model: stored
+inputs:
+  a: {{per: node, shape: [{0}]}}
+  b: {{per: node, shape: [{0}]}}
+weights:
+  W: {{per: etype, shape: [{0}, {0}]}}
+  mu: {{per: etype, shape: [1]}}
+outputs:
+  y: {{per: edge, shape: [1]}}
+program: |
+  for e in g.edges():
+      e["y"] = {1}
+)",
+                     dim, value);
+}
+
+TEST_CASE("autodiff: the training forward stores a per-edge dot product the backward needs", "[autodiff][stored]") {
+  struct Result {
+    std::string forward, backward;
+    std::vector<std::string> saved;
+  };
+  auto train = [](int dim, const std::string& value, Materialization materialization = Materialization::Vanilla) {
+    const std::string text = stored_operand_spec(dim, value);
+    CAPTURE(value, dim);
+    auto c = compile_text("stored.yaml", text);
+    INFO(c->rendered());
+    REQUIRE(c->module);
+    auto prepare = [&](const Module& m) { return passes::compact_materialization(m, materialization); };
+    Diagnostics d;
+    auto tm = passes::autodiff(prepare(*c->module), d);
+    REQUIRE(tm);
+    check_gradients_of("stored.yaml", text, prepare);
+    // The training forward computes the same outputs as the program itself, bit for bit.
+    HeteroGraph g = tiny_graph();
+    std::mt19937 rng(5);
+    TensorMap t;
+    for (const TensorDecl& in : c->module->decl.inputs) t[in.name] = random_tensor(full_shape(in, g), rng, 1.0);
+    for (const TensorDecl& w : c->module->decl.weights) t[w.name] = random_tensor(full_shape(w, g), rng, 1.0);
+    InterpretResult inference = interpret(*c->module, g, t), training = interpret(tm->forward, g, t);
+    REQUIRE(inference.ok);
+    REQUIRE(training.ok);
+    CHECK(inference.outputs.at("y").data == training.outputs.at("y").data);
+    return Result{print_module(tm->forward), print_module(tm->backward), tm->saved};
+  };
+  const std::string att = "dot(e.src.a * W[e.etype], e.dst.b) * mu[e.etype] / 2.0";
+
+  SECTION("a dot over rows of 32 elements is stored before the statement and read by the backward") {
+    Result r = train(32, att);
+    CHECK(r.forward.find("    e[\"y$dot\"] = dot(e.src.a * W[e.etype], e.dst.b)\n"
+                         "    e[\"y\"] = e[\"y$dot\"] * mu[e.etype] / 2.0\n") != std::string::npos);
+    CHECK(r.backward.find("input y$dot: edge[] requires_grad=0") != std::string::npos);
+    CHECK(r.backward.find("d$mu[e.etype] += e.d$y / 2.0 * e.y$dot") != std::string::npos);
+    CHECK(r.backward.find("dot(") == std::string::npos);
+    CHECK(std::count(r.saved.begin(), r.saved.end(), "y$dot") == 1);
+  }
+  SECTION("a dot per (source, edge type) pair is stored per pair") {
+    // Compact materialization computes the score once per pair; the dot is stored in the pair loop.
+    Result r = train(32, "dot(e.src.a * W[e.etype], e.src.b) * mu[e.etype]", Materialization::Compact);
+    CHECK(r.forward.find("for p in g.src_etype_pairs():\n    p[\"pair$a$dot\"] = dot(") != std::string::npos);
+    CHECK(r.backward.find("input pair$a$dot: pair[] requires_grad=0") != std::string::npos);
+    CHECK(r.backward.find("* p.pair$a$dot") != std::string::npos);
+    CHECK(r.backward.find("dot(") == std::string::npos);
+  }
+  SECTION("of nested candidates only the innermost is stored: the backward recomputes the rest from it") {
+    Result r = train(32, "sigmoid(dot(e.src.a * W[e.etype], e.dst.b) * 0.5) * mu[e.etype]");
+    CHECK(r.forward.find("e[\"y$dot\"] = dot(e.src.a * W[e.etype], e.dst.b)\n") != std::string::npos);
+    CHECK(r.backward.find("sigmoid(e.y$dot * 0.5)") != std::string::npos);
+    CHECK(r.saved == std::vector<std::string>{"y$dot"});
+  }
+  SECTION("a dot over short rows is recomputed") {
+    Result r = train(8, att);
+    CHECK(r.forward.find("y$dot") == std::string::npos);
+    CHECK(r.backward.find("d$mu[e.etype] += e.d$y / 2.0 * dot(e.src.a * W[e.etype], e.dst.b)") != std::string::npos);
+  }
+  SECTION("an operand without a row reduction is recomputed") {
+    const std::string product = "sigmoid(slice(e.src.a * W[e.etype], 0, 1) * slice(e.dst.b, 0, 1))";
+    Result r = train(32, product + " * mu[e.etype]");
+    CHECK(r.forward.find('$') == std::string::npos);
+    CHECK(r.backward.find("d$mu[e.etype] += e.d$y * " + product) != std::string::npos);
+  }
+  SECTION("a dot that only a constant factor's adjoint would read is not stored") {
+    Result r = train(32, "dot(e.src.a * W[e.etype], e.dst.b) * 2.0 + mu[e.etype]");
+    CHECK(r.forward.find("y$dot") == std::string::npos);
+    CHECK(r.backward.find("y$dot") == std::string::npos);
+    CHECK(std::count(r.saved.begin(), r.saved.end(), "y$dot") == 0);
+  }
 }
 
 TEST_CASE("autodiff: every operator's derivative rule matches finite differences", "[autodiff][ops]") {

@@ -616,6 +616,41 @@ TEST_CASE("RGAT's edge kernels reduce over the warp once per value, loading each
         }) == 1);
 }
 
+TEST_CASE("HGT's training forward stores the attention dot product; the backward's mu gradient reads it, a thread per edge",
+          "[intra][lowering]") {
+  // With compact materialization (the benchmarked configuration's), through the driver's whole pipeline.
+  driver::Options o;
+  o.spec_path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact.yaml";
+  o.emit = "intra-ir";
+  std::ostringstream out, err;
+  REQUIRE(driver::run(o, out, err) == 0);
+  SourceFile file("hgt_compact.intra.ir", out.str());
+  Diagnostics diags;
+  auto phases = parse_programs(file, diags);
+  REQUIRE(phases);
+  auto loads = [](const TraversalInstance& t, const std::string& tensor) {
+    return count_instrs(t.body, [&](const Instr& in) {
+      auto* d = std::get_if<Def>(&in.v);
+      auto* l = d ? std::get_if<Load>(&d->source) : nullptr;
+      return l && l->tensor == tensor;
+    });
+  };
+  // The forward's warp reduction is stored as it is computed, one float per edge.
+  const TraversalInstance& fwt = traversal(*phases, "hgt_compact_fwt_nodes_att__0_dot");
+  CHECK(count_instrs(fwt.body, is_reduce) == 1);
+  CHECK(count_instrs(fwt.body, [](const Instr& in) {
+          auto* s = std::get_if<Store>(&in.v);
+          return s && s->tensor == "att$0$dot";
+        }) == 1);
+  // The backward reads it instead of re-reading the rows lin$k[pair] and q[dst] and reducing them.
+  const TraversalInstance& bw = traversal(*phases, "hgt_compact_bw_edges_loop");
+  CHECK(count_instrs(bw.body, is_reduce) == 0);
+  CHECK(loads(bw, "att$0$dot") == 1);
+  CHECK(loads(bw, "lin$k") == 0);
+  CHECK(loads(bw, "q") == 0);
+  CHECK(one_thread_per_row(bw));
+}
+
 TEST_CASE("RGAT's backward node kernel hoists the node's rows out of the edge loops, and lane 0 owns what it overwrites",
           "[intra][lowering]") {
   auto phases = lower_path(spec_path("rgat.yaml"));
