@@ -170,6 +170,22 @@ at::Tensor zeros_if(bool needed, at::IntArrayRef shape, const at::TensorOptions&
   return needed ? at::zeros(shape, options) : at::empty({0}, options);
 })cpp";
 
+// `text` as `//` comment lines of at most 118 columns, broken between words.
+std::string comment_lines(const std::string& text) {
+  std::string out, line = "//";
+  for (size_t at = 0; at < text.size();) {
+    size_t end = std::min(text.find(' ', at), text.size());
+    const std::string word = text.substr(at, end - at);
+    if (line.size() > 2 && line.size() + 1 + word.size() > 118) {
+      out += line + "\n";
+      line = "//";
+    }
+    line += " " + word;
+    at = end + 1;
+  }
+  return out + line;
+}
+
 // The tensors an op returns: its outputs, then (forward_train) the saved fields.
 std::vector<std::string> op_results(const Program& p) {
   std::vector<std::string> r;
@@ -391,25 +407,12 @@ static std::string emit_op(const Program& p, const Program& ir) {
   std::string res;
   for (const auto& r : results) res += (res.empty() ? "" : ", ") + r;
   v["results"] = res;
-  v["returns"] = p.saved.empty() ? "the outputs" : "the outputs, then the tensors the backward pass needs";
-  if (!mask_doc.empty()) {  // a comment line: wrapped at 118 columns
-    const std::string text = fmt::format(
-        "{}, the gradients grad_mask asks for ({}; one not asked for is an empty tensor: the kernels and tensors that "
-        "feed only such gradients are skipped)", v["returns"], mask_doc);
-    std::string wrapped, line = "// The " + p.phase + " pass. Returns";
-    for (size_t at = 0; at < text.size();) {
-      size_t end = text.find(' ', at);
-      if (end == std::string::npos) end = text.size();
-      const std::string word = text.substr(at, end - at);
-      if (line.size() + 1 + word.size() > 118) {
-        wrapped += line + "\n";
-        line = "//";
-      }
-      line += " " + word;
-      at = end + 1;
-    }
-    v["returns"] = (wrapped + line).substr(std::string("// The " + p.phase + " pass. Returns ").size());
-  }
+  std::string doc = fmt::format("The {} pass. Returns {}", p.phase,
+                                 p.saved.empty() ? "the outputs" : "the outputs, then the tensors the backward pass needs");
+  if (!mask_doc.empty())
+    doc += fmt::format(", the gradients grad_mask asks for ({}; one not asked for is an empty tensor: the kernels and "
+                       "tensors that feed only such gradients are skipped)", mask_doc);
+  v["doc"] = comment_lines(doc + ".");
   std::string launches;
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const intra::Kernel& k = p.kernels[i];
