@@ -147,17 +147,17 @@ std::vector<at::Tensor> hgt_forward_op(
   C10_CUDA_CHECK(launch_hgt_fw_gemm_lin_3(a, stream));
   // No kernel below uses k: its memory goes back to the caching allocator.
   k.reset();
-  at::Tensor msg = at::empty({num_edges, 1, 64}, options);  // field
-  a.msg = msg.data_ptr<float>();
-  C10_CUDA_CHECK(launch_hgt_fw_gemm_msg(a, stream));
-  // No kernel below uses v: its memory goes back to the caching allocator.
-  v.reset();
   at::Tensor att = at::empty({num_edges, 1}, options);  // field
   a.att = att.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_fw_edges_att(a, stream));
   // No kernel below uses q, t_lin_3: their memory goes back to the caching allocator.
   q.reset();
   t_lin_3.reset();
+  at::Tensor msg = at::empty({num_edges, 1, 64}, options);  // field
+  a.msg = msg.data_ptr<float>();
+  C10_CUDA_CHECK(launch_hgt_fw_gemm_msg(a, stream));
+  // No kernel below uses v: its memory goes back to the caching allocator.
+  v.reset();
   at::Tensor agg = at::empty({num_nodes, 1, 64}, options);  // field
   a.agg = agg.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_fw_nodes_att_max(a, stream));
@@ -503,9 +503,6 @@ std::vector<at::Tensor> hgt_backward_op(
   a.d_mu = d_mu.data_ptr<float>();
   a.d_W_a = d_W_a.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  at::Tensor d_agg = zeros_if(grad_mask & 127, {num_nodes, 1, 64}, options);  // field
-  a.d_agg = d_agg.data_ptr<float>();
-  if (grad_mask & 127) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_agg(a, stream));
   at::Tensor hgt_bw_wgrad_d_W_a_partial = empty_if(grad_mask & 128, {hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_a's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.hgt_bw_wgrad_d_W_a_partial = hgt_bw_wgrad_d_W_a_partial.data_ptr<float>();
   at::Tensor hgt_bw_wgrad_d_W_a_chunk_ptr = empty_if(grad_mask & 128, {num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_a's first chunk of each segment
@@ -514,6 +511,9 @@ std::vector<at::Tensor> hgt_backward_op(
   // No kernel below uses hgt_bw_wgrad_d_W_a_partial, hgt_bw_wgrad_d_W_a_chunk_ptr: their memory goes back to the caching allocator.
   hgt_bw_wgrad_d_W_a_partial.reset();
   hgt_bw_wgrad_d_W_a_chunk_ptr.reset();
+  at::Tensor d_agg = zeros_if(grad_mask & 127, {num_nodes, 1, 64}, options);  // field
+  a.d_agg = d_agg.data_ptr<float>();
+  if (grad_mask & 127) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_agg(a, stream));
   at::Tensor d_att__0 = empty_if(grad_mask & 127, {num_edges, 1}, options);  // field
   a.d_att__0 = d_att__0.data_ptr<float>();
   at::Tensor d_att__1 = empty_if(grad_mask & 127, {num_edges, 1}, options);  // field
@@ -524,43 +524,63 @@ std::vector<at::Tensor> hgt_backward_op(
   // No kernel below uses d_agg, d_att__1: their memory goes back to the caching allocator.
   d_agg.reset();
   d_att__1.reset();
-  at::Tensor t_d_v_edges = empty_if(grad_mask & 9, {num_edges, 1, 64}, options);  // intermediate
-  a.t_d_v_edges = t_d_v_edges.data_ptr<float>();
-  if (grad_mask & 9) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_v_edges(a, stream));
   at::Tensor hgt_bw_wgrad_d_W_msg_partial = empty_if(grad_mask & 32, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_msg's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.hgt_bw_wgrad_d_W_msg_partial = hgt_bw_wgrad_d_W_msg_partial.data_ptr<float>();
   at::Tensor hgt_bw_wgrad_d_W_msg_chunk_ptr = empty_if(grad_mask & 32, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_msg's first chunk of each segment
   a.hgt_bw_wgrad_d_W_msg_chunk_ptr = hgt_bw_wgrad_d_W_msg_chunk_ptr.data_ptr<int32_t>();
   if (grad_mask & 32) C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_msg(a, stream));
-  // No kernel below uses d_msg, hgt_bw_wgrad_d_W_msg_partial, hgt_bw_wgrad_d_W_msg_chunk_ptr: their memory goes back to the caching allocator.
-  d_msg.reset();
+  // No kernel below uses hgt_bw_wgrad_d_W_msg_partial, hgt_bw_wgrad_d_W_msg_chunk_ptr: their memory goes back to the caching allocator.
   hgt_bw_wgrad_d_W_msg_partial.reset();
   hgt_bw_wgrad_d_W_msg_chunk_ptr.reset();
-  at::Tensor t_op0 = empty_if(grad_mask & 19, {num_edges, 1}, options);  // intermediate
-  a.t_op0 = t_op0.data_ptr<float>();
-  if (grad_mask & 19) C10_CUDA_CHECK(launch_hgt_bw_edges_loop(a, stream));
+  at::Tensor t_d_v_edges = empty_if(grad_mask & 9, {num_edges, 1, 64}, options);  // intermediate
+  a.t_d_v_edges = t_d_v_edges.data_ptr<float>();
+  if (grad_mask & 9) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_v_edges(a, stream));
+  // No kernel below uses d_msg: its memory goes back to the caching allocator.
+  d_msg.reset();
   at::Tensor d_v = empty_if(grad_mask & 9, {num_nodes, 1, 64}, options);  // field
   a.d_v = d_v.data_ptr<float>();
   if (grad_mask & 9) C10_CUDA_CHECK(launch_hgt_bw_sum_d_v(a, stream));
   // No kernel below uses t_d_v_edges: its memory goes back to the caching allocator.
   t_d_v_edges.reset();
-  at::Tensor t_d_k_edges = empty_if(grad_mask & 3, {num_edges, 1, 64}, options);  // intermediate
-  a.t_d_k_edges = t_d_k_edges.data_ptr<float>();
-  if (grad_mask & 3) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_k_edges(a, stream));
-  at::Tensor d_k = empty_if(grad_mask & 3, {num_nodes, 1, 64}, options);  // field
-  a.d_k = d_k.data_ptr<float>();
-  if (grad_mask & 3) C10_CUDA_CHECK(launch_hgt_bw_sum_d_k(a, stream));
-  // No kernel below uses t_d_k_edges: its memory goes back to the caching allocator.
-  t_d_k_edges.reset();
+  if (grad_mask & 1) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature(a, stream));
+  at::Tensor hgt_bw_wgrad_d_W_v_partial = empty_if(grad_mask & 8, {hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_v's fp32 partial sums, one [1, 64, 64] slice per chunk
+  a.hgt_bw_wgrad_d_W_v_partial = hgt_bw_wgrad_d_W_v_partial.data_ptr<float>();
+  at::Tensor hgt_bw_wgrad_d_W_v_chunk_ptr = empty_if(grad_mask & 8, {num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_v's first chunk of each segment
+  a.hgt_bw_wgrad_d_W_v_chunk_ptr = hgt_bw_wgrad_d_W_v_chunk_ptr.data_ptr<int32_t>();
+  if (grad_mask & 8) C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_v(a, stream));
+  // No kernel below uses d_v, hgt_bw_wgrad_d_W_v_partial, hgt_bw_wgrad_d_W_v_chunk_ptr: their memory goes back to the caching allocator.
+  d_v.reset();
+  hgt_bw_wgrad_d_W_v_partial.reset();
+  hgt_bw_wgrad_d_W_v_chunk_ptr.reset();
+  at::Tensor t_op0 = empty_if(grad_mask & 19, {num_edges, 1}, options);  // intermediate
+  a.t_op0 = t_op0.data_ptr<float>();
+  if (grad_mask & 19) C10_CUDA_CHECK(launch_hgt_bw_edges_loop(a, stream));
   at::Tensor hgt_bw_wgrad_d_W_att_partial = empty_if(grad_mask & 16, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_att's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.hgt_bw_wgrad_d_W_att_partial = hgt_bw_wgrad_d_W_att_partial.data_ptr<float>();
   at::Tensor hgt_bw_wgrad_d_W_att_chunk_ptr = empty_if(grad_mask & 16, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_att's first chunk of each segment
   a.hgt_bw_wgrad_d_W_att_chunk_ptr = hgt_bw_wgrad_d_W_att_chunk_ptr.data_ptr<int32_t>();
   if (grad_mask & 16) C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_att(a, stream));
-  // No kernel below uses t_op0, hgt_bw_wgrad_d_W_att_partial, hgt_bw_wgrad_d_W_att_chunk_ptr: their memory goes back to the caching allocator.
-  t_op0.reset();
+  // No kernel below uses hgt_bw_wgrad_d_W_att_partial, hgt_bw_wgrad_d_W_att_chunk_ptr: their memory goes back to the caching allocator.
   hgt_bw_wgrad_d_W_att_partial.reset();
   hgt_bw_wgrad_d_W_att_chunk_ptr.reset();
+  at::Tensor t_d_k_edges = empty_if(grad_mask & 3, {num_edges, 1, 64}, options);  // intermediate
+  a.t_d_k_edges = t_d_k_edges.data_ptr<float>();
+  if (grad_mask & 3) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_k_edges(a, stream));
+  // No kernel below uses t_op0: its memory goes back to the caching allocator.
+  t_op0.reset();
+  at::Tensor d_k = empty_if(grad_mask & 3, {num_nodes, 1, 64}, options);  // field
+  a.d_k = d_k.data_ptr<float>();
+  if (grad_mask & 3) C10_CUDA_CHECK(launch_hgt_bw_sum_d_k(a, stream));
+  // No kernel below uses t_d_k_edges: its memory goes back to the caching allocator.
+  t_d_k_edges.reset();
+  at::Tensor hgt_bw_wgrad_d_W_k_partial = empty_if(grad_mask & 2, {hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_k's fp32 partial sums, one [1, 64, 64] slice per chunk
+  a.hgt_bw_wgrad_d_W_k_partial = hgt_bw_wgrad_d_W_k_partial.data_ptr<float>();
+  at::Tensor hgt_bw_wgrad_d_W_k_chunk_ptr = empty_if(grad_mask & 2, {num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_k's first chunk of each segment
+  a.hgt_bw_wgrad_d_W_k_chunk_ptr = hgt_bw_wgrad_d_W_k_chunk_ptr.data_ptr<int32_t>();
+  if (grad_mask & 2) C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_k(a, stream));
+  // No kernel below uses hgt_bw_wgrad_d_W_k_partial, hgt_bw_wgrad_d_W_k_chunk_ptr: their memory goes back to the caching allocator.
+  hgt_bw_wgrad_d_W_k_partial.reset();
+  hgt_bw_wgrad_d_W_k_chunk_ptr.reset();
   at::Tensor t_lin_11 = empty_if(grad_mask & 69, {num_edges, 1, 64}, options);  // intermediate
   a.t_lin_11 = t_lin_11.data_ptr<float>();
   if (grad_mask & 69) C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_11(a, stream));
@@ -572,6 +592,11 @@ std::vector<at::Tensor> hgt_backward_op(
   // No kernel below uses d_att__0, t_lin_11: their memory goes back to the caching allocator.
   d_att__0.reset();
   t_lin_11.reset();
+  at::Tensor d_q = empty_if(grad_mask & 5, {num_nodes, 1, 64}, options);  // field
+  a.d_q = d_q.data_ptr<float>();
+  if (grad_mask & 5) C10_CUDA_CHECK(launch_hgt_bw_sum_d_q(a, stream));
+  // No kernel below uses t_sc2: its memory goes back to the caching allocator.
+  t_sc2.reset();
   at::Tensor hgt_bw_segsum_d_mu_chunk_ptr = empty_if(grad_mask & 64, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_segsum_d_mu's first chunk of each segment
   a.hgt_bw_segsum_d_mu_chunk_ptr = hgt_bw_segsum_d_mu_chunk_ptr.data_ptr<int32_t>();
   at::Tensor hgt_bw_segsum_d_mu_partial = empty_if(grad_mask & 64, {hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 1)) * 1}, options.dtype(at::kFloat));  // workspace: hgt_bw_segsum_d_mu's fp32 sums, one per chunk
@@ -581,21 +606,6 @@ std::vector<at::Tensor> hgt_backward_op(
   t_wg3.reset();
   hgt_bw_segsum_d_mu_chunk_ptr.reset();
   hgt_bw_segsum_d_mu_partial.reset();
-  at::Tensor d_q = empty_if(grad_mask & 5, {num_nodes, 1, 64}, options);  // field
-  a.d_q = d_q.data_ptr<float>();
-  if (grad_mask & 5) C10_CUDA_CHECK(launch_hgt_bw_sum_d_q(a, stream));
-  // No kernel below uses t_sc2: its memory goes back to the caching allocator.
-  t_sc2.reset();
-  if (grad_mask & 1) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature(a, stream));
-  at::Tensor hgt_bw_wgrad_d_W_v_partial = empty_if(grad_mask & 8, {hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_v's fp32 partial sums, one [1, 64, 64] slice per chunk
-  a.hgt_bw_wgrad_d_W_v_partial = hgt_bw_wgrad_d_W_v_partial.data_ptr<float>();
-  at::Tensor hgt_bw_wgrad_d_W_v_chunk_ptr = empty_if(grad_mask & 8, {num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_v's first chunk of each segment
-  a.hgt_bw_wgrad_d_W_v_chunk_ptr = hgt_bw_wgrad_d_W_v_chunk_ptr.data_ptr<int32_t>();
-  if (grad_mask & 8) C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_v(a, stream));
-  // No kernel below uses d_v, hgt_bw_wgrad_d_W_v_partial, hgt_bw_wgrad_d_W_v_chunk_ptr: their memory goes back to the caching allocator.
-  d_v.reset();
-  hgt_bw_wgrad_d_W_v_partial.reset();
-  hgt_bw_wgrad_d_W_v_chunk_ptr.reset();
   if (grad_mask & 1) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature_2(a, stream));
   at::Tensor hgt_bw_wgrad_d_W_q_partial = empty_if(grad_mask & 4, {hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_q's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.hgt_bw_wgrad_d_W_q_partial = hgt_bw_wgrad_d_W_q_partial.data_ptr<float>();
@@ -607,11 +617,6 @@ std::vector<at::Tensor> hgt_backward_op(
   hgt_bw_wgrad_d_W_q_partial.reset();
   hgt_bw_wgrad_d_W_q_chunk_ptr.reset();
   if (grad_mask & 1) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature_3(a, stream));
-  at::Tensor hgt_bw_wgrad_d_W_k_partial = empty_if(grad_mask & 2, {hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_k's fp32 partial sums, one [1, 64, 64] slice per chunk
-  a.hgt_bw_wgrad_d_W_k_partial = hgt_bw_wgrad_d_W_k_partial.data_ptr<float>();
-  at::Tensor hgt_bw_wgrad_d_W_k_chunk_ptr = empty_if(grad_mask & 2, {num_ntypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_k's first chunk of each segment
-  a.hgt_bw_wgrad_d_W_k_chunk_ptr = hgt_bw_wgrad_d_W_k_chunk_ptr.data_ptr<int32_t>();
-  if (grad_mask & 2) C10_CUDA_CHECK(launch_hgt_bw_wgrad_d_W_k(a, stream));
   return {d_feature, d_W_k, d_W_q, d_W_v, d_W_att, d_W_msg, d_mu, d_W_a};
 }
 

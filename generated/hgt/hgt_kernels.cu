@@ -535,25 +535,6 @@ __global__ void __launch_bounds__(256) hgt_bw_gemm_d_v_edges(
   }
 }
 
-// hgt_bw_edges_loop: traversal instance, one thread per edge
-__global__ void __launch_bounds__(256) hgt_bw_edges_loop(
-    int64_t num_rows,
-    const int32_t* __restrict__ etype,
-    const float* __restrict__ mu,
-    const float* __restrict__ d_att__0,
-    float* __restrict__ t_op0) {
-  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t row_stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t e = first_row; e < num_rows; e += row_stride) {
-    const int e_etype = etype[e];
-    const float v_d_att__0 = d_att__0[e];
-    const float v_mu = mu[e_etype];
-    // $op0 = e["d$att$0"] / sqrt(d_k) * mu[e.etype]
-    const float op0 = v_d_att__0 / 8.0f * v_mu;
-    t_op0[e] = op0;
-  }
-}
-
 // hgt_bw_sum_d_v: traversal instance, one warp per source node
 __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
     int64_t num_rows,
@@ -579,6 +560,25 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_v[n * 64 + lane + 32 * j] = v_d_v[j];
+  }
+}
+
+// hgt_bw_edges_loop: traversal instance, one thread per edge
+__global__ void __launch_bounds__(256) hgt_bw_edges_loop(
+    int64_t num_rows,
+    const int32_t* __restrict__ etype,
+    const float* __restrict__ mu,
+    const float* __restrict__ d_att__0,
+    float* __restrict__ t_op0) {
+  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row_stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = first_row; e < num_rows; e += row_stride) {
+    const int e_etype = etype[e];
+    const float v_d_att__0 = d_att__0[e];
+    const float v_mu = mu[e_etype];
+    // $op0 = e["d$att$0"] / sqrt(d_k) * mu[e.etype]
+    const float op0 = v_d_att__0 / 8.0f * v_mu;
+    t_op0[e] = op0;
   }
 }
 
@@ -768,20 +768,20 @@ cudaError_t launch_hgt_fw_gemm_lin_3(const HgtForwardArgs& a, cudaStream_t strea
   return cudaSuccess;
 }
 
-cudaError_t launch_hgt_fw_gemm_msg(const HgtForwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_fw_gemm_lin_3
-  if (a.num_edges > 0) {  // hgt_fw_gemm_msg
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.v, a.W_msg, a.msg, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+cudaError_t launch_hgt_fw_edges_att(const HgtForwardArgs& a, cudaStream_t stream) {
+  if (a.num_edges > 0) {  // hgt_fw_edges_att
+    const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
+    hgt_fw_edges_att<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.mu, a.q, a.att, a.t_lin_3);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
-cudaError_t launch_hgt_fw_edges_att(const HgtForwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // hgt_fw_edges_att
-    const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    hgt_fw_edges_att<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.mu, a.q, a.att, a.t_lin_3);
+cudaError_t launch_hgt_fw_gemm_msg(const HgtForwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_fw_gemm_lin_3
+  if (a.num_edges > 0) {  // hgt_fw_gemm_msg
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.v, a.W_msg, a.msg, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -811,8 +811,8 @@ cudaError_t hgt_forward(const HgtForwardArgs& a, cudaStream_t stream) {
   if (cudaError_t err = launch_hgt_fw_gemm_q(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_fw_gemm_v(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_fw_gemm_lin_3(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_hgt_fw_gemm_msg(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_fw_edges_att(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_hgt_fw_gemm_msg(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_fw_nodes_att_max(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_fw_gemm_h(a, stream); err != cudaSuccess) return err;
   return cudaSuccess;
@@ -908,15 +908,6 @@ cudaError_t hgt_forward_train(const HgtForwardTrainArgs& a, cudaStream_t stream)
   return cudaSuccess;
 }
 
-cudaError_t launch_hgt_bw_gemm_d_agg(const HgtBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_nodes > 0) {  // hgt_bw_gemm_d_agg
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_bw_gemm_d_agg<<<grid, 256, 0, stream>>>(a.d_h, a.W_a, a.d_agg, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
-}
-
 cudaError_t launch_hgt_bw_wgrad_d_W_a(const HgtBackwardArgs& a, cudaStream_t stream) {
   // hgt_bw_wgrad_d_W_a: weight-gradient instance  d_W_a[ntype] = sum_row agg[row]^T * d_h[row]
   //   from: d$W_a[n.ntype] += outer(reshape(n.agg, heads * d_k), n.d$h)
@@ -938,19 +929,19 @@ cudaError_t launch_hgt_bw_wgrad_d_W_a(const HgtBackwardArgs& a, cudaStream_t str
   return cudaSuccess;
 }
 
-cudaError_t launch_hgt_bw_nodes_d_att(const HgtBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_nodes > 0) {  // hgt_bw_nodes_d_att
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
-    hgt_bw_nodes_d_att<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.att, a.att__0, a.att__1, a.att_max, a.att_sum, a.msg, a.d_agg, a.d_att__0, a.d_att__1, a.d_msg);
+cudaError_t launch_hgt_bw_gemm_d_agg(const HgtBackwardArgs& a, cudaStream_t stream) {
+  if (a.num_nodes > 0) {  // hgt_bw_gemm_d_agg
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
+    hgt_bw_gemm_d_agg<<<grid, 256, 0, stream>>>(a.d_h, a.W_a, a.d_agg, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
-cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // hgt_bw_gemm_d_v_edges
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_bw_gemm_d_v_edges<<<grid, 256, 0, stream>>>(a.d_msg, a.W_msg, a.t_d_v_edges, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+cudaError_t launch_hgt_bw_nodes_d_att(const HgtBackwardArgs& a, cudaStream_t stream) {
+  if (a.num_nodes > 0) {  // hgt_bw_nodes_d_att
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    hgt_bw_nodes_d_att<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.att, a.att__0, a.att__1, a.att_max, a.att_sum, a.msg, a.d_agg, a.d_att__0, a.d_att__1, a.d_msg);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -978,10 +969,10 @@ cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& a, cudaStream_t s
   return cudaSuccess;
 }
 
-cudaError_t launch_hgt_bw_edges_loop(const HgtBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // hgt_bw_edges_loop
-    const unsigned blocks = static_cast<unsigned>((a.num_edges + 256 - 1) / 256);
-    hgt_bw_edges_loop<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.mu, a.d_att__0, a.t_op0);
+cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& a, cudaStream_t stream) {
+  if (a.num_edges > 0) {  // hgt_bw_gemm_d_v_edges
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
+    hgt_bw_gemm_d_v_edges<<<grid, 256, 0, stream>>>(a.d_msg, a.W_msg, a.t_d_v_edges, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -991,92 +982,6 @@ cudaError_t launch_hgt_bw_sum_d_v(const HgtBackwardArgs& a, cudaStream_t stream)
   if (a.num_nodes > 0) {  // hgt_bw_sum_d_v
     const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
     hgt_bw_sum_d_v<<<blocks, 256, 0, stream>>>(a.num_nodes, a.out_ptr, a.out_eid, a.d_v, a.t_d_v_edges);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
-}
-
-cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // hgt_bw_gemm_d_k_edges
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_bw_gemm_d_k_edges<<<grid, 256, 0, stream>>>(a.q, a.W_att, a.t_d_k_edges, a.dst, a.t_op0, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
-}
-
-cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_nodes > 0) {  // hgt_bw_sum_d_k
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
-    hgt_bw_sum_d_k<<<blocks, 256, 0, stream>>>(a.num_nodes, a.out_ptr, a.out_eid, a.d_k, a.t_d_k_edges);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
-}
-
-cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // hgt_bw_wgrad_d_W_att: weight-gradient instance  d_W_att[etype] = sum_row k[src[row]]^T * q[dst[row]] * t_op0[row]
-  //   from: d$W_att[e.etype] += outer(e.src.k, e["d$att$0"] / sqrt(d_k) * mu[e.etype] * e.dst.q)
-  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
-  // then d_W_att = the sum of its segment's chunks in chunk order: bit-identical over runs.
-  hectorgen::simt::WgradArgs<float> wgrad{};
-  wgrad.x = a.k;
-  wgrad.dy = a.q;
-  wgrad.gather = a.src;  // X rows
-  wgrad.scatter = a.dst;  // dY rows
-  wgrad.scale = a.t_op0;
-  wgrad.seg_ptr = a.etype_ptr;
-  wgrad.num_rows = a.num_edges;
-  wgrad.num_segments = a.num_etypes;
-  // 1 block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.
-  const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);
-  int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_att_chunk_ptr;
-  float* const partial = a.hgt_bw_wgrad_d_W_att_partial;
-  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_att, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
-  return cudaSuccess;
-}
-
-cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_fw_gemm_lin_3
-  if (a.num_edges > 0) {  // hgt_bw_gemm_lin_11
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_11, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
-}
-
-cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // hgt_bw_edges_loop_3
-    const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
-    hgt_bw_edges_loop_3<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.att__0_dot, a.mu, a.d_att__0, a.t_lin_11, a.t_sc2, a.t_wg3);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
-}
-
-cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // hgt_bw_segsum_d_mu: segment sum  d_mu[etype] += sum_row t_wg3[row]
-  //   from: d$mu[e.etype] += e["d$att$0"] / sqrt(d_k) * e.att$0$dot
-  const int64_t rows = a.num_edges;
-  const int chunk_rows = hectorgen::segment_sum_chunk_rows(rows, 1);
-  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, rows, chunk_rows, a.hgt_bw_segsum_d_mu_chunk_ptr, stream);
-      err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::launch_segment_sum_partials(a.t_wg3, 1, a.etype_ptr, rows, a.num_etypes, a.hgt_bw_segsum_d_mu_chunk_ptr,
-                                                               chunk_rows, a.hgt_bw_segsum_d_mu_partial, stream);
-      err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(a.hgt_bw_segsum_d_mu_partial, a.hgt_bw_segsum_d_mu_chunk_ptr, a.d_mu, a.num_etypes, 1,
-                                                                 /*accumulate=*/true, stream);
-      err != cudaSuccess) return err;
-  return cudaSuccess;
-}
-
-cudaError_t launch_hgt_bw_sum_d_q(const HgtBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_nodes > 0) {  // hgt_bw_sum_d_q
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
-    hgt_bw_sum_d_q<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.d_q, a.t_sc2);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -1110,6 +1015,122 @@ cudaError_t launch_hgt_bw_wgrad_d_W_v(const HgtBackwardArgs& a, cudaStream_t str
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_v, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
+  return cudaSuccess;
+}
+
+cudaError_t launch_hgt_bw_edges_loop(const HgtBackwardArgs& a, cudaStream_t stream) {
+  if (a.num_edges > 0) {  // hgt_bw_edges_loop
+    const unsigned blocks = static_cast<unsigned>((a.num_edges + 256 - 1) / 256);
+    hgt_bw_edges_loop<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.mu, a.d_att__0, a.t_op0);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& a, cudaStream_t stream) {
+  // hgt_bw_wgrad_d_W_att: weight-gradient instance  d_W_att[etype] = sum_row k[src[row]]^T * q[dst[row]] * t_op0[row]
+  //   from: d$W_att[e.etype] += outer(e.src.k, e["d$att$0"] / sqrt(d_k) * mu[e.etype] * e.dst.q)
+  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // then d_W_att = the sum of its segment's chunks in chunk order: bit-identical over runs.
+  hectorgen::simt::WgradArgs<float> wgrad{};
+  wgrad.x = a.k;
+  wgrad.dy = a.q;
+  wgrad.gather = a.src;  // X rows
+  wgrad.scatter = a.dst;  // dY rows
+  wgrad.scale = a.t_op0;
+  wgrad.seg_ptr = a.etype_ptr;
+  wgrad.num_rows = a.num_edges;
+  wgrad.num_segments = a.num_etypes;
+  // 1 block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.
+  const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);
+  int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_att_chunk_ptr;
+  float* const partial = a.hgt_bw_wgrad_d_W_att_partial;
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_att, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
+  return cudaSuccess;
+}
+
+cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& a, cudaStream_t stream) {
+  if (a.num_edges > 0) {  // hgt_bw_gemm_d_k_edges
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
+    hgt_bw_gemm_d_k_edges<<<grid, 256, 0, stream>>>(a.q, a.W_att, a.t_d_k_edges, a.dst, a.t_op0, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& a, cudaStream_t stream) {
+  if (a.num_nodes > 0) {  // hgt_bw_sum_d_k
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    hgt_bw_sum_d_k<<<blocks, 256, 0, stream>>>(a.num_nodes, a.out_ptr, a.out_eid, a.d_k, a.t_d_k_edges);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launch_hgt_bw_wgrad_d_W_k(const HgtBackwardArgs& a, cudaStream_t stream) {
+  // hgt_bw_wgrad_d_W_k: weight-gradient instance  d_W_k[ntype] = sum_row feature[row]^T * d_k[row]
+  //   from: d$W_k[n.ntype] += outer(n.feature, reshape(n["d$k"], 64))
+  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // then d_W_k = the sum of its segment's chunks in chunk order: bit-identical over runs.
+  hectorgen::simt::WgradArgs<float> wgrad{};
+  wgrad.x = a.feature;
+  wgrad.dy = a.d_k;
+  wgrad.seg_ptr = a.ntype_ptr;
+  wgrad.num_rows = a.num_nodes;
+  wgrad.num_segments = a.num_ntypes;
+  // 1 block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.
+  const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);
+  int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_k_chunk_ptr;
+  float* const partial = a.hgt_bw_wgrad_d_W_k_partial;
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_k, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
+  return cudaSuccess;
+}
+
+cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& a, cudaStream_t stream) {
+  // same kernel as hgt_fw_gemm_lin_3
+  if (a.num_edges > 0) {  // hgt_bw_gemm_lin_11
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
+    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_11, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& a, cudaStream_t stream) {
+  if (a.num_edges > 0) {  // hgt_bw_edges_loop_3
+    const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
+    hgt_bw_edges_loop_3<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.att__0_dot, a.mu, a.d_att__0, a.t_lin_11, a.t_sc2, a.t_wg3);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launch_hgt_bw_sum_d_q(const HgtBackwardArgs& a, cudaStream_t stream) {
+  if (a.num_nodes > 0) {  // hgt_bw_sum_d_q
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    hgt_bw_sum_d_q<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.d_q, a.t_sc2);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& a, cudaStream_t stream) {
+  // hgt_bw_segsum_d_mu: segment sum  d_mu[etype] += sum_row t_wg3[row]
+  //   from: d$mu[e.etype] += e["d$att$0"] / sqrt(d_k) * e.att$0$dot
+  const int64_t rows = a.num_edges;
+  const int chunk_rows = hectorgen::segment_sum_chunk_rows(rows, 1);
+  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, rows, chunk_rows, a.hgt_bw_segsum_d_mu_chunk_ptr, stream);
+      err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_segment_sum_partials(a.t_wg3, 1, a.etype_ptr, rows, a.num_etypes, a.hgt_bw_segsum_d_mu_chunk_ptr,
+                                                               chunk_rows, a.hgt_bw_segsum_d_mu_partial, stream);
+      err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(a.hgt_bw_segsum_d_mu_partial, a.hgt_bw_segsum_d_mu_chunk_ptr, a.d_mu, a.num_etypes, 1,
+                                                                 /*accumulate=*/true, stream);
+      err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
@@ -1154,48 +1175,27 @@ cudaError_t launch_hgt_bw_gemm_d_feature_3(const HgtBackwardArgs& a, cudaStream_
   return cudaSuccess;
 }
 
-cudaError_t launch_hgt_bw_wgrad_d_W_k(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // hgt_bw_wgrad_d_W_k: weight-gradient instance  d_W_k[ntype] = sum_row feature[row]^T * d_k[row]
-  //   from: d$W_k[n.ntype] += outer(n.feature, reshape(n["d$k"], 64))
-  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
-  // then d_W_k = the sum of its segment's chunks in chunk order: bit-identical over runs.
-  hectorgen::simt::WgradArgs<float> wgrad{};
-  wgrad.x = a.feature;
-  wgrad.dy = a.d_k;
-  wgrad.seg_ptr = a.ntype_ptr;
-  wgrad.num_rows = a.num_nodes;
-  wgrad.num_segments = a.num_ntypes;
-  // 1 block(s) per chunk (64 x 64 tiles of dW x heads): the host code sized the workspaces alike.
-  const int chunk_rows = hectorgen::wgrad_chunk_rows(wgrad.num_rows, 1);
-  int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_k_chunk_ptr;
-  float* const partial = a.hgt_bw_wgrad_d_W_k_partial;
-  if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_k, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
-  return cudaSuccess;
-}
-
 cudaError_t hgt_backward(const HgtBackwardArgs& a, cudaStream_t stream) {
-  if (cudaError_t err = launch_hgt_bw_gemm_d_agg(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_bw_wgrad_d_W_a(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_hgt_bw_gemm_d_agg(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_bw_nodes_d_att(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_hgt_bw_gemm_d_v_edges(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_bw_wgrad_d_W_msg(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_hgt_bw_edges_loop(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_hgt_bw_gemm_d_v_edges(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_bw_sum_d_v(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_hgt_bw_gemm_d_k_edges(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_hgt_bw_sum_d_k(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_hgt_bw_wgrad_d_W_att(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_hgt_bw_gemm_lin_11(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_hgt_bw_edges_loop_3(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_hgt_bw_segsum_d_mu(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_hgt_bw_sum_d_q(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_bw_gemm_d_feature(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_bw_wgrad_d_W_v(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_hgt_bw_edges_loop(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_hgt_bw_wgrad_d_W_att(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_hgt_bw_gemm_d_k_edges(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_hgt_bw_sum_d_k(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_hgt_bw_wgrad_d_W_k(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_hgt_bw_gemm_lin_11(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_hgt_bw_edges_loop_3(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_hgt_bw_sum_d_q(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_hgt_bw_segsum_d_mu(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_bw_gemm_d_feature_2(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_bw_wgrad_d_W_q(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_hgt_bw_gemm_d_feature_3(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_hgt_bw_wgrad_d_W_k(a, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 

@@ -52,8 +52,8 @@ cudaError_t launch_hgt_fw_gemm_k(const HgtForwardArgs& args, cudaStream_t stream
 cudaError_t launch_hgt_fw_gemm_q(const HgtForwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fw_gemm_v(const HgtForwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fw_gemm_lin_3(const HgtForwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_fw_gemm_msg(const HgtForwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fw_edges_att(const HgtForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_fw_gemm_msg(const HgtForwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fw_nodes_att_max(const HgtForwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fw_gemm_h(const HgtForwardArgs& args, cudaStream_t stream);
 // Runs the whole forward pass on `stream`, in order. Returns the first launch error.
@@ -183,39 +183,39 @@ struct HgtBackwardArgs {
   int32_t* hgt_bw_wgrad_d_W_a_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_a's first chunk of each segment
   float* hgt_bw_wgrad_d_W_msg_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_msg's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* hgt_bw_wgrad_d_W_msg_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_msg's first chunk of each segment
-  float* hgt_bw_wgrad_d_W_att_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_att's fp32 partial sums, one [1, 64, 64] slice per chunk
-  int32_t* hgt_bw_wgrad_d_W_att_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_att's first chunk of each segment
-  int32_t* hgt_bw_segsum_d_mu_chunk_ptr = nullptr;  // workspace: hgt_bw_segsum_d_mu's first chunk of each segment
-  float* hgt_bw_segsum_d_mu_partial = nullptr;  // workspace: hgt_bw_segsum_d_mu's fp32 sums, one per chunk
   float* hgt_bw_wgrad_d_W_v_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_v's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* hgt_bw_wgrad_d_W_v_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_v's first chunk of each segment
-  float* hgt_bw_wgrad_d_W_q_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_q's fp32 partial sums, one [1, 64, 64] slice per chunk
-  int32_t* hgt_bw_wgrad_d_W_q_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_q's first chunk of each segment
+  float* hgt_bw_wgrad_d_W_att_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_att's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* hgt_bw_wgrad_d_W_att_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_att's first chunk of each segment
   float* hgt_bw_wgrad_d_W_k_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_k's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* hgt_bw_wgrad_d_W_k_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_k's first chunk of each segment
+  int32_t* hgt_bw_segsum_d_mu_chunk_ptr = nullptr;  // workspace: hgt_bw_segsum_d_mu's first chunk of each segment
+  float* hgt_bw_segsum_d_mu_partial = nullptr;  // workspace: hgt_bw_segsum_d_mu's fp32 sums, one per chunk
+  float* hgt_bw_wgrad_d_W_q_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_q's fp32 partial sums, one [1, 64, 64] slice per chunk
+  int32_t* hgt_bw_wgrad_d_W_q_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_q's first chunk of each segment
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
-cudaError_t launch_hgt_bw_gemm_d_agg(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_wgrad_d_W_a(const HgtBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_bw_gemm_d_agg(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_nodes_d_att(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_edges_loop(const HgtBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_sum_d_v(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_sum_d_q(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_gemm_d_feature(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_wgrad_d_W_v(const HgtBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_bw_edges_loop(const HgtBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_bw_wgrad_d_W_k(const HgtBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_bw_sum_d_q(const HgtBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_gemm_d_feature_2(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_wgrad_d_W_q(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_gemm_d_feature_3(const HgtBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_bw_wgrad_d_W_k(const HgtBackwardArgs& args, cudaStream_t stream);
 // Runs the whole backward pass on `stream`, in order. Returns the first launch error.
 cudaError_t hgt_backward(const HgtBackwardArgs& args, cudaStream_t stream);
 

@@ -1714,6 +1714,7 @@ std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const s
     drop_dead_stores(*p);
     assign_storage(*p);
     choose_gemm_kernels(*p);
+    schedule_for_memory(*p);
     return p;
   } catch (const std::logic_error& e) {
     // A traversal kernel the verifier rejects (e.g. a node field both stored and atomically updated by one
