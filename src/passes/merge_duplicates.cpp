@@ -214,7 +214,11 @@ void merge_duplicate_stores(Program& p) {
       const Store& kept = *it->second;
       const TensorInfo *a = p.find(kept.tensor), *b = p.find(st->tensor);
       const bool temp = std::find(temps->begin(), temps->end(), st->tensor) != temps->end();
-      if (temp && a && b && kept.row == st->row && kept.lanes == st->lanes && a->storage == b->storage && a->per == b->per &&
+      // Torch fallbacks name what they read in their own statement: leave a temporary they read alone.
+      const bool torch_reads = std::any_of(p.kernels.begin() + static_cast<long>(i) + 1, p.kernels.end(), [&](const Kernel& k) {
+        return std::holds_alternative<TorchInstance>(k) && kernel_reads(k).count(st->tensor);
+      });
+      if (temp && !torch_reads && a && b && kept.row == st->row && kept.lanes == st->lanes && a->storage == b->storage && a->per == b->per &&
           a->row_numel() == b->row_numel())
         kept_for[st->tensor] = kept.tensor;
     }
