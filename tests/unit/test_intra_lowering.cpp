@@ -40,6 +40,23 @@ inter::Module pipeline_forward(const inter::Module& m) {
   return passes::hoist_node_transforms(passes::reorder_linear(m, m.decl.options.reorder));
 }
 
+// A spec's phases through the driver's whole pipeline (compaction, reordering and every intra pass), as
+// `--emit=intra-ir` prints them and the parser reads them back.
+std::vector<Program> pipeline_programs(const std::string& spec) {
+  driver::Options o;
+  o.spec_path = spec;
+  o.emit = "intra-ir";
+  std::ostringstream out, err;
+  const int code = driver::run(o, out, err);
+  INFO(err.str());
+  REQUIRE(code == 0);
+  SourceFile file(spec + ".intra.ir", out.str());
+  Diagnostics diags;
+  auto phases = parse_programs(file, diags);
+  REQUIRE(phases);
+  return *phases;
+}
+
 std::vector<Program> lower_source(const std::string& path, const std::string& text) {
   auto c = compile_text(path, text);
   INFO(c->rendered());
@@ -619,15 +636,8 @@ TEST_CASE("RGAT's edge kernels reduce over the warp once per value, loading each
 TEST_CASE("HGT's training forward stores the attention dot product; the backward's mu gradient reads it, a thread per edge",
           "[intra][lowering]") {
   // With compact materialization (the benchmarked configuration's), through the driver's whole pipeline.
-  driver::Options o;
-  o.spec_path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact.yaml";
-  o.emit = "intra-ir";
-  std::ostringstream out, err;
-  REQUIRE(driver::run(o, out, err) == 0);
-  SourceFile file("hgt_compact.intra.ir", out.str());
-  Diagnostics diags;
-  auto phases = parse_programs(file, diags);
-  REQUIRE(phases);
+  const std::vector<Program> phases =
+      pipeline_programs(std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact.yaml");
   auto loads = [](const TraversalInstance& t, const std::string& tensor) {
     return count_instrs(t.body, [&](const Instr& in) {
       auto* d = std::get_if<Def>(&in.v);
@@ -636,14 +646,14 @@ TEST_CASE("HGT's training forward stores the attention dot product; the backward
     });
   };
   // The forward's warp reduction is stored as it is computed, one float per edge.
-  const TraversalInstance& fwt = traversal(*phases, "hgt_compact_fwt_nodes_att__0_dot");
+  const TraversalInstance& fwt = traversal(phases, "hgt_compact_fwt_nodes_att__0_dot");
   CHECK(count_instrs(fwt.body, is_reduce) == 1);
   CHECK(count_instrs(fwt.body, [](const Instr& in) {
           auto* s = std::get_if<Store>(&in.v);
           return s && s->tensor == "att$0$dot";
         }) == 1);
   // The backward reads it instead of re-reading the rows lin$k[pair] and q[dst] and reducing them.
-  const TraversalInstance& bw = traversal(*phases, "hgt_compact_bw_edges_loop");
+  const TraversalInstance& bw = traversal(phases, "hgt_compact_bw_edges_loop");
   CHECK(count_instrs(bw.body, is_reduce) == 0);
   CHECK(loads(bw, "att$0$dot") == 1);
   CHECK(loads(bw, "lin$k") == 0);
@@ -1441,16 +1451,9 @@ TEST_CASE("schedule-for-memory lowers the peak of HGT's compact backward", "[int
   // tests/gpu/specs/hgt_compact.yaml through the driver's whole pipeline (issue 9: HGT's training peak on
   // wikikg2): at most two [pairs, 64] temporaries are live at once in the backward (the lowering's order had three:
   // the message's gradient, its product with W_msg and the gradient of lin$k).
-  driver::Options o;
-  o.spec_path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact.yaml";
-  o.emit = "intra-ir";
-  std::ostringstream out, err;
-  REQUIRE(driver::run(o, out, err) == 0);
-  SourceFile file("hgt_compact.intra.ir", out.str());
-  Diagnostics diags;
-  auto phases = parse_programs(file, diags);
-  REQUIRE(phases);
-  const Program& bw = phases->at(2);
+  const std::vector<Program> phases =
+      pipeline_programs(std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact.yaml");
+  const Program& bw = phases.at(2);
   REQUIRE(bw.phase == "backward");
   std::map<std::string, std::pair<size_t, size_t>> span;  // pair-sized temporaries: first and last kernel
   for (size_t i = 0; i < bw.kernels.size(); ++i)
