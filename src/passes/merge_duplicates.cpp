@@ -9,7 +9,6 @@
 #include <cctype>
 #include <map>
 #include <optional>
-#include <regex>
 #include <functional>
 #include <set>
 #include <string>
@@ -65,6 +64,22 @@ void redirect_reads(Kernel& k, const std::string& from, const std::string& to) {
     };
     walk(t->body);
   }
+}
+
+// `dropped` is gone: the kernels from `from` on, and the fields aliased to it, read `kept` instead.
+void replace_tensor(Program& p, size_t from, const std::string& dropped, const std::string& kept) {
+  for (size_t k = from; k < p.kernels.size(); ++k) redirect_reads(p.kernels[k], dropped, kept);
+  for (auto& [field, tensor] : p.aliases)
+    if (tensor == dropped) tensor = kept;
+  std::erase_if(p.tensors, [&](const TensorInfo& t) { return t.name == dropped; });
+}
+
+// Torch fallbacks name what they read in their own statement (redirect_reads cannot change it): a tensor one of
+// the kernels from `from` on reads must stay.
+bool read_by_torch(const Program& p, size_t from, const std::string& tensor) {
+  return std::any_of(p.kernels.begin() + static_cast<long>(from), p.kernels.end(), [&](const Kernel& k) {
+    return std::holds_alternative<TorchInstance>(k) && kernel_reads(k).count(tensor);
+  });
 }
 
 // The temporaries a kernel writes, when all its writes are plain writes of temporaries only it writes; else
@@ -158,12 +173,7 @@ void merge_duplicate_traversals(Program& p) {
           if (a.size() == b.size()) {
             for (size_t k = 0; k < a.size(); ++k) kept_for[b[k]] = a[k];
             p.kernels.erase(p.kernels.begin() + static_cast<long>(j));
-            for (const auto& [dropped, kept] : kept_for) {
-              for (size_t k = j; k < p.kernels.size(); ++k) redirect_reads(p.kernels[k], dropped, kept);
-              for (auto& [field, tensor] : p.aliases)
-                if (tensor == dropped) tensor = kept;
-              std::erase_if(p.tensors, [&](const TensorInfo& t) { return t.name == dropped; });
-            }
+            for (const auto& [dropped, kept] : kept_for) replace_tensor(p, j, dropped, kept);
             --j;
             continue;
           }
@@ -192,11 +202,10 @@ void merge_duplicate_stores(Program& p) {
       const auto* d = std::get_if<Def>(&in.v);
       const auto* e = d && !d->is_mutable ? std::get_if<Eval>(&d->source) : nullptr;
       if (!e) continue;
-      std::string text = print_value(e->value);
-      for (const auto& [reg, first] : first_of)  // an operand that repeats an earlier register reads as it
-        if (reg != first && text.find(reg) != std::string::npos) text.clear();
-      if (text.empty()) continue;
-      auto [it, fresh] = seen.try_emplace(text, d->name, d->type.numel());
+      // An operand that repeats an earlier register would read as it: such a value is left as it is.
+      const std::vector<std::string> operands = regs_of(e->value);
+      if (std::any_of(operands.begin(), operands.end(), [&](const std::string& r) { return first_of.count(r) > 0; })) continue;
+      auto [it, fresh] = seen.try_emplace(print_value(e->value), d->name, d->type.numel());
       if (!fresh && it->second.second == d->type.numel() && it->second.first != d->name) first_of[d->name] = it->second.first;
     }
     if (first_of.empty()) continue;
@@ -214,11 +223,7 @@ void merge_duplicate_stores(Program& p) {
       const Store& kept = *it->second;
       const TensorInfo *a = p.find(kept.tensor), *b = p.find(st->tensor);
       const bool temp = std::find(temps->begin(), temps->end(), st->tensor) != temps->end();
-      // Torch fallbacks name what they read in their own statement: leave a temporary they read alone.
-      const bool torch_reads = std::any_of(p.kernels.begin() + static_cast<long>(i) + 1, p.kernels.end(), [&](const Kernel& k) {
-        return std::holds_alternative<TorchInstance>(k) && kernel_reads(k).count(st->tensor);
-      });
-      if (temp && !torch_reads && a && b && kept.row == st->row && kept.lanes == st->lanes && a->storage == b->storage && a->per == b->per &&
+      if (temp && !read_by_torch(p, i + 1, st->tensor) && a && b && kept.row == st->row && kept.lanes == st->lanes && a->storage == b->storage && a->per == b->per &&
           a->row_numel() == b->row_numel())
         kept_for[st->tensor] = kept.tensor;
     }
@@ -227,22 +232,26 @@ void merge_duplicate_stores(Program& p) {
       const auto* st = std::get_if<Store>(&in.v);
       return st && kept_for.count(st->tensor);
     });
-    for (const auto& [dropped, kept] : kept_for) {
-      for (size_t k = i + 1; k < p.kernels.size(); ++k) redirect_reads(p.kernels[k], dropped, kept);
-      for (auto& [field, tensor] : p.aliases)
-        if (tensor == dropped) tensor = kept;
-      std::erase_if(p.tensors, [&](const TensorInfo& x) { return x.name == dropped; });
+    for (const auto& [dropped, kept] : kept_for) replace_tensor(p, i + 1, dropped, kept);
+    // The repeated registers nothing reads any more go, with the comment that introduced each (a straight-line
+    // body reads registers in its values and its stores).
+    std::set<std::string> read;
+    auto reads_of = [&](const ValueP& v) {
+      for (const std::string& r : regs_of(v)) read.insert(r);
+    };
+    for (const Instr& in : t->body) {
+      if (const auto* st = std::get_if<Store>(&in.v)) read.insert(st->reg);
+      if (const auto* d = std::get_if<Def>(&in.v)) {
+        if (const auto* e = std::get_if<Eval>(&d->source)) reads_of(e->value);
+        else if (const auto* r = std::get_if<Reduce>(&d->source)) reads_of(r->value);
+      }
     }
-    // The repeated registers nothing reads any more go, with the comment that introduced each.
     for (const auto& [reg, first] : first_of) {
+      if (read.count(reg)) continue;
       auto def = std::find_if(t->body.begin(), t->body.end(), [&](const Instr& in) {
         const auto* d = std::get_if<Def>(&in.v);
         return d && d->name == reg;
       });
-      TraversalInstance rest = *t;
-      rest.body.erase(rest.body.begin() + (def - t->body.begin()));
-      std::erase_if(rest.body, [](const Instr& in) { return std::holds_alternative<Comment>(in.v); });
-      if (std::regex_search(print_traversal(rest), std::regex("\\b" + reg + "\\b"))) continue;
       const bool commented = def != t->body.begin() && std::holds_alternative<Comment>(std::prev(def)->v);
       t->body.erase(commented ? std::prev(def) : def, std::next(def));
     }
@@ -258,17 +267,10 @@ void merge_duplicate_gemms(Program& p) {
     for (size_t j = i + 1; j < p.kernels.size(); ++j) {
       const auto* again = std::get_if<GemmInstance>(&p.kernels[j]);
       if (again && same_product(*first, *again) && pure(p, *again) && p.find(again->y)->storage == p.find(first->y)->storage) {
-        // Torch fallbacks name what they read in their own statement: leave a product they read alone.
         const std::string dropped = again->y, kept = first->y;
-        bool torch_reads = std::any_of(p.kernels.begin() + static_cast<long>(j), p.kernels.end(), [&](const Kernel& k) {
-          return std::holds_alternative<TorchInstance>(k) && kernel_reads(k).count(dropped);
-        });
-        if (torch_reads) continue;
+        if (read_by_torch(p, j, dropped)) continue;  // leave a product a fallback reads alone
         p.kernels.erase(p.kernels.begin() + static_cast<long>(j));
-        for (size_t k = j; k < p.kernels.size(); ++k) redirect_reads(p.kernels[k], dropped, kept);
-        for (auto& [field, tensor] : p.aliases)
-          if (tensor == dropped) tensor = kept;
-        std::erase_if(p.tensors, [&](const TensorInfo& t) { return t.name == dropped; });
+        replace_tensor(p, j, dropped, kept);
         --j;
         continue;
       }
