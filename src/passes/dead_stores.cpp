@@ -14,18 +14,6 @@ using namespace intra;
 
 namespace {
 
-// Tensors the program hands back: its outputs and the fields saved for the backward (through their aliases).
-std::set<std::string> returned(const Program& p) {
-  std::set<std::string> out;
-  for (const TensorInfo& t : p.tensors)
-    if (t.role == Role::Output) out.insert(t.name);
-  for (const std::string& s : p.saved) {
-    auto it = p.aliases.find(s);
-    out.insert(it == p.aliases.end() ? s : it->second);
-  }
-  return out;
-}
-
 template <class F>
 void each(std::vector<Instr>& body, const F& f) {
   for (Instr& in : body) {
@@ -161,7 +149,7 @@ std::set<const Store*> read_in_kernel(const TraversalInstance& t) {
 }  // namespace
 
 void drop_dead_stores(Program& p) {
-  const std::set<std::string> kept = returned(p);
+  const std::set<std::string> kept = returned_tensors(p);
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     auto* t = std::get_if<TraversalInstance>(&p.kernels[i]);
     if (!t) continue;

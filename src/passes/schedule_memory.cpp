@@ -36,13 +36,7 @@ struct Footprint {
 // The tensors the order decides about: every one the program allocates itself (not an input or weight) and does
 // not hand back (outputs and saved fields live from the start to the return).
 Footprint footprint(const Program& p) {
-  std::set<std::string> returned;
-  for (const TensorInfo& t : p.tensors)
-    if (t.role == Role::Output) returned.insert(t.name);
-  for (const std::string& s : p.saved) {
-    auto it = p.aliases.find(s);
-    returned.insert(it == p.aliases.end() ? s : it->second);
-  }
+  const std::set<std::string> returned = returned_tensors(p);
   Footprint f;
   for (const TensorInfo& t : p.tensors)
     if (t.role != Role::Input && t.role != Role::Weight && !returned.count(t.name))

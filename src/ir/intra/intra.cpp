@@ -42,6 +42,17 @@ std::set<std::string> kernel_writes(const Kernel& k) {
   return out;
 }
 
+std::set<std::string> returned_tensors(const Program& p) {
+  std::set<std::string> out;
+  for (const TensorInfo& t : p.tensors)
+    if (t.role == Role::Output) out.insert(t.name);
+  for (const std::string& s : p.saved) {
+    auto it = p.aliases.find(s);
+    out.insert(it == p.aliases.end() ? s : it->second);
+  }
+  return out;
+}
+
 std::set<std::string> kernel_reads(const Kernel& k) {
   std::set<std::string> out;
   if (auto* g = std::get_if<GemmInstance>(&k)) out = {g->x, g->w};

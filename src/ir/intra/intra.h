@@ -219,6 +219,9 @@ std::set<std::string> kernel_writes(const Kernel& k);
 std::set<std::string> kernel_reads(const Kernel& k);
 // The tensors a kernel adds into atomically (a scattering GEMM's output, a traversal's atomic stores).
 std::set<std::string> atomic_writes(const Kernel& k);
+// The tensors a program hands back, live from its start to its return: its outputs and the fields saved for the
+// backward (through their aliases).
+std::set<std::string> returned_tensors(const Program& p);
 
 // True when the traversal template can emit `e` (else the statement falls back to PyTorch calls).
 bool traversal_supports(const inter::ExprP& e);
