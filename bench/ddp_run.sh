@@ -76,15 +76,29 @@ timeout -k 10 "$(( $(left) - 200 > 60 ? $(left) - 200 : 60 ))" \
 
 if ((PREPARE_ONLY)); then log "--prepare: done in ${SECONDS}s"; exit 0; fi
 
-# ---- 4. the check over NCCL, 2 GPUs --------------------------------------------------------------------------------
+# ---- 4. the checks over NCCL: 2 GPUs, all GPUs, the runtime under DDP ---------------------------------------------
 NGPU="$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
 check_rc=0
 if ((NGPU >= 2)); then
-  log "check: ${MODELS%%,*}, 2 processes on 2 GPUs over NCCL, khop mode (subgraphs prefetched), cost shards"
   rm -f "$OUT/ddp_check.jsonl"
-  timeout -k 5 60 python3 -m torch.distributed.run --standalone --nproc_per_node=2 tools/ddp_train.py \
-    --model "${MODELS%%,*}" --check --graph small --mode khop --shard cost --steps 6 --batch 512 --backend nccl \
-    --generated "$WORK/gen" --out "$OUT/ddp_check.jsonl" || check_rc=$?
+  # Every GPU count present (2, then all of them), then the runtime under DDP: activations offloaded by the tensor
+  # cache to per-rank files, features gathered from a per-rank unified tensor (docs/distributed.md).
+  runs=("2")
+  ((NGPU > 2)) && runs+=("$NGPU")
+  runs+=("2 runtime")
+  for run in "${runs[@]}"; do
+    read -r n extra <<< "$run"
+    args=(--model "${MODELS%%,*}" --check --graph small --mode khop --shard cost --steps 6 --batch 512 --backend nccl
+          --generated "$WORK/gen" --out "$OUT/ddp_check.jsonl")
+    what="khop mode (subgraphs prefetched), cost shards"
+    if [[ -n "$extra" ]]; then
+      args+=(--offload file --features unified)
+      what+=", activations offloaded to per-rank files, features in per-rank unified tensors"
+    fi
+    log "check: ${MODELS%%,*}, $n processes on $n GPUs over NCCL, $what"
+    timeout -k 5 90 python3 -m torch.distributed.run --standalone --nproc_per_node="$n" tools/ddp_train.py \
+      "${args[@]}" || check_rc=$?
+  done
 else
   log "check: SKIPPED ($NGPU GPU(s): NCCL needs one GPU per process)"
 fi

@@ -53,7 +53,6 @@ import dataclasses
 import datetime
 import hashlib
 import json
-import math
 import os
 import re
 import statistics
@@ -419,18 +418,58 @@ class Trainer:
         self.a, self.info, self.device, self.mod, self.cls, self.graph = a, info, device, mod, cls, graph
         self.ddp_stats = {}
         x, y, labelled = features_and_labels(graph, a.classes, a.seed)
+        self.x_host, self._x_device, self.x_unified = x, None, None
+        if a.features == "unified":
+            from hectorgen_runtime import unified as hu
+            self.x_unified = hu.unified(x)   # this rank's own copy of the features, pinned in place and mapped
         self.train_nodes, self.test_nodes = split(labelled, a.seed)
         self.batch = min(a.batch, self.train_nodes.numel())   # the global batch size (global_batch)
         if self.batch < info.world_size:
             raise SystemExit(f"ddp_train: a global batch of {self.batch} nodes (--batch "
                              f"{a.batch}, {self.train_nodes.numel()} training nodes) is smaller than the world size "
                              f"{info.world_size}")
-        self.x, self.y = x.to(device), y.to(device)
+        self.y = y.to(device)
         self.src, self.dst = graph.src.to(device), graph.dst.to(device)
         self.etype, self.ntype = graph.etype.to(device), graph.ntype.to(device)
         self.full = self.prepare(self.src, self.dst, self.etype, graph.num_nodes, self.ntype) \
             if a.mode == "full" else None
         self.cost = khop_cost(graph.src, graph.dst, graph.num_nodes) if a.shard == "cost" else None
+
+    @property
+    def x(self) -> torch.Tensor:
+        """The features in GPU memory (made on first use: --features unified needs them only for --check)."""
+        if self._x_device is None:
+            self._x_device = self.x_host.to(self.device)
+        return self._x_device
+
+    def features(self, keep, features: str) -> torch.Tensor:
+        """The features of the nodes ``keep`` (a CUDA index) in GPU memory: an index into the GPU copy, or
+        (--features unified) a zero-copy gather from the unified tensor; the same bits either way. Nothing waits:
+        an index out of range zero-fills its row and is reported by the next check_gather_errors()."""
+        if features == "unified":
+            from hectorgen_runtime import unified as hu
+            return hu.gather(self.x_unified, keep, path="zero_copy", check=False)
+        return self.x[keep]
+
+    def tensor_cache(self, model, where: str, rank: int):
+        """A hectorgen tensor cache over the model's two generated layers, offloading what they save for backward
+        to ``where`` ("host": pinned host memory; "file": files in this rank's own folder of --offload-dir), and
+        that folder (None for "host")."""
+        from hectorgen_runtime.offload import TensorCache
+        from hectorgen_runtime.distributed import rank_scoped_path
+        folder = None
+        options = {}
+        if where == "file":
+            base = self.a.offload_dir or os.environ.get("HECTORGEN_OFFLOAD_DIR") or os.environ.get("TMPDIR") or "/tmp"
+            folder = Path(rank_scoped_path(str(Path(base) / "hectorgen-ddp-offload"), kind="offload"))
+            folder.mkdir(parents=True, exist_ok=True)
+            options = {"directories": [str(folder)], "file_bytes": int(self.a.offload_gib * 2**30)}
+        else:
+            options = {"host_budget_bytes": int(self.a.offload_gib * 2**30)}
+        cache = TensorCache([model.layer1, model.layer2], parameters_of=[model], tier=where, rank=rank,
+                            cpu_tensors=self.device.type == "cpu", min_bytes=1 << 16 if self.device.type == "cpu"
+                            else 1 << 20, **options)
+        return cache, folder
 
     def prepare(self, src, dst, etype, n, ntype):
         return self.mod.prepare_graph(src, dst, etype, n, self.graph.num_etypes, ntype=ntype,
@@ -452,9 +491,10 @@ class Trainer:
         if self.a.mode == "full":
             return self.full, self.x, nodes
         keep, eids, new_id = self.subgraph(nodes)
-        return self.prepare_subgraph(keep, eids, new_id), self.x[keep], new_id[nodes]
+        return self.prepare_subgraph(keep, eids, new_id), self.features(keep, self.a.features), new_id[nodes]
 
-    def stage(self, step: int, world: int, rank: int, clock: StepClock, stream=None) -> "StepInputs":
+    def stage(self, step: int, world: int, rank: int, clock: StepClock, stream=None,
+              features: str = "device") -> "StepInputs":
         """Step ``step``'s inputs on this rank, timed by ``clock`` (phases select, khop, prepare), queued on
         ``stream`` (None: the current stream). With a stream, the step's stream must wait for ``ready`` and the
         tensors are marked as used by the current stream (the caching allocator then keeps them until its work
@@ -471,7 +511,7 @@ class Trainer:
                     keep, eids, new_id = self.subgraph(nodes)
                 with clock.phase(step, "prepare"):
                     g = self.prepare_subgraph(keep, eids, new_id)
-                    inputs = StepInputs(g, self.x[keep], new_id[nodes], nodes)
+                    inputs = StepInputs(g, self.features(keep, features), new_id[nodes], nodes)
                 clock.sizes[step] = (int(keep.numel()), int(eids.numel()))
             if stream is not None:
                 inputs.ready = stream.record_event()
@@ -484,14 +524,22 @@ class Trainer:
         g = self.graph
         return Classifier(self.cls, g.num_etypes, g.num_ntypes, IN_DIM, self.a.classes, self.device)
 
-    def run(self, world: int, rank: int, optimizer: str, ddp: bool, clock: StepClock = None):
+    def run(self, world: int, rank: int, optimizer: str, ddp: bool, clock: StepClock = None, offload: str = "keep",
+            features: str = "device"):
         """Trains a fresh model for --steps steps as rank ``rank`` of ``world``, timed by ``clock`` (a new one
-        without); returns (model, per-step local losses, the names of parameters that missed a gradient at some
-        step, the wall time of the steps after the warm-up in s)."""
+        without), with the layers' saved tensors kept or offloaded (``offload``: keep, host, file) and the features
+        read from GPU memory or a unified tensor (``features``); returns (model, per-step local losses, the names of
+        parameters that missed a gradient at some step, the wall time of the steps after the warm-up in s).
+        self.last_run then holds the run's peak GPU memory and, when offloading, the tensor cache's report."""
         a = self.a
         clock = clock or StepClock(self.device)
         model = self.new_model()
         net = wrap_ddp(model, a, self.device, clock) if ddp else model
+        cache, folder = self.tensor_cache(model, offload, rank) if offload != "keep" else (None, None)
+        if self.device.type == "cuda":
+            sync(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            base_bytes = torch.cuda.memory_allocated(self.device)
         if optimizer == "sgd":
             opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
         else:
@@ -501,20 +549,21 @@ class Trainer:
         warmup = min(a.warmup, a.steps - 1)
         t_timed = time.perf_counter()
         with clock.watch_syncs():
-            nxt = self.stage(0, world, rank, clock, side) if side is not None else None
+            nxt = self.stage(0, world, rank, clock, side, features) if side is not None else None
             for step in range(a.steps):
                 if step == warmup:
                     sync(self.device)   # once: the wall time of the timed steps starts here
                     t_timed = time.perf_counter()
                 clock.mark(step)
                 if side is None:
-                    inputs = self.stage(step, world, rank, clock)
+                    inputs = self.stage(step, world, rank, clock, features=features)
                 else:
                     inputs = nxt
                     torch.cuda.current_stream(self.device).wait_event(inputs.ready)
                 with clock.phase(step, "forward"):
                     opt.zero_grad(set_to_none=True)
-                    logits = net(inputs.graph, inputs.x)[inputs.at]
+                    with cache if cache is not None else contextlib.nullcontext():
+                        logits = net(inputs.graph, inputs.x)[inputs.at]
                 with clock.phase(step, "loss"):
                     loss = F.cross_entropy(logits, self.y[inputs.nodes], reduction="sum") / self.batch
                 with clock.phase(step, "backward"):
@@ -526,11 +575,20 @@ class Trainer:
                 losses.append(loss.detach())
                 del inputs, logits, loss
                 if side is not None and step + 1 < a.steps:
-                    nxt = self.stage(step + 1, world, rank, clock, side)   # while the GPU runs this step
+                    nxt = self.stage(step + 1, world, rank, clock, side, features)   # while the GPU runs this step
             clock.mark(a.steps)
         sync(self.device)
         wall = time.perf_counter() - t_timed
+        if features == "unified":
+            from hectorgen_runtime import unified as hu
+            hu.check_gather_errors(self.device)
         self.ddp_stats = ddp_stats(net) if ddp else {}
+        self.last_run = {"offload": offload, "features": features}
+        if self.device.type == "cuda":
+            self.last_run.update(peak_bytes=int(torch.cuda.max_memory_allocated(self.device)),
+                                 peak_above_start_bytes=int(torch.cuda.max_memory_allocated(self.device) - base_bytes))
+        if cache is not None:
+            self.last_run["cache"] = close_cache(cache, folder)
         return model, torch.stack(losses).double(), sorted(missing), wall
 
     @torch.no_grad()
@@ -559,6 +617,93 @@ def ddp_stats(ddp) -> dict:
                 "overlap_ms": ms("avg_backward_compute_comm_overlap_time")}
     except Exception:  # noqa: BLE001  (a private API: a change in it only loses these numbers)
         return {}
+
+
+def close_cache(cache, folder) -> dict:
+    """Ends a run's tensor cache: waits for its I/O, takes its report (what it stored, forwarded, kept; the engine's
+    bytes and files; records and engine entries still alive, 0 when nothing leaked over the steps), removes its hooks,
+    closes the engine and removes this rank's offload folder (only this rank's). "files_left": what was in the
+    folder when the engine had closed (the engine unlinks its files as it opens them: nothing, even after a
+    crash)."""
+    cache.wait_io()
+    engine = cache.engine_stats()
+    report = {"tier": cache.tier, "stats": dict(cache.stats), "live_records": cache.live_records(),
+              "engine_entries": int(engine["entries"]), "stored_bytes": int(engine["stored_bytes"]),
+              "loaded_bytes": int(engine["loaded_bytes"]), "host_peak": int(engine["host_peak"]),
+              "file_peak": int(engine["file_peak"]), "files": list(cache.engine.file_paths),
+              "folder": str(folder) if folder is not None else None}
+    cache.remove()
+    cache.engine = None
+    del cache
+    if folder is not None:
+        report["files_left"] = sorted(p.name for p in folder.iterdir())
+        if not report["files_left"]:
+            folder.rmdir()
+    return report
+
+
+def memory_report(last_run: dict, info, device) -> dict:
+    """A run's memory, every rank's (gathered to all): peak GPU memory, and with offloading, the tensor caches'
+    reports and whether they were clean -- every rank's files its own (named for its rank, in its own folder, no
+    path shared), nothing left in the folders or the engines, nothing tracked after the last step, and something
+    actually offloaded."""
+    runs = [last_run]
+    if info.distributed:
+        runs = [None] * info.world_size
+        dist.all_gather_object(runs, last_run)
+    out = {}
+    if device.type == "cuda":
+        out["peak_gib"] = [round(r["peak_bytes"] / 2**30, 3) for r in runs]
+        out["peak_above_start_gib"] = [round(r["peak_above_start_bytes"] / 2**30, 3) for r in runs]
+    caches = [r.get("cache") for r in runs]
+    if not any(caches):
+        return out
+    out["tensor_cache"] = caches
+    problems = []
+    for rank, c in enumerate(caches):
+        if c["live_records"] or c["engine_entries"]:
+            problems.append(f"rank {rank} still tracks {c['live_records']} records, {c['engine_entries']} engine "
+                            f"entries")
+        if c["stats"]["offloaded_bytes"] == 0:
+            problems.append(f"rank {rank} offloaded nothing")
+        if c.get("files_left"):
+            problems.append(f"rank {rank} left {c['files_left']} in {c['folder']}")
+        if c["tier"] == "file":
+            if not c["files"]:
+                problems.append(f"rank {rank} has no offload file")
+            foreign = [f for f in c["files"] if f"-r{rank}-" not in Path(f).name or Path(f).parent != Path(c["folder"])]
+            if foreign:
+                problems.append(f"rank {rank}'s files are not named for it or not in its folder: {foreign}")
+    paths = [f for c in caches for f in c["files"]]
+    folders = [c["folder"] for c in caches if c["folder"] is not None]
+    if len(set(paths)) != len(paths) or len(set(folders)) != len(folders):
+        problems.append(f"ranks share offload files or folders: {paths}")
+    out["offload_clean"] = not problems
+    gib = sum(c["stats"]["offloaded_bytes"] for c in caches) / 2**30
+    out["offload_clean_why"] = "; ".join(problems) if problems else (
+        f"clean: {len(caches)} rank(s) offloaded {gib:.2f} GiB in all"
+        + (f", each to its own files ({', '.join(sorted(paths))}), all removed" if paths else "")
+        + ", nothing tracked after the last step")
+    return out
+
+
+def memory_lines(memory: dict) -> list:
+    """The printed memory summary: lines of text."""
+    lines = []
+    if "peak_gib" in memory:
+        lines.append(f"peak GPU memory per rank: {', '.join(f'{v:.2f}' for v in memory['peak_gib'])} GiB (above the "
+                     f"graph, features and model: {', '.join(f'{v:.2f}' for v in memory['peak_above_start_gib'])} "
+                     f"GiB)")
+    for rank, c in enumerate(memory.get("tensor_cache", [])):
+        st = c["stats"]
+        lines.append(f"tensor cache rank {rank} ({c['tier']}): offloaded {st['offloaded_bytes'] / 2**30:.2f} GiB of "
+                     f"{st['offered_bytes'] / 2**30:.2f} GiB offered, stored {st['stored_host'] + st['stored_file']}, "
+                     f"forwarded {st['forwarded']}, prefetched {st['prefetched']}, kept small {st['kept_small']}, "
+                     f"failed stores {st['store_failed']}; engine peak {max(c['host_peak'], c['file_peak']) / 2**30:.2f}"
+                     f" GiB")
+    if "offload_clean_why" in memory:
+        lines.append(f"tensor cache: {memory['offload_clean_why']}")
+    return lines
 
 
 def sync(device):
@@ -710,6 +855,16 @@ def parse_args(argv=None):
                    help="khop mode on GPUs: build the next step's subgraph on a side stream (default on)")
     p.add_argument("--sync-debug", action="store_true",
                    help="count host synchronisations per phase (torch.cuda.set_sync_debug_mode('warn'))")
+    p.add_argument("--offload", default="keep", choices=["keep", "host", "file"],
+                   help="activations the generated layers save for backward: kept on the GPU, or offloaded by the "
+                        "hectorgen tensor cache to pinned host memory or to files (one per rank, --offload-dir)")
+    p.add_argument("--offload-dir", default=None,
+                   help="--offload file: the directory of the rank folders (default $HECTORGEN_OFFLOAD_DIR or $TMPDIR)")
+    p.add_argument("--offload-gib", type=float, default=16.0,
+                   help="--offload: the tensor cache's pinned host budget (host) or file size (file) per rank, GiB")
+    p.add_argument("--features", default="device", choices=["device", "unified"],
+                   help="khop mode: node features in GPU memory, or in a unified tensor (pinned, GPU-mapped host "
+                        "memory, one copy per rank) whose rows each step's subgraph gathers over PCIe")
     p.add_argument("--check", action="store_true", help="the correctness check (exit 1 on failure)")
     p.add_argument("--tol", type=float, default=1e-5, help="--check: max |a - b| / max |b| per parameter")
     p.add_argument("--out", default=None, help="append JSON lines here (rank 0)")
@@ -727,6 +882,8 @@ def parse_args(argv=None):
         a.optimizer = "sgd" if a.check else "adam"
     if a.lr is None:
         a.lr = 0.05 if a.optimizer == "sgd" else 0.005
+    if a.features == "unified" and (a.mode != "khop" or a.device != "cuda"):
+        p.error("--features unified needs --mode khop and --device cuda (full mode reads every feature every step)")
     if a.steps < 1 or a.batch < 1 or a.warmup < 0:
         p.error("--steps and --batch must be positive, --warmup not negative")
     return a
@@ -783,7 +940,9 @@ def main(argv=None) -> int:
         f"{len(trainer.train_nodes)} training nodes, {a.optimizer} lr {a.lr}, setup {setup_s:.1f} s")
 
     clock = StepClock(device, count_syncs=a.sync_debug)
-    model, losses, missing, wall = trainer.run(info.world_size, info.rank, a.optimizer, info.distributed, clock)
+    model, losses, missing, wall = trainer.run(info.world_size, info.rank, a.optimizer, info.distributed, clock,
+                                               offload=a.offload, features=a.features)
+    memory = memory_report(trainer.last_run, info, device)
     losses = sum_over_ranks(losses.to(device), info).cpu()       # the global mean loss of every step
     t = clock.result(a.steps)
     warmup = min(a.warmup, a.steps - 1)
@@ -799,7 +958,8 @@ def main(argv=None) -> int:
               "seed": a.seed, "bucket_mb": a.bucket_mb, "static_graph": a.static_graph, "shard": a.shard,
               "prefetch": bool(a.prefetch and device.type == "cuda" and a.mode == "khop"), "sync_debug": a.sync_debug,
               "loss_first": losses[0].item(), "loss_last": losses[-1].item(), "digest": digest(weights),
-              "missing_grads": missing, "ddp": trainer.ddp_stats}
+              "missing_grads": missing, "ddp": trainer.ddp_stats, "offload": a.offload, "features": a.features,
+              **memory}
     result.update({k: v for k, v in timing.items() if k not in ("per_step",)})
     result["throughput_nodes_s"] = trainer.batch / (result["median_step_ms"] / 1e3)
     every = max(1, a.steps // 10)
@@ -813,13 +973,25 @@ def main(argv=None) -> int:
             f"(DDP's own sample of one step)")
     for line in phase_table(timing, gpu=device.type == "cuda"):
         log(line)
+    for line in memory_lines(memory):
+        log(line)
     ok = not missing
     if missing:
         log(f"FAIL: parameters without a gradient: {', '.join(missing)}")
 
     if a.check:
         spread = rank_spread(weights, info)
-        model2, _, missing2, _ = trainer.run(info.world_size, info.rank, a.optimizer, info.distributed)
+        model2, _, missing2, _ = trainer.run(info.world_size, info.rank, a.optimizer, info.distributed,
+                                             offload=a.offload, features=a.features)
+        memory2 = memory_report(trainer.last_run, info, device)
+        plain = a.offload != "keep" or a.features != "device"
+        if plain:   # the same run with the activations kept and the features in GPU memory: the same bits
+            model3, _, missing3, _ = trainer.run(info.world_size, info.rank, a.optimizer, info.distributed)
+            result["plain_peak_gib"] = memory_report(trainer.last_run, info, device).get("peak_gib")
+            plain_equal = all(torch.equal(weights[n], p.detach()) for n, p in model3.named_parameters())
+            plain_equal = bool(max_over_ranks(torch.tensor([0.0 if plain_equal else 1.0], device=device),
+                                              info).item() == 0)
+            missing2 = sorted(set(missing2) | set(missing3))
         rerun_equal = all(torch.equal(weights[n], p.detach()) for n, p in model2.named_parameters())
         rerun_equal = bool(max_over_ranks(torch.tensor([0.0 if rerun_equal else 1.0], device=device), info).item() == 0)
         verdict = torch.zeros(1, device=device)
@@ -830,6 +1002,10 @@ def main(argv=None) -> int:
             missing = sorted(set(missing) | set(missing2) | set(missing1))
             checks = {"vs_one_process": ref["max_rel"] <= a.tol, "rerun_bit_identical": rerun_equal,
                       "ranks_identical": spread == 0.0, "every_parameter_has_a_gradient": not missing}
+            if plain:
+                checks["same_bits_as_kept_device_features"] = plain_equal
+            if a.offload != "keep":
+                checks["offload_clean"] = memory["offload_clean"] and memory2["offload_clean"]
             verdict[0] = 0.0 if all(checks.values()) else 1.0
             result.update(check=checks, tol=a.tol, bug=os.environ.get(BUG_ENV, ""), rank_spread=spread, **ref)
             log(f"check: {procs} vs 1 process after {a.steps} steps: max abs diff "
@@ -837,6 +1013,15 @@ def main(argv=None) -> int:
                 f"({ref['max_rel_param']}; tolerance {a.tol:g})")
             log(f"check: rerun bit-identical: {rerun_equal}; ranks identical: {spread == 0.0} (spread {spread:.3e}); "
                 f"every parameter has a gradient: {not missing}")
+            if plain:
+                log(f"check: offload {a.offload}, features {a.features}: the same bits as with the activations kept "
+                    f"and the features in device memory: {plain_equal}")
+                if result["plain_peak_gib"]:
+                    log(f"check: peak GPU memory per rank {', '.join(f'{v:.2f}' for v in memory['peak_gib'])} GiB, "
+                        f"with the activations kept and the features in GPU memory "
+                        f"{', '.join(f'{v:.2f}' for v in result['plain_peak_gib'])} GiB")
+            if a.offload != "keep":
+                log(f"check: tensor cache per rank: {memory['offload_clean_why']}")
         if info.distributed:
             dist.broadcast(verdict, 0)
         ok = ok and verdict.item() == 0
@@ -860,9 +1045,13 @@ def main(argv=None) -> int:
         bug = f", {BUG_ENV}={os.environ[BUG_ENV]}" if os.environ.get(BUG_ENV) else ""
         c = result.get("check", {})
         log(f"{'PASS' if ok else 'FAIL'}: DDP check {a.model} ({procs}, "
-            f"{a.backend if info.distributed else 'no'} backend, {device.type}, {a.mode}{bug}): vs 1 process max rel "
+            f"{a.backend if info.distributed else 'no'} backend, {device.type}, {a.mode}"
+            f"{'' if a.offload == 'keep' else ', offload ' + a.offload}"
+            f"{'' if a.features == 'device' else ', unified features'}{bug}): vs 1 process max rel "
             f"diff {result.get('max_rel', float('nan')):.1e} (tol {a.tol:g}), rerun bit-identical "
-            f"{c.get('rerun_bit_identical')}, ranks identical {c.get('ranks_identical')}, all gradients {not missing}")
+            f"{c.get('rerun_bit_identical')}, ranks identical {c.get('ranks_identical')}, all gradients {not missing}"
+            + "".join(f", {k.replace('_', ' ')} {v}" for k, v in c.items()
+                      if k in ("same_bits_as_kept_device_features", "offload_clean")))
     if info.distributed:
         dist.barrier()   # no rank tears its connections down while another still works (gloo aborts on that)
         dist.destroy_process_group()

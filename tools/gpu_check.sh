@@ -28,7 +28,9 @@
 #   4. compute-sanitizer memcheck and racecheck (in parallel, each over two shards of the specs) on one
 #      forward + backward per spec on the tiny graph (sanitizer.log).
 #   4b. tools/ddp_train.py --check for rgat and hgt (DDP_MODELS): 2 processes on this one GPU over gloo with CUDA
-#      tensors, weights vs one process, bit-identical rerun, ranks agree (ddp.log, ddp.jsonl; docs/distributed.md).
+#      tensors, weights vs one process, bit-identical rerun, ranks agree (ddp.log, ddp.jsonl; docs/distributed.md);
+#      then the runtime under DDP (DDP_RUNTIME_MODEL, default hgt, khop mode): activations offloaded by the tensor
+#      cache to per-rank files, features gathered from per-rank unified tensors, the same bits as without them.
 #   5. tools/train_example.py if time is left (train.log, train_loss.png).
 #   6. the short per-spec table, printed last (summary.txt). Everything printed is also in gpu_check.log.
 # Exit status 0 iff every spec PASSes: all checks, with gradients (a forward-only spec is not a pass), and
@@ -51,8 +53,8 @@
 # CAPTURE, CHECK_JOBS,
 # HG_GEN_DIR, HECTORGEN, SEED, GPU_CHECK_BUDGET_S, DEVICE (cuda|cpu), SKIP_SANITIZER=1, SANITIZER_FLAGS (extra
 # compute-sanitizer options, e.g. "--report-api-errors no" if PyTorch itself trips API-error reports),
-# SKIP_TRAIN=1, TRAIN_MODELS (rgcn rgat hgt), SKIP_DDP=1, DDP_MODELS (rgat hgt), DDP_STEPS (4),
-# HECTORGEN_CUDA_ARCH (default: this GPU's, e.g. 90).
+# SKIP_TRAIN=1, TRAIN_MODELS (rgcn rgat hgt), SKIP_DDP=1, DDP_MODELS (rgat hgt), DDP_RUNTIME_MODEL (hgt),
+# DDP_STEPS (4), HECTORGEN_CUDA_ARCH (default: this GPU's, e.g. 90).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -334,21 +336,26 @@ if [[ "${SKIP_DDP:-0}" != 1 ]] && ((!DTYPE_RUN)); then
   : > "$DDP_LOG"
   rm -f "$GEN_ROOT/ddp.jsonl"
   ddp_pass=() ddp_fail=()
-  for m in ${DDP_MODELS:-rgat hgt}; do
+  for run in ${DDP_MODELS:-rgat hgt} "${DDP_RUNTIME_MODEL:-hgt}+runtime"; do
+    m="${run%+runtime}"
     if [[ "$DEVICE" != cpu && ! -f "$GEN_DIR/$m/$m.py" ]]; then log "ddp: $m is not among the checked specs: skipped"; continue; fi
-    if (($(left) < 25)); then ddp_fail+=("$m(no time left)"); ddp_rc=1; continue; fi
+    if (($(left) < 25)); then ddp_fail+=("$run(no time left)"); ddp_rc=1; continue; fi
     ddp_args=(--model "$m" --check --steps "${DDP_STEPS:-4}" --out "$GEN_ROOT/ddp.jsonl")
     if [[ "$DEVICE" == cpu ]]; then  # the plain-PyTorch stand-in layers on a smaller graph
       ddp_args+=(--device cpu --graph mini --batch 64)
     else
       ddp_args+=(--backend gloo --generated "$GEN_DIR" --graph small --batch 512)
     fi
-    log "ddp: $m, 2 processes (log: gpu_check.log, $DDP_LOG)"
+    if [[ "$run" == *+runtime ]]; then  # the tensor cache (CPU tensor mode on the CPU) and, on a GPU, unified features
+      ddp_args+=(--offload file --offload-dir "$GEN_ROOT/offload" --mode khop)
+      [[ "$DEVICE" != cpu ]] && ddp_args+=(--features unified)
+    fi
+    log "ddp: $run, 2 processes (log: gpu_check.log, $DDP_LOG)"
     rc=0
     timeout -k 5 "$(cap 45 15)" python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
       tools/ddp_train.py "${ddp_args[@]}" 2>&1 | tee -a "$DDP_LOG" |
       { grep -E '^\[ddp_train|Error|error:' || true; } | sed 's/^/  /' || rc=$?
-    if ((rc == 0)); then ddp_pass+=("$m"); else ddp_fail+=("$m(rc $rc)"); ddp_rc=1; fi
+    if ((rc == 0)); then ddp_pass+=("$run"); else ddp_fail+=("$run(rc $rc)"); ddp_rc=1; fi
   done
   DDP_LINE="ddp (2 processes on one ${DEVICE/cuda/GPU}, gloo): ${ddp_pass[*]:+PASS ${ddp_pass[*]}}${ddp_fail[*]:+${ddp_pass[*]:+; }FAIL ${ddp_fail[*]}}; $(grep -oE '(PASS|FAIL): DDP check .*' "$DDP_LOG" | sed -E 's/^(PASS|FAIL): DDP check ([a-z0-9_]+) \([^)]*\): vs 1 process/\2:/' | tr '\n' ';')"
 fi

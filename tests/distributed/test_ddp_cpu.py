@@ -24,6 +24,9 @@
 6. bench/ddp_scaling.py --report on summaries with known step times: speed-up and efficiency against 1 GPU of the
    same graph, model, mode and GPU type; check records left out; the per-phase breakdown and the host
    synchronisations of --sync-debug runs; the PNG when matplotlib is installed.
+7. the runtime under DDP: --check --offload file (the tensor cache in its CPU tensor mode, 2 processes) gives the
+   weights of the run that keeps the activations, bit for bit; every rank's offload file is named for it and lives
+   in its own folder; nothing is tracked or left on disk afterwards.
 Exit 0 if all pass, 1 otherwise, 77 (skipped) without torch or torch.distributed.
 """
 from __future__ import annotations
@@ -321,6 +324,29 @@ def test_check_end_to_end():
     print(f"  HG_DDP_BUG=1: max rel diff {s['max_rel']:.2e} in {s['max_rel_param']}, rank spread {s['rank_spread']:.2e}")
 
 
+def test_runtime_under_ddp():
+    """The tensor cache under DDP (2 processes, gloo, CPU tensor mode): the activations of both layers offloaded to
+    files gives the weights of the run that keeps them, bit for bit; each rank's files are named for it and live in
+    its own folder, and nothing is left behind."""
+    base = TMP / "offload"
+    out = TMP / "offload.jsonl"
+    rc, log = launch(["--model", "rgat", "--check", "--offload", "file", "--offload-dir", str(base), "--out", str(out)])
+    check(rc == 0 and "PASS: DDP check rgat (2 processes, gloo backend, cpu, full, offload file)" in log,
+          f"--check --offload file failed:\n{log[-3000:]}")
+    s = summary(out)
+    check(s["check"]["same_bits_as_kept_device_features"] and s["check"]["offload_clean"], f"checks {s['check']}")
+    caches = s["tensor_cache"]
+    check(len(caches) == 2, f"one tensor cache report per rank: {caches}")
+    for rank, c in enumerate(caches):
+        check(c["tier"] == "file" and c["stats"]["offloaded_bytes"] > 0 and c["stats"]["stored_file"] > 0,
+              f"rank {rank} offloaded nothing to files: {c['stats']}")
+        check(c["folder"] == str(base / "hectorgen-ddp-offload" / f"offload-rank{rank}-of-2"), f"folder {c['folder']}")
+        check(len(c["files"]) == 1 and f"hectorgen-offload-r{rank}-" in c["files"][0], f"files {c['files']}")
+        check(c["live_records"] == 0 and c["engine_entries"] == 0 and c["files_left"] == [], f"leftovers: {c}")
+    check(not any((base / "hectorgen-ddp-offload").iterdir()), "the rank folders were not removed")
+    print(f"  offloaded {[c['stats']['offloaded_bytes'] for c in caches]} bytes per rank to {[c['files'] for c in caches]}")
+
+
 FAKE_MODULE = """# A stand-in with a generated module's interface (docs/generated_api.md), for the CPU test.
 import sys
 sys.path.insert(0, {bench!r})
@@ -421,7 +447,7 @@ def test_scaling_report():
 def main() -> int:
     tests = [test_sharding, test_balanced_shard, test_khop_subgraph, test_step_clock, test_global_mean_loss,
              test_rank_scoped_path, test_scaling_report,
-             test_generated_module_path, test_check_end_to_end]
+             test_generated_module_path, test_check_end_to_end, test_runtime_under_ddp]
     failed = 0
     t0 = time.time()
     for t in tests:

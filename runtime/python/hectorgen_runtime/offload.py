@@ -116,10 +116,12 @@ def make_engine(*, host_budget_bytes: int = 0, host_arena_bytes: int = 1 << 30, 
                 rank: Optional[int] = None, fault_injection: bool = False):
     """An offload engine (several TensorCaches may share one, e.g. to allocate the pinned budget once). pinned:
     pinned host memory (default: when CUDA is available). rank: names the files (default $RANK, $LOCAL_RANK or 0).
-    gds: GPUDirect Storage where libcufile works ($HECTORGEN_OFFLOAD_GDS=0 turns it off)."""
+    gds: GPUDirect Storage where libcufile works and a GPU is present ($HECTORGEN_OFFLOAD_GDS=0 turns it off)."""
     if pinned is None:
         pinned = torch.cuda.is_available()
-    gds = gds and os.environ.get("HECTORGEN_OFFLOAD_GDS", "1") != "0"
+    # GPUDirect Storage moves GPU memory: without a GPU there is nothing to ask libcufile for (and its driver open
+    # can block on such a machine).
+    gds = gds and torch.cuda.is_available() and os.environ.get("HECTORGEN_OFFLOAD_GDS", "1") != "0"
     return load_offload_extension().Engine(
         host_budget_bytes=int(host_budget_bytes), host_arena_bytes=int(host_arena_bytes),
         directories=[str(d) for d in directories], file_bytes=int(file_bytes), pinned=bool(pinned),

@@ -2,8 +2,13 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
+#include <memory>
+#include <thread>
 
 namespace hectorgen::offload {
 namespace {
@@ -14,6 +19,17 @@ struct CUfileError {
   int cu_err;  // CUresult
 };
 constexpr int kHandleTypeOpaqueFd = 1;  // CU_FILE_HANDLE_TYPE_OPAQUE_FD
+constexpr double kDefaultDriverOpenTimeoutS = 10.0;
+
+double driver_open_timeout_s() {
+  const char* text = std::getenv("HECTORGEN_OFFLOAD_GDS_TIMEOUT_S");
+  if (text == nullptr || *text == '\0') {
+    return kDefaultDriverOpenTimeoutS;
+  }
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  return end != text && *end == '\0' && seconds > 0 ? seconds : kDefaultDriverOpenTimeoutS;
+}
 struct CUfileDescr {
   int type;
   union {
@@ -66,7 +82,20 @@ CuFile::CuFile() {
     reason_ = "libcufile lacks the cuFile entry points";
     return;
   }
-  const CUfileError status = api_->driver_open();
+  // On its own thread, so that a driver that never answers costs a bounded wait, not the process.
+  auto opened = std::make_shared<std::promise<CUfileError>>();
+  std::future<CUfileError> result = opened->get_future();
+  std::thread([opened, open = api_->driver_open] { opened->set_value(open()); }).detach();
+  const double timeout_s = driver_open_timeout_s();
+  if (result.wait_for(std::chrono::duration<double>(timeout_s)) != std::future_status::ready) {
+    abandoned_ = true;
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%g", timeout_s);
+    reason_ = std::string("cuFileDriverOpen did not return within ") + seconds +
+              " s (no GPU or no nvidia-fs driver?)";
+    return;
+  }
+  const CUfileError status = result.get();
   if (status.err != 0) {
     reason_ = "cuFileDriverOpen failed (error " + std::to_string(status.err) + ")";
     return;
@@ -75,6 +104,9 @@ CuFile::CuFile() {
 }
 
 CuFile::~CuFile() {
+  if (abandoned_) {
+    return;  // the probe's thread may still be inside the library
+  }
   if (driver_open_) {
     api_->driver_close();
   }

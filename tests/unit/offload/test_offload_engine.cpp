@@ -466,6 +466,19 @@ TEST_CASE("GPUDirect Storage: missing libcufile is reported, not fatal", "[offlo
   CHECK(cufile.register_file(0) == nullptr);
 }
 
+// Hidden: runs only as the ctest test offload_gds_hang, with a libcufile whose driver open never returns
+// (fake_cufile_hang.cpp) on LD_LIBRARY_PATH and HECTORGEN_OFFLOAD_GDS_TIMEOUT_S=1.
+TEST_CASE("GPUDirect Storage: a driver open that never returns is given up after the timeout", "[.gds-hang]") {
+  const auto start = std::chrono::steady_clock::now();
+  ho::CuFile cufile;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK_FALSE(cufile.available());
+  CHECK(cufile.reason().find("did not return within 1 s") != std::string::npos);
+  CHECK(seconds >= 0.9);
+  CHECK(seconds < 5.0);
+  CHECK(cufile.register_file(0) == nullptr);
+}
+
 TEST_CASE("paused stores wait in the queue, in order", "[offload]") {
   ho::EngineOptions options;
   options.host_budget_bytes = 1 << 20;

@@ -13,7 +13,10 @@ namespace hectorgen::offload {
 
 class CuFile {
  public:
-  // Loads libcufile and opens the driver; available() says whether that worked and reason() why not.
+  // Loads libcufile and opens the driver; available() says whether that worked and reason() why not. Opening the
+  // driver can block for good (libcufile present on a machine without a GPU or nvidia-fs): it gets
+  // $HECTORGEN_OFFLOAD_GDS_TIMEOUT_S seconds (default 10), then GDS counts as unavailable and the probe is
+  // abandoned (its thread, and the library it is blocked in, stay until the process exits).
   CuFile();
   ~CuFile();
   CuFile(const CuFile&) = delete;
@@ -32,6 +35,7 @@ class CuFile {
  private:
   void* library_ = nullptr;
   bool driver_open_ = false;
+  bool abandoned_ = false;  // the driver-open probe never returned: the library must stay loaded
   std::string reason_;
   struct Api;
   Api* api_ = nullptr;
