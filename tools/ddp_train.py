@@ -51,6 +51,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -145,6 +146,13 @@ def split(labelled: torch.Tensor, seed: int, train_fraction: float = 0.7):
     return perm[:n], perm[n:]
 
 
+@functools.lru_cache(maxsize=2)
+def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The seeded order of ``n`` training nodes in epoch ``epoch``, drawn once per epoch (a permutation of millions
+    of nodes takes tens of ms of host time: not once per step)."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+
+
 def global_batch(train: torch.Tensor, step: int, batch: int, seed: int) -> torch.Tensor:
     """The node ids of step ``step``'s global batch: consecutive slices of ``batch`` nodes of a seeded permutation of
     ``train``, reshuffled every epoch; the remainder of an epoch is dropped (every batch has the same size, so no
@@ -152,8 +160,7 @@ def global_batch(train: torch.Tensor, step: int, batch: int, seed: int) -> torch
     batch = min(batch, train.numel())
     per_epoch = train.numel() // batch
     epoch, k = divmod(step, per_epoch)
-    perm = torch.randperm(train.numel(), generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
-    return train[perm[k * batch:(k + 1) * batch]]
+    return train[epoch_permutation(train.numel(), seed, epoch)[k * batch:(k + 1) * batch]]
 
 
 def shard(batch: torch.Tensor, rank: int, world: int) -> torch.Tensor:
@@ -420,8 +427,8 @@ class Trainer:
         x, y, labelled = features_and_labels(graph, a.classes, a.seed)
         self.x_host, self._x_device, self.x_unified = x, None, None
         if a.features == "unified":
-            from hectorgen_runtime import unified as hu
-            self.x_unified = hu.unified(x)   # this rank's own copy of the features, pinned in place and mapped
+            import hectorgen_runtime
+            self.x_unified = hectorgen_runtime.unified(x)   # this rank's own copy, pinned in place and mapped
         self.train_nodes, self.test_nodes = split(labelled, a.seed)
         self.batch = min(a.batch, self.train_nodes.numel())   # the global batch size (global_batch)
         if self.batch < info.world_size:
@@ -447,8 +454,8 @@ class Trainer:
         (--features unified) a zero-copy gather from the unified tensor; the same bits either way. Nothing waits:
         an index out of range zero-fills its row and is reported by the next check_gather_errors()."""
         if features == "unified":
-            from hectorgen_runtime import unified as hu
-            return hu.gather(self.x_unified, keep, path="zero_copy", check=False)
+            import hectorgen_runtime
+            return hectorgen_runtime.gather(self.x_unified, keep, path="zero_copy", check=False)
         return self.x[keep]
 
     def tensor_cache(self, model, where: str, rank: int):
@@ -580,8 +587,8 @@ class Trainer:
         sync(self.device)
         wall = time.perf_counter() - t_timed
         if features == "unified":
-            from hectorgen_runtime import unified as hu
-            hu.check_gather_errors(self.device)
+            import hectorgen_runtime
+            hectorgen_runtime.check_gather_errors(self.device)
         self.ddp_stats = ddp_stats(net) if ddp else {}
         self.last_run = {"offload": offload, "features": features}
         if self.device.type == "cuda":
