@@ -121,13 +121,13 @@ std::vector<std::string> recompute_gemms(Program& fwt, Program& bw) {
       return in_backward.count(o) && !dropped.count(o) && !written_after(fwt, i, o) && writers(bw, in_backward.at(o)) == 0 &&
              same_storage(o);
     });
-    // The fields it holds: read by the backward (else saving them is another matter), never written there, and read
-    // by kernels the recomputed tensor can be redirected into (a PyTorch fallback names its reads in its statement).
+    // The fields it holds: read by the backward (else saving them is another matter), never written there, and not
+    // read by a PyTorch fallback (it reads a field of the backward through the op's inputs, by the field's name).
     const std::vector<std::string>& fields = fields_of.at(g->y);
     bool read = false, movable = true;
     for (size_t f = 0; f < fields.size(); ++f) {
       read = read || std::any_of(bw.kernels.begin(), bw.kernels.end(), [&](const Kernel& k) { return kernel_reads(k).count(fields[f]); });
-      movable = movable && writers(bw, fields[f]) == 0 && (f == 0 || !read_by_torch(bw, fields[f]));
+      movable = movable && writers(bw, fields[f]) == 0 && !read_by_torch(bw, fields[f]);
     }
     if (!available || !read || !movable) continue;
     chosen.push_back({i, g->y, fields});
