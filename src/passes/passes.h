@@ -86,7 +86,7 @@ int64_t peak_bytes(const intra::Program& p, const GraphCounts& counts);
 // instance computes (its only writer: a plain, unscattered GEMM) with rows per edge or per pair, from operands the
 // backward has anyway (inputs, weights, other saved fields, not written after the GEMM), is no longer saved: the
 // backward runs the same instance (same operands, tile and kernel: the same bits) right before the first kernel that
-// reads it (`<model>_bw_recompute_<name>`), then schedule-for-memory places it. The training forward drops the
+// reads it (`<model>_bw_gemm_<name>_recompute`), then schedule-for-memory places it. The training forward drops the
 // GEMM when nothing else of it reads the result. Options::recompute off: nothing changes. Returns the fields no
 // longer saved, in saved order.
 std::vector<std::string> recompute_gemms(intra::Program& forward_train, intra::Program& backward);

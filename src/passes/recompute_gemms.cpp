@@ -53,7 +53,7 @@ bool read_by_torch(const Program& p, const std::string& tensor) {
 }
 
 // The backward's name for its copy of the training forward's GEMM `name` (<model>_fwt_gemm_<what>):
-// <model>_bw_recompute_<what>, numbered when the backward has a kernel of that name.
+// <model>_bw_gemm_<what>_recompute, numbered when the backward has a kernel of that name.
 std::string recompute_name(const Program& bw, const std::string& name) {
   std::string what = name;
   for (const std::string& prefix : {bw.model + "_fwt_gemm_", bw.model + "_fwt_"})
@@ -63,8 +63,8 @@ std::string recompute_name(const Program& bw, const std::string& name) {
     }
   std::set<std::string> taken;
   for (const Kernel& k : bw.kernels) taken.insert(kernel_name(k));
-  std::string out = fmt::format("{}_bw_recompute_{}", bw.model, what);
-  for (int n = 2; taken.count(out); ++n) out = fmt::format("{}_bw_recompute_{}_{}", bw.model, what, n);
+  std::string out = fmt::format("{}_bw_gemm_{}_recompute", bw.model, what);
+  for (int n = 2; taken.count(out); ++n) out = fmt::format("{}_bw_gemm_{}_recompute_{}", bw.model, what, n);
   return out;
 }
 

@@ -3,9 +3,12 @@
 // what stays in registers, where loads go, which reductions run over the warp, where the syncs are.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <iostream>
 #include <iterator>
 #include <random>
 #include <regex>
@@ -41,12 +44,15 @@ inter::Module pipeline_forward(const inter::Module& m) {
 }
 
 // A spec's phases through the driver's whole pipeline (compaction, reordering and every intra pass), as
-// `--emit=intra-ir` prints them and the parser reads them back; `recompute` as --recompute (empty: the spec's).
-std::vector<Program> pipeline_programs(const std::string& spec, const std::string& recompute = "") {
+// `--emit=intra-ir` prints them and the parser reads them back; `recompute` and `materialization` as --recompute and
+// --materialization (empty: the spec's).
+std::vector<Program> pipeline_programs(const std::string& spec, const std::string& recompute = "",
+                                       const std::string& materialization = "") {
   driver::Options o;
   o.spec_path = spec;
   o.emit = "intra-ir";
   o.recompute = recompute;
+  o.materialization = materialization;
   std::ostringstream out, err;
   const int code = driver::run(o, out, err);
   INFO(err.str());
@@ -433,8 +439,9 @@ TEST_CASE("bf16 and fp16 models store tensors in 16 bits, except narrow rows, ro
       for (const Program& p : phases) {
         CAPTURE(p.phase);
         CHECK(verify_program(p) == "");
-        std::set<std::string> row_scalars;
+        std::set<std::string> row_scalars, recomputed;
         for (const Kernel& k : p.kernels) {
+          if (auto* g = std::get_if<GemmInstance>(&k); g && g->name.ends_with("_recompute")) recomputed.insert(g->y);
           // bf16/fp16 models are lowered without atomics, inference too; fp32 and tf32 inference keeps its scatters.
           if (storage != inter::DType::FP32) CHECK(atomic_writes(k).empty());
           if (auto* g = std::get_if<GemmInstance>(&k); g && !g->row_scalar.empty()) row_scalars.insert(g->row_scalar);
@@ -445,6 +452,8 @@ TEST_CASE("bf16 and fp16 models store tensors in 16 bits, except narrow rows, ro
           if (storage == inter::DType::FP32) CHECK(t.storage == inter::DType::FP32);
           else if (t.role == Role::Weight || t.role == Role::Output) CHECK(t.storage == storage);
           else if (row_scalars.count(t.name) || !t.from_graph.empty()) CHECK(t.storage == inter::DType::FP32);
+          // (the backward recomputes what the training forward saved, in the type it stored it: the same bits)
+          else if (recomputed.count(t.name)) CHECK(t.storage == (t.row_numel() < 32 ? inter::DType::FP32 : storage));
           // (fp16: the backward's gradient temporaries stay fp32, away from fp16's subnormals)
           else if (storage == inter::DType::FP16 && p.phase == "backward" && t.role != Role::Input) CHECK(t.storage == inter::DType::FP32);
           else if (t.role != Role::Input) CHECK(t.storage == (t.row_numel() < 32 ? inter::DType::FP32 : storage));
@@ -1537,7 +1546,7 @@ TEST_CASE("recompute-gemms: HGT's compact backward recomputes lin$k and msg inst
     REQUIRE(forward);
     REQUIRE(again);
     CHECK(same_instance(*forward, *again));
-    CHECK(again->name.rfind("hgt_compact_bw_recompute_", 0) == 0);
+    CHECK(again->name == "hgt_compact_bw_gemm_" + std::string(field == std::string("msg") ? "msg" : "lin_k") + "_recompute");
     size_t at = 0, first_read = bw.kernels.size();
     for (size_t i = 0; i < bw.kernels.size(); ++i) {
       if (kernel_name(bw.kernels[i]) == again->name) at = i;
@@ -1556,7 +1565,7 @@ TEST_CASE("recompute-gemms: HGT's compact backward recomputes lin$k and msg inst
   const std::vector<std::set<size_t>> fed = emit::results_fed(bw, results);
   for (size_t i = 0; i < bw.kernels.size(); ++i) {
     const auto* g = std::get_if<GemmInstance>(&bw.kernels[i]);
-    if (!g || g->name.find("_recompute_") == std::string::npos) continue;
+    if (!g || !g->name.ends_with("_recompute")) continue;
     std::set<size_t> readers;
     for (size_t j = i + 1; j < bw.kernels.size(); ++j)
       if (kernel_reads(bw.kernels[j]).count(g->y)) readers.insert(fed[j].begin(), fed[j].end());
@@ -1657,7 +1666,7 @@ TEST_CASE("recompute-gemms: IR in, IR out", "[intra][recompute][pass]") {
     CHECK(b.find("x")->role == Role::Input);
     std::vector<std::string> order;
     for (const Kernel& k : b.kernels) order.push_back(kernel_name(k));
-    CHECK(order == std::vector<std::string>{"m_bw_gemm_d_x", "m_bw_recompute_y", "m_bw_gemm_d_x_2"});
+    CHECK(order == std::vector<std::string>{"m_bw_gemm_d_x", "m_bw_gemm_y_recompute", "m_bw_gemm_d_x_2"});
     // Interpreted: the forward's z, then the backward from x, w and z only, against the backward handed y.
     inter::HeteroGraph g = tiny_graph();
     std::mt19937_64 rng(3);
@@ -1673,4 +1682,21 @@ TEST_CASE("recompute-gemms: IR in, IR out", "[intra][recompute][pass]") {
     REQUIRE(intra::interpret(b, g, handed).empty());
     CHECK(handed.at("d$x").data == old.at("d$x").data);
   }
+}
+
+// The static estimates of docs/architecture.md ("Memory plan"): run `hectorgen_tests "[estimate]"`.
+TEST_CASE("recompute-gemms: static peaks of HGT and RGAT training on wikikg2's and mag's counts", "[.][estimate]") {
+  const std::pair<const char*, passes::GraphCounts> graphs[] = {{"wikikg2", kWikikg2}, {"mag", kMag}};
+  std::cout << "static peak (GiB): training forward / backward, recompute off -> auto\n";
+  for (const char* model : {"hgt.yaml", "rgat.yaml"})
+    for (const char* materialization : {"vanilla", "compact"}) {
+      const std::vector<Program> off = pipeline_programs(spec_path(model), "off", materialization),
+                                 on = pipeline_programs(spec_path(model), "auto", materialization);
+      for (const auto& [graph, counts] : graphs) {
+        auto gib = [&](const Program& p) { return static_cast<double>(passes::peak_bytes(p, counts)) / (1 << 30); };
+        std::cout << fmt::format("{:9s} {:8s} {:8s} {:5.1f} / {:5.1f} -> {:5.1f} / {:5.1f}   max {:5.1f} -> {:5.1f}\n", model,
+                                 materialization, graph, gib(off[1]), gib(off[2]), gib(on[1]), gib(on[2]),
+                                 std::max(gib(off[1]), gib(off[2])), std::max(gib(on[1]), gib(on[2])));
+      }
+    }
 }
