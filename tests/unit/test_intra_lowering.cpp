@@ -1531,6 +1531,17 @@ TEST_CASE("recompute-gemms: HGT's compact backward recomputes lin$k and msg inst
   const std::string spec = std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact.yaml";
   const std::vector<Program> off = pipeline_programs(spec, "off"), on = pipeline_programs(spec);
   REQUIRE(on.size() == 3);
+  // --recompute=off is printed in the IR and parsed back; the default (auto) is not printed.
+  CHECK(off[1].decl.options.recompute == inter::Recompute::Off);
+  CHECK(on[1].decl.options.recompute == inter::Recompute::Auto);
+  // The spec's options.recompute: off (or no) saves them too.
+  for (const char* value : {"off", "no"}) {
+    const std::string text = replace(read_file(spec), "  materialization: compact\n",
+                                     std::string("  materialization: compact\n  recompute: ") + value + "\n");
+    const std::vector<Program> phases = lower_source(spec, text);  // (lower_source does not compact: msg is per edge)
+    CHECK(contains(phases.at(1).saved, "msg"));
+    CHECK_FALSE(gemm_writing(phases.at(2), "msg"));
+  }
   const Program &fwt = on[1], &bw = on[2];
   for (const char* field : {"lin$k", "msg"}) {
     CAPTURE(field);
