@@ -197,10 +197,10 @@ inter::Materialization materialization_mode(const inter::Module& m, const Option
   return inter::parse_materialization(opts.materialization).value_or(m.decl.options.materialization);
 }
 
-// --recompute overrides the spec's options.recompute.
-inter::Recompute recompute_mode(const inter::Module& m, const Options& opts) {
-  if (opts.recompute.empty()) return m.decl.options.recompute;
-  return inter::parse_recompute(opts.recompute).value_or(m.decl.options.recompute);
+// --recompute overrides the spec's options.recompute (`spec`).
+inter::Recompute recompute_mode(inter::Recompute spec, const Options& opts) {
+  if (opts.recompute.empty()) return spec;
+  return inter::parse_recompute(opts.recompute).value_or(spec);
 }
 
 const inter::Module* find_phase(const std::vector<Phase>& phases, const std::string& name) {
@@ -314,7 +314,7 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   if (!typed) return kUserError;
   const std::string model = typed->decl.name;
   typed->decl.options.reorder = reorder_mode(*typed, opts);  // --reorder wins; the printed IR says what ran
-  typed->decl.options.recompute = recompute_mode(*typed, opts);
+  typed->decl.options.recompute = recompute_mode(typed->decl.options.recompute, opts);
   const inter::Materialization materialization = materialization_mode(*typed, opts);
   typed->decl.options.materialization = materialization;
   if (!mark_unified_inputs(typed->decl, opts.unified_inputs, diags)) {
@@ -395,8 +395,7 @@ int run_intra_pass(const SourceFile& ir, const Options& opts, std::ostream& out,
     err << "hectorgen: error: --run-pass=" << opts.run_pass << " needs the phases forward_train and backward\n";
     return kUserError;
   }
-  if (!opts.recompute.empty())
-    forward_train->decl.options.recompute = *inter::parse_recompute(opts.recompute);
+  forward_train->decl.options.recompute = recompute_mode(forward_train->decl.options.recompute, opts);
   passes::recompute_gemms(*forward_train, *backward);
   for (const intra::Program& p : *programs)
     if (std::string e = intra::verify_program(p); !e.empty()) {

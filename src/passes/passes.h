@@ -78,7 +78,7 @@ struct GraphCounts {
 // The most bytes of tensors an op holds at once when it runs `p` on a graph of `counts`, as the host code allocates
 // them (emit/host.cpp, plan_memory): its inputs and weights, and its results (outputs, saved fields), for the whole op;
 // every other tensor from the first kernel that touches it to the last. Workspaces are not counted. A static
-// estimate of the op's peak, e.g. on wikikg2's counts (tests/unit/test_intra_lowering.cpp "[recompute]").
+// estimate of the op's peak, e.g. on wikikg2's counts (tests/unit/test_intra_lowering.cpp, "[estimate]").
 int64_t peak_bytes(const intra::Program& p, const GraphCounts& counts);
 
 // Rematerialization (recompute_gemms.cpp), on a model's training programs after lowering (forward_train and
