@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   app.add_option("--emit", opts.emit, "what to emit")->check(CLI::IsMember({"all", "inter-ir", "intra-ir"}));
   app.add_option("--print-ir-after", opts.print_ir_after,
                  "print the IR of every phase after a pass (or 'all') to stdout; passes: parse, inline-functions, "
-                 "typecheck, reorder-linear, hoist-node-transforms, compact-materialization, autodiff, fuse-loops, lower");
+                 "typecheck, reorder-linear, hoist-node-transforms, compact-materialization, autodiff, fuse-loops, lower, "
+                 "recompute-gemms");
   app.add_option("--run-pass", opts.run_pass,
                  "read the input as printed inter IR, run only this pass on it and print the result (pass tests)");
   app.add_option("--phase", opts.phase, "with --run-pass: the phase of the input module (names lowered kernels)")
@@ -35,6 +36,11 @@ int main(int argc, char** argv) {
                  "options.materialization: vanilla (per edge), compact (once per unique pair) or auto (both programs "
                  "in one module, chosen per graph at prepare_graph from a cost model: docs/materialization.md)")
       ->check(CLI::IsMember({"vanilla", "compact", "auto"}));
+  app.add_option("--recompute", opts.recompute,
+                 "rematerialization, overriding the spec's options.recompute: auto (the backward recomputes a saved "
+                 "per-edge or per-pair GEMM result whose operands it has anyway, instead of the forward saving it) or "
+                 "off (save it)")
+      ->check(CLI::IsMember({"auto", "off"}));
   app.add_option("--unified-inputs", opts.unified_inputs,
                  "inputs (per node) the generated code reads from unified tensors in pinned, GPU-mapped host memory, "
                  "as with the spec's 'placement: unified' (comma-separated names)")

@@ -71,7 +71,7 @@ TRAINABLE = True
 _NUM_OUTPUTS = 1
 _NUM_INPUTS = 1  # user inputs, then weights
 _GRAD_SLOTS = ((0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6), (7, 7), )  # (backward result, argument) pairs
-SAVED_FOR_BACKWARD = ("agg", "att", "att__0", "att__0_dot", "att__1", "att_max", "att_sum", "k", "msg", "q", "v", )  # forward fields the backward reads
+SAVED_FOR_BACKWARD = ("agg", "att", "att__0", "att__0_dot", "att__1", "att_max", "att_sum", "k", "q", "v", )  # forward fields the backward reads
 
 
 class _Function(torch.autograd.Function):

@@ -266,7 +266,6 @@ std::vector<at::Tensor> hgt_forward_train_op(
   at::Tensor att__0 = at::empty({num_edges, 1}, options);  // field
   at::Tensor att__0_dot = at::empty({num_edges, 1}, options);  // field
   at::Tensor att__1 = at::empty({num_edges, 1}, options);  // field
-  at::Tensor msg = at::empty({num_edges, 1, 64}, options);  // field
   HgtForwardTrainArgs a{};  // pointers to tensors no kernel touches stay null
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -305,7 +304,6 @@ std::vector<at::Tensor> hgt_forward_train_op(
   a.att__0 = att__0.data_ptr<float>();
   a.att__0_dot = att__0_dot.data_ptr<float>();
   a.att__1 = att__1.data_ptr<float>();
-  a.msg = msg.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_k(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_q(a, stream));
@@ -313,13 +311,17 @@ std::vector<at::Tensor> hgt_forward_train_op(
   at::Tensor t_lin_3 = at::empty({num_edges, 1, 64}, options);  // intermediate
   a.t_lin_3 = t_lin_3.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_lin_3(a, stream));
-  C10_CUDA_CHECK(launch_hgt_fwt_gemm_msg(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_edges_att__0_dot(a, stream));
   // No kernel below uses t_lin_3: its memory goes back to the caching allocator.
   t_lin_3.reset();
+  at::Tensor msg = at::empty({num_edges, 1, 64}, options);  // field
+  a.msg = msg.data_ptr<float>();
+  C10_CUDA_CHECK(launch_hgt_fwt_gemm_msg(a, stream));
   C10_CUDA_CHECK(launch_hgt_fwt_nodes_att_max(a, stream));
+  // No kernel below uses msg: its memory goes back to the caching allocator.
+  msg.reset();
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_h(a, stream));
-  return {h, agg, att, att__0, att__0_dot, att__1, att_max, att_sum, k, msg, q, v};
+  return {h, agg, att, att__0, att__0_dot, att__1, att_max, att_sum, k, q, v};
 }
 
 // Shape-only implementation of the forward_train pass, for tracing and torch.compile.
@@ -361,8 +363,7 @@ std::vector<at::Tensor> hgt_forward_train_meta(
   at::Tensor att__0 = at::empty({num_edges, 1}, feature.options());
   at::Tensor att__0_dot = at::empty({num_edges, 1}, feature.options());
   at::Tensor att__1 = at::empty({num_edges, 1}, feature.options());
-  at::Tensor msg = at::empty({num_edges, 1, 64}, feature.options());
-  return {h, agg, att, att__0, att__0_dot, att__1, att_max, att_sum, k, msg, q, v};
+  return {h, agg, att, att__0, att__0_dot, att__1, att_max, att_sum, k, q, v};
 }
 
 // The backward pass. Returns the outputs, the gradients grad_mask asks for (bit 0 d_feature, bit 1 d_W_k, bit 2
@@ -396,7 +397,6 @@ std::vector<at::Tensor> hgt_backward_op(
     const at::Tensor& att_max,
     const at::Tensor& att_sum,
     const at::Tensor& k,
-    const at::Tensor& msg,
     const at::Tensor& q,
     const at::Tensor& v,
     const at::Tensor& d_h,
@@ -435,7 +435,6 @@ std::vector<at::Tensor> hgt_backward_op(
   check(att_max, "input 'att_max'", at::kFloat, {num_nodes, 1}, device);
   check(att_sum, "input 'att_sum'", at::kFloat, {num_nodes, 1}, device);
   check(k, "input 'k'", at::kFloat, {num_nodes, 1, 64}, device);
-  check(msg, "input 'msg'", at::kFloat, {num_edges, 1, 64}, device);
   check(q, "input 'q'", at::kFloat, {num_nodes, 1, 64}, device);
   check(v, "input 'v'", at::kFloat, {num_nodes, 1, 64}, device);
   check(d_h, "input 'd_h'", at::kFloat, {num_nodes, 64}, device);
@@ -483,7 +482,6 @@ std::vector<at::Tensor> hgt_backward_op(
   a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
   a.k = k.data_ptr<float>();
-  a.msg = msg.data_ptr<float>();
   a.q = q.data_ptr<float>();
   a.v = v.data_ptr<float>();
   a.d_h = d_h.data_ptr<float>();
@@ -514,6 +512,9 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor d_agg = zeros_if(grad_mask & 127, {num_nodes, 1, 64}, options);  // field
   a.d_agg = d_agg.data_ptr<float>();
   if (grad_mask & 127) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_agg(a, stream));
+  at::Tensor msg = empty_if(grad_mask & 127, {num_edges, 1, 64}, options);  // intermediate
+  a.msg = msg.data_ptr<float>();
+  if (grad_mask & 127) C10_CUDA_CHECK(launch_hgt_bw_gemm_msg_recompute(a, stream));
   at::Tensor d_att__0 = empty_if(grad_mask & 127, {num_edges, 1}, options);  // field
   a.d_att__0 = d_att__0.data_ptr<float>();
   at::Tensor d_att__1 = empty_if(grad_mask & 127, {num_edges, 1}, options);  // field
@@ -521,9 +522,10 @@ std::vector<at::Tensor> hgt_backward_op(
   at::Tensor d_msg = empty_if(grad_mask & 127, {num_edges, 1, 64}, options);  // field
   a.d_msg = d_msg.data_ptr<float>();
   if (grad_mask & 127) C10_CUDA_CHECK(launch_hgt_bw_nodes_d_att(a, stream));
-  // No kernel below uses d_agg, d_att__1: their memory goes back to the caching allocator.
+  // No kernel below uses d_agg, d_att__1, msg: their memory goes back to the caching allocator.
   d_agg.reset();
   d_att__1.reset();
+  msg.reset();
   at::Tensor hgt_bw_wgrad_d_W_msg_partial = empty_if(grad_mask & 32, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_msg's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.hgt_bw_wgrad_d_W_msg_partial = hgt_bw_wgrad_d_W_msg_partial.data_ptr<float>();
   at::Tensor hgt_bw_wgrad_d_W_msg_chunk_ptr = empty_if(grad_mask & 32, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: hgt_bw_wgrad_d_W_msg's first chunk of each segment
@@ -649,7 +651,6 @@ std::vector<at::Tensor> hgt_backward_meta(
     const at::Tensor& att_max,
     const at::Tensor& att_sum,
     const at::Tensor& k,
-    const at::Tensor& msg,
     const at::Tensor& q,
     const at::Tensor& v,
     const at::Tensor& d_h,
@@ -675,7 +676,7 @@ std::vector<at::Tensor> hgt_backward_meta(
 TORCH_LIBRARY(hectorgen_hgt, m) {
   m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
   m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__0_dot, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor k, Tensor msg, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a, int grad_mask) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__0_dot, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor k, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a, int grad_mask) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_hgt, CUDA, m) {
   m.impl("forward", &hgt_forward_op);

@@ -107,8 +107,8 @@ cudaError_t launch_hgt_fwt_gemm_k(const HgtForwardTrainArgs& args, cudaStream_t 
 cudaError_t launch_hgt_fwt_gemm_q(const HgtForwardTrainArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fwt_gemm_v(const HgtForwardTrainArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fwt_gemm_lin_3(const HgtForwardTrainArgs& args, cudaStream_t stream);
-cudaError_t launch_hgt_fwt_gemm_msg(const HgtForwardTrainArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fwt_edges_att__0_dot(const HgtForwardTrainArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_fwt_gemm_msg(const HgtForwardTrainArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fwt_nodes_att_max(const HgtForwardTrainArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_fwt_gemm_h(const HgtForwardTrainArgs& args, cudaStream_t stream);
 // Runs the whole forward_train pass on `stream`, in order. Returns the first launch error.
@@ -143,7 +143,6 @@ struct HgtBackwardArgs {
   const float* att_max = nullptr;  // [num_nodes, 1]
   const float* att_sum = nullptr;  // [num_nodes, 1]
   const float* k = nullptr;  // [num_nodes, 1, 64]
-  const float* msg = nullptr;  // [num_edges, 1, 64]
   const float* q = nullptr;  // [num_nodes, 1, 64]
   const float* v = nullptr;  // [num_nodes, 1, 64]
   const float* d_h = nullptr;  // [num_nodes, 64]
@@ -179,6 +178,7 @@ struct HgtBackwardArgs {
   float* t_lin_11 = nullptr;  // [num_edges, 1, 64]
   float* t_sc2 = nullptr;  // [num_edges, 1, 64]
   float* t_wg3 = nullptr;  // [num_edges, 1]
+  float* msg = nullptr;  // [num_edges, 1, 64]
   float* hgt_bw_wgrad_d_W_a_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_a's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* hgt_bw_wgrad_d_W_a_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_a's first chunk of each segment
   float* hgt_bw_wgrad_d_W_msg_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_msg's fp32 partial sums, one [1, 64, 64] slice per chunk
@@ -198,6 +198,7 @@ struct HgtBackwardArgs {
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
 cudaError_t launch_hgt_bw_wgrad_d_W_a(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_gemm_d_agg(const HgtBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_hgt_bw_gemm_msg_recompute(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_nodes_d_att(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& args, cudaStream_t stream);

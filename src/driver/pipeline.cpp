@@ -20,6 +20,7 @@
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
 #include "ir/intra/launch.h"
+#include "ir/intra/parser.h"
 #include "passes/passes.h"
 #include "spec/loader.h"
 
@@ -28,7 +29,8 @@ namespace hectorgen::driver {
 const std::vector<std::string>& pass_names() {
   static const std::vector<std::string> names = {"parse",          "inline-functions",      "typecheck",
                                                  "reorder-linear", "hoist-node-transforms", "compact-materialization",
-                                                 "autodiff",       "fuse-loops",            "lower"};
+                                                 "autodiff",       "fuse-loops",            "lower",
+                                                 "recompute-gemms"};
   return names;
 }
 
@@ -195,6 +197,12 @@ inter::Materialization materialization_mode(const inter::Module& m, const Option
   return inter::parse_materialization(opts.materialization).value_or(m.decl.options.materialization);
 }
 
+// --recompute overrides the spec's options.recompute (`spec`).
+inter::Recompute recompute_mode(inter::Recompute spec, const Options& opts) {
+  if (opts.recompute.empty()) return spec;
+  return inter::parse_recompute(opts.recompute).value_or(spec);
+}
+
 const inter::Module* find_phase(const std::vector<Phase>& phases, const std::string& name) {
   for (const Phase& p : phases)
     if (p.name == name) return &p.module;
@@ -270,6 +278,14 @@ int build_program(const inter::Module& typed, inter::Materialization materializa
   programs = lower_phases(phases, saved, no_training, err, status);
   if (status != 0) return status;
   log.after("lower", programs);
+  if (programs.size() == 3) {
+    passes::recompute_gemms(programs[1], programs[2]);
+    if (std::string e = intra::verify_program(programs[1]) + intra::verify_program(programs[2]); !e.empty()) {
+      err << "hectorgen: internal error: intra-operator IR after recompute-gemms: " << e << "\n";
+      return kInternalError;
+    }
+  }
+  log.after("recompute-gemms", programs);
   return 0;
 }
 
@@ -298,6 +314,7 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   if (!typed) return kUserError;
   const std::string model = typed->decl.name;
   typed->decl.options.reorder = reorder_mode(*typed, opts);  // --reorder wins; the printed IR says what ran
+  typed->decl.options.recompute = recompute_mode(typed->decl.options.recompute, opts);
   const inter::Materialization materialization = materialization_mode(*typed, opts);
   typed->decl.options.materialization = materialization;
   if (!mark_unified_inputs(typed->decl, opts.unified_inputs, diags)) {
@@ -361,8 +378,37 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   return 0;
 }
 
+// recompute-gemms on printed intra IR (an .intra.ir file with the phases forward_train and backward, and others, left
+// as they are): prints every phase after it.
+int run_intra_pass(const SourceFile& ir, const Options& opts, std::ostream& out, std::ostream& err) {
+  Diagnostics diags;
+  std::optional<std::vector<intra::Program>> programs = intra::parse_programs(ir, diags);
+  diags.render(err);
+  if (!programs) return kUserError;
+  auto phase = [&](const std::string& name) {
+    auto it = std::find_if(programs->begin(), programs->end(), [&](const intra::Program& p) { return p.phase == name; });
+    return it == programs->end() ? nullptr : &*it;
+  };
+  intra::Program* forward_train = phase("forward_train");
+  intra::Program* backward = phase("backward");
+  if (!forward_train || !backward) {
+    err << "hectorgen: error: --run-pass=" << opts.run_pass << " needs the phases forward_train and backward\n";
+    return kUserError;
+  }
+  forward_train->decl.options.recompute = recompute_mode(forward_train->decl.options.recompute, opts);
+  passes::recompute_gemms(*forward_train, *backward);
+  for (const intra::Program& p : *programs)
+    if (std::string e = intra::verify_program(p); !e.empty()) {
+      err << "hectorgen: internal error: intra-operator IR (" << p.phase << ") after " << opts.run_pass << ": " << e << "\n";
+      return kInternalError;
+    }
+  out << intra::print_programs(*programs);
+  return 0;
+}
+
 int run_pass(const SourceFile& ir, const Options& opts, std::ostream& out, std::ostream& err) {
   const std::string& pass = opts.run_pass;
+  if (pass == "recompute-gemms") return run_intra_pass(ir, opts, out, err);
   Diagnostics diags;
   std::optional<inter::Module> m = dsl::parse_module(dsl::ProgramText{ir.text(), &ir, {}, {}}, diags);
   std::vector<Phase> phases;

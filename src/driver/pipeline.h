@@ -22,7 +22,7 @@ struct Phase {
 };
 
 // The passes, in pipeline order: parse, inline-functions, typecheck, reorder-linear, hoist-node-transforms,
-// compact-materialization, autodiff, fuse-loops, lower. The valid values of --print-ir-after (besides "all") and --run-pass.
+// compact-materialization, autodiff, fuse-loops, lower, recompute-gemms. The valid values of --print-ir-after (besides "all") and --run-pass.
 const std::vector<std::string>& pass_names();
 bool is_pass_name(const std::string& name);
 
@@ -38,7 +38,8 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
 // --run-pass: reads printed inter-operator IR (ir/inter/printer.h), runs the one pass opts.run_pass on it and
 // prints the result to `out`: inter IR (typed passes annotate each assignment with its type; autodiff prints
 // the training forward and the backward, each after a `# phase NAME` line) or, for lower, the intra IR of
-// opts.phase. The passes after inline-functions take the module through typecheck first.
+// opts.phase. The passes after inline-functions take the module through typecheck first. recompute-gemms reads
+// printed intra IR instead (an .intra.ir file with the phases forward_train and backward) and prints every phase.
 int run_pass(const SourceFile& ir, const Options& opts, std::ostream& out, std::ostream& err);
 
 }  // namespace hectorgen::driver

@@ -483,6 +483,8 @@ class Parser {
       if (ok) o.compact_relations = theta;
     } else if (k == "reorder" && val.kind == Tok::String) {
       if (auto r = parse_reorder(val.text)) { o.reorder = *r; ok = true; }
+    } else if (k == "recompute" && val.kind == Tok::String) {
+      if (auto r = parse_recompute(val.text)) { o.recompute = *r; ok = true; }
     } else if (k == "dtype" && val.kind == Tok::String) {
       if (auto dt = parse_dtype(val.text)) { o.dtype = *dt; ok = true; }
     } else if (k == "gemm_tile") {

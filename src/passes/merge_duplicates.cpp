@@ -37,7 +37,8 @@ bool pure(const Program& p, const GemmInstance& g) {
   return writers == 1;
 }
 
-// Makes every read of `from` read `to` (GEMM, weight-gradient and segment-sum operands, traversal loads).
+}  // namespace
+
 void redirect_reads(Kernel& k, const std::string& from, const std::string& to) {
   auto swap = [&](std::string& name) {
     if (name == from) name = to;
@@ -65,6 +66,8 @@ void redirect_reads(Kernel& k, const std::string& from, const std::string& to) {
     walk(t->body);
   }
 }
+
+namespace {
 
 // `dropped` is gone: the kernels from `from` on, and the fields aliased to it, read `kept` instead.
 void replace_tensor(Program& p, size_t from, const std::string& dropped, const std::string& kept) {

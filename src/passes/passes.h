@@ -70,6 +70,31 @@ void merge_duplicate_stores(intra::Program& p);
 // write what another writes keep their relative order, so every result stays bit-identical.
 void schedule_for_memory(intra::Program& p);
 
+// The tensors of a graph of these sizes: rows per kind of tensor (a tensor per edge type has `etypes` rows, a
+// shared one a single row).
+struct GraphCounts {
+  int64_t nodes = 0, edges = 0, pairs = 0, etypes = 0, ntypes = 0;
+};
+// The most bytes of tensors an op holds at once when it runs `p` on a graph of `counts`, as the host code allocates
+// them (emit/host.cpp, plan_memory): its inputs and weights, and its results (outputs, saved fields), for the whole op;
+// every other tensor from the first kernel that touches it to the last. Workspaces are not counted. A static
+// estimate of the op's peak, e.g. on wikikg2's counts (tests/unit/test_intra_lowering.cpp, "[estimate]").
+int64_t peak_bytes(const intra::Program& p, const GraphCounts& counts);
+
+// Rematerialization (recompute_gemms.cpp), on a model's training programs after lowering (forward_train and
+// backward, with their storage types unified): a field the training forward saves for the backward that a GEMM
+// instance computes (its only writer: a plain, unscattered GEMM) with rows per edge or per pair, from operands the
+// backward has anyway (inputs, weights, other saved fields, not written after the GEMM), is no longer saved: the
+// backward runs the same instance (same operands, tile and kernel: the same bits) right before the first kernel that
+// reads it (`<model>_bw_gemm_<name>_recompute`), then schedule-for-memory places it. The training forward drops the
+// GEMM when nothing else of it reads the result. Options::recompute off: nothing changes. Returns the fields no
+// longer saved, in saved order.
+std::vector<std::string> recompute_gemms(intra::Program& forward_train, intra::Program& backward);
+
+// Makes every read of `from` in `k` read `to` (GEMM, weight-gradient, segment-sum and gather-sum operands, traversal
+// loads; a PyTorch fallback's reads are in its statement and stay).
+void redirect_reads(intra::Kernel& k, const std::string& from, const std::string& to);
+
 // Removes what the traversal instances compute for nobody: stores of fields and temporaries that are neither
 // outputs nor saved for the backward and that no later kernel reads (nor the kernel itself), then the
 // registers and indices nothing reads any more; then re-decides which loads lane 0 makes alone (only rows

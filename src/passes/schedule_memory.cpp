@@ -3,6 +3,7 @@
 // (emit/host.cpp, plan_memory), so the order of independent kernels decides how many temporaries are live at once.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -28,19 +29,40 @@ int64_t typical_rows(inter::Per per) {
   }
 }
 
+// Rows of a tensor on a graph of `c`.
+int64_t rows(inter::Per per, const GraphCounts& c) {
+  switch (per) {
+    case inter::Per::Node: return c.nodes;
+    case inter::Per::Edge: return c.edges;
+    case inter::Per::Pair: return c.pairs;
+    case inter::Per::Etype: return c.etypes;
+    case inter::Per::Ntype: return c.ntypes;
+    default: return 1;
+  }
+}
+
+int64_t element_bytes(inter::DType storage) {
+  return storage == inter::DType::BF16 || storage == inter::DType::FP16 ? 2 : 4;
+}
+
+// The tensors the program holds for the whole op: what it reads from its caller and what it hands back (outputs and
+// saved fields live from the start to the return).
+bool held(const TensorInfo& t, const std::set<std::string>& returned) {
+  return t.role == Role::Input || t.role == Role::Weight || returned.count(t.name) > 0;
+}
+
 struct Footprint {
   std::vector<std::set<std::string>> touched;  // per kernel: the temporaries it reads or writes
-  std::map<std::string, int64_t> bytes;        // per temporary: elements per node of the typical graph
+  std::map<std::string, int64_t> bytes;        // per temporary: its size (scheduling: elements per typical node)
 };
 
-// The tensors the order decides about: every one the program allocates itself (not an input or weight) and does
-// not hand back (outputs and saved fields live from the start to the return).
-Footprint footprint(const Program& p) {
+// The tensors the order decides about: every one the program allocates itself and does not hand back, each of
+// `size` bytes.
+Footprint footprint(const Program& p, const std::function<int64_t(const TensorInfo&)>& size) {
   const std::set<std::string> returned = returned_tensors(p);
   Footprint f;
   for (const TensorInfo& t : p.tensors)
-    if (t.role != Role::Input && t.role != Role::Weight && !returned.count(t.name))
-      f.bytes[t.name] = typical_rows(t.per) * t.row_numel();
+    if (!held(t, returned)) f.bytes[t.name] = size(t);
   for (const Kernel& k : p.kernels) {
     std::set<std::string> mine;
     for (const std::set<std::string>& names : {kernel_reads(k), kernel_writes(k)})
@@ -89,7 +111,7 @@ void schedule_for_memory(Program& p) {
   for (size_t j = 0; j < n; ++j)
     for (size_t i = 0; i < j; ++i)
       if (meet(writes[i], reads[j]) || meet(writes[i], writes[j]) || meet(reads[i], writes[j])) after[j].insert(i);
-  const Footprint f = footprint(p);
+  const Footprint f = footprint(p, [](const TensorInfo& t) { return typical_rows(t.per) * t.row_numel(); });
   // Greedy list scheduling: of the kernels whose predecessors have run, the one that grows the live temporaries
   // least (what it allocates minus what it is the last to touch); ties keep the lowering's order.
   std::vector<size_t> order;
@@ -126,6 +148,17 @@ void schedule_for_memory(Program& p) {
   std::vector<Kernel> kernels;
   for (size_t i : order) kernels.push_back(p.kernels[i]);
   p.kernels = std::move(kernels);
+}
+
+int64_t peak_bytes(const Program& p, const GraphCounts& counts) {
+  auto bytes = [&](const TensorInfo& t) { return rows(t.per, counts) * t.row_numel() * element_bytes(t.storage); };
+  const std::set<std::string> returned = returned_tensors(p);
+  int64_t whole_op = 0;
+  for (const TensorInfo& t : p.tensors)
+    if (held(t, returned)) whole_op += bytes(t);
+  std::vector<size_t> order(p.kernels.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  return whole_op + peak(footprint(p, bytes), order);
 }
 
 }  // namespace hectorgen::passes

@@ -333,7 +333,7 @@ class SchemaReader {
 
   void options(const YAML::Node& n, Options& o) {
     if (!expect_type(n, YAML::NodeType::Map, "'options'")) return;
-    for_each_key(n, "'options'", {"materialization", "compact_relations", "reorder", "dtype", "schedule"},
+    for_each_key(n, "'options'", {"materialization", "compact_relations", "reorder", "recompute", "dtype", "schedule"},
                  [&](const std::string& k, const YAML::Node&, const YAML::Node& v) {
       if (k == "materialization") {
         auto s = string_value(v, "'materialization'");
@@ -349,6 +349,13 @@ class SchemaReader {
         else if (*s == "true" || *s == "yes") o.reorder = Reorder::On;
         else if (*s == "false" || *s == "no") o.reorder = Reorder::Off;
         else error(v, "bad-value", fmt::format("'reorder' must be on, off or auto, got '{}'", *s));
+      } else if (k == "recompute") {
+        auto s = string_value(v, "'recompute'");
+        if (!s) return;
+        if (auto r = parse_recompute(*s)) o.recompute = *r;
+        else if (*s == "true" || *s == "yes") o.recompute = Recompute::Auto;
+        else if (*s == "false" || *s == "no") o.recompute = Recompute::Off;
+        else error(v, "bad-value", fmt::format("'recompute' must be auto or off, got '{}'", *s));
       } else if (k == "dtype") {
         auto s = string_value(v, "'dtype'");
         if (!s) return;

@@ -3,9 +3,12 @@
 // what stays in registers, where loads go, which reductions run over the warp, where the syncs are.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <iostream>
 #include <iterator>
 #include <random>
 #include <regex>
@@ -41,11 +44,15 @@ inter::Module pipeline_forward(const inter::Module& m) {
 }
 
 // A spec's phases through the driver's whole pipeline (compaction, reordering and every intra pass), as
-// `--emit=intra-ir` prints them and the parser reads them back.
-std::vector<Program> pipeline_programs(const std::string& spec) {
+// `--emit=intra-ir` prints them and the parser reads them back; `recompute` and `materialization` as --recompute and
+// --materialization (empty: the spec's).
+std::vector<Program> pipeline_programs(const std::string& spec, const std::string& recompute = "",
+                                       const std::string& materialization = "") {
   driver::Options o;
   o.spec_path = spec;
   o.emit = "intra-ir";
+  o.recompute = recompute;
+  o.materialization = materialization;
   std::ostringstream out, err;
   const int code = driver::run(o, out, err);
   INFO(err.str());
@@ -85,11 +92,13 @@ std::vector<Program> lower_source(const std::string& path, const std::string& te
     out.back().saved = tm->saved;
     if (!lower(tm->backward, "backward", {})) out.pop_back();
   }
-  // As the driver does: the phases agree on the storage of what they exchange, and share one preprocessing.
+  // As the driver does: the phases agree on the storage of what they exchange, and share one preprocessing; then the
+  // backward recomputes the saved GEMM results it can.
   passes::unify_storage(out);
   std::set<std::string> layouts;
   for (const auto& p : out) layouts.insert(p.layouts.begin(), p.layouts.end());
   for (auto& p : out) p.layouts = layouts;
+  if (out.size() == 3) passes::recompute_gemms(out[1], out[2]);
   return out;
 }
 
@@ -430,8 +439,9 @@ TEST_CASE("bf16 and fp16 models store tensors in 16 bits, except narrow rows, ro
       for (const Program& p : phases) {
         CAPTURE(p.phase);
         CHECK(verify_program(p) == "");
-        std::set<std::string> row_scalars;
+        std::set<std::string> row_scalars, recomputed;
         for (const Kernel& k : p.kernels) {
+          if (auto* g = std::get_if<GemmInstance>(&k); g && g->name.ends_with("_recompute")) recomputed.insert(g->y);
           // bf16/fp16 models are lowered without atomics, inference too; fp32 and tf32 inference keeps its scatters.
           if (storage != inter::DType::FP32) CHECK(atomic_writes(k).empty());
           if (auto* g = std::get_if<GemmInstance>(&k); g && !g->row_scalar.empty()) row_scalars.insert(g->row_scalar);
@@ -442,6 +452,8 @@ TEST_CASE("bf16 and fp16 models store tensors in 16 bits, except narrow rows, ro
           if (storage == inter::DType::FP32) CHECK(t.storage == inter::DType::FP32);
           else if (t.role == Role::Weight || t.role == Role::Output) CHECK(t.storage == storage);
           else if (row_scalars.count(t.name) || !t.from_graph.empty()) CHECK(t.storage == inter::DType::FP32);
+          // (the backward recomputes what the training forward saved, in the type it stored it: the same bits)
+          else if (recomputed.count(t.name)) CHECK(t.storage == (t.row_numel() < 32 ? inter::DType::FP32 : storage));
           // (fp16: the backward's gradient temporaries stay fp32, away from fp16's subnormals)
           else if (storage == inter::DType::FP16 && p.phase == "backward" && t.role != Role::Input) CHECK(t.storage == inter::DType::FP32);
           else if (t.role != Role::Input) CHECK(t.storage == (t.row_numel() < 32 ? inter::DType::FP32 : storage));
@@ -849,6 +861,13 @@ inter::TensorMap run_and_compare(const Program& p, const inter::HeteroGraph& g, 
   return tensors;
 }
 
+// The backward's tensors without the fields autodiff saved (`saved`) that the lowered training forward no longer hands
+// it (recompute-gemms): the backward must compute those itself.
+void only_saved(inter::TensorMap& backward_inputs, const std::vector<std::string>& saved, const Program& forward_train) {
+  for (const std::string& s : saved)
+    if (std::find(forward_train.saved.begin(), forward_train.saved.end(), s) == forward_train.saved.end()) backward_inputs.erase(s);
+}
+
 // The backward asked for one gradient at a time (the host code's grad_mask) runs only the kernels that feed it
 // (emit::results_fed) and computes it bit for bit as the whole backward does. Returns how many kernel runs the
 // requests skipped.
@@ -1129,7 +1148,7 @@ TEST_CASE("lowering keeps the meaning: the intra IR computes what the inter IR c
       inter::InterpretResult fwt = inter::interpret(passes::fuse_loops(tm->forward), g, in);
       REQUIRE(fwt.ok);
       std::vector<std::string> kept = outputs;
-      kept.insert(kept.end(), tm->saved.begin(), tm->saved.end());
+      kept.insert(kept.end(), phases[1].saved.begin(), phases[1].saved.end());  // what it hands the backward
       run_and_compare(phases[1], g, in, fwt, kept);
       // backward, from the reference's saved fields and random output gradients
       inter::TensorMap given = in;
@@ -1139,6 +1158,7 @@ TEST_CASE("lowering keeps the meaning: the intra IR computes what the inter IR c
       REQUIRE(bw.ok);
       std::vector<std::string> grads;
       for (const auto& o : tm->backward.decl.outputs) grads.push_back(o.name);
+      only_saved(bin, tm->saved, phases[1]);
       run_and_compare(phases[2], g, bin, bw, grads);
       skipped += check_gradient_requests(phases[2], g, bin);
     }
@@ -1184,6 +1204,8 @@ TEST_CASE("compact materialization lowers to kernels that compute what the uncom
     if (tc) {
       lower(tc->forward, "forward_train", tc->saved);
       lower(tc->backward, "backward", {});
+      passes::unify_storage(phases);
+      passes::recompute_gemms(phases[1], phases[2]);
     }
     ++compacted;
     for (uint64_t seed : {1u, 2u, 3u}) {
@@ -1201,7 +1223,7 @@ TEST_CASE("compact materialization lowers to kernels that compute what the uncom
       inter::InterpretResult fwt = inter::interpret(tc->forward, g, in);
       REQUIRE(fwt.ok);
       std::vector<std::string> kept = outputs;
-      kept.insert(kept.end(), tc->saved.begin(), tc->saved.end());
+      kept.insert(kept.end(), phases[1].saved.begin(), phases[1].saved.end());  // what it hands the backward
       run_and_compare(phases[1], g, in, fwt, kept);
       // The gradients, against the uncompacted backward (its own saved fields, the same output gradients).
       inter::TensorMap given = in;
@@ -1216,6 +1238,7 @@ TEST_CASE("compact materialization lowers to kernels that compute what the uncom
       REQUIRE(bw.ok);
       std::vector<std::string> grads;
       for (const auto& o : tc->backward.decl.outputs) grads.push_back(o.name);
+      only_saved(bin, tc->saved, phases[1]);
       run_and_compare(phases[2], g, bin, bw, grads);
       CHECK(check_gradient_requests(phases[2], g, bin) > 0);
     }
@@ -1472,4 +1495,219 @@ TEST_CASE("schedule-for-memory lowers the peak of HGT's compact backward", "[int
     most = std::max(most, live);
   }
   CHECK(most <= 2);
+}
+
+namespace {
+
+bool contains(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+const GemmInstance* gemm_writing(const Program& p, const std::string& tensor) {
+  for (const Kernel& k : p.kernels)
+    if (auto* g = std::get_if<GemmInstance>(&k); g && g->y == tensor) return g;
+  return nullptr;
+}
+
+// The same instance but for its name and output: operands, rows, tile and kernel (the same bits).
+bool same_instance(const GemmInstance& a, const GemmInstance& b) {
+  return a.x == b.x && a.w == b.w && a.rows == b.rows && a.gather == b.gather && a.segments == b.segments &&
+         a.scatter == b.scatter && a.accumulate == b.accumulate && a.transpose_w == b.transpose_w &&
+         a.row_scalar == b.row_scalar && a.heads == b.heads && a.k == b.k && a.n == b.n && a.dtype == b.dtype &&
+         a.tensor_cores == b.tensor_cores && a.tile == b.tile && a.coarsen == b.coarsen && a.launch_bounds == b.launch_bounds;
+}
+
+// wikikg2's and mag's counts (bench/datasets.py STATS; unique (source, relation) pairs measured by the runtime).
+const passes::GraphCounts kWikikg2{2500604, 16109182, 10070000, 535, 1};
+const passes::GraphCounts kMag{1939743, 21111007, 1450000, 4, 4};
+
+// A training step's static peak: the larger of its two ops' (passes::peak_bytes).
+int64_t training_peak(const std::vector<Program>& phases, const passes::GraphCounts& c) {
+  return std::max(passes::peak_bytes(phases.at(1), c), passes::peak_bytes(phases.at(2), c));
+}
+
+}  // namespace
+
+TEST_CASE("recompute-gemms: HGT's compact backward recomputes lin$k and msg instead of the training forward saving them",
+          "[intra][recompute]") {
+  const std::string spec = std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact.yaml";
+  const std::vector<Program> off = pipeline_programs(spec, "off"), on = pipeline_programs(spec);
+  REQUIRE(on.size() == 3);
+  // --recompute=off is printed in the IR and parsed back; the default (auto) is not printed.
+  CHECK(off[1].decl.options.recompute == inter::Recompute::Off);
+  CHECK(on[1].decl.options.recompute == inter::Recompute::Auto);
+  // The spec's options.recompute: off (or no) saves them too.
+  for (const char* value : {"off", "no"}) {
+    const std::string text = replace(read_file(spec), "  materialization: compact\n",
+                                     std::string("  materialization: compact\n  recompute: ") + value + "\n");
+    const std::vector<Program> phases = lower_source(spec, text);  // (lower_source does not compact: msg is per edge)
+    CHECK(contains(phases.at(1).saved, "msg"));
+    CHECK_FALSE(gemm_writing(phases.at(2), "msg"));
+  }
+  const Program &fwt = on[1], &bw = on[2];
+  for (const char* field : {"lin$k", "msg"}) {
+    CAPTURE(field);
+    CHECK(contains(off[1].saved, field));
+    CHECK_FALSE(contains(fwt.saved, field));
+    CHECK_FALSE(bw.decl.find_input(field));
+    REQUIRE(bw.find(field));
+    CHECK(bw.find(field)->role == Role::Temp);
+    // The forward's attention kernel still reads it: its GEMM stays. The backward runs a copy of the instance,
+    // before the first kernel that reads its result.
+    const GemmInstance* forward = gemm_writing(fwt, field);
+    const GemmInstance* again = gemm_writing(bw, field);
+    REQUIRE(forward);
+    REQUIRE(again);
+    CHECK(same_instance(*forward, *again));
+    CHECK(again->name == "hgt_compact_bw_gemm_" + std::string(field == std::string("msg") ? "msg" : "lin_k") + "_recompute");
+    size_t at = 0, first_read = bw.kernels.size();
+    for (size_t i = 0; i < bw.kernels.size(); ++i) {
+      if (kernel_name(bw.kernels[i]) == again->name) at = i;
+      if (kernel_reads(bw.kernels[i]).count(field)) first_read = std::min(first_read, i);
+    }
+    CHECK(at < first_read);
+  }
+  // The operands are what the backward is handed anyway: no new saved field.
+  for (const std::string& s : fwt.saved) CHECK(contains(off[1].saved, s));
+  for (const char* operand : {"k", "v"}) CHECK(contains(fwt.saved, operand));
+  // grad_mask: a recompute GEMM runs exactly when a kernel that reads its result runs (a request for W_a's gradient
+  // alone skips both).
+  std::vector<std::string> results;
+  for (const TensorInfo& t : bw.tensors)
+    if (t.role == Role::Output) results.push_back(t.name);
+  const std::vector<std::set<size_t>> fed = emit::results_fed(bw, results);
+  for (size_t i = 0; i < bw.kernels.size(); ++i) {
+    const auto* g = std::get_if<GemmInstance>(&bw.kernels[i]);
+    if (!g || !g->name.ends_with("_recompute")) continue;
+    std::set<size_t> readers;
+    for (size_t j = i + 1; j < bw.kernels.size(); ++j)
+      if (kernel_reads(bw.kernels[j]).count(g->y)) readers.insert(fed[j].begin(), fed[j].end());
+    CHECK(fed[i] == readers);
+    CHECK(fed[i].size() < results.size());
+  }
+  // The static peak of the training step on wikikg2's counts: the backward no longer holds two [pairs, 64] fp32
+  // tensors (2.6 GB each) for the whole op.
+  const int64_t pair_rows = kWikikg2.pairs * 64 * 4;
+  CHECK(passes::peak_bytes(off[2], kWikikg2) - passes::peak_bytes(bw, kWikikg2) >= pair_rows);
+  CHECK(training_peak(off, kWikikg2) - training_peak(on, kWikikg2) >= pair_rows);
+}
+
+TEST_CASE("recompute-gemms: RGAT's message is recomputed once for its two saved names", "[intra][recompute]") {
+  // hs and msg are one tensor (msg aliases hs); ht is the destination's half. Both are [edges, 64] products of the
+  // input feature and W: the backward recomputes them, reading msg as hs.
+  const std::vector<Program> on = pipeline_programs(spec_path("rgat.yaml"));
+  const Program &fwt = on[1], &bw = on[2];
+  for (const char* field : {"hs", "msg", "ht"}) {
+    CAPTURE(field);
+    CHECK_FALSE(contains(fwt.saved, field));
+    CHECK_FALSE(bw.decl.find_input(field));
+  }
+  CHECK_FALSE(bw.find("msg"));
+  REQUIRE(gemm_writing(bw, "hs"));
+  REQUIRE(gemm_writing(bw, "ht"));
+  CHECK(gemm_writing(bw, "hs")->x == "feature");
+}
+
+TEST_CASE("recompute-gemms: IR in, IR out", "[intra][recompute][pass]") {
+  // The training forward computes y = x · w, saved and read by nothing else of it, and z from a temporary the
+  // backward does not have. The backward reads both.
+  using inter::Per;
+  auto gemm = [](const char* name, const char* x, const char* y, bool accumulate = false) {
+    GemmInstance g;
+    g.name = name;
+    g.x = x;
+    g.w = "w";
+    g.y = y;
+    g.rows = Rows::Edges;
+    g.segments = Segments::Etype;
+    g.accumulate = accumulate;
+    g.k = g.n = 4;
+    return Kernel{g};
+  };
+  auto decl = [](const char* name, Per per, std::vector<int64_t> shape) {
+    inter::TensorDecl d;
+    d.name = name;
+    d.per = per;
+    d.shape = std::move(shape);
+    return d;
+  };
+  Program fwt;
+  fwt.model = "m";
+  fwt.phase = "forward_train";
+  fwt.decl.name = "m";
+  fwt.decl.inputs = {decl("x", Per::Edge, {4})};
+  fwt.decl.weights = {decl("w", Per::Etype, {4, 4})};
+  fwt.layouts = {layout::kSortedCoo};
+  fwt.tensors = {{"x", Role::Input, Per::Edge, {4}, false, ""}, {"w", Role::Weight, Per::Etype, {4, 4}, false, ""},
+                 {"y", Role::Field, Per::Edge, {4}, false, ""}, {"t", Role::Temp, Per::Edge, {4}, false, ""},
+                 {"z", Role::Field, Per::Edge, {4}, false, ""}};
+  fwt.kernels = {gemm("m_fwt_gemm_y", "x", "y"), gemm("m_fwt_gemm_t", "x", "t"), gemm("m_fwt_gemm_z", "t", "z")};
+  fwt.saved = {"y", "z"};
+  Program bw;
+  bw.model = "m";
+  bw.phase = "backward";
+  bw.decl.name = "m";
+  bw.decl.inputs = {decl("x", Per::Edge, {4}), decl("y", Per::Edge, {4}), decl("z", Per::Edge, {4})};
+  bw.decl.weights = {decl("w", Per::Etype, {4, 4})};
+  bw.decl.outputs = {decl("d$x", Per::Edge, {4})};
+  bw.layouts = fwt.layouts;
+  bw.tensors = {{"y", Role::Input, Per::Edge, {4}, false, ""},     {"z", Role::Input, Per::Edge, {4}, false, ""},
+                {"w", Role::Weight, Per::Etype, {4, 4}, false, ""}, {"d$x", Role::Output, Per::Edge, {4}, false, ""}};
+  bw.kernels = {gemm("m_bw_gemm_d_x", "z", "d$x"), gemm("m_bw_gemm_d_x_2", "y", "d$x", true)};
+  REQUIRE(verify_program(fwt).empty());
+  REQUIRE(verify_program(bw).empty());
+
+  SECTION("off: nothing changes") {
+    Program f = fwt, b = bw;
+    f.decl.options.recompute = inter::Recompute::Off;
+    const std::string before = print_program(f);
+    CHECK(passes::recompute_gemms(f, b).empty());
+    CHECK(print_program(f) == before);
+    CHECK(print_program(b) == print_program(bw));
+  }
+  SECTION("auto: y is recomputed, z stays saved; the results are the same bits") {
+    Program f = fwt, b = bw;
+    CHECK(passes::recompute_gemms(f, b) == std::vector<std::string>{"y"});
+    CHECK(verify_program(f) == "");
+    CHECK(verify_program(b) == "");
+    CHECK(f.saved == std::vector<std::string>{"z"});
+    CHECK_FALSE(f.find("y"));  // nothing else of the training forward read it: not computed there
+    CHECK_FALSE(gemm_writing(f, "y"));
+    CHECK_FALSE(b.decl.find_input("y"));
+    CHECK(b.find("y")->role == Role::Temp);
+    REQUIRE(b.find("x"));  // the recompute's operand, an input the backward did not read before
+    CHECK(b.find("x")->role == Role::Input);
+    std::vector<std::string> order;
+    for (const Kernel& k : b.kernels) order.push_back(kernel_name(k));
+    CHECK(order == std::vector<std::string>{"m_bw_gemm_d_x", "m_bw_gemm_y_recompute", "m_bw_gemm_d_x_2"});
+    // Interpreted: the forward's z, then the backward from x, w and z only, against the backward handed y.
+    inter::HeteroGraph g = tiny_graph();
+    std::mt19937_64 rng(3);
+    inter::TensorMap in = {{"x", random_tensor({g.num_edges(), 4}, rng)}, {"w", random_tensor({g.num_etypes, 4, 4}, rng)}};
+    inter::TensorMap before = in, after = in;
+    REQUIRE(intra::interpret(fwt, g, before).empty());
+    REQUIRE(intra::interpret(f, g, after).empty());
+    CHECK(after.at("z").data == before.at("z").data);
+    inter::TensorMap handed = {{"x", in.at("x")}, {"w", in.at("w")}, {"z", after.at("z")}};
+    inter::TensorMap old = handed;
+    old["y"] = before.at("y");
+    REQUIRE(intra::interpret(bw, g, old).empty());
+    REQUIRE(intra::interpret(b, g, handed).empty());
+    CHECK(handed.at("d$x").data == old.at("d$x").data);
+  }
+}
+
+// The static estimates of docs/architecture.md ("Memory plan"): run `hectorgen_tests "[estimate]"`.
+TEST_CASE("recompute-gemms: static peaks of HGT and RGAT training on wikikg2's and mag's counts", "[.][estimate]") {
+  const std::pair<const char*, passes::GraphCounts> graphs[] = {{"wikikg2", kWikikg2}, {"mag", kMag}};
+  std::cout << "static peak (GiB): training forward / backward, recompute off -> auto\n";
+  for (const char* model : {"hgt.yaml", "rgat.yaml"})
+    for (const char* materialization : {"vanilla", "compact"}) {
+      const std::vector<Program> off = pipeline_programs(spec_path(model), "off", materialization),
+                                 on = pipeline_programs(spec_path(model), "auto", materialization);
+      for (const auto& [graph, counts] : graphs) {
+        auto gib = [&](const Program& p) { return static_cast<double>(passes::peak_bytes(p, counts)) / (1 << 30); };
+        std::cout << fmt::format("{:9s} {:8s} {:8s} {:5.1f} / {:5.1f} -> {:5.1f} / {:5.1f}   max {:5.1f} -> {:5.1f}\n", model,
+                                 materialization, graph, gib(off[1]), gib(off[2]), gib(on[1]), gib(on[2]),
+                                 std::max(gib(off[1]), gib(off[2])), std::max(gib(on[1]), gib(on[2])));
+      }
+    }
 }

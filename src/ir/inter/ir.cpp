@@ -166,6 +166,13 @@ const char* to_string(Reorder r) {
   }
   return "?";
 }
+const char* to_string(Recompute r) {
+  switch (r) {
+    case Recompute::Auto: return "auto";
+    case Recompute::Off: return "off";
+  }
+  return "?";
+}
 const char* to_string(DType d) {
   switch (d) {
     case DType::FP32: return "fp32";
@@ -187,6 +194,11 @@ std::optional<Materialization> parse_materialization(std::string_view s) {
 }
 std::optional<Reorder> parse_reorder(std::string_view s) {
   for (auto r : {Reorder::Off, Reorder::On, Reorder::Auto})
+    if (s == to_string(r)) return r;
+  return std::nullopt;
+}
+std::optional<Recompute> parse_recompute(std::string_view s) {
+  for (auto r : {Recompute::Auto, Recompute::Off})
     if (s == to_string(r)) return r;
   return std::nullopt;
 }

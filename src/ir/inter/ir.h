@@ -201,6 +201,9 @@ struct TensorDecl {
 enum class Materialization { Vanilla, Compact, Auto };
 // Linear operator reordering (passes::reorder_linear): never, wherever it applies, or where its count says it pays.
 enum class Reorder { Off, On, Auto };
+// Rematerialization (passes::recompute_gemms): a saved per-edge or per-pair GEMM result is recomputed by the backward
+// instead of saved (auto: when its operands are there anyway), or always saved (off).
+enum class Recompute { Auto, Off };
 
 struct Schedule {
   int gemm_tile = 16;      // output tile edge (rows and columns) of GEMM instances
@@ -216,6 +219,7 @@ struct Options {
   // pairs / edges <= theta. Unset: the table's value for the GPU the graph is on.
   std::optional<double> compact_relations;
   Reorder reorder = Reorder::Off;
+  Recompute recompute = Recompute::Auto;
   DType dtype = DType::FP32;
   Schedule schedule;
 };
@@ -261,10 +265,12 @@ const char* to_string(AssignOp op);  // "=", "+=", ...
 const char* to_string(BinOp op);
 const char* to_string(Materialization m);
 const char* to_string(Reorder r);
+const char* to_string(Recompute r);
 const char* to_string(DType d);
 std::optional<Per> parse_per(std::string_view s);
 std::optional<Materialization> parse_materialization(std::string_view s);
 std::optional<Reorder> parse_reorder(std::string_view s);
+std::optional<Recompute> parse_recompute(std::string_view s);
 std::optional<DType> parse_dtype(std::string_view s);
 
 // True for the loops whose variable is an edge.

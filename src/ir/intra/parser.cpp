@@ -962,7 +962,10 @@ std::optional<std::vector<Program>> parse_programs(const SourceFile& file, Diagn
   std::vector<size_t> starts;
   for (size_t i = 0; i < lines.size(); ++i)
     if (lines[i].indent == 0 && lines[i].text.rfind("# ==== ", 0) == 0) starts.push_back(i);
-  if (starts.empty() || starts.front() != 0) {
+  // Comment lines may come first (a pass test's RUN-PASS and CHECK lines).
+  const bool commented = !starts.empty() && std::all_of(lines.begin(), lines.begin() + static_cast<long>(starts.front()),
+                                                        [](const Line& l) { return l.indent == 0 && l.text.rfind("#", 0) == 0; });
+  if (starts.empty() || !commented) {
     diags.error(SourceLoc{&file, lines.empty() ? 1 : lines.front().no, 1}, "intra-syntax", "expected '# ==== <phase> ====' first");
     return std::nullopt;
   }

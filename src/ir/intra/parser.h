@@ -14,7 +14,8 @@ namespace hectorgen::intra {
 // One program (print_program's output), the whole text of `file`.
 std::optional<Program> parse_program(const SourceFile& file, Diagnostics& diags);
 
-// The phases of an .intra.ir file (print_programs' output): each program after its `# ==== <phase> ====`.
+// The phases of an .intra.ir file (print_programs' output): each program after its `# ==== <phase> ====`; comment
+// lines may precede the first.
 std::optional<std::vector<Program>> parse_programs(const SourceFile& file, Diagnostics& diags);
 
 // One traversal instance (its header line and indented body), the whole text of `file`.
