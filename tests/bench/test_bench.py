@@ -439,31 +439,71 @@ def test_auto_report():
 
 
 def test_calibrate_auto():
-    """calibrate_auto.py recovers the launch time and bandwidth that produced the fixed variants' times, and counts
-    the choices the fitted table gets right."""
+    """calibrate_auto.py recovers the launch time, bandwidth and costs per gather row and search step that produced
+    the fixed variants' times, counts the choices the fitted table gets right, and recomputes the terms of older runs
+    (launches and bytes only) from a module's cost model."""
     import calibrate_auto
-    launch_s, per_byte = 4e-6, 1 / 2.5e12
+    import report
+    launch_s, per_byte, per_row, per_step = 4e-6, 1 / 2.5e12, 0.5e-9, 0.25e-9
     recs = [dict(type="meta", part="1/1")]
-    for ds, terms in (("a", {"vanilla": (10, 1e6), "compact": (14, 5e5)}),
-                      ("b", {"vanilla": (10, 4e9), "compact": (14, 1e9)}),
-                      ("c", {"vanilla": (30, 2e8), "compact": (40, 3e8)})):
-        times = {p: (n * launch_s + b * per_byte) * 1e3 for p, (n, b) in terms.items()}
+    # "b": compact moves 4x fewer bytes but has many more gather rows, "e": it searches each row's edge type; both
+    # times it is slower, which the bytes alone miss
+    for ds, terms in (("a", {"vanilla": (10, 1e6, 0, 0), "compact": (14, 5e5, 0, 0)}),
+                      ("b", {"vanilla": (10, 4e9, 1e6, 0), "compact": (14, 1e9, 6e7, 0)}),
+                      ("c", {"vanilla": (30, 2e8, 1e5, 0), "compact": (40, 3e8, 1e5, 0)}),
+                      ("d", {"vanilla": (20, 8e9, 2e7, 0), "compact": (20, 2e9, 2e7, 1e6)}),
+                      ("e", {"vanilla": (10, 2e9, 0, 0), "compact": (10, 1e9, 0, 4e7)})):
+        times = {p: (n * launch_s + b * per_byte + r * per_row + st * per_step) * 1e3
+                 for p, (n, b, r, st) in terms.items()}
         recs += [_case(ds, "rgat", "train", "hectorgen_tf32", "hectorgen", "fp32", times["vanilla"], dtype="tf32"),
                  _case(ds, "rgat", "train", "hectorgen_tf32_compact", "hectorgen", "fp32", times["compact"], dtype="tf32"),
                  _case(ds, "rgat", "train", "hectorgen_tf32_auto", "hectorgen", "fp32", min(times.values()),
                        dtype="tf32", materialization="vanilla", cost_terms=terms, arch="sm_90")]
     path = TMP / "calibrate.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    import report
     obs = calibrate_auto.observations(report.read([path]))
-    check(sorted(obs) == ["sm_90"] and len(obs["sm_90"]) == 6, f"observations {obs}")
-    launch_us, bandwidth_gbs = calibrate_auto.fit(obs["sm_90"])
-    check(math.isclose(launch_us, 4.0, rel_tol=1e-6) and math.isclose(bandwidth_gbs, 2500, rel_tol=1e-6),
-          f"fit {launch_us}, {bandwidth_gbs}")
-    check(calibrate_auto.picks_right(obs["sm_90"], launch_us, bandwidth_gbs) == (3, 3), "choices of the fit")
+    check(sorted(obs) == ["sm_90"] and len(obs["sm_90"]) == 10, f"observations {obs}")
+    fitted = dict(zip(calibrate_auto.PARAMS, calibrate_auto.fit(obs["sm_90"])))
+    for key, want in (("launch_us", 4.0), ("bandwidth_gbs", 2500), ("gather_row_ns", 0.5), ("search_step_ns", 0.25)):
+        check(math.isclose(fitted[key], want, rel_tol=1e-6), f"fit {fitted}")
+    check(calibrate_auto.picks_right(obs["sm_90"], fitted) == (5, 5), "choices of the fit")
+    # without the gather rows' cost, "b" goes to compact (4x fewer bytes) although it is slower; likewise "e"
+    # without the searches'
+    check(calibrate_auto.picks_right(obs["sm_90"], dict(fitted, gather_row_ns=0.0)) == (4, 5), "no gather rows")
+    check(calibrate_auto.picks_right(obs["sm_90"], dict(fitted, search_step_ns=0.0)) == (4, 5), "no searches")
     # a table whose launches cost nothing picks compact on "a", where vanilla's fewer launches win
-    check(calibrate_auto.picks_right(obs["sm_90"], 0.0, 2500) == (2, 3), "choices of a launch-free table")
-    check(calibrate_auto.main([str(path)]) == 0, "calibrate_auto rc")
+    check(calibrate_auto.picks_right(obs["sm_90"], dict(fitted, launch_us=0.0)) == (4, 5), "launch-free table")
+    check(calibrate_auto.main([str(path), "--cases"]) == 0, "calibrate_auto rc")
+
+    # A run before gather rows were recorded: (launches, bytes); the module's COST_MODEL gives the rows, and the
+    # compact bytes the pair count (P = 300 here).
+    mod = TMP / "gen" / "rgat_tf32_auto"
+    mod.mkdir(parents=True)
+    (mod / "rgat_tf32_auto.py").write_text(
+        "X = 1\nCOST_MODEL = {\n"
+        "    \"vanilla\": {\"forward\": (4, (0, 8, 100, 0, 64, 0), (0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0))},\n"
+        "    \"compact\": {\"forward\": (5, (0, 8, 20, 50, 64, 0), (0, 1, 0, 2, 0, 0), (0, 0, 0, 1, 0, 0))},\n}\nY = 2\n")
+    N, E, R, T, P = 1000, 5000, 16, 1, 300
+    old_terms = {"vanilla": [4, 8 * N + 100 * E + 64 * R], "compact": [5, 8 * N + 20 * E + 50 * P + 64 * R]}
+    counts = dict(N=N, E=E, R=R, T=T)
+    old = [dict(type="meta", part="1/1"),
+           _case("x", "rgat", "infer", "hectorgen_tf32", "hectorgen", "fp32", 1.0, dtype="tf32", **counts),
+           _case("x", "rgat", "infer", "hectorgen_tf32_compact", "hectorgen", "fp32", 2.0, dtype="tf32", **counts),
+           _case("x", "rgat", "infer", "hectorgen_tf32_auto", "hectorgen", "fp32", 2.0, dtype="tf32",
+                 materialization="compact", cost_terms=old_terms, arch="sm_90", **counts),
+           _case("y", "rgat", "infer", "hectorgen_tf32", "hectorgen", "fp32", 1.0, dtype="tf32", **counts),
+           _case("y", "rgat", "infer", "hectorgen_tf32_compact", "hectorgen", "fp32", 2.0, dtype="tf32", **counts),
+           _case("y", "rgat", "infer", "hectorgen_tf32_auto", "hectorgen", "fp32", 2.0, dtype="tf32",
+                 materialization="compact", arch="sm_90", cost_terms={"vanilla": [4, 1.0], "compact": [5, 1.0]},
+                 **counts)]
+    path = TMP / "calibrate_old.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in old))
+    skipped = []
+    obs = calibrate_auto.observations(report.read([path]), TMP / "gen", skipped)["sm_90"]
+    got = sorted((o[6], *o[:4]) for o in obs)
+    want = [("compact", 5, old_terms["compact"][1], N + 2 * P, P * 4), ("vanilla", 4, old_terms["vanilla"][1], 0, 0)]
+    check(got == want, f"recomputed terms {got} != {want}")
+    check(skipped == [(("y", "rgat", "infer", "hectorgen_tf32_auto"), "module's terms differ")], skipped)
 
 
 def main() -> int:
