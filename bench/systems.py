@@ -270,7 +270,8 @@ class HectorgenSystem(System):
         estimates = mod.estimated_seconds(hg, train)
         return {"materialization": mod.materialization(hg, train),
                 "estimated_ms": {k: None if s is None else round(s * 1e3, 4) for k, s in estimates.items()},
-                # (launches, bytes) per program: bench/calibrate_auto.py fits the tuning table to the fixed variants
+                # (launches, bytes, gather rows, search steps) per program: bench/calibrate_auto.py fits the tuning
+                # table to the fixed variants
                 "cost_terms": mod.cost_terms(hg, train), "arch": _arch(ctx.x.device)}
 
     def supports(self, model):
