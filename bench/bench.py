@@ -467,6 +467,8 @@ class Runner:
             finally:
                 if hasattr(s, "last_layer"):
                     s.last_layer = None
+            if e not in entries:   # what the failed setup allocated goes before the next system's is measured
+                empty_cache(collect=True)
         if entries:
             log(f"{where}: timed calls interleaved over up to {self.a.rounds} rounds: "
                 f"{', '.join(f'{x.system.name} {sum(x.plan)}' for x in entries)}")
