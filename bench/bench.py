@@ -7,11 +7,15 @@
     python3 bench/bench.py --plan 4                                                                  (the parts)
 
 Cases: datasets x models x {infer, train} x systems (systems.py: hectorgen variants, then hand-written
-baselines, then PyG). Per case: setup (not timed), warm-up calls, then CUDA-event times of up to --max-iters calls
-within --case-budget seconds, the median reported; peak memory (torch.cuda.max_memory_allocated, reset before the
-setup; it includes the dataset's features and graph); OOM and errors become cells and the run goes on. Every case
-is one JSON line in OUT/results-<part>.jsonl (after a "meta" line: GPU, driver, torch, measured bandwidth, seeds),
-printed as it finishes; the part ends with the short table of report.py.
+baselines, then PyG). The systems of one (dataset, model, mode) are timed together, interleaved (Runner.interleaved):
+each is set up (not timed) and warmed up, then --rounds rounds each run a block of CUDA-event timed calls of every
+system, in an order rotated per round; a system gets up to --max-iters calls, as many as fit in --case-budget
+seconds, and its median over all rounds is reported with the quartiles and the spread of its round medians.
+--sequential times the systems one after the other instead (each alone: warm-up, then its calls). Peak memory
+(torch.cuda.max_memory_allocated, reset around each system's own setup and calls, less what the other systems
+hold) includes the dataset's features and graph; OOM and errors become cells and the run goes on. Every case is one
+JSON line in OUT/results-<part>.jsonl (after a "meta" line: GPU, driver, torch, measured bandwidth, seeds, timing),
+printed as its (dataset, model, mode) finishes; the part ends with the short table of report.py.
 """
 from __future__ import annotations
 
@@ -162,9 +166,8 @@ def measure_copy_bandwidth(gib: float = 1.0) -> float:
     return 2 * n * 4 / (ms / 1e3)
 
 
-def time_fn(fn, budget_s: float, min_iters: int, max_iters: int) -> dict:
-    """Warm-up (two calls, one if the first is slow), then CUDA-event times of single calls: as many as fit in
-    ~60% of the budget, at least min_iters when they fit, at most max_iters."""
+def warm_up(fn, budget_s: float) -> tuple:
+    """Two untimed calls (one if the first is slow): (seconds of the first call, seconds spent)."""
     t = time.perf_counter()
     fn()
     sync()
@@ -172,26 +175,69 @@ def time_fn(fn, budget_s: float, min_iters: int, max_iters: int) -> dict:
     if first < budget_s / 4:
         fn()
         sync()
-    spent = time.perf_counter() - t
+    return first, time.perf_counter() - t
+
+
+def iterations(first: float, spent: float, budget_s: float, min_iters: int, max_iters: int) -> int:
+    """How many timed calls of a system whose first call took `first` seconds: as many as fit in ~60% of the budget
+    after its warm-up, at least min_iters when they fit, at most max_iters."""
     n = int((0.6 * budget_s - spent) / max(first, 1e-5))
-    n = max(min(n, max_iters), min_iters if first * min_iters < budget_s else 1)
-    ts = []
-    # Python's garbage collector stays off while timing (as in timeit), for every system alike: a collection
-    # in the middle of a call of a few hundred microseconds showed up as a 13 ms outlier.
+    return max(min(n, max_iters), min_iters if first * min_iters < budget_s else 1)
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Python's garbage collector stays off while timing (as in timeit), for every system alike: a collection
+    in the middle of a call of a few hundred microseconds showed up as a 13 ms outlier."""
     gc.collect()
     gc.disable()
     try:
-        for _ in range(n):
-            e0, e1 = event(), event()
-            e0.record()
-            fn()
-            e1.record()
-            sync()
-            ts.append(e0.elapsed_time(e1))
+        yield
     finally:
         gc.enable()
-    ts.sort()
-    return {"ms": ts[len(ts) // 2], "ms_min": ts[0], "ms_max": ts[-1], "iters": n, "first_ms": first * 1e3}
+
+
+def timed_calls(fn, n: int) -> list:
+    """CUDA-event milliseconds of n single calls (each synchronised)."""
+    ts = []
+    for _ in range(n):
+        e0, e1 = event(), event()
+        e0.record()
+        fn()
+        e1.record()
+        sync()
+        ts.append(e0.elapsed_time(e1))
+    return ts
+
+
+def median(xs: list) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def time_fn(fn, budget_s: float, min_iters: int, max_iters: int) -> dict:
+    """Warm-up, then CUDA-event times of single calls, as many as `iterations` allows: the median, min and max."""
+    first, spent = warm_up(fn, budget_s)
+    n = iterations(first, spent, budget_s, min_iters, max_iters)
+    with gc_paused():
+        ts = sorted(timed_calls(fn, n))
+    return {"ms": median(ts), "ms_min": ts[0], "ms_max": ts[-1], "iters": n, "first_ms": first * 1e3}
+
+
+def blocks(n: int, rounds: int) -> list:
+    """n timed calls spread over `rounds` rounds as evenly as possible (the first rounds take the remainder; rounds
+    beyond n get none)."""
+    return [n // rounds + (1 if r < n % rounds else 0) for r in range(rounds)]
+
+
+def sample_stats(rounds: list) -> dict:
+    """A system's timing fields from its samples per round (lists of ms; empty for a round it sat out): the median,
+    min, max and quartiles of all samples, and the spread between rounds (min and max of the round medians)."""
+    ts = sorted(t for r in rounds for t in r)
+    q = lambda f: ts[min(len(ts) - 1, int(f * len(ts)))]  # noqa: E731
+    medians = [median(r) for r in rounds if r]
+    return {"ms": median(ts), "ms_min": ts[0], "ms_max": ts[-1], "ms_q1": q(0.25), "ms_q3": q(0.75),
+            "iters": len(ts), "rounds": len(medians), "round_ms_min": min(medians), "round_ms_max": max(medians)}
 
 
 def profile_top(fn, train: bool, calls: int = 3, top: int = 14) -> list:
@@ -223,6 +269,38 @@ def rel_err(got, ref) -> float:
     return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
+@contextlib.contextmanager
+def precision(system):
+    """TF32 allowed in cuBLAS and cuDNN while `system` runs if it asks for it (fp32 baselines); off otherwise and
+    afterwards."""
+    tf32 = bool(system is not None and system.tf32)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
+def grad_mode(train: bool):
+    return contextlib.nullcontext() if train else torch.no_grad()
+
+
+class _Entry:
+    """A system of an interleaved case: its record, callable and layer, what it keeps allocated between calls
+    (MiB), its own peak, its timed calls per round (plan) and their samples (ms per round it ran)."""
+
+    def __init__(self, system, rec):
+        self.system, self.rec = system, rec
+        self.fn = self.layer = self.error = None
+        self.resident = self.peak = 0.0
+        self.plan, self.samples = [], []
+
+    def release(self):
+        self.fn = self.layer = None
+
+
 class Runner:
     def __init__(self, a, out_path: Path):
         self.a = a
@@ -244,83 +322,223 @@ class Runner:
             del leaf
         return out
 
-    def case(self, ctx, ds_rec, model, mode, system) -> dict:
+    def new_record(self, ctx, model, mode, system) -> dict:
         g = ctx.g
         rec = dict(type="case", dataset=g["name"], model=model, mode=mode, system=system.name, kind=system.kind,
                    klass=system.klass, dtype=system.dtype, status="skip", note="", ms=None, peak_mib=None)
-        train = mode == "train"
         N, E, R, T = g["num_nodes"], g["src"].numel(), g["num_etypes"], g["num_ntypes"]
         rec["floor_ms"] = roofline.floor_ms(model, mode, N, E, R, T, system.dtype, self.bandwidth)
-        budget = self.a.case_budget
+        return rec
+
+    def skipped(self, rec, ctx, model, train, system, budget) -> bool:
+        """Whether the case of `system` is not run (its record says why): a lost CUDA context, the part's time
+        budget (`budget`: the seconds the case needs), or the system's own reason."""
         if self.dead:
             rec["note"] = f"skip: CUDA context lost ({self.dead})"
-            return rec
-        if time.time() + min(budget, 20) > self.deadline:
+        elif time.time() + min(budget, 20) > self.deadline:
             rec["note"] = "skip: part time budget spent (run it in a part of its own: --datasets)"
-            return rec
-        reason = system.skip_reason(ctx, model, train, budget)
-        if reason:
+        else:
+            reason = system.skip_reason(ctx, model, train, self.a.case_budget)
+            if not reason:
+                return False
             rec["status"] = "ERR" if reason.startswith("ERR") else "skip"
             rec["note"] = reason
+        return True
+
+    def describe(self, rec, ctx, model, train, system) -> None:
+        """The fields a system adds to its record once it is set up (an auto module's choice and estimates, the
+        graph preparation time)."""
+        rec["note"] = system.case_note(model)
+        rec.update(system.case_info(ctx, model, train))
+        if system.kind == "hectorgen":
+            rec["prepare_graph_ms"] = system.prepare_ms(ctx, model)
+
+    def extras(self, rec, ctx, model, train, system, fn, layer) -> None:
+        """After timing: the error check of a generated layer's inference output, and the profile (--profile)."""
+        if system.kind == "hectorgen" and not train and self.a.check:
+            rec["err"], rec["err_ref"] = self.check(ctx, model, layer, fn)
+        if self.a.profile:
+            try:
+                rec["profile"] = profile_top(fn, train)
+            except Exception as e:  # noqa: BLE001  (the timing stands; the profile is extra)
+                rec["profile"] = [[f"profile failed: {type(e).__name__}: {str(e)[:120]}", 0.0, 0]]
+            for name, ms, count in rec["profile"]:
+                log(f"    {ms:9.3f} ms  x{count:<5g} {name}")
+
+    @staticmethod
+    def failed(rec, e: BaseException) -> None:
+        """An exception of a case becomes its cell: OOM, or ERR with the message."""
+        if isinstance(e, torch.OutOfMemoryError):
+            rec.update(status="OOM", note="OOM: " + str(e).splitlines()[0][:160])
+        else:
+            rec.update(status="ERR", note=f"ERR {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
+            traceback.print_exc()
+
+    def settle(self, what: str, collect: bool) -> None:
+        """Waits for the device and returns cached memory; a failure here means the CUDA context is lost."""
+        try:
+            sync()
+            empty_cache(collect=collect)
+        except Exception as e:  # noqa: BLE001
+            self.dead = f"after {what}: {type(e).__name__}"
+
+    def case(self, ctx, ds_rec, model, mode, system) -> dict:
+        """One system's case timed alone (--sequential, or a system that ran out of memory beside the others):
+        setup, warm-up, then its timed calls one after the other."""
+        rec = self.new_record(ctx, model, mode, system)
+        train = mode == "train"
+        budget = self.a.case_budget
+        if self.skipped(rec, ctx, model, train, system, budget):
             return rec
         fn = None
         try:
-            torch.backends.cuda.matmul.allow_tf32 = system.tf32
-            torch.backends.cudnn.allow_tf32 = system.tf32
-            system.presetup(ctx, model)   # autotuning and graph preparation run with the case's TF32 setting
-            sync()
-            empty_cache()
-            memory("reset")
-            rec["base_mib"] = memory("allocated")
-            t = time.perf_counter()
-            fn = system.setup(ctx, model, train)
-            sync()
-            rec["setup_ms"] = (time.perf_counter() - t) * 1e3
-            if train:
-                res = time_fn(fn, budget, self.a.min_iters, self.a.max_iters)
-            else:
-                with torch.no_grad():
+            with precision(system):
+                system.presetup(ctx, model)   # autotuning and graph preparation run with the case's TF32 setting
+                sync()
+                empty_cache()
+                memory("reset")
+                rec["base_mib"] = memory("allocated")
+                t = time.perf_counter()
+                fn = system.setup(ctx, model, train)
+                sync()
+                rec["setup_ms"] = (time.perf_counter() - t) * 1e3
+                with grad_mode(train):
                     res = time_fn(fn, budget, self.a.min_iters, self.a.max_iters)
-            rec.update(res, status="ok", peak_mib=memory("peak"))
-            rec["note"] = system.case_note(model)
-            rec.update(system.case_info(ctx, model, train))
-            if system.kind == "hectorgen":
-                rec["prepare_graph_ms"] = system.prepare_ms(ctx, model)
-                if not train and self.a.check:
-                    rec["err"], rec["err_ref"] = self.check(ctx, model, system, fn)
-            if self.a.profile:
-                try:
-                    rec["profile"] = profile_top(fn, train)
-                except Exception as e:  # noqa: BLE001  (the timing stands; the profile is extra)
-                    rec["profile"] = [[f"profile failed: {type(e).__name__}: {str(e)[:120]}", 0.0, 0]]
-                for name, ms, count in rec["profile"]:
-                    log(f"    {ms:9.3f} ms  x{count:<5g} {name}")
-        except torch.OutOfMemoryError as e:
-            rec.update(status="OOM", note="OOM: " + str(e).splitlines()[0][:160])
+                rec.update(res, status="ok", peak_mib=memory("peak"), timing="sequential")
+                self.describe(rec, ctx, model, train, system)
+                self.extras(rec, ctx, model, train, system, fn, getattr(system, "last_layer", None))
         except Exception as e:  # noqa: BLE001
-            rec.update(status="ERR", note=f"ERR {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
-            traceback.print_exc()
+            self.failed(rec, e)
         finally:
             fn = None
             if hasattr(system, "last_layer"):
                 system.last_layer = None
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
-        try:
-            sync()
-            empty_cache(collect=rec["status"] != "ok")
-        except Exception as e:  # noqa: BLE001
-            self.dead = f"after {g['name']}/{model}/{mode}/{system.name}: {type(e).__name__}"
+        self.settle(f"{ctx.g['name']}/{model}/{mode}/{system.name}", collect=rec["status"] != "ok")
         return rec
 
-    def check(self, ctx, model, system, fn):
+    def interleaved(self, ctx, model, mode, group: list) -> list:
+        """The records of every system of one (dataset, model, mode) case, timed in rounds: each system is set up
+        and warmed up, then each round runs a block of timed calls of every system, in an order rotated by one
+        system per round, so that a drift of the machine (clocks, host load) spreads over all systems instead of
+        favouring the last ones. A system gets the timed calls it would get alone (`iterations` with
+        --case-budget: a case of k systems takes about k budgets), spread evenly over --rounds rounds; the median
+        is over all its samples, with quartiles and the spread of its round medians. Peak memory is each system's
+        own: the peak stats are reset around each of its blocks (and its setup), and what the other systems hold
+        (their setup's residue) is subtracted. A system that runs out of memory beside the others is timed alone
+        afterwards."""
+        train = mode == "train"
+        budget = self.a.case_budget
+        where = f"{ctx.g['name']}/{model}/{mode}"
+        recs = [self.new_record(ctx, model, mode, s) for s in group]
+        entries, alone = [], []
+        systems.drop_prepared_graphs(ctx)
+        self.settle(where, collect=True)
+        base = memory("allocated")
+        for s, rec in zip(group, recs):
+            if self.skipped(rec, ctx, model, train, s, budget * len(group)):
+                continue
+            e = _Entry(s, rec)
+            try:
+                with precision(s):
+                    held = sum(x.resident for x in entries)
+                    before = memory("allocated")
+                    s.presetup(ctx, model)
+                    sync()
+                    memory("reset")
+                    t = time.perf_counter()
+                    e.fn = s.setup(ctx, model, train)
+                    sync()
+                    rec["setup_ms"] = (time.perf_counter() - t) * 1e3
+                    e.layer = getattr(s, "last_layer", None)
+                    self.describe(rec, ctx, model, train, s)
+                    with grad_mode(train):
+                        first, spent = warm_up(e.fn, budget)
+                    e.peak = memory("peak") - held
+                    e.resident = memory("allocated") - before
+                e.plan = blocks(iterations(first, spent, budget, self.a.min_iters, self.a.max_iters), self.a.rounds)
+                rec.update(base_mib=base, first_ms=first * 1e3)
+                entries.append(e)
+            except torch.OutOfMemoryError:
+                alone.append(s)
+                e.release()
+            except Exception as ex:  # noqa: BLE001
+                self.failed(rec, ex)
+                e.release()
+            finally:
+                if hasattr(s, "last_layer"):
+                    s.last_layer = None
+            if e not in entries:   # what the failed setup allocated goes before the next system's is measured
+                empty_cache(collect=True)
+        if entries:
+            log(f"{where}: timed calls interleaved over up to {self.a.rounds} rounds: "
+                f"{', '.join(f'{x.system.name} {sum(x.plan)}' for x in entries)}")
+        with gc_paused():
+            for e in entries:   # an untimed call of each: the first ones' warm-up ran before the others' setup
+                self.run_block(e, entries, train, 0)
+            for r in range(self.a.rounds):
+                if time.time() > self.deadline:
+                    log(f"{where}: part time budget spent after {r} rounds")
+                    break
+                k = r % len(entries) if entries else 0
+                for e in entries[k:] + entries[:k]:
+                    if e.plan[r] and e.fn:
+                        e.samples.append(self.run_block(e, entries, train, e.plan[r]))
+        for e in entries:
+            rec = e.rec
+            if e.error is not None and isinstance(e.error, torch.OutOfMemoryError):
+                alone.append(e.system)
+            elif e.error is not None:
+                self.failed(rec, e.error)
+            elif e.samples:
+                rec.update(sample_stats(e.samples), status="ok", peak_mib=e.peak, timing="interleaved")
+                try:
+                    with precision(e.system):
+                        self.extras(rec, ctx, model, train, e.system, e.fn, e.layer)
+                except Exception as ex:  # noqa: BLE001
+                    self.failed(rec, ex)
+            else:
+                rec["note"] = "skip: part time budget spent (run it in a part of its own: --datasets)"
+            e.release()
+        entries = None
+        self.settle(where, collect=True)
+        for s in alone:
+            i = group.index(s)
+            recs[i] = self.case(ctx, None, model, mode, s)
+            recs[i]["note"] = ("timed alone: out of memory beside the other systems of the case; " +
+                               recs[i]["note"]).rstrip("; ")
+        return recs
+
+    def run_block(self, e, entries, train, n: int) -> list:
+        """n timed calls of one system (n = 0: one untimed call), its own peak memory updated; an exception stops
+        the system (e.error) and frees what it holds."""
+        if e.fn is None:
+            return []
+        try:
+            with precision(e.system), grad_mode(train):
+                held = sum(x.resident for x in entries if x is not e and x.fn is not None)
+                memory("reset")
+                if n:
+                    ts = timed_calls(e.fn, n)
+                else:
+                    e.fn()
+                    sync()
+                    ts = []
+                e.peak = max(e.peak, memory("peak") - held)
+            return ts
+        except Exception as ex:  # noqa: BLE001
+            e.error = ex
+            e.release()
+            empty_cache(collect=True)
+            return []
+
+    def check(self, ctx, model, layer, fn):
         """Relative error of the generated layer's inference output against the hand-written fp32 layer with the
         same weights (TF32 off): a guard that every timed variant computes the spec's function."""
         try:
-            with torch.no_grad():
+            with torch.no_grad(), precision(None):
                 out = fn().float()
                 ref = hw.HandLayer(model, ctx.dg, torch.float32, layout=ctx.dg.choose(torch.float32))
-                ref.load(dict(system.last_layer.named_parameters()))
+                ref.load(dict(layer.named_parameters()))
                 expect = ref(ctx.x)
                 return rel_err(out, expect), "hand_fp32"
         except torch.OutOfMemoryError:
@@ -360,13 +578,17 @@ class Runner:
         self.emit(drec)
         for model in models:
             for mode in a.modes:
-                for s in hg_systems + base_systems:
-                    if not s.supports(model):
-                        continue
-                    rec = self.case(ctx, drec, model, mode, s)
+                group = [s for s in hg_systems + base_systems if s.supports(model)]
+                if a.sequential:
+                    recs = [self.case(ctx, drec, model, mode, s) for s in group]
+                else:
+                    recs = self.interleaved(ctx, model, mode, group)
+                for s, rec in zip(group, recs):
                     rec.update(N=N, E=E, R=g["num_etypes"], T=g["num_ntypes"])
                     self.emit(rec)
                     val = f"{rec['ms']:10.3f} ms" if rec["status"] == "ok" else f"{rec['status']:>10s}   "
+                    if rec.get("rounds"):
+                        val += f" (rounds {rec['round_ms_min']:.3f}..{rec['round_ms_max']:.3f})"
                     peak = f"peak {rec['peak_mib']:9.1f} MiB" if rec.get("peak_mib") else " " * 19
                     extra = f" err {rec['err']:.1e}" if rec.get("err") is not None else ""
                     log(f"{g['name']:8s} {model:4s} {mode:5s} {s.name:22s} {val} {peak}{extra} {rec['note']}")
@@ -412,6 +634,7 @@ def meta_record(a, bandwidth: float) -> dict:
                 pyg=pyg, python=platform.python_version(), date=_dt.datetime.now(_dt.timezone.utc).isoformat(
                     timespec="seconds"), commit=commit, seed=a.seed, skew=a.skew, type_skew=a.type_skew,
                 bandwidth_gbs=round(bandwidth / 1e9, 1), case_budget_s=a.case_budget, max_iters=a.max_iters,
+                timing="sequential" if a.sequential else "interleaved", rounds=None if a.sequential else a.rounds,
                 datasets=a.datasets, models=a.models, variants=a.variants, baselines=a.baselines, modes=a.modes)
 
 
@@ -461,7 +684,11 @@ def parse_args(argv=None):
                    help="seconds per case (soft): warm-up plus timed calls in ~60%% of it")
     p.add_argument("--budget-s", type=float, default=540.0, help="no case starts after this many seconds")
     p.add_argument("--min-iters", type=int, default=3)
-    p.add_argument("--max-iters", type=int, default=20)
+    p.add_argument("--max-iters", type=int, default=20, help="timed calls per system and case, at most")
+    p.add_argument("--rounds", type=int, default=10,
+                   help="the systems of a case are timed interleaved, in this many rounds (Runner.interleaved)")
+    p.add_argument("--sequential", action="store_true",
+                   help="time the systems of a case one after the other instead (the timing before 2026-11-27)")
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the error check of the variants")
     p.add_argument("--profile", action="store_true",
                    help="after timing a case, list the kernels that take its time (torch profiler; JSON key profile)")
@@ -489,6 +716,8 @@ def parse_args(argv=None):
     except Exception:  # noqa: BLE001
         p.error(f"--part must be K/N with 1 <= K <= N, got {a.part!r}")
     a.part_k, a.part_n = k, n
+    if a.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {a.rounds}")
     return a
 
 

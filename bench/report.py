@@ -183,6 +183,14 @@ def auto_choices(recs) -> list:
     return md
 
 
+def timing(meta) -> str:
+    """How the parts timed the systems of a case (bench.py: interleaved in rounds, or one after the other; files
+    from before 2026-11-27 have no timing field and were sequential)."""
+    kinds = sorted({"sequential" if m.get("timing", "sequential") == "sequential" else
+                    f"interleaved over {m.get('rounds')} rounds" for m in meta})
+    return ", ".join(kinds)
+
+
 def optimisation_pairs(recs) -> list:
     """(optimised system, unoptimised system): every hectorgen variant `<dtype>_<opt>[_<opt>...]` (e.g. bf16_compact,
     bf16_compact_reorder) whose plain `<dtype>` variant ran too (bench/systems.py VARIANTS)."""
@@ -258,7 +266,7 @@ def markdown(recs, plots: list) -> str:
                f"the source offsets), type skew {uniq('type_skew')} (Zipf exponent of type sizes)",
                f"- measured copy bandwidth (read + write): {uniq('bandwidth_gbs')} GB/s; case budget "
                f"{uniq('case_budget_s')} s, at most {uniq('max_iters')} timed calls (median of CUDA-event times "
-               "after warm-up)", ""]
+               f"after warm-up); timing: {timing(meta)}", ""]
     md += ["One layer, 64 -> 64, one head. Inference: one forward pass without autograd. Training step: forward, "
            "cross-entropy on random labels (bench/README.md, \"Loss\"), backward to every weight (the input features need no gradient). "
            "Peak memory: `torch.cuda.max_memory_allocated()` from the case's setup on, including the dataset's "

@@ -220,6 +220,12 @@ class System:
         return {}
 
 
+def drop_prepared_graphs(ctx: Context) -> None:
+    """Forgets the graphs hectorgen modules prepared on the dataset (a system set up on one keeps it alive)."""
+    for k in [k for k in ctx.cache if k[0] == "hg_graph"]:
+        del ctx.cache[k]
+
+
 def _arch(device) -> str:
     """sm_XY of a CUDA device (the tuning table's key), else "cpu"."""
     if torch.device(device).type != "cuda":
@@ -264,7 +270,8 @@ class HectorgenSystem(System):
         estimates = mod.estimated_seconds(hg, train)
         return {"materialization": mod.materialization(hg, train),
                 "estimated_ms": {k: None if s is None else round(s * 1e3, 4) for k, s in estimates.items()},
-                # (launches, bytes) per program: bench/calibrate_auto.py fits the tuning table to the fixed variants
+                # (launches, bytes, gather rows, search steps) per program: bench/calibrate_auto.py fits the tuning
+                # table to the fixed variants
                 "cost_terms": mod.cost_terms(hg, train), "arch": _arch(ctx.x.device)}
 
     def supports(self, model):
@@ -278,8 +285,7 @@ class HectorgenSystem(System):
         mod, _ = self.modules[model]
         key = ("hg_graph", mod.__name__)
         if key not in ctx.cache:
-            for k in [k for k in ctx.cache if k[0] == "hg_graph"]:
-                del ctx.cache[k]       # one prepared graph at a time
+            drop_prepared_graphs(ctx)   # one prepared graph in the cache at a time
             g, dg = ctx.g, ctx.dg
             _sync(dg.device)
             t = time.perf_counter()

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 #include <stdexcept>
 
@@ -75,6 +77,10 @@ class Counter {
   explicit Counter(const Program& p) : p_(p) {}
 
   void index(CostDomain d, double reads = 1) { bytes_[static_cast<size_t>(d)] += reads * kIndexBytes; }
+  // A row of a gather sum, once per element of `d`: its latency beyond the bytes (PhaseCost::gather_rows).
+  void gather_row(CostDomain d) { gather_rows_[static_cast<size_t>(d)] += 1; }
+  // A search of a row's relation, once per element of `d` (PhaseCost::search_rows).
+  void search_row(CostDomain d) { search_rows_[static_cast<size_t>(d)] += 1; }
   void scalars(CostDomain d, const std::string& tensor) { row(d, tensor); }
   // A row of `tensor` read or written once per element of `d`; rows of per-type data (weights, per-relation
   // vectors) and tensors without rows count once per kernel, whatever reads them: they stay in cache.
@@ -96,10 +102,14 @@ class Counter {
         times * static_cast<double>(t->row_numel()) * element_bytes(t->storage);
   }
   const Bytes& bytes() const { return bytes_; }
+  const Bytes& gather_rows() const { return gather_rows_; }
+  const Bytes& search_rows() const { return search_rows_; }
 
  private:
   const Program& p_;
   Bytes bytes_{};
+  Bytes gather_rows_{};
+  Bytes search_rows_{};
   std::set<std::string> cached_;
 };
 
@@ -109,8 +119,9 @@ void traversal_body(const std::vector<intra::Instr>& body, CostDomain d, Counter
       if (auto* load = std::get_if<intra::Load>(&def->source)) c.row(d, load->tensor);
     } else if (auto* st = std::get_if<intra::Store>(&in.v)) {
       c.row(d, st->tensor, st->atomic ? 2 : 1);  // an atomic add reads the row too
-    } else if (std::holds_alternative<intra::IndexDef>(in.v)) {
+    } else if (auto* index = std::get_if<intra::IndexDef>(&in.v)) {
       c.index(d);
+      if (index->array == intra::GraphArray::PairEtype) c.search_row(d);  // a binary search of pair_etype_ptr
     } else if (auto* loop = std::get_if<intra::EdgeLoop>(&in.v)) {
       c.index(d, 2);  // the row node's CSR offsets
       c.index(CostDomain::Edge);  // the edge id at each position
@@ -151,6 +162,7 @@ PhaseCost kernel_cost(const Program& p, const intra::Kernel& k) {
     const CostDomain entries = pair_edges ? CostDomain::Edge : CostDomain::Pair;
     c.index(rows, 2);
     c.row(rows, gs->y, gs->accumulate ? 2 : 1);
+    c.gather_row(rows);
     c.index(entries);
     c.row(entries, gs->x);
     if (gs->x_gather != intra::Gather::None) c.index(entries);
@@ -167,7 +179,7 @@ PhaseCost kernel_cost(const Program& p, const intra::Kernel& k) {
     c.whole(torch->target, 2);
     launches = 2 + static_cast<int>(read.size());
   }
-  return PhaseCost{intra::kernel_name(k), launches, c.bytes()};
+  return PhaseCost{intra::kernel_name(k), launches, c.bytes(), c.gather_rows(), c.search_rows()};
 }
 
 PhaseCost phase_cost(const Program& p) {
@@ -175,7 +187,11 @@ PhaseCost phase_cost(const Program& p) {
   for (const intra::Kernel& k : p.kernels) {
     PhaseCost kc = kernel_cost(p, k);
     out.launches += kc.launches;
-    for (size_t i = 0; i < kCostDomains; ++i) out.bytes[i] += kc.bytes[i];
+    for (size_t i = 0; i < kCostDomains; ++i) {
+      out.bytes[i] += kc.bytes[i];
+      out.gather_rows[i] += kc.gather_rows[i];
+      out.search_rows[i] += kc.search_rows[i];
+    }
   }
   for (const intra::TensorInfo& t : p.tensors)
     if (t.zero_init) {
@@ -204,7 +220,10 @@ TuningTable parse_tuning(const std::string& json_text) {
         throw std::runtime_error(fmt::format("tuning table: '{}' of '{}' must be in [{}, {}], got {}", key, arch, lo, hi, v));
       return v;
     };
-    out[arch] = Tuning{number("launch_us", 0, 1e6), number("bandwidth_gbs", 1e-3, 1e6), number("theta", 0, 1)};
+    // gather_row_ns and search_step_ns are optional (0: the model before they existed, bytes and launches only).
+    auto optional = [&](const char* key) { return row.is_object() && row.contains(key) ? number(key, 0, 1e6) : 0.0; };
+    out[arch] = Tuning{number("launch_us", 0, 1e6), number("bandwidth_gbs", 1e-3, 1e6), number("theta", 0, 1),
+                       optional("gather_row_ns"), optional("search_step_ns")};
   }
   if (!out.count("default")) throw std::runtime_error("tuning table: the 'default' architecture is missing");
   return out;
@@ -220,10 +239,17 @@ const TuningTable& tuning_table() {
   return table;
 }
 
+double evaluate(const Bytes& b, const GraphCounts& g) {
+  return b[0] + b[1] * g.nodes + b[2] * g.edges + b[3] * g.pairs + b[4] * g.etypes + b[5] * g.ntypes;
+}
+
+double search_steps(const PhaseCost& c, const GraphCounts& g) {
+  return evaluate(c.search_rows, g) * std::log2(std::max(g.etypes, 1.0));
+}
+
 double estimated_seconds(const PhaseCost& c, const GraphCounts& g, const Tuning& t) {
-  const Bytes& b = c.bytes;
-  const double bytes = b[0] + b[1] * g.nodes + b[2] * g.edges + b[3] * g.pairs + b[4] * g.etypes + b[5] * g.ntypes;
-  return c.launches * t.launch_us * 1e-6 + bytes / (t.bandwidth_gbs * 1e9);
+  return c.launches * t.launch_us * 1e-6 + evaluate(c.bytes, g) / (t.bandwidth_gbs * 1e9) +
+         evaluate(c.gather_rows, g) * t.gather_row_ns * 1e-9 + search_steps(c, g) * t.search_step_ns * 1e-9;
 }
 
 double estimated_seconds(const std::vector<PhaseCost>& phases, const GraphCounts& g, const Tuning& t) {

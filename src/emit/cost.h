@@ -2,9 +2,17 @@
 // vanilla and compact, and picks one per graph when the graph is prepared. What it compares is, per phase,
 //
 //     seconds = launches * launch_us * 1e-6 + bytes / (bandwidth_gbs * 1e9)
+//             + gather_rows * gather_row_ns * 1e-9 + search_rows * log2(etypes) * search_step_ns * 1e-9
 //
 // with bytes a linear function of the graph's counts: so many bytes per node, per edge, per unique (source, edge
-// type) pair, per edge type, per node type, and fixed. The coefficients come from the lowered kernels (what each
+// type) pair, per edge type, per node type, and fixed; and gather_rows, likewise, the rows of the gather sums: the
+// kernels that read through the pair and edge maps (a pair's edges, a node's pairs), one warp per row. Such a row
+// waits on a chain of dependent loads (its CSR offsets, its entries' ids, their indices) before its first data and
+// then reads only a few scattered rows (1.6 edges per pair on wikikg2), so its time is that latency over the warps
+// the GPU keeps in flight, not its bytes: on wikikg2 (16M edges, 10M pairs) the compact program's gather sums over
+// 10M pair rows made its training step 13% slower than vanilla's (RGAT and RGCN) while its bytes were 10-25% fewer.
+// search_rows are the rows that find their edge type by a binary search of the per-type offsets (a pair's type in
+// RGAT's compact traversals: segment_of), log2(etypes) dependent loads each: 535 relations on wikikg2. The coefficients come from the lowered kernels (what each
 // kernel reads and writes per row of its domain), here, at generation time; the module evaluates them on the
 // graph's counts at prepare time. launch_us, bandwidth_gbs and the per-relation compaction threshold theta come
 // from templates/tuning/materialization.json, per GPU architecture: ESTIMATES until calibrated on the GPU.
@@ -33,11 +41,14 @@ struct PhaseCost {
   std::string phase;
   int launches = 0;
   Bytes bytes{};
+  Bytes gather_rows{};  // rows of gather sums, per domain (coefficients of the same counts as bytes)
+  Bytes search_rows{};  // rows that search their edge type (log2(etypes) steps each), per domain
 };
 
 // One kernel's launches and bytes: every tensor row it reads or writes, once per row of the domain it is read in
 // (a gathered node row read per edge counts per edge); rows of weights and other per-type data count once (they
-// stay in cache); graph index arrays 4 bytes per read; zero-initialised results one extra write.
+// stay in cache); graph index arrays 4 bytes per read; zero-initialised results one extra write; each row of a
+// gather sum one gather row; each row that searches its edge type (a pair's) one search row.
 PhaseCost kernel_cost(const intra::Program& p, const intra::Kernel& k);
 // The sum over the phase's kernels, plus the zeroing of the tensors the op allocates zeroed.
 PhaseCost phase_cost(const intra::Program& p);
@@ -52,6 +63,8 @@ struct Tuning {
   double launch_us = 0;      // seconds per kernel launch, in microseconds (launch and the gap between kernels)
   double bandwidth_gbs = 0;  // achieved global-memory bandwidth, GB/s
   double theta = 1;          // compact relation r iff unique pairs_r / edges_r <= theta
+  double gather_row_ns = 0;   // nanoseconds per row of a gather sum beyond its bytes (PhaseCost::gather_rows)
+  double search_step_ns = 0;  // nanoseconds per step of a search of a row's edge type (PhaseCost::search_rows)
 };
 
 // The tuning table: architecture ("sm_80", "sm_90", "default") -> row.
@@ -61,6 +74,10 @@ TuningTable parse_tuning(const std::string& json_text);
 // The embedded table (the generator's own copy of the file).
 const TuningTable& tuning_table();
 
+// A coefficient vector (bytes or gather rows) on the graph's counts.
+double evaluate(const Bytes& coefficients, const GraphCounts& g);
+// The steps of the phase's edge-type searches on the graph: search rows times log2(etypes).
+double search_steps(const PhaseCost& c, const GraphCounts& g);
 double estimated_seconds(const PhaseCost& c, const GraphCounts& g, const Tuning& t);
 // The sum over `phases` (inference: forward; training: forward_train and backward).
 double estimated_seconds(const std::vector<PhaseCost>& phases, const GraphCounts& g, const Tuning& t);

@@ -544,27 +544,36 @@ std::string python_auto_constants(const std::vector<Program>& vanilla, const std
   out += fmt::format("PROGRAM_PAIR_COUNT = {{\"vanilla\": {}, \"compact\": {}}}\n", has_pairs(v) ? "True" : "False",
                      has_pairs(c) ? "True" : "False");
   out += "# The cost model (hectorgen's src/emit/cost.h), per program and phase: (kernel launches, bytes moved per\n"
-         "# (1, node, edge, unique (source, edge type) pair, edge type, node type)), counted from the generated kernels.\n";
+         "# (1, node, edge, unique (source, edge type) pair, edge type, node type), rows of gather sums per the same, rows\n"
+         "# that search their edge type per the same (log2(edge types) steps each)), counted from the generated kernels.\n";
   out += "COST_MODEL = {\n";
   for (const auto* program : {&vanilla, &compact}) {
     out += fmt::format("    \"{}\": {{\n", program == &vanilla ? "vanilla" : "compact");
     for (const Program& x : *program) {
       const PhaseCost cost = phase_cost(x);
-      std::string coefficients;
-      for (double b : cost.bytes) coefficients += (coefficients.empty() ? "" : ", ") + py_number(b);
+      auto tuple = [](const emit::Bytes& b) {
+        std::string s;
+        for (double x : b) s += (s.empty() ? "" : ", ") + py_number(x);
+        return "(" + s + ")";
+      };
       const std::string phase = x.phase.rfind("compact_", 0) == 0 ? x.phase.substr(8) : x.phase;
-      out += fmt::format("        \"{}\": ({}, ({})),\n", phase, cost.launches, coefficients);
+      out += fmt::format("        \"{}\": ({}, {}, {}, {}),\n", phase, cost.launches, tuple(cost.bytes), tuple(cost.gather_rows),
+                         tuple(cost.search_rows));
     }
     out += "    },\n";
   }
   out += "}\n";
   out += "# hectorgen's templates/tuning/materialization.json: per GPU architecture, launch_us (microseconds per kernel\n"
-         "# launch), bandwidth_gbs (achieved global-memory GB/s) and theta (the compact program compacts relation r iff its\n"
-         "# unique (source, r) pairs / edges <= theta). ESTIMATES until calibrated on the GPU.\n";
+         "# launch), bandwidth_gbs (achieved global-memory GB/s), theta (the compact program compacts relation r iff its\n"
+         "# unique (source, r) pairs / edges <= theta), gather_row_ns (nanoseconds per row of a gather sum beyond its\n"
+         "# bytes) and search_step_ns (nanoseconds per step of a row's search of its edge type). Rows not measured on\n"
+         "# their GPU are ESTIMATES (the file says which).\n";
   out += "TUNING = {\n";
   for (const auto& [arch, t] : tuning_table())
-    out += fmt::format("    \"{}\": {{\"launch_us\": {}, \"bandwidth_gbs\": {}, \"theta\": {}}},\n", arch, py_number(t.launch_us),
-                       py_number(t.bandwidth_gbs), py_number(t.theta));
+    out += fmt::format("    \"{}\": {{\"launch_us\": {}, \"bandwidth_gbs\": {}, \"theta\": {}, \"gather_row_ns\": {}, "
+                       "\"search_step_ns\": {}}},\n",
+                       arch, py_number(t.launch_us), py_number(t.bandwidth_gbs), py_number(t.theta), py_number(t.gather_row_ns),
+                       py_number(t.search_step_ns));
   out += "}\n";
   out += "# The spec's options.compact_relations (theta on every GPU), or None for TUNING's theta of the graph's GPU.\n";
   out += fmt::format("COMPACT_RELATIONS = {}", options.compact_relations ? py_number(*options.compact_relations) : "None");
@@ -614,6 +623,7 @@ std::string emit_python(const std::vector<Program>& all_phases, const EmitContex
   std::string arr;
   for (const auto& g : graph_arrays(p)) arr += fmt::format("\"{}\", ", runtime_graph_key(g));
   v["graph_arrays"] = arr;
+  v["import_math"] = ctx.auto_materialization ? "import math\n" : "";  // the cost model's log2
   if (ctx.auto_materialization) {
     v["auto_constants"] = python_auto_constants(phases, compact, p.decl.options);
     v["graph_api"] = render_template("python/auto.py.in", {{"model", p.model}});
@@ -887,6 +897,8 @@ std::string emit_manifest(const std::vector<Program>& ir_phases, const EmitConte
         nlohmann::ordered_json c;
         c["launches"] = cost.launches;
         for (size_t i = 0; i < kCostDomains; ++i) c["bytes_per"][to_string(static_cast<CostDomain>(i))] = cost.bytes[i];
+        for (size_t i = 0; i < kCostDomains; ++i) c["gather_rows_per"][to_string(static_cast<CostDomain>(i))] = cost.gather_rows[i];
+        for (size_t i = 0; i < kCostDomains; ++i) c["search_rows_per"][to_string(static_cast<CostDomain>(i))] = cost.search_rows[i];
         x["cost"][ph.phase] = c;
       }
       j["programs"][compact ? "compact" : "vanilla"] = x;

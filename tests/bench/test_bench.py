@@ -9,7 +9,8 @@
    against the generic PyTorch model of the spec (tests/gpu/ir_torch.py) and, given HECTORGEN, against hectorgen's
    float64 interpreter on the tiny graph; bfloat16 against float64 within bf16 precision.
 3. hectorgen variants: the spec edits; given HECTORGEN, that each edited spec generates.
-4. bench.py --device cpu: the whole run (stand-in modules for the generated layers), JSON lines, OOM/ERR cells.
+4. bench.py --device cpu: the whole run (stand-in modules for the generated layers), JSON lines, OOM/ERR cells;
+   the interleaved timing (rounds, rotation, statistics) and --sequential.
 5. report.py on a results file with known numbers: best baseline per precision class, speed-ups, geomeans,
    results.md; PNG plots when matplotlib is installed (skipped otherwise).
 Exit 0 if every section passes (a section that needs what is missing says SKIP), 1 otherwise.
@@ -249,12 +250,19 @@ def test_dry_run():
     for r in cases:
         if r["system"].startswith("pyg_") and not pyg:
             check(r["status"] == "skip" and "torch_geometric" in r["note"], r)
+        elif r["system"].startswith("pyg_") and r["status"] == "skip":   # its estimate exceeds the tiny budget
+            check("estimated" in r["note"], r)
         else:
             check(r["status"] == "ok" and r["ms"] > 0 and r["iters"] >= 1, r)
         if r["kind"] == "hectorgen" and r["mode"] == "infer":
             check(r["err"] is not None and r["err"] < 1e-5, f"stand-in error check {r.get('err')}")
         check(r["floor_ms"] > 0 and r["N"] > 0, r)
     check(any("segment GEMM" in r["note"] for r in cases if r["system"] == "hand_fp32"), "hand note")
+    check(lines[0]["timing"] == "interleaved" and lines[0]["rounds"] == 10, "interleaved by default")
+    for r in cases:
+        if r["status"] == "ok":   # up to 2 timed calls (--max-iters 2), one in each of the first rounds
+            check(r["timing"] == "interleaved" and r["iters"] in (1, 2) and r["rounds"] == r["iters"], r)
+            check(r["ms_min"] <= r["round_ms_min"] <= r["round_ms_max"] <= r["ms_max"], r)
     # OOM and errors become cells, and the run goes on
     import systems
 
@@ -275,8 +283,70 @@ def test_dry_run():
            (Failing(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80 GiB")),
             Failing(RuntimeError("boom")), systems.HandSystem("fp32"))]
     check(got == ["OOM", "ERR", "ok"], got)
+    # interleaved, an out-of-memory system is timed alone afterwards (and is an OOM cell if it fails again)
+    group = (Failing(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80 GiB")),
+             Failing(RuntimeError("boom")), systems.HandSystem("fp32"))
+    recs = r.interleaved(ctx, "rgcn", "train", list(group))
+    check([x["status"] for x in recs] == ["OOM", "ERR", "ok"], recs)
+    check(recs[0]["note"].startswith("timed alone: out of memory beside"), recs[0]["note"])
     bench.DEVICE = "cuda"
+    seq = bench.main(args[:-1] + ["hand_fp32", "--datasets", "aifb", "--models", "rgcn", "--sequential",
+                                  "--out", str(TMP / "seq")])
+    check(seq == 0, "--sequential rc")
+    lines = [json.loads(x) for x in (TMP / "seq" / "results-1of1.jsonl").read_text().splitlines()]
+    check(lines[0]["timing"] == "sequential", lines[0])
+    check(all(x["timing"] == "sequential" and x["iters"] in (1, 2) for x in lines if x["type"] == "case"), lines)
     return out / "results-1of1.jsonl"
+
+
+def test_interleaved():
+    """Rounds rotate the systems, each gets its calls spread over the rounds, and the statistics cover them all."""
+    import bench
+    import systems
+    check(bench.blocks(7, 3) == [3, 2, 2] and bench.blocks(2, 4) == [1, 1, 0, 0], "blocks")
+    st = bench.sample_stats([[3.0, 1.0], [], [2.0, 10.0], [4.0]])
+    check(st["ms"] == 3.0 and st["ms_min"] == 1.0 and st["ms_max"] == 10.0 and st["iters"] == 5, st)
+    check((st["rounds"], st["round_ms_min"], st["round_ms_max"]) == (3, 3.0, 10.0), st)   # upper medians
+    check((st["ms_q1"], st["ms_q3"]) == (2.0, 4.0), st)
+
+    calls = []
+
+    class Logged(systems.System):
+        """A system whose calls append its name to `calls`; `slow` makes each call take that many seconds."""
+
+        def __init__(self, name, slow=0.0):
+            self.name, self.slow = name, slow
+
+        def setup(self, ctx, model, train):
+            def fn():
+                calls.append(self.name)
+                time.sleep(self.slow)
+            return fn
+
+    bench.DEVICE = "cpu"
+    try:
+        a = bench.parse_args(["--device", "cpu", "--case-budget", "1", "--max-iters", "6", "--min-iters", "1",
+                              "--rounds", "3", "--no-check"])
+        r = bench.Runner(a, TMP / "interleaved.jsonl")
+        r.bandwidth = 1e11
+        g = datasets.synthetic("aifb", scale=0.002)
+        ctx = systems.Context(g=g, dg=hw.DeviceGraph(g, "cpu"), x=torch.randn(g["num_nodes"], 64),
+                              label=torch.randint(0, 64, (g["num_nodes"],)))
+        # slow: 0.08 s a call, so its budget (60% of 1 s less its warm-up) fits about 5 calls, fewer than 6
+        group = [Logged("a"), Logged("b"), Logged("slow", 0.08)]
+        recs = r.interleaved(ctx, "rgcn", "infer", group)
+    finally:
+        bench.DEVICE = "cuda"
+    check([x["status"] for x in recs] == ["ok"] * 3, recs)
+    n_slow = recs[2]["iters"]
+    check([x["iters"] for x in recs[:2]] == [6, 6] and 1 <= n_slow < 6, recs)
+    check(recs[2]["ms"] >= 80 and recs[0]["ms"] < 40, recs)
+    # two warm-up calls each while set up, one untimed call each, then the rounds, rotated by one system per round
+    check(calls[:6] == ["a", "a", "b", "b", "slow", "slow"] and calls[6:9] == ["a", "b", "slow"], calls)
+    plan = {"a": [2, 2, 2], "b": [2, 2, 2], "slow": bench.blocks(n_slow, 3)}
+    names = ["a", "b", "slow"]
+    expect = [x for k in range(3) for x in names[k:] + names[:k] for _ in range(plan[x][k])]
+    check(calls[9:] == expect, f"{calls[9:]} != {expect}")
 
 
 def _case(ds, model, mode, system, kind, klass, ms, status="ok", **kw):
@@ -361,39 +431,79 @@ def test_auto_report():
     md_path = TMP / "auto.md"
     check(report.main([str(fake), "--out", str(md_path), "--no-plots"]) == 0, "report rc")
     md = md_path.read_text()
-    for want in ("## materialization: auto: the program picked per case",
-                 "| hectorgen_tf32_auto | mag | rgat | train | compact | 20.500 | 30.000 | 20.000 | 1.02 | 25.000 / 15.000 |",
-                 "| hectorgen_tf32_auto | aifb | rgat | train | vanilla | 1.000 | 1.000 | 1.200 | 1.00 | 0.200 / 0.300 |",
+    for want in ("## auto: the program picked per case",
+                 "| hectorgen_tf32_auto | mag | rgat | train | compact | 20.500 | 30.000 | 20.000 | - | - | 1.02 | 25.000 / 15.000 |",
+                 "| hectorgen_tf32_auto | aifb | rgat | train | vanilla | 1.000 | 1.000 | 1.200 | - | - | 1.00 | 0.200 / 0.300 |",
                  "hectorgen_tf32_auto (compact)", "| hectorgen_tf32_auto | RGAT | train |"):
         check(want in md, f"auto report lacks {want!r}")
 
 
 def test_calibrate_auto():
-    """calibrate_auto.py recovers the launch time and bandwidth that produced the fixed variants' times, and counts
-    the choices the fitted table gets right."""
+    """calibrate_auto.py recovers the launch time, bandwidth and costs per gather row and search step that produced
+    the fixed variants' times, counts the choices the fitted table gets right, and recomputes the terms of older runs
+    (launches and bytes only) from a module's cost model."""
     import calibrate_auto
-    launch_s, per_byte = 4e-6, 1 / 2.5e12
+    import report
+    launch_s, per_byte, per_row, per_step = 4e-6, 1 / 2.5e12, 0.5e-9, 0.25e-9
     recs = [dict(type="meta", part="1/1")]
-    for ds, terms in (("a", {"vanilla": (10, 1e6), "compact": (14, 5e5)}),
-                      ("b", {"vanilla": (10, 4e9), "compact": (14, 1e9)}),
-                      ("c", {"vanilla": (30, 2e8), "compact": (40, 3e8)})):
-        times = {p: (n * launch_s + b * per_byte) * 1e3 for p, (n, b) in terms.items()}
+    # "b": compact moves 4x fewer bytes but has many more gather rows, "e": it searches each row's edge type; both
+    # times it is slower, which the bytes alone miss
+    for ds, terms in (("a", {"vanilla": (10, 1e6, 0, 0), "compact": (14, 5e5, 0, 0)}),
+                      ("b", {"vanilla": (10, 4e9, 1e6, 0), "compact": (14, 1e9, 6e7, 0)}),
+                      ("c", {"vanilla": (30, 2e8, 1e5, 0), "compact": (40, 3e8, 1e5, 0)}),
+                      ("d", {"vanilla": (20, 8e9, 2e7, 0), "compact": (20, 2e9, 2e7, 1e6)}),
+                      ("e", {"vanilla": (10, 2e9, 0, 0), "compact": (10, 1e9, 0, 4e7)})):
+        times = {p: (n * launch_s + b * per_byte + r * per_row + st * per_step) * 1e3
+                 for p, (n, b, r, st) in terms.items()}
         recs += [_case(ds, "rgat", "train", "hectorgen_tf32", "hectorgen", "fp32", times["vanilla"], dtype="tf32"),
                  _case(ds, "rgat", "train", "hectorgen_tf32_compact", "hectorgen", "fp32", times["compact"], dtype="tf32"),
                  _case(ds, "rgat", "train", "hectorgen_tf32_auto", "hectorgen", "fp32", min(times.values()),
                        dtype="tf32", materialization="vanilla", cost_terms=terms, arch="sm_90")]
     path = TMP / "calibrate.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    import report
     obs = calibrate_auto.observations(report.read([path]))
-    check(sorted(obs) == ["sm_90"] and len(obs["sm_90"]) == 6, f"observations {obs}")
-    launch_us, bandwidth_gbs = calibrate_auto.fit(obs["sm_90"])
-    check(math.isclose(launch_us, 4.0, rel_tol=1e-6) and math.isclose(bandwidth_gbs, 2500, rel_tol=1e-6),
-          f"fit {launch_us}, {bandwidth_gbs}")
-    check(calibrate_auto.picks_right(obs["sm_90"], launch_us, bandwidth_gbs) == (3, 3), "choices of the fit")
+    check(sorted(obs) == ["sm_90"] and len(obs["sm_90"]) == 10, f"observations {obs}")
+    fitted = dict(zip(calibrate_auto.PARAMS, calibrate_auto.fit(obs["sm_90"])))
+    for key, want in (("launch_us", 4.0), ("bandwidth_gbs", 2500), ("gather_row_ns", 0.5), ("search_step_ns", 0.25)):
+        check(math.isclose(fitted[key], want, rel_tol=1e-6), f"fit {fitted}")
+    check(calibrate_auto.picks_right(obs["sm_90"], fitted) == (5, 5), "choices of the fit")
+    # without the gather rows' cost, "b" goes to compact (4x fewer bytes) although it is slower; likewise "e"
+    # without the searches'
+    check(calibrate_auto.picks_right(obs["sm_90"], dict(fitted, gather_row_ns=0.0)) == (4, 5), "no gather rows")
+    check(calibrate_auto.picks_right(obs["sm_90"], dict(fitted, search_step_ns=0.0)) == (4, 5), "no searches")
     # a table whose launches cost nothing picks compact on "a", where vanilla's fewer launches win
-    check(calibrate_auto.picks_right(obs["sm_90"], 0.0, 2500) == (2, 3), "choices of a launch-free table")
-    check(calibrate_auto.main([str(path)]) == 0, "calibrate_auto rc")
+    check(calibrate_auto.picks_right(obs["sm_90"], dict(fitted, launch_us=0.0)) == (4, 5), "launch-free table")
+    check(calibrate_auto.main([str(path), "--cases"]) == 0, "calibrate_auto rc")
+
+    # A run before gather rows were recorded: (launches, bytes); the module's COST_MODEL gives the rows, and the
+    # compact bytes the pair count (P = 300 here).
+    mod = TMP / "gen" / "rgat_tf32_auto"
+    mod.mkdir(parents=True)
+    (mod / "rgat_tf32_auto.py").write_text(
+        "X = 1\nCOST_MODEL = {\n"
+        "    \"vanilla\": {\"forward\": (4, (0, 8, 100, 0, 64, 0), (0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0))},\n"
+        "    \"compact\": {\"forward\": (5, (0, 8, 20, 50, 64, 0), (0, 1, 0, 2, 0, 0), (0, 0, 0, 1, 0, 0))},\n}\nY = 2\n")
+    N, E, R, T, P = 1000, 5000, 16, 1, 300
+    old_terms = {"vanilla": [4, 8 * N + 100 * E + 64 * R], "compact": [5, 8 * N + 20 * E + 50 * P + 64 * R]}
+    counts = dict(N=N, E=E, R=R, T=T)
+    old = [dict(type="meta", part="1/1"),
+           _case("x", "rgat", "infer", "hectorgen_tf32", "hectorgen", "fp32", 1.0, dtype="tf32", **counts),
+           _case("x", "rgat", "infer", "hectorgen_tf32_compact", "hectorgen", "fp32", 2.0, dtype="tf32", **counts),
+           _case("x", "rgat", "infer", "hectorgen_tf32_auto", "hectorgen", "fp32", 2.0, dtype="tf32",
+                 materialization="compact", cost_terms=old_terms, arch="sm_90", **counts),
+           _case("y", "rgat", "infer", "hectorgen_tf32", "hectorgen", "fp32", 1.0, dtype="tf32", **counts),
+           _case("y", "rgat", "infer", "hectorgen_tf32_compact", "hectorgen", "fp32", 2.0, dtype="tf32", **counts),
+           _case("y", "rgat", "infer", "hectorgen_tf32_auto", "hectorgen", "fp32", 2.0, dtype="tf32",
+                 materialization="compact", arch="sm_90", cost_terms={"vanilla": [4, 1.0], "compact": [5, 1.0]},
+                 **counts)]
+    path = TMP / "calibrate_old.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in old))
+    skipped = []
+    obs = calibrate_auto.observations(report.read([path]), TMP / "gen", skipped)["sm_90"]
+    got = sorted((o[6], *o[:4]) for o in obs)
+    want = [("compact", 5, old_terms["compact"][1], N + 2 * P, P * 4), ("vanilla", 4, old_terms["vanilla"][1], 0, 0)]
+    check(got == want, f"recomputed terms {got} != {want}")
+    check(skipped == [(("y", "rgat", "infer", "hectorgen_tf32_auto"), "module's terms differ")], skipped)
 
 
 def main() -> int:
@@ -401,7 +511,7 @@ def main() -> int:
     failed = 0
     dry = None
     for fn in (test_generator, test_loaders, test_hand_vs_spec, test_hand_vs_interpreter, test_variants,
-               test_dry_run, test_report, test_auto_report, test_calibrate_auto):
+               test_dry_run, test_interleaved, test_report, test_auto_report, test_calibrate_auto):
         t = time.time()
         try:
             res = fn(dry) if fn is test_report else fn()

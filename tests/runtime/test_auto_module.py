@@ -147,9 +147,11 @@ class AutoModule(unittest.TestCase):
             for program in m.PROGRAMS:
                 total = 0.0
                 for phase in phases:
-                    launches, per = m.COST_MODEL[program][phase]
-                    moved = sum(c * n for c, n in zip(per, (1, 1000, 50000, 2000, 4, 1)))
-                    total += launches * row["launch_us"] * 1e-6 + moved / (row["bandwidth_gbs"] * 1e9)
+                    launches, per_byte, per_gather_row, per_search_row = m.COST_MODEL[program][phase]
+                    at = lambda per: sum(c * n for c, n in zip(per, (1, 1000, 50000, 2000, 4, 1)))  # noqa: E731
+                    total += (launches * row["launch_us"] * 1e-6 + at(per_byte) / (row["bandwidth_gbs"] * 1e9) +
+                              at(per_gather_row) * row["gather_row_ns"] * 1e-9 +
+                              at(per_search_row) * 2 * row["search_step_ns"] * 1e-9)   # log2(4 relations) steps
                 expected[program] = total
             got = m.estimated_seconds(g, training)
             for program in m.PROGRAMS:
@@ -158,6 +160,11 @@ class AutoModule(unittest.TestCase):
             for program in m.PROGRAMS:
                 launches = sum(m.COST_MODEL[program][phase][0] for phase in phases)
                 self.assertEqual(terms[program][0], launches)
+                self.assertEqual(len(terms[program]), 4)   # launches, bytes, gather rows, search steps
+            # RGCN's compact backward sums over each pair's edges and each node's pairs: a gather row per pair and
+            # per node; the vanilla program has none
+            self.assertEqual(terms["vanilla"][2], 0)
+            self.assertEqual(terms["compact"][2], 2000 + 1000 if training else 0)
 
     def test_choice_follows_the_graph(self):
         m = self.module
