@@ -474,8 +474,8 @@ class Trainer:
         else:
             options = {"host_budget_bytes": int(self.a.offload_gib * 2**30)}
         cache = TensorCache([model.layer1, model.layer2], parameters_of=[model], tier=where, rank=rank,
-                            cpu_tensors=self.device.type == "cpu", min_bytes=1 << 16 if self.device.type == "cpu"
-                            else 1 << 20, **options)
+                            cpu_tensors=self.device.type == "cpu", min_bytes=int(self.a.offload_min_kib * 1024),
+                            prefetch_scopes=self.a.offload_prefetch, **options)
         return cache, folder
 
     def prepare(self, src, dst, etype, n, ntype):
@@ -869,6 +869,12 @@ def parse_args(argv=None):
                    help="--offload file: the directory of the rank folders (default $HECTORGEN_OFFLOAD_DIR or $TMPDIR)")
     p.add_argument("--offload-gib", type=float, default=16.0,
                    help="--offload: the tensor cache's pinned host budget (host) or file size (file) per rank, GiB")
+    p.add_argument("--offload-min-kib", type=float, default=1024.0,
+                   help="--offload: smaller saved tensors are kept (the tensor cache's min_bytes), KiB")
+    p.add_argument("--offload-prefetch", type=int, default=0,
+                   help="--offload: when the backward enters a layer, also load the saved tensors of this many layers "
+                        "before it (0: a layer's tensors come back when its backward starts; 1 loads both layers of "
+                        "this model at once, which keeps the peak where it is without offloading)")
     p.add_argument("--features", default="device", choices=["device", "unified"],
                    help="khop mode: node features in GPU memory, or in a unified tensor (pinned, GPU-mapped host "
                         "memory, one copy per rank) whose rows each step's subgraph gathers over PCIe")

@@ -330,7 +330,8 @@ def test_runtime_under_ddp():
     its own folder, and nothing is left behind."""
     base = TMP / "offload"
     out = TMP / "offload.jsonl"
-    rc, log = launch(["--model", "rgat", "--check", "--offload", "file", "--offload-dir", str(base), "--out", str(out)])
+    rc, log = launch(["--model", "rgat", "--check", "--offload", "file", "--offload-dir", str(base),
+                      "--offload-min-kib", "16", "--out", str(out)])
     check(rc == 0 and "PASS: DDP check rgat (2 processes, gloo backend, cpu, full, offload file)" in log,
           f"--check --offload file failed:\n{log[-3000:]}")
     s = summary(out)
