@@ -88,7 +88,9 @@ def run(a) -> int:
                str(REPO / "tools" / "ddp_train.py"), "--graph", g, "--model", m, "--mode", mode, "--shard", sh,
                "--steps", str(a.steps), "--warmup", str(a.warmup), "--batch", str(a.batch),
                "--generated", a.generated, "--out", a.out, "--tag", tag, "--seed", str(a.seed),
-               "--bucket-mb", str(a.bucket_mb), "--scale", str(a.scale), *extra]
+               "--scale", str(a.scale), *extra]
+        if a.bucket_mb is not None:
+            cmd += ["--bucket-mb", str(a.bucket_mb)]
         cmd += ["--backend", "nccl"] if a.device == "cuda" else ["--device", "cpu", "--backend", "gloo"]
         log(f"{what}: {' '.join(cmd[2:])}")
         t = time.time()
@@ -288,7 +290,7 @@ def main(argv=None) -> int:
     p.add_argument("--sync-debug-run", action="store_true",
                    help="a 1-GPU run per graph and model counting host synchronisations per phase")
     p.add_argument("--batch", type=int, default=16384, help="global batch of labelled nodes (all GPU counts)")
-    p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--bucket-mb", type=float, default=None, help="DDP bucket size (default: tools/ddp_train.py's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a dry run of the runner (processes instead of GPUs, gloo, the stand-in layers)")

@@ -388,9 +388,20 @@ def allreduce_sum_hook(state: HookState, bucket):
     return fut.then(done)
 
 
+def bucket_mb(model, a) -> float:
+    """DDP's bucket size: --bucket-mb, else the bytes of one generated layer's parameters. All of a generated layer's
+    weight gradients become ready when its backward returns; with DDP's default (25 MB) every parameter of these
+    models shares one bucket, which can only be reduced after the whole backward (nothing overlaps). A bucket of one
+    layer's size puts the head, norms and second layer in buckets of their own that are reduced while the first
+    layer's backward runs."""
+    if a.bucket_mb is not None:
+        return a.bucket_mb
+    return sum(p.numel() * p.element_size() for p in model.layer1.parameters()) / 2**20
+
+
 def wrap_ddp(model, a, device, clock=None):
     from torch.nn.parallel import DistributedDataParallel as DDP
-    ddp = DDP(model, device_ids=[device] if device.type == "cuda" else None, bucket_cap_mb=a.bucket_mb,
+    ddp = DDP(model, device_ids=[device] if device.type == "cuda" else None, bucket_cap_mb=bucket_mb(model, a),
               broadcast_buffers=False, find_unused_parameters=False, static_graph=a.static_graph)
     skip = model.layer1.get_parameter(next(n for n, _ in model.layer1.named_parameters())) \
         if os.environ.get(BUG_ENV, "") not in ("", "0") else None
@@ -853,7 +864,9 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, choices=["cuda", "cpu"], help="default cuda when available")
     p.add_argument("--backend", default=None, choices=["nccl", "gloo"], help="default nccl on GPUs, else gloo")
-    p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP gradient bucket size (bucket_cap_mb)")
+    p.add_argument("--bucket-mb", type=float, default=None,
+                   help="DDP gradient bucket size (bucket_cap_mb); default: the parameter bytes of one generated layer, "
+                        "so the second layer's gradients are reduced while the first layer's backward runs")
     p.add_argument("--static-graph", action="store_true", help="DDP(static_graph=True) (same results)")
     p.add_argument("--warmup", type=int, default=3, help="steps left out of the timing (at most --steps - 1)")
     p.add_argument("--shard", default="stride", choices=["stride", "cost"],
@@ -968,7 +981,7 @@ def main(argv=None) -> int:
               "backend": a.backend if info.distributed else None, "device": str(device),
               "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
               "torch": torch.__version__, "batch": trainer.batch, "steps": a.steps, "optimizer": a.optimizer, "lr": a.lr,
-              "seed": a.seed, "bucket_mb": a.bucket_mb, "static_graph": a.static_graph, "shard": a.shard,
+              "seed": a.seed, "bucket_mb": bucket_mb(model, a), "static_graph": a.static_graph, "shard": a.shard,
               "prefetch": bool(a.prefetch and device.type == "cuda" and a.mode == "khop"), "sync_debug": a.sync_debug,
               "loss_first": losses[0].item(), "loss_last": losses[-1].item(), "digest": digest(weights),
               "missing_grads": missing, "ddp": trainer.ddp_stats, "offload": a.offload, "features": a.features,

@@ -296,6 +296,8 @@ def test_check_end_to_end():
     check(s["world_size"] == 2 and s["ok"] and all(s["check"].values()), f"summary: {s}")
     check(s["max_rel"] <= s["tol"] and s["rank_spread"] == 0.0, f"summary: {s}")
     check(not s["missing_grads"], f"missing gradients: {s['missing_grads']}")
+    check(len(s["ddp"].get("bucket_bytes", [])) >= 2,
+          f"one generated layer's bytes per bucket must give the layers buckets of their own: {s['ddp']}")
 
     out = TMP / "check_khop.jsonl"
     rc, log = launch(["--model", "hgt", "--mode", "khop", "--shard", "cost", "--check", "--out", str(out)])
