@@ -77,14 +77,6 @@ void replace_tensor(Program& p, size_t from, const std::string& dropped, const s
   std::erase_if(p.tensors, [&](const TensorInfo& t) { return t.name == dropped; });
 }
 
-// Torch fallbacks name what they read in their own statement (redirect_reads cannot change it): a tensor one of
-// the kernels from `from` on reads must stay.
-bool read_by_torch(const Program& p, size_t from, const std::string& tensor) {
-  return std::any_of(p.kernels.begin() + static_cast<long>(from), p.kernels.end(), [&](const Kernel& k) {
-    return std::holds_alternative<TorchInstance>(k) && kernel_reads(k).count(tensor);
-  });
-}
-
 // The temporaries a kernel writes, when all its writes are plain writes of temporaries only it writes; else
 // nullopt (the kernel's result is then not a pure function of what it reads).
 std::optional<std::vector<std::string>> private_temps(const Program& p, size_t at) {
@@ -226,7 +218,7 @@ void merge_duplicate_stores(Program& p) {
       const Store& kept = *it->second;
       const TensorInfo *a = p.find(kept.tensor), *b = p.find(st->tensor);
       const bool temp = std::find(temps->begin(), temps->end(), st->tensor) != temps->end();
-      if (temp && !read_by_torch(p, i + 1, st->tensor) && a && b && kept.row == st->row && kept.lanes == st->lanes && a->storage == b->storage && a->per == b->per &&
+      if (temp && !read_by_torch(p, st->tensor, i + 1) && a && b && kept.row == st->row && kept.lanes == st->lanes && a->storage == b->storage && a->per == b->per &&
           a->row_numel() == b->row_numel())
         kept_for[st->tensor] = kept.tensor;
     }
@@ -271,7 +263,7 @@ void merge_duplicate_gemms(Program& p) {
       const auto* again = std::get_if<GemmInstance>(&p.kernels[j]);
       if (again && same_product(*first, *again) && pure(p, *again) && p.find(again->y)->storage == p.find(first->y)->storage) {
         const std::string dropped = again->y, kept = first->y;
-        if (read_by_torch(p, j, dropped)) continue;  // leave a product a fallback reads alone
+        if (read_by_torch(p, dropped, j)) continue;  // leave a product a fallback reads alone
         p.kernels.erase(p.kernels.begin() + static_cast<long>(j));
         replace_tensor(p, j, dropped, kept);
         --j;

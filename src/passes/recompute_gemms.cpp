@@ -46,12 +46,6 @@ bool read_by_another(const Program& p, size_t at, const std::string& tensor) {
   return false;
 }
 
-bool read_by_torch(const Program& p, const std::string& tensor) {
-  return std::any_of(p.kernels.begin(), p.kernels.end(), [&](const Kernel& k) {
-    return std::holds_alternative<TorchInstance>(k) && kernel_reads(k).count(tensor);
-  });
-}
-
 // The backward's name for its copy of the training forward's GEMM `name` (<model>_fwt_gemm_<what>):
 // <model>_bw_gemm_<what>_recompute, numbered when the backward has a kernel of that name.
 std::string recompute_name(const Program& bw, const std::string& name) {

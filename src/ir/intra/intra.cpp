@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <set>
 
@@ -51,6 +52,12 @@ std::set<std::string> returned_tensors(const Program& p) {
     out.insert(it == p.aliases.end() ? s : it->second);
   }
   return out;
+}
+
+bool read_by_torch(const Program& p, const std::string& tensor, size_t from) {
+  return std::any_of(p.kernels.begin() + static_cast<long>(from), p.kernels.end(), [&](const Kernel& k) {
+    return std::holds_alternative<TorchInstance>(k) && kernel_reads(k).count(tensor);
+  });
 }
 
 std::set<std::string> kernel_reads(const Kernel& k) {

@@ -217,6 +217,9 @@ const std::string& kernel_name(const Kernel& k);
 // The tensors a kernel stores into (the output of a GEMM, the rows a traversal stores, ...) and reads.
 std::set<std::string> kernel_writes(const Kernel& k);
 std::set<std::string> kernel_reads(const Kernel& k);
+// Whether a PyTorch fallback among the kernels from `from` on reads `tensor`. Fallbacks name what they read in their
+// own statement (redirect_reads cannot change it), so passes that rename or drop tensors leave such a tensor alone.
+bool read_by_torch(const Program& p, const std::string& tensor, size_t from = 0);
 // The tensors a kernel adds into atomically (a scattering GEMM's output, a traversal's atomic stores).
 std::set<std::string> atomic_writes(const Kernel& k);
 // The tensors a program hands back, live from its start to its return: its outputs and the fields saved for the
