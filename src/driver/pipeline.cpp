@@ -364,9 +364,11 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   if (opts.emit == "inter-ir") return 0;
   for (const std::vector<intra::Program>* list : {&programs, &compact})
     for (const intra::Program& p : *list)
-      if (std::string why = intra::indexed_input_obstacle(p); !why.empty()) {
-        diags.error(typed->decl.loc, "unsupported", why);
-        diags.render(err);
+      if (std::string input, why = intra::indexed_input_obstacle(p, &input); !why.empty()) {
+        const inter::TensorDecl* d = typed->decl.find_input(input);
+        Diagnostics unsupported;  // the front end's diagnostics are rendered already
+        unsupported.error(d ? d->loc : typed->decl.loc, "unsupported", why);
+        unsupported.render(err);
         return kUserError;
       }
 

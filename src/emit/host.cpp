@@ -327,19 +327,19 @@ static std::string emit_op(const Program& p, const Program& ir) {
     std::vector<int64_t> shape = t->shape;
     TensorInfo info = ti ? *ti : TensorInfo{t->name, Role::Input, t->per, shape, false, ""};
     if (!ti) info.storage = intra::model_storage(p.decl.options.dtype);  // an input no kernel reads
-    std::string shape = shape_list(info);
+    std::string shape_arg = shape_list(info);
     if (t->indexed_rows) {  // rows: indexed: a table of any number of rows, read through its map
-      shape = fmt::format("{{{}.size(0){}", t->name, shape.substr(shape.find(',') == std::string::npos ? shape.size() - 1 : shape.find(',')));
+      shape_arg = fmt::format("{{{}.size(0){}", t->name, shape_arg.substr(std::min(shape_arg.find(','), shape_arg.size() - 1)));
       checks += fmt::format("  TORCH_CHECK({0}.dim() >= 1, \"{1}: input '{2}' must have a row dimension\");\n", t->name, p.model,
                             user_tensors.at(i)->name);
     }
     if (t->unified) {  // placement: unified: the kernels read it through its GPU mapping
       checks += fmt::format("  void* const {}_mapped = mapped_address({}, \"input '{}'\", {}, {}, device);\n", t->name, t->name,
-                            user_tensors.at(i)->name, aten_scalar(info.storage), shape);
+                            user_tensors.at(i)->name, aten_scalar(info.storage), shape_arg);
     } else {
       checks += fmt::format("  check({}, \"{} '{}'\", {}, {}, device);\n", t->name, info.role == Role::Weight ? "weight" : "input",
                             is_derived_name(user_tensors.at(i)->name) ? t->name : user_tensors.at(i)->name,
-                            aten_scalar(info.storage), shape);
+                            aten_scalar(info.storage), shape_arg);
     }
     if (t->indexed_rows) {
       // The map as int32, checked, then composed with each gather list of the kernels that read the table.

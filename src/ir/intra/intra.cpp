@@ -89,7 +89,7 @@ std::vector<std::pair<std::string, std::string>> indexed_lists(const Program& p,
   return out;
 }
 
-std::string indexed_input_obstacle(const Program& p) {
+std::string indexed_input_obstacle(const Program& p, std::string* input) {
   for (const Kernel& k : p.kernels)
     for (const std::string& name : kernel_reads(k)) {
       if (!is_indexed(p, name)) continue;
@@ -97,6 +97,7 @@ std::string indexed_input_obstacle(const Program& p) {
       const auto* w = std::get_if<WeightGradInstance>(&k);
       if (g && g->x == name && g->w != name && g->row_scalar != name) continue;
       if (w && w->x == name && w->dy != name && w->row_scalar != name) continue;
+      if (input) *input = name;
       return fmt::format("{} ({}) reads input '{}' other than as the X of a GEMM or weight gradient; an input with "
                          "'rows: indexed' is read only by those",
                          kernel_name(k), p.phase, name);

@@ -234,8 +234,8 @@ std::string indexed_list(const Program& p, const std::string& x, Rows rows, Gath
 // ("" for node rows)}.
 std::vector<std::pair<std::string, std::string>> indexed_lists(const Program& p, const std::string& x);
 // Why the program cannot read an indexed input (a kernel that reads one other than as a GEMM's or a weight
-// gradient's X: traversal, gather sum, PyTorch fallback), or "".
-std::string indexed_input_obstacle(const Program& p);
+// gradient's X: traversal, gather sum, PyTorch fallback), or ""; `input` gets the input's name.
+std::string indexed_input_obstacle(const Program& p, std::string* input = nullptr);
 
 // True when the traversal template can emit `e` (else the statement falls back to PyTorch calls).
 bool traversal_supports(const inter::ExprP& e);
