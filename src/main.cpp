@@ -45,6 +45,10 @@ int main(int argc, char** argv) {
                  "inputs (per node) the generated code reads from unified tensors in pinned, GPU-mapped host memory, "
                  "as with the spec's 'placement: unified' (comma-separated names)")
       ->delimiter(',');
+  app.add_option("--indexed-inputs", opts.indexed_inputs,
+                 "inputs (per node) read through a node-to-row map <name>_rows (an extra argument of the op), as with "
+                 "the spec's 'rows: indexed' (comma-separated names)")
+      ->delimiter(',');
   app.add_option("--reference", opts.reference_dir,
                  "run the float64 CPU reference on DIR/meta.json (see driver/reference_io.h) instead of generating");
   app.add_flag("-v,--verbose", opts.verbose, "log pipeline steps and pass timing to stderr");

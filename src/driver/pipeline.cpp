@@ -209,8 +209,10 @@ const inter::Module* find_phase(const std::vector<Phase>& phases, const std::str
   return nullptr;
 }
 
-// --unified-inputs: the named inputs get 'placement: unified', with the spec's checks. False on errors.
-bool mark_unified_inputs(inter::ModelDecl& decl, const std::vector<std::string>& names, Diagnostics& diags) {
+// --unified-inputs (--indexed-inputs): the named inputs get 'placement: unified' ('rows: indexed', which also
+// drops their gradient), with the spec's checks. False on errors.
+bool mark_inputs(inter::ModelDecl& decl, const std::vector<std::string>& names, bool indexed, Diagnostics& diags) {
+  const char* option = indexed ? "--indexed-inputs" : "--unified-inputs";
   bool ok = true;
   for (const std::string& name : names) {
     auto it = std::find_if(decl.inputs.begin(), decl.inputs.end(), [&](const inter::TensorDecl& t) { return t.name == name; });
@@ -223,12 +225,18 @@ bool mark_unified_inputs(inter::ModelDecl& decl, const std::vector<std::string>&
     } else if (!it->from_graph.empty()) {
       why = fmt::format("input '{}' is computed from the graph ('from_graph'), not given by the user", name);
     } else if (it->per != inter::Per::Node) {
-      why = fmt::format("input '{}' is 'per: {}'; unified inputs are 'per: node'", name, inter::to_string(it->per));
+      why = fmt::format("input '{}' is 'per: {}'; {} inputs are 'per: node'", name, inter::to_string(it->per),
+                        indexed ? "indexed" : "unified");
     } else {
-      it->unified = true;
+      if (indexed) {
+        it->indexed_rows = true;
+        it->requires_grad = false;  // read through a map: no gradient (docs/unified_tensor.md)
+      } else {
+        it->unified = true;
+      }
       continue;
     }
-    diags.error(decl.loc, "bad-value", "--unified-inputs: " + why);
+    diags.error(decl.loc, "bad-value", fmt::format("{}: {}", option, why));
     ok = false;
   }
   return ok;
@@ -317,7 +325,8 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   typed->decl.options.recompute = recompute_mode(typed->decl.options.recompute, opts);
   const inter::Materialization materialization = materialization_mode(*typed, opts);
   typed->decl.options.materialization = materialization;
-  if (!mark_unified_inputs(typed->decl, opts.unified_inputs, diags)) {
+  if (!mark_inputs(typed->decl, opts.unified_inputs, /*indexed=*/false, diags) ||
+      !mark_inputs(typed->decl, opts.indexed_inputs, /*indexed=*/true, diags)) {
     diags.render(err);
     return kUserError;
   }
@@ -353,6 +362,15 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
     }
   }
   if (opts.emit == "inter-ir") return 0;
+  for (const std::vector<intra::Program>* list : {&programs, &compact})
+    for (const intra::Program& p : *list)
+      if (std::string input, why = intra::indexed_input_obstacle(p, &input); !why.empty()) {
+        const inter::TensorDecl* d = typed->decl.find_input(input);
+        Diagnostics unsupported;  // the front end's diagnostics are rendered already
+        unsupported.error(d ? d->loc : typed->decl.loc, "unsupported", why);
+        unsupported.render(err);
+        return kUserError;
+      }
 
   if (opts.emit == "intra-ir") {
     files = OutputSet{};

@@ -454,6 +454,8 @@ class Parser {
       else if (key.text == "requires_grad" && val.kind == Tok::Number) td.requires_grad = val.text != "0";
       else if (key.text == "placement" && val.kind == Tok::String && (val.text == "unified" || val.text == "device"))
         td.unified = val.text == "unified";
+      else if (key.text == "rows" && val.kind == Tok::String && (val.text == "indexed" || val.text == "nodes"))
+        td.indexed_rows = val.text == "indexed";
       else {
         error(key.loc, "bad-value", fmt::format("bad tensor attribute '{}'", key.text));
         return false;

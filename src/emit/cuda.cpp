@@ -151,15 +151,19 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
   const intra::LaunchConfig launch = intra::launch_config(p, k);
   Vars v;
   v["name"] = g.name;
-  std::string xrow = g.gather == intra::Gather::None ? "row"
-                     : g.gather == intra::Gather::Src ? "static_cast<int64_t>(src[row])"
-                                                      : "static_cast<int64_t>(dst[row])";
+  // rows: indexed: X is a table read through its map, composed with the gather by the host code (x_rows).
+  const std::string x_list = intra::indexed_list(p, g.x, g.rows, g.gather);
+  std::string xrow = !x_list.empty()                    ? "static_cast<int64_t>(x_rows[row])"
+                     : g.gather == intra::Gather::None ? "row"
+                     : g.gather == intra::Gather::Src  ? "static_cast<int64_t>(src[row])"
+                                                       : "static_cast<int64_t>(dst[row])";
+  std::string x_index = g.gather == intra::Gather::None ? "row" : g.gather == intra::Gather::Src ? "src[row]" : "dst[row]";
+  if (!x_list.empty()) x_index = fmt::format("{}_rows[{}]", g.x, x_index);
   std::string seg = g.segments == intra::Segments::Etype ? "etype" : g.segments == intra::Segments::Ntype ? "ntype" : "";
   const char* scat = g.scatter == intra::Gather::Src ? "src[row]" : g.scatter == intra::Gather::Dst ? "dst[row]" : "row";
   std::string formula = fmt::format("{}[{}] {}= {}[{}] * {}[{}]{}{}", g.y, scat,
                                     g.scatter != intra::Gather::None || g.accumulate ? "+" : "", g.x,
-                                    g.gather == intra::Gather::None ? "row" : g.gather == intra::Gather::Src ? "src[row]" : "dst[row]",
-                                    g.w, seg.empty() ? "-" : seg, g.transpose_w ? "^T" : "",
+                                    x_index, g.w, seg.empty() ? "-" : seg, g.transpose_w ? "^T" : "",
                                     g.row_scalar.empty() ? "" : " * " + g.row_scalar + "[row]");
   if (g.tensor_cores) return emit_tc_gemm(p, g, formula);
   v["formula"] = formula;
@@ -185,11 +189,16 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
   v["heads"] = std::to_string(g.heads);
   std::string params;
   std::vector<std::string> args;
-  if (g.gather == intra::Gather::Src || g.scatter == intra::Gather::Src) {
+  const bool gathers = x_list.empty() && g.gather != intra::Gather::None;  // through src or dst itself
+  if (!x_list.empty()) {
+    params += "\n    const int32_t* __restrict__ x_rows,";
+    args.push_back("a." + x_list);
+  }
+  if ((gathers && g.gather == intra::Gather::Src) || g.scatter == intra::Gather::Src) {
     params += "\n    const int32_t* __restrict__ src,";
     args.push_back(gather_expr(g.rows, intra::Gather::Src, "a."));
   }
-  if (g.gather == intra::Gather::Dst || g.scatter == intra::Gather::Dst) {
+  if ((gathers && g.gather == intra::Gather::Dst) || g.scatter == intra::Gather::Dst) {
     params += "\n    const int32_t* __restrict__ dst,";
     args.push_back(gather_expr(g.rows, intra::Gather::Dst, "a."));
   }
@@ -317,7 +326,9 @@ GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string
     w.line(fmt::format("gemm.x = a.{};", g.x));
     w.line(fmt::format("gemm.w = {};", weights));
     w.line(fmt::format("gemm.y = a.{};", g.y));
-    w.line(fmt::format("gemm.gather = {};", list(g.gather)));
+    const std::string x_list = intra::indexed_list(p, g.x, g.rows, g.gather);
+    w.line(x_list.empty() ? fmt::format("gemm.gather = {};", list(g.gather))
+                          : fmt::format("gemm.gather = a.{};  // {}'s rows: its map composed with the gather", x_list, g.x));
     w.line(fmt::format("gemm.scatter = {};", list(g.scatter)));
     w.line(fmt::format("gemm.scale = {};", g.row_scalar.empty() ? "nullptr" : "a." + g.row_scalar));
     w.line(fmt::format("gemm.seg_ptr = {};", seg_ptr));
@@ -415,7 +426,10 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
   c.line(fmt::format("wgrad.x = a.{};", w.x));
   c.line(fmt::format("wgrad.dy = a.{};", w.dy));
   auto list = [&](intra::Gather g) { return gather_expr(w.rows, g, "a."); };
-  if (w.x_gather != intra::Gather::None) c.line(fmt::format("wgrad.gather = {};  // X rows", list(w.x_gather)));
+  if (const std::string x_list = intra::indexed_list(p, w.x, w.rows, w.x_gather); !x_list.empty())
+    c.line(fmt::format("wgrad.gather = a.{};  // X rows: {}'s map composed with the gather", x_list, w.x));
+  else if (w.x_gather != intra::Gather::None)
+    c.line(fmt::format("wgrad.gather = {};  // X rows", list(w.x_gather)));
   if (w.dy_gather != intra::Gather::None) c.line(fmt::format("wgrad.scatter = {};  // dY rows", list(w.dy_gather)));
   if (!w.row_scalar.empty()) c.line(fmt::format("wgrad.scale = a.{};", w.row_scalar));
   if (w.segments != intra::Segments::None) c.line(fmt::format("wgrad.seg_ptr = {};", s.seg_ptr));
@@ -694,6 +708,11 @@ std::string emit_kernels_h(const std::vector<Program>& ir_phases, const EmitCont
       w.line("int num_ntypes = 1;");
       if (ph.layouts.count(intra::layout::kCompactSrc)) w.line("int64_t num_pairs = 0;  // unique (source, edge type) pairs");
       for (const std::string& g : graph_arrays(ph)) w.line(fmt::format("const int32_t* {} = nullptr;", g));
+      for (const TensorInfo& t : ph.tensors)
+        for (const auto& [list, array] : intra::indexed_lists(ph, t.name))
+          w.line(fmt::format("const int32_t* {} = nullptr;  // [{}] the rows of {}: {}_rows[{}]", list,
+                             array.empty() ? "num_nodes" : array == "pair_src" ? "num_pairs" : "num_edges", t.name, t.name,
+                             array.empty() ? "node" : array + "[row]"));
       for (const TensorInfo& t : ph.tensors) {
         std::string rows = t.per == Per::Node ? "num_nodes" : t.per == Per::Edge ? "num_edges" : t.per == Per::Etype ? "num_etypes"
                            : t.per == Per::Ntype ? "num_ntypes" : t.per == Per::Pair ? "num_pairs" : "";

@@ -156,6 +156,33 @@ void* mapped_address(const at::Tensor& t, const char* name, at::ScalarType dtype
   return first.devicePointer;
 })cpp";
 
+// The host function of models with indexed inputs (rows: indexed): the node-to-row map checked and made int32 (the
+// gather lists of the kernels). HECTORGEN_CHECK_ROWS=1 in the environment also checks every entry against the
+// table's rows (a device-to-host copy: a sync).
+constexpr const char* kRowMap = R"cpp(
+
+at::Tensor row_map(const at::Tensor& rows, const char* name, int64_t num_nodes, int64_t table_rows, at::Device device) {
+  TORCH_CHECK(rows.defined(), "$model$: ", name, " is undefined");
+  TORCH_CHECK(rows.scalar_type() == at::kInt || rows.scalar_type() == at::kLong, "$model$: ", name,
+              " must be int32 or int64, got ", rows.scalar_type());
+  TORCH_CHECK(rows.device() == device, "$model$: ", name, " must be on ", device, ", got ", rows.device());
+  TORCH_CHECK(rows.dim() == 1 && rows.size(0) == num_nodes, "$model$: ", name, " must have shape [",
+              std::to_string(num_nodes), "] (a row of the table per node), got ", shape_str(rows.sizes()));
+  TORCH_CHECK(table_rows <= std::numeric_limits<int32_t>::max(), "$model$: the table of ", name, " has ",
+              std::to_string(table_rows), " rows; the kernels index at most 2^31 - 1");
+  static const bool check_range = [] {
+    const char* v = std::getenv("HECTORGEN_CHECK_ROWS");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  if (check_range && num_nodes > 0) {
+    const auto [lo, hi] = at::aminmax(rows);
+    const int64_t min = lo.item<int64_t>(), max = hi.item<int64_t>();
+    TORCH_CHECK(min >= 0 && max < table_rows, "$model$: ", name, " holds rows from ", std::to_string(min), " to ",
+                std::to_string(max), ", outside the table's [0, ", std::to_string(table_rows), ")");
+  }
+  return rows.to(at::kInt).contiguous();
+})cpp";
+
 }  // namespace
 
 // The backward op's allocations of tensors that only some gradients need (emit_op: grad_mask).
@@ -208,7 +235,10 @@ static std::vector<OpArg> op_args(const Program& p) {
   for (const std::string& g : graph_arrays(p)) args.push_back({g, true});
   for (const char* n : {"num_nodes", "num_edges", "num_etypes", "num_ntypes"}) args.push_back({n, false});
   if (has_pairs(p)) args.push_back({"num_pairs", false});
-  for (const TensorDecl* t : op_tensors(p)) args.push_back({t->name, true});
+  for (const TensorDecl* t : op_tensors(p)) {
+    args.push_back({t->name, true});
+    if (t->indexed_rows) args.push_back({t->name + "_rows", true});  // its node-to-row map
+  }
   if (is_backward(p)) args.push_back({"grad_mask", false});  // which results to compute (results_fed)
   return args;
 }
@@ -297,14 +327,28 @@ static std::string emit_op(const Program& p, const Program& ir) {
     std::vector<int64_t> shape = t->shape;
     TensorInfo info = ti ? *ti : TensorInfo{t->name, Role::Input, t->per, shape, false, ""};
     if (!ti) info.storage = intra::model_storage(p.decl.options.dtype);  // an input no kernel reads
+    std::string shape_arg = shape_list(info);
+    if (t->indexed_rows) {  // rows: indexed: a table of any number of rows, read through its map
+      shape_arg = fmt::format("{{{}.size(0){}", t->name, shape_arg.substr(std::min(shape_arg.find(','), shape_arg.size() - 1)));
+      checks += fmt::format("  TORCH_CHECK({0}.dim() >= 1, \"{1}: input '{2}' must have a row dimension\");\n", t->name, p.model,
+                            user_tensors.at(i)->name);
+    }
     if (t->unified) {  // placement: unified: the kernels read it through its GPU mapping
       checks += fmt::format("  void* const {}_mapped = mapped_address({}, \"input '{}'\", {}, {}, device);\n", t->name, t->name,
-                            user_tensors.at(i)->name, aten_scalar(info.storage), shape_list(info));
-      continue;
+                            user_tensors.at(i)->name, aten_scalar(info.storage), shape_arg);
+    } else {
+      checks += fmt::format("  check({}, \"{} '{}'\", {}, {}, device);\n", t->name, info.role == Role::Weight ? "weight" : "input",
+                            is_derived_name(user_tensors.at(i)->name) ? t->name : user_tensors.at(i)->name,
+                            aten_scalar(info.storage), shape_arg);
     }
-    checks += fmt::format("  check({}, \"{} '{}'\", {}, {}, device);\n", t->name, info.role == Role::Weight ? "weight" : "input",
-                          is_derived_name(user_tensors.at(i)->name) ? t->name : user_tensors.at(i)->name, aten_scalar(info.storage),
-                          shape_list(info));
+    if (t->indexed_rows) {
+      // The map as int32, checked, then composed with each gather list of the kernels that read the table.
+      checks += fmt::format("  const at::Tensor {0}_rows_i32 = row_map({0}_rows, \"{1}_rows\", num_nodes, {0}.size(0), device);\n",
+                            t->name, user_tensors.at(i)->name);
+      for (const auto& [list, array] : intra::indexed_lists(p, t->name))
+        checks += array.empty() ? fmt::format("  const at::Tensor& {} = {}_rows_i32;\n", list, t->name)
+                                : fmt::format("  const at::Tensor {} = {}_rows_i32.index_select(0, {});\n", list, t->name, array);
+    }
   }
   v["checks"] = checks.substr(0, checks.size() - 1);
   v["pair_count"] = has_pairs(p) ? "\n  TORCH_CHECK(num_pairs >= 0 && num_pairs <= num_edges, \"" + p.model +
@@ -353,6 +397,7 @@ static std::string emit_op(const Program& p, const Program& ir) {
       const TensorDecl* decl = p.decl.find_input(t.name);
       assign += decl && decl->unified ? fmt::format("  a.{0} = static_cast<{1}*>({0}_mapped);\n", t.name, intra::cuda_type(t.storage))
                                       : fmt::format("  a.{} = {};\n", t.name, data_ptr(t));
+      for (const auto& l : intra::indexed_lists(p, t.name)) assign += fmt::format("  a.{0} = {0}.data_ptr<int32_t>();\n", l.first);
       continue;
     }
     std::string options = mixed ? fmt::format("options.dtype({})", aten_scalar(t.storage)) : "options";
@@ -460,7 +505,9 @@ std::string emit_host_cpp(const std::vector<Program>& ir_phases, const EmitConte
   v["runtime_includes"] = any_workspace ? "\n#include \"hectorgen/segments.h\"  // workspace sizes" : "";
   bool any_unified = false;
   for (const auto& t : p.decl.inputs) any_unified |= t.unified;
-  std::string mapped = any_unified ? kMappedAddress : "";
+  bool any_indexed = false;
+  for (const auto& t : p.decl.inputs) any_indexed |= t.indexed_rows;
+  std::string mapped = std::string(any_unified ? kMappedAddress : "") + (any_indexed ? kRowMap : "");
   for (size_t at = mapped.find("$model$"); at != std::string::npos; at = mapped.find("$model$", at))
     mapped.replace(at, 7, p.model);
   bool any_backward = false;
@@ -594,7 +641,10 @@ std::string emit_python(const std::vector<Program>& all_phases, const EmitContex
   v["ctor_doc"] = ntype ? ", num_ntypes=T" : "";
   std::vector<std::string> user_inputs, weights;
   for (const auto& t : p.decl.inputs)
-    if (t.from_graph.empty()) user_inputs.push_back(t.name);
+    if (t.from_graph.empty()) {
+      user_inputs.push_back(t.name);
+      if (t.indexed_rows) user_inputs.push_back(t.name + "_rows");  // its node-to-row map, right after it
+    }
   for (const auto& t : p.decl.weights) weights.push_back(t.name);
   auto join = [](const std::vector<std::string>& xs, const std::string& sep) {
     std::string s;
@@ -646,6 +696,12 @@ std::string emit_python(const std::vector<Program>& all_phases, const EmitContex
   for (const auto& t : p.decl.inputs)
     if (t.from_graph.empty() && t.per == Per::Edge)
       perm += fmt::format("    {0} = {0}.index_select(0, g.perm)  # edge rows in edge-type-sorted order\n", py.param.at(t.name));
+  for (const auto& t : p.decl.inputs)
+    if (t.indexed_rows)
+      perm += fmt::format("    if {0}.requires_grad:\n"
+                          "        raise ValueError(\"{1}.forward: {0} is read through {0}_rows (rows: indexed) and gets no gradient; \"\n"
+                          "                         \"pass {0}.detach()\")\n",
+                          py.param.at(t.name), p.model);
   v["edge_input_perm"] = perm;
   std::vector<std::string> tensor_args = params(user_inputs);
   for (const std::string& n : params(weights)) tensor_args.push_back(n);
@@ -916,6 +972,7 @@ std::string emit_manifest(const std::vector<Program>& ir_phases, const EmitConte
     if (t.zero_init) x["zero_init"] = true;
     if (!t.from_graph.empty()) x["from_graph"] = t.from_graph;
     if (const TensorDecl* d = p.decl.find_input(t.name); d && d->unified) x["placement"] = "unified";
+    if (const TensorDecl* d = p.decl.find_input(t.name); d && d->indexed_rows) x["rows"] = "indexed";
     j["tensors"].push_back(x);
   }
   for (const Program& ph : phases)

@@ -611,7 +611,10 @@ PythonNames python_names(const inter::ModelDecl& decl) {
   if (!cls.empty()) cls[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(cls[0])));
   out.model_class = globals.get("class", cls);
   for (const TensorDecl& t : decl.inputs)  // inputs computed from the graph are no parameters
-    if (t.from_graph.empty()) out.param[t.name] = globals.get("param", t.name);
+    if (t.from_graph.empty()) {
+      out.param[t.name] = globals.get("param", t.name);
+      if (t.indexed_rows) out.param[t.name + "_rows"] = globals.get("param", t.name + "_rows");  // its node-to-row map
+    }
   for (const TensorDecl& w : decl.weights) {
     out.param[w.name] = globals.get("param", w.name);
     out.attr[w.name] = attrs.get("attr", w.name);

@@ -270,8 +270,10 @@ class SchemaReader {
     if (!expect_type(n, YAML::NodeType::Map, what)) return t;
     bool is_weight = section == "weight", is_input = section == "input";
     bool has_per = false, has_shape = false;
-    SourceLoc placement_at;  // where 'placement' was written
-    std::initializer_list<std::string_view> known_input = {"per", "shape", "from_graph", "requires_grad", "placement", "doc"};
+    SourceLoc placement_at, rows_at, requires_grad_at;  // where 'placement', 'rows' and 'requires_grad' were written
+    bool requires_grad_given = false;
+    std::initializer_list<std::string_view> known_input = {"per",       "shape", "from_graph", "requires_grad",
+                                                           "placement", "rows",  "doc"};
     std::initializer_list<std::string_view> known_weight = {"per", "shape", "init", "requires_grad", "doc"};
     std::initializer_list<std::string_view> known_output = {"per", "shape", "doc"};
     for_each_key(n, what, is_input ? known_input : is_weight ? known_weight : known_output,
@@ -303,6 +305,17 @@ class SchemaReader {
         t.from_graph = *s;
       } else if (k == "requires_grad") {
         if (auto b = bool_value(v, "'requires_grad'")) t.requires_grad = *b;
+        requires_grad_given = true;
+        requires_grad_at = loc(v);
+      } else if (k == "rows") {
+        auto s = string_value(v, "'rows'");
+        if (!s) return;
+        if (*s != "nodes" && *s != "indexed") {
+          error(v, "bad-value", fmt::format("{}: 'rows' must be nodes or indexed, got '{}'", what, *s));
+          return;
+        }
+        t.indexed_rows = *s == "indexed";
+        rows_at = loc(v);
       } else if (k == "placement") {
         auto s = string_value(v, "'placement'");
         if (!s) return;
@@ -328,6 +341,16 @@ class SchemaReader {
       d_.error(placement_at, "bad-value", fmt::format("{}: 'placement: unified' is for user inputs, not 'from_graph' ones", what));
     else if (t.unified && has_per && t.per != Per::Node)
       d_.error(placement_at, "bad-value", fmt::format("{}: 'placement: unified' needs 'per: node', got 'per: {}'", what, to_string(t.per)));
+    if (t.indexed_rows && !t.from_graph.empty()) {
+      d_.error(rows_at, "bad-value", fmt::format("{}: 'rows: indexed' is for user inputs, not 'from_graph' ones", what));
+    } else if (t.indexed_rows && has_per && t.per != Per::Node) {
+      d_.error(rows_at, "bad-value", fmt::format("{}: 'rows: indexed' needs 'per: node', got 'per: {}'", what, to_string(t.per)));
+    } else if (t.indexed_rows && requires_grad_given && t.requires_grad) {
+      d_.error(requires_grad_at, "bad-value",
+               fmt::format("{}: an input with 'rows: indexed' has no gradient (its rows are read through a map); "
+                           "drop 'requires_grad: true'", what));
+    }
+    if (t.indexed_rows) t.requires_grad = false;
     return t;
   }
 

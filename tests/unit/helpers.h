@@ -1,10 +1,14 @@
 // Test helpers: load bundled specs (optionally with edited text) through the real front end.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "diag/diagnostics.h"
 #include "driver/driver.h"
@@ -13,6 +17,35 @@
 #include "ir/inter/ir.h"
 
 namespace hectorgen::test {
+
+// Inputs with 'rows: indexed' (a table read through a node-to-row map): replaces each such input of `t` (num_nodes
+// rows, as for any input) by a table with 3 more rows, its rows shuffled, and adds <name>_rows mapping node v to
+// the table row holding what was v's row: the program then computes what it computed on the plain input. Rows the
+// map misses are filled with NaN, so that a read through the wrong row shows.
+template <class Rng>
+void add_row_maps(const inter::ModelDecl& d, const inter::HeteroGraph& g, inter::TensorMap& t, Rng& rng) {
+  for (const inter::TensorDecl& in : d.inputs) {
+    auto it = t.find(in.name);
+    if (!in.indexed_rows || it == t.end()) continue;
+    const int64_t nodes = g.num_nodes, table_rows = nodes + 3, width = nodes ? it->second.numel() / nodes : 0;
+    std::vector<int64_t> order(static_cast<size_t>(table_rows));
+    for (int64_t r = 0; r < table_rows; ++r) order[static_cast<size_t>(r)] = r;
+    for (int64_t r = table_rows - 1; r > 0; --r)  // Fisher-Yates with the test's own generator: deterministic
+      std::swap(order[static_cast<size_t>(r)], order[static_cast<size_t>(rng() % static_cast<uint64_t>(r + 1))]);
+    inter::Tensor64 table = inter::Tensor64::zeros({table_rows});
+    table.shape.insert(table.shape.end(), it->second.shape.begin() + 1, it->second.shape.end());
+    table.data.assign(static_cast<size_t>(table_rows * width), std::numeric_limits<double>::quiet_NaN());
+    inter::Tensor64 map = inter::Tensor64::zeros({nodes});
+    for (int64_t v = 0; v < nodes; ++v) {
+      const int64_t row = order[static_cast<size_t>(v)];
+      map.data[static_cast<size_t>(v)] = static_cast<double>(row);
+      std::copy_n(it->second.data.begin() + v * width, width, table.data.begin() + row * width);
+    }
+    it->second = std::move(table);
+    t[in.name + "_rows"] = std::move(map);
+  }
+}
+
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -832,7 +832,9 @@ inter::TensorMap random_inputs(const inter::ModelDecl& d, const inter::HeteroGra
       if (!t.from_graph.empty()) continue;
       if (auto it = given.find(t.name); it != given.end()) out[t.name] = it->second;
       else out[t.name] = random_tensor(inter::full_shape(t, g), rng);
+      if (auto it = given.find(t.name + "_rows"); t.indexed_rows && it != given.end()) out[it->first] = it->second;
     }
+  if (given.empty()) test::add_row_maps(d, g, out, rng);
   return out;
 }
 

@@ -133,6 +133,7 @@ TEST_CASE("every pass keeps the interpreter's results on random graphs, for ever
         for (const TensorDecl& d : forward.decl.inputs)
           if (d.from_graph.empty()) t[d.name] = random_tensor(full_shape(d, g), rng);
         for (const TensorDecl& d : forward.decl.weights) t[d.name] = random_tensor(full_shape(d, g), rng);
+        add_row_maps(forward.decl, g, t, rng);
         std::string graph = fmt::format("graph {}: {} nodes, {} edges, {} node types, {} edge types", trial,
                                         g.num_nodes, g.num_edges(), g.num_ntypes, g.num_etypes);
         INFO(graph);
@@ -209,6 +210,7 @@ TEST_CASE("hoist-node-transforms keeps the outputs and the gradients, for every 
         for (const TensorDecl& d : forward.decl.inputs)
           if (d.from_graph.empty()) t[d.name] = random_tensor(full_shape(d, g), rng);
         for (const TensorDecl& d : forward.decl.weights) t[d.name] = random_tensor(full_shape(d, g), rng);
+        add_row_maps(forward.decl, g, t, rng);
         INFO(fmt::format("graph {}: {} nodes, {} edges", trial, g.num_nodes, g.num_edges()));
         InterpretResult before = run(forward, g, t, "forward");
         require_equal(before.outputs, run(hoisted, g, t, "hoisted").outputs, "hoist-node-transforms (forward)");
@@ -275,6 +277,7 @@ TEST_CASE("compact-materialization keeps the outputs and the gradients, for ever
         for (const TensorDecl& d : forward.decl.inputs)
           if (d.from_graph.empty()) t[d.name] = random_tensor(full_shape(d, g), rng);
         for (const TensorDecl& d : forward.decl.weights) t[d.name] = random_tensor(full_shape(d, g), rng);
+        add_row_maps(forward.decl, g, t, rng);
         INFO(fmt::format("graph {}: {} nodes, {} edges, {} pairs", trial, g.num_nodes, g.num_edges(), num_src_etype_pairs(g)));
         InterpretResult before = run(forward, g, t, "forward");
         require_equal(before.outputs, run(compact, g, t, "compact").outputs, "compact-materialization (forward)");
@@ -463,6 +466,7 @@ TEST_CASE("reorder-linear keeps the outputs and the gradients, for every bundled
           for (const TensorDecl& d : forward.decl.inputs)
             if (d.from_graph.empty()) t[d.name] = random_tensor(full_shape(d, g), rng);
           for (const TensorDecl& d : forward.decl.weights) t[d.name] = random_tensor(full_shape(d, g), rng);
+        add_row_maps(forward.decl, g, t, rng);
           INFO(fmt::format("graph {}: {} nodes, {} edges", trial, g.num_nodes, g.num_edges()));
           InterpretResult before = run(forward, g, t, "forward");
           require_close(before.outputs, run(reordered, g, t, "reordered").outputs, "reorder-linear (forward)");

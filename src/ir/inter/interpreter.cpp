@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <set>
@@ -136,6 +137,10 @@ class Interpreter {
         }
         throw Error(fmt::format("missing tensor '{}'", d.name));
       }
+      if (d.indexed_rows) {
+        gather_indexed(d, it->second);
+        return;
+      }
       auto want = full_shape(d, g_);
       if (it->second.shape != want)
         throw Error(fmt::format("tensor '{}' has shape {}, expected {}", d.name, shape_str(it->second.shape), shape_str(want)));
@@ -144,6 +149,35 @@ class Interpreter {
     };
     for (const auto& d : m_.decl.inputs) need(d);
     for (const auto& d : m_.decl.weights) need(d);
+  }
+
+  // rows: indexed: `table` has any number of rows and `<name>_rows` (one integer per node) says which is node v's;
+  // the program then reads table[<name>_rows[v]] as row v of the input.
+  void gather_indexed(const TensorDecl& d, const Tensor64& table) {
+    const std::string map_name = d.name + "_rows";
+    auto m = t_.find(map_name);
+    if (m == t_.end()) throw Error(fmt::format("missing tensor '{}' (the node-to-row map of '{}')", map_name, d.name));
+    if (m->second.shape != std::vector<int64_t>{g_.num_nodes} || static_cast<int64_t>(m->second.data.size()) != g_.num_nodes)
+      throw Error(fmt::format("tensor '{}' has shape {}, expected [{}]", map_name, shape_str(m->second.shape), g_.num_nodes));
+    std::vector<int64_t> want = full_shape(d, g_);
+    if (table.shape.empty() || std::vector<int64_t>(table.shape.begin() + 1, table.shape.end()) !=
+                                   std::vector<int64_t>(want.begin() + 1, want.end())) {
+      std::string dims;
+      for (size_t i = 1; i < want.size(); ++i) dims += fmt::format(", {}", want[i]);
+      throw Error(fmt::format("tensor '{}' has shape {}, expected [rows{}] (any number of rows)", d.name,
+                              shape_str(table.shape), dims));
+    }
+    const int64_t table_rows = table.shape[0], row = numel(std::vector<int64_t>(want.begin() + 1, want.end()));
+    if (static_cast<int64_t>(table.data.size()) != table_rows * row)
+      throw Error(fmt::format("tensor '{}' has {} values, expected {}", d.name, table.data.size(), table_rows * row));
+    Tensor64 gathered = Tensor64::zeros(want);
+    for (int64_t v = 0; v < g_.num_nodes; ++v) {
+      const double r = m->second.data[v];
+      if (r != std::floor(r) || r < 0 || r >= static_cast<double>(table_rows))
+        throw Error(fmt::format("'{}'[{}] = {} is not a row of '{}' (it has {})", map_name, v, r, d.name, table_rows));
+      std::copy_n(table.data.begin() + static_cast<int64_t>(r) * row, row, gathered.data.begin() + v * row);
+    }
+    derived_[d.name] = std::move(gathered);
   }
 
   static std::vector<int64_t> rows(int64_t n, const std::vector<int64_t>& shape) {

@@ -195,6 +195,9 @@ struct TensorDecl {
   bool requires_grad = true;       // inputs and weights
   std::string init;                // weights: "glorot" (default), "ones", "zeros"
   bool unified = false;            // inputs: placement unified (read by the kernels from mapped host memory)
+  // inputs (per node): rows indexed: the tensor is a table of any number of rows, and node v's row is
+  // table[<name>_rows[v]] (a node-to-row map the op takes as an extra argument). Never differentiated.
+  bool indexed_rows = false;
   SourceLoc loc;
 };
 

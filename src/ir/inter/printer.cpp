@@ -123,6 +123,7 @@ std::string print_module(const Module& m, const Annotator& annotate) {
       if (!t.from_graph.empty()) out += fmt::format(" from_graph=\"{}\"", t.from_graph);
       if (!t.requires_grad && std::string_view(kw) != "output") out += " requires_grad=0";
       if (t.unified) out += " placement=\"unified\"";
+      if (t.indexed_rows) out += " rows=\"indexed\"";
       if (weights) out += fmt::format(" init=\"{}\"", t.init.empty() ? "glorot" : t.init);
       out += '\n';
     }

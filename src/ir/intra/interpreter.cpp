@@ -56,6 +56,10 @@ class Interpreter {
     for (const TensorInfo& t : p_.tensors) {
       int64_t size = rows(t.per) * t.row_numel();
       auto it = t_.find(t.name);
+      if (it != t_.end() && is_indexed(t.name)) {  // a table of any number of rows, and its map
+        check_row_map(t, it->second);
+        continue;
+      }
       if (it != t_.end()) {
         if (it->second.numel() != size) throw Error(fmt::format("tensor '{}' has {} elements, the program needs {}", t.name, it->second.numel(), size));
         continue;
@@ -73,6 +77,32 @@ class Interpreter {
     }
   }
 
+  bool is_indexed(const std::string& name) const {
+    const inter::TensorDecl* d = p_.decl.find_input(name);
+    return d && d->indexed_rows;
+  }
+
+  // rows: indexed: `table` holds whole rows of `t`, and <name>_rows one row number of it per node.
+  void check_row_map(const TensorInfo& t, const inter::Tensor64& table) const {
+    if (t.row_numel() == 0 || table.numel() % t.row_numel() != 0)
+      throw Error(fmt::format("tensor '{}' has {} elements, not whole rows of {}", t.name, table.numel(), t.row_numel()));
+    auto m = t_.find(t.name + "_rows");
+    if (m == t_.end()) throw Error(fmt::format("missing the node-to-row map '{}_rows'", t.name));
+    if (m->second.numel() != g_.num_nodes)
+      throw Error(fmt::format("'{}_rows' has {} elements, the graph {} nodes", t.name, m->second.numel(), g_.num_nodes));
+    const double table_rows = static_cast<double>(table.numel() / t.row_numel());
+    for (double r : m->second.data)
+      if (r != std::floor(r) || r < 0 || r >= table_rows) throw Error(fmt::format("'{}_rows' holds {}, not a row of the table", t.name, r));
+  }
+
+  // The row of X that row r of a GEMM or weight-gradient instance reads: its gather, through X's map if X is indexed
+  // (the list the host code composes: X_rows[src[r]], ...).
+  int64_t x_row(const std::string& x, Rows rows, Gather g, int64_t r) const {
+    const int64_t v = gathered(rows, g, r);
+    if (!is_indexed(x)) return v;
+    return static_cast<int64_t>(t_.at(x + "_rows").data[static_cast<size_t>(v)]);
+  }
+
   const TensorInfo& info(const std::string& n) const {
     const TensorInfo* t = p_.find(n);
     if (!t) throw Error("unknown tensor " + n);
@@ -80,8 +110,10 @@ class Interpreter {
   }
   double* row(const std::string& tensor, int64_t r) {
     const TensorInfo& ti = info(tensor);
-    if (r < 0 || r >= rows(ti.per)) throw Error(fmt::format("row {} of '{}' is out of range", r, tensor));
-    return t_.at(tensor).data.data() + r * ti.row_numel();
+    inter::Tensor64& t = t_.at(tensor);
+    const int64_t n = is_indexed(tensor) ? t.numel() / ti.row_numel() : rows(ti.per);  // an indexed table: its own rows
+    if (r < 0 || r >= n) throw Error(fmt::format("row {} of '{}' is out of range", r, tensor));
+    return t.data.data() + r * ti.row_numel();
   }
 
   int64_t num_rows(Rows r) const {
@@ -118,7 +150,7 @@ class Interpreter {
     bool per_head = w.shape.size() == 3;
     int64_t n_rows = num_rows(k.rows);
     for (int64_t r = 0; r < n_rows; ++r) {
-      const double* x = row(k.x, gathered(k.rows, k.gather, r));
+      const double* x = row(k.x, x_row(k.x, k.rows, k.gather, r));
       const double* slice = row(k.w, k.segments == Segments::None ? 0 : segment(k.segments, k.rows, r));
       double* y = row(k.y, gathered(k.rows, k.scatter, r));
       double scale = k.row_scalar.empty() ? 1.0 : row(k.row_scalar, r)[0];
@@ -142,7 +174,7 @@ class Interpreter {
       std::fill(dw.begin(), dw.end(), 0.0);
     }
     for (int64_t r = 0; r < n_rows; ++r) {
-      const double* x = row(k.x, gathered(k.rows, k.x_gather, r));
+      const double* x = row(k.x, x_row(k.x, k.rows, k.x_gather, r));
       const double* dy = row(k.dy, gathered(k.rows, k.dy_gather, r));
       double scale = k.row_scalar.empty() ? 1.0 : row(k.row_scalar, r)[0];
       double* dw = row(k.dw, k.segments == Segments::None ? 0 : segment(k.segments, k.rows, r));

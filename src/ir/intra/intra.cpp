@@ -60,6 +60,57 @@ bool read_by_torch(const Program& p, const std::string& tensor, size_t from) {
   });
 }
 
+namespace {
+
+// The graph array an indexed input's map is composed with ("" for node rows).
+std::string indexed_gather_array(Rows rows, Gather gather) {
+  if (gather == Gather::Src) return rows == Rows::Pairs ? "pair_src" : "src";
+  if (gather == Gather::Dst) return "dst";
+  return "";
+}
+
+bool is_indexed(const Program& p, const std::string& name) {
+  const inter::TensorDecl* d = p.decl.find_input(name);
+  return d && d->indexed_rows;
+}
+
+}  // namespace
+
+std::string indexed_list(const Program& p, const std::string& x, Rows rows, Gather gather) {
+  if (!is_indexed(p, x)) return "";
+  const std::string array = indexed_gather_array(rows, gather);
+  return x + "_rows_" + (array.empty() ? "nodes" : array);
+}
+
+std::vector<std::pair<std::string, std::string>> indexed_lists(const Program& p, const std::string& x) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto add = [&](Rows rows, Gather gather) {
+    std::pair<std::string, std::string> l{indexed_list(p, x, rows, gather), indexed_gather_array(rows, gather)};
+    if (!l.first.empty() && std::find(out.begin(), out.end(), l) == out.end()) out.push_back(l);
+  };
+  for (const Kernel& k : p.kernels) {
+    if (auto* g = std::get_if<GemmInstance>(&k); g && g->x == x) add(g->rows, g->gather);
+    if (auto* w = std::get_if<WeightGradInstance>(&k); w && w->x == x) add(w->rows, w->x_gather);
+  }
+  return out;
+}
+
+std::string indexed_input_obstacle(const Program& p, std::string* input) {
+  for (const Kernel& k : p.kernels)
+    for (const std::string& name : kernel_reads(k)) {
+      if (!is_indexed(p, name)) continue;
+      const auto* g = std::get_if<GemmInstance>(&k);
+      const auto* w = std::get_if<WeightGradInstance>(&k);
+      if (g && g->x == name && g->w != name && g->row_scalar != name) continue;
+      if (w && w->x == name && w->dy != name && w->row_scalar != name) continue;
+      if (input) *input = name;
+      return fmt::format("{} ({}) reads input '{}' other than as the X of a GEMM or weight gradient; an input with "
+                         "'rows: indexed' is read only by those",
+                         kernel_name(k), p.phase, name);
+    }
+  return "";
+}
+
 std::set<std::string> kernel_reads(const Kernel& k) {
   std::set<std::string> out;
   if (auto* g = std::get_if<GemmInstance>(&k)) out = {g->x, g->w};

@@ -226,6 +226,20 @@ std::set<std::string> atomic_writes(const Kernel& k);
 // backward (through their aliases).
 std::set<std::string> returned_tensors(const Program& p);
 
+// Inputs with 'rows: indexed' are tables read through a node-to-row map X_rows (int32 or int64, [num_nodes]): node
+// v's row is X[X_rows[v]]. The kernels that read one are GEMMs and weight gradients taking it as X; each reads it
+// through one row list, the map composed with the instance's gather: X_rows[row] (node rows), X_rows[src[row]],
+// X_rows[dst[row]] or X_rows[pair_src[row]], composed by the host code (int32) and handed to the kernel as its gather
+// list. indexed_list names that list (X_rows_nodes, X_rows_src, X_rows_dst, X_rows_pair_src), or "" when `x` is
+// not an indexed input.
+std::string indexed_list(const Program& p, const std::string& x, Rows rows, Gather gather);
+// The lists of a program's kernels, each once, in kernel order: {list name, the graph array composed with the map
+// ("" for node rows)}.
+std::vector<std::pair<std::string, std::string>> indexed_lists(const Program& p, const std::string& x);
+// Why the program cannot read an indexed input (a kernel that reads one other than as a GEMM's or a weight
+// gradient's X: traversal, gather sum, PyTorch fallback), or ""; `input` gets the input's name.
+std::string indexed_input_obstacle(const Program& p, std::string* input = nullptr);
+
 // True when the traversal template can emit `e` (else the statement falls back to PyTorch calls).
 bool traversal_supports(const inter::ExprP& e);
 
