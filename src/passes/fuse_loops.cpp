@@ -1,8 +1,10 @@
 // Loop canonicalisation and fusion on the inter-operator IR (thesis: "graph-semantic-aware loop
 // transformation"). Rules, applied until nothing changes:
 //   1. adjacent edge loops fuse when the second reads no node data the first scatters into;
-//   2. an edge loop without linear transforms that sits next to a node loop is rewritten with the graph
-//      rule  `for e in g.edges()`  ==  `for n in g.dst_nodes(): for e in n.incoming_edges()`, and
+//   2. an edge loop without GEMM work (a linear transform, its transpose, a weight-gradient outer product:
+//      lowering runs those as GEMM-template instances over the edges, not inside a node's edge loop) that
+//      sits next to a node loop is rewritten with the graph rule
+//      `for e in g.edges()`  ==  `for n in g.dst_nodes(): for e in n.incoming_edges()`, and
 //   3. adjacent node loops fuse when neither reads, through another node, a node field the other writes,
 //      nor reads an edge field the other writes over a different edge set;
 //   4. adjacent inner edge loops of one node loop fuse when the second does not read a node field the
@@ -61,7 +63,7 @@ struct Access {
   std::set<std::string> node_reads_own, node_reads_other;
   std::set<std::string> edge_writes, edge_reads;
   std::set<LoopKind> edge_sets;  // how the edges are reached: Edges, IncomingEdges, OutgoingEdges
-  bool has_linear = false;
+  bool has_gemm = false;  // a linear transform, its transpose or a weight-gradient outer product
   std::set<std::string> locals;
   // Statements with GEMM work (linear, linear_t, outer): the fields and locals they read and write.
   std::set<std::string> gemm_reads, gemm_writes;
@@ -157,7 +159,9 @@ class Analyzer {
       }
       return;
     }
-    if ((e->kind == ExprKind::Call || e->kind == ExprKind::Binary) && e->fn == Op::Linear) a.has_linear = true;
+    if ((e->kind == ExprKind::Call || e->kind == ExprKind::Binary) &&
+        (e->fn == Op::Linear || e->fn == Op::LinearT || e->fn == Op::Outer))
+      a.has_gemm = true;
     for (const ExprP& x : e->args) expr(x, a, inner);
   }
 
@@ -264,7 +268,7 @@ Module fuse_loops(const Module& m) {
         if (!is_graph_edge_loop(*edge) || !is_graph_node_loop(*node)) continue;
         Access ea = side == 0 ? aa : ba;
         // Scatters into e.dst become the loop node's own aggregation in the node form.
-        if (ea.has_linear || !ea.other_writes_only_via_dst) continue;
+        if (ea.has_gemm || !ea.other_writes_only_via_dst) continue;
         StmtP converted = to_node_form(edge, node->var, m);
         Access ca = an.run(*converted);
         Access na = side == 0 ? ba : aa;
@@ -280,7 +284,7 @@ Module fuse_loops(const Module& m) {
   for (StmtP& s : loops) {
     if (!is_graph_edge_loop(*s)) continue;
     Access a = an.run(*s);
-    if (!a.has_linear && !a.node_writes_other.empty() && a.other_writes_only_via_dst) s = to_node_form(s, "n", m);
+    if (!a.has_gemm && !a.node_writes_other.empty() && a.other_writes_only_via_dst) s = to_node_form(s, "n", m);
   }
   Module out;
   out.decl = m.decl;

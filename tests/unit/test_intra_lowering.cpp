@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <iostream>
@@ -1712,4 +1713,30 @@ TEST_CASE("recompute-gemms: static peaks of HGT and RGAT training on wikikg2's a
                                  std::max(gib(off[1]), gib(off[2])), std::max(gib(on[1]), gib(on[2])));
       }
     }
+}
+
+TEST_CASE("fuse-loops: weight gradients of an input that needs no gradient stay GEMM-template instances",
+          "[intra][fuse]") {
+  // Without the input's gradient (requires_grad: false) the backward's edge loop that accumulates d$W's outer
+  // products has no transposed linear beside it; fusing it into a node loop's edge loop made lowering give up and
+  // run the outer products in a PyTorch fallback over [edges, 64, 64].
+  for (const char* model : {"rgcn", "rgat", "hgt"}) {
+    CAPTURE(model);
+    std::string text = read_file(spec_path(fmt::format("{}.yaml", model)));
+    const std::string plain = "feature: {per: node, shape: [in_dim]}";
+    const size_t at = text.find(plain);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, plain.size(), "feature: {per: node, shape: [in_dim], requires_grad: false}");
+    const auto path = std::filesystem::temp_directory_path() / fmt::format("hg_no_input_grad_{}.yaml", model);
+    std::ofstream(path) << text;
+    const std::vector<Program> programs = pipeline_programs(path.string());
+    std::filesystem::remove(path);
+    const Program& bw = programs[2];
+    size_t wgrads = 0;
+    for (const Kernel& k : bw.kernels) {
+      CHECK_FALSE(std::holds_alternative<TorchInstance>(k));
+      wgrads += std::holds_alternative<WeightGradInstance>(k);
+    }
+    CHECK(wgrads >= 1);
+  }
 }
