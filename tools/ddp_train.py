@@ -41,6 +41,12 @@ alone. --shard cost deals the batch to the ranks by the size of their 2-hop in-n
 instead of every world-th node. --sync-debug counts per phase the host synchronisations torch reports
 (torch.cuda.set_sync_debug_mode("warn")).
 
+The runtime under DDP: --offload host|file puts a hectorgen tensor cache over both generated layers (one per rank:
+its own pinned pool, and for files its own folder and file, removed at the end); --features unified (khop mode)
+gathers each subgraph's features over PCIe from this rank's own unified (pinned, GPU-mapped) copy. --check then also
+requires the weights of the same run with the activations kept and the features in GPU memory, bit for bit, and
+clean caches (docs/distributed.md, "Runtime under DDP").
+
 Output: progress lines on rank 0; --out FILE gets JSON lines (one per step: loss, step time as the slowest rank saw
 it, every rank's step time, subgraph size and phase times; then one summary: mean and median step time, throughput in
 labelled nodes per second, the per-phase breakdown, the weights' digest, the check).
@@ -476,7 +482,6 @@ class Trainer:
         from hectorgen_runtime.offload import TensorCache
         from hectorgen_runtime.distributed import rank_scoped_path
         folder = None
-        options = {}
         if where == "file":
             base = self.a.offload_dir or os.environ.get("HECTORGEN_OFFLOAD_DIR") or os.environ.get("TMPDIR") or "/tmp"
             folder = Path(rank_scoped_path(str(Path(base) / "hectorgen-ddp-offload"), kind="offload"))
