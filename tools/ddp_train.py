@@ -44,8 +44,8 @@ instead of every world-th node. --sync-debug counts per phase the host synchroni
 The runtime under DDP: --offload host|file puts a hectorgen tensor cache over both generated layers (one per rank:
 its own pinned pool, and for files its own folder and file, removed at the end); --features unified (khop mode)
 gathers each subgraph's features over PCIe from this rank's own unified (pinned, GPU-mapped) copy. --check then also
-requires the weights of the same run with the activations kept and the features in GPU memory, bit for bit, and
-clean caches (docs/distributed.md, "Runtime under DDP").
+requires the weights to equal, bit for bit, those of the same run with the activations kept and the features in GPU
+memory, and the caches to be clean (docs/distributed.md, "Runtime under DDP").
 
 Output: progress lines on rank 0; --out FILE gets JSON lines (one per step: loss, step time as the slowest rank saw
 it, every rank's step time, subgraph size and phase times; then one summary: mean and median step time, throughput in
