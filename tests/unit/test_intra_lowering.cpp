@@ -29,6 +29,20 @@ using namespace hectorgen::intra;
 
 namespace {
 
+// y[row] (+)= x[row] · w[etype] over the edges, 4 wide: the GEMM of the hand-built programs of the intra pass tests.
+Kernel edge_gemm(const char* name, const char* x, const char* y, bool accumulate = false) {
+  GemmInstance g;
+  g.name = name;
+  g.x = x;
+  g.w = "w";
+  g.y = y;
+  g.rows = Rows::Edges;
+  g.segments = Segments::Etype;
+  g.accumulate = accumulate;
+  g.k = g.n = 4;
+  return Kernel{g};
+}
+
 std::vector<std::string> all_specs() {
   std::vector<std::string> out;
   for (const char* dir : {"/specs", "/tests/gpu/specs", "/tests/specs"})
@@ -1424,18 +1438,8 @@ TEST_CASE("schedule-for-memory runs a temporary's consumers before the next temp
                {"a", Role::Temp, Per::Edge, {4}, false, ""},      {"b", Role::Temp, Per::Edge, {4}, false, ""},
                {"ya", Role::Output, Per::Edge, {4}, false, ""},   {"yb", Role::Output, Per::Edge, {4}, false, ""}};
   p.layouts = {layout::kSortedCoo};
-  auto gemm = [](const char* name, const char* x, const char* y) {
-    GemmInstance g;
-    g.name = name;
-    g.x = x;
-    g.w = "w";
-    g.y = y;
-    g.rows = Rows::Edges;
-    g.segments = Segments::Etype;
-    g.k = g.n = 4;
-    return Kernel{g};
-  };
-  p.kernels = {gemm("make_a", "x", "a"), gemm("make_b", "x", "b"), gemm("use_a", "a", "ya"), gemm("use_b", "b", "yb")};
+  p.kernels = {edge_gemm("make_a", "x", "a"), edge_gemm("make_b", "x", "b"), edge_gemm("use_a", "a", "ya"),
+               edge_gemm("use_b", "b", "yb")};
   Program scheduled = p;
   passes::schedule_for_memory(scheduled);
   std::vector<std::string> order;
@@ -1613,18 +1617,6 @@ TEST_CASE("recompute-gemms: IR in, IR out", "[intra][recompute][pass]") {
   // The training forward computes y = x · w, saved and read by nothing else of it, and z from a temporary the
   // backward does not have. The backward reads both.
   using inter::Per;
-  auto gemm = [](const char* name, const char* x, const char* y, bool accumulate = false) {
-    GemmInstance g;
-    g.name = name;
-    g.x = x;
-    g.w = "w";
-    g.y = y;
-    g.rows = Rows::Edges;
-    g.segments = Segments::Etype;
-    g.accumulate = accumulate;
-    g.k = g.n = 4;
-    return Kernel{g};
-  };
   auto decl = [](const char* name, Per per, std::vector<int64_t> shape) {
     inter::TensorDecl d;
     d.name = name;
@@ -1642,7 +1634,8 @@ TEST_CASE("recompute-gemms: IR in, IR out", "[intra][recompute][pass]") {
   fwt.tensors = {{"x", Role::Input, Per::Edge, {4}, false, ""}, {"w", Role::Weight, Per::Etype, {4, 4}, false, ""},
                  {"y", Role::Field, Per::Edge, {4}, false, ""}, {"t", Role::Temp, Per::Edge, {4}, false, ""},
                  {"z", Role::Field, Per::Edge, {4}, false, ""}};
-  fwt.kernels = {gemm("m_fwt_gemm_y", "x", "y"), gemm("m_fwt_gemm_t", "x", "t"), gemm("m_fwt_gemm_z", "t", "z")};
+  fwt.kernels = {edge_gemm("m_fwt_gemm_y", "x", "y"), edge_gemm("m_fwt_gemm_t", "x", "t"),
+                 edge_gemm("m_fwt_gemm_z", "t", "z")};
   fwt.saved = {"y", "z"};
   Program bw;
   bw.model = "m";
@@ -1654,7 +1647,7 @@ TEST_CASE("recompute-gemms: IR in, IR out", "[intra][recompute][pass]") {
   bw.layouts = fwt.layouts;
   bw.tensors = {{"y", Role::Input, Per::Edge, {4}, false, ""},     {"z", Role::Input, Per::Edge, {4}, false, ""},
                 {"w", Role::Weight, Per::Etype, {4, 4}, false, ""}, {"d$x", Role::Output, Per::Edge, {4}, false, ""}};
-  bw.kernels = {gemm("m_bw_gemm_d_x", "z", "d$x"), gemm("m_bw_gemm_d_x_2", "y", "d$x", true)};
+  bw.kernels = {edge_gemm("m_bw_gemm_d_x", "z", "d$x"), edge_gemm("m_bw_gemm_d_x_2", "y", "d$x", true)};
   REQUIRE(verify_program(fwt).empty());
   REQUIRE(verify_program(bw).empty());
 
