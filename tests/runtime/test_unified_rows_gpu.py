@@ -18,17 +18,15 @@ HECTORGEN_RUNTIME_PREFIX (an installed runtime to reuse), HECTORGEN_CUDA_ARCH (d
 everything without a CUDA GPU.
 """
 
-import importlib.util
 import os
 import pathlib
-import shutil
-import subprocess
 import sys
-import tempfile
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from generated_build import generated_module  # noqa: E402  (after the skip: it imports torch)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SPEC = ROOT / "tests" / "specs" / "rgcn_unified_rows.yaml"
@@ -36,62 +34,10 @@ SPEC = ROOT / "tests" / "specs" / "rgcn_unified_rows.yaml"
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def run(cmd, **kw):
-    result = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({result.returncode}):\n{result.stdout[-3000:]}"
-                           f"\n{result.stderr[-3000:]}")
-    return result
-
-
-def hectorgen_command():
-    """The compiler and the environment it runs in."""
-    env = dict(os.environ)
-    if os.environ.get("HECTORGEN"):
-        return os.environ["HECTORGEN"], env
-    if (ROOT / "build" / "hectorgen").exists():
-        return str(ROOT / "build" / "hectorgen"), env
-    bundle = ROOT / "build" / "hg_bundle"
-    if (bundle / "hectorgen").exists():
-        env["LD_LIBRARY_PATH"] = f"{bundle / 'lib'}:{env.get('LD_LIBRARY_PATH', '')}"
-        return str(bundle / "hectorgen"), env
-    pytest.fail("no hectorgen: build it (build/hectorgen), carry build/hg_bundle (tools/gpu_check.sh --bundle), "
-                "or set HECTORGEN")
-
-
 @pytest.fixture(scope="module")
 def rgcn():
     """The generated rgcn module of rgcn_unified_rows.yaml, built, and the hectorgen_runtime package it imports."""
-    work = pathlib.Path(tempfile.mkdtemp(prefix="hg_unified_rows_"))
-    major, minor = torch.cuda.get_device_capability()
-    arch = os.environ.get("HECTORGEN_CUDA_ARCH", f"{major}{minor}")
-    torch_prefix = torch.utils.cmake_prefix_path
-    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    prefix = os.environ.get("HECTORGEN_RUNTIME_PREFIX")
-    if not prefix:
-        prefix = str(work / "runtime-prefix")
-        print(f"building the hectorgen runtime into {prefix}", flush=True)
-        run(["cmake", "-S", ROOT / "runtime", "-B", work / "runtime-build", *generator, "-DCMAKE_BUILD_TYPE=Release",
-             f"-DCMAKE_CUDA_ARCHITECTURES={arch}", f"-DCMAKE_PREFIX_PATH={torch_prefix}",
-             f"-DPython3_EXECUTABLE={sys.executable}", "-DHECTORGEN_RUNTIME_PYTHON_INSTALL_DIR=python"])
-        run(["cmake", "--build", work / "runtime-build", "-j", str(os.cpu_count() or 4)])
-        run(["cmake", "--install", work / "runtime-build", "--prefix", prefix])
-    sys.path.insert(0, str(pathlib.Path(prefix) / "python"))
-    hectorgen, env = hectorgen_command()
-    gen = work / "rgcn_unified_rows"
-    print(f"generating {SPEC.name} and building it in {gen}", flush=True)
-    run([hectorgen, SPEC, "-o", gen], env=env, cwd=ROOT)
-    run(["cmake", "-S", gen, "-B", gen / "build", *generator, "-DCMAKE_BUILD_TYPE=Release",
-         f"-DCMAKE_CUDA_ARCHITECTURES={arch}", f"-DCMAKE_PREFIX_PATH={prefix};{torch_prefix}",
-         f"-DPython3_EXECUTABLE={sys.executable}"])
-    run(["cmake", "--build", gen / "build", "-j", str(os.cpu_count() or 4)])
-    spec = importlib.util.spec_from_file_location("rgcn_unified_rows_module", gen / "rgcn.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.load_extension(str(gen / "build"))
-    import hectorgen_runtime
-    yield module, hectorgen_runtime
-    shutil.rmtree(work, ignore_errors=True)
+    yield from generated_module(SPEC, "rgcn", "rgcn_unified_rows")
 
 
 N, E, R, DIM, TABLE = 3000, 20000, 4, 64, 50000
