@@ -92,7 +92,8 @@ if ((NGPU >= 2)); then
           --generated "$WORK/gen" --out "$OUT/ddp_check.jsonl")
     what="khop mode (subgraphs prefetched), cost shards"
     if [[ -n "$extra" ]]; then
-      args+=(--offload file --features unified)
+      # The 'small' graph's activations are a few hundred KiB: offload everything above 16 KiB, or nothing moves.
+      args+=(--offload file --offload-min-kib 16 --features unified)
       what+=", activations offloaded to per-rank files, features in per-rank unified tensors"
     fi
     log "check: ${MODELS%%,*}, $n processes on $n GPUs over NCCL, $what"

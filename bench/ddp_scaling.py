@@ -111,7 +111,7 @@ PHASES = ("select", "khop", "prepare", "forward", "loss", "backward", "allreduce
 
 def load_summaries(paths, tag=None) -> list:
     """The summaries of the files, --check runs left out; with ``tag``, those of that tag only, else all but the
-    --sync-debug runs."""
+    --sync-debug runs. Each file is one run (one machine): its records carry the file's stem as ``run``."""
     rows = []
     for p in paths:
         for line in Path(p).read_text().splitlines():
@@ -120,24 +120,26 @@ def load_summaries(paths, tag=None) -> list:
                 if r.get("kind") != "summary" or r.get("check"):
                     continue
                 if (r.get("tag") == tag) if tag is not None else not r.get("sync_debug"):
-                    rows.append(r)
+                    rows.append(dict(r, run=Path(p).stem))
     return rows
 
 
 def table(rows: list) -> list:
-    """One entry per (graph, model, mode, GPU type, shard, GPUs), the last record of each, with speed-up and
-    efficiency against the 1-GPU record of the same graph, model, mode and GPU type (with one GPU the shard makes no
-    difference; None without one)."""
+    """One entry per (graph, model, mode, run, shard, GPUs), the last record of each, with speed-up and efficiency
+    against the 1-GPU record of the same graph, model, mode and run (with one GPU the shard makes no difference; None
+    without one). Runs on different machines are never compared with each other, even with the same GPU type."""
     last = {}
     for r in rows:
-        last[(r["graph"], r["model"], r["mode"], r.get("gpu"), r.get("shard", "stride"), r["world_size"])] = r
+        system = (r.get("gpu") or "cpu", r.get("run", ""))
+        last[(r["graph"], r["model"], r["mode"], system, r.get("shard", "stride"), r["world_size"])] = r
     out = []
     for key in sorted(last, key=lambda k: (k[0], k[1], k[2], str(k[3]), k[5], k[4] != "stride", k[4])):
         r = last[key]
         base = last.get(key[:4] + ("stride", 1)) or next(
             (v for k, v in last.items() if k[:4] == key[:4] and k[5] == 1), None)
         speedup = base["median_step_ms"] / r["median_step_ms"] if base else None
-        out.append(dict(graph=key[0], model=key[1], mode=key[2], gpu=key[3], shard=key[4], gpus=key[5],
+        out.append(dict(graph=key[0], model=key[1], mode=key[2], gpu=key[3][0], run=key[3][1], shard=key[4],
+                        gpus=key[5],
                         batch=r["batch"], step_ms=r["median_step_ms"], mean_ms=r.get("mean_step_ms"),
                         nodes_s=r["throughput_nodes_s"], speedup=speedup,
                         efficiency=speedup / key[5] if speedup else None, loss=(r["loss_first"], r["loss_last"]),
@@ -154,8 +156,8 @@ def _span(lo: float, hi: float) -> str:
 
 def phase_rows(entries: list) -> list:
     """The per-phase breakdown's table rows (entries with a per-phase timing)."""
-    lines = ["| graph | model | shard | GPUs | " + " | ".join(PHASES) + " | step mean / median | subgraph edges per "
-             "rank, min–max (max / mean) |", "|---|---|---|---:|" + "---:|" * len(PHASES) + "---:|---:|"]
+    lines = ["| run | graph | model | shard | GPUs | " + " | ".join(PHASES) + " | step mean / median | subgraph edges "
+             "per rank, min–max (max / mean) |", "|---|---|---|---|---:|" + "---:|" * len(PHASES) + "---:|---:|"]
     for e in entries:
         if not e["phases"]:
             continue
@@ -164,7 +166,7 @@ def phase_rows(entries: list) -> list:
         se = e["subgraph_edges"] or [0]
         edges = "-" if not max(se) else (f"{min(se):,.0f}–{max(se):,.0f} ({e['imbalance']:.2f})" if len(se) > 1
                                          else f"{se[0]:,.0f}")
-        lines.append(f"| {e['graph']} | {e['model']} | {e['shard']}{' +prefetch' if e['prefetch'] else ''} | "
+        lines.append(f"| {e['run']} | {e['graph']} | {e['model']} | {e['shard']}{' +prefetch' if e['prefetch'] else ''} | "
                      f"{e['gpus']} | " + " | ".join(cells) +
                      f" | {e['mean_ms']:.2f} / {e['step_ms']:.2f} | {edges} |")
     return lines
@@ -172,11 +174,11 @@ def phase_rows(entries: list) -> list:
 
 def sync_rows(rows: list) -> list:
     """Host synchronisations per step and phase of the --sync-debug runs."""
-    lines = ["| graph | model | mode | GPUs | " + " | ".join(PHASES) + " |",
-             "|---|---|---|---:|" + "---:|" * len(PHASES)]
+    lines = ["| run | graph | model | mode | GPUs | " + " | ".join(PHASES) + " |",
+             "|---|---|---|---|---:|" + "---:|" * len(PHASES)]
     for r in rows:
         if r.get("phases") and r.get("gpu"):   # (CPU runs have nothing to count)
-            lines.append(f"| {r['graph']} | {r['model']} | {r['mode']} | {r['world_size']} | " +
+            lines.append(f"| {r['run']} | {r['graph']} | {r['model']} | {r['mode']} | {r['world_size']} | " +
                          " | ".join(f"{max(r['phases'][k]['syncs']):g}" for k in PHASES) + " |")
     return lines
 
@@ -188,18 +190,19 @@ def markdown(entries: list, sources: list, syncs: list = ()) -> str:
              "runs of `bench/ddp_run.sh` (tools/ddp_train.py under torchrun, one process per GPU; "
              "docs/distributed.md). Strong scaling: the global batch of labelled nodes is the same for every GPU "
              "count; step time is the median (and mean) over the steps after the warm-up, as the slowest rank saw "
-             "it; throughput is labelled nodes per second at the median; speed-up is against 1 GPU of the same kind; "
+             "it; throughput is labelled nodes per second at the median; speed-up is against 1 GPU of the same run "
+             "(a run: one input file, one machine); "
              "efficiency is speed-up / GPUs. Shard: how a batch is split over the ranks (stride: every N-th node; "
              "cost: balanced by 2-hop in-neighbourhood size).", "",
              "All-reduce: DDP's own measurement of one sampled step, the time its bucket all-reduces took "
              "and, in parentheses, how much of it overlapped the backward's computation (it includes the wait for "
              "the slowest rank: see the breakdown below).", "",
-             "| graph | model | mode | shard | GPU | GPUs | global batch | step (ms) median / mean | "
+             "| graph | model | mode | shard | GPU (run) | GPUs | global batch | step (ms) median / mean | "
              "labelled nodes/s | speed-up | efficiency | all-reduce ms (overlapped) | loss first → last |",
              "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for e in entries:
         lines.append(f"| {e['graph']} ({e['nodes']:,} nodes, {e['edges']:,} edges) | {e['model']} | {e['mode']} | "
-                     f"{e['shard']} | {e['gpu'] or 'cpu'} | {e['gpus']} | {e['batch']} | {e['step_ms']:.2f} / "
+                     f"{e['shard']} | {e['gpu']} ({e['run']}) | {e['gpus']} | {e['batch']} | {e['step_ms']:.2f} / "
                      f"{f(e['mean_ms'], '.2f')} | {e['nodes_s']:,.0f} | "
                      f"{f(e['speedup'], '.2f')} | {f(e['efficiency'], '.0%')} | "
                      f"{f(e['ddp'].get('allreduce_ms'), '.2f')} ({f(e['ddp'].get('overlap_ms'), '.2f')}) | "
@@ -232,20 +235,21 @@ def plot(entries: list, path: Path) -> bool:
         return False
     series = {}
     for e in entries:
-        series.setdefault((e["graph"], e["model"], e["mode"], e["shard"]), []).append(e)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=120)
-    for (g, m, mode, sh), es in sorted(series.items()):
+        series.setdefault((e["run"], e["graph"], e["model"], e["mode"], e["shard"]), []).append(e)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120)
+    for (run, g, m, mode, sh), es in sorted(series.items()):
         es = sorted(es, key=lambda e: e["gpus"])
         if sh != "stride":   # its 1-GPU point is the stride series' one
-            base = series.get((g, m, mode, "stride"), [])
+            base = series.get((run, g, m, mode, "stride"), [])
             es = sorted([e for e in base if e["gpus"] == 1] + es, key=lambda e: e["gpus"])
-        mode = f"{mode} {sh}"
+        label = f"{g} {m} {mode} {sh}, {run.removeprefix('ddp_scaling-')}"
         n = [e["gpus"] for e in es]
-        line = ax1.plot(n, [e["nodes_s"] for e in es], marker="o", label=f"{g} {m} {mode}")[0]
+        line = ax1.plot(n, [e["nodes_s"] for e in es], marker="o", ls="-" if sh == "stride" else "--",
+                        label=label)[0]
         if es[0]["gpus"] == 1:
             ax1.plot(n, [es[0]["nodes_s"] * k for k in n], ls=":", color=line.get_color(), lw=0.8)
         ax2.plot(n, [e["efficiency"] if e["efficiency"] is not None else float("nan") for e in es], marker="o",
-                 color=line.get_color(), label=f"{g} {m} {mode}")
+                 ls=line.get_linestyle(), color=line.get_color(), label=label)
     gpus = sorted({e["gpus"] for e in entries})
     for ax in (ax1, ax2):
         ax.set_xlabel("GPUs")
@@ -255,7 +259,7 @@ def plot(entries: list, path: Path) -> bool:
     ax1.set_yscale("log")
     ax2.set_ylabel("parallel efficiency")
     ax2.set_ylim(0, 1.15)
-    ax1.legend(fontsize=7)
+    ax1.legend(fontsize=6, ncol=2)
     kinds = sorted({e["gpu"] or "cpu" for e in entries})
     fig.suptitle(f"DDP training on generated layers, strong scaling ({', '.join(kinds)})", fontsize=9)
     fig.tight_layout()

@@ -74,6 +74,14 @@ VARIANTS = {
     "bf16_compact_reorder": Variant("bf16_compact_reorder", "bf16", "bf16",
                                     (("materialization: vanilla", "materialization: compact"), ("reorder: off", "reorder: on")),
                                     "compact materialization and linear operator reordering"),
+    # The backward recomputing saved edge and pair GEMM results (recompute: auto, the default) against saving them
+    # (recompute: off): the step time that memory costs.
+    "tf32_saved": Variant("tf32_saved", "tf32", "fp32", (("reorder: off", "reorder: off\n  recompute: off"),),
+                          "GEMM results saved for the backward, not recomputed"),
+    "tf32_compact_saved": Variant("tf32_compact_saved", "tf32", "fp32",
+                                  (("materialization: vanilla", "materialization: compact"),
+                                   ("reorder: off", "reorder: off\n  recompute: off")),
+                                  "compact materialization, GEMM results saved for the backward"),
     # auto (issue 9): one module with the vanilla and the compact program, choosing per graph and mode at
     # prepare_graph from its cost model (the report shows which program it picked per case), and reorder: auto
     # (each linear operator pair rewritten where its FLOP/byte count says it pays).
