@@ -252,8 +252,8 @@ def main(argv=None) -> int:
     feature_bytes = args.nodes * args.dim * 4
     log(f"rgcn_e2e: {torch.cuda.get_device_name()} | {args.nodes} nodes x {args.dim} float32 = "
         f"{feature_bytes / 1e9:.1f} GB of features in host memory | {args.relations} relations | RGCN {args.dim} -> "
-        f"{args.hidden} -> {args.classes} ({args.dtype}, {args.materialization}) | batch {args.batch}, fan-outs {args.fanouts}, "
-        f"{args.batches} batches per epoch | modes {args.modes}")
+        f"{args.hidden} -> {args.classes} ({args.dtype}, {args.materialization}) | batch {args.batch}, fan-outs "
+        f"{args.fanouts}, {args.batches} batches per epoch | modes {args.modes}")
     inner, outer = build_layers(args, log)
     hr.load_extension()
 

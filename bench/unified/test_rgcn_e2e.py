@@ -38,8 +38,8 @@ def typed_graph(nodes=400, degree=6, seed=0):
 
 def sample(seeds=(5, 1, 77, 300), fanouts=(25, 10), seed=2):
     row_ptr, col, etype = typed_graph()
-    batch = minibatch.sample_batch(row_ptr, col, torch.tensor(seeds), list(fanouts), torch.Generator().manual_seed(seed),
-                                   etype)
+    batch = minibatch.sample_batch(row_ptr, col, torch.tensor(seeds), list(fanouts),
+                                   torch.Generator().manual_seed(seed), etype)
     return (row_ptr, col, etype), batch
 
 
@@ -166,8 +166,8 @@ def test_layers_generate(tmp_path):
     code = (outer / f"{rgcn_e2e.OUTER}.py").read_text()
     assert 'HYPER = {"in_dim": 128, "out_dim": 4}' in code and "def forward(g, feature, W0, W):" in code
     assert not (tmp_path / f"{rgcn_e2e.INNER}.new").exists()
-    rgcn_e2e.generate(hectorgen(), rgcn_e2e.layer_spec(rgcn_e2e.INNER, 64, 128, "vanilla", "fp32"), rgcn_e2e.INNER_FLAGS,
-                      tmp_path)
+    changed = rgcn_e2e.layer_spec(rgcn_e2e.INNER, 64, 128, "vanilla", "fp32")
+    rgcn_e2e.generate(hectorgen(), changed, rgcn_e2e.INNER_FLAGS, tmp_path)
     assert not (folder / "build").exists()  # a changed output replaces the folder
 
 
