@@ -3,8 +3,8 @@
 
 A synthetic graph (CSR on the GPU) whose float32 features (`--nodes` x `--dim`, 20.5 GB by default) live in
 pinned host memory; a 2-layer GraphSAGE (mean aggregation) trained with mini-batches of `--batch` seed nodes and
-neighbour fan-outs `--fanouts` (25,10), sampled on the GPU by the sampler below (the GPU machines have no pyg-lib
-or torch-sparse). Each epoch's mini-batches are fetched by
+neighbour fan-outs `--fanouts` (25,10), sampled on the GPU by minibatch.py (the GPU machines have no pyg-lib or
+torch-sparse). Each epoch's mini-batches are fetched by
   pytorch   PyTorch's CPU-gather path: the sampled node ids to the CPU, index_select into pinned staging, one copy;
   unified   hectorgen_runtime: features[ids] on a GPU-affine unified tensor (gather, path chosen automatically);
   prefetch  the same, the next mini-batch's features gathered on a side stream while this one trains.
@@ -29,52 +29,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "runtime" / "python"))
 import hectorgen_runtime as hr  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench" / "unified"))
+from minibatch import random_csr, sample_batch  # noqa: E402  (the graph and the GPU sampler)
+
 MODES = ("pytorch", "unified", "prefetch")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Graph and sampler (all on the GPU)
-
-
-def random_csr(num_nodes: int, mean_degree: int, generator: torch.Generator, device):
-    """A random directed graph as CSR: node v's in-neighbours are col[row_ptr[v]:row_ptr[v+1]], degrees uniform in
-    [1, 2 * mean_degree - 1]."""
-    degree = torch.randint(1, 2 * mean_degree, (num_nodes,), device=device, generator=generator)
-    row_ptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=device)
-    row_ptr[1:] = torch.cumsum(degree, 0)
-    col = torch.randint(0, num_nodes, (int(row_ptr[-1]),), device=device, generator=generator)
-    return row_ptr, col
-
-
-def sample_neighbours(row_ptr, col, nodes, fanout: int, generator: torch.Generator):
-    """`fanout` in-neighbours of each node, uniformly with replacement: [len(nodes), fanout] node ids."""
-    start = row_ptr[nodes]
-    degree = row_ptr[nodes + 1] - start
-    pick = (torch.rand((nodes.numel(), fanout), device=nodes.device, generator=generator) * degree[:, None]).long()
-    return col[start[:, None] + pick]
-
-
-def relabel(targets, neighbours):
-    """The unique nodes of targets and neighbours with the targets first (in order), and the neighbours' positions
-    in that list: (nodes, local [len(targets), fanout])."""
-    everything = torch.cat([targets, neighbours.reshape(-1)])
-    unique, inverse = torch.unique(everything, return_inverse=True)
-    first = torch.full((unique.numel(),), everything.numel(), dtype=torch.int64, device=targets.device)
-    first.scatter_reduce_(0, inverse, torch.arange(everything.numel(), device=targets.device), reduce="amin")
-    order = torch.argsort(first)  # by first occurrence: the (unique) targets keep positions 0..len(targets)-1
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(order.numel(), device=order.device)
-    local = rank[inverse]
-    return unique[order], local[targets.numel():].view(neighbours.shape)
-
-
-def sample_batch(row_ptr, col, seeds, fanouts, generator):
-    """Two hops: blocks[0] for the outer layer (seeds <- hop-1 nodes), blocks[1] for the inner one (hop-1 nodes
-    <- hop-2 nodes); returns (input node ids, blocks) with each block's neighbours as local ids into the next
-    node list."""
-    nodes1, local1 = relabel(seeds, sample_neighbours(row_ptr, col, seeds, fanouts[0], generator))
-    nodes2, local2 = relabel(nodes1, sample_neighbours(row_ptr, col, nodes1, fanouts[1], generator))
-    return nodes2, (local1, local2), nodes1.numel()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""CPU tests of the end-to-end benchmark's pieces (bench/unified/sage_e2e.py): the random CSR graph, the
-neighbour sampler, the relabelling and the GraphSAGE model, which run on the GPU in the benchmark and on any device
-here.
+"""CPU tests of the end-to-end benchmark's pieces: the random CSR graph, the neighbour sampler and the relabelling
+(bench/unified/minibatch.py) and the GraphSAGE model (sage_e2e.py), which run on the GPU in the benchmark and on any
+device here.
 
 Run with pytest, or as a script (CTest `bench_unified_cpu`): `python3 bench/unified/test_sage_e2e.py`, which exits
 77 (skipped) without torch or pytest.
@@ -20,11 +20,12 @@ import pytest  # noqa: E402
 
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import minibatch  # noqa: E402
 import sage_e2e  # noqa: E402
 
 
 def graph(nodes=500, degree=6, seed=0):
-    return sage_e2e.random_csr(nodes, degree, torch.Generator().manual_seed(seed), "cpu")
+    return minibatch.random_csr(nodes, degree, torch.Generator().manual_seed(seed), "cpu")
 
 
 def test_random_csr_is_well_formed():
@@ -38,7 +39,7 @@ def test_random_csr_is_well_formed():
 def test_sampled_neighbours_are_in_neighbours():
     row_ptr, col = graph()
     nodes = torch.tensor([0, 17, 499, 17])
-    sampled = sage_e2e.sample_neighbours(row_ptr, col, nodes, 25, torch.Generator().manual_seed(1))
+    sampled = minibatch.sample_neighbours(row_ptr, col, nodes, 25, torch.Generator().manual_seed(1))
     assert sampled.shape == (4, 25)
     for node, row in zip(nodes.tolist(), sampled.tolist()):
         neighbours = set(col[row_ptr[node]:row_ptr[node + 1]].tolist())
@@ -48,7 +49,7 @@ def test_sampled_neighbours_are_in_neighbours():
 def test_relabel_keeps_targets_first_and_maps_neighbours():
     targets = torch.tensor([9, 4, 7])
     neighbours = torch.tensor([[4, 100, 100], [9, 3, 7], [200, 3, 4]])
-    nodes, local = sage_e2e.relabel(targets, neighbours)
+    nodes, local = minibatch.relabel(targets, neighbours)
     assert nodes[:3].tolist() == [9, 4, 7]
     assert sorted(nodes.tolist()) == [3, 4, 7, 9, 100, 200]  # each node once
     assert torch.equal(nodes[local], neighbours)
@@ -57,7 +58,7 @@ def test_relabel_keeps_targets_first_and_maps_neighbours():
 def test_two_hop_batch_and_model():
     row_ptr, col = graph()
     seeds = torch.tensor([1, 2, 3, 4, 5])
-    ids, (local1, local2), num_hop1 = sage_e2e.sample_batch(row_ptr, col, seeds, [25, 10],
+    ids, (local1, local2), num_hop1 = minibatch.sample_batch(row_ptr, col, seeds, [25, 10],
                                                             torch.Generator().manual_seed(2))
     assert torch.equal(ids[:5], seeds)
     assert local1.shape == (5, 25) and int(local1.max()) < num_hop1
