@@ -28,16 +28,18 @@ def run(cmd, **kw):
 
 
 def hectorgen_command():
-    """The compiler and the environment it runs in."""
+    """The compiler and the environment it runs in (a bundle's binary, tools/gpu_check.sh --bundle, finds its
+    libraries in the lib/ folder beside it)."""
     env = dict(os.environ)
-    if os.environ.get("HECTORGEN"):
-        return os.environ["HECTORGEN"], env
-    if (ROOT / "build" / "hectorgen").exists():
-        return str(ROOT / "build" / "hectorgen"), env
-    bundle = ROOT / "build" / "hg_bundle"
-    if (bundle / "hectorgen").exists():
-        env["LD_LIBRARY_PATH"] = f"{bundle / 'lib'}:{env.get('LD_LIBRARY_PATH', '')}"
-        return str(bundle / "hectorgen"), env
+    if os.environ.get("HECTORGEN") and not pathlib.Path(os.environ["HECTORGEN"]).exists():
+        pytest.fail(f"HECTORGEN={os.environ['HECTORGEN']}: no such file")
+    found = next((pathlib.Path(p) for p in (os.environ.get("HECTORGEN"), ROOT / "build" / "hectorgen",
+                                            ROOT / "build" / "hg_bundle" / "hectorgen") if p and pathlib.Path(p).exists()),
+                 None)
+    if found:
+        if (found.parent / "lib").is_dir():
+            env["LD_LIBRARY_PATH"] = f"{found.parent / 'lib'}:{env.get('LD_LIBRARY_PATH', '')}"
+        return str(found), env
     pytest.fail("no hectorgen: build it (build/hectorgen), carry build/hg_bundle (tools/gpu_check.sh --bundle), "
                 "or set HECTORGEN")
 
