@@ -193,13 +193,18 @@ def prepare_batch(sample, inner, outer, relations: int) -> Batch:
                        inner.prepare_graph(*block_edges(local2, types2), ids.numel(), relations)), num_hop1)
 
 
+def layer_class(module, model: str):
+    """The torch.nn.Module class of a generated module: its model name with the first letter capitalised."""
+    return getattr(module, model[0].upper() + model[1:])
+
+
 class Rgcn(torch.nn.Module):
     """Two generated RGCN layers with a ReLU between them; the inner one reads table[rows]."""
 
     def __init__(self, inner, outer, relations: int):
         super().__init__()
-        self.inner = inner.Rgcn(relations)
-        self.outer = outer.Rgcn(relations)
+        self.inner = layer_class(inner, INNER)(relations)
+        self.outer = layer_class(outer, OUTER)(relations)
 
     def forward(self, table, rows, batch: Batch):
         outer_graph, inner_graph = batch.graphs

@@ -72,11 +72,12 @@ def test_block_edges():
     assert etype.tolist() == [0, 1, 2, 2, 1, 1]
 
 
-# A plain-PyTorch stand-in for a generated RGCN module: prepare_graph and Rgcn with the generated signatures
+# A plain-PyTorch stand-in for a generated RGCN module: prepare_graph and the layer class (named as the generator names
+# it: Rgcn_e2e_inner for model rgcn_e2e_inner) with the generated signatures
 # (layer(g, feature, feature_rows) for the indexed inner layer, layer(g, feature) for the outer one).
 
 
-def stand_in(in_dim, out_dim, indexed):
+def stand_in(in_dim, out_dim, indexed, model):
     def prepare_graph(src, dst, etype, num_nodes, num_etypes):
         assert int(dst.max()) < num_nodes and int(src.max()) < num_nodes
         counts = torch.zeros(num_nodes, num_etypes).index_put_((dst, etype), torch.ones(dst.numel()), accumulate=True)
@@ -96,14 +97,15 @@ def stand_in(in_dim, out_dim, indexed):
             msg = torch.bmm(x[g.src].unsqueeze(1), self.W[g.etype]).squeeze(1) * g.norm[:, None]
             return x @ self.W0 + torch.zeros(g.num_nodes, self.W0.shape[1]).index_add(0, g.dst, msg)
 
-    return types.SimpleNamespace(prepare_graph=prepare_graph, Rgcn=Rgcn)
+    return types.SimpleNamespace(prepare_graph=prepare_graph, **{model[0].upper() + model[1:]: Rgcn})
 
 
 def test_model_reads_the_sampled_neighbourhood_through_the_row_map():
     torch.manual_seed(0)
     _, typed = sample()
     ids, blocks, num_hop1 = typed
-    inner, outer = stand_in(8, 16, indexed=True), stand_in(16, 4, indexed=False)
+    inner = stand_in(8, 16, indexed=True, model=rgcn_e2e.INNER)
+    outer = stand_in(16, 4, indexed=False, model=rgcn_e2e.OUTER)
     batch = rgcn_e2e.prepare_batch(typed, inner, outer, R)
     assert batch.graphs[0].num_nodes == num_hop1 and batch.graphs[1].num_nodes == ids.numel()
     model = rgcn_e2e.Rgcn(inner, outer, R)
@@ -158,6 +160,8 @@ def test_layers_generate(tmp_path):
     assert 'HYPER = {"in_dim": 64, "out_dim": 128}' in code
     assert "def forward(g, feature, feature_rows, W0, W):" in code  # the inner layer reads through a row map
     assert f"torch.ops.hectorgen_{rgcn_e2e.INNER}.forward_train" in code
+    assert "\nclass Rgcn_e2e_inner(torch.nn.Module):" in code  # the class rgcn_e2e.layer_class looks up
+    assert rgcn_e2e.layer_class(types.SimpleNamespace(Rgcn_e2e_inner=int), rgcn_e2e.INNER) is int
     assert "Tensor cores (tf32" in (folder / f"{rgcn_e2e.INNER}_kernels.cu").read_text()
     (folder / "build").mkdir()  # stands for a built extension: an unchanged output must keep it
     assert rgcn_e2e.generate(hectorgen(), spec, rgcn_e2e.INNER_FLAGS, tmp_path) == folder
