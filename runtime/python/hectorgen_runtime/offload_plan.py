@@ -32,6 +32,7 @@ the predicted peak fits. For each setting it takes the prefetch depth with the l
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -335,49 +336,88 @@ def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, rea
     for j, where in fixed_index.items():
         placement[j] = where
     current = evaluate(placement)
-    chosen: Dict[int, Tuple[int, int, float]] = {}
-    rejected: Dict[int, List[str]] = {}
-    step_number = 0
     forward_total = sum(p.forward_seconds for p in profiles)
-    while memory_budget_bytes is None or current.peak > memory_budget_bytes:
-        best, best_key = None, None
-        rejected = {}
-        for j in range(n):
-            if j in fixed_index:
-                continue
+    free = [j for j in range(n) if j not in fixed_index]
+    choices = ["keep", tier] + (["recompute"] if recompute else [])
+
+    def why_not(timeline: _Timeline, target: str) -> Optional[str]:
+        """Why a changed placement is not acceptable (None: it is)."""
+        doing = "recomputing" if target == "recompute" else "offloading" if target == tier else "keeping"
+        if timeline.late_store is not None:
+            late = timeline.late_store
+            return (f"offloading it: the store of scope {late} would end at {timeline.store_end[late] * 1e3:.1f} ms, "
+                    f"after the forward ({forward_total * 1e3:.1f} ms)")
+        overhead = timeline.step - keep_step
+        if overhead > allowed * (1 + 1e-9):
+            return f"{doing} it: step {overhead * 1e3:+.1f} ms > allowed +{allowed * 1e3:.1f} ms"
+        return None
+
+    def scan(placement: List[str], current: _Timeline):
+        """The best single change that lowers the peak (least added step per byte, then the largest gain, then the
+        earliest scope), and why each other change was not made."""
+        best, best_key, rejected = None, None, {}
+        for j in free:
             moves = {"keep": [tier] + (["recompute"] if recompute else []),
                      tier: ["recompute"] if recompute else []}.get(placement[j], [])
             for target in moves:
                 trial = list(placement)
                 trial[j] = target
                 timeline = evaluate(trial)
+                reason = why_not(timeline, target)
+                if reason is None and timeline.peak >= current.peak:
+                    reason = (f"{'recomputing' if target == 'recompute' else 'offloading'} it would not lower the "
+                              f"peak (at {timeline.peak_where})")
+                if reason is not None:
+                    rejected.setdefault(j, []).append(reason)
+                    continue
                 gain = current.peak - timeline.peak
-                overhead = timeline.step - keep_step
-                if timeline.late_store is not None:
-                    late = timeline.late_store
-                    rejected.setdefault(j, []).append(f"offloading it: the store of scope {late} would end at "
-                                           f"{timeline.store_end[late] * 1e3:.1f} ms, after the forward "
-                                           f"({forward_total * 1e3:.1f} ms)")
-                    continue
-                if overhead > allowed * (1 + 1e-9):
-                    rejected.setdefault(j, []).append(f"{'recomputing' if target == 'recompute' else 'offloading'} it: step "
-                                           f"{overhead * 1e3:+.1f} ms > allowed +{allowed * 1e3:.1f} ms")
-                    continue
-                if gain <= 0:
-                    rejected.setdefault(j, []).append(f"{'recomputing' if target == 'recompute' else 'offloading'} it would "
-                                           f"not lower the peak (at {timeline.peak_where})")
-                    continue
-                cost = max(0.0, timeline.step - current.step)
-                key = (cost / gain, -gain, j, target != tier)
+                key = (max(0.0, timeline.step - current.step) / gain, -gain, j, target != tier)
                 if best_key is None or key < best_key:
                     best, best_key = (j, target, timeline), key
+        return best, rejected
+
+    def better(a: _Timeline, b: _Timeline) -> bool:
+        """Objective: the lowest peak (with a budget: down to the budget, then the shortest step)."""
+        def key(t):
+            if memory_budget_bytes is None:
+                return (t.peak, round(t.step, 12))
+            return (max(0, t.peak - memory_budget_bytes), round(t.step, 12), t.peak)
+        return key(a) < key(b)
+
+    chosen: Dict[int, Tuple[int, int, float]] = {}
+    step_number = 0
+    # Greedy: one change at a time.
+    while memory_budget_bytes is None or current.peak > memory_budget_bytes:
+        best, _ = scan(placement, current)
         if best is None:
             break
-        j, target, timeline = best
+        j, target, current = best
         placement[j] = target
-        current = timeline
         step_number += 1
         chosen[j] = (step_number, current.peak, current.step - keep_step)
+    # Then a local search over changes of one or two scopes (two only for small stacks: n^2 placements each).
+    improved = True
+    while improved:
+        improved = False
+        groups = [(j,) for j in free] + ([(i, j) for i in free for j in free if i < j] if len(free) <= 12 else [])
+        for group in groups:
+            for targets in itertools.product(choices, repeat=len(group)):
+                if all(placement[j] == t for j, t in zip(group, targets)):
+                    continue
+                trial = list(placement)
+                for j, target in zip(group, targets):
+                    trial[j] = target
+                timeline = evaluate(trial)
+                if any(why_not(timeline, t) for t in targets) or not better(timeline, current):
+                    continue
+                placement, current, improved = trial, timeline, True
+                step_number += 1
+                for j in group:
+                    chosen[j] = (step_number, current.peak, current.step - keep_step)
+                break
+            if improved:
+                break
+    _, rejected = scan(placement, current)
 
     decisions = []
     start = 0.0
@@ -401,13 +441,12 @@ def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, rea
     plan = Plan(
         {p.module: where for p, where in zip(profiles, placement)}, decisions=decisions, tier=tier,
         prefetch_scopes=current.prefetch, peak_bytes=current.peak, peak_where=current.peak_where,
-        keep_peak_bytes=keep_timeline.peak, step_seconds=current.step, keep_step_seconds=keep_step,
+        backward_factor=backward_factor, keep_peak_bytes=keep_timeline.peak, step_seconds=current.step, keep_step_seconds=keep_step,
         overhead_seconds=current.step - keep_step, max_overhead_seconds=allowed, forward_seconds=forward_total,
         write_bandwidth=write_bandwidth, read_bandwidth=read_bandwidth, margin=margin,
         offloaded_bytes=offloaded, floor_bytes=min(total, write * forward_total),
         memory_budget_bytes=memory_budget_bytes,
         meets_budget=memory_budget_bytes is None or current.peak <= memory_budget_bytes,
-        store_bandwidth=write,
         # No throttling beyond the plan's own waits: the stores the plan makes are the ones the link keeps up with.
         max_inflight_bytes=max(offloaded, 1 << 20))
     for decision in decisions:
@@ -420,7 +459,8 @@ class StoreSchedule:
     """The predicted end of each store of one forward pass, tensor by tensor, as a due point (scope index, fraction
     of that scope's saved bytes): TensorCache waits for a store when its forward pass reaches that point, so that
     the memory the store frees is free, in the allocator's (CPU) order, before what the forward allocates next. The
-    link is first in, first out at the plan's (derated) write bandwidth; a tensor can be copied once produced."""
+    link is first in, first out at the measured write bandwidth (the margin is for choosing what to offload: waiting
+    later than needed keeps memory, earlier stalls the GPU by the error); a tensor is copied once produced."""
 
     def __init__(self, plan: "Plan"):
         self._plan = plan
@@ -429,7 +469,7 @@ class StoreSchedule:
     def store(self, index: int, offset_bytes: int, nbytes: int) -> Tuple[int, float]:
         """Due point of a store of nbytes that scope `index` saved after offset_bytes of its own."""
         produced = self._plan.forward_time(index, (offset_bytes + nbytes) / max(1, self._plan.scope_size(index)))
-        self._link = max(self._link, produced) + nbytes / self._plan.store_bandwidth
+        self._link = max(self._link, produced) + nbytes / self._plan.write_bandwidth
         return self._plan.position(self._link)
 
 
@@ -438,8 +478,6 @@ def brute_force(profiles: Sequence[ScopeProfile], write_bandwidth: float, read_b
                 margin: float = 0.05, max_prefetch: int = 8) -> Tuple[int, List[str]]:
     """The lowest predicted peak over every placement (3^n: small n only, for tests) within the allowed step, with
     no store ending after the forward pass: (peak, placement)."""
-    import itertools
-
     read_bandwidth = read_bandwidth or write_bandwidth
     write, read = write_bandwidth * (1 - margin), read_bandwidth * (1 - margin)
     n = len(profiles)
