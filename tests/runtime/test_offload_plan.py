@@ -192,8 +192,11 @@ def test_fixed_placements_are_kept_as_given():
     assert plan[first] == "keep" and plan.decisions[0].reason == "fixed by the caller"
     # Layer 1 still fits; layer 2 would now end its store after the forward pass.
     assert placements(plan, profiles) == ["keep", "host", "keep", "keep"]
+    # A fixed recomputation costs more than the 5% allowance: it is allowed on top, and the rest is still planned.
     forced = plan_placement(profiles, PCIE, backward_factor=2.23, fixed={profiles[3].module: "recompute"})
-    assert forced[profiles[3].module] == "recompute"
+    assert placements(forced, profiles) == ["host", "host", "keep", "recompute"]
+    assert forced.overhead_seconds == pytest.approx(profiles[3].forward_seconds)
+    assert forced.max_overhead_seconds == pytest.approx(0.05 * forced.keep_step_seconds + forced.overhead_seconds)
     with pytest.raises(ValueError, match="placement must be one of"):
         plan_placement(profiles, PCIE, fixed={first: "gpu"})
 

@@ -297,7 +297,8 @@ def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, rea
     scope with the lowest predicted activation peak whose step is at most max_overhead (a fraction of keep's
     predicted step) longer, found greedily (module docstring). write/read_bandwidth: bytes/s of the tier, each
     taken `margin` lower. memory_budget_bytes: stop lowering the peak once it fits. fixed: {module: placement}
-    that the planner leaves as given (manual override). recompute=False: keep or offload only."""
+    that the planner leaves as given (manual override; what they cost in step time is allowed on top).
+    recompute=False: keep or offload only."""
     if tier not in ("host", "file"):
         raise ValueError(f"tier must be 'host' or 'file', got {tier!r}")
     if not write_bandwidth or write_bandwidth <= 0:
@@ -331,10 +332,13 @@ def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, rea
 
     keep_timeline = simulate(profiles, ["keep"] * n, 0, write, read, backward_factor)
     keep_step = keep_timeline.step
-    allowed = max_overhead * keep_step
     placement = ["keep"] * n
     for j, where in fixed_index.items():
         placement[j] = where
+    # The allowance is on top of what the caller's fixed placements cost.
+    fixed_step = min(simulate(profiles, placement, depth, write, read, backward_factor).step
+                     for depth in range(0, max(1, min(max_prefetch, n - 1) + 1)))
+    allowed = max_overhead * keep_step + max(0.0, fixed_step - keep_step)
     current = evaluate(placement)
     forward_total = sum(p.forward_seconds for p in profiles)
     free = [j for j in range(n) if j not in fixed_index]
