@@ -445,10 +445,11 @@ def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, rea
     plan = Plan(
         {p.module: where for p, where in zip(profiles, placement)}, decisions=decisions, tier=tier,
         prefetch_scopes=current.prefetch, peak_bytes=current.peak, peak_where=current.peak_where,
-        backward_factor=backward_factor, keep_peak_bytes=keep_timeline.peak, step_seconds=current.step, keep_step_seconds=keep_step,
+        backward_factor=backward_factor, keep_peak_bytes=keep_timeline.peak, step_seconds=current.step,
+        keep_step_seconds=keep_step,
         overhead_seconds=current.step - keep_step, max_overhead_seconds=allowed, forward_seconds=forward_total,
         write_bandwidth=write_bandwidth, read_bandwidth=read_bandwidth, margin=margin,
-        offloaded_bytes=offloaded, floor_bytes=min(total, write * forward_total),
+        offloaded_bytes=offloaded, floor_bytes=min(total, write_bandwidth * forward_total),
         memory_budget_bytes=memory_budget_bytes,
         meets_budget=memory_budget_bytes is None or current.peak <= memory_budget_bytes,
         # No throttling beyond the plan's own waits: the stores the plan makes are the ones the link keeps up with.
