@@ -18,15 +18,17 @@ The model (docs/offload.md, "Adaptive placement"). Times are GPU times from the 
   when it is recomputed. Entering scope k's backward queues the loads of the offloaded scopes k, k-1, ...,
   k-prefetch (the cache's prefetch_scopes), first in, first out; a scope whose loads are not done waits (a stall).
 * Memory (activation bytes resident): during the forward, what the kept scopes saved so far, the inputs of the
-  recomputed ones, and the offloaded bytes whose stores have not ended; entering scope k's backward, the kept
+  recomputed ones, and the offloaded bytes produced and not yet copied; entering scope k's backward, the kept
   bytes of scopes <= k, the recomputed scope k whole, and the loaded scopes. The predicted peak is the largest of
   these; keep's is the sum of all bytes.
 
 The planner starts from "keep" everywhere and, while the peak goes down, makes the one change (a kept scope
 offloaded or recomputed, an offloaded one recomputed) with the least added step time per byte of peak removed,
 free changes first and then the one removing the most; a change whose store would end after the forward pass, or
-that makes the step longer than `max_overhead` allows, is not made. With memory_budget_bytes it stops as soon as
-the predicted peak fits. For each setting it takes the prefetch depth with the lowest peak within the allowed time.
+that makes the step longer than `max_overhead` allows, is not made. A local search over changes of one or two
+scopes follows (it finds what one change at a time misses, e.g. recomputing a scope so that another can be
+offloaded). With memory_budget_bytes it stops lowering the peak once it fits, then shortens the step. For each
+placement it takes the prefetch depth with the lowest peak within the allowed time.
 """
 
 from __future__ import annotations
