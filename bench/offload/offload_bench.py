@@ -213,6 +213,19 @@ def profile_scopes(layers: nn.ModuleList, x: torch.Tensor, engine) -> list:
             for layer in layers]
 
 
+def measured_recompute(profiles: list, rows: dict) -> None:
+    """What recomputing a layer costs, from the recompute and keep steps measured before (each layer's share of
+    the difference; recomputation saves nothing, so it is cheaper than the profiled forward). Left to the planner's
+    default (the layer's forward) when missing or implausible (under half the forward: noise)."""
+    keep, recompute = rows.get("keep", {}).get("step_ms"), rows.get("recompute", {}).get("step_ms")
+    if keep is None or recompute is None:
+        return
+    per_layer = (recompute - keep) / 1e3 / len(profiles)
+    for profile in profiles:
+        if per_layer >= 0.5 * profile.forward_seconds:
+            profile.recompute_seconds = min(per_layer, profile.forward_seconds)
+
+
 def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidth, results, out):
     log(f"== {name}: H={hidden} L={layers_n} S={seq} B={batch} ({', '.join(modes)})")
     layers = make_layers(hidden, layers_n)
@@ -231,7 +244,9 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
             if mode.startswith("ours"):
                 if mode.startswith("ours-adaptive"):
                     tier = "file" if mode.endswith("ssd") else "host"
-                    profiles = profiles or profile_scopes(layers, x, engine)
+                    if profiles is None:
+                        profiles = profile_scopes(layers, x, engine)
+                        measured_recompute(profiles, rows)
                     write = bandwidth["disk_write"] if tier == "file" else bandwidth["d2h"]
                     if write <= 0:
                         raise RuntimeError("no measured bandwidth for this tier (is the file tier available?)")
