@@ -51,7 +51,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 import torch
 import torch.utils.checkpoint
 
-from .offload_plan import Plan, ScopeDecision, ScopeProfile, plan_placement
+from .offload_plan import Plan, ScopeDecision, ScopeProfile, StoreSchedule, plan_placement
 
 __all__ = [
     "OffloadError",
@@ -312,7 +312,7 @@ class TensorCache:
         self._micro_batch = 0
         self._order: Dict[int, List[_Scope]] = {}
         # With a plan, per micro-batch: the predicted store ends and the stores waited for there, in order.
-        self._schedules: Dict[int, object] = {}
+        self._schedules: Dict[int, StoreSchedule] = {}
         self._due: Dict[int, "collections.deque"] = {}
         self._warned: set = set()
         self._hooks: list = []
