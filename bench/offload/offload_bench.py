@@ -362,8 +362,9 @@ def gradient_check(args, engine, bandwidth, results, out) -> None:
 
     reference = grads("keep")
     # A plan as ours-adaptive makes one (its waits and prefetch depth), with layer 1 recomputed by hand.
-    plan = offload.plan_placement(profile_scopes(layers, x, engine), bandwidth["d2h"], bandwidth["h2d"],
-                                  fixed={layers[1]: "recompute"})
+    with sdpa_kernel([SDPBackend.MATH]):
+        profiles = profile_scopes(layers, x, engine)
+    plan = offload.plan_placement(profiles, bandwidth["d2h"], bandwidth["h2d"], fixed={layers[1]: "recompute"})
     log(f"   planned: {' / '.join(plan[layer] for layer in layers)}")
     modes = {"keep (again)": ("keep", None), "recompute": ("recompute", None), "save_on_cpu": ("save_on_cpu", None),
              "ours-host": ("keep", dict(tier="host")), "ours-ssd": ("keep", dict(tier="file")),
