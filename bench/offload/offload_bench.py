@@ -6,7 +6,9 @@
   save_on_cpu torch.autograd.graph.save_on_cpu(pin_memory=True)
   ours-host   hectorgen TensorCache, every layer to pinned host memory
   ours-ssd    every layer to the file tier (O_DIRECT files on --file-dir), as much as the disk absorbs
-  ours-adaptive[-ssd]  the layers plan_placement picks from a profiled step (the rest kept)
+  ours-adaptive[-ssd]  per layer keep / offload / recompute as plan_placement picks it from a profiled step: the
+              lowest predicted activation peak within 5% of keep's step (the plan and its reasons go to the log)
+  ours-adaptive-lowmem the same, allowed as much extra step time as recompute took (ROK plot)
 
 For each configuration: step time (median of --steps), activation peak (peak reserved GPU memory above what the
 weights and gradients hold; peak allocated beside it), bytes moved per step, and the physics floor: the measured
@@ -191,7 +193,8 @@ def forward_seconds(runner: Runner) -> float:
 
 
 def profile_scopes(layers: nn.ModuleList, x: torch.Tensor, engine) -> list:
-    """One step with every layer kept: forward time per layer (CUDA events) and the bytes each layer saves."""
+    """One step with every layer kept: forward time per layer (CUDA events), the bytes each layer saves, and what a
+    recomputed layer keeps (its input, the size of x)."""
     cache = offload.TensorCache(layers, placement={layer: "keep" for layer in layers}, engine=engine)
     events = {}
     hooks = []
@@ -206,7 +209,21 @@ def profile_scopes(layers: nn.ModuleList, x: torch.Tensor, engine) -> list:
         hook.remove()
     cache.remove()
     return [offload.ScopeProfile(layer, events[layer][0].elapsed_time(events[layer][1]) / 1e3,
-                                 cache.last_scope_bytes.get(layer, 0)) for layer in layers]
+                                 cache.last_scope_bytes.get(layer, 0), input_bytes=x.numel() * x.element_size())
+            for layer in layers]
+
+
+def measured_recompute(profiles: list, rows: dict) -> None:
+    """What recomputing a layer costs, from the recompute and keep steps measured before (each layer's share of
+    the difference; recomputation saves nothing, so it is cheaper than the profiled forward). Left to the planner's
+    default (the layer's forward) when missing or implausible (under half the forward: noise)."""
+    keep, recompute = rows.get("keep", {}).get("step_ms"), rows.get("recompute", {}).get("step_ms")
+    if keep is None or recompute is None:
+        return
+    per_layer = (recompute - keep) / 1e3 / len(profiles)
+    for profile in profiles:
+        if per_layer >= 0.5 * profile.forward_seconds:
+            profile.recompute_seconds = min(per_layer, profile.forward_seconds)
 
 
 def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidth, results, out):
@@ -222,22 +239,33 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
     rows = {}
     for mode in modes:
         cache = None
+        plan_row = None
         try:
             if mode.startswith("ours"):
                 if mode.startswith("ours-adaptive"):
                     tier = "file" if mode.endswith("ssd") else "host"
-                    profiles = profiles or profile_scopes(layers, x, engine)
+                    if profiles is None:
+                        profiles = profile_scopes(layers, x, engine)
+                        measured_recompute(profiles, rows)
                     write = bandwidth["disk_write"] if tier == "file" else bandwidth["d2h"]
                     if write <= 0:
                         raise RuntimeError("no measured bandwidth for this tier (is the file tier available?)")
                     read = bandwidth["disk_read"] if tier == "file" else bandwidth["h2d"]
                     keep_ms = rows.get("keep", {}).get("step_ms")
                     factor = (keep_ms / 1e3 - fwd) / fwd if keep_ms else 2.0
-                    placement = offload.plan_placement(profiles, write, read, tier=tier, backward_factor=factor)
-                    log(f"   {mode}: plan offloads {sum(v != 'keep' for v in placement.values())} of {layers_n} "
-                        f"layers (backward/forward {factor:.2f}, {write / 1e9:.1f} GB/s out)")
-                    cache = offload.TensorCache(layers, placement=placement, engine=engine,
-                                                max_inflight_bytes=args.inflight_gib * GiB)
+                    overhead = args.max_overhead
+                    if mode.endswith("lowmem") and "step_ms" in rows.get("recompute", {}) and keep_ms:
+                        overhead = max(overhead, rows["recompute"]["step_ms"] / keep_ms - 1)
+                    t = time.perf_counter()
+                    plan = offload.plan_placement(profiles, write, read, tier=tier, backward_factor=factor,
+                                                  max_overhead=overhead)
+                    plan_row = plan.summary()
+                    log(f"   {mode}: {sum(v != 'keep' for v in plan.values())} of {layers_n} layers not kept "
+                        f"(planned in {time.perf_counter() - t:.1f} s; backward/forward {factor:.2f})")
+                    for line in plan.explain():
+                        log(f"     {line}")
+                    inflight = args.inflight_gib * GiB if args.inflight_gib else plan.max_inflight_bytes
+                    cache = offload.TensorCache(layers, placement=plan, engine=engine, max_inflight_bytes=inflight)
                 else:
                     # ours-ssd offloads what the disk absorbs while the step runs and keeps the rest (the disk is
                     # 25x slower than PCIe: waiting for it would stretch the forward pass to disk speed).
@@ -255,6 +283,8 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
                 cache.remove()
         torch.cuda.empty_cache()
         row.update(base, mode=mode, forward_ms=fwd * 1e3)
+        if plan_row is not None:
+            row["plan"] = plan_row
         if "step_ms" in row:
             row["tflops"] = flops / (row["step_ms"] / 1e3) / 1e12
             row["tokens_per_s"] = batch * seq / (row["step_ms"] / 1e3)
@@ -268,6 +298,10 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
             extra = ""
             if "stored_gib_per_step" in row:
                 extra = f" stored {row['stored_gib_per_step']:.2f} GiB/step loaded {row['loaded_gib_per_step']:.2f}"
+            if plan_row is not None:
+                extra += (f" (plan: peak -{plan_row['keep_peak_gib'] - plan_row['peak_gib']:.2f} GiB, step "
+                          f"{plan_row['overhead_ms']:+.1f} ms; waited {row['cache_stats']['waited_due']} stores, "
+                          f"forwarded {row['cache_stats']['forwarded']})")
             log(f"   {mode:18s} step {row['step_ms']:8.1f} ms  peak {row['peak_reserved_gib']:6.2f} GiB reserved "
                 f"({row['peak_allocated_gib']:6.2f} allocated){extra}")
     # The physics floor.
@@ -291,6 +325,11 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
                 bandwidth.get("disk_write", 0), bandwidth.get("disk_read", 0))) * 1e3),
         }
         floor["keep_peak_gib"] = keep["peak_reserved_gib"]
+        adaptive = rows.get("ours-adaptive", {}).get("plan")
+        if adaptive is not None:
+            floor["plan_placement"] = adaptive["placement"]
+            floor["plan_peak_reduction_gib"] = adaptive["keep_peak_gib"] - adaptive["peak_gib"]
+            floor["plan_overhead_ms"] = adaptive["overhead_ms"]
         floor["host_peak_floor_gib"] = keep["peak_reserved_gib"] - floor["host_out_during_forward_gib"]
         results.append(floor)
         out.write(json.dumps(floor) + "\n")
@@ -302,7 +341,7 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
     return rows
 
 
-def gradient_check(args, engine, results, out) -> None:
+def gradient_check(args, engine, bandwidth, results, out) -> None:
     """Every mode's gradients against keep's, bit for bit, on a smaller stack with deterministic kernels (math
     attention, deterministic algorithms); keep is first checked against itself."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -322,9 +361,15 @@ def gradient_check(args, engine, results, out) -> None:
         return [x.grad.clone()] + [p.grad.clone() for p in layers.parameters()]
 
     reference = grads("keep")
+    # A plan as ours-adaptive makes one (its waits and prefetch depth), with layer 1 recomputed by hand.
+    with sdpa_kernel([SDPBackend.MATH]):
+        profiles = profile_scopes(layers, x, engine)
+    plan = offload.plan_placement(profiles, bandwidth["d2h"], bandwidth["h2d"], fixed={layers[1]: "recompute"})
+    log(f"   planned: {' / '.join(plan[layer] for layer in layers)}")
     modes = {"keep (again)": ("keep", None), "recompute": ("recompute", None), "save_on_cpu": ("save_on_cpu", None),
              "ours-host": ("keep", dict(tier="host")), "ours-ssd": ("keep", dict(tier="file")),
-             "ours-mixed": ("keep", dict(tier="host", placement={layers[1]: "file", layers[3]: "keep"}))}
+             "ours-mixed": ("keep", dict(tier="host", placement={layers[1]: "file", layers[3]: "keep"})),
+             "ours-planned": ("keep", dict(placement=plan))}
     for name, (mode, options) in modes.items():
         cache = offload.TensorCache(layers, engine=engine, **options) if options is not None else None
         got = grads(mode, cache)
@@ -384,6 +429,10 @@ def write_report(results, bandwidth, engine, args, path_md, path_png) -> None:
                           f"{floor['ssd_out_during_forward_gib']:.2f} GiB. Moving everything out and back takes at "
                           f"least {floor['host_transfer_floor_ms']:.0f} ms a step through PCIe, "
                           f"{floor['ssd_transfer_floor_ms']:.0f} ms through the disk (max with the keep step)."]
+            if "plan_placement" in floor:
+                lines += ["", f"Plan of ours-adaptive: {' / '.join(floor['plan_placement'])} (per layer); predicted "
+                              f"{floor['plan_peak_reduction_gib']:.2f} GiB off the activation peak at "
+                              f"{floor['plan_overhead_ms']:+.1f} ms a step (the log has its reasons per layer)."]
         lines.append("")
     grads = [r for r in results if r.get("mode") == "gradients"]
     if grads:
@@ -433,8 +482,11 @@ def main() -> int:
     parser.add_argument("--host-budget-gib", type=float, default=32)
     parser.add_argument("--file-gib", type=float, default=40)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--inflight-gib", type=float, default=4,
-                        help="max_inflight_bytes of the adaptive modes (ours-host/ours-ssd use the default, 2 GiB)")
+    parser.add_argument("--inflight-gib", type=float, default=0,
+                        help="max_inflight_bytes of the adaptive modes (default: the plan's, which waits for its "
+                             "stores where it predicts them done; ours-host/ours-ssd use the cache's 2 GiB)")
+    parser.add_argument("--max-overhead", type=float, default=0.05,
+                        help="step time the adaptive plan may add, as a fraction of keep's (target: 5%%)")
     parser.add_argument("--quick", action="store_true", help="small stacks only, to try the script")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: main,large,rok,grads")
     args = parser.parse_args()
@@ -468,7 +520,7 @@ def main() -> int:
         out.write(json.dumps({"mode": "meta", "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                               "bandwidth": bandwidth, "direct_io": engine.direct_io, "gds": engine.gds}) + "\n")
         if "grads" not in skip:
-            gradient_check(args, engine, results, out)
+            gradient_check(args, engine, bandwidth, results, out)
         if args.quick:
             configs = [("small", 1024, 4, 1024, 2)]
         else:
@@ -480,7 +532,8 @@ def main() -> int:
             hidden, layers_n, seq = (1024, 4, 1024) if args.quick else (4096, 8, 2048)
             for batch in ((1, 2) if args.quick else (1, 2, 4, 8)):
                 run_config(f"rok-b{batch}", hidden, layers_n, seq, batch,
-                           ["keep", "recompute", "save_on_cpu", "ours-host", "ours-adaptive"], args, engine,
+                           ["keep", "recompute", "save_on_cpu", "ours-host", "ours-adaptive", "ours-adaptive-lowmem"],
+                           args, engine,
                            bandwidth, results, out)
     write_report(results, bandwidth, engine, args, out_dir / "offload_results.md", out_dir / "offload_rok.png")
     log(f"done in {time.perf_counter() - started:.0f} s: {out_dir / 'offload_results.md'}")

@@ -359,27 +359,68 @@ def test_arguments_are_checked():
     assert "forward" not in vars(model[0])  # the recompute wrapper is gone with the hooks
 
 
-def test_plan_placement_offloads_what_transfers_can_hide():
-    modules = [torch.nn.Identity() for _ in range(4)]
-    profiles = [offload.ScopeProfile(m, forward_seconds=1.0, offload_bytes=10**9) for m in modules]
-    # 1 GB/s: each store takes as long as a scope's forward; the last scope cannot be written and read back before
-    # backward needs it, the other three can.
-    plan = offload.plan_placement(profiles, write_bandwidth=1e9)
-    assert [plan[m] for m in modules] == ["host", "host", "host", "keep"]
-    # 0.5 GB/s: the third store would end after its load was due.
-    plan = offload.plan_placement(profiles, write_bandwidth=0.5e9)
-    assert [plan[m] for m in modules] == ["host", "host", "keep", "keep"]
-    # However fast the link, the last scope's forward ends when backward starts: it is kept.
-    plan = offload.plan_placement(profiles, write_bandwidth=1e15)
-    assert [plan[m] for m in modules] == ["host", "host", "host", "keep"]
-    assert set(offload.plan_placement(profiles, write_bandwidth=1e6, tier="file").values()) == {"keep"}
-    with pytest.raises(ValueError):
-        offload.plan_placement(profiles, write_bandwidth=0)
-    # A budget for what stays in memory: the earliest kept scopes are recomputed, the last one is kept.
-    plan = offload.plan_placement(profiles, write_bandwidth=0.5e9, keep_budget_bytes=10**9)
-    assert [plan[m] for m in modules] == ["host", "host", "recompute", "keep"]
-    plan = offload.plan_placement(profiles, write_bandwidth=1e6, keep_budget_bytes=0)
-    assert [plan[m] for m in modules] == ["recompute", "recompute", "recompute", "keep"]
+class SlowLink:
+    """An engine whose stores seem to run until waited for (a link much slower than the CPU): the state a GPU run
+    is in, where the CPU queues the whole forward pass long before the copies end."""
+
+    def __init__(self, engine, cache_of):
+        self._engine, self._cache_of = engine, cache_of
+        self._done, self._waited = [], set()
+        self.waits = []  # (engine id, the forward's scope index when the cache waited, or None in backward)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def wait_store(self, engine_id):
+        cache = self._cache_of()
+        self.waits.append((engine_id, cache._stack[-1].index if cache._stack else None))
+        self._waited.add(engine_id)
+        return self._engine.wait_store(engine_id)
+
+    def store_state(self, engine_id):
+        state = self._engine.store_state(engine_id)
+        return "running" if state == "done" and engine_id not in self._waited else state
+
+    def take_finished_stores(self):
+        self._done += self._engine.take_finished_stores()
+        finished = [(i, state) for i, state in self._done if i in self._waited or state != "done"]
+        self._done = [(i, state) for i, state in self._done if not (i in self._waited or state != "done")]
+        return finished
+
+
+def test_a_plan_makes_the_cache_wait_for_stores_where_predicted():
+    model, x = make_model(), inputs()
+    expected = gradients(model, x)
+    scope_bytes = (2 * BATCH * WIDTH + 2 * BATCH * HIDDEN) * 8
+    profiles = [offload.ScopeProfile(block, 1e-3, scope_bytes) for block in model]
+    # A link that moves one scope's bytes in 1.5 scopes of forward: the first two scopes fit under the forward.
+    plan = offload.plan_placement(profiles, write_bandwidth=scope_bytes / 1.5e-3, recompute=False)
+    assert [plan[block] for block in model] == ["host", "host", "keep", "keep"]
+    assert plan.prefetch_scopes >= 1
+
+    def run(placement):
+        holder = {}
+        engine = SlowLink(offload.make_engine(host_budget_bytes=32 << 20, host_arena_bytes=8 << 20,
+                                              chunk_bytes=64 << 10, pinned=False), lambda: holder["cache"])
+        cache = holder["cache"] = make_cache(model, placement=placement, engine=engine)
+        assert_identical(expected, gradients(model, x, cache))
+        assert_clean(cache)
+        cache.remove()
+        return cache, engine
+
+    cache, engine = run(plan)
+    stored = cache.stats["stored_host"]
+    assert stored > 0 and cache.stats["forwarded"] == 0 and cache.stats["kept_wanted"] == 0, cache.stats
+    assert cache.stats["waited_due"] == stored and cache.stats["load_misses"] == 0
+    # Every store was waited for during the forward pass, in order, where the link would have moved it: the last
+    # of scope 1 (3 ms of link time for two scopes) once the forward is in scope 2 or later.
+    indices = [index for _, index in engine.waits]
+    assert len(indices) == stored and None not in indices and indices == sorted(indices), engine.waits
+    assert indices[-1] >= 2
+    # The same placement without the plan's waits: backward reaches the tensors while their stores "run", and
+    # forwards them; nothing would have left memory before the peak.
+    cache, engine = run(dict(plan))
+    assert cache.stats["forwarded"] > 0 and cache.stats["waited_due"] == 0, cache.stats
 
 
 if __name__ == "__main__":

@@ -28,8 +28,11 @@ What it does (runtime/include/hectorgen/offload/engine.h does the I/O, on its ow
   * errors: a store that fails (tier full, disk full, I/O error) keeps the tensor in memory, with a warning; a load
     that fails raises OffloadError naming the cause: wrong data is never returned.
 
-Placement per scope: `placement={module: "keep" | "host" | "file"}` (default: `tier` for every scope), or
-`plan_placement(...)` from a profiled step (adaptive offloading, see docs/offload.md).
+Placement per scope: `placement={module: "keep" | "host" | "file" | "recompute"}` (default: `tier` for every
+scope), or the Plan that `plan_placement(...)` makes from a profiled step (adaptive offloading, offload_plan.py and
+docs/offload.md). With a Plan the cache also takes its prefetch depth, and waits for each store where the plan
+predicts it done: the CPU runs ahead of the GPU, and only a store that has ended frees memory, in the allocator's
+(CPU) order, for what the forward pass allocates next.
 """
 
 from __future__ import annotations
@@ -48,12 +51,16 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 import torch
 import torch.utils.checkpoint
 
+from .offload_plan import Plan, ScopeDecision, ScopeProfile, StoreSchedule, plan_placement
+
 __all__ = [
     "OffloadError",
     "TensorCache",
     "load_offload_extension",
     "make_engine",
     "plan_placement",
+    "Plan",
+    "ScopeDecision",
     "ScopeProfile",
 ]
 
@@ -208,7 +215,8 @@ class TensorCache:
     scopes: the modules whose saved tensors are offloaded (e.g. a model's layers), in forward order.
     parameters_of: modules whose parameters are never offloaded (default: the scopes).
     tier: "host" or "file", the placement of scopes without an entry in `placement`.
-    placement: {module: "keep" | "host" | "file"} per scope module.
+    placement: {module: "keep" | "host" | "file" | "recompute"} per scope module, or a Plan (plan_placement): its
+        placement, its prefetch depth (unless prefetch_scopes is given) and its waits (the module docstring).
     keep_last: the last `keep_last` scopes of `scopes` are kept in memory (backward needs them first).
     host_budget_bytes: pinned host memory of the host tier, allocated once (default: 0 unless a scope uses "host",
         then 8 GiB). host_arena_bytes: the size of one pinned allocation; a tensor must fit in one.
@@ -217,7 +225,7 @@ class TensorCache:
         directory.
     min_bytes: smaller storages are kept (default 1 MiB).
     cpu_tensors: offload CPU tensors too (the CPU tensor mode, for tests without a GPU).
-    prefetch_scopes: how many scopes ahead of the one in backward are loaded.
+    prefetch_scopes: how many scopes ahead of the one in backward are loaded (default: the plan's, else 2).
     fallback: when a scope's tier is full, try the other tier before keeping the tensor.
     engine options: store_threads, load_threads, chunk_bytes, queue_depth, direct_io, gds, rank,
         fault_injection (tests).
@@ -241,7 +249,7 @@ class TensorCache:
         file_bytes: Optional[int] = None,
         min_bytes: int = 1 << 20,
         cpu_tensors: bool = False,
-        prefetch_scopes: int = 2,
+        prefetch_scopes: Optional[int] = None,
         fallback: bool = True,
         store_threads: int = 1,
         load_threads: int = 1,
@@ -266,6 +274,9 @@ class TensorCache:
             self.set_placement(module, where)
         self.min_bytes = int(min_bytes)
         self.cpu_tensors = bool(cpu_tensors)
+        self._plan: Optional[Plan] = placement if isinstance(placement, Plan) else None
+        if prefetch_scopes is None:
+            prefetch_scopes = self._plan.prefetch_scopes if self._plan is not None else 2
         self.prefetch_scopes = max(0, int(prefetch_scopes))
         self.fallback = bool(fallback)
         self.max_inflight_bytes = int(max_inflight_bytes)
@@ -300,6 +311,9 @@ class TensorCache:
         self._stack: List[_Scope] = []
         self._micro_batch = 0
         self._order: Dict[int, List[_Scope]] = {}
+        # With a plan, per micro-batch: the predicted store ends and the stores waited for there, in order.
+        self._schedules: Dict[int, StoreSchedule] = {}
+        self._due: Dict[int, "collections.deque"] = {}
         self._warned: set = set()
         self._hooks: list = []
         self._saved_hooks = None
@@ -359,7 +373,8 @@ class TensorCache:
         self.stats = {key: 0 for key in (
             "packed", "kept_small", "kept_outside", "kept_placement", "kept_backward", "kept_full", "kept_busy",
             "kept_wanted", "deduplicated", "stored_host", "stored_file", "store_failed", "forwarded", "prefetched",
-            "load_misses", "released", "throttled", "recomputed_scopes", "offered_bytes", "offloaded_bytes")}
+            "load_misses", "released", "throttled", "waited_due", "recomputed_scopes", "offered_bytes",
+            "offloaded_bytes")}
 
     # ---- saved tensor hooks ----------------------------------------------------------------------------------------
 
@@ -418,10 +433,17 @@ class TensorCache:
                 self.stats["offered_bytes"] += nbytes
                 scope.new_bytes += nbytes
                 self._start_store(record, scope.placement)
+                schedule = self._schedules.get(scope.micro_batch)
+                if record.state == "storing" and schedule is not None:
+                    due = schedule.store(scope.index, scope.new_bytes - nbytes, nbytes)
+                    self._due[scope.micro_batch].append((due, record))
             if scope not in record.scopes:
                 record.scopes.append(scope)
                 scope.records.append(record)
                 record.last_scope = max(record.last_scope, scope.index)
+            if self._plan is not None:
+                size = self._plan.scope_size(scope.index)
+                self._wait_due((scope.index, scope.new_bytes / size if size else 1.0))
             return _Handle(self, record, tensor)
 
     def _start_store(self, record: _Record, where: str) -> None:
@@ -453,6 +475,20 @@ class TensorCache:
             self._throttle(wait=self.when_busy == "wait")
             return
         self.stats["kept_full"] += 1
+
+    def _wait_due(self, position) -> None:
+        """Waits for the stores that the plan predicts done by `position` (scope index, fraction of its saved bytes)
+        of the current micro-batch's forward pass, and frees their memory."""
+        due = self._due.get(self._micro_batch)
+        waited = False
+        while due and due[0][0] <= position:
+            _, record = due.popleft()
+            if record.state == "storing":
+                self.stats["waited_due"] += 1
+                self.engine.wait_store(record.engine_id)
+                waited = True
+        if waited:
+            self._throttle(wait=False)
 
     def _throttle(self, wait: bool) -> None:
         """Keeps the tensors whose stores are not done under max_inflight_bytes. The CPU runs ahead of the GPU;
@@ -565,6 +601,11 @@ class TensorCache:
             scope = _Scope(module, len(order), self._micro_batch, self.placement.get(module, self.tier))
             order.append(scope)
             self._stack.append(scope)
+            if self._plan is not None:
+                if scope.index == 0:  # a new forward pass: its stores start on an idle link
+                    self._schedules[self._micro_batch] = self._plan.store_schedule()
+                    self._due[self._micro_batch] = collections.deque()
+                self._wait_due((scope.index, 0.0))
 
     def _forward_exit(self, module, args, output):
         with self._lock:
@@ -579,6 +620,8 @@ class TensorCache:
             if scope is None:
                 return None
             scope.backward_entered = True
+            # The peak is at the start of backward: every store of the forward pass is (predicted) done by then.
+            self._wait_due((float("inf"), 0.0))
             if not self._backward_callback_queued:
                 self._backward_callback_queued = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._backward_finished)
@@ -669,74 +712,3 @@ def _view(data: torch.Tensor, handle: _Handle) -> torch.Tensor:
 def _in_backward() -> bool:
     current = getattr(torch._C, "_current_graph_task_id", None)
     return current is not None and current() != -1
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Adaptive placement
-
-
-@dataclasses.dataclass
-class ScopeProfile:
-    """What a profiled step measured for one scope: forward compute time and the bytes it would offload."""
-
-    module: torch.nn.Module
-    forward_seconds: float
-    offload_bytes: int
-
-
-def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, read_bandwidth: Optional[float] = None,
-                   tier: str = "host", backward_factor: float = 2.0,
-                   keep_budget_bytes: Optional[int] = None) -> Dict[torch.nn.Module, str]:
-    """Adaptive offloading (SSDTrain, Sec. "Adaptive Offloading"): offload scopes 0..m-1 and keep the rest, with the
-    largest m whose transfers finish under compute.
-
-    With scopes 0..m-1 offloaded, the stores run first in, first out at `write_bandwidth` bytes/s, each starting
-    when its scope's forward ends; then the loads run in reverse order at `read_bandwidth`, and each must be back
-    when backward reaches its scope (backward of a scope takes `backward_factor` times its forward). Offloading
-    more would either slow the step down or not lower the peak at the start of backward. With keep_budget_bytes,
-    kept scopes beyond that budget are recomputed instead, earliest first (the last scope, which backward needs
-    first, stays kept). Returns {module: tier, "keep" or "recompute"}."""
-    if tier not in ("host", "file"):
-        raise ValueError(f"tier must be 'host' or 'file', got {tier!r}")
-    if write_bandwidth <= 0:
-        raise ValueError("write_bandwidth must be positive (bytes per second)")
-    read_bandwidth = read_bandwidth or write_bandwidth
-    n = len(profiles)
-    forward_end = []
-    t = 0.0
-    for profile in profiles:
-        t += profile.forward_seconds
-        forward_end.append(t)
-    forward_total = t
-
-    def backward_start(j: int) -> float:
-        # Backward reaches scope j after the backward of scopes n-1 .. j+1.
-        return forward_total + backward_factor * sum(p.forward_seconds for p in profiles[j + 1:])
-
-    def feasible(m: int) -> bool:
-        # Stores of scopes 0..m-1, first in first out, each queued when its scope's forward ends.
-        ready = 0.0
-        for j in range(m):
-            ready = max(ready, forward_end[j]) + profiles[j].offload_bytes / write_bandwidth
-        # Then the loads, in reverse order, each due when backward reaches its scope.
-        for j in range(m - 1, -1, -1):
-            load = profiles[j].offload_bytes / read_bandwidth
-            ready = max(ready, backward_start(j) - load) + load
-            if ready > backward_start(j) * (1 + 1e-9):
-                return False
-        return True
-
-    m = 0
-    for candidate in range(n, -1, -1):
-        if feasible(candidate):
-            m = candidate
-            break
-    plan = {profile.module: (tier if index < m else "keep") for index, profile in enumerate(profiles)}
-    if keep_budget_bytes is not None:
-        kept = sum(p.offload_bytes for p in profiles[m:])
-        for profile in profiles[m:n - 1]:
-            if kept <= keep_budget_bytes:
-                break
-            plan[profile.module] = "recompute"
-            kept -= profile.offload_bytes
-    return plan
