@@ -564,7 +564,8 @@ class Runner:
         N, E = g["num_nodes"], g["src"].numel()
         drec = dict(type="dataset", dataset=g["name"], N=N, E=E, R=g["num_etypes"], T=g["num_ntypes"],
                     seed=g.get("seed"), skew=g.get("skew"), type_skew=g.get("type_skew"),
-                    source=g.get("source"), load_s=gen_s, fingerprint=datasets.fingerprint(g))
+                    source=g.get("source"), load_s=gen_s, fingerprint=datasets.fingerprint(g),
+                    pairs=datasets.unique_src_etype_pairs(g))
         log(f"== {g['name']}: N={N} E={E} R={g['num_etypes']} T={g['num_ntypes']} (loaded in {gen_s:.1f} s, "
             f"graph {drec['fingerprint']})")
         gen = torch.Generator().manual_seed(a.seed)
