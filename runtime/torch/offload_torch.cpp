@@ -24,6 +24,7 @@
 #include <unordered_map>
 
 #include "hectorgen/offload/engine.h"
+#include "hectorgen/runtime_version.h"
 
 namespace ho = hectorgen::offload;
 
@@ -294,6 +295,8 @@ std::string state_name(ho::State state) { return ho::to_string(state); }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace py = pybind11;
   m.doc() = "hectorgen activation offload engine (runtime/include/hectorgen/offload/engine.h)";
+  m.def("version", [] { return std::string(HECTORGEN_RUNTIME_VERSION_STRING); },
+        "Version of the compiled runtime (hectorgen/runtime_version.h).");
   py::class_<PyEngine>(m, "Engine")
       .def(py::init<std::uint64_t, std::uint64_t, std::vector<std::string>, std::uint64_t, bool, bool, bool, int, int,
                     std::uint64_t, int, int, bool>(),

@@ -67,8 +67,10 @@ def forward(model, x):
     return h.pow(2).mean()
 
 
-def gradients(model, x, cache=None):
-    """One training step's gradients (input and parameters), with or without the cache."""
+def gradients(model, x, cache=None, settle=False):
+    """One training step's gradients (input and parameters), with or without the cache. settle: every store has
+    run before the backward starts (none is forwarded: a test that counts stores or injects I/O faults must not
+    depend on how fast the machine is)."""
     model.zero_grad(set_to_none=True)
     x.grad = None
     if cache is None:
@@ -76,6 +78,8 @@ def gradients(model, x, cache=None):
     else:
         with cache:
             loss = forward(model, x)
+        if settle:
+            cache.wait_io()
     loss.backward()
     return [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
 
@@ -132,7 +136,7 @@ def test_gradients_bit_identical(mode, tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
-            assert_identical(expected, gradients(model, x, cache))
+            assert_identical(expected, gradients(model, x, cache, settle=True))
             assert_clean(cache)
     stats = cache.stats
     assert stats["stored_host"] + stats["stored_file"] > 0, stats
@@ -178,7 +182,7 @@ def test_same_activation_saved_twice_is_stored_once():
     model, x = make_model(square=True), inputs()
     expected = gradients(model, x)
     cache = make_cache(model)
-    assert_identical(expected, gradients(model, x, cache))
+    assert_identical(expected, gradients(model, x, cache, settle=True))
     stats = cache.stats
     assert stats["deduplicated"] == LAYERS, stats  # h * h.t().t(): the second is a view of the first
     assert cache.engine_stats()["stored_bytes"] == stats["offered_bytes"]
@@ -280,7 +284,7 @@ def test_write_errors_keep_tensors_in_memory_with_a_warning(tmp_path):
                        fallback=False)
     cache.engine.inject_fault("write", errno.EIO, count=3, skip=2)
     with pytest.warns(RuntimeWarning, match="Input/output error"):
-        got = gradients(model, x, cache)
+        got = gradients(model, x, cache, settle=True)
     assert_identical(expected, got)
     assert cache.stats["store_failed"] == 3 and cache.stats["stored_file"] > 0, cache.stats
     assert_clean(cache)
@@ -291,7 +295,7 @@ def test_disk_full_keeps_tensors_with_a_warning(tmp_path):
     expected = gradients(model, x)
     cache = make_cache(model, tier="file", directories=[str(tmp_path)], file_bytes=100 << 10, fallback=False)
     with pytest.warns(RuntimeWarning, match="offload files are full"):
-        got = gradients(model, x, cache)
+        got = gradients(model, x, cache, settle=True)
     assert_identical(expected, got)
     assert cache.stats["kept_full"] > 0 and cache.stats["stored_file"] > 0, cache.stats
     assert_clean(cache)
@@ -302,7 +306,7 @@ def test_unusable_directory_falls_back_to_host(tmp_path):
     expected = gradients(model, x)
     with pytest.warns(UserWarning, match="file tier unavailable.*cannot create an offload file"):
         cache = make_cache(model, tier="file", directories=[str(tmp_path / "missing")], file_bytes=1 << 20)
-    assert_identical(expected, gradients(model, x, cache))
+    assert_identical(expected, gradients(model, x, cache, settle=True))
     assert cache.stats["stored_host"] > 0 and cache.stats["stored_file"] == 0
     assert_clean(cache)
 
@@ -315,6 +319,7 @@ def test_read_errors_raise_a_clear_error_never_wrong_gradients(tmp_path):
     model.zero_grad(set_to_none=True)
     with cache:
         loss = forward(model, x)
+    cache.wait_io()  # every tensor stored, so the backward reads (none is forwarded from memory)
     with pytest.raises(RuntimeError, match="could not be loaded back.*Input/output error"):
         loss.backward()
     del loss

@@ -69,12 +69,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import os
 import pathlib
 import warnings
 from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
+
+from . import _extensions
 
 __all__ = [
     "LAYOUTS",
@@ -372,36 +373,21 @@ def reference_preprocess(
 
 
 _EXTENSION = None
-# runtime/ of a source checkout (python/hectorgen_runtime is two levels below it); an installed package has no
-# sources next to it and needs its compiled _C.
-_RUNTIME_ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
 def extension_sources() -> list:
     """The C++/CUDA sources of the extension (for torch.utils.cpp_extension), from a source checkout."""
+    root = _extensions.RUNTIME_ROOT
     return [
-        str(_RUNTIME_ROOT / "src" / "graph_preprocess.cu"),
-        str(_RUNTIME_ROOT / "src" / "unified.cu"),
-        str(_RUNTIME_ROOT / "torch" / "graph_preprocess_torch.cpp"),
-        str(_RUNTIME_ROOT / "torch" / "unified_torch.cpp"),
-        str(_RUNTIME_ROOT / "torch" / "python_module.cpp"),
-        str(_RUNTIME_ROOT / "torch" / "unified_python.cpp"),
+        str(root / "src" / "graph_preprocess.cu"),
+        str(root / "src" / "unified.cu"),
+        str(root / "torch" / "graph_preprocess_torch.cpp"),
+        str(root / "torch" / "unified_torch.cpp"),
+        str(root / "torch" / "python_module.cpp"),
+        str(root / "torch" / "unified_python.cpp"),
     ]
 
 
 def extension_include_dirs() -> list:
-    return [str(_RUNTIME_ROOT / "include"), str(_RUNTIME_ROOT / "torch" / "include")]
-
-
-def _checked(module):
-    """`module` if it was compiled from this version of the runtime, else ImportError naming both versions."""
-    built = module.version() if hasattr(module, "version") else "unknown (before 1.0)"
-    if built != __version__:
-        raise ImportError(
-            f"hectorgen_runtime {__version__} ({pathlib.Path(__file__).resolve().parent}) found the compiled extension "
-            f"{module.__file__} of runtime {built}: rebuild it from the same sources (runtime/README.md)"
-        )
-    return module
+    return [str(_extensions.RUNTIME_ROOT / "include"), str(_extensions.RUNTIME_ROOT / "torch" / "include")]
 
 
 def load_extension(verbose: bool = False):
@@ -410,37 +396,10 @@ def load_extension(verbose: bool = False):
     torch.utils.cpp_extension.load (needs nvcc and ninja; cached in $HECTORGEN_RUNTIME_BUILD_DIR or PyTorch's
     extension directory, rebuilt only when a source changes). Raises ImportError if neither works."""
     global _EXTENSION
-    if _EXTENSION is not None:
-        return _EXTENSION
-    try:
-        from . import _C  # type: ignore[attr-defined]
-    except ImportError:
-        pass
-    else:
-        _EXTENSION = _checked(_C)
-        return _EXTENSION
-    missing = [source for source in extension_sources() if not os.path.isfile(source)]
-    if missing:
-        raise ImportError(
-            f"hectorgen_runtime {__version__} ({pathlib.Path(__file__).resolve().parent}) has no compiled extension "
-            "(_C) and no sources to build one: install the runtime with its extension (runtime/README.md)"
-        )
-    from torch.utils.cpp_extension import load
-
-    build_dir = os.environ.get("HECTORGEN_RUNTIME_BUILD_DIR")
-    if build_dir:
-        os.makedirs(build_dir, exist_ok=True)
-    _EXTENSION = _checked(
-        load(
-            name="hectorgen_runtime_C",
-            sources=extension_sources(),
-            extra_include_paths=extension_include_dirs(),
-            extra_cflags=["-O2"],
-            extra_cuda_cflags=["-O2"],
-            build_directory=build_dir,
-            verbose=verbose,
-        )
-    )
+    if _EXTENSION is None:
+        _EXTENSION = _extensions.load_compiled("_C", jit_name="hectorgen_runtime_C", sources=extension_sources(),
+                                               include_dirs=extension_include_dirs(), cuda_cflags=["-O2"],
+                                               verbose=verbose)
     return _EXTENSION
 
 

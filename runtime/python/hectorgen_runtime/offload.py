@@ -43,7 +43,6 @@ import dataclasses
 import glob
 import itertools
 import os
-import pathlib
 import threading
 import warnings
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
@@ -51,6 +50,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 import torch
 import torch.utils.checkpoint
 
+from . import _extensions
 from .offload_plan import Plan, ScopeDecision, ScopeProfile, StoreSchedule, plan_placement
 
 __all__ = [
@@ -66,7 +66,6 @@ __all__ = [
 
 PLACEMENTS = ("keep", "host", "file", "recompute")
 
-_RUNTIME_ROOT = pathlib.Path(__file__).resolve().parents[2]
 _EXTENSION = None
 _EXTENSION_LOCK = threading.Lock()
 
@@ -77,8 +76,8 @@ class OffloadError(RuntimeError):
 
 def extension_sources() -> list:
     """The C++ sources of the offload extension (torch.utils.cpp_extension), from a source checkout."""
-    return [str(_RUNTIME_ROOT / "torch" / "offload_torch.cpp")] + sorted(
-        glob.glob(str(_RUNTIME_ROOT / "src" / "offload" / "*.cpp")))
+    root = _extensions.RUNTIME_ROOT
+    return [str(root / "torch" / "offload_torch.cpp")] + sorted(glob.glob(str(root / "src" / "offload" / "*.cpp")))
 
 
 def load_offload_extension(verbose: bool = False):
@@ -87,33 +86,11 @@ def load_offload_extension(verbose: bool = False):
     extension directory). Raises ImportError saying why when neither works."""
     global _EXTENSION
     with _EXTENSION_LOCK:
-        if _EXTENSION is not None:
-            return _EXTENSION
-        try:
-            from . import _offload  # type: ignore[attr-defined]
-        except ImportError:
-            pass
-        else:
-            _EXTENSION = _offload
-            return _EXTENSION
-        sources = extension_sources()
-        if not all(os.path.isfile(source) for source in sources) or len(sources) < 2:
-            raise ImportError("hectorgen_runtime.offload: no compiled extension (_offload) and no sources to build "
-                              "one: install the runtime with its extensions (runtime/README.md)")
-        from torch.utils.cpp_extension import load
-
-        build_dir = os.environ.get("HECTORGEN_RUNTIME_BUILD_DIR")
-        if build_dir:
-            os.makedirs(build_dir, exist_ok=True)
-        _EXTENSION = load(
-            name="hectorgen_runtime_offload",
-            sources=sources,
-            extra_include_paths=[str(_RUNTIME_ROOT / "include")],
-            extra_cflags=["-O2"],
-            extra_ldflags=["-ldl"],
-            build_directory=build_dir,
-            verbose=verbose,
-        )
+        if _EXTENSION is None:
+            _EXTENSION = _extensions.load_compiled("_offload", jit_name="hectorgen_runtime_offload",
+                                                   sources=extension_sources(),
+                                                   include_dirs=[str(_extensions.RUNTIME_ROOT / "include")],
+                                                   ldflags=["-ldl"], verbose=verbose)
         return _EXTENSION
 
 
