@@ -1549,6 +1549,15 @@ TEST_CASE("recompute-gemms: HGT's compact backward recomputes lin$k and msg inst
     CHECK(contains(phases.at(1).saved, "msg"));
     CHECK_FALSE(gemm_writing(phases.at(2), "msg"));
   }
+  // on (or yes) recomputes it, as auto does here.
+  for (const char* value : {"on", "yes"}) {
+    const std::string text = replace(read_file(spec), "  materialization: compact\n",
+                                     std::string("  materialization: compact\n  recompute: ") + value + "\n");
+    const std::vector<Program> phases = lower_source(spec, text);
+    CHECK(phases.at(1).decl.options.recompute == inter::Recompute::On);
+    CHECK_FALSE(contains(phases.at(1).saved, "msg"));
+    CHECK(gemm_writing(phases.at(2), "msg"));
+  }
   const Program &fwt = on[1], &bw = on[2];
   for (const char* field : {"lin$k", "msg"}) {
     CAPTURE(field);
