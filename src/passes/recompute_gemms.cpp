@@ -215,7 +215,9 @@ std::vector<std::string> recompute_gemms(Program& fwt, Program& bw) {
   if (mode == inter::Recompute::Off) return {};
   const std::vector<std::string> saved = fwt.saved;
   const std::vector<RecomputeCandidate> candidates = recompute_candidates(fwt, bw);
-  // Greedy in candidate order: each is tried on top of those taken so far, on copies of the programs as lowered.
+  // Greedy in candidate order: each is tried on top of those taken so far, on copies of the programs as lowered, and
+  // taken when the estimate falls at all. No minimum fraction: a candidate moves a whole [rows, n] tensor in or out
+  // of the peak, so a fall is never a rounding matter, and a tie keeps the field saved (no extra GEMM).
   std::vector<RecomputeCandidate> chosen;
   std::vector<std::string> notes;
   int64_t peak = training_step_peak(fwt, bw, kDecisionGraph);
