@@ -74,8 +74,8 @@ VARIANTS = {
     "bf16_compact_reorder": Variant("bf16_compact_reorder", "bf16", "bf16",
                                     (("materialization: vanilla", "materialization: compact"), ("reorder: off", "reorder: on")),
                                     "compact materialization and linear operator reordering"),
-    # The backward recomputing saved edge and pair GEMM results (recompute: auto, the default) against saving them
-    # (recompute: off): the step time that memory costs.
+    # The backward recomputing saved edge and pair GEMM results (recompute: auto, the default: where that lowers the
+    # step's estimated peak, HGT's and not RGAT's) against saving them (recompute: off): the step time that memory costs.
     "tf32_saved": Variant("tf32_saved", "tf32", "fp32", (("reorder: off", "reorder: off\n  recompute: off"),),
                           "GEMM results saved for the backward, not recomputed"),
     "tf32_compact_saved": Variant("tf32_compact_saved", "tf32", "fp32",

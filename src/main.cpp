@@ -37,10 +37,10 @@ int main(int argc, char** argv) {
                  "in one module, chosen per graph at prepare_graph from a cost model: docs/materialization.md)")
       ->check(CLI::IsMember({"vanilla", "compact", "auto"}));
   app.add_option("--recompute", opts.recompute,
-                 "rematerialization, overriding the spec's options.recompute: auto (the backward recomputes a saved "
-                 "per-edge or per-pair GEMM result whose operands it has anyway, instead of the forward saving it) or "
-                 "off (save it)")
-      ->check(CLI::IsMember({"auto", "off"}));
+                 "rematerialization, overriding the spec's options.recompute: the backward recomputes a saved per-edge "
+                 "or per-pair GEMM result whose operands it has anyway, instead of the forward saving it: auto (where "
+                 "that lowers the training step's estimated peak memory), on (always) or off (never)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--unified-inputs", opts.unified_inputs,
                  "inputs (per node) the generated code reads from unified tensors in pinned, GPU-mapped host memory, "
                  "as with the spec's 'placement: unified' (comma-separated names)")

@@ -106,6 +106,9 @@ struct RgatBackwardArgs {
   const float* att__1 = nullptr;  // [num_edges, 1]
   const float* att_max = nullptr;  // [num_nodes, 1]
   const float* att_sum = nullptr;  // [num_nodes, 1]
+  const float* hs = nullptr;  // [num_edges, 1, 64]
+  const float* ht = nullptr;  // [num_edges, 1, 64]
+  const float* msg = nullptr;  // [num_edges, 1, 64]
   const float* d_h = nullptr;  // [num_nodes, 1, 64]
   const float* W = nullptr;  // [num_etypes, 64, 64]
   const float* w_s = nullptr;  // [num_etypes, 1, 64]
@@ -127,8 +130,6 @@ struct RgatBackwardArgs {
   float* t_wg1 = nullptr;  // [num_edges, 1, 64]
   float* t_d_feature_edges = nullptr;  // [num_edges, 64]
   float* t_d_feature_edges_2 = nullptr;  // [num_edges, 64]
-  float* hs = nullptr;  // [num_edges, 1, 64]
-  float* ht = nullptr;  // [num_edges, 1, 64]
   int32_t* rgat_bw_segsum_d_w_s_chunk_ptr = nullptr;  // workspace: rgat_bw_segsum_d_w_s's first chunk of each segment
   float* rgat_bw_segsum_d_w_s_partial = nullptr;  // workspace: rgat_bw_segsum_d_w_s's fp32 sums, one per chunk
   int32_t* rgat_bw_segsum_d_w_t_chunk_ptr = nullptr;  // workspace: rgat_bw_segsum_d_w_t's first chunk of each segment
@@ -140,9 +141,7 @@ struct RgatBackwardArgs {
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
-cudaError_t launch_rgat_bw_gemm_hs_recompute(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_nodes_d_att(const RgatBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_rgat_bw_gemm_ht_recompute(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_segsum_d_w_s(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_segsum_d_w_t(const RgatBackwardArgs& args, cudaStream_t stream);

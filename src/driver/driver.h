@@ -24,7 +24,7 @@ struct Options {
   std::string phase = "forward"; // for --run-pass=lower and fuse-loops: the phase the module is
   std::string reorder;           // --reorder=on|off|auto: overrides the spec's options.reorder (empty: the spec's)
   std::string materialization;   // --materialization=vanilla|compact|auto: overrides the spec's options.materialization
-  std::string recompute;         // --recompute=auto|off: overrides the spec's options.recompute (empty: the spec's)
+  std::string recompute;         // --recompute=auto|on|off: overrides the spec's options.recompute (empty: the spec's)
   std::vector<std::string> unified_inputs;  // --unified-inputs: inputs given 'placement: unified'
   std::vector<std::string> indexed_inputs;  // --indexed-inputs: inputs given 'rows: indexed'
   std::string reference_dir;     // run the float64 CPU reference on tensors in this directory

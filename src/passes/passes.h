@@ -75,19 +75,46 @@ void schedule_for_memory(intra::Program& p);
 struct GraphCounts {
   int64_t nodes = 0, edges = 0, pairs = 0, etypes = 0, ntypes = 0;
 };
+// A typical graph of `nodes` nodes: 8 edges and 4 unique (source, relation) pairs per node (mag: 11 and 0.8, wikikg2:
+// 6.4 and 4), one node type and one edge type. schedule_for_memory orders kernels by its per-node rows;
+// recompute_gemms estimates peaks on it.
+GraphCounts typical_graph(int64_t nodes);
 // The most bytes of tensors an op holds at once when it runs `p` on a graph of `counts`, as the host code allocates
 // them (emit/host.cpp, plan_memory): its inputs and weights, and its results (outputs, saved fields), for the whole op;
 // every other tensor from the first kernel that touches it to the last. Workspaces are not counted. A static
 // estimate of the op's peak, e.g. on wikikg2's counts (tests/unit/test_intra_lowering.cpp, "[estimate]").
 int64_t peak_bytes(const intra::Program& p, const GraphCounts& counts);
+// The bytes of tensor `t` on a graph of `counts`.
+int64_t tensor_bytes(const intra::TensorInfo& t, const GraphCounts& counts);
 
 // Rematerialization (recompute_gemms.cpp), on a model's training programs after lowering (forward_train and
 // backward, with their storage types unified): a field the training forward saves for the backward that a GEMM
 // instance computes (its only writer: a plain, unscattered GEMM) with rows per edge or per pair, from operands the
-// backward has anyway (inputs, weights, other saved fields, not written after the GEMM), is no longer saved: the
-// backward runs the same instance (same operands, tile and kernel: the same bits) right before the first kernel that
-// reads it (`<model>_bw_gemm_<name>_recompute`), then schedule-for-memory places it. The training forward drops the
-// GEMM when nothing else of it reads the result. Options::recompute off: nothing changes. Returns the fields no
+// backward has anyway (inputs, weights, other saved fields, not written after the GEMM), is a candidate: instead of
+// being saved, the backward runs the same instance (same operands, tile and kernel: the same bits) right before the
+// first kernel that reads it (`<model>_bw_gemm_<name>_recompute`), then schedule-for-memory places it. The training
+// forward drops the GEMM when nothing else of it reads the result.
+//
+// A candidate: the training forward's GEMM at `at` computes `tensor`, which holds `fields` (in saved order; several
+// when fields alias one tensor, as RGAT's msg and hs) from `operands` (its tensors; none may be recomputed too).
+struct RecomputeCandidate {
+  size_t at = 0;
+  std::string tensor;
+  std::vector<std::string> fields;
+  std::vector<std::string> operands;
+};
+// The candidates of two training programs, in kernel order.
+std::vector<RecomputeCandidate> recompute_candidates(const intra::Program& forward_train, const intra::Program& backward);
+// Recomputes `chosen` (candidates of these very programs, none an operand of another).
+void apply_recompute(intra::Program& forward_train, intra::Program& backward, const std::vector<RecomputeCandidate>& chosen);
+// The estimated peak of a training step on a graph of `counts`: the larger of its two ops' peak_bytes, where the
+// backward's inputs that are one tensor of the training forward (saved fields it aliases, RGAT's hs and msg: the
+// forward returns that tensor twice) count once.
+int64_t training_step_peak(const intra::Program& forward_train, const intra::Program& backward, const GraphCounts& counts);
+// The pass: Options::recompute on: every candidate (that is no operand of one taken before); off: none; auto: greedily
+// in candidate order, those that lower training_step_peak on typical_graph(2^20) strictly (each evaluated on top of
+// those taken before).
+// Notes on the training forward say why each candidate was or was not taken (auto and on). Returns the fields no
 // longer saved, in saved order.
 std::vector<std::string> recompute_gemms(intra::Program& forward_train, intra::Program& backward);
 

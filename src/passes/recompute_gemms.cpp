@@ -9,9 +9,15 @@
 // arguments (which instance computes a saved field, with which tile and kernel; which tensors the backward is handed),
 // and the backward must run the very instance the training forward ran, so that the recomputed rows are the saved
 // rows bit for bit; a copy of the instance guarantees that, re-lowering a statement of the inter IR would not.
+//
+// Recomputing pays only where it lowers the step's peak: the kernel at the peak of RGAT's backward reads hs and ht,
+// so a recomputed copy is live there as the saved one was, and recomputing them cost 15% of the step for no memory
+// (measured on an H100); HGT's backward holds lin$k and msg for the whole op beside its own [pairs, 64] gradients,
+// and recomputing them lowered the step's peak by 5 to 35%. `recompute: auto` decides by the estimated peak.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -70,38 +76,45 @@ void add_tensor(Program& p, const TensorInfo& t) {
   p.tensors.insert(after, t);
 }
 
-// A saved field the backward recomputes: the training forward's GEMM at `at` computes `tensor`, which holds `fields`
-// (in saved order; several when fields alias one tensor, as RGAT's msg and hs).
-struct Recomputed {
-  size_t at = 0;
-  std::string tensor;
-  std::vector<std::string> fields;
-};
-
-}  // namespace
-
-std::vector<std::string> recompute_gemms(Program& fwt, Program& bw) {
-  if (fwt.decl.options.recompute == inter::Recompute::Off) return {};
-  const std::vector<std::string> saved = fwt.saved;
-  // What the backward is handed anyway, by the training forward's tensor names: inputs and weights under their own
-  // names, saved fields under the field's (the first that a tensor holds).
+// What the backward is handed anyway, by the training forward's tensor names: inputs and weights under their own
+// names, saved fields under the field's (the first that a tensor holds).
+std::map<std::string, std::string> handed_to_backward(const Program& fwt, const Program& bw) {
   std::map<std::string, std::string> in_backward;
   for (const TensorInfo& t : fwt.tensors)
     if ((t.role == Role::Input && bw.decl.find_input(t.name)) || (t.role == Role::Weight && bw.decl.find_weight(t.name)))
       in_backward[t.name] = t.name;
+  for (const std::string& f : fwt.saved)
+    if (bw.decl.find_input(f)) in_backward.emplace(holder(fwt, f), f);
+  return in_backward;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// The graph recompute-gemms decides on: a million nodes (mag has 1.9, wikikg2 2.5), so that the rows per node, edge
+// and pair weigh as they do on the graphs a training step runs on, and the weights next to nothing. One shape is
+// enough: a candidate trades a saved [rows, n] tensor held for the whole backward for the same tensor held from its
+// recompute to its last reader, and whether that lowers the step's peak depends on which kernel holds the most, not on
+// the ratio of edges to pairs (the estimate on mag's and wikikg2's counts decides the same for RGAT and HGT:
+// tests/unit/test_intra_lowering.cpp, "[estimate]").
+const GraphCounts kDecisionGraph = typical_graph(int64_t{1} << 20);
+
+}  // namespace
+
+std::vector<RecomputeCandidate> recompute_candidates(const Program& fwt, const Program& bw) {
+  const std::map<std::string, std::string> in_backward = handed_to_backward(fwt, bw);
   std::map<std::string, std::vector<std::string>> fields_of;  // holder -> the saved fields it holds
-  for (const std::string& f : fwt.saved) {
-    if (!bw.decl.find_input(f)) continue;
-    fields_of[holder(fwt, f)].push_back(f);
-    in_backward.emplace(holder(fwt, f), f);
-  }
+  for (const std::string& f : fwt.saved)
+    if (bw.decl.find_input(f)) fields_of[holder(fwt, f)].push_back(f);
   auto same_storage = [&](const std::string& tensor) {  // the backward reads it as the forward stores it
     const TensorInfo* b = bw.find(in_backward.at(tensor));
     return !b || b->storage == fwt.find(tensor)->storage;
   };
 
-  std::vector<Recomputed> chosen;
-  std::set<std::string> dropped;  // chosen holders: no longer handed to the backward
+  std::vector<RecomputeCandidate> candidates;
   for (size_t i = 0; i < fwt.kernels.size(); ++i) {
     const auto* g = std::get_if<GemmInstance>(&fwt.kernels[i]);
     if (!g || g->accumulate || g->scatter != Gather::None || !fields_of.count(g->y)) continue;
@@ -112,8 +125,7 @@ std::vector<std::string> recompute_gemms(Program& fwt, Program& bw) {
     std::vector<std::string> operands = {g->x, g->w};
     if (!g->row_scalar.empty()) operands.push_back(g->row_scalar);
     const bool available = std::all_of(operands.begin(), operands.end(), [&](const std::string& o) {
-      return in_backward.count(o) && !dropped.count(o) && !written_after(fwt, i, o) && writers(bw, in_backward.at(o)) == 0 &&
-             same_storage(o);
+      return in_backward.count(o) && !written_after(fwt, i, o) && writers(bw, in_backward.at(o)) == 0 && same_storage(o);
     });
     // The fields it holds: read by the backward (else saving them is another matter), never written there, and not
     // read by a PyTorch fallback (it reads a field of the backward through the op's inputs, by the field's name).
@@ -124,12 +136,15 @@ std::vector<std::string> recompute_gemms(Program& fwt, Program& bw) {
       movable = movable && writers(bw, fields[f]) == 0 && !read_by_torch(bw, fields[f]);
     }
     if (!available || !read || !movable) continue;
-    chosen.push_back({i, g->y, fields});
-    dropped.insert(g->y);
+    candidates.push_back({i, g->y, fields, operands});
   }
+  return candidates;
+}
 
-  std::vector<std::string> recomputed;
-  for (const Recomputed& r : chosen) {
+void apply_recompute(Program& fwt, Program& bw, const std::vector<RecomputeCandidate>& chosen) {
+  if (chosen.empty()) return;
+  const std::map<std::string, std::string> in_backward = handed_to_backward(fwt, bw);
+  for (const RecomputeCandidate& r : chosen) {
     const GemmInstance& g = std::get<GemmInstance>(fwt.kernels[r.at]);
     const std::string& y = r.fields.front();
     // The backward: the fields are one temporary, computed by the same instance right before its first reader.
@@ -163,11 +178,13 @@ std::vector<std::string> recompute_gemms(Program& fwt, Program& bw) {
     }
     auto first_reader = std::find_if(bw.kernels.begin(), bw.kernels.end(), [&](const Kernel& k) { return kernel_reads(k).count(y) > 0; });
     bw.kernels.insert(first_reader, Kernel{again});
-    recomputed.insert(recomputed.end(), r.fields.begin(), r.fields.end());
   }
   // The training forward: the fields are not saved, and a GEMM nothing else of it reads is gone (from the last, so
   // the indices of the others hold).
-  for (auto r = chosen.rbegin(); r != chosen.rend(); ++r) {
+  std::vector<const RecomputeCandidate*> by_kernel;
+  for (const RecomputeCandidate& r : chosen) by_kernel.push_back(&r);
+  std::sort(by_kernel.begin(), by_kernel.end(), [](const auto* a, const auto* b) { return a->at > b->at; });
+  for (const RecomputeCandidate* r : by_kernel) {
     std::erase_if(fwt.saved, [&](const std::string& f) {
       return std::find(r->fields.begin(), r->fields.end(), f) != r->fields.end();
     });
@@ -176,11 +193,68 @@ std::vector<std::string> recompute_gemms(Program& fwt, Program& bw) {
     std::erase_if(fwt.tensors, [&](const TensorInfo& t) { return t.name == r->tensor; });
     std::erase_if(fwt.aliases, [&](const auto& alias) { return alias.second == r->tensor; });
   }
-  if (!chosen.empty()) {
-    // Both ops hold other tensors now: the kernel order that keeps the fewest live is another one.
-    schedule_for_memory(fwt);
-    schedule_for_memory(bw);
+  // Both ops hold other tensors now: the kernel order that keeps the fewest live is another one.
+  schedule_for_memory(fwt);
+  schedule_for_memory(bw);
+}
+
+int64_t training_step_peak(const Program& fwt, const Program& bw, const GraphCounts& counts) {
+  // peak_bytes counts each input of the backward for the whole op; a tensor the forward returns under several saved
+  // names is one allocation: its other names do not count.
+  int64_t shared = 0;
+  std::set<std::string> holders;
+  for (const std::string& f : fwt.saved) {
+    const TensorInfo* t = bw.find(f);
+    if (t && t->role == Role::Input && !holders.insert(holder(fwt, f)).second) shared += tensor_bytes(*t, counts);
   }
+  return std::max(peak_bytes(fwt, counts), peak_bytes(bw, counts) - shared);
+}
+
+std::vector<std::string> recompute_gemms(Program& fwt, Program& bw) {
+  const inter::Recompute mode = fwt.decl.options.recompute;
+  if (mode == inter::Recompute::Off) return {};
+  const std::vector<std::string> saved = fwt.saved;
+  const std::vector<RecomputeCandidate> candidates = recompute_candidates(fwt, bw);
+  // Greedy in candidate order: each is tried on top of those taken so far, on copies of the programs as lowered, and
+  // taken when the estimate falls at all. No minimum fraction: a candidate moves a whole [rows, n] tensor in or out
+  // of the peak, so a fall is never a rounding matter, and a tie keeps the field saved (no extra GEMM).
+  std::vector<RecomputeCandidate> chosen;
+  std::vector<std::string> notes;
+  int64_t peak = training_step_peak(fwt, bw, kDecisionGraph);
+  for (const RecomputeCandidate& c : candidates) {
+    const std::string fields = joined(c.fields);
+    auto taken = [&](const std::string& o) {
+      return std::any_of(chosen.begin(), chosen.end(), [&](const RecomputeCandidate& r) { return r.tensor == o; });
+    };
+    if (auto o = std::find_if(c.operands.begin(), c.operands.end(), taken); o != c.operands.end()) {
+      notes.push_back(fmt::format("recompute-gemms: {} saved (its operand {} is recomputed)", fields, *o));
+      continue;
+    }
+    if (mode == inter::Recompute::On) {
+      chosen.push_back(c);
+      notes.push_back(fmt::format("recompute-gemms: {} recomputed by the backward (recompute: on)", fields));
+      continue;
+    }
+    std::vector<RecomputeCandidate> tried = chosen;
+    tried.push_back(c);
+    Program f = fwt, b = bw;
+    apply_recompute(f, b, tried);
+    const int64_t after = training_step_peak(f, b, kDecisionGraph);
+    if (after < peak) {
+      notes.push_back(fmt::format("recompute-gemms: {} recomputed by the backward (the step's estimated peak: {} -> {} bytes)",
+                                  fields, peak, after));
+      chosen = std::move(tried);
+      peak = after;
+    } else {
+      notes.push_back(fmt::format("recompute-gemms: {} saved (recomputing {} would not lower the step's estimated peak: {} -> {} bytes)",
+                                  fields, c.fields.size() > 1 ? "them" : "it", peak, after));
+    }
+  }
+  apply_recompute(fwt, bw, chosen);
+  fwt.notes.insert(fwt.notes.end(), notes.begin(), notes.end());
+
+  std::vector<std::string> recomputed;
+  for (const RecomputeCandidate& r : chosen) recomputed.insert(recomputed.end(), r.fields.begin(), r.fields.end());
   std::sort(recomputed.begin(), recomputed.end(), [&](const std::string& a, const std::string& b) {
     return std::find(saved.begin(), saved.end(), a) < std::find(saved.begin(), saved.end(), b);
   });

@@ -17,14 +17,14 @@ using namespace intra;
 
 namespace {
 
-// Rows of a tensor on a typical graph, relative to its nodes: edges are about 8 per node, unique (source,
-// relation) pairs about 4 (mag: 11 and 0.8, wikikg2: 6.4 and 4). Per-type tensors do not count: moving kernels
-// for them would churn the generated code for nothing.
+// Rows of a tensor on a typical graph, relative to its nodes (typical_graph(1)). Per-type tensors do not count:
+// moving kernels for them would churn the generated code for nothing.
 int64_t typical_rows(inter::Per per) {
+  const GraphCounts typical = typical_graph(1);
   switch (per) {
-    case inter::Per::Node: return 1;
-    case inter::Per::Edge: return 8;
-    case inter::Per::Pair: return 4;
+    case inter::Per::Node: return typical.nodes;
+    case inter::Per::Edge: return typical.edges;
+    case inter::Per::Pair: return typical.pairs;
     default: return 0;
   }
 }
@@ -150,8 +150,14 @@ void schedule_for_memory(Program& p) {
   p.kernels = std::move(kernels);
 }
 
+GraphCounts typical_graph(int64_t nodes) { return {nodes, 8 * nodes, 4 * nodes, 1, 1}; }
+
+int64_t tensor_bytes(const TensorInfo& t, const GraphCounts& counts) {
+  return rows(t.per, counts) * t.row_numel() * element_bytes(t.storage);
+}
+
 int64_t peak_bytes(const Program& p, const GraphCounts& counts) {
-  auto bytes = [&](const TensorInfo& t) { return rows(t.per, counts) * t.row_numel() * element_bytes(t.storage); };
+  auto bytes = [&](const TensorInfo& t) { return tensor_bytes(t, counts); };
   const std::set<std::string> returned = returned_tensors(p);
   int64_t whole_op = 0;
   for (const TensorInfo& t : p.tensors)

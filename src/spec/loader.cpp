@@ -376,9 +376,9 @@ class SchemaReader {
         auto s = string_value(v, "'recompute'");
         if (!s) return;
         if (auto r = parse_recompute(*s)) o.recompute = *r;
-        else if (*s == "true" || *s == "yes") o.recompute = Recompute::Auto;
+        else if (*s == "true" || *s == "yes") o.recompute = Recompute::On;
         else if (*s == "false" || *s == "no") o.recompute = Recompute::Off;
-        else error(v, "bad-value", fmt::format("'recompute' must be auto or off, got '{}'", *s));
+        else error(v, "bad-value", fmt::format("'recompute' must be auto, on or off, got '{}'", *s));
       } else if (k == "dtype") {
         auto s = string_value(v, "'dtype'");
         if (!s) return;

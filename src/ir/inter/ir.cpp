@@ -169,6 +169,7 @@ const char* to_string(Reorder r) {
 const char* to_string(Recompute r) {
   switch (r) {
     case Recompute::Auto: return "auto";
+    case Recompute::On: return "on";
     case Recompute::Off: return "off";
   }
   return "?";
@@ -198,7 +199,7 @@ std::optional<Reorder> parse_reorder(std::string_view s) {
   return std::nullopt;
 }
 std::optional<Recompute> parse_recompute(std::string_view s) {
-  for (auto r : {Recompute::Auto, Recompute::Off})
+  for (auto r : {Recompute::Auto, Recompute::On, Recompute::Off})
     if (s == to_string(r)) return r;
   return std::nullopt;
 }

@@ -204,9 +204,10 @@ struct TensorDecl {
 enum class Materialization { Vanilla, Compact, Auto };
 // Linear operator reordering (passes::reorder_linear): never, wherever it applies, or where its count says it pays.
 enum class Reorder { Off, On, Auto };
-// Rematerialization (passes::recompute_gemms): a saved per-edge or per-pair GEMM result is recomputed by the backward
-// instead of saved (auto: when its operands are there anyway), or always saved (off).
-enum class Recompute { Auto, Off };
+// Rematerialization (passes::recompute_gemms): a saved per-edge or per-pair GEMM result whose operands the backward has
+// anyway is recomputed by the backward instead of saved: always (on), never (off), or where that lowers the training
+// step's estimated peak memory (auto).
+enum class Recompute { Auto, On, Off };
 
 struct Schedule {
   int gemm_tile = 16;      // output tile edge (rows and columns) of GEMM instances

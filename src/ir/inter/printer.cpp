@@ -135,7 +135,7 @@ std::string print_module(const Module& m, const Annotator& annotate) {
   out += fmt::format("option materialization = \"{}\"\n", to_string(o.materialization));
   if (o.compact_relations) out += fmt::format("option compact_relations = {}\n", *o.compact_relations);
   out += fmt::format("option reorder = \"{}\"\n", to_string(o.reorder));
-  // Printed when off only: the default leaves the text of the programs it does not change as it was.
+  // Printed when not auto: the default leaves the text of the programs it does not change as it was.
   if (o.recompute != Recompute::Auto) out += fmt::format("option recompute = \"{}\"\n", to_string(o.recompute));
   out += fmt::format("option dtype = \"{}\"\n", to_string(o.dtype));
   out += fmt::format("option gemm_tile = {}\n", o.schedule.gemm_tile);

@@ -339,7 +339,9 @@ std::string print_decl(const inter::ModelDecl& d) {
 }  // namespace
 
 std::string print_program(const Program& p) {
-  std::string out = fmt::format("# hectorgen intra-operator IR\nmodel {}\nphase {}\n", p.model, p.phase);
+  std::string out = "# hectorgen intra-operator IR\n";
+  for (const std::string& note : p.notes) out += fmt::format("# {}\n", note);
+  out += fmt::format("model {}\nphase {}\n", p.model, p.phase);
   out += print_decl(p.decl);
   std::string lay;
   for (const auto& l : p.layouts) lay += (lay.empty() ? "" : ", ") + l;

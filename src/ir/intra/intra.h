@@ -252,6 +252,9 @@ struct Program {
   std::set<std::string> layouts;    // graph layouts the kernels need (see runtime/)
   std::vector<std::string> saved;   // forward_train: fields returned for the backward (after the outputs)
   std::map<std::string, std::string> aliases;  // field -> the tensor that holds it
+  // Why a pass decided as it did (recompute-gemms: which saved fields the backward recomputes, on what estimate):
+  // printed as comment lines right after the header line, read back by the parser.
+  std::vector<std::string> notes;
 
   const TensorInfo* find(const std::string& name) const;
 };

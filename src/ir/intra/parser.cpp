@@ -488,7 +488,13 @@ class ProgramParser {
   Program program() {
     Program p;
     program_ = &p;
-    while (pos_ < lines_.size() && lines_[pos_].text.rfind("#", 0) == 0 && lines_[pos_].indent == 0) ++pos_;
+    // Comment lines first; those after the header line are the program's notes.
+    bool header = false;
+    for (; pos_ < lines_.size() && lines_[pos_].text.rfind("#", 0) == 0 && lines_[pos_].indent == 0; ++pos_) {
+      const std::string_view text = lines_[pos_].text;
+      if (header) p.notes.emplace_back(text.size() > 2 ? text.substr(2) : std::string_view{});
+      header = header || text == "# hectorgen intra-operator IR";
+    }
     {
       Cursor c = line("model");
       c.expect("model");
