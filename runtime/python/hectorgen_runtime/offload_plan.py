@@ -15,7 +15,7 @@ The model (docs/offload.md, "Adaptive placement"). Times are GPU times from the 
   makes the CPU (which runs ahead of the GPU) wait for store j where the forward pass reaches the predicted end
   (its "due point"), so that the memory is freed, in the allocator's order, before what is allocated after it.
 * Backward: scope k's backward takes backward_seconds (default backward_factor x forward), plus its forward again
-  when it is recomputed. Entering scope k's backward queues the loads of the offloaded scopes k, k-1, ...,
+  when it is recomputed, plus offload_seconds (the cache's own work on its tensors) when it is offloaded. Entering scope k's backward queues the loads of the offloaded scopes k, k-1, ...,
   k-prefetch (the cache's prefetch_scopes), first in, first out; a scope whose loads are not done waits (a stall).
 * Memory (activation bytes resident): during the forward, what the kept scopes saved so far, the inputs of the
   recomputed ones, and the offloaded bytes produced and not yet copied; entering scope k's backward, the kept
@@ -47,7 +47,11 @@ GiB = float(1 << 30)
 @dataclasses.dataclass
 class ScopeProfile:
     """What a profiled step measured for one scope. backward_seconds defaults to backward_factor x forward_seconds,
-    recompute_seconds to forward_seconds; input_bytes is what the scope keeps when it is recomputed (its inputs)."""
+    recompute_seconds to forward_seconds; input_bytes is what the scope keeps when it is recomputed (its inputs).
+    offload_seconds is the step time the cache's own work adds when the scope is offloaded, beyond the transfers
+    (packing, queuing the copies, unpacking and releasing its saved tensors: the scope's tensor count times the
+    cache's measured time per tensor); it decides whether offloading a scope is free where the CPU, not the GPU,
+    sets the pace (small batches)."""
 
     module: Any
     forward_seconds: float
@@ -55,6 +59,7 @@ class ScopeProfile:
     backward_seconds: Optional[float] = None
     recompute_seconds: Optional[float] = None
     input_bytes: int = 0
+    offload_seconds: float = 0.0
 
 
 @dataclasses.dataclass
@@ -206,6 +211,7 @@ def simulate(profiles: Sequence[ScopeProfile], placement: Sequence[str], prefetc
            for p in profiles]
     recompute = [p.recompute_seconds if p.recompute_seconds is not None else p.forward_seconds for p in profiles]
     offloaded = [where in ("host", "file") for where in placement]
+    cache_work = [max(0.0, p.offload_seconds) for p in profiles]
     start = [sum(fwd[:j]) for j in range(n)]
     end = [start[j] + fwd[j] for j in range(n)]
     forward_total = end[-1] if n else 0.0
@@ -280,7 +286,7 @@ def simulate(profiles: Sequence[ScopeProfile], placement: Sequence[str], prefetc
             resident += size[k] - kept_input[k]
         if resident > peak + 0.5:
             peak, peak_where = resident, f"the backward of scope {k}"
-        t += bwd[k] + (recompute[k] if placement[k] == "recompute" else 0.0)
+        t += bwd[k] + (recompute[k] if placement[k] == "recompute" else cache_work[k] if offloaded[k] else 0.0)
         if offloaded[k]:
             loaded_resident -= size[k]
     return _Timeline(list(placement), prefetch, int(round(peak)), peak_where, t, store_start, store_end, load_start,
@@ -318,14 +324,18 @@ def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, rea
     fixed_index = {j: fixed[m] for j, m in enumerate(modules) if m in fixed}
 
     def evaluate(placement: List[str]) -> _Timeline:
-        """The best prefetch depth for this placement: the lowest peak within the allowed step, then the shortest
-        step; over the allowed step, the shortest step."""
+        """The best prefetch depth for this placement: the lowest peak (with a budget: down to the budget) within
+        the allowed step, then the shortest step; over the allowed step, the shortest step."""
         best, best_key = None, None
         for depth in range(0, max(1, min(max_prefetch, n - 1) + 1)):
             timeline = simulate(profiles, placement, depth, write, read, backward_factor)
             over = timeline.step - keep_step > allowed * (1 + 1e-9)
-            key = (timeline.late_store is not None, over, timeline.step if over else 0.0, timeline.peak,
-                   timeline.step, depth)
+            if memory_budget_bytes is None:
+                key = (timeline.late_store is not None, over, timeline.step if over else 0.0, timeline.peak,
+                       timeline.step, depth)
+            else:  # within the budget, the shortest step
+                key = (timeline.late_store is not None, over, timeline.step if over else 0.0,
+                       max(0, timeline.peak - memory_budget_bytes), timeline.step, timeline.peak, depth)
             if best_key is None or key < best_key:
                 best, best_key = timeline, key
             if not any(where in ("host", "file") for where in placement):
@@ -383,11 +393,13 @@ def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, rea
         return best, rejected
 
     def better(a: _Timeline, b: _Timeline) -> bool:
-        """Objective: the lowest peak (with a budget: down to the budget, then the shortest step)."""
+        """Objective: the lowest peak (with a budget: down to the budget, then the shortest step, then the fewest
+        scopes not kept: a budget that keep's peak meets gives keep everywhere)."""
         def key(t):
             if memory_budget_bytes is None:
                 return (t.peak, round(t.step, 12))
-            return (max(0, t.peak - memory_budget_bytes), round(t.step, 12), t.peak)
+            changed = sum(where != "keep" for where in t.placement)
+            return (max(0, t.peak - memory_budget_bytes), round(t.step, 12), changed, t.peak)
         return key(a) < key(b)
 
     chosen: Dict[int, Tuple[int, int, float]] = {}
