@@ -313,8 +313,9 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
                         f" for {budget_of}'s peak, {rows[budget_of]['peak_reserved_gib']:.2f} GiB ({budget / GiB:.2f} "
                         f"GiB of saved activations)")
                     log(f"   {mode}: {sum(v != 'keep' for v in plan.values())} of {layers_n} layers not kept"
-                        f"{for_budget} (planned in {time.perf_counter() - t:.1f} s; backward/forward {factor:.2f}; "
-                        f"the cache's own work per offloaded layer "
+                        f"{for_budget} (planned in {time.perf_counter() - t:.1f} s; profiled forward "
+                        f"{profiled * 1e3:.1f} ms, keep's {fwd * 1e3:.1f} ms; backward/forward {factor:.2f}; the "
+                        f"cache's own work per offloaded layer "
                         f"{statistics.mean(p.offload_seconds for p in profiles) * 1e3:.2f} ms)")
                     for line in plan.explain():
                         log(f"     {line}")
