@@ -204,11 +204,12 @@ def forward_seconds(runner: Runner) -> float:
     return statistics.median(ts)
 
 
-def profile_scopes(layers: nn.ModuleList, x: torch.Tensor, engine) -> list:
+def profile_scopes(layers: nn.ModuleList, x: torch.Tensor, engine) -> tuple:
     """The profiled step: with every layer kept (twice, the second timed), forward time per layer (CUDA events),
     the bytes and tensors each layer saves, and what a recomputed layer keeps (its input, the size of x); then one
     step with every layer offloaded to host memory, for the cache's own time per offloaded tensor (pack, unpack,
-    release; waits for the link excluded), which each layer's offload_seconds charges for its tensors."""
+    release; waits for the link excluded), which each layer's offload_seconds charges for its tensors. Returns the
+    profiles and the bytes the loss saves after the layers (resident at the end of the forward)."""
     cache = offload.TensorCache(layers, placement={layer: "keep" for layer in layers}, engine=engine)
     events = {}
     hooks = []
@@ -230,19 +231,20 @@ def profile_scopes(layers: nn.ModuleList, x: torch.Tensor, engine) -> list:
     offloaded.wait_io()
     offloaded.remove()
     per_tensor = offloaded.stats["hook_ns"] / 1e9 / max(1, offloaded.stats["records"])
-    return [offload.ScopeProfile(layer, events[layer][0].elapsed_time(events[layer][1]) / 1e3,
-                                 cache.last_scope_bytes.get(layer, 0), input_bytes=x.numel() * x.element_size(),
-                                 offload_seconds=per_tensor * cache.last_scope_tensors.get(layer, 0))
-            for layer in layers]
+    profiles = [offload.ScopeProfile(layer, events[layer][0].elapsed_time(events[layer][1]) / 1e3,
+                                     cache.last_scope_bytes.get(layer, 0), input_bytes=x.numel() * x.element_size(),
+                                     offload_seconds=per_tensor * cache.last_scope_tensors.get(layer, 0))
+                for layer in layers]
+    return profiles, cache.last_tail_bytes
 
 
-def planner_budget(profiles: list, budget_gib: float, rows: dict) -> int:
+def planner_budget(profiles: list, tail_bytes: int, budget_gib: float, rows: dict) -> int:
     """A measured activation peak (reserved GiB above the weights, as the rows report it) in the planner's units
     (bytes of saved activations): linear through two placements measured both ways, keep everywhere and recompute
     everywhere (so that keep's and recompute's own peaks map to their plans' peaks exactly)."""
     n = len(profiles)
-    plan_keep = offload_plan.simulate(profiles, ["keep"] * n, 0, 1.0, 1.0).peak
-    plan_recompute = offload_plan.simulate(profiles, ["recompute"] * n, 0, 1.0, 1.0).peak
+    plan_keep = offload_plan.simulate(profiles, ["keep"] * n, 0, 1.0, 1.0, tail_bytes=tail_bytes).peak
+    plan_recompute = offload_plan.simulate(profiles, ["recompute"] * n, 0, 1.0, 1.0, tail_bytes=tail_bytes).peak
     keep, recompute = rows["keep"]["peak_reserved_gib"], rows.get("recompute", {}).get("peak_reserved_gib")
     if recompute is None or keep <= recompute or plan_keep <= plan_recompute:
         return max(0, int(plan_keep + (budget_gib - keep) * GiB))
@@ -289,7 +291,7 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
                 if mode.startswith("ours-adaptive") or mode.startswith("ours@"):
                     tier = "file" if mode.endswith("ssd") else "host"
                     if profiles is None:
-                        profiles = profile_scopes(layers, x, engine)
+                        profiles, tail = profile_scopes(layers, x, engine)
                         measured_recompute(profiles, rows)
                     write = bandwidth["disk_write"] if tier == "file" else bandwidth["d2h"]
                     if write <= 0:
@@ -304,10 +306,10 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
                         overhead = max(overhead, rows["recompute"]["step_ms"] / keep_ms - 1)
                     if budget_of is not None:
                         overhead = BUDGET_OVERHEAD
-                        budget = planner_budget(profiles, rows[budget_of]["peak_reserved_gib"], rows)
+                        budget = planner_budget(profiles, tail, rows[budget_of]["peak_reserved_gib"], rows)
                     t = time.perf_counter()
                     plan = offload.plan_placement(profiles, write, read, tier=tier, backward_factor=factor,
-                                                  max_overhead=overhead, memory_budget_bytes=budget)
+                                                  max_overhead=overhead, memory_budget_bytes=budget, tail_bytes=tail)
                     plan_row = plan.summary()
                     for_budget = "" if budget_of is None else (
                         f" for {budget_of}'s peak, {rows[budget_of]['peak_reserved_gib']:.2f} GiB ({budget / GiB:.2f} "
@@ -354,7 +356,8 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
             if "stored_gib_per_step" in row:
                 extra = f" stored {row['stored_gib_per_step']:.2f} GiB/step loaded {row['loaded_gib_per_step']:.2f}"
             if plan_row is not None:
-                extra += (f" (plan {'/'.join(p[0] for p in plan_row['placement'])}: peak -{plan_row['keep_peak_gib'] - plan_row['peak_gib']:.2f} GiB, step "
+                extra += (f" (plan {'/'.join(p[0] for p in plan_row['placement'])}: peak "
+                          f"-{plan_row['keep_peak_gib'] - plan_row['peak_gib']:.2f} GiB, step "
                           f"{plan_row['overhead_ms']:+.1f} ms; waited {row['cache_stats']['waited_due']} stores, "
                           f"forwarded {row['cache_stats']['forwarded']})")
             log(f"   {mode:18s} step {row['step_ms']:8.1f} ms  peak {row['peak_reserved_gib']:6.2f} GiB reserved "
@@ -418,8 +421,9 @@ def gradient_check(args, engine, bandwidth, results, out) -> None:
     reference = grads("keep")
     # A plan as ours-adaptive makes one (its waits and prefetch depth), with layer 1 recomputed by hand.
     with sdpa_kernel([SDPBackend.MATH]):
-        profiles = profile_scopes(layers, x, engine)
-    plan = offload.plan_placement(profiles, bandwidth["d2h"], bandwidth["h2d"], fixed={layers[1]: "recompute"})
+        profiles, tail = profile_scopes(layers, x, engine)
+    plan = offload.plan_placement(profiles, bandwidth["d2h"], bandwidth["h2d"], fixed={layers[1]: "recompute"},
+                                  tail_bytes=tail)
     log(f"   planned: {' / '.join(plan[layer] for layer in layers)}")
     modes = {"keep (again)": ("keep", None), "recompute": ("recompute", None), "save_on_cpu": ("save_on_cpu", None),
              "ours-host": ("keep", dict(tier="host")), "ours-ssd": ("keep", dict(tier="file")),

@@ -213,6 +213,7 @@ def test_kept_scopes_leave_the_tensors_to_autograd():
     # product (saved by down).
     assert all(cache.last_scope_bytes[block] == (BATCH * WIDTH + 3 * BATCH * HIDDEN) * 8 for block in model)
     assert all(cache.last_scope_tensors[block] == 4 for block in model)
+    assert cache.last_tail_bytes == BATCH * WIDTH * 8  # the loss's pow saves the last block's output
     # Offloaded, the same storages make records (and the same bytes), and the cache times its own work on them.
     cache.remove()
     offered = stats["offered_bytes"]

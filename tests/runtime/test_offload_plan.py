@@ -189,6 +189,28 @@ def test_a_budget_takes_the_shortest_step_that_fits():
     assert plan.step_seconds == pytest.approx(min(t.step for t in depths if t.peak <= int(1.5 * GiB)))
 
 
+def test_what_the_loss_saves_tells_keeping_the_last_scope_from_recomputing_it():
+    # The ROK run's batch 8: recomputing 7 of 8 layers and keeping the last measured 4.0 GiB allocated, recomputing
+    # all 8 3.5 GiB; the model without the loss's 0.5 GiB (float32 copies of the output) saw both at 3.75 GiB and took
+    # the faster one for recompute's budget. With the loss at the end of the forward, keeping the last layer holds
+    # it beside that layer's 2 GiB; recomputed, the layer is rebuilt after the loss's backward has freed them.
+    profiles = layers(8, 98.9, 16.0, input_bytes=256 << 20, recompute_seconds=9.8e-3)
+    tail = 512 << 20
+    everything = ["recompute"] * 8
+    last_kept = ["recompute"] * 7 + ["keep"]
+    assert simulate(profiles, everything, 0, PCIE, PCIE).peak == simulate(profiles, last_kept, 0, PCIE, PCIE).peak
+    with_loss = simulate(profiles, everything, 0, PCIE, PCIE, tail_bytes=tail)
+    assert with_loss.peak < simulate(profiles, last_kept, 0, PCIE, PCIE, tail_bytes=tail).peak
+    assert simulate(profiles, ["keep"] * 8, 0, PCIE, PCIE, tail_bytes=tail).peak == 16 * GiB + tail
+    blind = plan_placement(profiles, 1e6, backward_factor=2.13, max_overhead=10.0,
+                           memory_budget_bytes=simulate(profiles, everything, 0, PCIE, PCIE).peak)
+    assert placements(blind, profiles) == last_kept
+    plan = plan_placement(profiles, 1e6, backward_factor=2.13, max_overhead=10.0, tail_bytes=tail,
+                          memory_budget_bytes=with_loss.peak)
+    assert placements(plan, profiles) == everything and plan.meets_budget
+    assert plan.keep_peak_bytes == 16 * GiB + tail
+
+
 def test_recompute_off_and_zero_overhead():
     profiles = layers(8, 49.5, 8.0, input_bytes=64 << 20)
     plan = plan_placement(profiles, PCIE, backward_factor=2.1, recompute=False)

@@ -310,6 +310,9 @@ class TensorCache:
         # Per scope module, in the last finished backward: the bytes and the number of storages it saved first.
         self.last_scope_bytes: Dict[torch.nn.Module, int] = {}
         self.last_scope_tensors: Dict[torch.nn.Module, int] = {}
+        # Bytes saved outside the scopes once the forward pass has entered one (the loss): resident at its end.
+        self.last_tail_bytes = 0
+        self._tail_bytes: Dict[int, int] = {}
         self._kept_mark = object()
         self._stalled_ns = 0  # time spent waiting for stores beyond max_inflight_bytes
 
@@ -424,6 +427,9 @@ class TensorCache:
             scope = self._stack[-1] if self._stack else None
             if scope is None:
                 self.stats["kept_outside"] += 1
+                if self._order.get(self._micro_batch) and getattr(storage, _KEPT, None) is not self._kept_mark:
+                    setattr(storage, _KEPT, self._kept_mark)  # after the scopes: what the loss saves
+                    self._tail_bytes[self._micro_batch] = self._tail_bytes.get(self._micro_batch, 0) + nbytes
                 return tensor
             sid = getattr(storage, _STAMP, None)
             record = self._records.get(sid) if sid is not None else None
@@ -646,6 +652,8 @@ class TensorCache:
             scope = _Scope(module, len(order), self._micro_batch, self.placement.get(module, self.tier))
             order.append(scope)
             self._stack.append(scope)
+            if scope.index == 0:
+                self._tail_bytes[self._micro_batch] = 0
             if self._plan is not None:
                 if scope.index == 0:  # a new forward pass: its stores start on an idle link
                     self._schedules[self._micro_batch] = self._plan.store_schedule()
@@ -704,6 +712,7 @@ class TensorCache:
                     self.last_scope_bytes[scope.module] = self.last_scope_bytes.get(scope.module, 0) + scope.new_bytes
                     self.last_scope_tensors[scope.module] = (self.last_scope_tensors.get(scope.module, 0)
                                                              + scope.tensors)
+                self.last_tail_bytes = self._tail_bytes.pop(self._micro_batch, 0)
                 del self._order[self._micro_batch]
             self._reap()
 

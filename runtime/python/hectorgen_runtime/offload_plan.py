@@ -200,9 +200,10 @@ class _Timeline:
 
 
 def simulate(profiles: Sequence[ScopeProfile], placement: Sequence[str], prefetch: int, write_bandwidth: float,
-             read_bandwidth: float, backward_factor: float = 2.0) -> _Timeline:
+             read_bandwidth: float, backward_factor: float = 2.0, tail_bytes: int = 0) -> _Timeline:
     """The predicted timeline and activation peak of one placement (a list in scope order) with `prefetch` scopes
-    of prefetch, at the given (already derated) bandwidths. See the module docstring for the model."""
+    of prefetch, at the given (already derated) bandwidths; tail_bytes are saved after the last scope (the loss)
+    and resident at the end of the forward only. See the module docstring for the model."""
     n = len(profiles)
     fwd = [p.forward_seconds for p in profiles]
     size = [int(p.offload_bytes) for p in profiles]
@@ -257,7 +258,7 @@ def simulate(profiles: Sequence[ScopeProfile], placement: Sequence[str], prefetc
                 breaks.add((write_bandwidth * store_start[j] - rate * start[j]) / (write_bandwidth - rate))
     peak, peak_where = 0.0, "start"
     for t in sorted(b for b in breaks if 0 <= b <= forward_total):
-        resident = forward_resident(t)
+        resident = forward_resident(t) + (tail_bytes if t >= forward_total else 0)
         if resident > peak + 0.5:
             peak, peak_where = resident, "end of the forward" if t >= forward_total else f"forward {t * 1e3:.1f} ms"
 
@@ -300,13 +301,15 @@ def simulate(profiles: Sequence[ScopeProfile], placement: Sequence[str], prefetc
 def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, read_bandwidth: Optional[float] = None,
                    tier: str = "host", backward_factor: float = 2.0, max_overhead: float = 0.05,
                    memory_budget_bytes: Optional[int] = None, fixed: Optional[Mapping[Any, str]] = None,
-                   margin: float = 0.05, recompute: bool = True, max_prefetch: int = 8) -> Plan:
+                   margin: float = 0.05, recompute: bool = True, max_prefetch: int = 8, tail_bytes: int = 0) -> Plan:
     """Adaptive offloading (SSDTrain, Sec. "Adaptive Offloading", extended with recomputation): the placement per
     scope with the lowest predicted activation peak whose step is at most max_overhead (a fraction of keep's
     predicted step) longer, found greedily (module docstring). write/read_bandwidth: bytes/s of the tier, each
     taken `margin` lower. memory_budget_bytes: stop lowering the peak once it fits. fixed: {module: placement}
     that the planner leaves as given (manual override; what they cost in step time is allowed on top).
-    recompute=False: keep or offload only."""
+    recompute=False: keep or offload only. tail_bytes: what the step saves after the last scope (the loss; the
+    cache's last_tail_bytes), resident with the kept scopes at the end of the forward: keeping the last scope and
+    recomputing it are not the same peak when it is large."""
     if tier not in ("host", "file"):
         raise ValueError(f"tier must be 'host' or 'file', got {tier!r}")
     if not write_bandwidth or write_bandwidth <= 0:
@@ -328,7 +331,7 @@ def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, rea
         the allowed step, then the shortest step; over the allowed step, the shortest step."""
         best, best_key = None, None
         for depth in range(0, max(1, min(max_prefetch, n - 1) + 1)):
-            timeline = simulate(profiles, placement, depth, write, read, backward_factor)
+            timeline = simulate(profiles, placement, depth, write, read, backward_factor, tail_bytes)
             over = timeline.step - keep_step > allowed * (1 + 1e-9)
             if memory_budget_bytes is None:
                 key = (timeline.late_store is not None, over, timeline.step if over else 0.0, timeline.peak,
@@ -342,13 +345,13 @@ def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, rea
                 break  # the depth does not matter
         return best
 
-    keep_timeline = simulate(profiles, ["keep"] * n, 0, write, read, backward_factor)
+    keep_timeline = simulate(profiles, ["keep"] * n, 0, write, read, backward_factor, tail_bytes)
     keep_step = keep_timeline.step
     placement = ["keep"] * n
     for j, where in fixed_index.items():
         placement[j] = where
     # The allowance is on top of what the caller's fixed placements cost.
-    fixed_step = min(simulate(profiles, placement, depth, write, read, backward_factor).step
+    fixed_step = min(simulate(profiles, placement, depth, write, read, backward_factor, tail_bytes).step
                      for depth in range(0, max(1, min(max_prefetch, n - 1) + 1)))
     allowed = max_overhead * keep_step + max(0.0, fixed_step - keep_step)
     current = evaluate(placement)
@@ -464,7 +467,7 @@ def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, rea
         overhead_seconds=current.step - keep_step, max_overhead_seconds=allowed, forward_seconds=forward_total,
         write_bandwidth=write_bandwidth, read_bandwidth=read_bandwidth, margin=margin,
         offloaded_bytes=offloaded, floor_bytes=min(total, write_bandwidth * forward_total),
-        memory_budget_bytes=memory_budget_bytes,
+        memory_budget_bytes=memory_budget_bytes, tail_bytes=tail_bytes,
         meets_budget=memory_budget_bytes is None or current.peak <= memory_budget_bytes,
         # No throttling beyond the plan's own waits: the stores the plan makes are the ones the link keeps up with.
         max_inflight_bytes=max(offloaded, 1 << 20))
@@ -494,17 +497,17 @@ class StoreSchedule:
 
 def brute_force(profiles: Sequence[ScopeProfile], write_bandwidth: float, read_bandwidth: Optional[float] = None,
                 tier: str = "host", backward_factor: float = 2.0, max_overhead: float = 0.05,
-                margin: float = 0.05, max_prefetch: int = 8) -> Tuple[int, List[str]]:
+                margin: float = 0.05, max_prefetch: int = 8, tail_bytes: int = 0) -> Tuple[int, List[str]]:
     """The lowest predicted peak over every placement (3^n: small n only, for tests) within the allowed step, with
     no store ending after the forward pass: (peak, placement)."""
     read_bandwidth = read_bandwidth or write_bandwidth
     write, read = write_bandwidth * (1 - margin), read_bandwidth * (1 - margin)
     n = len(profiles)
-    keep_step = simulate(profiles, ["keep"] * n, 0, write, read, backward_factor).step
+    keep_step = simulate(profiles, ["keep"] * n, 0, write, read, backward_factor, tail_bytes).step
     best = (math.inf, None)
     for placement in itertools.product(("keep", tier, "recompute"), repeat=n):
         for depth in range(0, max(1, min(max_prefetch, n - 1) + 1)):
-            timeline = simulate(profiles, list(placement), depth, write, read, backward_factor)
+            timeline = simulate(profiles, list(placement), depth, write, read, backward_factor, tail_bytes)
             if timeline.late_store is None and timeline.step - keep_step <= max_overhead * keep_step * (1 + 1e-9):
                 best = min(best, (timeline.peak, list(placement)), key=lambda b: b[0])
     return best
