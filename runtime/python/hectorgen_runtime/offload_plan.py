@@ -18,7 +18,8 @@ The model (docs/offload.md, "Adaptive placement"). Times are GPU times from the 
   when it is recomputed, plus offload_seconds (the cache's own work on its tensors) when it is offloaded. Entering scope k's backward queues the loads of the offloaded scopes k, k-1, ...,
   k-prefetch (the cache's prefetch_scopes), first in, first out; a scope whose loads are not done waits (a stall).
 * Memory (activation bytes resident): during the forward, what the kept scopes saved so far, the inputs of the
-  recomputed ones, and the offloaded bytes produced and not yet copied; entering scope k's backward, the kept
+  recomputed ones, the offloaded bytes produced and not yet copied, and at its end what the step saves after the
+  last scope (tail_bytes: the loss); entering scope k's backward, the kept
   bytes of scopes <= k, the recomputed scope k whole, and the loaded scopes. The predicted peak is the largest of
   these; keep's is the sum of all bytes.
 
