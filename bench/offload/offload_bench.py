@@ -204,12 +204,31 @@ def forward_seconds(runner: Runner) -> float:
     return statistics.median(ts)
 
 
-def profile_scopes(layers: nn.ModuleList, x: torch.Tensor, engine) -> tuple:
-    """The profiled step: with every layer kept (twice, the second timed), forward time per layer (CUDA events),
-    the bytes and tensors each layer saves, and what a recomputed layer keeps (its input, the size of x); then one
-    step with every layer offloaded to host memory, for the cache's own time per offloaded tensor (pack, unpack,
-    release; waits for the link excluded), which each layer's offload_seconds charges for its tensors. Returns the
-    profiles and the bytes the loss saves after the layers (resident at the end of the forward)."""
+def timed_steps(runner: Runner, steps: int = 3) -> float:
+    """Median seconds of `steps` steps after one untimed step."""
+    runner.step()
+    times = []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        runner.step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    if runner.cache is not None:
+        runner.cache.wait_io()
+    return statistics.median(times)
+
+
+def profile_scopes(layers: nn.ModuleList, x: torch.Tensor, engine, bandwidth: dict) -> tuple:
+    """The profiled step, and what offloading costs beyond the transfers. With every layer kept (twice, the second
+    timed): forward time per layer (CUDA events), the bytes and tensors each layer saves, what a recomputed layer
+    keeps (its input, the size of x). Then the cache's own work per offloaded tensor, the larger of (a) its time in
+    its hooks (pack, unpack, release; waits for the link excluded) over one step with every layer offloaded and
+    (b) the step time that offloading the first layer alone adds to keeping everything (median of 3 steps each,
+    with the plan's waits and prefetch, the layer's tensors under the link's bandwidth), per tensor of that layer:
+    (b) also holds what the hooks do not see (the CPU waiting for stores and loads where the GPU outruns it, at
+    small batches). Each layer's offload_seconds charges it for its tensors. Returns the profiles and the bytes the
+    loss saves after the layers (resident at the end of the forward)."""
     cache = offload.TensorCache(layers, placement={layer: "keep" for layer in layers}, engine=engine)
     events = {}
     hooks = []
@@ -224,17 +243,31 @@ def profile_scopes(layers: nn.ModuleList, x: torch.Tensor, engine) -> tuple:
     torch.cuda.synchronize()
     for hook in hooks:
         hook.remove()
+    kept_seconds = timed_steps(Runner(layers, x, "ours", cache))
     cache.remove()
+    profiles = [offload.ScopeProfile(layer, events[layer][0].elapsed_time(events[layer][1]) / 1e3,
+                                     cache.last_scope_bytes.get(layer, 0), input_bytes=x.numel() * x.element_size())
+                for layer in layers]
+    tensors = [cache.last_scope_tensors.get(layer, 0) for layer in layers]
+
     offloaded = offload.TensorCache(layers, tier="host", engine=engine)
     Runner(layers, x, "ours", offloaded).step()
     torch.cuda.synchronize()
     offloaded.wait_io()
     offloaded.remove()
     per_tensor = offloaded.stats["hook_ns"] / 1e9 / max(1, offloaded.stats["records"])
-    profiles = [offload.ScopeProfile(layer, events[layer][0].elapsed_time(events[layer][1]) / 1e3,
-                                     cache.last_scope_bytes.get(layer, 0), input_bytes=x.numel() * x.element_size(),
-                                     offload_seconds=per_tensor * cache.last_scope_tensors.get(layer, 0))
-                for layer in layers]
+    if tensors[0] and len(layers) > 1:
+        first = offload.plan_placement(profiles, bandwidth["d2h"], bandwidth["h2d"],
+                                       fixed={layer: "host" if j == 0 else "keep" for j, layer in enumerate(layers)})
+        one = offload.TensorCache(layers, placement=first, engine=engine)
+        added = timed_steps(Runner(layers, x, "ours", one)) - kept_seconds
+        one.remove()
+        log(f"   profile: forward {sum(p.forward_seconds for p in profiles) * 1e3:.1f} ms, step {kept_seconds * 1e3:.1f} "
+            f"ms; the cache's own work per offloaded tensor {per_tensor * 1e6:.0f} us in its hooks, "
+            f"{added / tensors[0] * 1e6:.0f} us in step time (the first layer offloaded: {added * 1e3:+.2f} ms)")
+        per_tensor = max(per_tensor, added / tensors[0])
+    for profile, count in zip(profiles, tensors):
+        profile.offload_seconds = per_tensor * count
     return profiles, cache.last_tail_bytes
 
 
@@ -291,7 +324,7 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
                 if mode.startswith("ours-adaptive") or mode.startswith("ours@"):
                     tier = "file" if mode.endswith("ssd") else "host"
                     if profiles is None:
-                        profiles, tail = profile_scopes(layers, x, engine)
+                        profiles, tail = profile_scopes(layers, x, engine, bandwidth)
                         measured_recompute(profiles, rows)
                     write = bandwidth["disk_write"] if tier == "file" else bandwidth["d2h"]
                     if write <= 0:
@@ -421,7 +454,7 @@ def gradient_check(args, engine, bandwidth, results, out) -> None:
     reference = grads("keep")
     # A plan as ours-adaptive makes one (its waits and prefetch depth), with layer 1 recomputed by hand.
     with sdpa_kernel([SDPBackend.MATH]):
-        profiles, tail = profile_scopes(layers, x, engine)
+        profiles, tail = profile_scopes(layers, x, engine, bandwidth)
     plan = offload.plan_placement(profiles, bandwidth["d2h"], bandwidth["h2d"], fixed={layers[1]: "recompute"},
                                   tail_bytes=tail)
     log(f"   planned: {' / '.join(plan[layer] for layer in layers)}")
