@@ -482,6 +482,8 @@ class TensorCache:
             self.stats["offered_bytes"] += nbytes
             scope.new_bytes += nbytes
             scope.tensors += 1
+        if self._by_engine_id:  # stores of earlier scopes: free what they are done with before more is allocated
+            self._reap()
         if self._plan is not None:  # the stores of earlier scopes end while this one computes
             self._wait_due_in(scope)
         return tensor
