@@ -15,7 +15,11 @@ What it does (runtime/include/hectorgen/offload/engine.h does the I/O, on its ow
     is done, so the memory is freed during the forward pass.
   * kept as they are: parameters (and views of them), tensors smaller than `min_bytes`, CPU tensors (unless
     cpu_tensors=True, the CPU tensor mode that tests use), tensors saved during backward (recomputation), tensors
-    saved outside the scopes, and scopes placed "keep".
+    saved outside the scopes, and scopes placed "keep" (or "recompute"): these cost one check, no record or handle,
+    so a scope placed "keep" runs as fast as without the cache; its bytes and storages are still counted
+    (last_scope_bytes, last_scope_tensors), and what the loss saves after the scopes too (last_tail_bytes).
+  * the cache's own work on offloaded tensors (pack, unpack, release; not the waits for the link) is timed:
+    stats["hook_ns"] over stats["records"], which the adaptive planner charges per offloaded tensor.
   * scopes: the modules given (e.g. the layers of a model) get forward and backward hooks. When the backward pass
     enters a scope, the tensors of that scope and of the next `prefetch_scopes` scopes (in reverse forward order)
     are queued for loading.
