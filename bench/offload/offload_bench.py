@@ -493,40 +493,41 @@ def _frontier(points):
     return line
 
 
+def _best_within(rows: list, budget: float):
+    """The row of highest throughput whose peak is within `budget` (GiB, with the tolerances above), or None."""
+    inside = [r for r in rows if r["peak_reserved_gib"] <= budget + abs(budget) * PEAK_TOLERANCE + PEAK_SLACK_GIB]
+    return max(inside, key=lambda r: r["tokens_per_s"]) if inside else None
+
+
 def frontier_lines(rok: list, markdown: bool = False) -> list:
     """Per memory budget (each baseline run's peak): the best baseline and the best of ours within it, at any
     batch size, and whether ours is on or beyond the baseline frontier there."""
     rok = [r for r in rok if "tokens_per_s" in r]
     baselines = [r for r in rok if r["mode"] in ROK_BASELINES]
     ours = [r for r in rok if r["mode"].startswith("ours")]
-    lines = [] if markdown else ["== ROK frontier: per budget, the best baseline and ours within it"]
-    met = 0
-    sources = {}  # budget (GiB, as the table prints it) -> the baseline runs with that peak
+    sources = {}  # budget (GiB, as printed) -> the baseline runs with that peak
     for r in sorted(baselines, key=lambda r: (r["peak_reserved_gib"], r["batch"], r["mode"])):
         sources.setdefault(f"{r['peak_reserved_gib']:.2f}", []).append(r)
+    lines = [] if markdown else ["== ROK frontier: per budget, the best baseline and ours within it"]
+    met = 0
     for name, runs in sources.items():
         budget = max(r["peak_reserved_gib"] for r in runs)
-        def best(rows):
-            inside = [r for r in rows
-                      if r["peak_reserved_gib"] <= budget + abs(budget) * PEAK_TOLERANCE + PEAK_SLACK_GIB + 1e-9]
-            return max(inside, key=lambda r: r["tokens_per_s"]) if inside else None
-        base, mine = best(baselines), best(ours)
+        base, mine = _best_within(baselines, budget), _best_within(ours, budget)
         ratio = mine["tokens_per_s"] / base["tokens_per_s"] if mine else 0.0
         on = ratio >= 1 - THROUGHPUT_TOLERANCE
         met += on
-        mine_name = f"{mine['mode']} B={mine['batch']}" if mine else "none"
         from_runs = ", ".join(f"{r['mode']} B={r['batch']}" for r in runs)
+        mine_name = f"{mine['mode']} B={mine['batch']}" if mine else "none"
         mine_tps = f"{mine['tokens_per_s']:.0f}" if mine else "-"
         if markdown:
-            lines.append(f"| {name} ({from_runs}) | {base['mode']} B={base['batch']} | "
-                         f"{base['tokens_per_s']:.0f} | {mine_name} | {mine_tps} | {ratio:.3f} | "
-                         f"{'yes' if on else 'NO'} |")
+            lines.append(f"| {name} ({from_runs}) | {base['mode']} B={base['batch']} | {base['tokens_per_s']:.0f} | "
+                         f"{mine_name} | {mine_tps} | {ratio:.3f} | {'yes' if on else 'NO'} |")
         else:
             lines.append(f"   budget {name:>6s} GiB ({from_runs}): baseline {base['mode']} B={base['batch']} "
                          f"{base['tokens_per_s']:.0f} tok/s, ours {mine_name} {mine_tps} tok/s ({ratio:.3f}x): "
                          f"{'on/beyond the frontier' if on else 'BELOW the frontier'}")
     summary = f"ours on or beyond the frontier at {met} of {len(sources)} budgets"
-    lines.append(("" if not markdown else "\n") + (summary if markdown else "   " + summary))
+    lines += ["", summary] if markdown else ["   " + summary]
     return lines
 
 
