@@ -8,6 +8,7 @@ extension directory). Run with pytest, or as a script (CTest `runtime_offload`),
 torch or pytest. The GPU checks are tests/runtime/test_offload_gpu.py.
 """
 
+import contextlib
 import errno
 import gc
 import importlib.util
@@ -184,8 +185,82 @@ def test_same_activation_saved_twice_is_stored_once():
     cache = make_cache(model)
     assert_identical(expected, gradients(model, x, cache, settle=True))
     stats = cache.stats
-    assert stats["deduplicated"] == LAYERS, stats  # h * h.t().t(): the second is a view of the first
+    assert stats["deduplicated"] == LAYERS and stats["forwarded"] == 0, stats  # h * h.t().t(): one storage
     assert cache.engine_stats()["stored_bytes"] == stats["offered_bytes"]
+    assert_clean(cache)
+
+
+def test_kept_scopes_leave_the_tensors_to_autograd():
+    # A scope placed "keep" costs one check per saved tensor: no record, no handle (autograd holds the tensor itself,
+    # nothing to unpack or release), none of the cache's timed work; its bytes and tensors are still counted once.
+    model, x = make_model(square=True), inputs()
+    expected = gradients(model, x)
+    cache = make_cache(model, placement={block: "keep" for block in model})
+    model.zero_grad(set_to_none=True)
+    x.grad = None
+    with cache:
+        loss = forward(model, x)
+    assert cache.live_records() == 0
+    loss.backward()
+    assert_identical(expected, [x.grad] + [p.grad for p in model.parameters()])
+    stats = cache.stats
+    assert stats["records"] == 0 and stats["hook_ns"] == 0 and stats["deduplicated"] == LAYERS, stats
+    # Each block: its input (saved by up), gelu's input, h (saved twice by h * h.t().t(), counted once) and the
+    # product (saved by down).
+    assert all(cache.last_scope_bytes[block] == (BATCH * WIDTH + 3 * BATCH * HIDDEN) * 8 for block in model)
+    assert all(cache.last_scope_tensors[block] == 4 for block in model)
+    assert cache.last_tail_bytes == BATCH * WIDTH * 8  # the loss's pow saves the last block's output
+    # Offloaded, the same storages make records (and the same bytes), and the cache times its own work on them.
+    cache.remove()
+    offered = stats["offered_bytes"]
+    cache = make_cache(model)
+    assert_identical(expected, gradients(model, x, cache))
+    assert cache.stats["records"] == 4 * LAYERS and cache.stats["hook_ns"] > 0, cache.stats
+    assert cache.stats["offered_bytes"] == offered
+    assert_clean(cache)
+
+
+class Project(torch.nn.Module):
+    """Saves its input (the linear layer's), nothing else of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(WIDTH, HIDDEN)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+@pytest.mark.parametrize("order", ["kept_first", "offloaded_first"])
+def test_a_tensor_saved_by_a_kept_and_an_offloaded_scope(order):
+    # x saved by a kept scope and by an offloaded one: kept first, it stays (a copy would free nothing while the
+    # kept scope holds it); offloaded first, the kept scope shares the record, as any second saver does.
+    torch.manual_seed(0)
+    kept, offloaded = Project().double(), Project().double()
+    scopes = [kept, offloaded] if order == "kept_first" else [offloaded, kept]
+    x = inputs()
+
+    def step(cache=None):
+        kept.zero_grad(set_to_none=True)
+        offloaded.zero_grad(set_to_none=True)
+        x.grad = None
+        with cache if cache is not None else contextlib.nullcontext():
+            first, second = (scope(x) for scope in scopes)
+            loss = (first * second).sum()
+        if cache is not None:
+            cache.wait_io()
+        loss.backward()
+        return [x.grad.clone()] + [p.grad.clone() for p in (*kept.parameters(), *offloaded.parameters())]
+
+    expected = step()
+    cache = make_cache(scopes, placement={kept: "keep", offloaded: "host"})
+    assert_identical(expected, step(cache))
+    stats = cache.stats
+    assert stats["deduplicated"] == 1, stats
+    if order == "kept_first":
+        assert stats["records"] == 0 and stats["stored_host"] == 0, stats
+    else:
+        assert stats["records"] == 1 and stats["stored_host"] == 1 and stats["prefetched"] == 1, stats
     assert_clean(cache)
 
 

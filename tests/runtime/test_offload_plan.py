@@ -138,6 +138,79 @@ def test_tight_budget_recomputes_the_cheap_scopes():
     assert placements(fast, profiles)[0] == "host" and "recompute" not in placements(fast, profiles)
 
 
+def test_the_caches_own_work_on_offloaded_tensors_is_paid_for():
+    # The ROK run's batch 1 (8 layers of 0.25 GiB, 11.4 ms forward, 42 ms step): with the link alone, offloading the
+    # first two layers looks free; at ~1.3 ms of the cache's own work per offloaded layer (what the run measured
+    # against keep), offloading both is more than the 5% (2.1 ms) allows.
+    free = layers(8, 11.4, 2.0, input_bytes=32 << 20)
+    costly = layers(8, 11.4, 2.0, input_bytes=32 << 20, offload_seconds=1.3e-3)
+    cheap = plan_placement(free, PCIE, backward_factor=2.67, recompute=False)
+    honest = plan_placement(costly, PCIE, backward_factor=2.67, recompute=False)
+    assert placements(cheap, free).count("host") == 2 and cheap.overhead_seconds == pytest.approx(0.0, abs=1e-9)
+    assert placements(honest, costly).count("host") == 1
+    assert honest.overhead_seconds == pytest.approx(1.3e-3)
+    assert honest.overhead_seconds <= honest.max_overhead_seconds
+    # The same cost in the timeline: one offloaded scope, with or without the cache's work.
+    placement = ["host"] + ["keep"] * 7
+    with_work = simulate(costly, placement, 1, PCIE, PCIE, 2.67)
+    without = simulate(free, placement, 1, PCIE, PCIE, 2.67)
+    assert with_work.step - without.step == pytest.approx(1.3e-3) and with_work.peak == without.peak
+
+
+def test_a_budget_that_keep_meets_keeps_everything():
+    # The link makes offloading free here: without a budget the plan offloads; with keep's peak as the budget
+    # there is nothing to gain, and the plan is keep everywhere (it must run as fast as keep).
+    profiles = h8192()
+    lowest = plan_placement(profiles, PCIE, 54.5e9, backward_factor=2.23)
+    assert "host" in lowest.values()
+    plan = plan_placement(profiles, PCIE, 54.5e9, backward_factor=2.23, memory_budget_bytes=lowest.keep_peak_bytes,
+                          max_overhead=10.0)
+    assert set(plan.values()) == {"keep"} and plan.meets_budget
+    assert plan.step_seconds == pytest.approx(plan.keep_step_seconds)
+
+
+def test_a_budget_takes_the_shortest_step_that_fits():
+    # Batch 1 of the ROK run with recomputation at its measured cost (1.26 ms a layer) and the cache's work on
+    # offloaded layers: every budget between recompute's peak and keep's is met, with a step no longer than
+    # recomputing everything, and a looser budget never gives a longer step.
+    profiles = layers(8, 11.4, 2.0, input_bytes=32 << 20, recompute_seconds=1.26e-3, offload_seconds=0.6e-3)
+    recompute_all = simulate(profiles, ["recompute"] * 8, 0, PCIE, PCIE, 2.67)
+    steps = []
+    for budget in (recompute_all.peak, int(0.5 * GiB), int(1.0 * GiB), int(1.5 * GiB)):
+        plan = plan_placement(profiles, PCIE, backward_factor=2.67, memory_budget_bytes=budget, max_overhead=10.0)
+        assert plan.meets_budget and plan.peak_bytes <= budget
+        assert plan.step_seconds <= recompute_all.step * (1 + 1e-9)
+        steps.append(plan.step_seconds)
+    assert steps == sorted(steps, reverse=True)
+    # The prefetch depth is chosen for the step within the budget, not for the lowest peak: no stall on loads.
+    plan = plan_placement(profiles, PCIE, backward_factor=2.67, memory_budget_bytes=int(1.5 * GiB), max_overhead=10.0)
+    depths = [simulate(profiles, [plan[p.module] for p in profiles], depth, PCIE * 0.95, PCIE * 0.95, 2.67)
+              for depth in range(8)]
+    assert plan.step_seconds == pytest.approx(min(t.step for t in depths if t.peak <= int(1.5 * GiB)))
+
+
+def test_what_the_loss_saves_tells_keeping_the_last_scope_from_recomputing_it():
+    # The ROK run's batch 8: recomputing 7 of 8 layers and keeping the last measured 4.0 GiB allocated, recomputing
+    # all 8 3.5 GiB; the model without the loss's 0.5 GiB (float32 copies of the output) saw both at 3.75 GiB and took
+    # the faster one for recompute's budget. With the loss at the end of the forward, keeping the last layer holds
+    # it beside that layer's 2 GiB; recomputed, the layer is rebuilt after the loss's backward has freed them.
+    profiles = layers(8, 98.9, 16.0, input_bytes=256 << 20, recompute_seconds=9.8e-3)
+    tail = 512 << 20
+    everything = ["recompute"] * 8
+    last_kept = ["recompute"] * 7 + ["keep"]
+    assert simulate(profiles, everything, 0, PCIE, PCIE).peak == simulate(profiles, last_kept, 0, PCIE, PCIE).peak
+    with_loss = simulate(profiles, everything, 0, PCIE, PCIE, tail_bytes=tail)
+    assert with_loss.peak < simulate(profiles, last_kept, 0, PCIE, PCIE, tail_bytes=tail).peak
+    assert simulate(profiles, ["keep"] * 8, 0, PCIE, PCIE, tail_bytes=tail).peak == 16 * GiB + tail
+    blind = plan_placement(profiles, 1e6, backward_factor=2.13, max_overhead=10.0,
+                           memory_budget_bytes=simulate(profiles, everything, 0, PCIE, PCIE).peak)
+    assert placements(blind, profiles) == last_kept
+    plan = plan_placement(profiles, 1e6, backward_factor=2.13, max_overhead=10.0, tail_bytes=tail,
+                          memory_budget_bytes=with_loss.peak)
+    assert placements(plan, profiles) == everything and plan.meets_budget
+    assert plan.keep_peak_bytes == 16 * GiB + tail
+
+
 def test_recompute_off_and_zero_overhead():
     profiles = layers(8, 49.5, 8.0, input_bytes=64 << 20)
     plan = plan_placement(profiles, PCIE, backward_factor=2.1, recompute=False)

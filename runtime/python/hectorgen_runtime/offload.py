@@ -15,7 +15,11 @@ What it does (runtime/include/hectorgen/offload/engine.h does the I/O, on its ow
     is done, so the memory is freed during the forward pass.
   * kept as they are: parameters (and views of them), tensors smaller than `min_bytes`, CPU tensors (unless
     cpu_tensors=True, the CPU tensor mode that tests use), tensors saved during backward (recomputation), tensors
-    saved outside the scopes, and scopes placed "keep".
+    saved outside the scopes, and scopes placed "keep" (or "recompute"): these cost one check, no record or handle,
+    so a scope placed "keep" runs as fast as without the cache; its bytes and storages are still counted
+    (last_scope_bytes, last_scope_tensors), and what the loss saves after the scopes too (last_tail_bytes).
+  * the cache's own work on offloaded tensors (pack, unpack, release; not the waits for the link) is timed:
+    stats["hook_ns"] over stats["records"], which the adaptive planner charges per offloaded tensor.
   * scopes: the modules given (e.g. the layers of a model) get forward and backward hooks. When the backward pass
     enters a scope, the tensors of that scope and of the next `prefetch_scopes` scopes (in reverse forward order)
     are queued for loading.
@@ -44,6 +48,7 @@ import glob
 import itertools
 import os
 import threading
+import time
 import warnings
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
@@ -123,6 +128,8 @@ _STAMP = "_hectorgen_offload_id"
 # steps) must never be mistaken for another storage by a second cache.
 _STORAGE_IDS = itertools.count(1)
 _PARAMETER = "_hectorgen_offload_parameter"
+# A storage that a kept scope saved in the current forward pass (the value is the cache's mark for that pass).
+_KEPT = "_hectorgen_offload_kept"
 
 
 @dataclasses.dataclass(eq=False)
@@ -135,6 +142,7 @@ class _Scope:
     placement: str
     records: list = dataclasses.field(default_factory=list)
     new_bytes: int = 0  # bytes of the storages this scope saved first
+    tensors: int = 0  # how many storages (of at least min_bytes) this scope saved first
     backward_entered: bool = False
     backward_done: bool = False
 
@@ -280,7 +288,14 @@ class TensorCache:
                                or "file" in uses and not self.engine.file_available
                                or "could only allocate" in self.engine.status):
             warnings.warn(f"hectorgen offload: {self.engine.status.rstrip('; ')}", stacklevel=2)
-        self.last_scope_bytes: Dict[torch.nn.Module, int] = {}  # per scope module, in the last finished backward
+        # Per scope module, in the last finished backward: the bytes and the number of storages it saved first.
+        self.last_scope_bytes: Dict[torch.nn.Module, int] = {}
+        self.last_scope_tensors: Dict[torch.nn.Module, int] = {}
+        # Bytes saved outside the scopes once the forward pass has entered one (the loss): resident at its end.
+        self.last_tail_bytes = 0
+        self._tail_bytes: Dict[int, int] = {}
+        self._kept_mark = object()
+        self._stalled_ns = 0  # time spent waiting for stores beyond max_inflight_bytes
 
         self._lock = threading.RLock()
         self._records: Dict[int, _Record] = {}
@@ -351,7 +366,7 @@ class TensorCache:
             "packed", "kept_small", "kept_outside", "kept_placement", "kept_backward", "kept_full", "kept_busy",
             "kept_wanted", "deduplicated", "stored_host", "stored_file", "store_failed", "forwarded", "prefetched",
             "load_misses", "released", "throttled", "waited_due", "recomputed_scopes", "offered_bytes",
-            "offloaded_bytes")}
+            "offloaded_bytes", "records", "hook_ns")}
 
     # ---- saved tensor hooks ----------------------------------------------------------------------------------------
 
@@ -363,6 +378,7 @@ class TensorCache:
             order = self._order.get(self._micro_batch)
             if order and all(record.handles == 0 for scope in order for record in scope.records):
                 del self._order[self._micro_batch]
+            self._kept_mark = object()
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._saved_hooks.__enter__()
         return self
@@ -376,7 +392,6 @@ class TensorCache:
 
     def _pack(self, tensor: torch.Tensor):
         with self._lock:
-            self._reap()
             self.stats["packed"] += 1
             if not self._offloadable_device(tensor) or isinstance(tensor, torch.nn.Parameter):
                 return tensor
@@ -393,22 +408,32 @@ class TensorCache:
             scope = self._stack[-1] if self._stack else None
             if scope is None:
                 self.stats["kept_outside"] += 1
+                if self._order.get(self._micro_batch) and getattr(storage, _KEPT, None) is not self._kept_mark:
+                    setattr(storage, _KEPT, self._kept_mark)  # after the scopes: what the loss saves
+                    self._tail_bytes[self._micro_batch] = self._tail_bytes.get(self._micro_batch, 0) + nbytes
                 return tensor
             sid = getattr(storage, _STAMP, None)
-            if sid is None:
-                sid = next(_STORAGE_IDS)
-                setattr(storage, _STAMP, sid)
-            record = self._records.get(sid)
+            record = self._records.get(sid) if sid is not None else None
+            if record is None and (scope.placement in ("keep", "recompute")
+                                   or getattr(storage, _KEPT, None) is self._kept_mark):
+                return self._keep_in_place(tensor, storage, nbytes, scope)
+            started, stalled = time.perf_counter_ns(), self._stalled_ns
+            self._reap()
             if record is not None:
                 self.stats["deduplicated"] += 1
             else:
+                if sid is None:
+                    sid = next(_STORAGE_IDS)
+                    setattr(storage, _STAMP, sid)
                 data = torch.empty(0, dtype=torch.uint8, device=tensor.device)
                 with torch.no_grad():
                     data.set_(storage, 0, (nbytes,), (1,))
                 record = _Record(sid, data, nbytes)
                 self._records[sid] = record
                 self.stats["offered_bytes"] += nbytes
+                self.stats["records"] += 1
                 scope.new_bytes += nbytes
+                scope.tensors += 1
                 self._start_store(record, scope.placement)
                 schedule = self._schedules.get(scope.micro_batch)
                 if record.state == "storing" and schedule is not None:
@@ -418,15 +443,33 @@ class TensorCache:
                 record.scopes.append(scope)
                 scope.records.append(record)
                 record.last_scope = max(record.last_scope, scope.index)
-            if self._plan is not None:
-                size = self._plan.scope_size(scope.index)
-                self._wait_due((scope.index, scope.new_bytes / size if size else 1.0))
-            return _Handle(self, record, tensor)
+            handle = _Handle(self, record, tensor)
+            # The cache's own time: waits for the link (throttling) are not part of it.
+            self.stats["hook_ns"] += time.perf_counter_ns() - started - (self._stalled_ns - stalled)
+            if self._plan is not None:  # a wait is the plan's, not the cache's own time
+                self._wait_due_in(scope)
+            return handle
+
+    def _keep_in_place(self, tensor: torch.Tensor, storage, nbytes: int, scope: _Scope) -> torch.Tensor:
+        """A tensor of a scope placed "keep" (or "recompute": checkpoint's inputs) stays with autograd as it is: no
+        record, no handle, nothing to unpack or release. The storage is marked for this forward pass, so that its
+        bytes count once in the scope's size and a later offloaded scope saving it keeps it too (a copy would free
+        nothing while this scope holds it)."""
+        self.stats["kept_placement"] += 1
+        if getattr(storage, _KEPT, None) is self._kept_mark:
+            self.stats["deduplicated"] += 1
+        else:
+            setattr(storage, _KEPT, self._kept_mark)
+            self.stats["offered_bytes"] += nbytes
+            scope.new_bytes += nbytes
+            scope.tensors += 1
+        if self._by_engine_id:  # stores of earlier scopes: free what they are done with before more is allocated
+            self._reap()
+        if self._plan is not None:  # the stores of earlier scopes end while this one computes
+            self._wait_due_in(scope)
+        return tensor
 
     def _start_store(self, record: _Record, where: str) -> None:
-        if where in ("keep", "recompute"):  # a recomputed scope saves only its inputs: they stay
-            self.stats["kept_placement"] += 1
-            return
         if self.when_busy == "keep":
             self._throttle(wait=False)  # takes in the stores that are done
             if self._inflight and self._inflight_bytes + record.nbytes > self.max_inflight_bytes:
@@ -452,6 +495,11 @@ class TensorCache:
             self._throttle(wait=self.when_busy == "wait")
             return
         self.stats["kept_full"] += 1
+
+    def _wait_due_in(self, scope: _Scope) -> None:
+        """_wait_due at the current point of `scope`'s forward (the fraction of its saved bytes saved so far)."""
+        size = self._plan.scope_size(scope.index)
+        self._wait_due((scope.index, scope.new_bytes / size if size else 1.0))
 
     def _wait_due(self, position) -> None:
         """Waits for the stores that the plan predicts done by `position` (scope index, fraction of its saved bytes)
@@ -479,7 +527,9 @@ class TensorCache:
                 if not wait or self._inflight_bytes <= self.max_inflight_bytes:
                     break
                 self.stats["throttled"] += 1
+                waiting = time.perf_counter_ns()
                 self.engine.wait_store(engine_id)
+                self._stalled_ns += time.perf_counter_ns() - waiting
             self._inflight.popleft()
             self._inflight_bytes -= nbytes
         self._reap()
@@ -515,6 +565,7 @@ class TensorCache:
     def _unpack(self, handle):
         if not isinstance(handle, _Handle):
             return handle
+        started = time.perf_counter_ns()
         record = handle.record
         with self._lock:
             self._reap()
@@ -529,7 +580,9 @@ class TensorCache:
                 self._start_load(record)
             engine_id, state = record.engine_id, record.state
         if state == "loading":
+            waiting = time.perf_counter_ns()
             result = self.engine.wait_load(engine_id)
+            started += time.perf_counter_ns() - waiting  # a stall on the link, not the cache's own time
             with self._lock:
                 if record.state == "loading":
                     if result != "done":
@@ -541,7 +594,9 @@ class TensorCache:
                             f"{record.tier} tier)")
                     record.state = "loaded"
                     self._forget_engine_entry(record)
-        return _view(record.tensor, handle)
+        view = _view(record.tensor, handle)
+        self.stats["hook_ns"] += time.perf_counter_ns() - started
+        return view
 
     def _start_load(self, record: _Record) -> None:
         record.tensor = torch.empty(record.nbytes, dtype=torch.uint8, device=record.device)
@@ -549,6 +604,7 @@ class TensorCache:
         record.state = "loading"
 
     def _drop_handle(self, record: _Record) -> None:
+        started = time.perf_counter_ns()
         with self._lock:
             record.handles -= 1
             if record.handles > 0:
@@ -561,6 +617,7 @@ class TensorCache:
             record.tensor = None
             record.state = "released"
             self.stats["released"] += 1
+            self.stats["hook_ns"] += time.perf_counter_ns() - started
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -578,6 +635,8 @@ class TensorCache:
             scope = _Scope(module, len(order), self._micro_batch, self.placement.get(module, self.tier))
             order.append(scope)
             self._stack.append(scope)
+            if scope.index == 0:
+                self._tail_bytes[self._micro_batch] = 0
             if self._plan is not None:
                 if scope.index == 0:  # a new forward pass: its stores start on an idle link
                     self._schedules[self._micro_batch] = self._plan.store_schedule()
@@ -631,9 +690,12 @@ class TensorCache:
             self._backward_callback_queued = False
             order = self._order.get(self._micro_batch, [])
             if order and all(scope.backward_entered for scope in order):
-                self.last_scope_bytes = {}
+                self.last_scope_bytes, self.last_scope_tensors = {}, {}
                 for scope in order:
                     self.last_scope_bytes[scope.module] = self.last_scope_bytes.get(scope.module, 0) + scope.new_bytes
+                    self.last_scope_tensors[scope.module] = (self.last_scope_tensors.get(scope.module, 0)
+                                                             + scope.tensors)
+                self.last_tail_bytes = self._tail_bytes.pop(self._micro_batch, 0)
                 del self._order[self._micro_batch]
             self._reap()
 

@@ -15,10 +15,11 @@ The model (docs/offload.md, "Adaptive placement"). Times are GPU times from the 
   makes the CPU (which runs ahead of the GPU) wait for store j where the forward pass reaches the predicted end
   (its "due point"), so that the memory is freed, in the allocator's order, before what is allocated after it.
 * Backward: scope k's backward takes backward_seconds (default backward_factor x forward), plus its forward again
-  when it is recomputed. Entering scope k's backward queues the loads of the offloaded scopes k, k-1, ...,
+  when it is recomputed, plus offload_seconds (the cache's own work on its tensors) when it is offloaded. Entering scope k's backward queues the loads of the offloaded scopes k, k-1, ...,
   k-prefetch (the cache's prefetch_scopes), first in, first out; a scope whose loads are not done waits (a stall).
 * Memory (activation bytes resident): during the forward, what the kept scopes saved so far, the inputs of the
-  recomputed ones, and the offloaded bytes produced and not yet copied; entering scope k's backward, the kept
+  recomputed ones, the offloaded bytes produced and not yet copied, and at its end what the step saves after the
+  last scope (tail_bytes: the loss); entering scope k's backward, the kept
   bytes of scopes <= k, the recomputed scope k whole, and the loaded scopes. The predicted peak is the largest of
   these; keep's is the sum of all bytes.
 
@@ -47,7 +48,11 @@ GiB = float(1 << 30)
 @dataclasses.dataclass
 class ScopeProfile:
     """What a profiled step measured for one scope. backward_seconds defaults to backward_factor x forward_seconds,
-    recompute_seconds to forward_seconds; input_bytes is what the scope keeps when it is recomputed (its inputs)."""
+    recompute_seconds to forward_seconds; input_bytes is what the scope keeps when it is recomputed (its inputs).
+    offload_seconds is the step time the cache's own work adds when the scope is offloaded, beyond the transfers
+    (packing, queuing the copies, unpacking and releasing its saved tensors: the scope's tensor count times the
+    cache's measured time per tensor); it decides whether offloading a scope is free where the CPU, not the GPU,
+    sets the pace (small batches)."""
 
     module: Any
     forward_seconds: float
@@ -55,6 +60,7 @@ class ScopeProfile:
     backward_seconds: Optional[float] = None
     recompute_seconds: Optional[float] = None
     input_bytes: int = 0
+    offload_seconds: float = 0.0
 
 
 @dataclasses.dataclass
@@ -195,9 +201,10 @@ class _Timeline:
 
 
 def simulate(profiles: Sequence[ScopeProfile], placement: Sequence[str], prefetch: int, write_bandwidth: float,
-             read_bandwidth: float, backward_factor: float = 2.0) -> _Timeline:
+             read_bandwidth: float, backward_factor: float = 2.0, tail_bytes: int = 0) -> _Timeline:
     """The predicted timeline and activation peak of one placement (a list in scope order) with `prefetch` scopes
-    of prefetch, at the given (already derated) bandwidths. See the module docstring for the model."""
+    of prefetch, at the given (already derated) bandwidths; tail_bytes are saved after the last scope (the loss)
+    and resident at the end of the forward only. See the module docstring for the model."""
     n = len(profiles)
     fwd = [p.forward_seconds for p in profiles]
     size = [int(p.offload_bytes) for p in profiles]
@@ -206,6 +213,7 @@ def simulate(profiles: Sequence[ScopeProfile], placement: Sequence[str], prefetc
            for p in profiles]
     recompute = [p.recompute_seconds if p.recompute_seconds is not None else p.forward_seconds for p in profiles]
     offloaded = [where in ("host", "file") for where in placement]
+    cache_work = [max(0.0, p.offload_seconds) for p in profiles]
     start = [sum(fwd[:j]) for j in range(n)]
     end = [start[j] + fwd[j] for j in range(n)]
     forward_total = end[-1] if n else 0.0
@@ -251,7 +259,7 @@ def simulate(profiles: Sequence[ScopeProfile], placement: Sequence[str], prefetc
                 breaks.add((write_bandwidth * store_start[j] - rate * start[j]) / (write_bandwidth - rate))
     peak, peak_where = 0.0, "start"
     for t in sorted(b for b in breaks if 0 <= b <= forward_total):
-        resident = forward_resident(t)
+        resident = forward_resident(t) + (tail_bytes if t >= forward_total else 0)
         if resident > peak + 0.5:
             peak, peak_where = resident, "end of the forward" if t >= forward_total else f"forward {t * 1e3:.1f} ms"
 
@@ -280,7 +288,7 @@ def simulate(profiles: Sequence[ScopeProfile], placement: Sequence[str], prefetc
             resident += size[k] - kept_input[k]
         if resident > peak + 0.5:
             peak, peak_where = resident, f"the backward of scope {k}"
-        t += bwd[k] + (recompute[k] if placement[k] == "recompute" else 0.0)
+        t += bwd[k] + (recompute[k] if placement[k] == "recompute" else cache_work[k] if offloaded[k] else 0.0)
         if offloaded[k]:
             loaded_resident -= size[k]
     return _Timeline(list(placement), prefetch, int(round(peak)), peak_where, t, store_start, store_end, load_start,
@@ -294,13 +302,15 @@ def simulate(profiles: Sequence[ScopeProfile], placement: Sequence[str], prefetc
 def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, read_bandwidth: Optional[float] = None,
                    tier: str = "host", backward_factor: float = 2.0, max_overhead: float = 0.05,
                    memory_budget_bytes: Optional[int] = None, fixed: Optional[Mapping[Any, str]] = None,
-                   margin: float = 0.05, recompute: bool = True, max_prefetch: int = 8) -> Plan:
+                   margin: float = 0.05, recompute: bool = True, max_prefetch: int = 8, tail_bytes: int = 0) -> Plan:
     """Adaptive offloading (SSDTrain, Sec. "Adaptive Offloading", extended with recomputation): the placement per
     scope with the lowest predicted activation peak whose step is at most max_overhead (a fraction of keep's
     predicted step) longer, found greedily (module docstring). write/read_bandwidth: bytes/s of the tier, each
     taken `margin` lower. memory_budget_bytes: stop lowering the peak once it fits. fixed: {module: placement}
     that the planner leaves as given (manual override; what they cost in step time is allowed on top).
-    recompute=False: keep or offload only."""
+    recompute=False: keep or offload only. tail_bytes: what the step saves after the last scope (the loss; the
+    cache's last_tail_bytes), resident with the kept scopes at the end of the forward: keeping the last scope and
+    recomputing it are not the same peak when it is large."""
     if tier not in ("host", "file"):
         raise ValueError(f"tier must be 'host' or 'file', got {tier!r}")
     if not write_bandwidth or write_bandwidth <= 0:
@@ -318,27 +328,31 @@ def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, rea
     fixed_index = {j: fixed[m] for j, m in enumerate(modules) if m in fixed}
 
     def evaluate(placement: List[str]) -> _Timeline:
-        """The best prefetch depth for this placement: the lowest peak within the allowed step, then the shortest
-        step; over the allowed step, the shortest step."""
+        """The best prefetch depth for this placement: the lowest peak (with a budget: down to the budget) within
+        the allowed step, then the shortest step; over the allowed step, the shortest step."""
         best, best_key = None, None
         for depth in range(0, max(1, min(max_prefetch, n - 1) + 1)):
-            timeline = simulate(profiles, placement, depth, write, read, backward_factor)
+            timeline = simulate(profiles, placement, depth, write, read, backward_factor, tail_bytes)
             over = timeline.step - keep_step > allowed * (1 + 1e-9)
-            key = (timeline.late_store is not None, over, timeline.step if over else 0.0, timeline.peak,
-                   timeline.step, depth)
+            if memory_budget_bytes is None:
+                key = (timeline.late_store is not None, over, timeline.step if over else 0.0, timeline.peak,
+                       timeline.step, depth)
+            else:  # within the budget, the shortest step
+                key = (timeline.late_store is not None, over, timeline.step if over else 0.0,
+                       max(0, timeline.peak - memory_budget_bytes), timeline.step, timeline.peak, depth)
             if best_key is None or key < best_key:
                 best, best_key = timeline, key
             if not any(where in ("host", "file") for where in placement):
                 break  # the depth does not matter
         return best
 
-    keep_timeline = simulate(profiles, ["keep"] * n, 0, write, read, backward_factor)
+    keep_timeline = simulate(profiles, ["keep"] * n, 0, write, read, backward_factor, tail_bytes)
     keep_step = keep_timeline.step
     placement = ["keep"] * n
     for j, where in fixed_index.items():
         placement[j] = where
     # The allowance is on top of what the caller's fixed placements cost.
-    fixed_step = min(simulate(profiles, placement, depth, write, read, backward_factor).step
+    fixed_step = min(simulate(profiles, placement, depth, write, read, backward_factor, tail_bytes).step
                      for depth in range(0, max(1, min(max_prefetch, n - 1) + 1)))
     allowed = max_overhead * keep_step + max(0.0, fixed_step - keep_step)
     current = evaluate(placement)
@@ -383,11 +397,13 @@ def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, rea
         return best, rejected
 
     def better(a: _Timeline, b: _Timeline) -> bool:
-        """Objective: the lowest peak (with a budget: down to the budget, then the shortest step)."""
+        """Objective: the lowest peak (with a budget: down to the budget, then the shortest step, then the fewest
+        scopes not kept: a budget that keep's peak meets gives keep everywhere)."""
         def key(t):
             if memory_budget_bytes is None:
                 return (t.peak, round(t.step, 12))
-            return (max(0, t.peak - memory_budget_bytes), round(t.step, 12), t.peak)
+            changed = sum(where != "keep" for where in t.placement)
+            return (max(0, t.peak - memory_budget_bytes), round(t.step, 12), changed, t.peak)
         return key(a) < key(b)
 
     chosen: Dict[int, Tuple[int, int, float]] = {}
@@ -452,7 +468,7 @@ def plan_placement(profiles: Sequence[ScopeProfile], write_bandwidth: float, rea
         overhead_seconds=current.step - keep_step, max_overhead_seconds=allowed, forward_seconds=forward_total,
         write_bandwidth=write_bandwidth, read_bandwidth=read_bandwidth, margin=margin,
         offloaded_bytes=offloaded, floor_bytes=min(total, write_bandwidth * forward_total),
-        memory_budget_bytes=memory_budget_bytes,
+        memory_budget_bytes=memory_budget_bytes, tail_bytes=tail_bytes,
         meets_budget=memory_budget_bytes is None or current.peak <= memory_budget_bytes,
         # No throttling beyond the plan's own waits: the stores the plan makes are the ones the link keeps up with.
         max_inflight_bytes=max(offloaded, 1 << 20))
@@ -482,17 +498,17 @@ class StoreSchedule:
 
 def brute_force(profiles: Sequence[ScopeProfile], write_bandwidth: float, read_bandwidth: Optional[float] = None,
                 tier: str = "host", backward_factor: float = 2.0, max_overhead: float = 0.05,
-                margin: float = 0.05, max_prefetch: int = 8) -> Tuple[int, List[str]]:
+                margin: float = 0.05, max_prefetch: int = 8, tail_bytes: int = 0) -> Tuple[int, List[str]]:
     """The lowest predicted peak over every placement (3^n: small n only, for tests) within the allowed step, with
     no store ending after the forward pass: (peak, placement)."""
     read_bandwidth = read_bandwidth or write_bandwidth
     write, read = write_bandwidth * (1 - margin), read_bandwidth * (1 - margin)
     n = len(profiles)
-    keep_step = simulate(profiles, ["keep"] * n, 0, write, read, backward_factor).step
+    keep_step = simulate(profiles, ["keep"] * n, 0, write, read, backward_factor, tail_bytes).step
     best = (math.inf, None)
     for placement in itertools.product(("keep", tier, "recompute"), repeat=n):
         for depth in range(0, max(1, min(max_prefetch, n - 1) + 1)):
-            timeline = simulate(profiles, list(placement), depth, write, read, backward_factor)
+            timeline = simulate(profiles, list(placement), depth, write, read, backward_factor, tail_bytes)
             if timeline.late_store is None and timeline.step - keep_step <= max_overhead * keep_step * (1 + 1e-9):
                 best = min(best, (timeline.peak, list(placement)), key=lambda b: b[0])
     return best
