@@ -685,12 +685,13 @@ def main() -> int:
                               "bandwidth": bandwidth, "direct_io": engine.direct_io, "gds": engine.gds}) + "\n")
         if "grads" not in skip:
             gradient_check(args, engine, bandwidth, results, out)
+        # The parts: "main" the anchor's stack (or --quick's small one), "large" the 8192-wide one; each skips alone.
         if args.quick:
-            configs = [("small", 1024, 4, 1024, 2)]
+            configs = [("main", ("small", 1024, 4, 1024, 2))]
         else:
-            configs = [("gpt-h4096", 4096, 8, 2048, 4)] + ([] if "large" in skip else [("gpt-h8192", 8192, 4, 2048, 4)])
-        if "main" not in skip:
-            for config in configs:
+            configs = [("main", ("gpt-h4096", 4096, 8, 2048, 4)), ("large", ("gpt-h8192", 8192, 4, 2048, 4))]
+        for part, config in configs:
+            if part not in skip:
                 run_config(*config, modes, args, engine, bandwidth, results, out)
         if "rok" not in skip:
             hidden, layers_n, seq = (1024, 4, 1024) if args.quick else (4096, 8, 2048)
