@@ -4,6 +4,7 @@
 #   bench/ddp_run.sh [options of bench/ddp_scaling.py --run]   e.g. --gpus 1,2,4 --graphs mag,wikikg2 --models rgat
 #                                                                    --shards stride,cost --sync-debug-run
 #   bench/ddp_run.sh --prepare [--models M]      steps 1-3 only (a warm machine keeps them for the next call)
+#   bench/ddp_run.sh --checks-only [--models M]  steps 1-4 only: the NCCL checks, no scaling runs
 #
 # 1. hectorgen: $HECTORGEN, build/hectorgen or build/hg_bundle/hectorgen (the first that runs); without one the
 #    committed generated/ is used.
@@ -45,11 +46,16 @@ left() { echo $((LIMIT - SECONDS)); }
 
 MODELS=rgat
 PREPARE_ONLY=0
+CHECKS_ONLY=0
 ARGS=()
 prev=""
 for x in "$@"; do
   [[ "$prev" == --models ]] && MODELS="$x"
-  if [[ "$x" == --prepare ]]; then PREPARE_ONLY=1; else ARGS+=("$x"); fi
+  case "$x" in
+    --prepare) PREPARE_ONLY=1 ;;
+    --checks-only) CHECKS_ONLY=1 ;;
+    *) ARGS+=("$x") ;;
+  esac
   prev="$x"
 done
 set -- "${ARGS[@]}"
@@ -103,6 +109,8 @@ if ((NGPU >= 2)); then
 else
   log "check: SKIPPED ($NGPU GPU(s): NCCL needs one GPU per process)"
 fi
+
+if ((CHECKS_ONLY)); then log "--checks-only: done in ${SECONDS}s (check rc=$check_rc)"; exit "$((check_rc != 0))"; fi
 
 # ---- 5. the scaling runs ------------------------------------------------------------------------------------------
 BUDGET=$(( $(left) - 20 ))
