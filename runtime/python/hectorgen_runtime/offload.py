@@ -144,7 +144,17 @@ class _Scope:
     new_bytes: int = 0  # bytes of the storages this scope saved first
     tensors: int = 0  # how many storages (of at least min_bytes) this scope saved first
     backward_entered: bool = False
-    backward_done: bool = False
+
+
+def _tensors_in(value) -> List[torch.Tensor]:
+    """The tensors of a module's output: a tensor, or tensors in (nested) tuples, lists and dicts."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors_in(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors_in(item)]
+    return []
 
 
 class _Record:
@@ -319,8 +329,6 @@ class TensorCache:
             self._wrap_for_recompute(module)
             self._hooks.append(module.register_forward_pre_hook(self._forward_enter))
             self._hooks.append(module.register_forward_hook(self._forward_exit))
-            self._hooks.append(module.register_full_backward_pre_hook(self._backward_enter))
-            self._hooks.append(module.register_full_backward_hook(self._backward_exit))
 
     # ---- configuration ------------------------------------------------------------------------------------------
 
@@ -645,16 +653,24 @@ class TensorCache:
 
     def _forward_exit(self, module, args, output):
         with self._lock:
-            if self._stack and self._stack[-1].module is module:
-                self._stack.pop()
+            if not (self._stack and self._stack[-1].module is module):
+                return  # not a scope this forward pass entered (no grad, or a recomputation in backward)
+            scope = self._stack.pop()
+        # The backward reaches the scope when the first gradient of one of its outputs is computed. A hook on those
+        # tensors (not a module's full backward hooks, which wrap its inputs and outputs in identity functions and
+        # keep gradients for their post-hook) sees that and costs nothing else.
+        outputs = [t for t in _tensors_in(output) if t.requires_grad]
+        if outputs:
+            torch.autograd.graph.register_multi_grad_hook(outputs, lambda grad: self._backward_enter(scope), mode="any")
+        else:  # nothing of it is differentiated: its backward never comes
+            scope.backward_entered = True
 
-    def _backward_enter(self, module, grad_output):
+    def _backward_enter(self, scope: _Scope) -> None:
         with self._lock:
+            if scope.backward_entered:
+                return
             self._reap()
-            order = self._order.get(self._micro_batch, [])
-            scope = next((s for s in reversed(order) if s.module is module and not s.backward_entered), None)
-            if scope is None:
-                return None
+            order = self._order.get(scope.micro_batch, [])
             scope.backward_entered = True
             # The peak is at the start of backward: every store of the forward pass is (predicted) done by then.
             self._wait_due((float("inf"), 0.0))
@@ -662,16 +678,6 @@ class TensorCache:
                 self._backward_callback_queued = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._backward_finished)
             self._prefetch_from(order, scope.index)
-        return None
-
-    def _backward_exit(self, module, grad_input, grad_output):
-        with self._lock:
-            order = self._order.get(self._micro_batch, [])
-            scope = next((s for s in reversed(order) if s.module is module and s.backward_entered
-                          and not s.backward_done), None)
-            if scope is not None:
-                scope.backward_done = True
-        return None
 
     def _prefetch_from(self, order: List[_Scope], index: int) -> None:
         """Queues loads for the tensors first needed by scopes index, index-1, ... index-prefetch_scopes."""
