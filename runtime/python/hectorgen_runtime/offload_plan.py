@@ -15,13 +15,14 @@ The model (docs/offload.md, "Adaptive placement"). Times are GPU times from the 
   makes the CPU (which runs ahead of the GPU) wait for store j where the forward pass reaches the predicted end
   (its "due point"), so that the memory is freed, in the allocator's order, before what is allocated after it.
 * Backward: scope k's backward takes backward_seconds (default backward_factor x forward), plus its forward again
-  when it is recomputed, plus offload_seconds (the cache's own work on its tensors) when it is offloaded. Entering scope k's backward queues the loads of the offloaded scopes k, k-1, ...,
-  k-prefetch (the cache's prefetch_scopes), first in, first out; a scope whose loads are not done waits (a stall).
+  when it is recomputed, plus offload_seconds (the cache's own work on its tensors) when it is offloaded. Entering
+  scope k's backward queues the loads of the offloaded scopes k, k-1, ..., k-prefetch (the cache's
+  prefetch_scopes), first in, first out; a scope whose loads are not done waits (a stall).
 * Memory (activation bytes resident): during the forward, what the kept scopes saved so far, the inputs of the
   recomputed ones, the offloaded bytes produced and not yet copied, and at its end what the step saves after the
-  last scope (tail_bytes: the loss); entering scope k's backward, the kept
-  bytes of scopes <= k, the recomputed scope k whole, and the loaded scopes. The predicted peak is the largest of
-  these; keep's is the sum of all bytes.
+  last scope (tail_bytes: the loss); entering scope k's backward, the kept bytes of scopes <= k, the recomputed
+  scope k whole, and the loaded scopes. The predicted peak is the largest of these; keep's is the sum of all
+  bytes.
 
 The planner starts from "keep" everywhere and, while the peak goes down, makes the one change (a kept scope
 offloaded or recomputed, an offloaded one recomputed) with the least added step time per byte of peak removed,
