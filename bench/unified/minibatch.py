@@ -57,3 +57,18 @@ def sample_batch(row_ptr, col, seeds, fanouts, generator, etype=None):
         blocks.append(local if etype is None else (local, etype[edges]))
         nodes.append(following)
     return nodes[2], tuple(blocks), nodes[1].numel()
+
+
+def random_unified_features(num_nodes: int, dim: int, generator: torch.Generator, device):
+    """A [num_nodes, dim] float32 table in unified memory (pinned, GPU-mapped), drawn on the GPU with `generator`
+    and written through the table's CUDA alias 256 MiB at a time: no CPU loop over tens of GB."""
+    import hectorgen_runtime as hr  # (here: the sampler above needs no runtime)
+
+    features = hr.empty_unified(num_nodes, dim, dtype=torch.float32)
+    alias = features.cuda_view()
+    step = max(1, (256 << 20) // (dim * 4))
+    for begin in range(0, num_nodes, step):
+        end = min(begin + step, num_nodes)
+        alias[begin:end].copy_(torch.randn(end - begin, dim, device=device, generator=generator))
+    torch.cuda.synchronize()
+    return features

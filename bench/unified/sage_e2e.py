@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "runtime" / "python"))
 import hectorgen_runtime as hr  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench" / "unified"))
-from minibatch import random_csr, sample_batch  # noqa: E402  (the graph and the GPU sampler)
+from minibatch import random_csr, random_unified_features, sample_batch  # noqa: E402  (the graph and the GPU sampler)
 
 MODES = ("pytorch", "unified", "prefetch")
 
@@ -105,14 +105,7 @@ def main() -> int:
     train = torch.randperm(args.nodes, device=device, generator=generator)[: args.batches * args.batch]
     log(f"graph: {col.numel()} edges on the GPU ({time.perf_counter() - began:.1f} s)")
 
-    features = hr.empty_unified(args.nodes, args.dim, dtype=torch.float32)
-    alias = features.cuda_view()
-    step = max(1, (256 << 20) // (args.dim * 4))
-    for begin in range(0, args.nodes, step):  # features written by the GPU through the alias: no CPU loop
-        end = min(begin + step, args.nodes)
-        alias[begin:end].copy_(torch.randn(end - begin, args.dim, device=device, generator=generator))
-    torch.cuda.synchronize()
-    del alias
+    features = random_unified_features(args.nodes, args.dim, generator, device)
     log(f"features: {feature_bytes / 1e9:.1f} GB unified (pinned, mapped) ({time.perf_counter() - began:.1f} s)")
 
     # Samples are drawn once and replayed in every mode: the modes differ only in how features arrive.
