@@ -158,6 +158,15 @@ def engine_file_bandwidth(engine, gib: float) -> dict:
 # Measurements
 
 
+def step_seconds(runner: Runner) -> float:
+    """Wall-clock seconds of one step, the GPU idle before and done after."""
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    runner.step()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
 def measure(runner: Runner, steps: int) -> dict:
     runner.step()  # warm-up: allocates the gradients
     torch.cuda.synchronize()
@@ -169,11 +178,7 @@ def measure(runner: Runner, steps: int) -> dict:
     engine_before = runner.cache.engine_stats() if runner.cache is not None else None
     times = []
     for _ in range(steps):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        runner.step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
+        times.append(step_seconds(runner))
         if runner.cache is not None:
             runner.cache.wait_io()
             if runner.cache.live_records():
@@ -207,13 +212,7 @@ def forward_seconds(runner: Runner) -> float:
 def timed_steps(runner: Runner, steps: int = 3) -> float:
     """Median seconds of `steps` steps after one untimed step."""
     runner.step()
-    times = []
-    for _ in range(steps):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        runner.step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
+    times = [step_seconds(runner) for _ in range(steps)]
     if runner.cache is not None:
         runner.cache.wait_io()
     return statistics.median(times)
