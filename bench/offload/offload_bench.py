@@ -9,6 +9,8 @@
   ours-adaptive[-ssd]  per layer keep / offload / recompute as plan_placement picks it from a profiled step: the
               lowest predicted activation peak within 5% of keep's step (the plan and its reasons go to the log)
   ours-adaptive-lowmem the same, allowed as much extra step time as recompute took (ROK plot)
+  ours-sync   (ROK plot) every layer to host memory, each store waited for at once, each tensor loaded when
+              backward needs it: the lowest peak (save_on_cpu's schedule over the engine)
   ours@<baseline>      (ROK plot) the fastest plan within the baseline's measured peak at that batch, as its budget
 
 For each configuration: step time (median of --steps), activation peak (peak reserved GPU memory above what the
@@ -56,6 +58,10 @@ BUDGET_OVERHEAD = 10.0
 # spread of a median of a few steps).
 PEAK_TOLERANCE = 0.02
 PEAK_SLACK_GIB = 20 / 1024
+# measure() takes more steps than --steps until --min-seconds are timed, up to this many.
+MAX_STEPS = 25
+# --profile-hooks: cProfile the profiled step with every layer offloaded, into the log.
+PROFILE_HOOKS = False
 THROUGHPUT_TOLERANCE = 0.02
 ROK_BASELINES = ["keep", "recompute", "save_on_cpu"]
 
@@ -78,6 +84,17 @@ def make_layers(hidden: int, layers: int) -> nn.ModuleList:
         nn.TransformerEncoderLayer(hidden, hidden // 128, 4 * hidden, dropout=0.0, batch_first=True, norm_first=True,
                                    activation="gelu", device="cuda", dtype=torch.bfloat16)
         for _ in range(layers)])
+
+
+def preallocate_gradients(layers: nn.ModuleList, x: torch.Tensor) -> None:
+    """Allocates every gradient before the first step, when the caching allocator holds only the weights: the
+    gradients then sit in segments of their own, a step's activations in others, and after a step empty_cache hands
+    all of the latter back. Otherwise the first step's gradients land in segments it also filled with activations,
+    those segments stay reserved, and a later mode's peak (reserved memory above the weights and gradients) depends
+    on what the modes before it left there (recompute measured 0.00 GiB at batch 2). Steps accumulate into them."""
+    for p in layers.parameters():
+        p.grad = torch.zeros_like(p)
+    x.grad = torch.zeros_like(x)
 
 
 def model_flops(hidden: int, layers: int, seq: int, batch: int) -> float:
@@ -167,8 +184,11 @@ def step_seconds(runner: Runner) -> float:
     return time.perf_counter() - t
 
 
-def measure(runner: Runner, steps: int) -> dict:
-    runner.step()  # warm-up: allocates the gradients
+def measure(runner: Runner, steps: int, min_seconds: float = 0.0) -> dict:
+    """Step time (median), activation peak and bytes moved of `steps` steps after a warm-up, or of as many more
+    (at most MAX_STEPS) as fill `min_seconds`: a 40 ms step spread by 15% over three steps (ours@keep, the same plan as
+    keep, measured 16% slower at batch 1)."""
+    runner.step()  # warm-up
     torch.cuda.synchronize()
     if runner.cache is not None:
         runner.cache.wait_io()
@@ -177,7 +197,7 @@ def measure(runner: Runner, steps: int) -> dict:
     base_allocated, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     engine_before = runner.cache.engine_stats() if runner.cache is not None else None
     times = []
-    for _ in range(steps):
+    while len(times) < steps or (sum(times) < min_seconds and len(times) < MAX_STEPS):
         times.append(step_seconds(runner))
         if runner.cache is not None:
             runner.cache.wait_io()
@@ -186,13 +206,14 @@ def measure(runner: Runner, steps: int) -> dict:
     result = {
         "step_ms": statistics.median(times) * 1e3,
         "step_ms_all": [round(t * 1e3, 2) for t in times],
+        "steps": len(times),
         "peak_reserved_gib": (torch.cuda.max_memory_reserved() - base_reserved) / GiB,
         "peak_allocated_gib": (torch.cuda.max_memory_allocated() - base_allocated) / GiB,
     }
     if runner.cache is not None:
         after = runner.cache.engine_stats()
-        result["stored_gib_per_step"] = (after["stored_bytes"] - engine_before["stored_bytes"]) / steps / GiB
-        result["loaded_gib_per_step"] = (after["loaded_bytes"] - engine_before["loaded_bytes"]) / steps / GiB
+        result["stored_gib_per_step"] = (after["stored_bytes"] - engine_before["stored_bytes"]) / len(times) / GiB
+        result["loaded_gib_per_step"] = (after["loaded_bytes"] - engine_before["loaded_bytes"]) / len(times) / GiB
         result["cache_stats"] = dict(runner.cache.stats)
     return result
 
@@ -250,8 +271,19 @@ def profile_scopes(layers: nn.ModuleList, x: torch.Tensor, engine, bandwidth: di
     tensors = [cache.last_scope_tensors.get(layer, 0) for layer in layers]
 
     offloaded = offload.TensorCache(layers, tier="host", engine=engine)
+    if PROFILE_HOOKS:
+        import cProfile
+        import io
+        import pstats
+        profiler = cProfile.Profile()
+        profiler.enable()
     Runner(layers, x, "ours", offloaded).step()
     torch.cuda.synchronize()
+    if PROFILE_HOOKS:
+        profiler.disable()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+        log("   cProfile of a step with every layer offloaded (--profile-hooks), by own time:\n" + text.getvalue())
     offloaded.wait_io()
     offloaded.remove()
     per_tensor = offloaded.stats["hook_ns"] / 1e9 / max(1, offloaded.stats["records"])
@@ -301,6 +333,8 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
     log(f"== {name}: H={hidden} L={layers_n} S={seq} B={batch} ({', '.join(modes)})")
     layers = make_layers(hidden, layers_n)
     x = torch.randn(batch, seq, hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    preallocate_gradients(layers, x)
+    torch.cuda.empty_cache()
     flops = model_flops(hidden, layers_n, seq, batch)
     base = {"config": name, "hidden": hidden, "layers": layers_n, "seq": seq, "batch": batch}
     keep_runner = Runner(layers, x, "keep")
@@ -355,13 +389,19 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
                         log(f"     {line}")
                     inflight = args.inflight_gib * GiB if args.inflight_gib else plan.max_inflight_bytes
                     cache = offload.TensorCache(layers, placement=plan, engine=engine, max_inflight_bytes=inflight)
+                elif mode == "ours-sync":
+                    # The lowest peak: every store waited for as it is queued, every tensor loaded when backward
+                    # unpacks it (save_on_cpu's schedule, over the engine's pinned pool instead of a pinned
+                    # allocation and copy per tensor).
+                    cache = offload.TensorCache(layers, tier="host", engine=engine, max_inflight_bytes=0,
+                                                prefetch_scopes=-1)
                 else:
                     # ours-ssd offloads what the disk absorbs while the step runs and keeps the rest (the disk is
                     # 25x slower than PCIe: waiting for it would stretch the forward pass to disk speed).
                     cache = offload.TensorCache(layers, tier="file" if mode == "ours-ssd" else "host", engine=engine,
                                                 when_busy="keep" if mode == "ours-ssd" else "wait")
             runner = Runner(layers, x, "keep" if mode.startswith("ours") else mode, cache)
-            row = measure(runner, args.steps)
+            row = measure(runner, args.steps, args.min_seconds)
         except torch.OutOfMemoryError:
             row = {"oom": True}
         except Exception as error:  # noqa: BLE001 - one broken mode must not end the run: it is reported
@@ -398,7 +438,7 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
     offered = None
     for row in rows.values():
         if "cache_stats" in row and row["cache_stats"].get("offered_bytes"):
-            offered = row["cache_stats"]["offered_bytes"] / (args.steps + 1) / GiB
+            offered = row["cache_stats"]["offered_bytes"] / (row["steps"] + 1) / GiB
             break
     keep = rows.get("keep", {})
     if offered is not None and "step_ms" in keep:
@@ -459,6 +499,7 @@ def gradient_check(args, engine, bandwidth, results, out) -> None:
     log(f"   planned: {' / '.join(plan[layer] for layer in layers)}")
     modes = {"keep (again)": ("keep", None), "recompute": ("recompute", None), "save_on_cpu": ("save_on_cpu", None),
              "ours-host": ("keep", dict(tier="host")), "ours-ssd": ("keep", dict(tier="file")),
+             "ours-sync": ("keep", dict(tier="host", max_inflight_bytes=0, prefetch_scopes=-1)),
              "ours-mixed": ("keep", dict(tier="host", placement={layers[1]: "file", layers[3]: "keep"})),
              "ours-planned": ("keep", dict(placement=plan))}
     for name, (mode, options) in modes.items():
@@ -644,15 +685,21 @@ def main() -> int:
                         help="where the file tier's file goes (a disk, not tmpfs)")
     parser.add_argument("--host-budget-gib", type=float, default=32)
     parser.add_argument("--file-gib", type=float, default=40)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per mode, at least")
+    parser.add_argument("--min-seconds", type=float, default=1.5,
+                        help="more timed steps (up to %d) until this many seconds per mode" % MAX_STEPS)
     parser.add_argument("--inflight-gib", type=float, default=0,
                         help="max_inflight_bytes of the adaptive modes (default: the plan's, which waits for its "
                              "stores where it predicts them done; ours-host/ours-ssd use the cache's 2 GiB)")
     parser.add_argument("--max-overhead", type=float, default=0.05,
                         help="step time the adaptive plan may add, as a fraction of keep's (target: 5%%)")
     parser.add_argument("--quick", action="store_true", help="small stacks only, to try the script")
+    parser.add_argument("--profile-hooks", action="store_true",
+                        help="cProfile a step with every layer offloaded (where the cache's own time goes)")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: main,large,rok,grads")
     args = parser.parse_args()
+    global PROFILE_HOOKS
+    PROFILE_HOOKS = args.profile_hooks
     if not torch.cuda.is_available():
         print("offload_bench: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -696,7 +743,7 @@ def main() -> int:
             hidden, layers_n, seq = (1024, 4, 1024) if args.quick else (4096, 8, 2048)
             for batch in ((1, 2) if args.quick else (1, 2, 4, 8)):
                 run_config(f"rok-b{batch}", hidden, layers_n, seq, batch,
-                           ROK_BASELINES + ["ours-host", "ours-adaptive", "ours-adaptive-lowmem"]
+                           ROK_BASELINES + ["ours-host", "ours-sync", "ours-adaptive", "ours-adaptive-lowmem"]
                            + [f"ours@{baseline}" for baseline in ROK_BASELINES],
                            args, engine, bandwidth, results, out)
             for line in frontier_lines([r for r in results if str(r.get("config", "")).startswith("rok")]):

@@ -503,5 +503,41 @@ def test_a_plan_makes_the_cache_wait_for_stores_where_predicted():
     assert cache.stats["forwarded"] > 0 and cache.stats["waited_due"] == 0, cache.stats
 
 
+def test_a_plan_that_offloads_nothing_installs_no_hooks():
+    """keep and recompute only: the cache is the recompute wrappers alone (no saved-tensor or scope hooks), so it
+    costs what the same placement written by hand costs; set_placement to an offloading tier turns the hooks on."""
+    model, x = make_model(), inputs()
+    expected = gradients(model, x)
+    scope_bytes = (2 * BATCH * WIDTH + 2 * BATCH * HIDDEN) * 8
+    profiles = [offload.ScopeProfile(block, 1e-3, scope_bytes) for block in model]
+    plan = offload.plan_placement(profiles, write_bandwidth=scope_bytes / 1.5e-3,
+                                  fixed={block: ("recompute" if i % 2 else "keep") for i, block in enumerate(model)})
+    assert [plan[block] for block in model] == ["keep", "recompute", "keep", "recompute"]
+    cache = make_cache(model, placement=plan)
+    assert_identical(expected, gradients(model, x, cache))
+    assert cache.stats["packed"] == 0 and cache.stats["recomputed_scopes"] == 2, cache.stats
+    assert cache.last_scope_bytes == {}  # nothing tracked
+    cache.set_placement(model[0], "host")
+    assert_identical(expected, gradients(model, x, cache, settle=True))
+    assert cache.stats["stored_host"] > 0 and cache.stats["recomputed_scopes"] == 4, cache.stats
+    assert_clean(cache)
+    cache.remove()
+
+
+def test_synchronous_stores_and_loads_on_demand():
+    """max_inflight_bytes=0 waits for every store as it is queued, prefetch_scopes=-1 loads nothing ahead: each
+    tensor comes back when backward unpacks it (the lowest peak; save_on_cpu's schedule over the engine)."""
+    model, x = make_model(), inputs()
+    expected = gradients(model, x)
+    cache = make_cache(model, max_inflight_bytes=0, prefetch_scopes=-1)
+    assert_identical(expected, gradients(model, x, cache))
+    stored = cache.stats["stored_host"]
+    assert stored > 0 and cache.stats["throttled"] <= stored, cache.stats  # a store may end before the check
+    assert cache.stats["prefetched"] == 0 and cache.stats["load_misses"] == stored, cache.stats
+    assert cache.stats["forwarded"] == 0
+    assert_clean(cache)
+    cache.remove()
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))

@@ -36,7 +36,10 @@ Placement per scope: `placement={module: "keep" | "host" | "file" | "recompute"}
 scope), or the Plan that `plan_placement(...)` makes from a profiled step (adaptive offloading, offload_plan.py and
 docs/offload.md). With a Plan the cache also takes its prefetch depth, and waits for each store where the plan
 predicts it done: the CPU runs ahead of the GPU, and only a store that has ended frees memory, in the allocator's
-(CPU) order, for what the forward pass allocates next.
+(CPU) order, for what the forward pass allocates next. A Plan that offloads nothing (keep and recompute only)
+installs no hooks at all: the cache is then the recompute wrappers alone and runs exactly as the same placement
+written by hand (no per-tensor check, which at batch 1 of a CPU-bound step cost up to 10%); a later set_placement
+to "host" or "file" turns the hooks on.
 """
 
 from __future__ import annotations
@@ -220,7 +223,9 @@ class TensorCache:
         directory.
     min_bytes: smaller storages are kept (default 1 MiB).
     cpu_tensors: offload CPU tensors too (the CPU tensor mode, for tests without a GPU).
-    prefetch_scopes: how many scopes ahead of the one in backward are loaded (default: the plan's, else 2).
+    prefetch_scopes: how many scopes ahead of the one in backward are loaded (default: the plan's, else 2); -1: none,
+        each tensor is loaded when backward unpacks it and freed after its use (the lowest peak, loads not hidden:
+        with max_inflight_bytes=0, which waits for every store at once, it is save_on_cpu over the engine).
     fallback: when a scope's tier is full, try the other tier before keeping the tensor.
     engine options: store_threads, load_threads, chunk_bytes, queue_depth, direct_io, gds, rank,
         fault_injection (tests).
@@ -272,7 +277,7 @@ class TensorCache:
         self._plan: Optional[Plan] = placement if isinstance(placement, Plan) else None
         if prefetch_scopes is None:
             prefetch_scopes = self._plan.prefetch_scopes if self._plan is not None else 2
-        self.prefetch_scopes = max(0, int(prefetch_scopes))
+        self.prefetch_scopes = max(-1, int(prefetch_scopes))
         self.fallback = bool(fallback)
         self.max_inflight_bytes = int(max_inflight_bytes)
         if when_busy not in ("wait", "keep"):
@@ -325,8 +330,19 @@ class TensorCache:
 
         for module in (self.scopes if parameters_of is None else parameters_of):
             self.exclude_parameters(module)
+        self._tracking = False
         for module in self.scopes:
             self._wrap_for_recompute(module)
+        if self._plan is None or self._offloads():
+            self._track()
+
+    def _offloads(self) -> bool:
+        return any(where in ("host", "file") for where in self.placement.values())
+
+    def _track(self) -> None:
+        """Turns on the scope hooks (and, from the next forward on, the saved-tensor hooks)."""
+        self._tracking = True
+        for module in self.scopes:
             self._hooks.append(module.register_forward_pre_hook(self._forward_enter))
             self._hooks.append(module.register_forward_hook(self._forward_exit))
 
@@ -340,6 +356,8 @@ class TensorCache:
         if module not in self.placement:
             raise ValueError(f"{type(module).__name__} is not one of this cache's scopes")
         self.placement[module] = where
+        if getattr(self, "_tracking", True) is False and where in ("host", "file"):
+            self._track()
 
     def exclude_parameters(self, module: torch.nn.Module) -> None:
         """Never offload the parameters of `module` (nor views of them, e.g. the transposes linear layers save)."""
@@ -387,7 +405,10 @@ class TensorCache:
             if order and all(record.handles == 0 for scope in order for record in scope.records):
                 del self._order[self._micro_batch]
             self._kept_mark = object()
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        if self._tracking:
+            self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        else:  # a plan that offloads nothing: the recompute wrappers do all there is to do
+            self._saved_hooks = contextlib.nullcontext()
         self._saved_hooks.__enter__()
         return self
 
