@@ -22,6 +22,10 @@ terms are recomputed from each module's COST_MODEL and the case's graph counts; 
 those runs did not record, is solved from the recorded compact bytes, and a case whose recorded vanilla terms differ
 from the module's is left out (the module no longer generates what was measured). theta is not fitted here (it needs
 runs with compact_relations masks per relation). Paste the printed rows into the table and regenerate.
+
+Units of the search term: runs from before 2026-11-27 22:00 UTC ran a binary search per row and recorded log2(etypes)
+steps per search row; later modules search with the row's warp and record ceil(log2(etypes) / 5) rounds. Fit runs
+of one kind together (the recorded terms are what ran; --modules recomputes in the current modules' units).
 """
 from __future__ import annotations
 
@@ -39,6 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import report  # noqa: E402  (reads results files)
 
 PARAMS = ("launch_us", "bandwidth_gbs", "gather_row_ns", "search_step_ns")
+
+
+def search_rounds(etypes: int) -> int:
+    """Rounds of a warp's search of the per-type offsets (src/emit/cost.h search_rounds): ceil(log2(etypes) / 5)."""
+    return math.ceil(math.log2(etypes) / 5 - 1e-9) if etypes > 1 else 0
 
 
 def module_cost_model(modules: Path, module: str):
@@ -66,7 +75,7 @@ def recomputed_terms(r: dict, model: dict, training: bool) -> dict | None:
             total[0] += launches
             for i, coefficients in enumerate(per_count, 1):
                 total[i] += sum(c * n for c, n in zip(coefficients, counts))
-        total[3] *= math.log2(max(r["R"], 1))
+        total[3] *= search_rounds(r["R"])
         return total
     recorded = r["cost_terms"]
     vanilla = terms("vanilla", 0)

@@ -79,8 +79,9 @@ class Counter {
   void index(CostDomain d, double reads = 1) { bytes_[static_cast<size_t>(d)] += reads * kIndexBytes; }
   // A row of a gather sum, once per element of `d`: its latency beyond the bytes (PhaseCost::gather_rows).
   void gather_row(CostDomain d) { gather_rows_[static_cast<size_t>(d)] += 1; }
-  // A search of a row's relation, once per element of `d` (PhaseCost::search_rows).
-  void search_row(CostDomain d) { search_rows_[static_cast<size_t>(d)] += 1; }
+  // A search of a row's relation, once per element of `d` (PhaseCost::search_rows), of `rounds` rounds of the
+  // warp's search each (PhaseCost::search_rows).
+  void search_row(CostDomain d, double rounds = 1) { search_rows_[static_cast<size_t>(d)] += rounds; }
   void scalars(CostDomain d, const std::string& tensor) { row(d, tensor); }
   // A row of `tensor` read or written once per element of `d`; rows of per-type data (weights, per-relation
   // vectors) and tensors without rows count once per kernel, whatever reads them: they stay in cache.
@@ -113,7 +114,11 @@ class Counter {
   std::set<std::string> cached_;
 };
 
-void traversal_body(const std::vector<intra::Instr>& body, CostDomain d, Counter& c) {
+// A thread that searches alone (one thread per row) runs a binary search of log2(etypes) dependent loads, between 2
+// (4 relations) and 5 times the rounds of a warp's search: counted as 4 rounds' worth.
+constexpr double kThreadSearchRounds = 4;
+
+void traversal_body(const std::vector<intra::Instr>& body, CostDomain d, Counter& c, bool per_thread) {
   for (const intra::Instr& in : body) {
     if (auto* def = std::get_if<intra::Def>(&in.v)) {
       if (auto* load = std::get_if<intra::Load>(&def->source)) c.row(d, load->tensor);
@@ -121,11 +126,12 @@ void traversal_body(const std::vector<intra::Instr>& body, CostDomain d, Counter
       c.row(d, st->tensor, st->atomic ? 2 : 1);  // an atomic add reads the row too
     } else if (auto* index = std::get_if<intra::IndexDef>(&in.v)) {
       c.index(d);
-      if (index->array == intra::GraphArray::PairEtype) c.search_row(d);  // a binary search of pair_etype_ptr
+      if (index->array == intra::GraphArray::PairEtype)  // a search of pair_etype_ptr
+        c.search_row(d, per_thread ? kThreadSearchRounds : 1);
     } else if (auto* loop = std::get_if<intra::EdgeLoop>(&in.v)) {
       c.index(d, 2);  // the row node's CSR offsets
       c.index(CostDomain::Edge);  // the edge id at each position
-      traversal_body(loop->body, CostDomain::Edge, c);
+      traversal_body(loop->body, CostDomain::Edge, c, per_thread);
     }
   }
 }
@@ -168,7 +174,7 @@ PhaseCost kernel_cost(const Program& p, const intra::Kernel& k) {
     if (gs->x_gather != intra::Gather::None) c.index(entries);
     if (!gs->scale.empty()) c.scalars(entries, gs->scale);
   } else if (auto* t = std::get_if<intra::TraversalInstance>(&k)) {
-    traversal_body(t->body, domain_of(t->rows), c);
+    traversal_body(t->body, domain_of(t->rows), c, intra::one_thread_per_row(*t));
   } else if (auto* torch = std::get_if<intra::TorchInstance>(&k)) {
     // ATen calls: each materialised operand read in full, the result written, a few launches (index_select,
     // the operation, index_add_).
@@ -243,8 +249,10 @@ double evaluate(const Bytes& b, const GraphCounts& g) {
   return b[0] + b[1] * g.nodes + b[2] * g.edges + b[3] * g.pairs + b[4] * g.etypes + b[5] * g.ntypes;
 }
 
+double search_rounds(double etypes) { return etypes > 1 ? std::ceil(std::log2(etypes) / 5 - 1e-9) : 0; }
+
 double search_steps(const PhaseCost& c, const GraphCounts& g) {
-  return evaluate(c.search_rows, g) * std::log2(std::max(g.etypes, 1.0));
+  return evaluate(c.search_rows, g) * search_rounds(g.etypes);
 }
 
 double estimated_seconds(const PhaseCost& c, const GraphCounts& g, const Tuning& t) {

@@ -2,7 +2,7 @@
 // vanilla and compact, and picks one per graph when the graph is prepared. What it compares is, per phase,
 //
 //     seconds = launches * launch_us * 1e-6 + bytes / (bandwidth_gbs * 1e9)
-//             + gather_rows * gather_row_ns * 1e-9 + search_rows * log2(etypes) * search_step_ns * 1e-9
+//             + gather_rows * gather_row_ns * 1e-9 + search_rows * rounds(etypes) * search_step_ns * 1e-9
 //
 // with bytes a linear function of the graph's counts: so many bytes per node, per edge, per unique (source, edge
 // type) pair, per edge type, per node type, and fixed; and gather_rows, likewise, the rows of the gather sums: the
@@ -11,8 +11,9 @@
 // then reads only a few scattered rows (1.6 edges per pair on wikikg2), so its time is that latency over the warps
 // the GPU keeps in flight, not its bytes: on wikikg2 (16M edges, 10M pairs) the compact program's gather sums over
 // 10M pair rows made its training step 13% slower than vanilla's (RGAT and RGCN) while its bytes were 10-25% fewer.
-// search_rows are the rows that find their edge type by a binary search of the per-type offsets (a pair's type in
-// RGAT's compact traversals: segment_of), log2(etypes) dependent loads each: 535 relations on wikikg2. The coefficients come from the lowered kernels (what each
+// search_rows are the rows that find their edge type by a search of the per-type offsets (a pair's type in RGAT's
+// compact traversals: warp_segment_of), the 32 lanes of the row's warp together: rounds(etypes) = ceil(log2(etypes)
+// / 5) rounds of one load each, 2 for wikikg2's 535 relations (a binary search took 9 dependent loads). The coefficients come from the lowered kernels (what each
 // kernel reads and writes per row of its domain), here, at generation time; the module evaluates them on the
 // graph's counts at prepare time. launch_us, bandwidth_gbs and the per-relation compaction threshold theta come
 // from templates/tuning/materialization.json, per GPU architecture: ESTIMATES until calibrated on the GPU.
@@ -42,7 +43,7 @@ struct PhaseCost {
   int launches = 0;
   Bytes bytes{};
   Bytes gather_rows{};  // rows of gather sums, per domain (coefficients of the same counts as bytes)
-  Bytes search_rows{};  // rows that search their edge type (log2(etypes) steps each), per domain
+  Bytes search_rows{};  // rows that search their edge type (rounds(etypes) rounds each), per domain
 };
 
 // One kernel's launches and bytes: every tensor row it reads or writes, once per row of the domain it is read in
@@ -64,7 +65,7 @@ struct Tuning {
   double bandwidth_gbs = 0;  // achieved global-memory bandwidth, GB/s
   double theta = 1;          // compact relation r iff unique pairs_r / edges_r <= theta
   double gather_row_ns = 0;   // nanoseconds per row of a gather sum beyond its bytes (PhaseCost::gather_rows)
-  double search_step_ns = 0;  // nanoseconds per step of a search of a row's edge type (PhaseCost::search_rows)
+  double search_step_ns = 0;  // nanoseconds per round of a search of a row's edge type (PhaseCost::search_rows)
 };
 
 // The tuning table: architecture ("sm_80", "sm_90", "default") -> row.
@@ -76,7 +77,9 @@ const TuningTable& tuning_table();
 
 // A coefficient vector (bytes or gather rows) on the graph's counts.
 double evaluate(const Bytes& coefficients, const GraphCounts& g);
-// The steps of the phase's edge-type searches on the graph: search rows times log2(etypes).
+// The rounds of a warp's search of `etypes` offsets: ceil(log2(etypes) / 5), 0 for one edge type.
+double search_rounds(double etypes);
+// The rounds of the phase's edge-type searches on the graph: search rows times search_rounds(etypes).
 double search_steps(const PhaseCost& c, const GraphCounts& g);
 double estimated_seconds(const PhaseCost& c, const GraphCounts& g, const Tuning& t);
 // The sum over `phases` (inference: forward; training: forward_train and backward).

@@ -592,7 +592,8 @@ std::string python_auto_constants(const std::vector<Program>& vanilla, const std
                      has_pairs(c) ? "True" : "False");
   out += "# The cost model (hectorgen's src/emit/cost.h), per program and phase: (kernel launches, bytes moved per\n"
          "# (1, node, edge, unique (source, edge type) pair, edge type, node type), rows of gather sums per the same, rows\n"
-         "# that search their edge type per the same (log2(edge types) steps each)), counted from the generated kernels.\n";
+         "# that search their edge type per the same (ceil(log2(edge types) / 5) rounds each)), counted from the generated\n"
+         "# kernels.\n";
   out += "COST_MODEL = {\n";
   for (const auto* program : {&vanilla, &compact}) {
     out += fmt::format("    \"{}\": {{\n", program == &vanilla ? "vanilla" : "compact");

@@ -151,7 +151,7 @@ class AutoModule(unittest.TestCase):
                     at = lambda per: sum(c * n for c, n in zip(per, (1, 1000, 50000, 2000, 4, 1)))  # noqa: E731
                     total += (launches * row["launch_us"] * 1e-6 + at(per_byte) / (row["bandwidth_gbs"] * 1e9) +
                               at(per_gather_row) * row["gather_row_ns"] * 1e-9 +
-                              at(per_search_row) * 2 * row["search_step_ns"] * 1e-9)   # log2(4 relations) steps
+                              at(per_search_row) * row["search_step_ns"] * 1e-9)   # 4 relations: one round
                 expected[program] = total
             got = m.estimated_seconds(g, training)
             for program in m.PROGRAMS:
@@ -160,7 +160,7 @@ class AutoModule(unittest.TestCase):
             for program in m.PROGRAMS:
                 launches = sum(m.COST_MODEL[program][phase][0] for phase in phases)
                 self.assertEqual(terms[program][0], launches)
-                self.assertEqual(len(terms[program]), 4)   # launches, bytes, gather rows, search steps
+                self.assertEqual(len(terms[program]), 4)   # launches, bytes, gather rows, search rounds
             # RGCN's compact backward sums over each pair's edges and each node's pairs: a gather row per pair and
             # per node; the vanilla program has none
             self.assertEqual(terms["vanilla"][2], 0)

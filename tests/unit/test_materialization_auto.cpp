@@ -1,12 +1,15 @@
 // materialization: auto: the cost model (emit/cost.h) and the module that holds both programs.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
 
 #include "emit/cost.h"
 #include "emit/emit.h"
+#include "emit/traversal.h"
 #include "helpers.h"
 #include "ir/intra/parser.h"
 
@@ -208,18 +211,31 @@ TEST_CASE("cost: a row that finds its edge type by a search of the type offsets 
   t.name = "m_fw_pairs_dot";
   t.rows = inter::LoopKind::SrcPairs;
   t.row = "p";
+  // A row of 64 values: one warp per row, whose lanes search together (one search row).
   t.body = {Instr{intra::IndexDef{"p_etype", intra::GraphArray::PairEtype, "p"}},
-            Instr{Def{"v_hp", false, {}, Load{"hp", "p"}}}};
+            Instr{Def{"v_hp", false, intra::RegType{{64}, intra::LaneLayout::Lanes}, Load{"hp", "p"}}}};
+  REQUIRE_FALSE(intra::one_thread_per_row(t));
   PhaseCost c = emit::kernel_cost(p, t);
   CHECK(search_rows(c, CostDomain::Pair) == 1);
   CHECK(c.gather_rows == emit::Bytes{});
-  // log2(etypes) steps each: 1e5 pairs over 512 relations search 9 steps each
+  // ceil(log2(etypes) / 5) rounds of the warp's 32-way search each: 1e5 pairs over 512 relations, 2 rounds
   emit::GraphCounts g;
   g.pairs = 1e5;
   g.etypes = 512;
-  CHECK(emit::search_steps(c, g) == Approx(9e5));
+  CHECK(emit::search_steps(c, g) == Approx(2e5));
+  CHECK(emit::search_rounds(32) == 1);
+  CHECK(emit::search_rounds(33) == 2);
+  CHECK(emit::search_rounds(535) == 2);
+  CHECK(emit::search_rounds(1024) == 2);
+  CHECK(emit::search_rounds(1025) == 3);
+  CHECK(emit::search_rounds(4) == 1);
   g.etypes = 1;  // one relation: nothing to search
   CHECK(emit::search_steps(c, g) == 0);
+  // A scalar row: one thread per row, searching alone (a binary search, counted as 4 rounds)
+  t.body = {Instr{intra::IndexDef{"p_etype", intra::GraphArray::PairEtype, "p"}},
+            Instr{Def{"v_hp", false, {}, Load{"hp", "p"}}}};
+  REQUIRE(intra::one_thread_per_row(t));
+  CHECK(search_rows(emit::kernel_cost(p, t), CostDomain::Pair) == 4);
   // an edge's type is read directly (etype[e]): no search
   t.rows = inter::LoopKind::Edges;
   t.row = "e";
@@ -227,7 +243,7 @@ TEST_CASE("cost: a row that finds its edge type by a search of the type offsets 
   CHECK(emit::kernel_cost(p, t).search_rows == emit::Bytes{});
 }
 
-TEST_CASE("cost: seconds add gather_row_ns per gather row and search_step_ns per search step", "[cost]") {
+TEST_CASE("cost: seconds add gather_row_ns per gather row and search_step_ns per search round", "[cost]") {
   PhaseCost c;
   c.launches = 2;
   c.bytes = {0, 0, 100, 0, 0, 0};
@@ -245,7 +261,9 @@ TEST_CASE("cost: seconds add gather_row_ns per gather row and search_step_ns per
   c.search_rows = {0, 0, 0, 1, 0, 0};
   g.etypes = 8;
   t.search_step_ns = 0.25;
-  CHECK(emit::estimated_seconds(c, g, t) == Approx(base + (1e3 + 2 * 1e5) * 0.5e-9 + 3 * 1e5 * 0.25e-9));
+  CHECK(emit::estimated_seconds(c, g, t) == Approx(base + (1e3 + 2 * 1e5) * 0.5e-9 + 1 * 1e5 * 0.25e-9));
+  g.etypes = 535;  // two rounds
+  CHECK(emit::estimated_seconds(c, g, t) == Approx(base + (1e3 + 2 * 1e5) * 0.5e-9 + 2 * 1e5 * 0.25e-9));
 }
 
 TEST_CASE("cost: a phase sums its kernels and the zeroing of zero-initialised tensors", "[cost]") {
@@ -438,4 +456,56 @@ TEST_CASE("options.compact_relations: a ratio in [0, 1], printed and parsed back
   Generated bad = generate(path, test::replace(text, "compact_relations: 0.6", "compact_relations: 1.5"));
   CHECK(bad.status == 1);
   CHECK(bad.err.find(":18:22: error: 'compact_relations' must be between 0 and 1") != std::string::npos);
+}
+
+namespace {
+
+// The search warp_segment_of emits (emit/traversal.cpp device_helpers), one round at a time over the 32 lanes: the
+// lanes' ballot is the predicate of every lane.
+int emulated_warp_segment_of(const std::vector<int32_t>& ptr, int count, int64_t row, int* rounds) {
+  int lo = 0, span = count;
+  *rounds = 0;
+  while (span > 1) {
+    const int step = (span + 31) / 32;
+    unsigned below = 0;
+    for (int lane = 0; lane < 32; ++lane) {
+      const int s = lo + lane * step;
+      if (s < lo + span && ptr[static_cast<size_t>(s)] <= row) below |= 1u << lane;
+    }
+    REQUIRE(below != 0);
+    const int end = lo + span;
+    lo += (31 - __builtin_clz(below)) * step;
+    span = std::min(step, end - lo);
+    ++*rounds;
+  }
+  return lo;
+}
+
+}  // namespace
+
+TEST_CASE("warp_segment_of: the warp's 32-way search finds what a binary search finds, in search_rounds rounds",
+          "[cost]") {
+  const std::string helper = emit::device_helpers({"warp_segment_of"});
+  // The emulation above follows these lines; a change to one is a change to the other.
+  for (const char* line : {"const int step = (span + 31) / 32;", "const int s = lo + lane * step;",
+                           "__ballot_sync(0xffffffffu, s < lo + span && ptr[s] <= row)",
+                           "lo += (31 - __clz(below)) * step;", "span = min(step, end - lo);"})
+    CHECK(helper.find(line) != std::string::npos);
+  std::mt19937 rng(7);
+  for (int count : {1, 2, 3, 4, 31, 32, 33, 51, 100, 535, 1024, 1025, 3000}) {
+    // Offsets with empty segments (runs of equal offsets), as relations without pairs give.
+    std::vector<int32_t> ptr{0};
+    for (int s = 0; s < count; ++s) ptr.push_back(ptr.back() + static_cast<int32_t>(rng() % 4 == 0 ? 0 : rng() % 5));
+    const int64_t rows = ptr.back();
+    for (int64_t row = 0; row < rows; ++row) {
+      int expected = 0;  // the last s < count with ptr[s] <= row
+      for (int s = 0; s < count; ++s)
+        if (ptr[static_cast<size_t>(s)] <= row) expected = s;
+      int rounds = 0;
+      REQUIRE(emulated_warp_segment_of(ptr, count, row, &rounds) == expected);
+      CHECK(rounds <= emit::search_rounds(count));  // fewer where the last lane's range is short
+      CHECK(ptr[static_cast<size_t>(expected)] <= row);
+      CHECK(row < ptr[static_cast<size_t>(expected) + 1]);
+    }
+  }
 }
