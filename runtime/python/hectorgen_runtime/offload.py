@@ -38,8 +38,8 @@ docs/offload.md). With a Plan the cache also takes its prefetch depth, and waits
 predicts it done: the CPU runs ahead of the GPU, and only a store that has ended frees memory, in the allocator's
 (CPU) order, for what the forward pass allocates next. A Plan that offloads nothing (keep and recompute only)
 installs no hooks at all: the cache is then the recompute wrappers alone and runs exactly as the same placement
-written by hand (no per-tensor check, which at batch 1 of a CPU-bound step cost up to 10%); a later set_placement
-to "host" or "file" turns the hooks on.
+written by hand (no per-tensor Python check in a step that, at small batches, the CPU's kernel launches bound); a
+later set_placement to "host" or "file" turns the hooks on.
 """
 
 from __future__ import annotations
