@@ -31,6 +31,8 @@
 #      tensors, weights vs one process, bit-identical rerun, ranks agree (ddp.log, ddp.jsonl; docs/distributed.md);
 #      then the runtime under DDP (DDP_RUNTIME_MODEL, default hgt, khop mode): activations offloaded by the tensor
 #      cache to per-rank files, features gathered from per-rank unified tensors, the same bits as without them.
+#   4c. tests/gpu/check_warp_segment_of.sh: the warp's search of a pair's relation that hectorgen emits (RGAT's
+#      compact pair traversals), against a scan over random offsets with empty segments.
 #   5. tools/train_example.py if time is left (train.log, train_loss.png).
 #   6. the short per-spec table, printed last (summary.txt). Everything printed is also in gpu_check.log.
 # Exit status 0 iff every spec PASSes: all checks, with gradients (a forward-only spec is not a pass), and
@@ -362,6 +364,16 @@ if [[ "${SKIP_DDP:-0}" != 1 ]] && ((!DTYPE_RUN)); then
 fi
 log "$DDP_LINE"
 
+# ---- 4c. device helpers: the warp's search of a pair's relation against a scan (tests/gpu/check_warp_segment_of.sh)
+HELPER_LINE="device helpers: skipped"
+helper_rc=0
+if [[ "$DEVICE" != cpu && -n "$HG" ]] && ((!DTYPE_RUN)) && (($(left) > 40)); then
+  out="$(timeout -k 5 "$(cap 60 30)" bash "$ROOT/tests/gpu/check_warp_segment_of.sh" "$HG" 2>&1)" || helper_rc=1
+  echo "$out" | tail -5 | sed 's/^/  /'
+  HELPER_LINE="device helpers: $( ((helper_rc == 0)) && echo PASS || echo FAIL) ($(echo "$out" | tail -1))"
+fi
+log "$HELPER_LINE"
+
 # ---- 5. training example: 2 generated layers + a linear head, loss must go down (train.log, train_loss.png) ---
 TRAIN_LINE="training: skipped"
 train_rc=0
@@ -395,14 +407,15 @@ log "$TRAIN_LINE"
 
 # ---- 6. the short table, printed last --------------------------------------------------------------------------
 { echo "===== generation log"; cat "$GEN_LOG"; } >> "$OUT/gpu_check.log.gen" 2>/dev/null || true
-VERDICT="generation+builds rc=$prep_rc, checks rc=$check_rc, $SAN_LINE, training rc=$train_rc, ddp rc=$ddp_rc; logs in $OUT; ${SECONDS}s"
+VERDICT="generation+builds rc=$prep_rc, checks rc=$check_rc, $SAN_LINE, training rc=$train_rc, ddp rc=$ddp_rc, helpers rc=$helper_rc; logs in $OUT; ${SECONDS}s"
 sum_rc=0
-python3 "$CHECK" --summary --out "$OUT" "${SUMMARY_ARGS[@]}" --extra "$TRAIN_LINE" --extra "$DDP_LINE" --extra "$VERDICT" ||
+python3 "$CHECK" --summary --out "$OUT" "${SUMMARY_ARGS[@]}" --extra "$TRAIN_LINE" --extra "$DDP_LINE" --extra "$HELPER_LINE" \
+  --extra "$VERDICT" ||
   sum_rc=$?
 # The generation log goes to the end of gpu_check.log, after the table (the table stays the last thing printed).
 exec 1>&- 2>&-
 wait "$TEE_PID" 2>/dev/null || true
 cat "$OUT/gpu_check.log.gen" >> "$OUT/gpu_check.log" 2>/dev/null && rm -f "$OUT/gpu_check.log.gen"
 trap - EXIT
-if ((sum_rc == 0 && prep_rc == 0 && check_rc == 0 && train_rc == 0 && ddp_rc == 0)); then exit 0; fi
+if ((sum_rc == 0 && prep_rc == 0 && check_rc == 0 && train_rc == 0 && ddp_rc == 0 && helper_rc == 0)); then exit 0; fi
 exit 1
