@@ -267,6 +267,8 @@ class TensorCache:
             raise ValueError(f"tier must be 'host' or 'file', got {tier!r}")
         self.scopes = list(scopes)
         self.tier = tier
+        # Whether the hooks are on: None while constructing, then False for a Plan that offloads nothing.
+        self._tracking: Optional[bool] = None
         self.placement: Dict[torch.nn.Module, str] = {}
         for index, module in enumerate(self.scopes):
             self.placement[module] = "keep" if index >= len(self.scopes) - keep_last else tier
@@ -356,7 +358,7 @@ class TensorCache:
         if module not in self.placement:
             raise ValueError(f"{type(module).__name__} is not one of this cache's scopes")
         self.placement[module] = where
-        if getattr(self, "_tracking", True) is False and where in ("host", "file"):
+        if self._tracking is False and where in ("host", "file"):
             self._track()
 
     def exclude_parameters(self, module: torch.nn.Module) -> None:
