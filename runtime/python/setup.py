@@ -10,6 +10,7 @@ architectures: $TORCH_CUDA_ARCH_LIST, else the visible GPUs', else 8.0 and 9.0 (
 The sources are runtime/src and runtime/torch, next to this directory; the version is hectorgen/runtime_version.h.
 """
 
+import importlib.util
 import os
 import pathlib
 import re
@@ -39,7 +40,15 @@ if "TORCH_CUDA_ARCH_LIST" not in os.environ and not torch.cuda.is_available():
     print("hectorgen_runtime: no GPU visible, building for TORCH_CUDA_ARCH_LIST=8.0;9.0", file=sys.stderr)
 
 
-def relative(path: pathlib.Path) -> str:
+# The source lists, shared with the package's just-in-time build (hectorgen_runtime/_extensions.py, loaded by path:
+# importing the package, not installed yet, would run its __init__).
+_spec = importlib.util.spec_from_file_location("_hectorgen_runtime_extensions",
+                                               HERE / "hectorgen_runtime" / "_extensions.py")
+extensions = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(extensions)
+
+
+def relative(path) -> str:
     # setuptools wants source paths relative to this directory.
     return os.path.relpath(path, HERE)
 
@@ -53,23 +62,15 @@ setup(
     ext_modules=[
         CUDAExtension(
             name="hectorgen_runtime._C",
-            sources=[
-                relative(RUNTIME / "src" / "graph_preprocess.cu"),
-                relative(RUNTIME / "src" / "unified.cu"),
-                relative(RUNTIME / "torch" / "graph_preprocess_torch.cpp"),
-                relative(RUNTIME / "torch" / "unified_torch.cpp"),
-                relative(RUNTIME / "torch" / "python_module.cpp"),
-                relative(RUNTIME / "torch" / "unified_python.cpp"),
-            ],
-            include_dirs=[str(RUNTIME / "include"), str(RUNTIME / "torch" / "include")],
+            sources=[relative(path) for path in extensions.sources("_C", RUNTIME)],
+            include_dirs=extensions.include_dirs("_C", RUNTIME),
             extra_compile_args={"cxx": ["-O2"], "nvcc": ["-O2"]},
         ),
         # The activation offload engine (hectorgen_runtime.offload): plain C++, no CUDA compiler needed.
         CppExtension(
             name="hectorgen_runtime._offload",
-            sources=[relative(RUNTIME / "torch" / "offload_torch.cpp")]
-            + [relative(path) for path in sorted((RUNTIME / "src" / "offload").glob("*.cpp"))],
-            include_dirs=[str(RUNTIME / "include")],
+            sources=[relative(path) for path in extensions.sources("_offload", RUNTIME)],
+            include_dirs=extensions.include_dirs("_offload", RUNTIME),
             extra_compile_args=["-O2"],
             libraries=["dl"],
         ),

@@ -375,19 +375,11 @@ def reference_preprocess(
 _EXTENSION = None
 def extension_sources() -> list:
     """The C++/CUDA sources of the extension (for torch.utils.cpp_extension), from a source checkout."""
-    root = _extensions.RUNTIME_ROOT
-    return [
-        str(root / "src" / "graph_preprocess.cu"),
-        str(root / "src" / "unified.cu"),
-        str(root / "torch" / "graph_preprocess_torch.cpp"),
-        str(root / "torch" / "unified_torch.cpp"),
-        str(root / "torch" / "python_module.cpp"),
-        str(root / "torch" / "unified_python.cpp"),
-    ]
+    return _extensions.sources("_C")
 
 
 def extension_include_dirs() -> list:
-    return [str(_extensions.RUNTIME_ROOT / "include"), str(_extensions.RUNTIME_ROOT / "torch" / "include")]
+    return _extensions.include_dirs("_C")
 
 
 def load_extension(verbose: bool = False):

@@ -16,6 +16,25 @@ PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
 RUNTIME_ROOT = PACKAGE_DIR.parents[1]
 
 
+def sources(extension: str, root: pathlib.Path = RUNTIME_ROOT) -> list:
+    """The source files of `extension` ("_C": graph preprocessing and unified tensors, CUDA; "_offload": the offload
+    engine, plain C++) under `root` (runtime/): what load_compiled builds just in time and setup.py ahead of time."""
+    if extension == "_C":
+        return [str(root / "src" / "graph_preprocess.cu"), str(root / "src" / "unified.cu"),
+                str(root / "torch" / "graph_preprocess_torch.cpp"), str(root / "torch" / "unified_torch.cpp"),
+                str(root / "torch" / "python_module.cpp"), str(root / "torch" / "unified_python.cpp")]
+    if extension == "_offload":
+        engine = sorted((root / "src" / "offload").glob("*.cpp"))
+        return [str(root / "torch" / "offload_torch.cpp")] + [str(path) for path in engine]
+    raise ValueError(f"no extension {extension!r} (the runtime's are '_C' and '_offload')")
+
+
+def include_dirs(extension: str, root: pathlib.Path = RUNTIME_ROOT) -> list:
+    """The include directories of `extension` under `root` (see sources)."""
+    dirs = [root / "include"] + ([root / "torch" / "include"] if extension == "_C" else [])
+    return [str(d) for d in dirs]
+
+
 def checked(module):
     """`module` if it was compiled from this version of the runtime, else ImportError naming both versions."""
     from . import __version__

@@ -47,7 +47,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import glob
 import itertools
 import os
 import threading
@@ -84,8 +83,7 @@ class OffloadError(RuntimeError):
 
 def extension_sources() -> list:
     """The C++ sources of the offload extension (torch.utils.cpp_extension), from a source checkout."""
-    root = _extensions.RUNTIME_ROOT
-    return [str(root / "torch" / "offload_torch.cpp")] + sorted(glob.glob(str(root / "src" / "offload" / "*.cpp")))
+    return _extensions.sources("_offload")
 
 
 def load_offload_extension(verbose: bool = False):
@@ -97,7 +95,7 @@ def load_offload_extension(verbose: bool = False):
         if _EXTENSION is None:
             _EXTENSION = _extensions.load_compiled("_offload", jit_name="hectorgen_runtime_offload",
                                                    sources=extension_sources(),
-                                                   include_dirs=[str(_extensions.RUNTIME_ROOT / "include")],
+                                                   include_dirs=_extensions.include_dirs("_offload"),
                                                    ldflags=["-ldl"], verbose=verbose)
         return _EXTENSION
 
