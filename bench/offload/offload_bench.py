@@ -555,6 +555,11 @@ def same_program(row: dict):
     return next(iter(placement)) if placement in ({"keep"}, {"recompute"}) else None
 
 
+def twins(ours: list, baseline: dict) -> list:
+    """The ours runs that are `baseline`'s program at its batch (same_program)."""
+    return [r for r in ours if r["batch"] == baseline["batch"] and same_program(r) == baseline["mode"]]
+
+
 def frontier_lines(rok: list, markdown: bool = False) -> list:
     """Per memory budget (each baseline run's peak): the best baseline and the best of ours within it, at any
     batch size, and whether ours is on or beyond the baseline frontier there: at least 98% of its throughput, or
@@ -573,8 +578,7 @@ def frontier_lines(rok: list, markdown: bool = False) -> list:
         base, mine = _best_within(baselines, budget), _best_within(ours, budget)
         ratio = mine["tokens_per_s"] / base["tokens_per_s"] if mine else 0.0
         on = ratio >= 1 - THROUGHPUT_TOLERANCE
-        twin = None if on else next((r for r in _within(ours, budget) if r["batch"] == base["batch"]
-                                     and same_program(r) == base["mode"]), None)
+        twin = None if on else next(iter(_within(twins(ours, base), budget)), None)
         if twin is not None:
             on, mine = True, twin
             ratio = mine["tokens_per_s"] / base["tokens_per_s"]
@@ -687,13 +691,12 @@ def write_report(results, meta, path_md, path_png) -> None:
                        alpha=0.45, zorder=3, label="ours (every run)")
             # A baseline point that an ours run reproduces (a plan of keep or recompute everywhere runs that very
             # program) is ours as well: ringed, and on ours' line at its measured throughput.
-            twins = [b for b in rok if b["mode"] in ("keep", "recompute") and any(
-                r["batch"] == b["batch"] and same_program(r) == b["mode"] for r in ours)]
-            if twins:
-                ax.scatter([b["peak_reserved_gib"] for b in twins], [b["tokens_per_s"] for b in twins], s=90,
+            reproduced = [b for b in rok if b["mode"] in ROK_BASELINES and twins(ours, b)]
+            if reproduced:
+                ax.scatter([b["peak_reserved_gib"] for b in reproduced], [b["tokens_per_s"] for b in reproduced], s=90,
                            facecolors="none", edgecolors="black", linewidths=1.2, zorder=5,
                            label="ours: the same program (a plan of keep or recompute everywhere)")
-            line = _frontier([(r["peak_reserved_gib"], r["tokens_per_s"]) for r in ours + twins])
+            line = _frontier([(r["peak_reserved_gib"], r["tokens_per_s"]) for r in ours + reproduced])
             if line:
                 xs, ys = [line[0][0]], [line[0][1]]
                 for peak, throughput in line[1:]:  # a step line: a budget gets the best point left of it
