@@ -436,10 +436,11 @@ def test_scaling_report():
     check(len(entries) == 5, f"{len(entries)} entries")
     text = md.read_text()
     check("| 2.50 | 62% | - (-) |" in text and "| 2.00 | 100% |" in text, text)
-    breakdown = [line for line in text.splitlines() if line.startswith("| mag | rgat | cost +prefetch | 4 |")]
+    # the per-phase and sync tables name each row's run first: the input file's stem
+    breakdown = [line for line in text.splitlines() if line.startswith("| scaling | mag | rgat | cost +prefetch | 4 |")]
     check(len(breakdown) == 1 and "| 2.00–7.25 |" in breakdown[0] and "| 11.00 / 10.00 |" in breakdown[0]
           and "100–400 (1.60)" in breakdown[0], f"per-phase row: {breakdown}")
-    check("## Host synchronisations per step" in text and "| mag | rgat | khop | 1 | 2 | 2 |" in text, text)
+    check("## Host synchronisations per step" in text and "| scaling | mag | rgat | khop | 1 | 2 | 2 |" in text, text)
     try:
         import matplotlib  # noqa: F401
         check(png.is_file() and png.stat().st_size > 1000, "no plot written")
