@@ -436,6 +436,25 @@ def test_auto_report():
                  "| hectorgen_tf32_auto | aifb | rgat | train | vanilla | 1.000 | 1.000 | 1.200 | - | - | 1.00 | 0.200 / 0.300 |",
                  "hectorgen_tf32_auto (compact)", "| hectorgen_tf32_auto | RGAT | train |"):
         check(want in md, f"auto report lacks {want!r}")
+    # --optimisations: the tables of optimisations and auto choices come from that run alone (its own meta line), the
+    # main run's auto case only counts against the baselines; the memory table bounds compaction by edges / pairs.
+    main_run = TMP / "main.jsonl"
+    main_recs = [dict(recs[0], commit="main1"), _case("mag", "rgat", "train", "hectorgen_tf32", "hectorgen", "fp32", 40.0,
+                                                      dtype="tf32"),
+                 _case("mag", "rgat", "train", "hectorgen_tf32_auto", "hectorgen", "fp32", 10.0, dtype="tf32",
+                       materialization="compact", estimated_ms={"vanilla": 25.0, "compact": 15.0})]
+    main_run.write_text("".join(json.dumps(r) + "\n" for r in main_recs))
+    ds = dict(type="dataset", dataset="mag", N=1000, E=4000, R=4, T=4, pairs=1000)
+    fake.write_text(fake.read_text() + json.dumps(ds) + "\n")
+    check(report.main([str(main_run), "--optimisations", str(fake), "--out", str(md_path), "--no-plots"]) == 0,
+          "report --optimisations rc")
+    md = md_path.read_text()
+    opt = md[md.index("## Compact materialization, reordering and auto (their own run)"):]
+    for want in ("commit abc", "| hectorgen_tf32_auto | mag | rgat | train | compact | 20.500 | 30.000 | 20.000 |",
+                 "| hectorgen_tf32_auto | RGAT | train | 1.46 | 1.00 |", "| bound | - | 4.00x | - |"):
+        check(want in opt, f"--optimisations report lacks {want!r}")
+    check("commit main1" in md[:md.index("## Compact materialization")] and "| 4.00 |" not in opt,
+          "the main run's meta before, none of its times in the optimisation tables")
 
 
 def test_calibrate_auto():
