@@ -365,12 +365,17 @@ fi
 log "$DDP_LINE"
 
 # ---- 4c. device helpers: the warp's search of a pair's relation against a scan (tests/gpu/check_warp_segment_of.sh)
+#      and the gather sum against the plain loop (tests/gpu/check_gather_sum.sh)
 HELPER_LINE="device helpers: skipped"
 helper_rc=0
 if [[ "$DEVICE" != cpu && -n "$HG" ]] && ((!DTYPE_RUN)) && (($(left) > 40)); then
   out="$(timeout -k 5 "$(cap 60 30)" bash "$ROOT/tests/gpu/check_warp_segment_of.sh" "$HG" 2>&1)" || helper_rc=1
   echo "$out" | tail -5 | sed 's/^/  /'
-  HELPER_LINE="device helpers: $( ((helper_rc == 0)) && echo PASS || echo FAIL) ($(echo "$out" | tail -1))"
+  HELPER_LINE="device helpers: $( ((helper_rc == 0)) && echo PASS || echo FAIL) ($(echo "$out" | tail -1)"
+  out="$(timeout -k 5 "$(cap 60 30)" bash "$ROOT/tests/gpu/check_gather_sum.sh" "$HG" 2>&1)" || helper_rc=1
+  echo "$out" | tail -5 | sed 's/^/  /'
+  HELPER_LINE+="; $(echo "$out" | tail -1))"
+  ((helper_rc == 0)) || HELPER_LINE="${HELPER_LINE/device helpers: PASS/device helpers: FAIL}"
 fi
 log "$HELPER_LINE"
 

@@ -500,16 +500,23 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   v["y_type"] = intra::cuda_type(y.storage);
   v["numel"] = std::to_string(s.numel);
   v["acc_init"] = s.accumulate ? "lane + 32 * c < kNumel ? " + load_elem(y, "y[row * kNumel + lane + 32 * c]") + " : 0.0f" : "0.0f";
-  // The entry's row of x (its own, or its edge's destination's) and its scale.
-  std::string entry = fmt::format("      const int64_t x_row = {};\n", s.x_gather == intra::Gather::Dst ? "dst[from_row]" : "from_row");
+  // The entry's row of x (its own, or its edge's destination's) and its scale: lane j fetches them for entry
+  // first + j of the warp's block of 32, and each entry broadcasts them from its lane.
+  std::string fetch = "      int64_t lane_x_row = 0;\n";
+  std::string entry = "        const int64_t x_row = __shfl_sync(0xffffffffu, lane_x_row, j);\n";
+  std::string in_range = fmt::format("        lane_x_row = {};\n", s.x_gather == intra::Gather::Dst ? "dst[from_row]" : "from_row");
   std::string extra;
   if (s.x_gather == intra::Gather::Dst) extra += ", const int32_t* __restrict__ dst";
   if (!s.scale.empty()) {
     const TensorInfo& sc = *p.find(s.scale);
     extra += fmt::format(", const {}* __restrict__ scale", intra::cuda_type(sc.storage));
-    entry += fmt::format("      const float entry_scale = {};\n", load_elem(sc, "scale[from_row]"));
+    fetch += "      float lane_scale = 0.0f;\n";
+    in_range += fmt::format("        lane_scale = {};\n", load_elem(sc, "scale[from_row]"));
+    entry += "        const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, j);\n";
   }
+  fetch += "      if (lane < count) {\n        const int64_t from_row = csr_col[first + lane];\n" + in_range + "      }\n";
   v["extra_params"] = extra;
+  v["fetch"] = fetch;
   v["entry"] = entry;
   v["x_load"] = (s.scale.empty() ? "" : "entry_scale * ") + load_elem(x, "x[x_row * kNumel + col]");
   v["store"] = store_elem(y, "y[row * kNumel + col]", "acc[c]", false);
