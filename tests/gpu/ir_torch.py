@@ -89,6 +89,7 @@ class Decl:
     shape: tuple
     from_graph: str | None = None
     requires_grad: bool = True
+    indexed_rows: bool = False   # inputs per node with `rows: indexed`: a table read through <name>_rows (no gradient)
 
     def full_shape(self, N: int, E: int, R: int, T: int) -> tuple:
         lead = {"node": (N,), "edge": (E,), "etype": (R,), "ntype": (T,), "none": ()}[self.per]
@@ -254,10 +255,11 @@ def model_from_spec(path, hyper_overrides: Mapping[str, Any] | None = None) -> M
             attrs = dict(attrs or {})
             shape = tuple(_dim(_const_text(s, hyper), f"{name}") for s in (attrs.get("shape") or []))
             rg = attrs.get("requires_grad", True)
-            if attrs.get("from_graph"):
+            indexed = attrs.get("rows") == "indexed"
+            if attrs.get("from_graph") or indexed:  # an indexed table is never differentiated (the compiler's rule)
                 rg = False
             out.append(Decl(str(name), role, str(attrs.get("per", "none")), shape, attrs.get("from_graph"),
-                            bool(rg)))
+                            bool(rg), indexed))
         return out
 
     program = doc.get("program") or ""
@@ -306,8 +308,9 @@ def model_from_ir_text(text: str, source: str = "<ir>") -> Model:
             shape = tuple(_dim(_const_text(d, hyper), m.group(2)) for d in dims)
             attrs = dict(re.findall(r"(\w+)=(\"[^\"]*\"|\S+)", m.group(5)))
             fg = attrs.get("from_graph", "").strip('"') or None
-            rg = attrs.get("requires_grad", "1") != "0" and not fg
-            decls[kw].append(Decl(m.group(2), kw, m.group(3), shape, fg, rg))
+            indexed = attrs.get("rows", "").strip('"') == "indexed"
+            rg = attrs.get("requires_grad", "1") != "0" and not fg and not indexed
+            decls[kw].append(Decl(m.group(2), kw, m.group(3), shape, fg, rg, indexed))
         elif kw == "option":
             continue
         else:
@@ -1029,16 +1032,31 @@ class _Evaluator:
 def evaluate(model: Model, graph, tensors: Mapping[str, torch.Tensor], device=None, *, fields: dict | None = None,
              dtype: torch.dtype = F64):
     """The model's outputs on ``graph`` for ``tensors`` (inputs and weights by name, any float dtype, converted
-    to ``dtype``, float64 by default; inputs declared ``from_graph: inv_relation_in_degree`` may be left out).
+    to ``dtype``, float64 by default; inputs declared ``from_graph: inv_relation_in_degree`` may be left out;
+    an input with ``rows: indexed`` is its table, read through ``<name>_rows``: :func:`gather_indexed`).
     Autograd flows from the outputs to every tensor that requires grad. ``device``: default the device of the
     graph's ``src``. ``fields``: if a dict, filled with every node and edge field the program wrote."""
     if device is None:
         src = graph["src"] if isinstance(graph, Mapping) else graph.src
         device = torch.as_tensor(src).device
-    ev = _Evaluator(model, graph, tensors, device, dtype)
+    ev = _Evaluator(model, graph, gather_indexed(model, tensors), device, dtype)
     out = ev.run()
     if fields is not None:
         fields.update(ev.fields)
+    return out
+
+
+def gather_indexed(model: Model, tensors: Mapping[str, torch.Tensor]) -> dict:
+    """``tensors`` with each input declared ``rows: indexed`` replaced by its rows per node: node v's row is
+    ``table[<name>_rows[v]]`` (the map, integers of any dtype, is dropped). Other tensors pass as they are."""
+    out = dict(tensors)
+    for d in model.inputs:
+        if d.indexed_rows and d.name in out:
+            rows = out.pop(d.name + "_rows", None)
+            if rows is None:
+                raise ValueError(f"input {d.name!r} is read through a node-to-row map: {d.name + '_rows'!r} is missing")
+            table = torch.as_tensor(out[d.name])
+            out[d.name] = table.index_select(0, torch.as_tensor(rows).to(table.device).long())
     return out
 
 
@@ -1075,7 +1093,8 @@ def forward_backward(model: Model, graph, tensors: Mapping[str, torch.Tensor],
 
 def random_inputs(model: Model, graph, seed: int, *, round_to_fp32: bool = True) -> dict:
     """Fresh random inputs and weights for any model, float64 on the CPU, keyed by name (``from_graph``
-    inputs left out). Drawn from ``torch.Generator().manual_seed(seed)`` in declaration order, so a seed
+    inputs left out; an input with ``rows: indexed`` is a table of N // 2 + 3 rows and comes with its random
+    node-to-row map ``<name>_rows``, integers stored as float64). Drawn from ``torch.Generator().manual_seed(seed)`` in declaration order, so a seed
     gives the same values everywhere. Scales keep every intermediate O(1) whatever the model:
 
     * node and edge inputs: N(0, 1);
@@ -1093,7 +1112,11 @@ def random_inputs(model: Model, graph, seed: int, *, round_to_fp32: bool = True)
         if d.from_graph:
             continue
         full = d.full_shape(N, E, R, T)
-        if d.role == "input":
+        if d.indexed_rows:  # a table of fewer rows than nodes (rows shared by several nodes, some unused)
+            table_rows = N // 2 + 3
+            t = torch.randn((table_rows,) + tuple(d.shape), generator=gen, dtype=F64)
+            out[d.name + "_rows"] = torch.randint(0, table_rows, (N,), generator=gen).to(F64)
+        elif d.role == "input":
             t = torch.randn(full, generator=gen, dtype=F64)
         elif len(d.shape) >= 2:
             a = math.sqrt(6.0 / (d.shape[-2] + d.shape[-1]))

@@ -383,7 +383,8 @@ def _graph_dims(graph) -> tuple:
 def write_reference_dir(dir_path, spec: SpecInfo, graph, tensors: Mapping[str, torch.Tensor],
                         output_grads: Mapping[str, torch.Tensor] | None = None) -> dict:
     """Writes ``meta.json`` and one ``<name>.f64`` per declared input/weight present in
-    ``tensors`` (float64, row-major). Raises ValueError on a missing tensor or a shape whose
+    ``tensors`` (float64, row-major); an input with ``rows: indexed`` is a table of any number of rows,
+    written with its node-to-row map ``<name>_rows`` (which ``tensors`` must hold too). Raises ValueError on a missing tensor or a shape whose
     element count does not match the spec (a same-size tensor is reshaped). ``output_grads``
     (output name -> gradient) asks the interpreter for the backward pass too (written as
     ``d_<name>.f64`` under the ``output_grads`` key). Returns the meta."""
@@ -408,6 +409,14 @@ def write_reference_dir(dir_path, spec: SpecInfo, graph, tensors: Mapping[str, t
             raise ValueError(f"cpu_reference: missing tensor {decl.name!r} ({decl.role} of {spec.model})")
         t = torch.as_tensor(tensors[decl.name])
         want = decl.full_shape(N, E, R, T)
+        if decl.raw.get("rows") == "indexed":  # a table of any number of rows, read through <name>_rows
+            rows_name = decl.name + "_rows"
+            if rows_name not in tensors:
+                raise ValueError(f"cpu_reference: missing tensor {rows_name!r} (the node-to-row map of {decl.name!r})")
+            rows = torch.as_tensor(tensors[rows_name]).reshape(N)
+            (d / f"{rows_name}.f64").write_bytes(_f64_bytes(rows))
+            meta["tensors"][rows_name] = {"shape": [N], "file": f"{rows_name}.f64"}
+            want = (t.shape[0],) + tuple(decl.shape)
         if tuple(t.shape) != want:
             if t.numel() != math.prod(want):
                 raise ValueError(f"cpu_reference: tensor {decl.name!r} has shape {tuple(t.shape)}, "
