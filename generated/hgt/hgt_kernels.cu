@@ -217,17 +217,26 @@ __global__ void __launch_bounds__(256) hgt_fw_nodes_att_max(
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_agg[j] = 0.0f;
     __syncwarp();
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
-      const int64_t e = in_eid[i_e];
-      float v_msg[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
-      // e["att"] = e["att"] / e.dst["att_sum"]
-      float v_att = att[e];
-      v_att = v_att / v_att_sum;
-      // n["agg"] += e["att"] * e["msg"]
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v_agg[j] += v_att * v_msg[j];
+    const int32_t i_e_end = in_ptr[n + 1];
+    for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
+      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+      // lane l fetches the indices of edge i_e_first + l
+      int64_t e_lane = 0;
+      if (lane < i_e_count) {
+        e_lane = in_eid[i_e_first + lane];
+      }
+      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
+        float v_msg[2];
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
+        // e["att"] = e["att"] / e.dst["att_sum"]
+        float v_att = att[e];
+        v_att = v_att / v_att_sum;
+        // n["agg"] += e["att"] * e["msg"]
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) v_agg[j] += v_att * v_msg[j];
+      }
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) agg[n * 64 + lane + 32 * j] = v_agg[j];
@@ -320,18 +329,27 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_agg[j] = 0.0f;
     __syncwarp();
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
-      const int64_t e = in_eid[i_e];
-      float v_msg[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
-      // e["att"] = e["att$1"] / e.dst["att_sum"]
-      const float v_att__1 = att__1[e];
-      const float v_att = v_att__1 / v_att_sum;
-      // n["agg"] += e["att"] * e["msg"]
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v_agg[j] += v_att * v_msg[j];
-      if (lane == 0) att[e] = v_att;
+    const int32_t i_e_end = in_ptr[n + 1];
+    for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
+      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+      // lane l fetches the indices of edge i_e_first + l
+      int64_t e_lane = 0;
+      if (lane < i_e_count) {
+        e_lane = in_eid[i_e_first + lane];
+      }
+      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
+        float v_msg[2];
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
+        // e["att"] = e["att$1"] / e.dst["att_sum"]
+        const float v_att__1 = att__1[e];
+        const float v_att = v_att__1 / v_att_sum;
+        // n["agg"] += e["att"] * e["msg"]
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) v_agg[j] += v_att * v_msg[j];
+        if (lane == 0) att[e] = v_att;
+      }
     }
     if (lane == 0) att_max[n] = v_att_max;
     if (lane == 0) att_sum[n] = v_att_sum;
@@ -422,29 +440,38 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
     const float v_att_sum = att_sum[n];
     const float v_att_max = att_max[n];
     float v_d_att_sum = 0.0f;
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
-      const int64_t e = in_eid[i_e];
-      float v_msg[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
-      const float v_att = att[e];
-      const float v_att__1 = att__1[e];
-      // e["d$att"] += sum(n["d$agg"] * e.msg)
-      float v_d_att = 0.f;
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v_d_att += v_d_agg[j] * v_msg[j];
-      v_d_att = warp_sum(v_d_att);
-      // e["d$msg"] += n["d$agg"] * e.att
-      float v_d_msg[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v_d_msg[j] = v_d_agg[j] * v_att;
-      // e["d$att$1"] += e["d$att"] / e.dst.att_sum
-      const float v_d_att__1 = v_d_att / v_att_sum;
-      // e.dst["d$att_sum"] += -(e["d$att"] * e.att$1 / (e.dst.att_sum * e.dst.att_sum))
-      v_d_att_sum += -(v_d_att * v_att__1 / (v_att_sum * v_att_sum));
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) d_msg[e * 64 + lane + 32 * j] = v_d_msg[j];
-      if (lane == 0) d_att__1[e] = v_d_att__1;
+    const int32_t i_e_end = in_ptr[n + 1];
+    for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
+      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+      // lane l fetches the indices of edge i_e_first + l
+      int64_t e_lane = 0;
+      if (lane < i_e_count) {
+        e_lane = in_eid[i_e_first + lane];
+      }
+      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
+        float v_msg[2];
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
+        const float v_att = att[e];
+        const float v_att__1 = att__1[e];
+        // e["d$att"] += sum(n["d$agg"] * e.msg)
+        float v_d_att = 0.f;
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) v_d_att += v_d_agg[j] * v_msg[j];
+        v_d_att = warp_sum(v_d_att);
+        // e["d$msg"] += n["d$agg"] * e.att
+        float v_d_msg[2];
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) v_d_msg[j] = v_d_agg[j] * v_att;
+        // e["d$att$1"] += e["d$att"] / e.dst.att_sum
+        const float v_d_att__1 = v_d_att / v_att_sum;
+        // e.dst["d$att_sum"] += -(e["d$att"] * e.att$1 / (e.dst.att_sum * e.dst.att_sum))
+        v_d_att_sum += -(v_d_att * v_att__1 / (v_att_sum * v_att_sum));
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) d_msg[e * 64 + lane + 32 * j] = v_d_msg[j];
+        if (lane == 0) d_att__1[e] = v_d_att__1;
+      }
     }
     float v_d_att_max = 0.0f;
     float v_att_max_ties = 0.0f;
@@ -549,14 +576,23 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
     float v_d_v[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_v[j] = 0.0f;
-    for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
-      const int64_t e = out_eid[i_e];
-      float scatter[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) scatter[j] = t_d_v_edges[e * 64 + lane + 32 * j];
-      // n["d$v"] += $scatter
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v_d_v[j] += scatter[j];
+    const int32_t i_e_end = out_ptr[n + 1];
+    for (int32_t i_e_first = out_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
+      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+      // lane l fetches the indices of edge i_e_first + l
+      int64_t e_lane = 0;
+      if (lane < i_e_count) {
+        e_lane = out_eid[i_e_first + lane];
+      }
+      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
+        float scatter[2];
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) scatter[j] = t_d_v_edges[e * 64 + lane + 32 * j];
+        // n["d$v"] += $scatter
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) v_d_v[j] += scatter[j];
+      }
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_v[n * 64 + lane + 32 * j] = v_d_v[j];
@@ -653,14 +689,23 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
     float v_d_k[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_k[j] = 0.0f;
-    for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
-      const int64_t e = out_eid[i_e];
-      float scatter[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) scatter[j] = t_d_k_edges[e * 64 + lane + 32 * j];
-      // n["d$k"] += $scatter
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v_d_k[j] += scatter[j];
+    const int32_t i_e_end = out_ptr[n + 1];
+    for (int32_t i_e_first = out_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
+      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+      // lane l fetches the indices of edge i_e_first + l
+      int64_t e_lane = 0;
+      if (lane < i_e_count) {
+        e_lane = out_eid[i_e_first + lane];
+      }
+      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
+        float scatter[2];
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) scatter[j] = t_d_k_edges[e * 64 + lane + 32 * j];
+        // n["d$k"] += $scatter
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) v_d_k[j] += scatter[j];
+      }
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_k[n * 64 + lane + 32 * j] = v_d_k[j];
@@ -714,14 +759,23 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
     float v_d_q[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_q[j] = 0.0f;
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
-      const int64_t e = in_eid[i_e];
-      float scatter[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) scatter[j] = t_sc2[e * 64 + lane + 32 * j];
-      // n["d$q"] += $scatter
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v_d_q[j] += scatter[j];
+    const int32_t i_e_end = in_ptr[n + 1];
+    for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
+      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+      // lane l fetches the indices of edge i_e_first + l
+      int64_t e_lane = 0;
+      if (lane < i_e_count) {
+        e_lane = in_eid[i_e_first + lane];
+      }
+      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
+        float scatter[2];
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) scatter[j] = t_sc2[e * 64 + lane + 32 * j];
+        // n["d$q"] += $scatter
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) v_d_q[j] += scatter[j];
+      }
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_q[n * 64 + lane + 32 * j] = v_d_q[j];

@@ -191,14 +191,23 @@ __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
     float v_h[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_h[j] = h[n * 64 + lane + 32 * j];
-    for (int32_t i_e = in_ptr[n]; i_e < in_ptr[n + 1]; ++i_e) {
-      const int64_t e = in_eid[i_e];
-      float scatter[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) scatter[j] = t_h_edges[e * 64 + lane + 32 * j];
-      // n["h"] += $scatter
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v_h[j] += scatter[j];
+    const int32_t i_e_end = in_ptr[n + 1];
+    for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
+      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+      // lane l fetches the indices of edge i_e_first + l
+      int64_t e_lane = 0;
+      if (lane < i_e_count) {
+        e_lane = in_eid[i_e_first + lane];
+      }
+      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
+        float scatter[2];
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) scatter[j] = t_h_edges[e * 64 + lane + 32 * j];
+        // n["h"] += $scatter
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) v_h[j] += scatter[j];
+      }
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) h[n * 64 + lane + 32 * j] = v_h[j];
@@ -323,14 +332,23 @@ __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
     float v_d_feature[2];
     #pragma unroll
     for (int j = 0; j < 2; ++j) v_d_feature[j] = d_feature[n * 64 + lane + 32 * j];
-    for (int32_t i_e = out_ptr[n]; i_e < out_ptr[n + 1]; ++i_e) {
-      const int64_t e = out_eid[i_e];
-      float scatter[2];
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) scatter[j] = t_d_feature_edges[e * 64 + lane + 32 * j];
-      // n["d$feature"] += $scatter
-      #pragma unroll
-      for (int j = 0; j < 2; ++j) v_d_feature[j] += scatter[j];
+    const int32_t i_e_end = out_ptr[n + 1];
+    for (int32_t i_e_first = out_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
+      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+      // lane l fetches the indices of edge i_e_first + l
+      int64_t e_lane = 0;
+      if (lane < i_e_count) {
+        e_lane = out_eid[i_e_first + lane];
+      }
+      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
+        float scatter[2];
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) scatter[j] = t_d_feature_edges[e * 64 + lane + 32 * j];
+        // n["d$feature"] += $scatter
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) v_d_feature[j] += scatter[j];
+      }
     }
     #pragma unroll
     for (int j = 0; j < 2; ++j) d_feature[n * 64 + lane + 32 * j] = v_d_feature[j];

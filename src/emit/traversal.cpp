@@ -8,6 +8,7 @@
 
 #include <cctype>
 #include <functional>
+#include <regex>
 #include <map>
 #include <stdexcept>
 #include <utility>
@@ -141,6 +142,11 @@ class TraversalPrinter {
   }
 
   void index(const IndexDef& x) {
+    if (auto f = fetched_.find(x.name); f != fetched_.end()) {  // fetched by its lane (fetched_loop)
+      bool type = x.array == GraphArray::Etype || x.array == GraphArray::Ntype;
+      line(fmt::format("const {} {} = __shfl_sync(0xffffffffu, {}, {});", type ? "int" : "int64_t", x.name, f->second, fetch_j_));
+      return;
+    }
     if (x.array == GraphArray::PairEtype) {  // the relation whose pairs hold row x.of: a search of pair_etype_ptr
       graph_used_.insert("pair_etype_ptr");
       uses_num_etypes_ = true;
@@ -163,6 +169,7 @@ class TraversalPrinter {
     graph_used_.insert(ptr);
     graph_used_.insert(eid);
     if (l.split) return split_loop(l, ptr, eid);
+    if (!split_ && fetchable(l.body)) return fetched_loop(l, ptr, eid);
     line(fmt::format("for (int32_t {i} = {p}[{n}]; {i} < {p}[{n} + 1]; ++{i}) {{", fmt::arg("i", l.pos), fmt::arg("p", ptr),
                      fmt::arg("n", l.node)));
     {
@@ -171,6 +178,81 @@ class TraversalPrinter {
       scopes_.emplace_back();
       block(l.body);
       scopes_.pop_back();
+    }
+    line("}");
+  }
+
+  // A loop the whole warp walks edge by edge, whose body holds no loop or sync: its edges come in blocks of 32,
+  // lane l fetching the ids of edge first + l and the graph indices the body reads of it (its pair, relation,
+  // source, ...: one coalesced load each instead of a chain of dependent loads per edge, which bounded the
+  // node kernels by latency); each iteration takes them from that lane. The body is printed as before, in the
+  // same edge order: the same results, bit for bit.
+  static bool fetchable(const std::vector<Instr>& body) {
+    for (const Instr& in : body)
+      if (std::holds_alternative<EdgeLoop>(in.v) || std::holds_alternative<Sync>(in.v)) return false;
+    return true;
+  }
+
+  void fetched_loop(const EdgeLoop& l, const std::string& ptr, const std::string& eid) {
+    const std::string first = unique_name(l.pos + "_first"), end = unique_name(l.pos + "_end"),
+                      count = unique_name(l.pos + "_count"), j = unique_name(l.pos + "_j");
+    printed_names_.insert({first, end, count, j});
+    // The graph indices of the edge (or of one fetched before): every IndexDef of the body but a pair's relation
+    // (a search the warp does together).
+    std::map<std::string, std::string> lane_of{{l.var, unique_name(l.var + "_lane")}};
+    printed_names_.insert(lane_of[l.var]);
+    std::vector<const IndexDef*> fetched;
+    for (const Instr& in : l.body)
+      if (auto* x = std::get_if<IndexDef>(&in.v); x && x->array != GraphArray::PairEtype &&
+                                                  (x->of == l.pos || lane_of.count(x->of))) {
+        lane_of[x->name] = unique_name(x->name + "_lane");
+        printed_names_.insert(lane_of[x->name]);
+        fetched.push_back(x);
+      }
+    line(fmt::format("const int32_t {} = {}[{} + 1];", end, ptr, l.node));
+    line(fmt::format("for (int32_t {f} = {p}[{n}]; {f} < {e}; {f} += 32) {{", fmt::arg("f", first), fmt::arg("p", ptr),
+                     fmt::arg("n", l.node), fmt::arg("e", end)));
+    {
+      CodeWriter::Indent indent(*w_);
+      line(fmt::format("const int {c} = {e} - {f} < 32 ? {e} - {f} : 32;", fmt::arg("c", count), fmt::arg("e", end),
+                       fmt::arg("f", first)));
+      line(fmt::format("// lane l fetches the indices of edge {} + l", first));
+      auto type_of = [](const IndexDef& x) { return x.array == GraphArray::Etype || x.array == GraphArray::Ntype ? "int" : "int64_t"; };
+      line(fmt::format("int64_t {} = 0;", lane_of[l.var]));
+      for (const IndexDef* x : fetched) line(fmt::format("{} {} = 0;", type_of(*x), lane_of[x->name]));
+      line(fmt::format("if (lane < {}) {{", count));
+      {
+        CodeWriter::Indent in(*w_);
+        line(fmt::format("{} = {}[{} + lane];", lane_of[l.var], eid, first));
+        for (const IndexDef* x : fetched) {
+          const char* array = to_string(x->array);
+          graph_used_.insert(array);
+          std::string of = x->of == l.pos ? first + " + lane" : lane_of[x->of];
+          line(fmt::format("{} = {}[{}];", lane_of[x->name], array, of));
+        }
+      }
+      line("}");
+      line(fmt::format("for (int {j} = 0; {j} < {c}; ++{j}) {{", fmt::arg("j", j), fmt::arg("c", count)));
+      {
+        CodeWriter::Indent in(*w_);
+        // The body first (into its own writer), to declare the position only where it reads it.
+        CodeWriter body;
+        CodeWriter* outer = std::exchange(w_, &body);
+        std::map<std::string, std::string> outer_fetched = std::exchange(fetched_, {});
+        std::string outer_j = std::exchange(fetch_j_, j);
+        for (const IndexDef* x : fetched) fetched_[x->name] = lane_of[x->name];
+        scopes_.emplace_back();
+        block(l.body);
+        scopes_.pop_back();
+        fetched_ = std::move(outer_fetched);
+        fetch_j_ = std::move(outer_j);
+        w_ = outer;
+        if (std::regex_search(body.str(), std::regex("\\b" + l.pos + "\\b")))
+          line(fmt::format("const int32_t {} = {} + {};", l.pos, first, j));
+        line(fmt::format("const int64_t {} = __shfl_sync(0xffffffffu, {}, {});", l.var, lane_of[l.var], j));
+        w_->block(body.str());
+      }
+      line("}");
     }
     line("}");
   }
@@ -487,7 +569,9 @@ class TraversalPrinter {
   bool uses_num_etypes_ = false;  // a pair's relation is searched in pair_etype_ptr
   bool split_ = false;                           // printing the body of a split loop
   std::map<std::string, std::string> share_of_;  // in a split loop: a summed register -> the lane's share
-  std::set<std::string> printed_names_;          // names the printer declared (the lanes' shares)
+  std::set<std::string> printed_names_;          // names the printer declared (the lanes' shares, fetched_loop's)
+  std::map<std::string, std::string> fetched_;   // in a fetched loop: an index -> the register its lane fetched it in
+  std::string fetch_j_;                          // in a fetched loop: the iteration's lane
 };
 
 }  // namespace
