@@ -8,8 +8,8 @@
 
 #include <cctype>
 #include <functional>
-#include <regex>
 #include <map>
+#include <regex>
 #include <stdexcept>
 #include <utility>
 
