@@ -12,6 +12,8 @@
   ours-sync   (ROK plot) every layer to host memory, each store waited for at once, each tensor loaded when
               backward needs it: the lowest peak (save_on_cpu's schedule over the engine)
   ours@<baseline>      (ROK plot) the fastest plan within the baseline's measured peak at that batch, as its budget
+  ours-host:inflight=G (part "inflight") ours-host with G GiB of stores in flight at most (the cache's default: 2):
+              what a larger allowance buys in step time and costs in peak on the anchor's stack
 
 For each configuration: step time (median of --steps), activation peak (peak reserved GPU memory above what the
 weights and gradients hold; peak allocated beside it), bytes moved per step, and the physics floor: the measured
@@ -399,6 +401,12 @@ def run_config(name, hidden, layers_n, seq, batch, modes, args, engine, bandwidt
                     # allocation and copy per tensor).
                     cache = offload.TensorCache(layers, tier="host", engine=engine, max_inflight_bytes=0,
                                                 prefetch_scopes=-1)
+                elif mode.startswith("ours-host:inflight="):
+                    # ours-host with another allowance of stores in flight: the forward waits for the link once
+                    # that many bytes are queued; the tensors still queued when backward needs them are forwarded.
+                    allowance = float(mode.split("=", 1)[1]) * GiB
+                    cache = offload.TensorCache(layers, tier="host", engine=engine, when_busy="wait",
+                                                max_inflight_bytes=int(allowance))
                 else:
                     # ours-ssd offloads what the disk absorbs while the step runs and keeps the rest (the disk is
                     # 25x slower than PCIe: waiting for it would stretch the forward pass to disk speed).
@@ -618,12 +626,26 @@ def write_report(results, meta, path_md, path_png) -> None:
         keep = next((r for r in rows if r["mode"] == "keep" and "step_ms" in r), None)
         cpu = next((r for r in rows if r["mode"] == "save_on_cpu" and "step_ms" in r), None)
         r0 = rows[0]
+        floor = next((r for r in results if r.get("config") == config and r.get("mode") == "floor"), None)
+
+        def host_tier(r):
+            """An ours run that moved its tensors through PCIe (not the file tier)."""
+            return bool(r.get("cache_stats", {}).get("offered_bytes")) and not r["mode"].endswith("ssd")
+
+        def in_order(r):
+            """The in-order floor of a mode's step (ms) from its stored and loaded bytes (host tier), or ''."""
+            if not (floor and keep and r.get("stored_gib_per_step") and r.get("loaded_gib_per_step") is not None):
+                return ""
+            fwd = floor["forward_ms"]
+            ms = max(fwd, r["stored_gib_per_step"] * GiB / (floor["d2h_gbs"] * 1e9) * 1e3) + \
+                max(keep["step_ms"] - fwd, r["loaded_gib_per_step"] * GiB / (floor["h2d_gbs"] * 1e9) * 1e3)
+            return f"{ms:.0f} ({r['step_ms'] / ms:.2f}x)"
         lines += [f"## {config}: H={r0['hidden']} L={r0['layers']} S={r0['seq']} B={r0['batch']} bf16", "",
-                  "| mode | step ms | vs keep | vs save_on_cpu | peak GiB | vs keep | stored GiB/step | loaded GiB/step |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| mode | step ms | vs keep | vs save_on_cpu | peak GiB | vs keep | stored GiB/step | loaded GiB/step "
+                  "| in-order floor ms (step / it) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
             if r.get("oom") or r.get("error"):
-                lines.append(f"| {r['mode']} | {'OOM' if r.get('oom') else 'error: ' + r['error'][:80]} | | | | | | |")
+                lines.append(f"| {r['mode']} | {'OOM' if r.get('oom') else 'error: ' + r['error'][:80]} | | | | | | | |")
                 continue
             vs_keep = f"{r['step_ms'] / keep['step_ms']:.2f}x" if keep else ""
             vs_cpu = f"{cpu['step_ms'] / r['step_ms']:.2f}x faster" if cpu else ""
@@ -631,8 +653,7 @@ def write_report(results, meta, path_md, path_png) -> None:
                 if keep and keep["peak_reserved_gib"] > 0 else ""
             lines.append(f"| {r['mode']} | {r['step_ms']:.1f} | {vs_keep} | {vs_cpu} | {r['peak_reserved_gib']:.2f} "
                          f"({r['peak_allocated_gib']:.2f}) | {peak_vs} | {r.get('stored_gib_per_step', 0):.2f} | "
-                         f"{r.get('loaded_gib_per_step', 0):.2f} |")
-        floor = next((r for r in results if r.get("config") == config and r.get("mode") == "floor"), None)
+                         f"{r.get('loaded_gib_per_step', 0):.2f} | {in_order(r) if host_tier(r) else ''} |")
         if floor:
             lines += ["", f"Floor: {floor['offloadable_gib']:.2f} GiB offloadable per step, forward "
                           f"{floor['forward_ms']:.1f} ms. During the forward pass PCIe can move "
@@ -641,6 +662,9 @@ def write_report(results, meta, path_md, path_png) -> None:
                           f"{floor['ssd_out_during_forward_gib']:.2f} GiB. Moving everything out and back takes at "
                           f"least {floor['host_transfer_floor_ms']:.0f} ms a step through PCIe, "
                           f"{floor['ssd_transfer_floor_ms']:.0f} ms through the disk (max with the keep step)."]
+            lines[-1] += (" In-order floor (column): the backward needs the forward's last stores first, so its "
+                          "loads start when every store is done; with the bytes a mode stored and loaded, its step "
+                          "takes at least max(forward, stored / d2h) + max(keep's backward, loaded / h2d).")
             if "plan_placement" in floor:
                 lines += ["", f"Plan of ours-adaptive: {' / '.join(floor['plan_placement'])} (per layer); predicted "
                               f"{floor['plan_peak_reduction_gib']:.2f} GiB off the activation peak at "
@@ -756,7 +780,7 @@ def main() -> int:
                              "it; no GPU or torch needed), e.g. after a change to how they are read")
     parser.add_argument("--profile-hooks", action="store_true",
                         help="cProfile a step with every layer offloaded (where the cache's own time goes)")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: main,large,rok,grads")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: main,large,rok,grads,inflight")
     args = parser.parse_args()
     if args.report:
         return report_only(pathlib.Path(args.report))
@@ -803,6 +827,11 @@ def main() -> int:
         for part, config in configs:
             if part not in skip:
                 run_config(*config, modes, args, engine, bandwidth, results, out)
+        if "inflight" not in skip:  # ours-host's allowance of stores in flight on the anchor's stack
+            name, hidden, layers_n, seq, batch = configs[0][1]
+            allowances = (0.25, 0.5, 1) if args.quick else (1, 2, 4, 6)
+            run_config(f"inflight-{name}", hidden, layers_n, seq, batch,
+                       ["keep"] + [f"ours-host:inflight={g:g}" for g in allowances], args, engine, bandwidth, results, out)
         if "rok" not in skip:
             hidden, layers_n, seq = (1024, 4, 1024) if args.quick else (4096, 8, 2048)
             for batch in ((1, 2) if args.quick else (1, 2, 4, 8)):
