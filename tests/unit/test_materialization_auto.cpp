@@ -509,3 +509,42 @@ TEST_CASE("warp_segment_of: the warp's 32-way search finds what a binary search 
     }
   }
 }
+
+TEST_CASE("a warp's edge loop and a gather sum fetch 32 edges' indices at a time; the split loops do not",
+          "[intra][emit]") {
+  const Generated g = generate_spec("tests/gpu/specs/hgt_compact.yaml");
+  REQUIRE(g.status == 0);
+  const std::string cu = g.file("hgt_compact_kernels.cu");
+  auto kernel = [&](const std::string& name) {
+    const size_t at = cu.find("__launch_bounds__(256) " + name + "(");
+    REQUIRE(at != std::string::npos);
+    return cu.substr(at, cu.find("\n}\n", at) - at);
+  };
+  // HGT's node kernel: the edge loop reading each edge's pair row, in blocks of 32 edges; lane l fetches edge
+  // first + l's id, its pair and its relation, and every iteration takes them from lane j, in the edges' order.
+  const std::string att = kernel("hgt_compact_fw_nodes_att");
+  for (const char* line : {"const int32_t i_e_end = in_ptr[n + 1];",
+                           "for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {",
+                           "const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;",
+                           "if (lane < i_e_count) {", "e_lane = in_eid[i_e_first + lane];",
+                           "e_pair_lane = edge_pair[e_lane];", "e_etype_lane = etype[e_lane];",
+                           "for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {",
+                           "const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);",
+                           "const int64_t e_pair = __shfl_sync(0xffffffffu, e_pair_lane, i_e_j);",
+                           "const int e_etype = __shfl_sync(0xffffffffu, e_etype_lane, i_e_j);"})
+    CHECK(att.find(line) != std::string::npos);
+  // The position is declared only where the body reads it (here it does not); the split loops (the softmax's)
+  // still walk the edges lane by lane, each lane loading its own edges' ids.
+  CHECK(att.find("const int32_t i_e = ") == std::string::npos);
+  CHECK(att.find("for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {") != std::string::npos);
+  CHECK(att.find("const int64_t e = in_eid[i_e];") != std::string::npos);
+  // The gather sums of the compact backward fetch their entries' indices the same way (templates/cuda/gather_sum.cu.in).
+  const Generated r = generate_spec("tests/gpu/specs/rgcn_compact.yaml");
+  REQUIRE(r.status == 0);
+  const std::string rcu = r.file("rgcn_compact_kernels.cu");
+  for (const char* line : {"const int64_t from_row = csr_col[first + lane];", "lane_x_row = dst[from_row];",
+                           "lane_scale = scale[from_row];",
+                           "const int64_t x_row = __shfl_sync(0xffffffffu, lane_x_row, j);",
+                           "const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, j);"})
+    CHECK(rcu.find(line) != std::string::npos);
+}
