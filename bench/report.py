@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Benchmark results (bench.py's JSON lines, any number of parts) -> bench/results.md and PNG plots.
 
-    python3 bench/report.py results-*.jsonl [--out bench/results.md] [--plots bench]
+    python3 bench/report.py results-*.jsonl [--out bench/results.md] [--plots bench] [--optimisations RUN.jsonl ...]
 
 Per case (dataset, model, mode) and hectorgen variant: its median time, peak memory, the best baseline of its
 precision class (fp32 class: fp32 baselines run with TF32 allowed; bf16 class: bf16 baselines) and the speed-up
 over it, the HBM floor (roofline.py) and the ratio to it, the error check; then the geometric mean of the
 speed-ups per variant, model and mode over the datasets where both ran. A later line for the same case and
-system replaces an earlier one (re-run a case in a later part to fix it).
+system replaces an earlier one (re-run a case in a later part to fix it). With --optimisations, the tables of
+compaction, reordering and auto over unoptimised (speed-ups, peak memory, auto's picks) come from those files, a run
+of every fixed choice beside auto, instead of from the main run.
 """
 from __future__ import annotations
 
