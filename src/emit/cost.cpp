@@ -226,10 +226,17 @@ TuningTable parse_tuning(const std::string& json_text) {
         throw std::runtime_error(fmt::format("tuning table: '{}' of '{}' must be in [{}, {}], got {}", key, arch, lo, hi, v));
       return v;
     };
-    // gather_row_ns and search_step_ns are optional (0: the model before they existed, bytes and launches only).
+    // A key the model does not know is an error, not ignored: a misspelt (or renamed: search_step_ns, before
+    // 2026-11-28) latency term would otherwise cost nothing.
+    if (row.is_object())
+      for (const auto& [key, value] : row.items())
+        if (key != "launch_us" && key != "bandwidth_gbs" && key != "theta" && key != "gather_row_ns" && key != "search_round_ns")
+          throw std::runtime_error(fmt::format("tuning table: architecture '{}' has an unknown key '{}' (known: launch_us, "
+                                               "bandwidth_gbs, theta, gather_row_ns, search_round_ns)", arch, key));
+    // gather_row_ns and search_round_ns are optional (0: the model before they existed, bytes and launches only).
     auto optional = [&](const char* key) { return row.is_object() && row.contains(key) ? number(key, 0, 1e6) : 0.0; };
     out[arch] = Tuning{number("launch_us", 0, 1e6), number("bandwidth_gbs", 1e-3, 1e6), number("theta", 0, 1),
-                       optional("gather_row_ns"), optional("search_step_ns")};
+                       optional("gather_row_ns"), optional("search_round_ns")};
   }
   if (!out.count("default")) throw std::runtime_error("tuning table: the 'default' architecture is missing");
   return out;
@@ -251,13 +258,13 @@ double evaluate(const Bytes& b, const GraphCounts& g) {
 
 double search_rounds(double etypes) { return etypes > 1 ? std::ceil(std::log2(etypes) / 5 - 1e-9) : 0; }
 
-double search_steps(const PhaseCost& c, const GraphCounts& g) {
+double phase_search_rounds(const PhaseCost& c, const GraphCounts& g) {
   return evaluate(c.search_rows, g) * search_rounds(g.etypes);
 }
 
 double estimated_seconds(const PhaseCost& c, const GraphCounts& g, const Tuning& t) {
   return c.launches * t.launch_us * 1e-6 + evaluate(c.bytes, g) / (t.bandwidth_gbs * 1e9) +
-         evaluate(c.gather_rows, g) * t.gather_row_ns * 1e-9 + search_steps(c, g) * t.search_step_ns * 1e-9;
+         evaluate(c.gather_rows, g) * t.gather_row_ns * 1e-9 + phase_search_rounds(c, g) * t.search_round_ns * 1e-9;
 }
 
 double estimated_seconds(const std::vector<PhaseCost>& phases, const GraphCounts& g, const Tuning& t) {

@@ -2,7 +2,7 @@
 // vanilla and compact, and picks one per graph when the graph is prepared. What it compares is, per phase,
 //
 //     seconds = launches * launch_us * 1e-6 + bytes / (bandwidth_gbs * 1e9)
-//             + gather_rows * gather_row_ns * 1e-9 + search_rows * rounds(etypes) * search_step_ns * 1e-9
+//             + gather_rows * gather_row_ns * 1e-9 + search_rows * rounds(etypes) * search_round_ns * 1e-9
 //
 // with bytes a linear function of the graph's counts: so many bytes per node, per edge, per unique (source, edge
 // type) pair, per edge type, per node type, and fixed; and gather_rows, likewise, the rows of the gather sums: the
@@ -65,7 +65,7 @@ struct Tuning {
   double bandwidth_gbs = 0;  // achieved global-memory bandwidth, GB/s
   double theta = 1;          // compact relation r iff unique pairs_r / edges_r <= theta
   double gather_row_ns = 0;   // nanoseconds per row of a gather sum beyond its bytes (PhaseCost::gather_rows)
-  double search_step_ns = 0;  // nanoseconds per round of a search of a row's edge type (PhaseCost::search_rows)
+  double search_round_ns = 0;  // nanoseconds per round of a search of a row's edge type (PhaseCost::search_rows)
 };
 
 // The tuning table: architecture ("sm_80", "sm_90", "default") -> row.
@@ -80,7 +80,7 @@ double evaluate(const Bytes& coefficients, const GraphCounts& g);
 // The rounds of a warp's search of `etypes` offsets: ceil(log2(etypes) / 5), 0 for one edge type.
 double search_rounds(double etypes);
 // The rounds of the phase's edge-type searches on the graph: search rows times search_rounds(etypes).
-double search_steps(const PhaseCost& c, const GraphCounts& g);
+double phase_search_rounds(const PhaseCost& c, const GraphCounts& g);
 double estimated_seconds(const PhaseCost& c, const GraphCounts& g, const Tuning& t);
 // The sum over `phases` (inference: forward; training: forward_train and backward).
 double estimated_seconds(const std::vector<PhaseCost>& phases, const GraphCounts& g, const Tuning& t);

@@ -614,14 +614,14 @@ std::string python_auto_constants(const std::vector<Program>& vanilla, const std
   out += "# hectorgen's templates/tuning/materialization.json: per GPU architecture, launch_us (microseconds per kernel\n"
          "# launch), bandwidth_gbs (achieved global-memory GB/s), theta (the compact program compacts relation r iff its\n"
          "# unique (source, r) pairs / edges <= theta), gather_row_ns (nanoseconds per row of a gather sum beyond its\n"
-         "# bytes) and search_step_ns (nanoseconds per step of a row's search of its edge type). Rows not measured on\n"
+         "# bytes) and search_round_ns (nanoseconds per round of a warp's search of a row's edge type). Rows not measured on\n"
          "# their GPU are ESTIMATES (the file says which).\n";
   out += "TUNING = {\n";
   for (const auto& [arch, t] : tuning_table())
     out += fmt::format("    \"{}\": {{\"launch_us\": {}, \"bandwidth_gbs\": {}, \"theta\": {}, \"gather_row_ns\": {}, "
-                       "\"search_step_ns\": {}}},\n",
+                       "\"search_round_ns\": {}}},\n",
                        arch, py_number(t.launch_us), py_number(t.bandwidth_gbs), py_number(t.theta), py_number(t.gather_row_ns),
-                       py_number(t.search_step_ns));
+                       py_number(t.search_round_ns));
   out += "}\n";
   out += "# The spec's options.compact_relations (theta on every GPU), or None for TUNING's theta of the graph's GPU.\n";
   out += fmt::format("COMPACT_RELATIONS = {}", options.compact_relations ? py_number(*options.compact_relations) : "None");

@@ -458,7 +458,7 @@ def test_auto_report():
 
 
 def test_calibrate_auto():
-    """calibrate_auto.py recovers the launch time, bandwidth and costs per gather row and search step that produced
+    """calibrate_auto.py recovers the launch time, bandwidth and costs per gather row and search round that produced
     the fixed variants' times, counts the choices the fitted table gets right, and recomputes the terms of older runs
     (launches and bytes only) from a module's cost model."""
     import calibrate_auto
@@ -483,13 +483,13 @@ def test_calibrate_auto():
     obs = calibrate_auto.observations(report.read([path]))
     check(sorted(obs) == ["sm_90"] and len(obs["sm_90"]) == 10, f"observations {obs}")
     fitted = dict(zip(calibrate_auto.PARAMS, calibrate_auto.fit(obs["sm_90"])))
-    for key, want in (("launch_us", 4.0), ("bandwidth_gbs", 2500), ("gather_row_ns", 0.5), ("search_step_ns", 0.25)):
+    for key, want in (("launch_us", 4.0), ("bandwidth_gbs", 2500), ("gather_row_ns", 0.5), ("search_round_ns", 0.25)):
         check(math.isclose(fitted[key], want, rel_tol=1e-6), f"fit {fitted}")
     check(calibrate_auto.picks_right(obs["sm_90"], fitted) == (5, 5), "choices of the fit")
     # without the gather rows' cost, "b" goes to compact (4x fewer bytes) although it is slower; likewise "e"
     # without the searches'
     check(calibrate_auto.picks_right(obs["sm_90"], dict(fitted, gather_row_ns=0.0)) == (4, 5), "no gather rows")
-    check(calibrate_auto.picks_right(obs["sm_90"], dict(fitted, search_step_ns=0.0)) == (4, 5), "no searches")
+    check(calibrate_auto.picks_right(obs["sm_90"], dict(fitted, search_round_ns=0.0)) == (4, 5), "no searches")
     # a table whose launches cost nothing picks compact on "a", where vanilla's fewer launches win
     check(calibrate_auto.picks_right(obs["sm_90"], dict(fitted, launch_us=0.0)) == (4, 5), "launch-free table")
     check(calibrate_auto.main([str(path), "--cases"]) == 0, "calibrate_auto rc")

@@ -151,7 +151,7 @@ class AutoModule(unittest.TestCase):
                     at = lambda per: sum(c * n for c, n in zip(per, (1, 1000, 50000, 2000, 4, 1)))  # noqa: E731
                     total += (launches * row["launch_us"] * 1e-6 + at(per_byte) / (row["bandwidth_gbs"] * 1e9) +
                               at(per_gather_row) * row["gather_row_ns"] * 1e-9 +
-                              at(per_search_row) * row["search_step_ns"] * 1e-9)   # 4 relations: one round
+                              at(per_search_row) * row["search_round_ns"] * 1e-9)   # 4 relations: one round
                 expected[program] = total
             got = m.estimated_seconds(g, training)
             for program in m.PROGRAMS:

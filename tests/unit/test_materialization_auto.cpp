@@ -222,7 +222,7 @@ TEST_CASE("cost: a row that finds its edge type by a search of the type offsets 
   emit::GraphCounts g;
   g.pairs = 1e5;
   g.etypes = 512;
-  CHECK(emit::search_steps(c, g) == Approx(2e5));
+  CHECK(emit::phase_search_rounds(c, g) == Approx(2e5));
   CHECK(emit::search_rounds(32) == 1);
   CHECK(emit::search_rounds(33) == 2);
   CHECK(emit::search_rounds(535) == 2);
@@ -230,7 +230,7 @@ TEST_CASE("cost: a row that finds its edge type by a search of the type offsets 
   CHECK(emit::search_rounds(1025) == 3);
   CHECK(emit::search_rounds(4) == 1);
   g.etypes = 1;  // one relation: nothing to search
-  CHECK(emit::search_steps(c, g) == 0);
+  CHECK(emit::phase_search_rounds(c, g) == 0);
   // A scalar row: one thread per row, searching alone (a binary search, counted as 4 rounds)
   t.body = {Instr{intra::IndexDef{"p_etype", intra::GraphArray::PairEtype, "p"}},
             Instr{Def{"v_hp", false, {}, Load{"hp", "p"}}}};
@@ -243,7 +243,7 @@ TEST_CASE("cost: a row that finds its edge type by a search of the type offsets 
   CHECK(emit::kernel_cost(p, t).search_rows == emit::Bytes{});
 }
 
-TEST_CASE("cost: seconds add gather_row_ns per gather row and search_step_ns per search round", "[cost]") {
+TEST_CASE("cost: seconds add gather_row_ns per gather row and search_round_ns per search round", "[cost]") {
   PhaseCost c;
   c.launches = 2;
   c.bytes = {0, 0, 100, 0, 0, 0};
@@ -260,7 +260,7 @@ TEST_CASE("cost: seconds add gather_row_ns per gather row and search_step_ns per
   CHECK(emit::evaluate(c.gather_rows, g) == 1e3 + 2 * 1e5);
   c.search_rows = {0, 0, 0, 1, 0, 0};
   g.etypes = 8;
-  t.search_step_ns = 0.25;
+  t.search_round_ns = 0.25;
   CHECK(emit::estimated_seconds(c, g, t) == Approx(base + (1e3 + 2 * 1e5) * 0.5e-9 + 1 * 1e5 * 0.25e-9));
   g.etypes = 535;  // two rounds
   CHECK(emit::estimated_seconds(c, g, t) == Approx(base + (1e3 + 2 * 1e5) * 0.5e-9 + 2 * 1e5 * 0.25e-9));
@@ -327,9 +327,12 @@ TEST_CASE("cost: the tuning table parses, has a default row, and refuses bad val
   CHECK_THROWS_WITH(
       emit::parse_tuning(row("\"default\": {\"launch_us\": 2, \"bandwidth_gbs\": 100, \"theta\": 1, \"gather_row_ns\": -1}")),
       "tuning table: 'gather_row_ns' of 'default' must be in [0, 1000000], got -1");
-  CHECK(emit::parse_tuning(row("\"default\": {\"launch_us\": 2, \"bandwidth_gbs\": 100, \"theta\": 1, \"search_step_ns\": 0.5}"))
+  CHECK(emit::parse_tuning(row("\"default\": {\"launch_us\": 2, \"bandwidth_gbs\": 100, \"theta\": 1, \"search_round_ns\": 0.5}"))
             .at("default")
-            .search_step_ns == 0.5);
+            .search_round_ns == 0.5);
+  CHECK_THROWS_WITH(
+      emit::parse_tuning(row("\"default\": {\"launch_us\": 2, \"bandwidth_gbs\": 100, \"theta\": 1, \"search_step_ns\": 0.5}")),
+      Catch::Contains("architecture 'default' has an unknown key 'search_step_ns'"));
   CHECK_THROWS(emit::parse_tuning("{"));
 }
 
@@ -363,7 +366,7 @@ TEST_CASE("cost: RGAT's compact program wins on graphs with many edges per uniqu
   emit::GraphCounts wikikg2{2.5e6, 16.1e6, 10.07e6, 535, 1};
   const auto vanilla = costs(programs, false, true), compact = costs(programs, true, true);
   emit::Tuning bytes_only = h100;
-  bytes_only.gather_row_ns = bytes_only.search_step_ns = 0;
+  bytes_only.gather_row_ns = bytes_only.search_round_ns = 0;
   CHECK(emit::estimated_seconds(compact, wikikg2, bytes_only) < emit::estimated_seconds(vanilla, wikikg2, bytes_only));
   CHECK(emit::estimated_seconds(compact, wikikg2, h100) > emit::estimated_seconds(vanilla, wikikg2, h100));
 }
