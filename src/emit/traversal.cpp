@@ -143,8 +143,7 @@ class TraversalPrinter {
 
   void index(const IndexDef& x) {
     if (auto f = fetched_.find(x.name); f != fetched_.end()) {  // fetched by its lane (fetched_loop)
-      bool type = x.array == GraphArray::Etype || x.array == GraphArray::Ntype;
-      line(fmt::format("const {} {} = __shfl_sync(0xffffffffu, {}, {});", type ? "int" : "int64_t", x.name, f->second, fetch_j_));
+      line(fmt::format("const {} {} = __shfl_sync(0xffffffffu, {}, {});", index_type(x), x.name, f->second, fetch_j_));
       return;
     }
     if (x.array == GraphArray::PairEtype) {  // the relation whose pairs hold row x.of: a search of pair_etype_ptr
@@ -159,8 +158,12 @@ class TraversalPrinter {
     }
     const char* array = to_string(x.array);
     graph_used_.insert(array);
-    bool type = x.array == GraphArray::Etype || x.array == GraphArray::Ntype;
-    line(fmt::format("const {} {} = {}[{}];", type ? "int" : "int64_t", x.name, array, x.of));
+    line(fmt::format("const {} {} = {}[{}];", index_type(x), x.name, array, x.of));
+  }
+
+  // The C++ type of an index: a type id is an int, a row (node, edge, pair) an int64_t.
+  static const char* index_type(const IndexDef& x) {
+    return x.array == GraphArray::Etype || x.array == GraphArray::Ntype ? "int" : "int64_t";
   }
 
   void loop(const EdgeLoop& l) {
@@ -217,9 +220,8 @@ class TraversalPrinter {
       line(fmt::format("const int {c} = {e} - {f} < 32 ? {e} - {f} : 32;", fmt::arg("c", count), fmt::arg("e", end),
                        fmt::arg("f", first)));
       line(fmt::format("// lane l fetches the indices of edge {} + l", first));
-      auto type_of = [](const IndexDef& x) { return x.array == GraphArray::Etype || x.array == GraphArray::Ntype ? "int" : "int64_t"; };
       line(fmt::format("int64_t {} = 0;", lane_of[l.var]));
-      for (const IndexDef* x : fetched) line(fmt::format("{} {} = 0;", type_of(*x), lane_of[x->name]));
+      for (const IndexDef* x : fetched) line(fmt::format("{} {} = 0;", index_type(*x), lane_of[x->name]));
       line(fmt::format("if (lane < {}) {{", count));
       {
         CodeWriter::Indent in(*w_);
