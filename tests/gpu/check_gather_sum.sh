@@ -8,17 +8,9 @@
 # mismatch.
 #   tests/gpu/check_gather_sum.sh [HECTORGEN]   (default: build/hectorgen, else build/hg_bundle/hectorgen)
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-HG="${1:-}"
-for c in "$HG" "$ROOT/build/hectorgen" "$ROOT/build/hg_bundle/hectorgen"; do
-  if [[ -n "$c" && -x "$c" ]] && "$c" --version >/dev/null 2>&1; then HG="$c"; break; fi
-done
-NVCC="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-"$HG" "$ROOT/tests/gpu/specs/rgcn_compact.yaml" -o "$tmp/gen" >/dev/null
-kernel="$(awk '/^__global__ void __launch_bounds__\(256\) rgcn_compact_bw_sum_d_lin_feature\(/,/^}/' "$tmp"/gen/*_kernels.cu)"
-[[ -n "$kernel" ]] || { echo "check_gather_sum: no rgcn_compact_bw_sum_d_lin_feature in the generated kernels" >&2; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/device_check_lib.sh"
+device_check_setup "${1:-}"
+kernel="$(generated_piece check_gather_sum tests/gpu/specs/rgcn_compact.yaml '^__global__ void __launch_bounds__\(256\) rgcn_compact_bw_sum_d_lin_feature\(')"
 cat > "$tmp/check.cu" <<CU
 #include <algorithm>
 #include <cmath>
@@ -109,6 +101,4 @@ int main() {
   return mismatches ? 1 : 0;
 }
 CU
-"$NVCC" -std=c++17 -O2 -arch=native -o "$tmp/check" "$tmp/check.cu" 2>/dev/null || "$NVCC" -std=c++17 -O2 -arch=sm_90 -o "$tmp/check" "$tmp/check.cu"
-[[ "${CHECK_COMPILE_ONLY:-0}" == 1 ]] && { echo "check_gather_sum: compiled"; exit 0; }
-"$tmp/check"
+build_and_run check_gather_sum

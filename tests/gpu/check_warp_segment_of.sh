@@ -6,17 +6,9 @@
 # last row included. Prints the mismatches (0) and exits 1 on any.
 #   tests/gpu/check_warp_segment_of.sh [HECTORGEN]   (default: build/hectorgen, else build/hg_bundle/hectorgen)
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-HG="${1:-}"
-for c in "$HG" "$ROOT/build/hectorgen" "$ROOT/build/hg_bundle/hectorgen"; do
-  if [[ -n "$c" && -x "$c" ]] && "$c" --version >/dev/null 2>&1; then HG="$c"; break; fi
-done
-NVCC="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-"$HG" "$ROOT/tests/gpu/specs/rgat_compact_reorder.yaml" -o "$tmp/gen" >/dev/null
-helper="$(awk '/^__device__ __forceinline__ int warp_segment_of/,/^}/' "$tmp"/gen/*_kernels.cu)"
-[[ -n "$helper" ]] || { echo "check_warp_segment_of: no warp_segment_of in the generated kernels" >&2; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/device_check_lib.sh"
+device_check_setup "${1:-}"
+helper="$(generated_piece check_warp_segment_of tests/gpu/specs/rgat_compact_reorder.yaml '^__device__ __forceinline__ int warp_segment_of')"
 cat > "$tmp/check.cu" <<CU
 #include <cstdint>
 #include <cstdio>
@@ -63,5 +55,4 @@ int main() {
   return mismatches ? 1 : 0;
 }
 CU
-"$NVCC" -std=c++17 -O2 -arch=native -o "$tmp/check" "$tmp/check.cu" 2>/dev/null || "$NVCC" -std=c++17 -O2 -arch=sm_90 -o "$tmp/check" "$tmp/check.cu"
-"$tmp/check"
+build_and_run check_warp_segment_of
