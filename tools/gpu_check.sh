@@ -304,6 +304,7 @@ PY
   SHARD1=("${ALL_SPECS[@]:$half}")
   log "compute-sanitizer memcheck + racecheck, ${#ALL_SPECS[@]} spec(s) in 2 shards each (timeout ${t}s; log: sanitizer.log)"
   pids=()
+  san_names=()
   for tool in memcheck racecheck; do
     for shard in 0 1; do
       if ((shard == 0)); then specs=("${SHARD0[@]}"); else specs=("${SHARD1[@]}"); fi
@@ -313,10 +314,25 @@ PY
         python3 "$CHECK" --sanitizer-run "${specs[@]}" --generated "$GEN_DIR" ${SEED:+--seed "$SEED"} \
         > "$GEN_ROOT/$tool.$shard.log" 2>&1 &
       pids+=($!)
+      san_names+=("$tool.$shard")
     done
   done
+  # A process that fails is named with its exit status; one the time budget cut off (timeout: 124, or 137 after
+  # the kill) says so and how many of its specs it had checked, so that a cut is not read as a finding.
   san_fail=0
-  for p in "${pids[@]}"; do wait "$p" || san_fail=$((san_fail + 1)); done
+  san_notes=()
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" && continue
+    san_rc=$?
+    san_fail=$((san_fail + 1))
+    log_i="$GEN_ROOT/${san_names[$i]}.log"
+    done_specs=$(grep -c '^sanitizer-run END' "$log_i" 2>/dev/null || true)
+    if ((san_rc == 124 || san_rc == 137)); then
+      san_notes+=("${san_names[$i]} cut off by the ${t}s budget after ${done_specs:-0} spec(s)")
+    else
+      san_notes+=("${san_names[$i]} exited $san_rc")
+    fi
+  done
   : > "$SAN_LOG"
   for tool in memcheck racecheck; do
     cat "$GEN_ROOT/$tool".*.log > "$GEN_ROOT/$tool.log" 2>/dev/null || true
@@ -324,6 +340,7 @@ PY
   done
   SUMMARY_ARGS=(--memcheck-log "$GEN_ROOT/memcheck.log" --racecheck-log "$GEN_ROOT/racecheck.log")
   SAN_LINE="sanitizer: $((${#pids[@]} - san_fail))/${#pids[@]} sanitizer processes exited 0"
+  ((${#san_notes[@]})) && SAN_LINE+=" ($(printf '%s; ' "${san_notes[@]}" | sed 's/; $//'))"
 fi
 log "$SAN_LINE"
 
