@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,12 +38,14 @@ STORAGE = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
 @dataclass(frozen=True)
 class Variant:
     """One way to generate a model: the spec's options.dtype, the precision class it is compared in, and further
-    edits of the spec text ((regex, replacement), each must match exactly once), e.g. a schedule."""
+    edits of the spec text ((regex, replacement), each must match exactly once), e.g. a schedule; edge_batch:
+    options.schedule.traversal.edge_batch (1: the spec's own)."""
     key: str
     dtype: str
     klass: str
     edits: tuple = ()
     note: str = ""
+    edge_batch: int = 1
 
     @property
     def label(self) -> str:
@@ -91,6 +94,15 @@ VARIANTS = {
     "bf16_auto": Variant("bf16_auto", "bf16", "bf16",
                          (("materialization: vanilla", "materialization: auto"), ("reorder: off", "reorder: auto")),
                          "materialization chosen per graph, reordering where it pays (auto)"),
+    # auto with the node kernels' edge loops taking 4 edges a step (schedule.traversal.edge_batch: the loads of 4
+    # edges in flight together instead of one edge's after another's; the same sums): beside tf32_auto / bf16_auto
+    # it measures what the batch gains before it becomes a tuning-table default.
+    "tf32_auto_eb4": Variant("tf32_auto_eb4", "tf32", "fp32",
+                             (("materialization: vanilla", "materialization: auto"), ("reorder: off", "reorder: auto")),
+                             "auto, edge loops 4 edges a step", edge_batch=4),
+    "bf16_auto_eb4": Variant("bf16_auto_eb4", "bf16", "bf16",
+                             (("materialization: vanilla", "materialization: auto"), ("reorder: off", "reorder: auto")),
+                             "auto, edge loops 4 edges a step", edge_batch=4),
 }
 
 
@@ -100,8 +112,23 @@ def variant_spec_text(model: str, v: Variant) -> str:
     if str(REPO / "tests" / "gpu") not in sys.path:
         sys.path.insert(0, str(REPO / "tests" / "gpu"))
     from dtypes import rewrite_spec
-    return rewrite_spec((REPO / "specs" / f"{model}.yaml").read_text(), model=model, rename=v.module(model),
+    text = rewrite_spec((REPO / "specs" / f"{model}.yaml").read_text(), model=model, rename=v.module(model),
                         dtype=v.dtype, edits=v.edits, where=f"variant {v.key}: specs/{model}.yaml")
+    return with_edge_batch(text, v.edge_batch) if v.edge_batch != 1 else text
+
+
+def with_edge_batch(text: str, batch: int) -> str:
+    """`text` (a spec whose options block ends where `program:` begins) with options.schedule.traversal.edge_batch
+    set: a line under its `schedule:` if it has one (one without a traversal entry), else a schedule block."""
+    line = f"    traversal: {{edge_batch: {batch}}}\n"
+    if re.search(r"(?m)^    traversal:", text):
+        raise ValueError("with_edge_batch: the spec already has a traversal schedule")
+    if re.search(r"(?m)^  schedule:\n", text):
+        return re.sub(r"(?m)^  schedule:\n", lambda m: m.group(0) + line, text, count=1)
+    text, n = re.subn(r"(?m)^program:", lambda m: "  schedule:\n" + line + m.group(0), text, count=1)
+    if n != 1:
+        raise ValueError("with_edge_batch: no 'program:' line")
+    return text
 
 
 def _gpu_check():

@@ -495,6 +495,10 @@ class Parser {
       ok = number(o.schedule.gemm_coarsen);
     } else if (k == "traversal_threads") {
       ok = number(o.schedule.traversal_threads);
+    } else if (k == "traversal_edge_batch") {
+      int b = 0;
+      ok = number(b) && (b == 1 || b == 2 || b == 4 || b == 8);  // intra::valid_edge_batch
+      if (ok) o.schedule.traversal_edge_batch = b;
     } else if (k == "launch_bounds") {
       int lb = 0;
       ok = number(lb);

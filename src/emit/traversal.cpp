@@ -143,7 +143,7 @@ class TraversalPrinter {
 
   void index(const IndexDef& x) {
     if (auto f = fetched_.find(x.name); f != fetched_.end()) {  // fetched by its lane (fetched_loop)
-      line(fmt::format("const {} {} = __shfl_sync(0xffffffffu, {}, {});", index_type(x), x.name, f->second, fetch_j_));
+      line(fmt::format("const {} {} = {};", index_type(x), x.name, f->second));
       return;
     }
     if (x.array == GraphArray::PairEtype) {  // the relation whose pairs hold row x.of: a search of pair_etype_ptr
@@ -234,27 +234,81 @@ class TraversalPrinter {
         }
       }
       line("}");
-      line(fmt::format("for (int {j} = 0; {j} < {c}; ++{j}) {{", fmt::arg("j", j), fmt::arg("c", count)));
-      {
-        CodeWriter::Indent in(*w_);
-        // The body first (into its own writer), to declare the position only where it reads it.
+      // The iteration: the body first (into its own writer), to declare the position only where it reads it.
+      // value_of(name): the edge's id or fetched index in this iteration; position: its place in the CSR, from
+      // the block's first; live: a line declaring guard_ (a batched step).
+      auto iteration = [&](const std::function<std::string(const std::string&)>& value_of, const std::string& position,
+                           const std::string& live) {
         CodeWriter body;
         CodeWriter* outer = std::exchange(w_, &body);
         std::map<std::string, std::string> outer_fetched = std::exchange(fetched_, {});
-        std::string outer_j = std::exchange(fetch_j_, j);
-        for (const IndexDef* x : fetched) fetched_[x->name] = lane_of[x->name];
+        for (const IndexDef* x : fetched) fetched_[x->name] = value_of(x->name);
         scopes_.emplace_back();
         block(l.body);
         scopes_.pop_back();
         fetched_ = std::move(outer_fetched);
-        fetch_j_ = std::move(outer_j);
         w_ = outer;
+        if (!live.empty() && std::regex_search(body.str(), std::regex("\\b" + guard_ + "\\b"))) line(live);
         if (std::regex_search(body.str(), std::regex("\\b" + l.pos + "\\b")))
-          line(fmt::format("const int32_t {} = {} + {};", l.pos, first, j));
-        line(fmt::format("const int64_t {} = __shfl_sync(0xffffffffu, {}, {});", l.var, lane_of[l.var], j));
+          line(fmt::format("const int32_t {} = {} + {};", l.pos, first, position));
+        line(fmt::format("const int64_t {} = {};", l.var, value_of(l.var)));
         w_->block(body.str());
+      };
+      auto shuffled = [&](const std::string& name) {
+        return fmt::format("__shfl_sync(0xffffffffu, {}, {})", lane_of[name], j);
+      };
+      if (t_.edge_batch == 1) {
+        line(fmt::format("for (int {j} = 0; {j} < {c}; ++{j}) {{", fmt::arg("j", j), fmt::arg("c", count)));
+        {
+          CodeWriter::Indent in(*w_);
+          iteration(shuffled, j, "");
+        }
+        line("}");
+      } else {
+        // schedule.traversal.edge_batch b: the edges come b at a time. The indices of the b edges are shuffled
+        // out first, then the b steps run unrolled with no branch or shuffle before their loads, so that the
+        // loads of b edges are issued together instead of each waiting for the sums of the edge before. A step
+        // past the last edge repeats the batch's first edge and commits nothing: its updates and stores are
+        // guarded. Same edges, same order, the same sums.
+        const int b = t_.edge_batch;
+        const std::string j0 = unique_name(l.pos + "_j0"), u = unique_name(l.pos + "_u"),
+                          live = unique_name(l.pos + "_live");
+        printed_names_.insert({j0, u, live});
+        std::map<std::string, std::string> batch_of;  // the edge id and each fetched index -> its batch's array
+        std::vector<std::pair<std::string, const char*>> batched{{l.var, "int64_t"}};
+        for (const IndexDef* x : fetched) batched.emplace_back(x->name, index_type(*x));
+        for (const auto& [name, type] : batched) {
+          batch_of[name] = unique_name(name + "_batch");
+          printed_names_.insert(batch_of[name]);
+        }
+        const std::string step = fmt::format("{j0} + {u} < {c} ? {j0} + {u} : {j0}", fmt::arg("j0", j0), fmt::arg("u", u),
+                                             fmt::arg("c", count));
+        line(fmt::format("for (int {j0} = 0; {j0} < {c}; {j0} += {b}) {{", fmt::arg("j0", j0), fmt::arg("c", count),
+                         fmt::arg("b", b)));
+        {
+          CodeWriter::Indent in(*w_);
+          for (const auto& [name, type] : batched) line(fmt::format("{} {}[{}];", type, batch_of[name], b));
+          line("#pragma unroll");
+          line(fmt::format("for (int {u} = 0; {u} < {b}; ++{u}) {{", fmt::arg("u", u), fmt::arg("b", b)));
+          {
+            CodeWriter::Indent in2(*w_);
+            line(fmt::format("const int {} = {};", j, step));
+            for (const auto& [name, type] : batched) line(fmt::format("{}[{}] = {};", batch_of[name], u, shuffled(name)));
+          }
+          line("}");
+          line("#pragma unroll");
+          line(fmt::format("for (int {u} = 0; {u} < {b}; ++{u}) {{", fmt::arg("u", u), fmt::arg("b", b)));
+          {
+            CodeWriter::Indent in2(*w_);
+            std::string outer_guard = std::exchange(guard_, live);
+            iteration([&](const std::string& name) { return fmt::format("{}[{}]", batch_of[name], u); },
+                      "(" + step + ")", fmt::format("const bool {} = {} + {} < {};", live, j0, u, count));
+            guard_ = std::move(outer_guard);
+          }
+          line("}");
+        }
+        line("}");
       }
-      line("}");
     }
     line("}");
   }
@@ -459,7 +513,23 @@ class TraversalPrinter {
     line("}");
   }
 
+  // Prints `print` under `if (guard_)` in a batched loop's step (fetched_loop), as it is elsewhere.
+  template <class F>
+  void guarded_commit(F&& print) {
+    if (guard_.empty()) return print();
+    line(fmt::format("if ({}) {{", guard_));
+    {
+      CodeWriter::Indent in(*w_);
+      print();
+    }
+    line("}");
+  }
+
   void update(const Update& u) {
+    guarded_commit([&] { print_update(u); });
+  }
+
+  void print_update(const Update& u) {
     const RegType& ty = reg(u.name);
     const char* op = inter::to_string(u.op);
     // In a split loop a sum of the enclosing scope adds to the lane's share.
@@ -470,6 +540,10 @@ class TraversalPrinter {
   }
 
   void store(const Store& s) {
+    guarded_commit([&] { print_store(s); });
+  }
+
+  void print_store(const Store& s) {
     const TensorInfo& t = tensor(s.tensor);
     written_.insert(s.tensor);
     const RegType& ty = reg(s.reg);
@@ -573,7 +647,7 @@ class TraversalPrinter {
   std::map<std::string, std::string> share_of_;  // in a split loop: a summed register -> the lane's share
   std::set<std::string> printed_names_;          // names the printer declared (the lanes' shares, fetched_loop's)
   std::map<std::string, std::string> fetched_;   // in a fetched loop: an index -> the register its lane fetched it in
-  std::string fetch_j_;                          // in a fetched loop: the iteration's lane
+  std::string guard_;                            // in a batched loop's step: whether it commits (a live edge)
 };
 
 }  // namespace

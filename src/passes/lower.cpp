@@ -220,6 +220,7 @@ class Lowering {
     intra::TraversalSource t;
     t.loop = Stmt::for_loop(L.var, L.loop, L.parent, stage.top, L.loc);
     t.threads = m_.decl.options.schedule.traversal_threads;
+    t.edge_batch = m_.decl.options.schedule.traversal_edge_batch;
     // Locals of this stage that later statements of the loop use must be stored.
     std::set<std::string> later;
     for (size_t i = ctx.position; i < L.body.size(); ++i) collect_names(L.body[i], later);
@@ -301,6 +302,8 @@ class Lowering {
       t.loop = Stmt::for_loop(node_var, gs.via_src ? LoopKind::SrcNodes : LoopKind::DstNodes, "g", {inner});
       t.field_tensor = alias_;
       t.threads = m_.decl.options.schedule.traversal_threads;
+      t.edge_batch = m_.decl.options.schedule.traversal_edge_batch;
+    t.edge_batch = m_.decl.options.schedule.traversal_edge_batch;
       t.name = unique(fmt::format("{}_sum_{}", prefix_, gs.field));
       p_.layouts.insert(gs.via_src ? intra::layout::kCsrBySrc : intra::layout::kCsrByDst);
       note_write(gs.field, true);

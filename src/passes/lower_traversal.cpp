@@ -90,6 +90,7 @@ class TraversalLowering {
     t.name = src_.name;
     t.rows = L.loop;
     t.threads = src_.threads;
+    t.edge_batch = src_.edge_batch;
     Block row;
     row_ = &row;
     row_var_ = fresh(L.var);

@@ -418,8 +418,10 @@ class SchemaReader {
           else read(gv, "'launch_bounds'", intra::ScheduleKey::LaunchBounds, [&](int i) { s.launch_bounds = i; });
         });
       } else {
-        for_each_key(sv, "'schedule.traversal'", {"threads"}, [&](const std::string&, const YAML::Node&, const YAML::Node& tv) {
-          read(tv, "'threads'", intra::ScheduleKey::TraversalThreads, [&](int i) { s.traversal_threads = i; });
+        for_each_key(sv, "'schedule.traversal'", {"threads", "edge_batch"},
+                     [&](const std::string& tk, const YAML::Node&, const YAML::Node& tv) {
+          if (tk == "threads") read(tv, "'threads'", intra::ScheduleKey::TraversalThreads, [&](int i) { s.traversal_threads = i; });
+          else read(tv, "'edge_batch'", intra::ScheduleKey::TraversalEdgeBatch, [&](int i) { s.traversal_edge_batch = i; });
         });
       }
     });

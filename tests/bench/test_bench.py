@@ -204,6 +204,9 @@ def test_variants():
             text = systems.variant_spec_text(model, v)
             check(f"\nmodel: {v.module(model)}\n" in "\n" + text, f"{model}/{key}: module not renamed")
             check(f"  dtype: {v.dtype}\n" in text, f"{model}/{key}: dtype not set")
+            batch = f"  schedule:\n    traversal: {{edge_batch: {v.edge_batch}}}\n"
+            check((batch in text) == (v.edge_batch != 1), f"{model}/{key}: edge_batch {v.edge_batch} not as set")
+    check(any(v.edge_batch != 1 for v in systems.VARIANTS.values()), "no variant measures the edge batch")
     bad = systems.Variant("x", "fp32", "fp32", edits=((r"no such text", "y"),))
     try:
         systems.variant_spec_text("rgcn", bad)
@@ -220,7 +223,7 @@ def test_variants():
               "an identical regeneration must keep the module (and its build)")
         ours = sorted(p.name for p in (gen / model).iterdir())
         check(ours == sorted(p.name for p in (REPO / "generated" / model).iterdir()), f"{model}: files {ours}")
-        for key in ("tf32", "bf16"):
+        for key in ("tf32", "bf16", "bf16_auto_eb4"):
             try:
                 msg = systems.generate(model, systems.VARIANTS[key], gen, HECTORGEN)
                 check((gen / f"{model}_{key}" / f"{model}_{key}.py").is_file(), msg)

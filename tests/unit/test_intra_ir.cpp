@@ -134,6 +134,16 @@ TEST_CASE("traversal instances print, parse back and print the same text", "[int
   }
 }
 
+TEST_CASE("a traversal's edge batch prints after its threads when it is not 1, and parses back", "[intra][roundtrip]") {
+  const std::string batched = replace(kSoftmax, "threads=256\n", "threads=256 edge_batch=4\n");
+  TraversalInstance t = parse(batched);
+  CHECK(t.edge_batch == 4);
+  CHECK(print_traversal(t) == batched);
+  t.edge_batch = 1;
+  CHECK(print_traversal(t) == kSoftmax);  // the default prints nothing: texts from before it parse as they were
+  CHECK(parse(kSoftmax).edge_batch == 1);
+}
+
 TEST_CASE("element-wise values print with the fewest parentheses and parse back", "[intra][roundtrip]") {
   using V = Value;
   using inter::Op;

@@ -1,6 +1,7 @@
 // Launch limits: schedule checks, the launch configuration of every kernel kind, the verifier on instances that
 // violate each limit, and the shape limits of lowered programs.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "emit/emit.h"
 #include "helpers.h"
@@ -147,6 +148,10 @@ TEST_CASE("schedule values that can never launch are problems at the value at fa
   CHECK(has_problem({16, 1, 48, std::nullopt}, ScheduleKey::TraversalThreads, "multiple of 32"));
   CHECK(has_problem({16, 1, 2048, std::nullopt}, ScheduleKey::TraversalThreads, "got 2048"));
   CHECK(has_problem({16, 1, 0, std::nullopt}, ScheduleKey::TraversalThreads, "got 0"));
+  for (int batch : {0, 3, 16, -4})
+    CHECK(has_problem({16, 1, 256, std::nullopt, batch}, ScheduleKey::TraversalEdgeBatch,
+                      fmt::format("must be 1, 2, 4 or 8, got {}", batch)));
+  for (int batch : {1, 2, 4, 8}) CHECK(intra::check_schedule({16, 1, 256, std::nullopt, batch}).empty());
 }
 
 TEST_CASE("launch configurations of each kernel kind", "[launch]") {

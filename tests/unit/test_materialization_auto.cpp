@@ -551,3 +551,48 @@ TEST_CASE("a warp's edge loop and a gather sum fetch 32 edges' indices at a time
                            "const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, j);"})
     CHECK(rcu.find(line) != std::string::npos);
 }
+
+TEST_CASE("schedule.traversal.edge_batch: a warp's edge loop shuffles out a batch's indices, then runs its steps "
+          "unrolled with their commits guarded",
+          "[intra][emit]") {
+  const Generated g = generate_spec("tests/gpu/specs/rgcn_compact_eb4.yaml");
+  REQUIRE(g.status == 0);
+  const std::string cu = g.file("rgcn_compact_eb4_kernels.cu");
+  const size_t at = cu.find("__launch_bounds__(256) rgcn_compact_eb4_fw_nodes_h(");
+  REQUIRE(at != std::string::npos);
+  const std::string nodes = cu.substr(at, cu.find("\n}\n", at) - at);
+  // In this order: the batch's indices (a step past the last edge takes the batch's first), then the steps, each
+  // reading them from the batch, loading unconditionally and adding only for a live edge.
+  size_t from = 0;
+  for (const char* line : {"if (lane < i_e_count) {", "for (int i_e_j0 = 0; i_e_j0 < i_e_count; i_e_j0 += 4) {",
+                           "int64_t e_batch[4];", "int64_t e_pair_batch[4];", "#pragma unroll",
+                           "for (int i_e_u = 0; i_e_u < 4; ++i_e_u) {",
+                           "const int i_e_j = i_e_j0 + i_e_u < i_e_count ? i_e_j0 + i_e_u : i_e_j0;",
+                           "e_batch[i_e_u] = __shfl_sync(0xffffffffu, e_lane, i_e_j);",
+                           "e_pair_batch[i_e_u] = __shfl_sync(0xffffffffu, e_pair_lane, i_e_j);",
+                           "for (int i_e_u = 0; i_e_u < 4; ++i_e_u) {", "const bool i_e_live = i_e_j0 + i_e_u < i_e_count;",
+                           "const int64_t e = e_batch[i_e_u];", "const int64_t e_pair = e_pair_batch[i_e_u];",
+                           "const float v_norm = norm[e];", "if (i_e_live) {", "v_h[j] += v_norm * v_pair_lin_feature[j];"}) {
+    const size_t next = nodes.find(line, from);
+    INFO(line);
+    REQUIRE(next != std::string::npos);
+    from = next + 1;
+  }
+  CHECK(nodes.find("for (int i_e_j = 0;") == std::string::npos);  // no one-edge loop left
+  // The IR says so, and only where the schedule is not the default.
+  CHECK(g.file("rgcn_compact_eb4.intra.ir").find("threads=256 edge_batch=4\n") != std::string::npos);
+  CHECK(g.file("rgcn_compact_eb4.inter.ir").find("option traversal_edge_batch = 4\n") != std::string::npos);
+  const Generated plain = generate_spec("tests/gpu/specs/rgcn_compact.yaml");
+  REQUIRE(plain.status == 0);
+  CHECK(plain.file("rgcn_compact.intra.ir").find("edge_batch") == std::string::npos);
+  // HGT's node kernels (softmax maximum and sum, messages, backward sums) batch 8 edges; a store of a step is
+  // guarded like its updates.
+  const Generated h = generate_spec("tests/gpu/specs/hgt_eb8.yaml");
+  REQUIRE(h.status == 0);
+  const std::string hcu = h.file("hgt_eb8_kernels.cu");
+  size_t batches = 0;
+  for (size_t p = hcu.find("_j0 += 8) {"); p != std::string::npos; p = hcu.find("_j0 += 8) {", p + 1)) ++batches;
+  CHECK(batches == 6);
+  CHECK(hcu.find("_j0 += 4") == std::string::npos);
+  CHECK(std::regex_search(hcu, std::regex(R"(if \(i_e_live\) \{\n\s+if \(lane == 0\) \w+\[e\] = )")));
+}

@@ -214,6 +214,10 @@ struct Schedule {
   int gemm_coarsen = 1;    // elements per thread: 1, 2 or 4
   int traversal_threads = 256;
   std::optional<int> launch_bounds;  // GEMM __launch_bounds__ min blocks per SM
+  // Edges a warp's edge loop takes per step (1, 2, 4 or 8): its iterations are unrolled that many at a time, each
+  // guarded by the edge count, so that the loads of several edges are in flight together (the same sums in the
+  // same order). 1: one edge after the other.
+  int traversal_edge_batch = 1;
 };
 
 struct Options {

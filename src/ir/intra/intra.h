@@ -211,6 +211,7 @@ struct TraversalSource {
   std::map<std::string, std::string> materialized;  // local name -> tensor it is read from / stored to
   std::map<std::string, std::string> field_tensor;  // field name -> tensor (aliases)
   int threads = 256;
+  int edge_batch = 1;  // inter::Schedule::traversal_edge_batch
 };
 
 const std::string& kernel_name(const Kernel& k);

@@ -174,6 +174,8 @@ std::string verify_launch(const Program& p, const Kernel& k) {
   // What each template assumes of its configuration.
   if (std::holds_alternative<TraversalInstance>(k) && c.threads % limits::kWarp)
     return fmt::format("{}: {} threads per block is not a whole number of warps (one warp per row)", name, c.threads);
+  if (const auto* t = std::get_if<TraversalInstance>(&k); t && !valid_edge_batch(t->edge_batch))
+    return fmt::format("{}: edge_batch={} is not 1, 2, 4 or 8", name, t->edge_batch);
   auto tile_coarsen = [&](int tile, int coarsen) -> std::string {
     if (!valid_tile(tile)) return fmt::format("{}: tile {} is not one of 8, 16, 32, 64", name, tile);
     if (!valid_coarsen(coarsen) || tile % coarsen)
@@ -236,6 +238,10 @@ std::vector<ScheduleProblem> check_schedule(const inter::Schedule& s) {
     out.push_back({ScheduleKey::TraversalThreads,
                    fmt::format("'threads' must be a multiple of 32 (whole warps) from 32 to {}, got {}", limits::kThreadsPerBlock,
                                t)});
+  if (!valid_edge_batch(s.traversal_edge_batch))
+    out.push_back({ScheduleKey::TraversalEdgeBatch,
+                   fmt::format("'edge_batch' (edges a warp's edge loop takes per step) must be 1, 2, 4 or 8, got {}",
+                               s.traversal_edge_batch)});
   return out;
 }
 

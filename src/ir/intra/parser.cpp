@@ -310,6 +310,7 @@ class TraversalParser {
     c.expect(")");
     c.expect("threads=");
     t.threads = static_cast<int>(c.integer("a thread count"));
+    if (c.accept("edge_batch=")) t.edge_batch = static_cast<int>(c.integer("an edge batch"));
     c.end();
     t.body = body(h.indent + 4);
     return t;

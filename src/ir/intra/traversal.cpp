@@ -228,8 +228,9 @@ std::string print_reg_type(const RegType& t) {
 
 std::string print_traversal(const TraversalInstance& t) {
   std::string layout = walked_layout(t.rows);
-  std::string out = fmt::format("traversal {}: rows={}{}({}) threads={}\n", t.name, layout.empty() ? "" : layout + ".",
-                                inter::to_string(t.rows), t.row, t.threads);
+  std::string out = fmt::format("traversal {}: rows={}{}({}) threads={}{}\n", t.name, layout.empty() ? "" : layout + ".",
+                                inter::to_string(t.rows), t.row, t.threads,
+                                t.edge_batch != 1 ? fmt::format(" edge_batch={}", t.edge_batch) : "");
   print_body(t.body, 1, out);
   return out;
 }

@@ -194,6 +194,7 @@ struct TraversalInstance {
   inter::LoopKind rows = inter::LoopKind::Edges;  // Edges, DstNodes, SrcNodes or SrcPairs
   std::string row;                                 // the row variable
   int threads = 256;
+  int edge_batch = 1;  // edges a warp's (fetched) edge loop takes per step: inter::Schedule::traversal_edge_batch
   std::vector<Instr> body;
 };
 
