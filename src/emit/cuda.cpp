@@ -517,8 +517,52 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   fetch += "      if (lane < count) {\n        const int64_t from_row = csr_col[first + lane];\n" + in_range + "      }\n";
   v["extra_params"] = extra;
   v["fetch"] = fetch;
-  v["entry"] = entry;
-  v["x_load"] = (s.scale.empty() ? "" : "entry_scale * ") + load_elem(x, "x[x_row * kNumel + col]");
+  const std::string scaled = s.scale.empty() ? "" : "entry_scale * ", x_elem = load_elem(x, "x[x_row * kNumel + col]");
+  if (s.edge_batch == 1) {
+    v["entries"] = "#pragma unroll 4\n"
+                   "      for (int j = 0; j < count; ++j) {\n" +
+                   entry +
+                   "#pragma unroll\n"
+                   "        for (int c = 0; c < kSlots; ++c) {\n"
+                   "          const int col = lane + 32 * c;\n"
+                   "          if (col < kNumel) acc[c] += " + scaled + x_elem + ";\n"
+                   "        }\n"
+                   "      }\n";
+  } else {
+    // schedule.traversal.edge_batch b: the entries come b at a time. Their rows (and scales) are shuffled out
+    // first, then the b entries' values are loaded (a step past the row's last entry loads the batch's first
+    // again), then added, a live entry's only: the same additions in the same order (as the traversal's batched
+    // edge loops, emit/traversal.cpp), with the b entries' loads in flight together.
+    const int b = s.edge_batch;
+    std::string e = fmt::format("      for (int j0 = 0; j0 < count; j0 += {}) {{\n", b);
+    e += fmt::format("        int64_t x_row_batch[{}];\n", b);
+    if (!s.scale.empty()) e += fmt::format("        float scale_batch[{}];\n", b);
+    e += "#pragma unroll\n";
+    e += fmt::format("        for (int u = 0; u < {}; ++u) {{\n", b);
+    e += "          const int j = j0 + u < count ? j0 + u : j0;\n";
+    e += "          x_row_batch[u] = __shfl_sync(0xffffffffu, lane_x_row, j);\n";
+    if (!s.scale.empty()) e += "          scale_batch[u] = __shfl_sync(0xffffffffu, lane_scale, j);\n";
+    e += "        }\n";
+    e += fmt::format("        float value[{}][kSlots];\n", b);
+    e += "#pragma unroll\n";
+    e += fmt::format("        for (int u = 0; u < {}; ++u) {{\n", b);
+    e += "          const int64_t x_row = x_row_batch[u];\n";
+    e += "#pragma unroll\n";
+    e += "          for (int c = 0; c < kSlots; ++c) {\n";
+    e += "            const int col = lane + 32 * c;\n";
+    e += "            value[u][c] = col < kNumel ? " + x_elem + " : 0.0f;\n";
+    e += "          }\n";
+    e += "        }\n";
+    e += "#pragma unroll\n";
+    e += fmt::format("        for (int u = 0; u < {}; ++u) {{\n", b);
+    if (!s.scale.empty()) e += "          const float entry_scale = scale_batch[u];\n";
+    e += "#pragma unroll\n";
+    e += "          for (int c = 0; c < kSlots; ++c)\n";
+    e += "            if (j0 + u < count && lane + 32 * c < kNumel) acc[c] += " + scaled + "value[u][c];\n";
+    e += "        }\n";
+    e += "      }\n";
+    v["entries"] = e;
+  }
   v["store"] = store_elem(y, "y[row * kNumel + col]", "acc[c]", false);
   GemmCode c;
   c.kernel = render_template("cuda/gather_sum.cu.in", v);

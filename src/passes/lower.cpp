@@ -272,6 +272,7 @@ class Lowering {
         // Adds to what an earlier kernel wrote into the field (stage bookkeeping marks it written already).
         for (const Kernel& k : p_.kernels) sum.accumulate = sum.accumulate || intra::kernel_writes(k).count(gs.field) > 0;
         sum.numel = tensor(gs.field).row_numel();
+        sum.edge_batch = m_.decl.options.schedule.traversal_edge_batch;
         sum.name = unique(fmt::format("{}_sum_{}", prefix_, gs.field));
         sum.source = gs.source;
         note_write(gs.field, false);

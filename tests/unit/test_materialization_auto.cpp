@@ -579,6 +579,33 @@ TEST_CASE("schedule.traversal.edge_batch: a warp's edge loop shuffles out a batc
     from = next + 1;
   }
   CHECK(nodes.find("for (int i_e_j = 0;") == std::string::npos);  // no one-edge loop left
+  // The backward's gather sum batches its entries the same way: rows and scales shuffled out, the 4 entries'
+  // values loaded, then added in order, a live entry's only.
+  const size_t gs = cu.find("__launch_bounds__(256) rgcn_compact_eb4_bw_sum_d_lin_feature(");
+  REQUIRE(gs != std::string::npos);
+  const std::string sum = cu.substr(gs, cu.find("\n}\n", gs) - gs);
+  from = 0;
+  for (const char* line : {"for (int j0 = 0; j0 < count; j0 += 4) {", "int64_t x_row_batch[4];", "float scale_batch[4];",
+                           "const int j = j0 + u < count ? j0 + u : j0;",
+                           "x_row_batch[u] = __shfl_sync(0xffffffffu, lane_x_row, j);",
+                           "scale_batch[u] = __shfl_sync(0xffffffffu, lane_scale, j);", "float value[4][kSlots];",
+                           "const int64_t x_row = x_row_batch[u];", "value[u][c] = col < kNumel ? x[x_row * kNumel + col] : 0.0f;",
+                           "const float entry_scale = scale_batch[u];",
+                           "if (j0 + u < count && lane + 32 * c < kNumel) acc[c] += entry_scale * value[u][c];"}) {
+    const size_t next = sum.find(line, from);
+    INFO(line);
+    REQUIRE(next != std::string::npos);
+    from = next + 1;
+  }
+  CHECK(sum.find("#pragma unroll 4") == std::string::npos);
+  // Every phase of the .intra.ir (traversals and gather sums with edge_batch=4) parses back to the same text.
+  const std::string intra_ir = g.file("rgcn_compact_eb4.intra.ir");
+  CHECK(intra_ir.find("numel=64 deterministic edge_batch=4\n") != std::string::npos);
+  SourceFile f("rgcn_compact_eb4.intra.ir", intra_ir);
+  Diagnostics d;
+  auto phases = intra::parse_programs(f, d);
+  REQUIRE(phases);
+  CHECK(intra::print_programs(*phases) == intra_ir);
   // The IR says so, and only where the schedule is not the default.
   CHECK(g.file("rgcn_compact_eb4.intra.ir").find("threads=256 edge_batch=4\n") != std::string::npos);
   CHECK(g.file("rgcn_compact_eb4.inter.ir").find("option traversal_edge_batch = 4\n") != std::string::npos);

@@ -186,6 +186,7 @@ struct GatherSumInstance {
   std::string scale;
   bool accumulate = false;  // y += (y holds data already), else y =
   int64_t numel = 1;        // elements per row
+  int edge_batch = 1;       // entries added per step (inter::Schedule::traversal_edge_batch)
   std::string source;
 };
 

@@ -176,6 +176,8 @@ std::string verify_launch(const Program& p, const Kernel& k) {
     return fmt::format("{}: {} threads per block is not a whole number of warps (one warp per row)", name, c.threads);
   if (const auto* t = std::get_if<TraversalInstance>(&k); t && !valid_edge_batch(t->edge_batch))
     return fmt::format("{}: edge_batch={} is not 1, 2, 4 or 8", name, t->edge_batch);
+  if (const auto* g = std::get_if<GatherSumInstance>(&k); g && !valid_edge_batch(g->edge_batch))
+    return fmt::format("{}: edge_batch={} is not 1, 2, 4 or 8", name, g->edge_batch);
   auto tile_coarsen = [&](int tile, int coarsen) -> std::string {
     if (!valid_tile(tile)) return fmt::format("{}: tile {} is not one of 8, 16, 32, 64", name, tile);
     if (!valid_coarsen(coarsen) || tile % coarsen)

@@ -854,6 +854,7 @@ class ProgramParser {
       Cursor c = body_line("numel=... deterministic");
       s.numel = parse_key(c, "numel");
       c.expect("deterministic");
+      if (c.accept("edge_batch=")) s.edge_batch = static_cast<int>(c.integer("an edge batch"));
       c.end();
     }
     s.source = from();
