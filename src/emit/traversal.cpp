@@ -235,10 +235,10 @@ class TraversalPrinter {
       }
       line("}");
       // The iteration: the body first (into its own writer), to declare the position only where it reads it.
-      // value_of(name): the edge's id or fetched index in this iteration; position: its place in the CSR, from
-      // the block's first; live: a line declaring guard_ (a batched step).
+      // value_of(name): the edge's id or a fetched index in this iteration; position: the edge's place in the
+      // CSR after the block's first; live_decl: in a batched step, the line declaring guard_ (printed if used).
       auto iteration = [&](const std::function<std::string(const std::string&)>& value_of, const std::string& position,
-                           const std::string& live) {
+                           const std::string& live_decl) {
         CodeWriter body;
         CodeWriter* outer = std::exchange(w_, &body);
         std::map<std::string, std::string> outer_fetched = std::exchange(fetched_, {});
@@ -248,7 +248,7 @@ class TraversalPrinter {
         scopes_.pop_back();
         fetched_ = std::move(outer_fetched);
         w_ = outer;
-        if (!live.empty() && std::regex_search(body.str(), std::regex("\\b" + guard_ + "\\b"))) line(live);
+        if (!live_decl.empty() && std::regex_search(body.str(), std::regex("\\b" + guard_ + "\\b"))) line(live_decl);
         if (std::regex_search(body.str(), std::regex("\\b" + l.pos + "\\b")))
           line(fmt::format("const int32_t {} = {} + {};", l.pos, first, position));
         line(fmt::format("const int64_t {} = {};", l.var, value_of(l.var)));
@@ -513,7 +513,8 @@ class TraversalPrinter {
     line("}");
   }
 
-  // Prints `print` under `if (guard_)` in a batched loop's step (fetched_loop), as it is elsewhere.
+  // Runs `print` (an update or a store), inside `if (guard_) { ... }` in a batched loop's step (fetched_loop):
+  // a step past the last edge commits nothing.
   template <class F>
   void guarded_commit(F&& print) {
     if (guard_.empty()) return print();
@@ -646,7 +647,8 @@ class TraversalPrinter {
   bool split_ = false;                           // printing the body of a split loop
   std::map<std::string, std::string> share_of_;  // in a split loop: a summed register -> the lane's share
   std::set<std::string> printed_names_;          // names the printer declared (the lanes' shares, fetched_loop's)
-  std::map<std::string, std::string> fetched_;   // in a fetched loop: an index -> the register its lane fetched it in
+  std::map<std::string, std::string> fetched_;   // in a fetched loop: an index -> its value in this iteration (a
+                                                 // shuffle from the lane that fetched it, or its batch's array)
   std::string guard_;                            // in a batched loop's step: whether it commits (a live edge)
 };
 
