@@ -497,7 +497,7 @@ class Parser {
       ok = number(o.schedule.traversal_threads);
     } else if (k == "traversal_edge_batch") {
       int b = 0;
-      ok = number(b) && (b == 1 || b == 2 || b == 4 || b == 8);  // intra::valid_edge_batch
+      ok = number(b) && valid_edge_batch(b);
       if (ok) o.schedule.traversal_edge_batch = b;
     } else if (k == "launch_bounds") {
       int lb = 0;

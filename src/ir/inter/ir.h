@@ -219,6 +219,8 @@ struct Schedule {
   // same order). 1: one edge after the other.
   int traversal_edge_batch = 1;
 };
+// The values Schedule::traversal_edge_batch may take.
+inline constexpr bool valid_edge_batch(int b) { return b == 1 || b == 2 || b == 4 || b == 8; }
 
 struct Options {
   Materialization materialization = Materialization::Vanilla;

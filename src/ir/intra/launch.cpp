@@ -174,9 +174,9 @@ std::string verify_launch(const Program& p, const Kernel& k) {
   // What each template assumes of its configuration.
   if (std::holds_alternative<TraversalInstance>(k) && c.threads % limits::kWarp)
     return fmt::format("{}: {} threads per block is not a whole number of warps (one warp per row)", name, c.threads);
-  if (const auto* t = std::get_if<TraversalInstance>(&k); t && !valid_edge_batch(t->edge_batch))
+  if (const auto* t = std::get_if<TraversalInstance>(&k); t && !inter::valid_edge_batch(t->edge_batch))
     return fmt::format("{}: edge_batch={} is not 1, 2, 4 or 8", name, t->edge_batch);
-  if (const auto* g = std::get_if<GatherSumInstance>(&k); g && !valid_edge_batch(g->edge_batch))
+  if (const auto* g = std::get_if<GatherSumInstance>(&k); g && !inter::valid_edge_batch(g->edge_batch))
     return fmt::format("{}: edge_batch={} is not 1, 2, 4 or 8", name, g->edge_batch);
   auto tile_coarsen = [&](int tile, int coarsen) -> std::string {
     if (!valid_tile(tile)) return fmt::format("{}: tile {} is not one of 8, 16, 32, 64", name, tile);
@@ -240,7 +240,7 @@ std::vector<ScheduleProblem> check_schedule(const inter::Schedule& s) {
     out.push_back({ScheduleKey::TraversalThreads,
                    fmt::format("'threads' must be a multiple of 32 (whole warps) from 32 to {}, got {}", limits::kThreadsPerBlock,
                                t)});
-  if (!valid_edge_batch(s.traversal_edge_batch))
+  if (!inter::valid_edge_batch(s.traversal_edge_batch))
     out.push_back({ScheduleKey::TraversalEdgeBatch,
                    fmt::format("'edge_batch' (edges a warp's edge loop takes per step) must be 1, 2, 4 or 8, got {}",
                                s.traversal_edge_batch)});

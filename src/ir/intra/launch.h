@@ -101,7 +101,6 @@ struct ScheduleProblem {
 };
 inline constexpr int kGemmTiles[] = {8, 16, 32, 64};
 inline constexpr int kGemmCoarsenings[] = {1, 2, 4};
-inline constexpr bool valid_edge_batch(int b) { return b == 1 || b == 2 || b == 4 || b == 8; }
 
 // Every value and combination of `s` that would give a kernel no device can launch (tiles outside the
 // supported set, coarsening that does not divide the tile, blocks of more than 1024 threads, traversal
