@@ -38,14 +38,14 @@ STORAGE = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
 @dataclass(frozen=True)
 class Variant:
     """One way to generate a model: the spec's options.dtype, the precision class it is compared in, and further
-    edits of the spec text ((regex, replacement), each must match exactly once), e.g. a schedule; edge_batch:
-    options.schedule.traversal.edge_batch (1: the spec's own)."""
+    edits of the spec text ((regex, replacement), each must match exactly once), e.g. a schedule; traversal:
+    options.schedule.traversal's entries, ((key, value), ...), e.g. (("edge_batch", 4),) (none: the spec's own)."""
     key: str
     dtype: str
     klass: str
     edits: tuple = ()
     note: str = ""
-    edge_batch: int = 1
+    traversal: tuple = ()
 
     @property
     def label(self) -> str:
@@ -55,6 +55,9 @@ class Variant:
         """The generated module's name: the bundled model for plain fp32, else <model>_<key>."""
         return model if self.key == "fp32" and not self.edits else f"{model}_{self.key}"
 
+
+# The edits of auto: materialization chosen per graph, reordering where it pays.
+_AUTO = (("materialization: vanilla", "materialization: auto"), ("reorder: off", "reorder: auto"))
 
 # Add a variant here (an optimisation: a key and its spec edits) and select it with --variants.
 VARIANTS = {
@@ -97,12 +100,21 @@ VARIANTS = {
     # auto with the node kernels' edge loops taking 4 edges a step (schedule.traversal.edge_batch: the loads of 4
     # edges in flight together instead of one edge's after another's; the same sums): beside tf32_auto / bf16_auto
     # it measures what the batch gains before it becomes a tuning-table default.
-    "tf32_auto_eb4": Variant("tf32_auto_eb4", "tf32", "fp32",
-                             (("materialization: vanilla", "materialization: auto"), ("reorder: off", "reorder: auto")),
-                             "auto, edge loops 4 edges a step", edge_batch=4),
-    "bf16_auto_eb4": Variant("bf16_auto_eb4", "bf16", "bf16",
-                             (("materialization: vanilla", "materialization: auto"), ("reorder: off", "reorder: auto")),
-                             "auto, edge loops 4 edges a step", edge_batch=4),
+    "tf32_auto_eb4": Variant("tf32_auto_eb4", "tf32", "fp32", _AUTO, "auto, edge loops 4 edges a step",
+                             (("edge_batch", 4),)),
+    "bf16_auto_eb4": Variant("bf16_auto_eb4", "bf16", "bf16", _AUTO, "auto, edge loops 4 edges a step",
+                             (("edge_batch", 4),)),
+    # auto with 16 (or 8) lanes per traversal row instead of a warp (schedule.traversal.row_lanes: a warp walks 2 or 4
+    # rows' chains of index and row loads at once; kernels that cannot keep a warp per row).
+    "tf32_auto_rl16": Variant("tf32_auto_rl16", "tf32", "fp32", _AUTO, "auto, 16 lanes per traversal row",
+                              (("row_lanes", 16),)),
+    "bf16_auto_rl16": Variant("bf16_auto_rl16", "bf16", "bf16", _AUTO, "auto, 16 lanes per traversal row",
+                              (("row_lanes", 16),)),
+    "bf16_auto_rl8": Variant("bf16_auto_rl8", "bf16", "bf16", _AUTO, "auto, 8 lanes per traversal row",
+                             (("row_lanes", 8),)),
+    "bf16_auto_rl16_eb4": Variant("bf16_auto_rl16_eb4", "bf16", "bf16", _AUTO,
+                                  "auto, 16 lanes per traversal row, edge loops 4 edges a step",
+                                  (("row_lanes", 16), ("edge_batch", 4))),
 }
 
 
@@ -114,20 +126,25 @@ def variant_spec_text(model: str, v: Variant) -> str:
     from dtypes import rewrite_spec
     text = rewrite_spec((REPO / "specs" / f"{model}.yaml").read_text(), model=model, rename=v.module(model),
                         dtype=v.dtype, edits=v.edits, where=f"variant {v.key}: specs/{model}.yaml")
-    return with_edge_batch(text, v.edge_batch) if v.edge_batch != 1 else text
+    return with_traversal(text, v.traversal) if v.traversal else text
 
 
-def with_edge_batch(text: str, batch: int) -> str:
-    """`text` (a spec whose options block ends where `program:` begins) with options.schedule.traversal.edge_batch
-    set: a line under its `schedule:` if it has one (one without a traversal entry), else a schedule block."""
-    line = f"    traversal: {{edge_batch: {batch}}}\n"
+def traversal_line(traversal: tuple) -> str:
+    """The spec line of options.schedule.traversal with these ((key, value), ...) entries."""
+    return "    traversal: {" + ", ".join(f"{k}: {v}" for k, v in traversal) + "}\n"
+
+
+def with_traversal(text: str, traversal: tuple) -> str:
+    """`text` (a spec whose options block ends where `program:` begins) with options.schedule.traversal set to
+    these entries: a line under its `schedule:` if it has one (one without a traversal entry), else a schedule block."""
+    line = traversal_line(traversal)
     if re.search(r"(?m)^    traversal:", text):
-        raise ValueError("with_edge_batch: the spec already has a traversal schedule")
+        raise ValueError("with_traversal: the spec already has a traversal schedule")
     if re.search(r"(?m)^  schedule:\n", text):
         return re.sub(r"(?m)^  schedule:\n", lambda m: m.group(0) + line, text, count=1)
     text, n = re.subn(r"(?m)^program:", lambda m: "  schedule:\n" + line + m.group(0), text, count=1)
     if n != 1:
-        raise ValueError("with_edge_batch: no 'program:' line")
+        raise ValueError("with_traversal: no 'program:' line")
     return text
 
 

@@ -499,6 +499,10 @@ class Parser {
       int b = 0;
       ok = number(b) && valid_edge_batch(b);
       if (ok) o.schedule.traversal_edge_batch = b;
+    } else if (k == "traversal_row_lanes") {
+      int g = 0;
+      ok = number(g) && valid_row_lanes(g);
+      if (ok) o.schedule.traversal_row_lanes = g;
     } else if (k == "launch_bounds") {
       int lb = 0;
       ok = number(lb);

@@ -1,7 +1,8 @@
 // The CUDA printer of traversal instances. Every decision (registers, lane layouts, loads, stores,
-// reductions, syncs) is in the instance; this file only spells it: one warp per row in a grid-stride loop,
-// `lanes` registers as `x[j]` = element lane + 32 j, `replicated` ones as `x[j]` = element j, a register of
-// one slot as a plain float, slot loops only over more than one slot.
+// reductions, syncs) is in the instance; this file only spells it: one warp per row in a grid-stride loop (or,
+// with row_lanes G below 32, one group of G lanes per row, the warp's rows in step), `lanes` registers as
+// `x[j]` = element lane + G j, `replicated` ones as `x[j]` = element j, a register of one slot as a plain
+// float, slot loops only over more than one slot.
 #include "emit/traversal.h"
 
 #include <fmt/format.h>
@@ -39,7 +40,7 @@ std::string paren(const CExpr& e, bool p) { return p ? "(" + e.text + ")" : e.te
 
 class TraversalPrinter {
  public:
-  TraversalPrinter(const Program& p, const TraversalInstance& t) : p_(p), t_(t) {}
+  TraversalPrinter(const Program& p, const TraversalInstance& t) : p_(p), t_(t), G_(t.row_lanes) {}
 
   TraversalCode run() {
     CodeWriter body;
@@ -86,12 +87,26 @@ class TraversalPrinter {
     if (per_thread) {
       k.line("  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;");
       k.line("  const int64_t row_stride = static_cast<int64_t>(gridDim.x) * blockDim.x;");
-    } else {
+    } else if (G_ == 32) {
       k.line("  const int lane = threadIdx.x & 31;");
       k.line("  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;");
       k.line("  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;");
+    } else {
+      const int shift = G_ == 16 ? 4 : 3;
+      k.line(fmt::format("  const int lane = threadIdx.x & {};  // the lane within its row's {}", G_ - 1, G_));
+      k.line(fmt::format("  const int row_group = (threadIdx.x & 31) >> {};  // which of the warp's {} rows", shift, 32 / G_));
+      k.line(fmt::format("  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> {};", shift));
+      k.line(fmt::format("  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> {};", shift));
     }
-    k.line(fmt::format("  for (int64_t {0} = first_row; {0} < num_rows; {0} += row_stride) {{", t_.row));
+    if (per_thread || G_ == 32) {
+      k.line(fmt::format("  for (int64_t {0} = first_row; {0} < num_rows; {0} += row_stride) {{", t_.row));
+    } else {
+      k.line(fmt::format("  // The warp's {} rows run in step (their lanes shuffle together): a row past the last repeats", 32 / G_));
+      k.line("  // the last row and stores nothing.");
+      k.line("  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {");
+      k.line("    const bool row_live = warp_row + row_group < num_rows;");
+      k.line(fmt::format("    const int64_t {} = row_live ? warp_row + row_group : num_rows - 1;", t_.row));
+    }
     r.kernel = k.str() + body.str() + "  }\n}\n";
     std::string arglist;
     for (size_t i = 0; i < args.size(); ++i) arglist += (i ? ", " : "") + args[i];
@@ -173,6 +188,7 @@ class TraversalPrinter {
     graph_used_.insert(eid);
     if (l.split) return split_loop(l, ptr, eid);
     if (!split_ && fetchable(l.body)) return fetched_loop(l, ptr, eid);
+    if (G_ != 32) throw std::logic_error("traversal printer: row_lanes below 32 with a loop walked edge by edge in " + t_.name);
     line(fmt::format("for (int32_t {i} = {p}[{n}]; {i} < {p}[{n} + 1]; ++{i}) {{", fmt::arg("i", l.pos), fmt::arg("p", ptr),
                      fmt::arg("n", l.node)));
     {
@@ -212,13 +228,39 @@ class TraversalPrinter {
         printed_names_.insert(lane_of[x->name]);
         fetched.push_back(x);
       }
-    line(fmt::format("const int32_t {} = {}[{} + 1];", end, ptr, l.node));
-    line(fmt::format("for (int32_t {f} = {p}[{n}]; {f} < {e}; {f} += 32) {{", fmt::arg("f", first), fmt::arg("p", ptr),
-                     fmt::arg("n", l.node), fmt::arg("e", end)));
+    // With rows of G < 32 lanes the warp's rows walk their edges in step: as many blocks and steps as its
+    // longest row, a row's steps past its own edges commit nothing (`steps`: the block's steps, the same for the
+    // warp; `count`: the row's own edges in the block).
+    const bool in_step = G_ != 32;
+    std::string steps = count, begin, todo, done;
+    if (!in_step) {
+      line(fmt::format("const int32_t {} = {}[{} + 1];", end, ptr, l.node));
+      line(fmt::format("for (int32_t {f} = {p}[{n}]; {f} < {e}; {f} += 32) {{", fmt::arg("f", first), fmt::arg("p", ptr),
+                       fmt::arg("n", l.node), fmt::arg("e", end)));
+    } else {
+      begin = unique_name(l.pos + "_begin"), todo = unique_name(l.pos + "_todo"), done = unique_name(l.pos + "_done");
+      steps = unique_name(l.pos + "_steps");
+      printed_names_.insert({begin, todo, done, steps});
+      line(fmt::format("const int32_t {} = {}[{}];", begin, ptr, l.node));
+      line(fmt::format("const int32_t {e} = row_live ? {p}[{n} + 1] : {b};  // a row past the last walks no edges",
+                       fmt::arg("e", end), fmt::arg("p", ptr), fmt::arg("n", l.node), fmt::arg("b", begin)));
+      line(fmt::format("const int {t} = __reduce_max_sync(0xffffffffu, {e} - {b});  // the warp's longest row", fmt::arg("t", todo),
+                       fmt::arg("e", end), fmt::arg("b", begin)));
+      line(fmt::format("for (int {d} = 0; {d} < {t}; {d} += {g}) {{", fmt::arg("d", done), fmt::arg("t", todo), fmt::arg("g", G_)));
+    }
     {
       CodeWriter::Indent indent(*w_);
-      line(fmt::format("const int {c} = {e} - {f} < 32 ? {e} - {f} : 32;", fmt::arg("c", count), fmt::arg("e", end),
-                       fmt::arg("f", first)));
+      if (in_step) {
+        line(fmt::format("const int32_t {} = {} + {};", first, begin, done));
+        line(fmt::format("const int {s} = {t} - {d} < {g} ? {t} - {d} : {g};", fmt::arg("s", steps), fmt::arg("t", todo),
+                         fmt::arg("d", done), fmt::arg("g", G_)));
+      }
+      if (!in_step)
+        line(fmt::format("const int {c} = {e} - {f} < 32 ? {e} - {f} : 32;", fmt::arg("c", count), fmt::arg("e", end),
+                         fmt::arg("f", first)));
+      else
+        line(fmt::format("const int {c} = {e} - {f} < {g} ? max({e} - {f}, 0) : {g};", fmt::arg("c", count), fmt::arg("e", end),
+                         fmt::arg("f", first), fmt::arg("g", G_)));
       line(fmt::format("// lane l fetches the indices of edge {} + l", first));
       line(fmt::format("int64_t {} = 0;", lane_of[l.var]));
       for (const IndexDef* x : fetched) line(fmt::format("{} {} = 0;", index_type(*x), lane_of[x->name]));
@@ -254,14 +296,20 @@ class TraversalPrinter {
         line(fmt::format("const int64_t {} = {};", l.var, value_of(l.var)));
         w_->block(body.str());
       };
-      auto shuffled = [&](const std::string& name) {
-        return fmt::format("__shfl_sync(0xffffffffu, {}, {})", lane_of[name], j);
-      };
+      auto shuffled = [&](const std::string& name) { return shfl(lane_of[name], j); };
       if (t_.edge_batch == 1) {
-        line(fmt::format("for (int {j} = 0; {j} < {c}; ++{j}) {{", fmt::arg("j", j), fmt::arg("c", count)));
+        line(fmt::format("for (int {j} = 0; {j} < {c}; ++{j}) {{", fmt::arg("j", j), fmt::arg("c", steps)));
         {
           CodeWriter::Indent in(*w_);
-          iteration(shuffled, j, "");
+          if (!in_step) {
+            iteration(shuffled, j, "");
+          } else {
+            const std::string live = unique_name(l.pos + "_live");
+            printed_names_.insert(live);
+            std::string outer_guard = std::exchange(guard_, live);
+            iteration(shuffled, fmt::format("({} ? {} : 0)", live, j), fmt::format("const bool {} = {} < {};", live, j, count));
+            guard_ = std::move(outer_guard);
+          }
         }
         line("}");
       } else {
@@ -281,9 +329,15 @@ class TraversalPrinter {
           batch_of[name] = unique_name(name + "_batch");
           printed_names_.insert(batch_of[name]);
         }
-        const std::string step = fmt::format("{j0} + {u} < {c} ? {j0} + {u} : {j0}", fmt::arg("j0", j0), fmt::arg("u", u),
-                                             fmt::arg("c", count));
-        line(fmt::format("for (int {j0} = 0; {j0} < {c}; {j0} += {b}) {{", fmt::arg("j0", j0), fmt::arg("c", count),
+        // The lane a step takes its indices from: past the row's last edge, the batch's first (G = 32), or the
+        // lane itself, whose indices are 0 (rows in step: the batch may hold none of the row's edges).
+        const std::string step = in_step ? fmt::format("{} + {}", j0, u)
+                                         : fmt::format("{j0} + {u} < {c} ? {j0} + {u} : {j0}", fmt::arg("j0", j0),
+                                                       fmt::arg("u", u), fmt::arg("c", count));
+        const std::string position = in_step ? fmt::format("({j0} + {u} < {c} ? {j0} + {u} : 0)", fmt::arg("j0", j0),
+                                                           fmt::arg("u", u), fmt::arg("c", count))
+                                             : "(" + step + ")";
+        line(fmt::format("for (int {j0} = 0; {j0} < {c}; {j0} += {b}) {{", fmt::arg("j0", j0), fmt::arg("c", steps),
                          fmt::arg("b", b)));
         {
           CodeWriter::Indent in(*w_);
@@ -301,8 +355,8 @@ class TraversalPrinter {
           {
             CodeWriter::Indent in2(*w_);
             std::string outer_guard = std::exchange(guard_, live);
-            iteration([&](const std::string& name) { return fmt::format("{}[{}]", batch_of[name], u); },
-                      "(" + step + ")", fmt::format("const bool {} = {} + {} < {};", live, j0, u, count));
+            iteration([&](const std::string& name) { return fmt::format("{}[{}]", batch_of[name], u); }, position,
+                      fmt::format("const bool {} = {} + {} < {};", live, j0, u, count));
             guard_ = std::move(outer_guard);
           }
           line("}");
@@ -326,13 +380,14 @@ class TraversalPrinter {
       std::string share = unique_name(x + "_share");
       printed_names_.insert(share);  // a later split loop summing x declares another
       shares[x] = share;
-      int64_t k = reg(x).slots();
+      int64_t k = slots_of(reg(x));
       if (k == 1) line(fmt::format("float {} = 0.0f;", share));
       else line(fmt::format("float {}[{}] = {{}};", share, k));
     }
-    line("// the lanes split the edges: lane l takes positions l, l + 32, ...");
-    line(fmt::format("for (int32_t {i} = {p}[{n}] + lane; {i} < {p}[{n} + 1]; {i} += 32) {{", fmt::arg("i", l.pos), fmt::arg("p", ptr),
-                     fmt::arg("n", l.node)));
+    line(fmt::format("// the lanes split the edges: lane l takes positions l, l + {0}, ...", G_));
+    // (rows in step: a row past the last walks no edges)
+    line(fmt::format("for (int32_t {i} = {p}[{n}] + lane; {live}{i} < {p}[{n} + 1]; {i} += {g}) {{", fmt::arg("i", l.pos),
+                     fmt::arg("p", ptr), fmt::arg("n", l.node), fmt::arg("g", G_), fmt::arg("live", G_ == 32 ? "" : "row_live && ")));
     {
       CodeWriter::Indent indent(*w_);
       line(fmt::format("const int64_t {} = {}[{}];", l.var, eid, l.pos));
@@ -347,11 +402,12 @@ class TraversalPrinter {
     line("}");
     for (const auto& [x, op] : acc) {
       bool sum = op == ReduceOp::Sum;
-      helpers_.insert(sum ? "warp_sum" : "warp_max");
-      slots(reg(x).slots(), [&](const std::string& j) {
-        std::string a = reg(x).slots() == 1 ? x : fmt::format("{}[{}]", x, j);
-        if (!sum) return fmt::format("{} = warp_max({});", a, a);
-        return fmt::format("{} += warp_sum({});", a, reg(x).slots() == 1 ? shares.at(x) : fmt::format("{}[{}]", shares.at(x), j));
+      const std::string across = across_lanes(op);
+      const int64_t k = slots_of(reg(x));
+      slots(k, [&](const std::string& j) {
+        std::string a = k == 1 ? x : fmt::format("{}[{}]", x, j);
+        if (!sum) return fmt::format("{} = {}({});", a, across, a);
+        return fmt::format("{} += {}({});", a, across, k == 1 ? shares.at(x) : fmt::format("{}[{}]", shares.at(x), j));
       });
     }
   }
@@ -390,7 +446,27 @@ class TraversalPrinter {
     line(fmt::format("for (int j = 0; j < {}; ++j) {}", n, body("j")));
   }
 
-  static std::string lane_element(const std::string& j) { return j == "0" ? "lane" : "lane + 32 * " + j; }
+  std::string lane_element(const std::string& j) const { return j == "0" ? "lane" : fmt::format("lane + {} * {}", G_, j); }
+
+  // Registers per lane of a value of type `t` in this instance.
+  int64_t slots_of(const RegType& t) const { return t.slots(G_); }
+
+  // Lane `src` of the row's lanes' `v`.
+  std::string shfl(const std::string& v, const std::string& src) const {
+    if (G_ == 32) return fmt::format("__shfl_sync(0xffffffffu, {}, {})", v, src);
+    return fmt::format("__shfl_sync(0xffffffffu, {}, {}, {})", v, src, G_);
+  }
+
+  // The helper that sums (or maximises) a value over the row's lanes; notes it for the kernel file.
+  std::string across_lanes(ReduceOp op) {
+    const bool sum = op == ReduceOp::Sum;
+    if (G_ == 32) {
+      helpers_.insert(sum ? "warp_sum" : "warp_max");
+      return sum ? "warp_sum" : "warp_max";
+    }
+    helpers_.insert(sum ? "group_sum" : "group_max");
+    return fmt::format("{}<{}>", sum ? "group_sum" : "group_max", G_);
+  }
 
   // The address of element `idx` of `row` of tensor `t`.
   static std::string address(const TensorInfo& t, const std::string& row, const std::string& idx) {
@@ -407,7 +483,7 @@ class TraversalPrinter {
 
   void print_def(const Def& d) {
     const RegType& ty = d.type;
-    int64_t s = ty.slots();
+    int64_t s = slots_of(ty);
     const std::string& x = d.name;
     auto declare = [&](const std::string& value, bool constant) {
       if (s == 1) line(fmt::format("{}float {} = {};", constant ? "const " : "", x, value));
@@ -417,11 +493,11 @@ class TraversalPrinter {
       int64_t n = t.row_numel();
       auto elem = [&](const std::string& j) {
         if (ty.layout == LaneLayout::Replicated && l->lane0 && !split_)  // in a split loop the lane's own edge
-          return fmt::format("__shfl_sync(0xffffffffu, lane == 0 ? {} : 0.f, 0)", load_elem(t, address(t, l->row, j)));
+          return shfl(fmt::format("lane == 0 ? {} : 0.f", load_elem(t, address(t, l->row, j))), "0");
         if (ty.layout == LaneLayout::Replicated) return load_elem(t, address(t, l->row, j));
         std::string idx = lane_element(j);
         std::string a = load_elem(t, address(t, l->row, idx));
-        return n % 32 ? fmt::format("{} < {} ? {} : 0.f", idx, n, a) : a;
+        return n % G_ ? fmt::format("{} < {} ? {} : 0.f", idx, n, a) : a;
       };
       if (s == 1) return declare(elem("0"), !d.is_mutable);
       line(fmt::format("float {}[{}];", x, s));
@@ -445,7 +521,6 @@ class TraversalPrinter {
     auto acc = [&](const std::string& a, const std::string& v) {
       return sum ? fmt::format("{} += {};", a, v) : fmt::format("{} = fmaxf({}, {});", a, a, v);
     };
-    std::string across = sum ? "warp_sum" : "warp_max";
     const std::string& x = d.name;
     if (!r.warp) {  // every lane holds the whole value: reduce within the lane
       RegType it{{n}, LaneLayout::Replicated};
@@ -466,17 +541,17 @@ class TraversalPrinter {
       line("}");
       return;
     }
-    helpers_.insert(across);
+    const std::string across = across_lanes(r.op);
     RegType it{{n}, LaneLayout::Lanes};
-    int64_t s = it.slots();
+    int64_t s = slots_of(it);
     auto guarded = [&](const std::string& j, const std::string& cond, const std::string& a) {
       return cond.empty() ? acc(a, value(r.value, it, j).text) : fmt::format("if ({}) {}", cond, acc(a, value(r.value, it, j).text));
     };
     if (m_count == 1) {  // one warp-wide reduction
-      std::string tail = n % 32 ? fmt::format("{} < {}", lane_element("j"), n) : "";
+      std::string tail = n % G_ ? fmt::format("{} < {}", lane_element("j"), n) : "";
       if (s == 1) {
         std::string v = value(r.value, it, "0").text;
-        line(fmt::format("float {} = {};", x, n % 32 ? fmt::format("lane < {} ? {} : {}", n, v, zero) : v));
+        line(fmt::format("float {} = {};", x, n % G_ ? fmt::format("lane < {} ? {} : {}", n, v, zero) : v));
       } else {
         line(fmt::format("float {} = {};", x, zero));
         line("#pragma unroll");
@@ -491,7 +566,7 @@ class TraversalPrinter {
       line(fmt::format("for (int m = 0; m < {}; ++m) {{  // one warp-wide reduction per output element", m_count));
       line(fmt::format("  float partial = {};", zero));
       line("  #pragma unroll");
-      std::string cond = fmt::format("{}({}) / {} == m", n % 32 ? fmt::format("{} < {} && ", lane_element("j"), n) : "",
+      std::string cond = fmt::format("{}({}) / {} == m", n % G_ ? fmt::format("{} < {} && ", lane_element("j"), n) : "",
                                      lane_element("j"), d_);
       line(fmt::format("  for (int j = 0; j < {}; ++j) {}", s, guarded("j", cond, "partial")));
       line(fmt::format("  {}[m] = {}(partial);", x, across));
@@ -500,16 +575,16 @@ class TraversalPrinter {
     }
     // The output is spread over the lanes too: output m is kept by lane m % 32, in slot m / 32; it reduces
     // elements [m d, (m + 1) d), which lie in slots m d / 32 .. ((m + 1) d - 1) / 32.
-    line(fmt::format("float {}[{}];", x, out.slots()));
-    slots(out.slots(), [&](const std::string& j) { return fmt::format("{}[{}] = {};", x, j, zero); });
+    line(fmt::format("float {}[{}];", x, slots_of(out)));
+    slots(slots_of(out), [&](const std::string& j) { return fmt::format("{}[{}] = {};", x, j, zero); });
     line("#pragma unroll");
     line(fmt::format("for (int m = 0; m < {}; ++m) {{  // one warp-wide reduction per output element, kept by lane m % 32", m_count));
     line(fmt::format("  float partial = {};", zero));
     line("  #pragma unroll");
-    line(fmt::format("  for (int j = m * {} / 32; j <= (m * {} + {}) / 32; ++j) {}", d_, d_, d_ - 1,
+    line(fmt::format("  for (int j = m * {0} / {2}; j <= (m * {0} + {1}) / {2}; ++j) {3}", d_, d_ - 1, G_,
                      guarded("j", fmt::format("({}) / {} == m", lane_element("j"), d_), "partial")));
     line(fmt::format("  const float total = {}(partial);", across));
-    line(fmt::format("  if (lane == m % 32) {}[m / 32] = total;", x));
+    line(fmt::format("  if (lane == m % {1}) {0}[m / {1}] = total;", x, G_));
     line("}");
   }
 
@@ -536,11 +611,18 @@ class TraversalPrinter {
     // In a split loop a sum of the enclosing scope adds to the lane's share.
     auto share = share_of_.find(u.name);
     const std::string& x = share == share_of_.end() ? u.name : share->second;
-    if (ty.slots() == 1) return line(fmt::format("{} {} {};", x, op, value(u.value, ty, "0").text));
-    slots(ty.slots(), [&](const std::string& j) { return fmt::format("{}[{}] {} {};", x, j, op, value(u.value, ty, j).text); });
+    if (slots_of(ty) == 1) return line(fmt::format("{} {} {};", x, op, value(u.value, ty, "0").text));
+    slots(slots_of(ty), [&](const std::string& j) { return fmt::format("{}[{}] {} {};", x, j, op, value(u.value, ty, j).text); });
   }
 
   void store(const Store& s) {
+    // Rows in step: a row past the last stores nothing (a step past its edges, guard_, is never one of its rows).
+    if (G_ != 32 && guard_.empty()) {
+      std::string outer = std::exchange(guard_, "row_live");
+      guarded_commit([&] { print_store(s); });
+      guard_ = std::move(outer);
+      return;
+    }
     guarded_commit([&] { print_store(s); });
   }
 
@@ -548,7 +630,7 @@ class TraversalPrinter {
     const TensorInfo& t = tensor(s.tensor);
     written_.insert(s.tensor);
     const RegType& ty = reg(s.reg);
-    int64_t n = t.row_numel(), k = ty.slots();
+    int64_t n = t.row_numel(), k = slots_of(ty);
     auto put = [&](const std::string& idx, const std::string& j) {
       std::string v = k == 1 ? s.reg : fmt::format("{}[{}]", s.reg, j);
       std::string a = address(t, s.row, idx);
@@ -561,7 +643,7 @@ class TraversalPrinter {
     }
     slots(k, [&](const std::string& j) {
       std::string idx = lane_element(j);
-      return (n % 32 ? fmt::format("if ({} < {}) ", idx, n) : "") + put(idx, j);
+      return (n % G_ ? fmt::format("if ({} < {}) ", idx, n) : "") + put(idx, j);
     });
   }
 
@@ -624,22 +706,23 @@ class TraversalPrinter {
 
   CExpr operand(const std::string& name, const RegType& it, const std::string& j) {
     const RegType& r = reg(name);
-    if (r.numel() == it.numel()) return CExpr{r.slots() == 1 ? name : fmt::format("{}[{}]", name, j)};
+    if (r.numel() == it.numel()) return CExpr{slots_of(r) == 1 ? name : fmt::format("{}[{}]", name, j)};
     if (r.numel() == 1 && r.layout == LaneLayout::Replicated) return CExpr{name};
     int64_t inner = it.numel() / r.numel();
     // The flat index of slot j of `it`, then the element of `name` it reads.
     std::string flat;
     if (it.layout == LaneLayout::Replicated) flat = j;
-    else if (inner % 32 == 0) flat = j == "0" ? "0" : "32 * " + j;  // every lane reads the same element
+    else if (inner % G_ == 0) flat = j == "0" ? "0" : fmt::format("{} * {}", G_, j);  // every lane reads the same element
     else flat = lane_element(j);
     std::string idx = flat == "0" ? "0" : fmt::format("{} / {}", flat.find(' ') == std::string::npos ? flat : "(" + flat + ")", inner);
     if (r.layout == LaneLayout::Replicated) return CExpr{fmt::format("{}[{}]", name, idx)};
-    std::string slot = r.slots() == 1 ? name : fmt::format("{}[({}) / 32]", name, idx);
-    return CExpr{fmt::format("__shfl_sync(0xffffffffu, {}, ({}) % 32)", slot, idx)};
+    std::string slot = slots_of(r) == 1 ? name : fmt::format("{}[({}) / {}]", name, idx, G_);
+    return CExpr{shfl(slot, fmt::format("({}) % {}", idx, G_))};
   }
 
   const Program& p_;
   const TraversalInstance& t_;
+  const int G_;  // lanes per row (t_.row_lanes)
   CodeWriter* w_ = nullptr;
   std::vector<std::map<std::string, RegType>> scopes_;
   std::set<std::string> graph_used_, tensors_used_, written_, helpers_;
@@ -663,6 +746,25 @@ std::string device_helpers(const std::set<std::string>& names) {
            "__device__ __forceinline__ float warp_sum(float v) {\n"
            "#pragma unroll\n"
            "  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);\n"
+           "  return v;\n"
+           "}\n";
+  if (names.count("group_sum"))
+    out += std::string(out.empty() ? "" : "\n") +
+           "// Sum of `v` over each aligned group of G lanes (rows of G lanes), returned to the group's lanes; the\n"
+           "// warp's lanes all take part.\n"
+           "template <int G>\n"
+           "__device__ __forceinline__ float group_sum(float v) {\n"
+           "#pragma unroll\n"
+           "  for (int offset = G / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);\n"
+           "  return v;\n"
+           "}\n";
+  if (names.count("group_max"))
+    out += std::string(out.empty() ? "" : "\n") +
+           "// Maximum of `v` over each aligned group of G lanes, returned to the group's lanes; the warp's lanes all take part.\n"
+           "template <int G>\n"
+           "__device__ __forceinline__ float group_max(float v) {\n"
+           "#pragma unroll\n"
+           "  for (int offset = G / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));\n"
            "  return v;\n"
            "}\n";
   if (names.count("segment_of"))

@@ -172,6 +172,7 @@ void drop_dead_stores(Program& p) {
     relane(t->body);
     erase_if(t->body, [](const Instr& in) { return std::holds_alternative<Sync>(in.v); });
     split_edge_loops(*t);
+    if (!row_lanes_blocker(*t).empty()) t->row_lanes = 32;  // (dropping stores only removes blockers)
     insert_warp_syncs(*t);
     if (std::string e = verify_traversal(p, *t); !e.empty())
       throw std::logic_error("drop_dead_stores: the instance does not verify: " + e);

@@ -106,6 +106,7 @@ class TraversalLowering {
     t.body = assemble(row);
     rename(t);
     intra::split_edge_loops(t);
+    intra::choose_row_lanes(t, src_.row_lanes);
     intra::insert_warp_syncs(t);
     if (std::string e = intra::verify_traversal(p_, t); !e.empty())
       throw std::logic_error("lower_traversal: the instance does not verify: " + e + "\n" + intra::print_traversal(t));

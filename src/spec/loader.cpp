@@ -418,10 +418,11 @@ class SchemaReader {
           else read(gv, "'launch_bounds'", intra::ScheduleKey::LaunchBounds, [&](int i) { s.launch_bounds = i; });
         });
       } else {
-        for_each_key(sv, "'schedule.traversal'", {"threads", "edge_batch"},
+        for_each_key(sv, "'schedule.traversal'", {"threads", "edge_batch", "row_lanes"},
                      [&](const std::string& tk, const YAML::Node&, const YAML::Node& tv) {
           if (tk == "threads") read(tv, "'threads'", intra::ScheduleKey::TraversalThreads, [&](int i) { s.traversal_threads = i; });
-          else read(tv, "'edge_batch'", intra::ScheduleKey::TraversalEdgeBatch, [&](int i) { s.traversal_edge_batch = i; });
+          else if (tk == "edge_batch") read(tv, "'edge_batch'", intra::ScheduleKey::TraversalEdgeBatch, [&](int i) { s.traversal_edge_batch = i; });
+          else read(tv, "'row_lanes'", intra::ScheduleKey::TraversalRowLanes, [&](int i) { s.traversal_row_lanes = i; });
         });
       }
     });

@@ -204,9 +204,10 @@ def test_variants():
             text = systems.variant_spec_text(model, v)
             check(f"\nmodel: {v.module(model)}\n" in "\n" + text, f"{model}/{key}: module not renamed")
             check(f"  dtype: {v.dtype}\n" in text, f"{model}/{key}: dtype not set")
-            batch = f"  schedule:\n    traversal: {{edge_batch: {v.edge_batch}}}\n"
-            check((batch in text) == (v.edge_batch != 1), f"{model}/{key}: edge_batch {v.edge_batch} not as set")
-    check(any(v.edge_batch != 1 for v in systems.VARIANTS.values()), "no variant measures the edge batch")
+            line = "  schedule:\n" + systems.traversal_line(v.traversal)
+            check((line in text) == bool(v.traversal), f"{model}/{key}: traversal schedule {v.traversal} not as set")
+    for knob in ("edge_batch", "row_lanes"):
+        check(any(knob in dict(v.traversal) for v in systems.VARIANTS.values()), f"no variant measures {knob}")
     bad = systems.Variant("x", "fp32", "fp32", edits=((r"no such text", "y"),))
     try:
         systems.variant_spec_text("rgcn", bad)

@@ -130,7 +130,7 @@ LaunchConfig launch_config(const Program& p, const Kernel& k) {
   } else if (auto* tp = std::get_if<TraversalInstance>(&k)) {
     // One warp per row (a thread per row for scalar work); the kernel strides over the rows past its grid.
     c.threads = tp->threads;
-    c.x.rows_per_block = one_thread_per_row(*tp) ? tp->threads : std::max<int64_t>(1, tp->threads / limits::kWarp);
+    c.x.rows_per_block = one_thread_per_row(*tp) ? tp->threads : std::max<int64_t>(1, tp->threads / tp->row_lanes);
     c.y = GridExtent::constant(1);
     c.z = GridExtent::constant(1);
   }
@@ -176,6 +176,12 @@ std::string verify_launch(const Program& p, const Kernel& k) {
     return fmt::format("{}: {} threads per block is not a whole number of warps (one warp per row)", name, c.threads);
   if (const auto* t = std::get_if<TraversalInstance>(&k); t && !inter::valid_edge_batch(t->edge_batch))
     return fmt::format("{}: edge_batch={} is not 1, 2, 4 or 8", name, t->edge_batch);
+  if (const auto* t = std::get_if<TraversalInstance>(&k); t && !inter::valid_row_lanes(t->row_lanes))
+    return fmt::format("{}: row_lanes={} is not 8, 16 or 32", name, t->row_lanes);
+  if (const auto* t = std::get_if<TraversalInstance>(&k); t && t->row_lanes != 32) {
+    if (std::string why = row_lanes_blocker(*t); !why.empty())
+      return fmt::format("{}: row_lanes={} but {}", name, t->row_lanes, why);
+  }
   if (const auto* g = std::get_if<GatherSumInstance>(&k); g && !inter::valid_edge_batch(g->edge_batch))
     return fmt::format("{}: edge_batch={} is not 1, 2, 4 or 8", name, g->edge_batch);
   auto tile_coarsen = [&](int tile, int coarsen) -> std::string {
@@ -244,6 +250,10 @@ std::vector<ScheduleProblem> check_schedule(const inter::Schedule& s) {
     out.push_back({ScheduleKey::TraversalEdgeBatch,
                    fmt::format("'edge_batch' (edges a warp's edge loop takes per step) must be 1, 2, 4 or 8, got {}",
                                s.traversal_edge_batch)});
+  if (!inter::valid_row_lanes(s.traversal_row_lanes))
+    out.push_back({ScheduleKey::TraversalRowLanes,
+                   fmt::format("'row_lanes' (lanes that hold one row of a traversal) must be 8, 16 or 32, got {}",
+                               s.traversal_row_lanes)});
   return out;
 }
 

@@ -215,7 +215,8 @@ std::string parse_row(Cursor& c) {
   return c.ident("a row (a variable, an index, or 0)");
 }
 
-RegType parse_reg_type(Cursor& c) {
+// `row_lanes`: the lanes per row of the instance (a `lanes` vector's slot count depends on it).
+RegType parse_reg_type(Cursor& c, int row_lanes) {
   RegType t;
   c.expect("[");
   if (!c.accept("]")) {
@@ -231,8 +232,9 @@ RegType parse_reg_type(Cursor& c) {
   c.expect("(");
   at = c.pos();
   int64_t slots = c.integer("a slot count");
-  if (slots != t.slots())
-    c.fail_at(at, fmt::format("{} elements {} take {} slot(s) per lane, not {}", t.numel(), layout == "lanes" ? "spread over the lanes" : "replicated", t.slots(), slots));
+  if (slots != t.slots(row_lanes))
+    c.fail_at(at, fmt::format("{} elements {} take {} slot(s) per lane, not {}", t.numel(),
+                              layout == "lanes" ? "spread over the lanes" : "replicated", t.slots(row_lanes), slots));
   c.expect(")");
   return t;
 }
@@ -311,7 +313,13 @@ class TraversalParser {
     c.expect("threads=");
     t.threads = static_cast<int>(c.integer("a thread count"));
     if (c.accept("edge_batch=")) t.edge_batch = static_cast<int>(c.integer("an edge batch"));
+    if (c.accept("row_lanes=")) {
+      size_t lanes_at = c.pos();
+      t.row_lanes = static_cast<int>(c.integer("lanes per row"));
+      if (!inter::valid_row_lanes(t.row_lanes)) c.fail_at(lanes_at, fmt::format("row_lanes={} is not 8, 16 or 32", t.row_lanes));
+    }
     c.end();
+    row_lanes_ = t.row_lanes;
     t.body = body(h.indent + 4);
     return t;
   }
@@ -360,7 +368,7 @@ class TraversalParser {
       if (!d.is_mutable) c.expect("let");
       d.name = c.ident("a register name");
       c.expect(":");
-      d.type = parse_reg_type(c);
+      d.type = parse_reg_type(c, row_lanes_);
       c.expect("=");
       d.source = parse_source(c);
       c.end();
@@ -430,6 +438,7 @@ class TraversalParser {
   Diagnostics& d_;
   const std::vector<Line>& lines_;
   size_t& pos_;
+  int row_lanes_ = 32;  // of the instance being parsed
 };
 
 

@@ -23,7 +23,9 @@ int64_t RegType::numel() const {
   return n;
 }
 
-int64_t RegType::slots() const { return layout == LaneLayout::Lanes ? (numel() + 31) / 32 : numel(); }
+int64_t RegType::slots(int row_lanes) const {
+  return layout == LaneLayout::Lanes ? (numel() + row_lanes - 1) / row_lanes : numel();
+}
 
 LaneLayout layout_for(int64_t numel) { return numel >= 32 ? LaneLayout::Lanes : LaneLayout::Replicated; }
 
@@ -115,6 +117,7 @@ bool is_kernel_reserved(std::string_view name) {
   static const std::set<std::string, std::less<>> names = {
       // declared or called by the printed kernel
       "lane", "first_row", "row_stride", "num_rows", "j", "m", "partial", "total", "warp_sum", "warp_max", "leaky_relu",
+      "row_group", "warp_row", "row_live", "group_sum", "group_max", "max",
       "in_ptr", "in_eid", "out_ptr", "out_eid", "src", "dst", "etype", "in_src", "out_dst", "ntype",
       "pair_src", "pair_etype_ptr", "edge_pair", "pair_edge_ptr", "pair_edge_eid", "node_pair_ptr", "node_pair",
       "num_etypes", "segment_of",
@@ -182,7 +185,7 @@ std::string print_source(const Source& s) {
   return fmt::format("{}_{}({}, {})", r.warp ? "warp" : "lane", r.op == ReduceOp::Sum ? "sum" : "max", print_value(r.value), r.axis);
 }
 
-void print_body(const std::vector<Instr>& body, int depth, std::string& out) {
+void print_body(const std::vector<Instr>& body, int depth, int row_lanes, std::string& out) {
   std::string ind(static_cast<size_t>(depth) * 4, ' ');
   for (const Instr& in : body) {
     std::visit(
@@ -193,7 +196,7 @@ void print_body(const std::vector<Instr>& body, int depth, std::string& out) {
           } else if constexpr (std::is_same_v<T, IndexDef>) {
             out += fmt::format("{}index {} = {}[{}]\n", ind, x.name, to_string(x.array), x.of);
           } else if constexpr (std::is_same_v<T, Def>) {
-            out += fmt::format("{}{} {}: {} = {}\n", ind, x.is_mutable ? "var" : "let", x.name, print_reg_type(x.type), print_source(x.source));
+            out += fmt::format("{}{} {}: {} = {}\n", ind, x.is_mutable ? "var" : "let", x.name, print_reg_type(x.type, row_lanes), print_source(x.source));
           } else if constexpr (std::is_same_v<T, Update>) {
             out += fmt::format("{}{} {} {}\n", ind, x.name, inter::to_string(x.op), print_value(x.value));
           } else if constexpr (std::is_same_v<T, Store>) {
@@ -205,7 +208,7 @@ void print_body(const std::vector<Instr>& body, int depth, std::string& out) {
             out += fmt::format("{}for {} in {}.{}({}) at {}{}:\n", ind, x.var, walked_layout(x.kind),
                                x.kind == inter::LoopKind::IncomingEdges ? "incoming" : "outgoing", x.node, x.pos,
                                x.split ? " split" : "");
-            print_body(x.body, depth + 1, out);
+            print_body(x.body, depth + 1, row_lanes, out);
           }
         },
         in.v);
@@ -220,18 +223,19 @@ std::string print_value(const ValueP& v) {
   return out;
 }
 
-std::string print_reg_type(const RegType& t) {
+std::string print_reg_type(const RegType& t, int row_lanes) {
   std::string s = "[";
   for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
-  return s + fmt::format("] {}({})", to_string(t.layout), t.slots());
+  return s + fmt::format("] {}({})", to_string(t.layout), t.slots(row_lanes));
 }
 
 std::string print_traversal(const TraversalInstance& t) {
   std::string layout = walked_layout(t.rows);
-  std::string out = fmt::format("traversal {}: rows={}{}({}) threads={}{}\n", t.name, layout.empty() ? "" : layout + ".",
+  std::string out = fmt::format("traversal {}: rows={}{}({}) threads={}{}{}\n", t.name, layout.empty() ? "" : layout + ".",
                                 inter::to_string(t.rows), t.row, t.threads,
-                                t.edge_batch != 1 ? fmt::format(" edge_batch={}", t.edge_batch) : "");
-  print_body(t.body, 1, out);
+                                t.edge_batch != 1 ? fmt::format(" edge_batch={}", t.edge_batch) : "",
+                                t.row_lanes != 32 ? fmt::format(" row_lanes={}", t.row_lanes) : "");
+  print_body(t.body, 1, t.row_lanes, out);
   return out;
 }
 
@@ -471,6 +475,33 @@ bool one_thread_per_row(const TraversalInstance& t) {
     }
   }
   return true;
+}
+
+namespace {
+bool searches_pair_etype(const std::vector<Instr>& body) {
+  for (const Instr& in : body) {
+    if (auto* x = std::get_if<IndexDef>(&in.v); x && x->array == GraphArray::PairEtype) return true;
+    if (auto* l = std::get_if<EdgeLoop>(&in.v); l && searches_pair_etype(l->body)) return true;
+  }
+  return false;
+}
+}  // namespace
+
+std::string row_lanes_blocker(const TraversalInstance& t) {
+  if (one_thread_per_row(t)) return "one thread takes each row";
+  if (searches_pair_etype(t.body)) return "the warp searches a pair's relation together";
+  for (const Instr& in : t.body) {
+    const auto* l = std::get_if<EdgeLoop>(&in.v);
+    if (!l || l->split) continue;
+    for (const Instr& b : l->body)
+      if (std::holds_alternative<EdgeLoop>(b.v) || std::holds_alternative<Sync>(b.v))
+        return fmt::format("the loop over {}'s edges holds a {}", l->node, std::holds_alternative<Sync>(b.v) ? "sync" : "nested loop");
+  }
+  return "";
+}
+
+void choose_row_lanes(TraversalInstance& t, int requested) {
+  t.row_lanes = requested != 32 && row_lanes_blocker(t).empty() ? requested : 32;
 }
 
 void split_edge_loops(TraversalInstance& t) {

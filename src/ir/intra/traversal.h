@@ -63,7 +63,7 @@ struct RegType {
   std::vector<int64_t> shape;
   LaneLayout layout = LaneLayout::Replicated;
   int64_t numel() const;
-  int64_t slots() const;  // registers per lane
+  int64_t slots(int row_lanes = 32) const;  // registers per lane, for rows held by `row_lanes` lanes
   bool operator==(const RegType&) const = default;
 };
 
@@ -195,6 +195,9 @@ struct TraversalInstance {
   std::string row;                                 // the row variable
   int threads = 256;
   int edge_batch = 1;  // edges a warp's (fetched) edge loop takes per step: inter::Schedule::traversal_edge_batch
+  // Lanes per row (32, 16 or 8; inter::Schedule::traversal_row_lanes): below 32 each warp holds 32 / row_lanes
+  // consecutive rows, which run in step (warp-wide trip counts; a row past the last repeats it and stores nothing).
+  int row_lanes = 32;
   std::vector<Instr> body;
 };
 
@@ -218,6 +221,13 @@ bool one_thread_per_row(const TraversalInstance& t);
 // Splits every inner loop of the instance that split_blocker allows and unsplits the others; run before
 // insert_warp_syncs (a split loop's accesses belong to the lane that owns the edge).
 void split_edge_loops(TraversalInstance& t);
+// Why the instance's rows cannot be held by fewer than 32 lanes, or "" when they can: a warp's rows run in
+// step, so every loop the lanes walk together must be a fetched one (whose trip count the printer makes the
+// same for the warp: no nested loop or sync in its body) or split, and no pair's relation may be searched
+// (the whole warp searches one row's). One thread per row needs no lanes at all.
+std::string row_lanes_blocker(const TraversalInstance& t);
+// Sets t.row_lanes to `requested` where row_lanes_blocker allows it, else to 32; run after split_edge_loops.
+void choose_row_lanes(TraversalInstance& t, int requested);
 // The accumulation an update of an enclosing register makes in a split loop: the sum or the maximum.
 ReduceOp accumulation(const Update& u);
 
@@ -225,7 +235,7 @@ ReduceOp accumulation(const Update& u);
 // Text form of one traversal instance (see the top of this file); `indent` prefixes the body lines.
 std::string print_traversal(const TraversalInstance& t);
 std::string print_value(const ValueP& v);
-std::string print_reg_type(const RegType& t);
+std::string print_reg_type(const RegType& t, int row_lanes = 32);
 
 // The access pattern of every load and store of an instance, in program order, for the hazard analysis.
 // Cross-lane conflicts: two accesses of one tensor, at least one a store, by different lane partitions
