@@ -104,8 +104,13 @@ VARIANTS = {
                              (("edge_batch", 4),)),
     "bf16_auto_eb4": Variant("bf16_auto_eb4", "bf16", "bf16", _AUTO, "auto, edge loops 4 edges a step",
                              (("edge_batch", 4),)),
-    # auto with 16 (or 8) lanes per traversal row instead of a warp (schedule.traversal.row_lanes: a warp walks 2 or 4
-    # rows' chains of index and row loads at once; kernels that cannot keep a warp per row).
+    # auto with a fixed number of lanes per traversal row (schedule.traversal.row_lanes; auto's default picks 8 or 16
+    # per kernel, bench/README.md "Lanes per row"): 32 is a warp a row, as before row_lanes; at 16 or 8 a warp walks
+    # 2 or 4 rows' chains of index and row loads at once.
+    "tf32_auto_rl32": Variant("tf32_auto_rl32", "tf32", "fp32", _AUTO, "auto, a warp per traversal row",
+                              (("row_lanes", 32),)),
+    "bf16_auto_rl32": Variant("bf16_auto_rl32", "bf16", "bf16", _AUTO, "auto, a warp per traversal row",
+                              (("row_lanes", 32),)),
     "tf32_auto_rl16": Variant("tf32_auto_rl16", "tf32", "fp32", _AUTO, "auto, 16 lanes per traversal row",
                               (("row_lanes", 16),)),
     "bf16_auto_rl16": Variant("bf16_auto_rl16", "bf16", "bf16", _AUTO, "auto, 16 lanes per traversal row",

@@ -12,17 +12,21 @@
 
 namespace {
 
-// Sum of `v` over the 32 lanes of the warp, returned to every lane.
-__device__ __forceinline__ float warp_sum(float v) {
+// Sum of `v` over each aligned group of kRowLanes lanes (a row's), returned to the group's lanes; the warp's
+// lanes all take part.
+template <int kRowLanes>
+__device__ __forceinline__ float group_sum(float v) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = kRowLanes / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 
-// Maximum of `v` over the 32 lanes of the warp, returned to every lane.
-__device__ __forceinline__ float warp_max(float v) {
+// Maximum of `v` over each aligned group of kRowLanes lanes (a row's), returned to the group's lanes; the
+// warp's lanes all take part.
+template <int kRowLanes>
+__device__ __forceinline__ float group_max(float v) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = kRowLanes / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 
@@ -149,26 +153,33 @@ __global__ void __launch_bounds__(256) hgt_fw_edges_att(
     const float* __restrict__ q,
     float* __restrict__ att,
     const float* __restrict__ t_lin_3) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t e = first_row; e < num_rows; e += row_stride) {
+  const int lane = threadIdx.x & 7;  // the lane within its row's 8
+  const int row_group = (threadIdx.x & 31) >> 3;  // which of the warp's 4 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 3;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 3;
+  // The warp's 4 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t e = row_live ? warp_row + row_group : num_rows - 1;
     const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
-    float lin_3[2];
+    float lin_3[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) lin_3[j] = t_lin_3[e * 64 + lane + 32 * j];
-    float v_dst_q[2];
+    for (int j = 0; j < 8; ++j) lin_3[j] = t_lin_3[e * 64 + lane + 8 * j];
+    float v_dst_q[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
+    for (int j = 0; j < 8; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 8 * j];
     const float v_mu = mu[e_etype];
     // e["att"] = dot($lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
     float dot_lin_3_q = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) dot_lin_3_q += lin_3[j] * v_dst_q[j];
-    dot_lin_3_q = warp_sum(dot_lin_3_q);
+    for (int j = 0; j < 8; ++j) dot_lin_3_q += lin_3[j] * v_dst_q[j];
+    dot_lin_3_q = group_sum<8>(dot_lin_3_q);
     const float v_att = dot_lin_3_q * v_mu / 8.0f;
-    if (lane == 0) att[e] = v_att;
+    if (row_live) {
+      if (lane == 0) att[e] = v_att;
+    }
   }
 }
 
@@ -180,66 +191,84 @@ __global__ void __launch_bounds__(256) hgt_fw_nodes_att_max(
     float* __restrict__ agg,
     float* __restrict__ att,
     const float* __restrict__ msg) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t n = first_row; n < num_rows; n += row_stride) {
+  const int lane = threadIdx.x & 7;  // the lane within its row's 8
+  const int row_group = (threadIdx.x & 31) >> 3;  // which of the warp's 4 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 3;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 3;
+  // The warp's 4 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
     // n["att_max"] = -1e+30
     float v_att_max = -1e+30f;
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       // n["att_max"] = max(n["att_max"], e["att"])
       const float v_att = att[e];
       v_att_max = fmaxf(v_att_max, v_att);
     }
-    v_att_max = warp_max(v_att_max);
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    v_att_max = group_max<8>(v_att_max);
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       // e["att"] = exp(e["att"] - e.dst["att_max"])
       float v_att = att[e];
       v_att = expf(v_att - v_att_max);
-      att[e] = v_att;
+      if (row_live) {
+        att[e] = v_att;
+      }
     }
     // n["att_sum"] = 0.0
     float v_att_sum = 0.0f;
     float v_att_sum_share = 0.0f;
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       // n["att_sum"] += e["att"]
       const float v_att = att[e];
       v_att_sum_share += v_att;
     }
-    v_att_sum += warp_sum(v_att_sum_share);
-    float v_agg[2];
+    v_att_sum += group_sum<8>(v_att_sum_share);
+    float v_agg[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_agg[j] = 0.0f;
+    for (int j = 0; j < 8; ++j) v_agg[j] = 0.0f;
     __syncwarp();
-    const int32_t i_e_end = in_ptr[n + 1];
-    for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
-      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+    const int32_t i_e_begin = in_ptr[n];
+    const int32_t i_e_end = row_live ? in_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
+    const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
+    for (int i_e_done = 0; i_e_done < i_e_todo; i_e_done += 8) {
+      const int32_t i_e_first = i_e_begin + i_e_done;
+      const int i_e_steps = i_e_todo - i_e_done < 8 ? i_e_todo - i_e_done : 8;
+      const int i_e_count = i_e_end - i_e_first < 8 ? max(i_e_end - i_e_first, 0) : 8;
       // lane l fetches the indices of edge i_e_first + l
       int64_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
-      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
-        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
-        float v_msg[2];
+      for (int i_e_j = 0; i_e_j < i_e_steps; ++i_e_j) {
+        const bool i_e_live = i_e_j < i_e_count;
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);
+        float v_msg[8];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
+        for (int j = 0; j < 8; ++j) v_msg[j] = msg[e * 64 + lane + 8 * j];
         // e["att"] = e["att"] / e.dst["att_sum"]
         float v_att = att[e];
-        v_att = v_att / v_att_sum;
+        if (i_e_live) {
+          v_att = v_att / v_att_sum;
+        }
         // n["agg"] += e["att"] * e["msg"]
-        #pragma unroll
-        for (int j = 0; j < 2; ++j) v_agg[j] += v_att * v_msg[j];
+        if (i_e_live) {
+          #pragma unroll
+          for (int j = 0; j < 8; ++j) v_agg[j] += v_att * v_msg[j];
+        }
       }
     }
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) agg[n * 64 + lane + 32 * j] = v_agg[j];
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) agg[n * 64 + lane + 8 * j] = v_agg[j];
+    }
   }
 }
 
@@ -255,28 +284,37 @@ __global__ void __launch_bounds__(256) hgt_fwt_edges_att__0_dot(
     float* __restrict__ att__0,
     float* __restrict__ att__0_dot,
     const float* __restrict__ t_lin_3) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t e = first_row; e < num_rows; e += row_stride) {
+  const int lane = threadIdx.x & 7;  // the lane within its row's 8
+  const int row_group = (threadIdx.x & 31) >> 3;  // which of the warp's 4 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 3;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 3;
+  // The warp's 4 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t e = row_live ? warp_row + row_group : num_rows - 1;
     const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
-    float lin_3[2];
+    float lin_3[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) lin_3[j] = t_lin_3[e * 64 + lane + 32 * j];
-    float v_dst_q[2];
+    for (int j = 0; j < 8; ++j) lin_3[j] = t_lin_3[e * 64 + lane + 8 * j];
+    float v_dst_q[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 32 * j];
+    for (int j = 0; j < 8; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 8 * j];
     const float v_mu = mu[e_etype];
     // e["att$0$dot"] = dot($lin_3, e.dst["q"])
     float v_att__0_dot = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_att__0_dot += lin_3[j] * v_dst_q[j];
-    v_att__0_dot = warp_sum(v_att__0_dot);
+    for (int j = 0; j < 8; ++j) v_att__0_dot += lin_3[j] * v_dst_q[j];
+    v_att__0_dot = group_sum<8>(v_att__0_dot);
     // e["att$0"] = e["att$0$dot"] * mu[e.etype] / sqrt(d_k)
     const float v_att__0 = v_att__0_dot * v_mu / 8.0f;
-    if (lane == 0) att__0_dot[e] = v_att__0_dot;
-    if (lane == 0) att__0[e] = v_att__0;
+    if (row_live) {
+      if (lane == 0) att__0_dot[e] = v_att__0_dot;
+    }
+    if (row_live) {
+      if (lane == 0) att__0[e] = v_att__0;
+    }
   }
 }
 
@@ -292,69 +330,91 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
     const float* __restrict__ att__0,
     float* __restrict__ att__1,
     const float* __restrict__ msg) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t n = first_row; n < num_rows; n += row_stride) {
+  const int lane = threadIdx.x & 7;  // the lane within its row's 8
+  const int row_group = (threadIdx.x & 31) >> 3;  // which of the warp's 4 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 3;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 3;
+  // The warp's 4 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
     // n["att_max"] = -1e+30
     float v_att_max = -1e+30f;
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // n["att_max"] = max(n["att_max"], e["att$0"])
       v_att_max = fmaxf(v_att_max, v_att__0);
     }
-    v_att_max = warp_max(v_att_max);
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    v_att_max = group_max<8>(v_att_max);
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["att$1"] = exp(e["att$0"] - e.dst["att_max"])
       const float v_att__1 = expf(v_att__0 - v_att_max);
-      att__1[e] = v_att__1;
+      if (row_live) {
+        att__1[e] = v_att__1;
+      }
     }
     // n["att_sum"] = 0.0
     float v_att_sum = 0.0f;
     float v_att_sum_share = 0.0f;
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       // n["att_sum"] += e["att$1"]
       const float v_att__1 = att__1[e];
       v_att_sum_share += v_att__1;
     }
-    v_att_sum += warp_sum(v_att_sum_share);
-    float v_agg[2];
+    v_att_sum += group_sum<8>(v_att_sum_share);
+    float v_agg[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_agg[j] = 0.0f;
+    for (int j = 0; j < 8; ++j) v_agg[j] = 0.0f;
     __syncwarp();
-    const int32_t i_e_end = in_ptr[n + 1];
-    for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
-      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+    const int32_t i_e_begin = in_ptr[n];
+    const int32_t i_e_end = row_live ? in_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
+    const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
+    for (int i_e_done = 0; i_e_done < i_e_todo; i_e_done += 8) {
+      const int32_t i_e_first = i_e_begin + i_e_done;
+      const int i_e_steps = i_e_todo - i_e_done < 8 ? i_e_todo - i_e_done : 8;
+      const int i_e_count = i_e_end - i_e_first < 8 ? max(i_e_end - i_e_first, 0) : 8;
       // lane l fetches the indices of edge i_e_first + l
       int64_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
-      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
-        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
-        float v_msg[2];
+      for (int i_e_j = 0; i_e_j < i_e_steps; ++i_e_j) {
+        const bool i_e_live = i_e_j < i_e_count;
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);
+        float v_msg[8];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
+        for (int j = 0; j < 8; ++j) v_msg[j] = msg[e * 64 + lane + 8 * j];
         // e["att"] = e["att$1"] / e.dst["att_sum"]
         const float v_att__1 = att__1[e];
         const float v_att = v_att__1 / v_att_sum;
         // n["agg"] += e["att"] * e["msg"]
-        #pragma unroll
-        for (int j = 0; j < 2; ++j) v_agg[j] += v_att * v_msg[j];
-        if (lane == 0) att[e] = v_att;
+        if (i_e_live) {
+          #pragma unroll
+          for (int j = 0; j < 8; ++j) v_agg[j] += v_att * v_msg[j];
+        }
+        if (i_e_live) {
+          if (lane == 0) att[e] = v_att;
+        }
       }
     }
-    if (lane == 0) att_max[n] = v_att_max;
-    if (lane == 0) att_sum[n] = v_att_sum;
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) agg[n * 64 + lane + 32 * j] = v_agg[j];
+    if (row_live) {
+      if (lane == 0) att_max[n] = v_att_max;
+    }
+    if (row_live) {
+      if (lane == 0) att_sum[n] = v_att_sum;
+    }
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) agg[n * 64 + lane + 8 * j] = v_agg[j];
+    }
   }
 }
 
@@ -430,47 +490,63 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
     float* __restrict__ d_att__1,
     float* __restrict__ d_msg,
     const float* __restrict__ msg) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float v_d_agg[2];
+  const int lane = threadIdx.x & 7;  // the lane within its row's 8
+  const int row_group = (threadIdx.x & 31) >> 3;  // which of the warp's 4 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 3;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 3;
+  // The warp's 4 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
+    float v_d_agg[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_agg[j] = d_agg[n * 64 + lane + 32 * j];
+    for (int j = 0; j < 8; ++j) v_d_agg[j] = d_agg[n * 64 + lane + 8 * j];
     const float v_att_sum = att_sum[n];
     const float v_att_max = att_max[n];
     float v_d_att_sum = 0.0f;
-    const int32_t i_e_end = in_ptr[n + 1];
-    for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
-      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+    const int32_t i_e_begin = in_ptr[n];
+    const int32_t i_e_end = row_live ? in_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
+    const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
+    for (int i_e_done = 0; i_e_done < i_e_todo; i_e_done += 8) {
+      const int32_t i_e_first = i_e_begin + i_e_done;
+      const int i_e_steps = i_e_todo - i_e_done < 8 ? i_e_todo - i_e_done : 8;
+      const int i_e_count = i_e_end - i_e_first < 8 ? max(i_e_end - i_e_first, 0) : 8;
       // lane l fetches the indices of edge i_e_first + l
       int64_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
-      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
-        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
-        float v_msg[2];
+      for (int i_e_j = 0; i_e_j < i_e_steps; ++i_e_j) {
+        const bool i_e_live = i_e_j < i_e_count;
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);
+        float v_msg[8];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
+        for (int j = 0; j < 8; ++j) v_msg[j] = msg[e * 64 + lane + 8 * j];
         const float v_att = att[e];
         const float v_att__1 = att__1[e];
         // e["d$att"] += sum(n["d$agg"] * e.msg)
         float v_d_att = 0.f;
         #pragma unroll
-        for (int j = 0; j < 2; ++j) v_d_att += v_d_agg[j] * v_msg[j];
-        v_d_att = warp_sum(v_d_att);
+        for (int j = 0; j < 8; ++j) v_d_att += v_d_agg[j] * v_msg[j];
+        v_d_att = group_sum<8>(v_d_att);
         // e["d$msg"] += n["d$agg"] * e.att
-        float v_d_msg[2];
+        float v_d_msg[8];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) v_d_msg[j] = v_d_agg[j] * v_att;
+        for (int j = 0; j < 8; ++j) v_d_msg[j] = v_d_agg[j] * v_att;
         // e["d$att$1"] += e["d$att"] / e.dst.att_sum
         const float v_d_att__1 = v_d_att / v_att_sum;
         // e.dst["d$att_sum"] += -(e["d$att"] * e.att$1 / (e.dst.att_sum * e.dst.att_sum))
-        v_d_att_sum += -(v_d_att * v_att__1 / (v_att_sum * v_att_sum));
-        #pragma unroll
-        for (int j = 0; j < 2; ++j) d_msg[e * 64 + lane + 32 * j] = v_d_msg[j];
-        if (lane == 0) d_att__1[e] = v_d_att__1;
+        if (i_e_live) {
+          v_d_att_sum += -(v_d_att * v_att__1 / (v_att_sum * v_att_sum));
+        }
+        if (i_e_live) {
+          #pragma unroll
+          for (int j = 0; j < 8; ++j) d_msg[e * 64 + lane + 8 * j] = v_d_msg[j];
+        }
+        if (i_e_live) {
+          if (lane == 0) d_att__1[e] = v_d_att__1;
+        }
       }
     }
     float v_d_att_max = 0.0f;
@@ -478,8 +554,8 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
     __syncwarp();
     float v_att_max_ties_share = 0.0f;
     float v_d_att_max_share = 0.0f;
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["d$att$1"] += n["d$att_sum"]
@@ -491,18 +567,22 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
       v_d_att_max_share += -(v_d_att__1 * expf(v_att__0 - v_att_max));
       // n["att_max$ties"] += max_grad(e.att$0, n.att_max)
       v_att_max_ties_share += (v_att__0 >= v_att_max ? 1.f : 0.f);
-      d_att__0[e] = v_d_att__0;
+      if (row_live) {
+        d_att__0[e] = v_d_att__0;
+      }
     }
-    v_att_max_ties += warp_sum(v_att_max_ties_share);
-    v_d_att_max += warp_sum(v_d_att_max_share);
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    v_att_max_ties += group_sum<8>(v_att_max_ties_share);
+    v_d_att_max += group_sum<8>(v_d_att_max_share);
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["d$att$0"] += n["d$att_max"] * max_grad(e.att$0, n.att_max) / max(n["att_max$ties"], 1.0)
       float v_d_att__0 = d_att__0[e];
       v_d_att__0 += v_d_att_max * (v_att__0 >= v_att_max ? 1.f : 0.f) / fmaxf(v_att_max_ties, 1.0f);
-      d_att__0[e] = v_d_att__0;
+      if (row_live) {
+        d_att__0[e] = v_d_att__0;
+      }
     }
   }
 }
@@ -569,33 +649,47 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
     const int32_t* __restrict__ out_eid,
     float* __restrict__ d_v,
     const float* __restrict__ t_d_v_edges) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float v_d_v[2];
+  const int lane = threadIdx.x & 15;  // the lane within its row's 16
+  const int row_group = (threadIdx.x & 31) >> 4;  // which of the warp's 2 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 4;
+  // The warp's 2 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
+    float v_d_v[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_v[j] = 0.0f;
-    const int32_t i_e_end = out_ptr[n + 1];
-    for (int32_t i_e_first = out_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
-      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+    for (int j = 0; j < 4; ++j) v_d_v[j] = 0.0f;
+    const int32_t i_e_begin = out_ptr[n];
+    const int32_t i_e_end = row_live ? out_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
+    const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
+    for (int i_e_done = 0; i_e_done < i_e_todo; i_e_done += 16) {
+      const int32_t i_e_first = i_e_begin + i_e_done;
+      const int i_e_steps = i_e_todo - i_e_done < 16 ? i_e_todo - i_e_done : 16;
+      const int i_e_count = i_e_end - i_e_first < 16 ? max(i_e_end - i_e_first, 0) : 16;
       // lane l fetches the indices of edge i_e_first + l
       int64_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = out_eid[i_e_first + lane];
       }
-      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
-        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
-        float scatter[2];
+      for (int i_e_j = 0; i_e_j < i_e_steps; ++i_e_j) {
+        const bool i_e_live = i_e_j < i_e_count;
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
+        float scatter[4];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) scatter[j] = t_d_v_edges[e * 64 + lane + 32 * j];
+        for (int j = 0; j < 4; ++j) scatter[j] = t_d_v_edges[e * 64 + lane + 16 * j];
         // n["d$v"] += $scatter
-        #pragma unroll
-        for (int j = 0; j < 2; ++j) v_d_v[j] += scatter[j];
+        if (i_e_live) {
+          #pragma unroll
+          for (int j = 0; j < 4; ++j) v_d_v[j] += scatter[j];
+        }
       }
     }
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) d_v[n * 64 + lane + 32 * j] = v_d_v[j];
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) d_v[n * 64 + lane + 16 * j] = v_d_v[j];
+    }
   }
 }
 
@@ -682,33 +776,47 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
     const int32_t* __restrict__ out_eid,
     float* __restrict__ d_k,
     const float* __restrict__ t_d_k_edges) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float v_d_k[2];
+  const int lane = threadIdx.x & 15;  // the lane within its row's 16
+  const int row_group = (threadIdx.x & 31) >> 4;  // which of the warp's 2 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 4;
+  // The warp's 2 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
+    float v_d_k[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_k[j] = 0.0f;
-    const int32_t i_e_end = out_ptr[n + 1];
-    for (int32_t i_e_first = out_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
-      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+    for (int j = 0; j < 4; ++j) v_d_k[j] = 0.0f;
+    const int32_t i_e_begin = out_ptr[n];
+    const int32_t i_e_end = row_live ? out_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
+    const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
+    for (int i_e_done = 0; i_e_done < i_e_todo; i_e_done += 16) {
+      const int32_t i_e_first = i_e_begin + i_e_done;
+      const int i_e_steps = i_e_todo - i_e_done < 16 ? i_e_todo - i_e_done : 16;
+      const int i_e_count = i_e_end - i_e_first < 16 ? max(i_e_end - i_e_first, 0) : 16;
       // lane l fetches the indices of edge i_e_first + l
       int64_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = out_eid[i_e_first + lane];
       }
-      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
-        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
-        float scatter[2];
+      for (int i_e_j = 0; i_e_j < i_e_steps; ++i_e_j) {
+        const bool i_e_live = i_e_j < i_e_count;
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
+        float scatter[4];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) scatter[j] = t_d_k_edges[e * 64 + lane + 32 * j];
+        for (int j = 0; j < 4; ++j) scatter[j] = t_d_k_edges[e * 64 + lane + 16 * j];
         // n["d$k"] += $scatter
-        #pragma unroll
-        for (int j = 0; j < 2; ++j) v_d_k[j] += scatter[j];
+        if (i_e_live) {
+          #pragma unroll
+          for (int j = 0; j < 4; ++j) v_d_k[j] += scatter[j];
+        }
       }
     }
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) d_k[n * 64 + lane + 32 * j] = v_d_k[j];
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) d_k[n * 64 + lane + 16 * j] = v_d_k[j];
+    }
   }
 }
 
@@ -722,26 +830,35 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
     const float* __restrict__ t_lin_11,
     float* __restrict__ t_sc2,
     float* __restrict__ t_wg3) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t e = first_row; e < num_rows; e += row_stride) {
+  const int lane = threadIdx.x & 15;  // the lane within its row's 16
+  const int row_group = (threadIdx.x & 31) >> 4;  // which of the warp's 2 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 4;
+  // The warp's 2 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t e = row_live ? warp_row + row_group : num_rows - 1;
     const int e_etype = etype[e];
     const float v_d_att__0 = d_att__0[e];
     const float v_mu = mu[e_etype];
-    float lin_11[2];
+    float lin_11[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) lin_11[j] = t_lin_11[e * 64 + lane + 32 * j];
+    for (int j = 0; j < 4; ++j) lin_11[j] = t_lin_11[e * 64 + lane + 16 * j];
     const float v_att__0_dot = att__0_dot[e];
     // $sc2 = e["d$att$0"] / sqrt(d_k) * mu[e.etype] * $lin_11
-    float sc2[2];
+    float sc2[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) sc2[j] = v_d_att__0 / 8.0f * v_mu * lin_11[j];
+    for (int j = 0; j < 4; ++j) sc2[j] = v_d_att__0 / 8.0f * v_mu * lin_11[j];
     // $wg3 = e["d$att$0"] / sqrt(d_k) * e.att$0$dot
     const float wg3 = v_d_att__0 / 8.0f * v_att__0_dot;
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) t_sc2[e * 64 + lane + 32 * j] = sc2[j];
-    if (lane == 0) t_wg3[e] = wg3;
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) t_sc2[e * 64 + lane + 16 * j] = sc2[j];
+    }
+    if (row_live) {
+      if (lane == 0) t_wg3[e] = wg3;
+    }
   }
 }
 
@@ -752,33 +869,47 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
     const int32_t* __restrict__ in_eid,
     float* __restrict__ d_q,
     const float* __restrict__ t_sc2) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float v_d_q[2];
+  const int lane = threadIdx.x & 15;  // the lane within its row's 16
+  const int row_group = (threadIdx.x & 31) >> 4;  // which of the warp's 2 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 4;
+  // The warp's 2 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
+    float v_d_q[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_q[j] = 0.0f;
-    const int32_t i_e_end = in_ptr[n + 1];
-    for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
-      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+    for (int j = 0; j < 4; ++j) v_d_q[j] = 0.0f;
+    const int32_t i_e_begin = in_ptr[n];
+    const int32_t i_e_end = row_live ? in_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
+    const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
+    for (int i_e_done = 0; i_e_done < i_e_todo; i_e_done += 16) {
+      const int32_t i_e_first = i_e_begin + i_e_done;
+      const int i_e_steps = i_e_todo - i_e_done < 16 ? i_e_todo - i_e_done : 16;
+      const int i_e_count = i_e_end - i_e_first < 16 ? max(i_e_end - i_e_first, 0) : 16;
       // lane l fetches the indices of edge i_e_first + l
       int64_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
-      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
-        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
-        float scatter[2];
+      for (int i_e_j = 0; i_e_j < i_e_steps; ++i_e_j) {
+        const bool i_e_live = i_e_j < i_e_count;
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
+        float scatter[4];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) scatter[j] = t_sc2[e * 64 + lane + 32 * j];
+        for (int j = 0; j < 4; ++j) scatter[j] = t_sc2[e * 64 + lane + 16 * j];
         // n["d$q"] += $scatter
-        #pragma unroll
-        for (int j = 0; j < 2; ++j) v_d_q[j] += scatter[j];
+        if (i_e_live) {
+          #pragma unroll
+          for (int j = 0; j < 4; ++j) v_d_q[j] += scatter[j];
+        }
       }
     }
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) d_q[n * 64 + lane + 32 * j] = v_d_q[j];
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) d_q[n * 64 + lane + 16 * j] = v_d_q[j];
+    }
   }
 }
 
@@ -824,7 +955,7 @@ cudaError_t launch_hgt_fw_gemm_lin_3(const HgtForwardArgs& a, cudaStream_t strea
 
 cudaError_t launch_hgt_fw_edges_att(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_fw_edges_att
-    const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_edges + 32 - 1) / 32);
     hgt_fw_edges_att<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.mu, a.q, a.att, a.t_lin_3);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -843,7 +974,7 @@ cudaError_t launch_hgt_fw_gemm_msg(const HgtForwardArgs& a, cudaStream_t stream)
 
 cudaError_t launch_hgt_fw_nodes_att_max(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_fw_nodes_att_max
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 32 - 1) / 32);
     hgt_fw_nodes_att_max<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.agg, a.att, a.msg);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -914,7 +1045,7 @@ cudaError_t launch_hgt_fwt_gemm_lin_3(const HgtForwardTrainArgs& a, cudaStream_t
 
 cudaError_t launch_hgt_fwt_edges_att__0_dot(const HgtForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_fwt_edges_att__0_dot
-    const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_edges + 32 - 1) / 32);
     hgt_fwt_edges_att__0_dot<<<blocks, 256, 0, stream>>>(a.num_edges, a.dst, a.etype, a.mu, a.q, a.att__0, a.att__0_dot, a.t_lin_3);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -933,7 +1064,7 @@ cudaError_t launch_hgt_fwt_gemm_msg(const HgtForwardTrainArgs& a, cudaStream_t s
 
 cudaError_t launch_hgt_fwt_nodes_att_max(const HgtForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_fwt_nodes_att_max
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 32 - 1) / 32);
     hgt_fwt_nodes_att_max<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.agg, a.att_max, a.att_sum, a.att, a.att__0, a.att__1, a.msg);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -1004,7 +1135,7 @@ cudaError_t launch_hgt_bw_gemm_msg_recompute(const HgtBackwardArgs& a, cudaStrea
 
 cudaError_t launch_hgt_bw_nodes_d_att(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_bw_nodes_d_att
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 32 - 1) / 32);
     hgt_bw_nodes_d_att<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.att, a.att__0, a.att__1, a.att_max, a.att_sum, a.d_agg, a.d_att__0, a.d_att__1, a.d_msg, a.msg);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -1044,7 +1175,7 @@ cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& a, cudaStream_t 
 
 cudaError_t launch_hgt_bw_sum_d_v(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_bw_sum_d_v
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 16 - 1) / 16);
     hgt_bw_sum_d_v<<<blocks, 256, 0, stream>>>(a.num_nodes, a.out_ptr, a.out_eid, a.d_v, a.t_d_v_edges);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -1126,7 +1257,7 @@ cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& a, cudaStream_t 
 
 cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_bw_sum_d_k
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 16 - 1) / 16);
     hgt_bw_sum_d_k<<<blocks, 256, 0, stream>>>(a.num_nodes, a.out_ptr, a.out_eid, a.d_k, a.t_d_k_edges);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -1166,7 +1297,7 @@ cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& a, cudaStream_t str
 
 cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hgt_bw_edges_loop_3
-    const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_edges + 16 - 1) / 16);
     hgt_bw_edges_loop_3<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.att__0_dot, a.mu, a.d_att__0, a.t_lin_11, a.t_sc2, a.t_wg3);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -1175,7 +1306,7 @@ cudaError_t launch_hgt_bw_edges_loop_3(const HgtBackwardArgs& a, cudaStream_t st
 
 cudaError_t launch_hgt_bw_sum_d_q(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_bw_sum_d_q
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 16 - 1) / 16);
     hgt_bw_sum_d_q<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.d_q, a.t_sc2);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }

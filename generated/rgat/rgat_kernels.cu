@@ -12,17 +12,21 @@
 
 namespace {
 
-// Sum of `v` over the 32 lanes of the warp, returned to every lane.
-__device__ __forceinline__ float warp_sum(float v) {
+// Sum of `v` over each aligned group of kRowLanes lanes (a row's), returned to the group's lanes; the warp's
+// lanes all take part.
+template <int kRowLanes>
+__device__ __forceinline__ float group_sum(float v) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = kRowLanes / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 
-// Maximum of `v` over the 32 lanes of the warp, returned to every lane.
-__device__ __forceinline__ float warp_max(float v) {
+// Maximum of `v` over each aligned group of kRowLanes lanes (a row's), returned to the group's lanes; the
+// warp's lanes all take part.
+template <int kRowLanes>
+__device__ __forceinline__ float group_max(float v) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = kRowLanes / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 
@@ -150,35 +154,42 @@ __global__ void __launch_bounds__(256) rgat_fw_edges_att(
     float* __restrict__ att,
     const float* __restrict__ t_hs,
     const float* __restrict__ t_ht) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t e = first_row; e < num_rows; e += row_stride) {
+  const int lane = threadIdx.x & 7;  // the lane within its row's 8
+  const int row_group = (threadIdx.x & 31) >> 3;  // which of the warp's 4 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 3;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 3;
+  // The warp's 4 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t e = row_live ? warp_row + row_group : num_rows - 1;
     const int e_etype = etype[e];
-    float hs[2];
+    float hs[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) hs[j] = t_hs[e * 64 + lane + 32 * j];
-    float v_w_s[2];
+    for (int j = 0; j < 8; ++j) hs[j] = t_hs[e * 64 + lane + 8 * j];
+    float v_w_s[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_w_s[j] = w_s[e_etype * 64 + lane + 32 * j];
-    float ht[2];
+    for (int j = 0; j < 8; ++j) v_w_s[j] = w_s[e_etype * 64 + lane + 8 * j];
+    float ht[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) ht[j] = t_ht[e * 64 + lane + 32 * j];
-    float v_w_t[2];
+    for (int j = 0; j < 8; ++j) ht[j] = t_ht[e * 64 + lane + 8 * j];
+    float v_w_t[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_w_t[j] = w_t[e_etype * 64 + lane + 32 * j];
+    for (int j = 0; j < 8; ++j) v_w_t[j] = w_t[e_etype * 64 + lane + 8 * j];
     // e["att"] = leakyrelu(dot(hs, w_s[e.etype]) + dot(ht, w_t[e.etype]), negative_slope)
     float dot_hs_w_s = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) dot_hs_w_s += hs[j] * v_w_s[j];
-    dot_hs_w_s = warp_sum(dot_hs_w_s);
+    for (int j = 0; j < 8; ++j) dot_hs_w_s += hs[j] * v_w_s[j];
+    dot_hs_w_s = group_sum<8>(dot_hs_w_s);
     float dot_ht_w_t = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) dot_ht_w_t += ht[j] * v_w_t[j];
-    dot_ht_w_t = warp_sum(dot_ht_w_t);
+    for (int j = 0; j < 8; ++j) dot_ht_w_t += ht[j] * v_w_t[j];
+    dot_ht_w_t = group_sum<8>(dot_ht_w_t);
     const float leakyrelu_in = dot_hs_w_s + dot_ht_w_t;
     const float v_att = leakyrelu_in > 0.f ? leakyrelu_in : 0.2f * leakyrelu_in;
-    if (lane == 0) att[e] = v_att;
+    if (row_live) {
+      if (lane == 0) att[e] = v_att;
+    }
   }
 }
 
@@ -190,66 +201,84 @@ __global__ void __launch_bounds__(256) rgat_fw_nodes_att_max(
     float* __restrict__ h,
     float* __restrict__ att,
     const float* __restrict__ t_hs) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t n = first_row; n < num_rows; n += row_stride) {
+  const int lane = threadIdx.x & 7;  // the lane within its row's 8
+  const int row_group = (threadIdx.x & 31) >> 3;  // which of the warp's 4 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 3;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 3;
+  // The warp's 4 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
     // n["att_max"] = -1e+30
     float v_att_max = -1e+30f;
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       // n["att_max"] = max(n["att_max"], e["att"])
       const float v_att = att[e];
       v_att_max = fmaxf(v_att_max, v_att);
     }
-    v_att_max = warp_max(v_att_max);
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    v_att_max = group_max<8>(v_att_max);
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       // e["att"] = exp(e["att"] - e.dst["att_max"])
       float v_att = att[e];
       v_att = expf(v_att - v_att_max);
-      att[e] = v_att;
+      if (row_live) {
+        att[e] = v_att;
+      }
     }
     // n["att_sum"] = 0.0
     float v_att_sum = 0.0f;
     float v_att_sum_share = 0.0f;
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       // n["att_sum"] += e["att"]
       const float v_att = att[e];
       v_att_sum_share += v_att;
     }
-    v_att_sum += warp_sum(v_att_sum_share);
-    float v_h[2];
+    v_att_sum += group_sum<8>(v_att_sum_share);
+    float v_h[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_h[j] = 0.0f;
+    for (int j = 0; j < 8; ++j) v_h[j] = 0.0f;
     __syncwarp();
-    const int32_t i_e_end = in_ptr[n + 1];
-    for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
-      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+    const int32_t i_e_begin = in_ptr[n];
+    const int32_t i_e_end = row_live ? in_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
+    const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
+    for (int i_e_done = 0; i_e_done < i_e_todo; i_e_done += 8) {
+      const int32_t i_e_first = i_e_begin + i_e_done;
+      const int i_e_steps = i_e_todo - i_e_done < 8 ? i_e_todo - i_e_done : 8;
+      const int i_e_count = i_e_end - i_e_first < 8 ? max(i_e_end - i_e_first, 0) : 8;
       // lane l fetches the indices of edge i_e_first + l
       int64_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
-      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
-        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
-        float v_msg[2];
+      for (int i_e_j = 0; i_e_j < i_e_steps; ++i_e_j) {
+        const bool i_e_live = i_e_j < i_e_count;
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);
+        float v_msg[8];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) v_msg[j] = t_hs[e * 64 + lane + 32 * j];
+        for (int j = 0; j < 8; ++j) v_msg[j] = t_hs[e * 64 + lane + 8 * j];
         // e["att"] = e["att"] / e.dst["att_sum"]
         float v_att = att[e];
-        v_att = v_att / v_att_sum;
+        if (i_e_live) {
+          v_att = v_att / v_att_sum;
+        }
         // n["h"] += e["att"] * e["msg"]
-        #pragma unroll
-        for (int j = 0; j < 2; ++j) v_h[j] += v_att * v_msg[j];
+        if (i_e_live) {
+          #pragma unroll
+          for (int j = 0; j < 8; ++j) v_h[j] += v_att * v_msg[j];
+        }
       }
     }
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) h[n * 64 + lane + 32 * j] = v_h[j];
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) h[n * 64 + lane + 8 * j] = v_h[j];
+    }
   }
 }
 
@@ -264,35 +293,42 @@ __global__ void __launch_bounds__(256) rgat_fwt_edges_att__0(
     float* __restrict__ att__0,
     const float* __restrict__ hs,
     const float* __restrict__ ht) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t e = first_row; e < num_rows; e += row_stride) {
+  const int lane = threadIdx.x & 7;  // the lane within its row's 8
+  const int row_group = (threadIdx.x & 31) >> 3;  // which of the warp's 4 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 3;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 3;
+  // The warp's 4 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t e = row_live ? warp_row + row_group : num_rows - 1;
     const int e_etype = etype[e];
-    float v_hs[2];
+    float v_hs[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_hs[j] = hs[e * 64 + lane + 32 * j];
-    float v_w_s[2];
+    for (int j = 0; j < 8; ++j) v_hs[j] = hs[e * 64 + lane + 8 * j];
+    float v_w_s[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_w_s[j] = w_s[e_etype * 64 + lane + 32 * j];
-    float v_ht[2];
+    for (int j = 0; j < 8; ++j) v_w_s[j] = w_s[e_etype * 64 + lane + 8 * j];
+    float v_ht[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_ht[j] = ht[e * 64 + lane + 32 * j];
-    float v_w_t[2];
+    for (int j = 0; j < 8; ++j) v_ht[j] = ht[e * 64 + lane + 8 * j];
+    float v_w_t[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_w_t[j] = w_t[e_etype * 64 + lane + 32 * j];
+    for (int j = 0; j < 8; ++j) v_w_t[j] = w_t[e_etype * 64 + lane + 8 * j];
     // e["att$0"] = leakyrelu(dot(e["hs"], w_s[e.etype]) + dot(e["ht"], w_t[e.etype]), negative_slope)
     float dot_hs_w_s = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) dot_hs_w_s += v_hs[j] * v_w_s[j];
-    dot_hs_w_s = warp_sum(dot_hs_w_s);
+    for (int j = 0; j < 8; ++j) dot_hs_w_s += v_hs[j] * v_w_s[j];
+    dot_hs_w_s = group_sum<8>(dot_hs_w_s);
     float dot_ht_w_t = 0.f;
     #pragma unroll
-    for (int j = 0; j < 2; ++j) dot_ht_w_t += v_ht[j] * v_w_t[j];
-    dot_ht_w_t = warp_sum(dot_ht_w_t);
+    for (int j = 0; j < 8; ++j) dot_ht_w_t += v_ht[j] * v_w_t[j];
+    dot_ht_w_t = group_sum<8>(dot_ht_w_t);
     const float leakyrelu_in = dot_hs_w_s + dot_ht_w_t;
     const float v_att__0 = leakyrelu_in > 0.f ? leakyrelu_in : 0.2f * leakyrelu_in;
-    if (lane == 0) att__0[e] = v_att__0;
+    if (row_live) {
+      if (lane == 0) att__0[e] = v_att__0;
+    }
   }
 }
 
@@ -308,69 +344,91 @@ __global__ void __launch_bounds__(256) rgat_fwt_nodes_att_max(
     const float* __restrict__ att__0,
     float* __restrict__ att__1,
     const float* __restrict__ hs) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t n = first_row; n < num_rows; n += row_stride) {
+  const int lane = threadIdx.x & 7;  // the lane within its row's 8
+  const int row_group = (threadIdx.x & 31) >> 3;  // which of the warp's 4 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 3;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 3;
+  // The warp's 4 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
     // n["att_max"] = -1e+30
     float v_att_max = -1e+30f;
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // n["att_max"] = max(n["att_max"], e["att$0"])
       v_att_max = fmaxf(v_att_max, v_att__0);
     }
-    v_att_max = warp_max(v_att_max);
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    v_att_max = group_max<8>(v_att_max);
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["att$1"] = exp(e["att$0"] - e.dst["att_max"])
       const float v_att__1 = expf(v_att__0 - v_att_max);
-      att__1[e] = v_att__1;
+      if (row_live) {
+        att__1[e] = v_att__1;
+      }
     }
     // n["att_sum"] = 0.0
     float v_att_sum = 0.0f;
     float v_att_sum_share = 0.0f;
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       // n["att_sum"] += e["att$1"]
       const float v_att__1 = att__1[e];
       v_att_sum_share += v_att__1;
     }
-    v_att_sum += warp_sum(v_att_sum_share);
-    float v_h[2];
+    v_att_sum += group_sum<8>(v_att_sum_share);
+    float v_h[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_h[j] = 0.0f;
+    for (int j = 0; j < 8; ++j) v_h[j] = 0.0f;
     __syncwarp();
-    const int32_t i_e_end = in_ptr[n + 1];
-    for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
-      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+    const int32_t i_e_begin = in_ptr[n];
+    const int32_t i_e_end = row_live ? in_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
+    const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
+    for (int i_e_done = 0; i_e_done < i_e_todo; i_e_done += 8) {
+      const int32_t i_e_first = i_e_begin + i_e_done;
+      const int i_e_steps = i_e_todo - i_e_done < 8 ? i_e_todo - i_e_done : 8;
+      const int i_e_count = i_e_end - i_e_first < 8 ? max(i_e_end - i_e_first, 0) : 8;
       // lane l fetches the indices of edge i_e_first + l
       int64_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
-      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
-        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
-        float v_msg[2];
+      for (int i_e_j = 0; i_e_j < i_e_steps; ++i_e_j) {
+        const bool i_e_live = i_e_j < i_e_count;
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);
+        float v_msg[8];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) v_msg[j] = hs[e * 64 + lane + 32 * j];
+        for (int j = 0; j < 8; ++j) v_msg[j] = hs[e * 64 + lane + 8 * j];
         // e["att"] = e["att$1"] / e.dst["att_sum"]
         const float v_att__1 = att__1[e];
         const float v_att = v_att__1 / v_att_sum;
         // n["h"] += e["att"] * e["msg"]
-        #pragma unroll
-        for (int j = 0; j < 2; ++j) v_h[j] += v_att * v_msg[j];
-        if (lane == 0) att[e] = v_att;
+        if (i_e_live) {
+          #pragma unroll
+          for (int j = 0; j < 8; ++j) v_h[j] += v_att * v_msg[j];
+        }
+        if (i_e_live) {
+          if (lane == 0) att[e] = v_att;
+        }
       }
     }
-    if (lane == 0) att_max[n] = v_att_max;
-    if (lane == 0) att_sum[n] = v_att_sum;
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) h[n * 64 + lane + 32 * j] = v_h[j];
+    if (row_live) {
+      if (lane == 0) att_max[n] = v_att_max;
+    }
+    if (row_live) {
+      if (lane == 0) att_sum[n] = v_att_sum;
+    }
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 8; ++j) h[n * 64 + lane + 8 * j] = v_h[j];
+    }
   }
 }
 
@@ -391,47 +449,63 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
     float* __restrict__ d_att__0,
     float* __restrict__ d_att__1,
     float* __restrict__ d_msg) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float v_d_h[2];
+  const int lane = threadIdx.x & 7;  // the lane within its row's 8
+  const int row_group = (threadIdx.x & 31) >> 3;  // which of the warp's 4 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 3;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 3;
+  // The warp's 4 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
+    float v_d_h[8];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_h[j] = d_h[n * 64 + lane + 32 * j];
+    for (int j = 0; j < 8; ++j) v_d_h[j] = d_h[n * 64 + lane + 8 * j];
     const float v_att_sum = att_sum[n];
     const float v_att_max = att_max[n];
     float v_d_att_sum = 0.0f;
-    const int32_t i_e_end = in_ptr[n + 1];
-    for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
-      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+    const int32_t i_e_begin = in_ptr[n];
+    const int32_t i_e_end = row_live ? in_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
+    const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
+    for (int i_e_done = 0; i_e_done < i_e_todo; i_e_done += 8) {
+      const int32_t i_e_first = i_e_begin + i_e_done;
+      const int i_e_steps = i_e_todo - i_e_done < 8 ? i_e_todo - i_e_done : 8;
+      const int i_e_count = i_e_end - i_e_first < 8 ? max(i_e_end - i_e_first, 0) : 8;
       // lane l fetches the indices of edge i_e_first + l
       int64_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
-      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
-        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
-        float v_msg[2];
+      for (int i_e_j = 0; i_e_j < i_e_steps; ++i_e_j) {
+        const bool i_e_live = i_e_j < i_e_count;
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);
+        float v_msg[8];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) v_msg[j] = msg[e * 64 + lane + 32 * j];
+        for (int j = 0; j < 8; ++j) v_msg[j] = msg[e * 64 + lane + 8 * j];
         const float v_att = att[e];
         const float v_att__1 = att__1[e];
         // e["d$att"] += sum(n.d$h * e.msg)
         float v_d_att = 0.f;
         #pragma unroll
-        for (int j = 0; j < 2; ++j) v_d_att += v_d_h[j] * v_msg[j];
-        v_d_att = warp_sum(v_d_att);
+        for (int j = 0; j < 8; ++j) v_d_att += v_d_h[j] * v_msg[j];
+        v_d_att = group_sum<8>(v_d_att);
         // e["d$msg"] += n.d$h * e.att
-        float v_d_msg[2];
+        float v_d_msg[8];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) v_d_msg[j] = v_d_h[j] * v_att;
+        for (int j = 0; j < 8; ++j) v_d_msg[j] = v_d_h[j] * v_att;
         // e["d$att$1"] += e["d$att"] / e.dst.att_sum
         const float v_d_att__1 = v_d_att / v_att_sum;
         // e.dst["d$att_sum"] += -(e["d$att"] * e.att$1 / (e.dst.att_sum * e.dst.att_sum))
-        v_d_att_sum += -(v_d_att * v_att__1 / (v_att_sum * v_att_sum));
-        #pragma unroll
-        for (int j = 0; j < 2; ++j) d_msg[e * 64 + lane + 32 * j] = v_d_msg[j];
-        if (lane == 0) d_att__1[e] = v_d_att__1;
+        if (i_e_live) {
+          v_d_att_sum += -(v_d_att * v_att__1 / (v_att_sum * v_att_sum));
+        }
+        if (i_e_live) {
+          #pragma unroll
+          for (int j = 0; j < 8; ++j) d_msg[e * 64 + lane + 8 * j] = v_d_msg[j];
+        }
+        if (i_e_live) {
+          if (lane == 0) d_att__1[e] = v_d_att__1;
+        }
       }
     }
     float v_d_att_max = 0.0f;
@@ -439,8 +513,8 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
     __syncwarp();
     float v_att_max_ties_share = 0.0f;
     float v_d_att_max_share = 0.0f;
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["d$att$1"] += n["d$att_sum"]
@@ -452,18 +526,22 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
       v_d_att_max_share += -(v_d_att__1 * expf(v_att__0 - v_att_max));
       // n["att_max$ties"] += max_grad(e.att$0, n.att_max)
       v_att_max_ties_share += (v_att__0 >= v_att_max ? 1.f : 0.f);
-      d_att__0[e] = v_d_att__0;
+      if (row_live) {
+        d_att__0[e] = v_d_att__0;
+      }
     }
-    v_att_max_ties += warp_sum(v_att_max_ties_share);
-    v_d_att_max += warp_sum(v_d_att_max_share);
-    // the lanes split the edges: lane l takes positions l, l + 32, ...
-    for (int32_t i_e = in_ptr[n] + lane; i_e < in_ptr[n + 1]; i_e += 32) {
+    v_att_max_ties += group_sum<8>(v_att_max_ties_share);
+    v_d_att_max += group_sum<8>(v_d_att_max_share);
+    // the lanes split the edges: lane l takes positions l, l + 8, ...
+    for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {
       const int64_t e = in_eid[i_e];
       const float v_att__0 = att__0[e];
       // e["d$att$0"] += n["d$att_max"] * max_grad(e.att$0, n.att_max) / max(n["att_max$ties"], 1.0)
       float v_d_att__0 = d_att__0[e];
       v_d_att__0 += v_d_att_max * (v_att__0 >= v_att_max ? 1.f : 0.f) / fmaxf(v_att_max_ties, 1.0f);
-      d_att__0[e] = v_d_att__0;
+      if (row_live) {
+        d_att__0[e] = v_d_att__0;
+      }
     }
   }
 }
@@ -483,55 +561,68 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     const float* __restrict__ d_msg,
     float* __restrict__ t_wg0,
     float* __restrict__ t_wg1) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t e = first_row; e < num_rows; e += row_stride) {
+  const int lane = threadIdx.x & 15;  // the lane within its row's 16
+  const int row_group = (threadIdx.x & 31) >> 4;  // which of the warp's 2 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 4;
+  // The warp's 2 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t e = row_live ? warp_row + row_group : num_rows - 1;
     const int e_etype = etype[e];
     const float v_d_att__0 = d_att__0[e];
     const float v_att__0 = att__0[e];
-    float v_w_s[2];
+    float v_w_s[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_w_s[j] = w_s[e_etype * 64 + lane + 32 * j];
-    float v_hs[2];
+    for (int j = 0; j < 4; ++j) v_w_s[j] = w_s[e_etype * 64 + lane + 16 * j];
+    float v_hs[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_hs[j] = hs[e * 64 + lane + 32 * j];
-    float v_w_t[2];
+    for (int j = 0; j < 4; ++j) v_hs[j] = hs[e * 64 + lane + 16 * j];
+    float v_w_t[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_w_t[j] = w_t[e_etype * 64 + lane + 32 * j];
-    float v_ht[2];
+    for (int j = 0; j < 4; ++j) v_w_t[j] = w_t[e_etype * 64 + lane + 16 * j];
+    float v_ht[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_ht[j] = ht[e * 64 + lane + 32 * j];
-    float v_d_msg[2];
+    for (int j = 0; j < 4; ++j) v_ht[j] = ht[e * 64 + lane + 16 * j];
+    float v_d_msg[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_msg[j] = d_msg[e * 64 + lane + 32 * j];
+    for (int j = 0; j < 4; ++j) v_d_msg[j] = d_msg[e * 64 + lane + 16 * j];
     // e["d$hs"] += e["d$att$0"] * leakyrelu_grad(e.att$0, negative_slope) * reshape(w_s[e.etype], 1, 64)
-    float v_d_hs[2];
+    float v_d_hs[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_hs[j] = v_d_att__0 * (v_att__0 > 0.f ? 1.f : 0.2f) * v_w_s[j];
+    for (int j = 0; j < 4; ++j) v_d_hs[j] = v_d_att__0 * (v_att__0 > 0.f ? 1.f : 0.2f) * v_w_s[j];
     // $wg0 = e["d$att$0"] * leakyrelu_grad(e.att$0, negative_slope) * e.hs
-    float wg0[2];
+    float wg0[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) wg0[j] = v_d_att__0 * (v_att__0 > 0.f ? 1.f : 0.2f) * v_hs[j];
+    for (int j = 0; j < 4; ++j) wg0[j] = v_d_att__0 * (v_att__0 > 0.f ? 1.f : 0.2f) * v_hs[j];
     // e["d$ht"] += e["d$att$0"] * leakyrelu_grad(e.att$0, negative_slope) * reshape(w_t[e.etype], 1, 64)
-    float v_d_ht[2];
+    float v_d_ht[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_ht[j] = v_d_att__0 * (v_att__0 > 0.f ? 1.f : 0.2f) * v_w_t[j];
+    for (int j = 0; j < 4; ++j) v_d_ht[j] = v_d_att__0 * (v_att__0 > 0.f ? 1.f : 0.2f) * v_w_t[j];
     // $wg1 = e["d$att$0"] * leakyrelu_grad(e.att$0, negative_slope) * e.ht
-    float wg1[2];
+    float wg1[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) wg1[j] = v_d_att__0 * (v_att__0 > 0.f ? 1.f : 0.2f) * v_ht[j];
+    for (int j = 0; j < 4; ++j) wg1[j] = v_d_att__0 * (v_att__0 > 0.f ? 1.f : 0.2f) * v_ht[j];
     // e["d$hs"] += e["d$msg"]
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_hs[j] += v_d_msg[j];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) d_hs[e * 64 + lane + 32 * j] = v_d_hs[j];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) t_wg0[e * 64 + lane + 32 * j] = wg0[j];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) d_ht[e * 64 + lane + 32 * j] = v_d_ht[j];
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) t_wg1[e * 64 + lane + 32 * j] = wg1[j];
+    for (int j = 0; j < 4; ++j) v_d_hs[j] += v_d_msg[j];
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) d_hs[e * 64 + lane + 16 * j] = v_d_hs[j];
+    }
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) t_wg0[e * 64 + lane + 16 * j] = wg0[j];
+    }
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) d_ht[e * 64 + lane + 16 * j] = v_d_ht[j];
+    }
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) t_wg1[e * 64 + lane + 16 * j] = wg1[j];
+    }
   }
 }
 
@@ -597,33 +688,47 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature(
     const int32_t* __restrict__ in_eid,
     float* __restrict__ d_feature,
     const float* __restrict__ t_d_feature_edges) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float v_d_feature[2];
+  const int lane = threadIdx.x & 15;  // the lane within its row's 16
+  const int row_group = (threadIdx.x & 31) >> 4;  // which of the warp's 2 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 4;
+  // The warp's 2 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
+    float v_d_feature[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_feature[j] = 0.0f;
-    const int32_t i_e_end = in_ptr[n + 1];
-    for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
-      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+    for (int j = 0; j < 4; ++j) v_d_feature[j] = 0.0f;
+    const int32_t i_e_begin = in_ptr[n];
+    const int32_t i_e_end = row_live ? in_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
+    const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
+    for (int i_e_done = 0; i_e_done < i_e_todo; i_e_done += 16) {
+      const int32_t i_e_first = i_e_begin + i_e_done;
+      const int i_e_steps = i_e_todo - i_e_done < 16 ? i_e_todo - i_e_done : 16;
+      const int i_e_count = i_e_end - i_e_first < 16 ? max(i_e_end - i_e_first, 0) : 16;
       // lane l fetches the indices of edge i_e_first + l
       int64_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
-      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
-        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
-        float scatter[2];
+      for (int i_e_j = 0; i_e_j < i_e_steps; ++i_e_j) {
+        const bool i_e_live = i_e_j < i_e_count;
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
+        float scatter[4];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) scatter[j] = t_d_feature_edges[e * 64 + lane + 32 * j];
+        for (int j = 0; j < 4; ++j) scatter[j] = t_d_feature_edges[e * 64 + lane + 16 * j];
         // n["d$feature"] += $scatter
-        #pragma unroll
-        for (int j = 0; j < 2; ++j) v_d_feature[j] += scatter[j];
+        if (i_e_live) {
+          #pragma unroll
+          for (int j = 0; j < 4; ++j) v_d_feature[j] += scatter[j];
+        }
       }
     }
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) d_feature[n * 64 + lane + 32 * j] = v_d_feature[j];
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) d_feature[n * 64 + lane + 16 * j] = v_d_feature[j];
+    }
   }
 }
 
@@ -634,33 +739,47 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
     const int32_t* __restrict__ out_eid,
     float* __restrict__ d_feature,
     const float* __restrict__ t_d_feature_edges_2) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float v_d_feature[2];
+  const int lane = threadIdx.x & 15;  // the lane within its row's 16
+  const int row_group = (threadIdx.x & 31) >> 4;  // which of the warp's 2 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 4;
+  // The warp's 2 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
+    float v_d_feature[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_feature[j] = d_feature[n * 64 + lane + 32 * j];
-    const int32_t i_e_end = out_ptr[n + 1];
-    for (int32_t i_e_first = out_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
-      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+    for (int j = 0; j < 4; ++j) v_d_feature[j] = d_feature[n * 64 + lane + 16 * j];
+    const int32_t i_e_begin = out_ptr[n];
+    const int32_t i_e_end = row_live ? out_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
+    const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
+    for (int i_e_done = 0; i_e_done < i_e_todo; i_e_done += 16) {
+      const int32_t i_e_first = i_e_begin + i_e_done;
+      const int i_e_steps = i_e_todo - i_e_done < 16 ? i_e_todo - i_e_done : 16;
+      const int i_e_count = i_e_end - i_e_first < 16 ? max(i_e_end - i_e_first, 0) : 16;
       // lane l fetches the indices of edge i_e_first + l
       int64_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = out_eid[i_e_first + lane];
       }
-      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
-        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
-        float scatter[2];
+      for (int i_e_j = 0; i_e_j < i_e_steps; ++i_e_j) {
+        const bool i_e_live = i_e_j < i_e_count;
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
+        float scatter[4];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) scatter[j] = t_d_feature_edges_2[e * 64 + lane + 32 * j];
+        for (int j = 0; j < 4; ++j) scatter[j] = t_d_feature_edges_2[e * 64 + lane + 16 * j];
         // n["d$feature"] += $scatter
-        #pragma unroll
-        for (int j = 0; j < 2; ++j) v_d_feature[j] += scatter[j];
+        if (i_e_live) {
+          #pragma unroll
+          for (int j = 0; j < 4; ++j) v_d_feature[j] += scatter[j];
+        }
       }
     }
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) d_feature[n * 64 + lane + 32 * j] = v_d_feature[j];
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) d_feature[n * 64 + lane + 16 * j] = v_d_feature[j];
+    }
   }
 }
 
@@ -686,7 +805,7 @@ cudaError_t launch_rgat_fw_gemm_ht(const RgatForwardArgs& a, cudaStream_t stream
 
 cudaError_t launch_rgat_fw_edges_att(const RgatForwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // rgat_fw_edges_att
-    const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_edges + 32 - 1) / 32);
     rgat_fw_edges_att<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.w_s, a.w_t, a.att, a.t_hs, a.t_ht);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -695,7 +814,7 @@ cudaError_t launch_rgat_fw_edges_att(const RgatForwardArgs& a, cudaStream_t stre
 
 cudaError_t launch_rgat_fw_nodes_att_max(const RgatForwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // rgat_fw_nodes_att_max
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 32 - 1) / 32);
     rgat_fw_nodes_att_max<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.h, a.att, a.t_hs);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -732,7 +851,7 @@ cudaError_t launch_rgat_fwt_gemm_ht(const RgatForwardTrainArgs& a, cudaStream_t 
 
 cudaError_t launch_rgat_fwt_edges_att__0(const RgatForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // rgat_fwt_edges_att__0
-    const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_edges + 32 - 1) / 32);
     rgat_fwt_edges_att__0<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.w_s, a.w_t, a.att__0, a.hs, a.ht);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -741,7 +860,7 @@ cudaError_t launch_rgat_fwt_edges_att__0(const RgatForwardTrainArgs& a, cudaStre
 
 cudaError_t launch_rgat_fwt_nodes_att_max(const RgatForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // rgat_fwt_nodes_att_max
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 32 - 1) / 32);
     rgat_fwt_nodes_att_max<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.h, a.att_max, a.att_sum, a.att, a.att__0, a.att__1, a.hs);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -758,7 +877,7 @@ cudaError_t rgat_forward_train(const RgatForwardTrainArgs& a, cudaStream_t strea
 
 cudaError_t launch_rgat_bw_nodes_d_att(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // rgat_bw_nodes_d_att
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 32 - 1) / 32);
     rgat_bw_nodes_d_att<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.att, a.att__0, a.att__1, a.att_max, a.att_sum, a.msg, a.d_h, a.d_att__0, a.d_att__1, a.d_msg);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -767,7 +886,7 @@ cudaError_t launch_rgat_bw_nodes_d_att(const RgatBackwardArgs& a, cudaStream_t s
 
 cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // rgat_bw_edges_d_hs
-    const unsigned blocks = static_cast<unsigned>((a.num_edges + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_edges + 16 - 1) / 16);
     rgat_bw_edges_d_hs<<<blocks, 256, 0, stream>>>(a.num_edges, a.etype, a.att__0, a.hs, a.ht, a.w_s, a.w_t, a.d_att__0, a.d_hs, a.d_ht, a.d_msg, a.t_wg0, a.t_wg1);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -871,7 +990,7 @@ cudaError_t launch_rgat_bw_wgrad_d_W_2(const RgatBackwardArgs& a, cudaStream_t s
 
 cudaError_t launch_rgat_bw_sum_d_feature(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // rgat_bw_sum_d_feature
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 16 - 1) / 16);
     rgat_bw_sum_d_feature<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.d_feature, a.t_d_feature_edges);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -880,7 +999,7 @@ cudaError_t launch_rgat_bw_sum_d_feature(const RgatBackwardArgs& a, cudaStream_t
 
 cudaError_t launch_rgat_bw_sum_d_feature_2(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // rgat_bw_sum_d_feature_2
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 16 - 1) / 16);
     rgat_bw_sum_d_feature_2<<<blocks, 256, 0, stream>>>(a.num_nodes, a.out_ptr, a.out_eid, a.d_feature, a.t_d_feature_edges_2);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }

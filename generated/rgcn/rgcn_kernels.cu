@@ -184,33 +184,47 @@ __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
     const int32_t* __restrict__ in_eid,
     float* __restrict__ h,
     const float* __restrict__ t_h_edges) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float v_h[2];
+  const int lane = threadIdx.x & 15;  // the lane within its row's 16
+  const int row_group = (threadIdx.x & 31) >> 4;  // which of the warp's 2 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 4;
+  // The warp's 2 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
+    float v_h[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_h[j] = h[n * 64 + lane + 32 * j];
-    const int32_t i_e_end = in_ptr[n + 1];
-    for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
-      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+    for (int j = 0; j < 4; ++j) v_h[j] = h[n * 64 + lane + 16 * j];
+    const int32_t i_e_begin = in_ptr[n];
+    const int32_t i_e_end = row_live ? in_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
+    const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
+    for (int i_e_done = 0; i_e_done < i_e_todo; i_e_done += 16) {
+      const int32_t i_e_first = i_e_begin + i_e_done;
+      const int i_e_steps = i_e_todo - i_e_done < 16 ? i_e_todo - i_e_done : 16;
+      const int i_e_count = i_e_end - i_e_first < 16 ? max(i_e_end - i_e_first, 0) : 16;
       // lane l fetches the indices of edge i_e_first + l
       int64_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
-      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
-        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
-        float scatter[2];
+      for (int i_e_j = 0; i_e_j < i_e_steps; ++i_e_j) {
+        const bool i_e_live = i_e_j < i_e_count;
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
+        float scatter[4];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) scatter[j] = t_h_edges[e * 64 + lane + 32 * j];
+        for (int j = 0; j < 4; ++j) scatter[j] = t_h_edges[e * 64 + lane + 16 * j];
         // n["h"] += $scatter
-        #pragma unroll
-        for (int j = 0; j < 2; ++j) v_h[j] += scatter[j];
+        if (i_e_live) {
+          #pragma unroll
+          for (int j = 0; j < 4; ++j) v_h[j] += scatter[j];
+        }
       }
     }
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) h[n * 64 + lane + 32 * j] = v_h[j];
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) h[n * 64 + lane + 16 * j] = v_h[j];
+    }
   }
 }
 
@@ -325,33 +339,47 @@ __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
     const int32_t* __restrict__ out_eid,
     float* __restrict__ d_feature,
     const float* __restrict__ t_d_feature_edges) {
-  const int lane = threadIdx.x & 31;
-  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t n = first_row; n < num_rows; n += row_stride) {
-    float v_d_feature[2];
+  const int lane = threadIdx.x & 15;  // the lane within its row's 16
+  const int row_group = (threadIdx.x & 31) >> 4;  // which of the warp's 2 rows
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
+  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 4;
+  // The warp's 2 rows run in step (their lanes shuffle together): a row past the last repeats
+  // the last row and stores nothing.
+  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {
+    const bool row_live = warp_row + row_group < num_rows;
+    const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
+    float v_d_feature[4];
     #pragma unroll
-    for (int j = 0; j < 2; ++j) v_d_feature[j] = d_feature[n * 64 + lane + 32 * j];
-    const int32_t i_e_end = out_ptr[n + 1];
-    for (int32_t i_e_first = out_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {
-      const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;
+    for (int j = 0; j < 4; ++j) v_d_feature[j] = d_feature[n * 64 + lane + 16 * j];
+    const int32_t i_e_begin = out_ptr[n];
+    const int32_t i_e_end = row_live ? out_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
+    const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
+    for (int i_e_done = 0; i_e_done < i_e_todo; i_e_done += 16) {
+      const int32_t i_e_first = i_e_begin + i_e_done;
+      const int i_e_steps = i_e_todo - i_e_done < 16 ? i_e_todo - i_e_done : 16;
+      const int i_e_count = i_e_end - i_e_first < 16 ? max(i_e_end - i_e_first, 0) : 16;
       // lane l fetches the indices of edge i_e_first + l
       int64_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = out_eid[i_e_first + lane];
       }
-      for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {
-        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);
-        float scatter[2];
+      for (int i_e_j = 0; i_e_j < i_e_steps; ++i_e_j) {
+        const bool i_e_live = i_e_j < i_e_count;
+        const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
+        float scatter[4];
         #pragma unroll
-        for (int j = 0; j < 2; ++j) scatter[j] = t_d_feature_edges[e * 64 + lane + 32 * j];
+        for (int j = 0; j < 4; ++j) scatter[j] = t_d_feature_edges[e * 64 + lane + 16 * j];
         // n["d$feature"] += $scatter
-        #pragma unroll
-        for (int j = 0; j < 2; ++j) v_d_feature[j] += scatter[j];
+        if (i_e_live) {
+          #pragma unroll
+          for (int j = 0; j < 4; ++j) v_d_feature[j] += scatter[j];
+        }
       }
     }
-    #pragma unroll
-    for (int j = 0; j < 2; ++j) d_feature[n * 64 + lane + 32 * j] = v_d_feature[j];
+    if (row_live) {
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) d_feature[n * 64 + lane + 16 * j] = v_d_feature[j];
+    }
   }
 }
 
@@ -402,7 +430,7 @@ cudaError_t launch_rgcn_fwt_gemm_h_edges(const RgcnForwardTrainArgs& a, cudaStre
 
 cudaError_t launch_rgcn_fwt_sum_h(const RgcnForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // rgcn_fwt_sum_h
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 16 - 1) / 16);
     rgcn_fwt_sum_h<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.h, a.t_h_edges);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
@@ -480,7 +508,7 @@ cudaError_t launch_rgcn_bw_wgrad_d_W0(const RgcnBackwardArgs& a, cudaStream_t st
 
 cudaError_t launch_rgcn_bw_sum_d_feature(const RgcnBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // rgcn_bw_sum_d_feature
-    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 8 - 1) / 8);
+    const unsigned blocks = static_cast<unsigned>((a.num_nodes + 16 - 1) / 16);
     rgcn_bw_sum_d_feature<<<blocks, 256, 0, stream>>>(a.num_nodes, a.out_ptr, a.out_eid, a.d_feature, a.t_d_feature_edges);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }

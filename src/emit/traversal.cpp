@@ -563,7 +563,7 @@ class TraversalPrinter {
     if (out.layout == LaneLayout::Replicated) {  // one warp-wide reduction per output element
       line(fmt::format("float {}[{}];", x, m_count));
       line("#pragma unroll");
-      line(fmt::format("for (int m = 0; m < {}; ++m) {{  // one warp-wide reduction per output element", m_count));
+      line(fmt::format("for (int m = 0; m < {}; ++m) {{  // one {}-wide reduction per output element", m_count, G_ == 32 ? "warp" : "row"));
       line(fmt::format("  float partial = {};", zero));
       line("  #pragma unroll");
       std::string cond = fmt::format("{}({}) / {} == m", n % G_ ? fmt::format("{} < {} && ", lane_element("j"), n) : "",
@@ -578,7 +578,8 @@ class TraversalPrinter {
     line(fmt::format("float {}[{}];", x, slots_of(out)));
     slots(slots_of(out), [&](const std::string& j) { return fmt::format("{}[{}] = {};", x, j, zero); });
     line("#pragma unroll");
-    line(fmt::format("for (int m = 0; m < {}; ++m) {{  // one warp-wide reduction per output element, kept by lane m % 32", m_count));
+    line(fmt::format("for (int m = 0; m < {}; ++m) {{  // one {}-wide reduction per output element, kept by lane m % {}", m_count,
+                     G_ == 32 ? "warp" : "row", G_));
     line(fmt::format("  float partial = {};", zero));
     line("  #pragma unroll");
     line(fmt::format("  for (int j = m * {0} / {2}; j <= (m * {0} + {1}) / {2}; ++j) {3}", d_, d_ - 1, G_,
@@ -750,21 +751,22 @@ std::string device_helpers(const std::set<std::string>& names) {
            "}\n";
   if (names.count("group_sum"))
     out += std::string(out.empty() ? "" : "\n") +
-           "// Sum of `v` over each aligned group of G lanes (rows of G lanes), returned to the group's lanes; the\n"
-           "// warp's lanes all take part.\n"
-           "template <int G>\n"
+           "// Sum of `v` over each aligned group of kRowLanes lanes (a row's), returned to the group's lanes; the warp's\n"
+           "// lanes all take part.\n"
+           "template <int kRowLanes>\n"
            "__device__ __forceinline__ float group_sum(float v) {\n"
            "#pragma unroll\n"
-           "  for (int offset = G / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);\n"
+           "  for (int offset = kRowLanes / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);\n"
            "  return v;\n"
            "}\n";
   if (names.count("group_max"))
     out += std::string(out.empty() ? "" : "\n") +
-           "// Maximum of `v` over each aligned group of G lanes, returned to the group's lanes; the warp's lanes all take part.\n"
-           "template <int G>\n"
+           "// Maximum of `v` over each aligned group of kRowLanes lanes (a row's), returned to the group's lanes; the\n"
+           "// warp's lanes all take part.\n"
+           "template <int kRowLanes>\n"
            "__device__ __forceinline__ float group_max(float v) {\n"
            "#pragma unroll\n"
-           "  for (int offset = G / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));\n"
+           "  for (int offset = kRowLanes / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));\n"
            "  return v;\n"
            "}\n";
   if (names.count("segment_of"))

@@ -513,9 +513,18 @@ TEST_CASE("warp_segment_of: the warp's 32-way search finds what a binary search 
   }
 }
 
+// `text` (a spec without options.schedule) with options.schedule.traversal set to `entries`.
+std::string with_traversal_schedule(const std::string& text, const std::string& entries) {
+  const size_t at = text.find("\nprogram:");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(text.find("\n  schedule:") == std::string::npos);
+  return text.substr(0, at + 1) + "  schedule:\n    traversal: {" + entries + "}\n" + text.substr(at + 1);
+}
+
 TEST_CASE("a warp's edge loop and a gather sum fetch 32 edges' indices at a time; the split loops do not",
           "[intra][emit]") {
-  const Generated g = generate_spec("tests/gpu/specs/hgt_compact.yaml");
+  const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact.yaml";
+  const Generated g = generate(path, with_traversal_schedule(test::read_file(path), "row_lanes: 32"));
   REQUIRE(g.status == 0);
   const std::string cu = g.file("hgt_compact_kernels.cu");
   auto kernel = [&](const std::string& name) {
@@ -622,4 +631,95 @@ TEST_CASE("schedule.traversal.edge_batch: a warp's edge loop shuffles out a batc
   CHECK(batches == 6);
   CHECK(hcu.find("_j0 += 4") == std::string::npos);
   CHECK(std::regex_search(hcu, std::regex(R"(if \(i_e_live\) \{\n\s+if \(lane == 0\) \w+\[e\] = )")));
+}
+
+TEST_CASE("schedule.traversal.row_lanes: rows of 8 or 16 lanes, the warp's rows walking their edges in step",
+          "[intra][emit]") {
+  // auto (the default): HGT's attention kernel reduces over its rows' lanes (dot products, the softmax's split
+  // loops): 8 lanes a row; RGCN's plain sums: 16.
+  const Generated g = generate_spec("tests/gpu/specs/hgt_compact.yaml");
+  REQUIRE(g.status == 0);
+  const std::string cu = g.file("hgt_compact_kernels.cu");
+  const size_t at = cu.find("__launch_bounds__(256) hgt_compact_fw_nodes_att(");
+  REQUIRE(at != std::string::npos);
+  const std::string att = cu.substr(at, cu.find("\n}\n", at) - at);
+  size_t from = 0;
+  for (const char* line : {"const int lane = threadIdx.x & 7;  // the lane within its row's 8",
+                           "const int row_group = (threadIdx.x & 31) >> 3;  // which of the warp's 4 rows",
+                           "for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {",
+                           "const bool row_live = warp_row + row_group < num_rows;",
+                           "const int64_t n = row_live ? warp_row + row_group : num_rows - 1;",
+                           "const int32_t i_e_end = row_live ? in_ptr[n + 1] : i_e_begin;",
+                           "const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);",
+                           "for (int i_e_done = 0; i_e_done < i_e_todo; i_e_done += 8) {",
+                           "const int i_e_steps = i_e_todo - i_e_done < 8 ? i_e_todo - i_e_done : 8;",
+                           "const int i_e_count = i_e_end - i_e_first < 8 ? max(i_e_end - i_e_first, 0) : 8;",
+                           "for (int i_e_j = 0; i_e_j < i_e_steps; ++i_e_j) {", "const bool i_e_live = i_e_j < i_e_count;",
+                           "const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);",
+                           "dot_lin_k_q = group_sum<8>(dot_lin_k_q);", "if (i_e_live) {", "if (lane == 0) att[e] = v_att;",
+                           "for (int32_t i_e = in_ptr[n] + lane; row_live && i_e < in_ptr[n + 1]; i_e += 8) {",
+                           "v_att_max = group_max<8>(v_att_max);"}) {
+    const size_t next = att.find(line, from);
+    INFO(line);
+    REQUIRE(next != std::string::npos);
+    from = next + 1;
+  }
+  // A store outside the edge loops is made by live rows only.
+  CHECK(std::regex_search(att, std::regex(R"(if \(row_live\) \{\n\s+#pragma unroll\n\s+for \(int j = 0; j < 8; \+\+j\) agg\[n \* 64 )")));
+  const std::string ir = g.file("hgt_compact.intra.ir");
+  CHECK(ir.find("traversal hgt_compact_fw_nodes_att: rows=dst_nodes(n) threads=256 row_lanes=8\n") != std::string::npos);
+  CHECK(ir.find("let v_q: [1, 64] lanes(8) = load q[n]") != std::string::npos);  // 64 elements over 8 lanes
+  // The search of a pair's relation is the whole warp's: those kernels keep a warp a row.
+  const Generated rgat = generate_spec("tests/gpu/specs/rgat_compact.yaml");
+  REQUIRE(rgat.status == 0);
+  CHECK(std::regex_search(rgat.file("rgat_compact.intra.ir"), std::regex(R"(traversal \w+_pairs_\w+: rows=compact_src_etype.src_etype_pairs\(p\) threads=256\n)")));
+  // Every phase parses back to the same text (slot counts per lane follow the instance's row_lanes).
+  SourceFile f("hgt_compact.intra.ir", ir);
+  Diagnostics d;
+  auto phases = intra::parse_programs(f, d);
+  REQUIRE(phases);
+  CHECK(intra::print_programs(*phases) == ir);
+  // RGCN's node kernel: 16 lanes; with rows of 36 held by 8 lanes and 8-edge batches (the GPU check's spec), the
+  // steps shuffle from their own lane (a lane past the row's edges holds index 0) and the partial last slot is
+  // guarded.
+  const Generated r = generate_spec("tests/gpu/specs/rgcn_compact.yaml");
+  REQUIRE(r.status == 0);
+  CHECK(r.file("rgcn_compact.intra.ir").find("traversal rgcn_compact_fw_nodes_h: rows=dst_nodes(n) threads=256 row_lanes=16\n") !=
+        std::string::npos);
+  const Generated r8 = generate_spec("tests/gpu/specs/rgcn_compact_rl8.yaml");
+  REQUIRE(r8.status == 0);
+  const std::string r8cu = r8.file("rgcn_compact_rl8_kernels.cu");
+  for (const char* line : {"const int i_e_j = i_e_j0 + i_e_u;", "e_batch[i_e_u] = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);",
+                           "for (int i_e_j0 = 0; i_e_j0 < i_e_steps; i_e_j0 += 8) {",
+                           "v_pair_lin_feature[j] = lane + 8 * j < 36 ? lin_feature[e_pair * 36 + lane + 8 * j] : 0.f;"})
+    CHECK(r8cu.find(line) != std::string::npos);
+}
+
+TEST_CASE("row_lanes in the intra IR text: checked values, and only where the kernel can hold rows in step", "[intra]") {
+  intra::TraversalInstance t;
+  t.name = "k";
+  t.rows = inter::LoopKind::DstNodes;
+  t.row = "n";
+  intra::EdgeLoop l;
+  l.var = "e";
+  l.pos = "i_e";
+  l.node = "n";
+  l.body.push_back(intra::Instr{intra::Sync{}});
+  t.body.push_back(intra::Instr{intra::Def{"x", true, {{64}, intra::LaneLayout::Lanes}, intra::Eval{intra::Value::constant(0.0)}}});
+  t.body.push_back(intra::Instr{l});
+  CHECK(intra::row_lanes_blocker(t) == "the loop over n's edges holds a sync");
+  intra::choose_row_lanes(t, 8);
+  CHECK(t.row_lanes == 32);
+  t.body.pop_back();
+  CHECK(intra::row_lanes_blocker(t).empty());
+  intra::choose_row_lanes(t, 0);
+  CHECK(t.row_lanes == 16);  // auto: no reduction over the lanes
+  t.body[0] = intra::Instr{intra::Def{"x", true, {{512}, intra::LaneLayout::Lanes}, intra::Eval{intra::Value::constant(0.0)}}};
+  CHECK(intra::auto_row_lanes(t) == 32);  // 512 elements: 16 lanes would take 32 slots a lane
+  t.body[0] = intra::Instr{intra::Def{"x", true, {{200}, intra::LaneLayout::Lanes}, intra::Eval{intra::Value::constant(0.0)}}};
+  CHECK(intra::auto_row_lanes(t) == 32);  // 200 > 8 x 16
+  t.body[0] = intra::Instr{intra::Def{"x", true, {{128}, intra::LaneLayout::Lanes}, intra::Eval{intra::Value::constant(0.0)}}};
+  CHECK(intra::auto_row_lanes(t) == 16);
+  CHECK(intra::print_reg_type({{40}, intra::LaneLayout::Lanes}, 16) == "[40] lanes(3)");
+  CHECK(intra::print_reg_type({{40}, intra::LaneLayout::Lanes}) == "[40] lanes(2)");
 }

@@ -354,9 +354,9 @@ TEST_CASE("the emitters print no fixed identifier that is not reserved", "[names
   const std::regex allocated(
       "v[0-9]+_?|t_(lin_|wg|sc|op)[0-9]+(_[0-9]+)?|[en]|i_[en]|(lin_|op|sc|wg)[0-9]+(_[0-9]+)?|scatter(_[0-9]+)?|"
       "leakyrelu_in(_[0-9]+)?|"
-      // a fetched edge loop's block, lane and fetched indices (the loop's names plus a suffix, made unique in the
-      // kernel by the traversal printer's unique_name)
-      "(i_[en]|[en](_[a-z0-9]+)*)_(first|end|count|j|lane)_*");
+      // a fetched edge loop's block, lane and fetched indices, its batches and, with rows in step, its walk (the
+      // loop's names plus a suffix, made unique in the kernel by the traversal printer's unique_name)
+      "(i_[en]|[en](_[a-z0-9]+)*)_(first|end|count|j|lane|j0|u|live|batch|begin|todo|done|steps)_*");
   // Kernels of these templates take fixed parameters only: no user name enters them.
   std::set<std::string> kernel_templates;
   for (const char* t : {"cuda/gemm.cu.in", "cuda/gather_sum.cu.in"})

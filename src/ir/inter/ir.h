@@ -218,15 +218,15 @@ struct Schedule {
   // guarded by the edge count, so that the loads of several edges are in flight together (the same sums in the
   // same order). 1: one edge after the other.
   int traversal_edge_batch = 1;
-  // Lanes that hold one row of a traversal (32, 16 or 8): below a warp, its 2 or 4 rows run in step, so that a
-  // warp has as many rows' chains of dependent loads in flight. Kernels the narrower groups cannot run keep 32
-  // (intra::row_lanes_blocker).
-  int traversal_row_lanes = 32;
+  // Lanes that hold one row of a traversal (32, 16 or 8; 0: auto, intra::auto_row_lanes): below a warp, its 2 or
+  // 4 rows run in step, so that a warp has as many rows' chains of dependent loads in flight. Kernels the narrower
+  // groups cannot run keep 32 (intra::row_lanes_blocker).
+  int traversal_row_lanes = 0;
 };
 // The values Schedule::traversal_edge_batch may take.
 inline constexpr bool valid_edge_batch(int b) { return b == 1 || b == 2 || b == 4 || b == 8; }
-// The values Schedule::traversal_row_lanes may take.
-inline constexpr bool valid_row_lanes(int g) { return g == 8 || g == 16 || g == 32; }
+// The values Schedule::traversal_row_lanes may take (0: auto).
+inline constexpr bool valid_row_lanes(int g) { return g == 0 || g == 8 || g == 16 || g == 32; }
 
 struct Options {
   Materialization materialization = Materialization::Vanilla;

@@ -143,7 +143,7 @@ std::string print_module(const Module& m, const Annotator& annotate) {
   out += fmt::format("option traversal_threads = {}\n", o.schedule.traversal_threads);
   if (o.schedule.traversal_edge_batch != 1)
     out += fmt::format("option traversal_edge_batch = {}\n", o.schedule.traversal_edge_batch);
-  if (o.schedule.traversal_row_lanes != 32)
+  if (o.schedule.traversal_row_lanes != 0)
     out += fmt::format("option traversal_row_lanes = {}\n", o.schedule.traversal_row_lanes);
   if (o.schedule.launch_bounds) out += fmt::format("option launch_bounds = {}\n", *o.schedule.launch_bounds);
   out += "program:\n";

@@ -213,7 +213,7 @@ struct TraversalSource {
   std::map<std::string, std::string> field_tensor;  // field name -> tensor (aliases)
   int threads = 256;
   int edge_batch = 1;  // inter::Schedule::traversal_edge_batch
-  int row_lanes = 32;  // inter::Schedule::traversal_row_lanes (the instance may keep 32: row_lanes_blocker)
+  int row_lanes = 0;  // inter::Schedule::traversal_row_lanes, 0: auto (choose_row_lanes)
 };
 
 const std::string& kernel_name(const Kernel& k);

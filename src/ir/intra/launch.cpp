@@ -176,7 +176,7 @@ std::string verify_launch(const Program& p, const Kernel& k) {
     return fmt::format("{}: {} threads per block is not a whole number of warps (one warp per row)", name, c.threads);
   if (const auto* t = std::get_if<TraversalInstance>(&k); t && !inter::valid_edge_batch(t->edge_batch))
     return fmt::format("{}: edge_batch={} is not 1, 2, 4 or 8", name, t->edge_batch);
-  if (const auto* t = std::get_if<TraversalInstance>(&k); t && !inter::valid_row_lanes(t->row_lanes))
+  if (const auto* t = std::get_if<TraversalInstance>(&k); t && (t->row_lanes == 0 || !inter::valid_row_lanes(t->row_lanes)))
     return fmt::format("{}: row_lanes={} is not 8, 16 or 32", name, t->row_lanes);
   if (const auto* t = std::get_if<TraversalInstance>(&k); t && t->row_lanes != 32) {
     if (std::string why = row_lanes_blocker(*t); !why.empty())
@@ -252,7 +252,7 @@ std::vector<ScheduleProblem> check_schedule(const inter::Schedule& s) {
                                s.traversal_edge_batch)});
   if (!inter::valid_row_lanes(s.traversal_row_lanes))
     out.push_back({ScheduleKey::TraversalRowLanes,
-                   fmt::format("'row_lanes' (lanes that hold one row of a traversal) must be 8, 16 or 32, got {}",
+                   fmt::format("'row_lanes' (lanes that hold one row of a traversal) must be auto, 8, 16 or 32, got {}",
                                s.traversal_row_lanes)});
   return out;
 }

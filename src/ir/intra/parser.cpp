@@ -316,7 +316,7 @@ class TraversalParser {
     if (c.accept("row_lanes=")) {
       size_t lanes_at = c.pos();
       t.row_lanes = static_cast<int>(c.integer("lanes per row"));
-      if (!inter::valid_row_lanes(t.row_lanes)) c.fail_at(lanes_at, fmt::format("row_lanes={} is not 8, 16 or 32", t.row_lanes));
+      if (t.row_lanes == 0 || !inter::valid_row_lanes(t.row_lanes)) c.fail_at(lanes_at, fmt::format("row_lanes={} is not 8, 16 or 32", t.row_lanes));
     }
     c.end();
     row_lanes_ = t.row_lanes;

@@ -117,7 +117,7 @@ bool is_kernel_reserved(std::string_view name) {
   static const std::set<std::string, std::less<>> names = {
       // declared or called by the printed kernel
       "lane", "first_row", "row_stride", "num_rows", "j", "m", "partial", "total", "warp_sum", "warp_max", "leaky_relu",
-      "row_group", "warp_row", "row_live", "group_sum", "group_max", "max",
+      "row_group", "warp_row", "row_live", "group_sum", "group_max", "max", "kRowLanes",
       "in_ptr", "in_eid", "out_ptr", "out_eid", "src", "dst", "etype", "in_src", "out_dst", "ntype",
       "pair_src", "pair_etype_ptr", "edge_pair", "pair_edge_ptr", "pair_edge_eid", "node_pair_ptr", "node_pair",
       "num_etypes", "segment_of",
@@ -500,8 +500,33 @@ std::string row_lanes_blocker(const TraversalInstance& t) {
   return "";
 }
 
+namespace {
+// Whether a loop body or the row's reduces over the lanes or holds a split loop; the widest `lanes` register.
+void lane_work(const std::vector<Instr>& body, bool& reduces, int64_t& widest) {
+  for (const Instr& in : body) {
+    if (auto* d = std::get_if<Def>(&in.v)) {
+      if (auto* r = std::get_if<Reduce>(&d->source); r && r->warp) reduces = true;
+      if (d->type.layout == LaneLayout::Lanes) widest = std::max(widest, d->type.numel());
+    } else if (auto* l = std::get_if<EdgeLoop>(&in.v)) {
+      reduces = reduces || l->split;
+      lane_work(l->body, reduces, widest);
+    }
+  }
+}
+}  // namespace
+
+int auto_row_lanes(const TraversalInstance& t) {
+  bool reduces = false;
+  int64_t widest = 0;
+  lane_work(t.body, reduces, widest);
+  int lanes = reduces ? 8 : 16;
+  while (lanes < 32 && widest > 8 * lanes) lanes *= 2;
+  return lanes;
+}
+
 void choose_row_lanes(TraversalInstance& t, int requested) {
-  t.row_lanes = requested != 32 && row_lanes_blocker(t).empty() ? requested : 32;
+  const int lanes = requested == 0 ? auto_row_lanes(t) : requested;
+  t.row_lanes = lanes != 32 && row_lanes_blocker(t).empty() ? lanes : 32;
 }
 
 void split_edge_loops(TraversalInstance& t) {

@@ -226,7 +226,14 @@ void split_edge_loops(TraversalInstance& t);
 // same for the warp: no nested loop or sync in its body) or split, and no pair's relation may be searched
 // (the whole warp searches one row's). One thread per row needs no lanes at all.
 std::string row_lanes_blocker(const TraversalInstance& t);
-// Sets t.row_lanes to `requested` where row_lanes_blocker allows it, else to 32; run after split_edge_loops.
+// The lanes per row auto gives the instance: 8 where its rows reduce over their lanes or split their edges over
+// them (attention: each edge's dot product and the softmax's maximum and sum wait on shuffles, and more rows per
+// warp hide more of that), else 16 (plain sums over the edges, where a warp's 4 rows walking in step to the
+// longest one's degree cost more than they hide); doubled while its widest `lanes` register would take more than
+// 8 slots a lane, at most 32. Measured in bench/README.md ("Lanes per row").
+int auto_row_lanes(const TraversalInstance& t);
+// Sets t.row_lanes to `requested` (0: auto_row_lanes) where row_lanes_blocker allows it, else to 32; run after
+// split_edge_loops.
 void choose_row_lanes(TraversalInstance& t, int requested);
 // The accumulation an update of an enclosing register makes in a split loop: the sum or the maximum.
 ReduceOp accumulation(const Update& u);
