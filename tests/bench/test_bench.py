@@ -531,12 +531,34 @@ def test_calibrate_auto():
     check(skipped == [(("y", "rgat", "infer", "hectorgen_tf32_auto"), "module's terms differ")], skipped)
 
 
+def test_ab():
+    """bench/ab.py: per-case speed-ups of one variant over another from one run, geomeans, the missing cases."""
+    import ab
+    meta = {"type": "meta", "gpu": "G", "driver": "d", "torch": "t", "commit": "c", "date": "now", "seed": 0,
+            "case_budget_s": 1.0, "max_iters": 10, "datasets": ["x", "y"], "models": ["rgcn"], "modes": ["infer"]}
+    recs = [meta]
+    for ds, a, b, status in (("x", 2.0, 1.0, "ok"), ("y", 3.0, 4.0, "OOM")):
+        recs.append({"type": "case", "dataset": ds, "model": "rgcn", "mode": "infer", "system": "hectorgen_old",
+                     "status": "ok", "ms": a, "floor_ms": 0.5})
+        recs.append({"type": "case", "dataset": ds, "model": "rgcn", "mode": "infer", "system": "hectorgen_new",
+                     "status": status, "ms": b, "floor_ms": 0.5})
+    src = TMP / "ab.jsonl"
+    src.parent.mkdir(parents=True, exist_ok=True)
+    src.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    out = TMP / "ab.md"
+    check(ab.main([str(src), "--pair", "old:new", "--out", str(out)]) == 0, "ab.py failed")
+    text = out.read_text()
+    check("| x | rgcn | infer | 2.000 | 1.000 | 2.00x | 2.0x |" in text, "ab.py: the case row is wrong:\n" + text)
+    check("| rgcn | infer | 2.00x | 2.00x | 2.00x |" in text, "ab.py: the geomean row is wrong")
+    check("Not compared (a variant did not run ok): y/rgcn/infer" in text, "ab.py: the OOM case is not listed")
+
+
 def main() -> int:
     t0 = time.time()
     failed = 0
     dry = None
     for fn in (test_generator, test_loaders, test_hand_vs_spec, test_hand_vs_interpreter, test_variants,
-               test_dry_run, test_interleaved, test_report, test_auto_report, test_calibrate_auto):
+               test_dry_run, test_interleaved, test_report, test_auto_report, test_calibrate_auto, test_ab):
         t = time.time()
         try:
             res = fn(dry) if fn is test_report else fn()
