@@ -3,6 +3,9 @@
 #
 #   tools/gpu_check.sh [SPEC|MODEL ...]   every bundled and test spec by default (specs/, tests/gpu/specs/,
 #                                         tests/specs/); reports in $OUT (default: out/gpu_check)
+#   tools/gpu_check.sh --shard K/N [SPEC|MODEL ...]   the K-th of N interleaved parts of those specs (all by
+#                                         default; GPU_CHECK_SHARD=K/N): the whole default list no longer fits
+#                                         one 10-minute call, --shard 1/3 .. 3/3 does in three
 #   tools/gpu_check.sh --dtypes tf32,bf16,fp16 [SPEC|MODEL ...]
 #                                      the dtype run (below); fp32 alone (the default) is the run described here
 #   tools/gpu_check.sh --bundle        (on the BUILD machine) copy build/hectorgen and the shared libraries of
@@ -97,6 +100,8 @@ while (($#)); do
     --dtypes=*) DTYPES="${1#--dtypes=}"; shift ;;
     --capture) CAPTURE="${2:?--capture needs a list of models, all or none}"; shift 2 ;;
     --capture=*) CAPTURE="${1#--capture=}"; shift ;;
+    --shard) GPU_CHECK_SHARD="${2:?--shard needs K/N, e.g. 1/3}"; shift 2 ;;
+    --shard=*) GPU_CHECK_SHARD="${1#--shard=}"; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) POS+=("$1"); shift ;;
   esac
@@ -116,6 +121,23 @@ GEN_DIR="$GEN_ROOT/generated"
 SPECS="${SPECS:-${MODELS:-}}"
 SPEC_ARGS=()
 if ((${#POS[@]})); then SPEC_ARGS=("${POS[@]}"); elif [[ -n "$SPECS" ]]; then IFS=',' read -r -a SPEC_ARGS <<< "$SPECS"; fi
+if [[ -n "${GPU_CHECK_SHARD:-}" ]]; then  # the K-th of N interleaved parts of those specs (all by default)
+  SHARD_LIST="$(cd "$ROOT" && python3 - "$GPU_CHECK_SHARD" "${SPEC_ARGS[@]}" <<'PY'
+import sys
+sys.path.insert(0, "tests/gpu")
+from gpu_check import discover
+try:
+    k, n = (int(x) for x in sys.argv[1].split("/"))
+    assert 1 <= k <= n
+except (ValueError, AssertionError):
+    sys.exit(f"gpu_check: --shard {sys.argv[1]}: expected K/N with 1 <= K <= N")
+for v in discover(sys.argv[2:])[0][k - 1::n]:
+    print(v.spec)
+PY
+)" || exit 2
+  mapfile -t SPEC_ARGS <<< "$SHARD_LIST"
+  [[ -n "${SPEC_ARGS[0]:-}" ]] || { echo "gpu_check: shard $GPU_CHECK_SHARD holds no spec" >&2; exit 2; }
+fi
 if ((DTYPE_RUN)); then
   GRAPHS="${GRAPHS:-tiny,mini}"
   BUDGET="${GPU_CHECK_BUDGET_S:-520}"

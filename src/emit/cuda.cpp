@@ -482,8 +482,10 @@ GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
   return c;
 }
 
-// A gather sum: one warp per row, each lane its elements of the row (in registers), the CSR entries of the row
-// added in order (deterministic; gathers only), then one store.
+// A gather sum: one warp (or row_lanes lanes) per row, each lane its elements of the row (in registers), the CSR
+// entries of the row added in order (deterministic; gathers only), then one store. Below 32 lanes the warp's rows
+// add their entries in step, as a traversal's edge loops do (emit/traversal.cpp): the warp's longest row sets the
+// blocks and steps, a row's steps past its own entries add nothing, a row past the last stores nothing.
 GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   const intra::GatherSumInstance& s = std::get<intra::GatherSumInstance>(k);
   const bool pairs = s.csr == intra::GatherCsr::PairEdges;
@@ -499,11 +501,57 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   v["x_type"] = intra::cuda_type(x.storage);
   v["y_type"] = intra::cuda_type(y.storage);
   v["numel"] = std::to_string(s.numel);
-  v["acc_init"] = s.accumulate ? "lane + 32 * c < kNumel ? " + load_elem(y, "y[row * kNumel + lane + 32 * c]") + " : 0.0f" : "0.0f";
+  const int G = s.row_lanes;
+  const bool in_step = G != 32;
+  const std::string lanes = std::to_string(G), shift = G == 32 ? "5" : G == 16 ? "4" : "3";
+  v["lanes"] = lanes;
+  v["lanes_minus_one"] = std::to_string(G - 1);
+  v["live"] = in_step ? "row_live && " : "";
+  v["fetchers"] = in_step ? fmt::format("The row's {} lanes fetch", G) : "The warp fetches";
+  std::string row_loop;
+  if (!in_step) {
+    row_loop = "  const int lane = threadIdx.x & 31;\n";
+  } else {
+    row_loop = fmt::format("  const int lane = threadIdx.x & {};  // the lane within its row's {}\n", G - 1, G);
+    row_loop += fmt::format("  const int row_group = (threadIdx.x & 31) >> {};  // which of the warp's {} rows\n", shift, 32 / G);
+  }
+  row_loop += fmt::format("  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> {};\n", shift);
+  row_loop += fmt::format("  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> {};\n", shift);
+  if (!in_step) {
+    row_loop += "  for (int64_t row = first_row; row < num_rows; row += row_stride) {\n";
+  } else {
+    row_loop += fmt::format("  // The warp's {} rows run in step (their lanes shuffle together): a row past the last repeats the last row\n"
+                        "  // and stores nothing.\n", 32 / G);
+    row_loop += "  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {\n"
+            "    const bool row_live = warp_row + row_group < num_rows;\n"
+            "    const int64_t row = row_live ? warp_row + row_group : num_rows - 1;\n";
+  }
+  v["rows"] = row_loop;
+  if (!in_step) {
+    v["blocks"] = "    const int64_t end = csr_ptr[row + 1];\n"
+                  "    for (int64_t first = csr_ptr[row]; first < end; first += 32) {\n"
+                  "      const int count = end - first < 32 ? static_cast<int>(end - first) : 32;\n";
+  } else {
+    v["blocks"] = fmt::format(
+        "    const int64_t begin = csr_ptr[row];\n"
+        "    const int64_t end = row_live ? csr_ptr[row + 1] : begin;  // a row past the last adds nothing\n"
+        "    const int todo = __reduce_max_sync(0xffffffffu, static_cast<int>(end - begin));  // the warp's longest row\n"
+        "    for (int done = 0; done < todo; done += {0}) {{\n"
+        "      const int64_t first = begin + done;\n"
+        "      const int steps = todo - done < {0} ? todo - done : {0};  // the block's steps, the same for the warp's rows\n"
+        "      const int count = end - first < {0} ? static_cast<int>(end - first > 0 ? end - first : 0) : {0};\n",
+        G);
+  }
+  // Lane j of the row's lanes' value `lane_v`.
+  auto shfl = [&](const std::string& lane_v, const std::string& j) {
+    return in_step ? fmt::format("__shfl_sync(0xffffffffu, {}, {}, {})", lane_v, j, G) : fmt::format("__shfl_sync(0xffffffffu, {}, {})", lane_v, j);
+  };
+  const std::string col = "lane + " + lanes + " * c";
+  v["acc_init"] = s.accumulate ? col + " < kNumel ? " + load_elem(y, "y[row * kNumel + " + col + "]") + " : 0.0f" : "0.0f";
   // The entry's row of x (its own, or its edge's destination's) and its scale: lane j fetches them for entry
   // first + j of the warp's block of 32, and each entry broadcasts them from its lane.
   std::string fetch = "      int64_t lane_x_row = 0;\n";
-  std::string entry = "        const int64_t x_row = __shfl_sync(0xffffffffu, lane_x_row, j);\n";
+  std::string entry = "        const int64_t x_row = " + shfl("lane_x_row", "j") + ";\n";
   std::string in_range = fmt::format("        lane_x_row = {};\n", s.x_gather == intra::Gather::Dst ? "dst[from_row]" : "from_row");
   std::string extra;
   if (s.x_gather == intra::Gather::Dst) extra += ", const int32_t* __restrict__ dst";
@@ -512,7 +560,7 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
     extra += fmt::format(", const {}* __restrict__ scale", intra::cuda_type(sc.storage));
     fetch += "      float lane_scale = 0.0f;\n";
     in_range += fmt::format("        lane_scale = {};\n", load_elem(sc, "scale[from_row]"));
-    entry += "        const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, j);\n";
+    entry += "        const float entry_scale = " + shfl("lane_scale", "j") + ";\n";
   }
   fetch += "      if (lane < count) {\n        const int64_t from_row = csr_col[first + lane];\n" + in_range + "      }\n";
   v["extra_params"] = extra;
@@ -520,12 +568,12 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   const std::string scaled = s.scale.empty() ? "" : "entry_scale * ", x_elem = load_elem(x, "x[x_row * kNumel + col]");
   if (s.edge_batch == 1) {
     v["entries"] = "#pragma unroll 4\n"
-                   "      for (int j = 0; j < count; ++j) {\n" +
+                   "      for (int j = 0; j < " + std::string(in_step ? "steps" : "count") + "; ++j) {\n" +
                    entry +
                    "#pragma unroll\n"
                    "        for (int c = 0; c < kSlots; ++c) {\n"
-                   "          const int col = lane + 32 * c;\n"
-                   "          if (col < kNumel) acc[c] += " + scaled + x_elem + ";\n"
+                   "          const int col = " + col + ";\n"
+                   "          if (" + std::string(in_step ? "j < count && " : "") + "col < kNumel) acc[c] += " + scaled + x_elem + ";\n"
                    "        }\n"
                    "      }\n";
   } else {
@@ -534,14 +582,15 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
     // again), then added, a live entry's only: the same additions in the same order (as the traversal's batched
     // edge loops, emit/traversal.cpp), with the b entries' loads in flight together.
     const int b = s.edge_batch;
-    std::string e = fmt::format("      for (int j0 = 0; j0 < count; j0 += {}) {{\n", b);
+    std::string e = fmt::format("      for (int j0 = 0; j0 < {}; j0 += {}) {{\n", in_step ? "steps" : "count", b);
     e += fmt::format("        int64_t x_row_batch[{}];\n", b);
     if (!s.scale.empty()) e += fmt::format("        float scale_batch[{}];\n", b);
     e += "#pragma unroll\n";
     e += fmt::format("        for (int u = 0; u < {}; ++u) {{\n", b);
-    e += "          const int j = j0 + u < count ? j0 + u : j0;\n";
-    e += "          x_row_batch[u] = __shfl_sync(0xffffffffu, lane_x_row, j);\n";
-    if (!s.scale.empty()) e += "          scale_batch[u] = __shfl_sync(0xffffffffu, lane_scale, j);\n";
+    // (rows in step: a step past the row's entries takes its own lane's indices, 0, as its row of x)
+    e += in_step ? "          const int j = j0 + u;\n" : "          const int j = j0 + u < count ? j0 + u : j0;\n";
+    e += "          x_row_batch[u] = " + shfl("lane_x_row", "j") + ";\n";
+    if (!s.scale.empty()) e += "          scale_batch[u] = " + shfl("lane_scale", "j") + ";\n";
     e += "        }\n";
     e += fmt::format("        float value[{}][kSlots];\n", b);
     e += "#pragma unroll\n";
@@ -549,7 +598,7 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
     e += "          const int64_t x_row = x_row_batch[u];\n";
     e += "#pragma unroll\n";
     e += "          for (int c = 0; c < kSlots; ++c) {\n";
-    e += "            const int col = lane + 32 * c;\n";
+    e += "            const int col = " + col + ";\n";
     e += "            value[u][c] = col < kNumel ? " + x_elem + " : 0.0f;\n";
     e += "          }\n";
     e += "        }\n";
@@ -558,7 +607,7 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
     if (!s.scale.empty()) e += "          const float entry_scale = scale_batch[u];\n";
     e += "#pragma unroll\n";
     e += "          for (int c = 0; c < kSlots; ++c)\n";
-    e += "            if (j0 + u < count && lane + 32 * c < kNumel) acc[c] += " + scaled + "value[u][c];\n";
+    e += "            if (j0 + u < count && " + col + " < kNumel) acc[c] += " + scaled + "value[u][c];\n";
     e += "        }\n";
     e += "      }\n";
     v["entries"] = e;

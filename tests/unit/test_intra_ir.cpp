@@ -144,6 +144,42 @@ TEST_CASE("a traversal's edge batch prints after its threads when it is not 1, a
   CHECK(parse(kSoftmax).edge_batch == 1);
 }
 
+TEST_CASE("a traversal's row lanes print last when not 32; slot counts follow them; bad values are positioned",
+          "[intra][roundtrip]") {
+  // 64 elements over 16 lanes: 4 slots a lane.
+  std::string grouped = replace(kEdges, "threads=256\n", "threads=256 row_lanes=16\n");
+  for (int k = 0; k < 4; ++k) grouped = replace(grouped, "[1, 64] lanes(2)", "[1, 64] lanes(4)");
+  TraversalInstance t = parse(grouped);
+  CHECK(t.row_lanes == 16);
+  CHECK(print_traversal(t) == grouped);
+  CHECK(parse(kEdges).row_lanes == 32);
+  // The slot count written must be the instance's.
+  CHECK(parse_error(replace(kEdges, "threads=256\n", "threads=256 row_lanes=16\n"))
+            .find("64 elements spread over the lanes take 4 slot(s) per lane, not 2") != std::string::npos);
+  CHECK(parse_error(replace(kEdges, "threads=256\n", "threads=256 row_lanes=4\n")).find("test.intra.ir:1:") == 0);
+  CHECK(parse_error(replace(kEdges, "threads=256\n", "threads=256 row_lanes=4\n")).find("row_lanes=4 is not 8, 16 or 32") !=
+        std::string::npos);
+}
+
+TEST_CASE("the launch check refuses row lanes a kernel cannot hold rows in step with, and sizes the grid by them",
+          "[intra][launch]") {
+  Program p = rgat_like();
+  TraversalInstance t = parse(kEdges);
+  t.row_lanes = 8;
+  CHECK(verify_launch(p, Kernel{t}).empty());
+  CHECK(launch_config(p, Kernel{t}).x.rows_per_block == 32);  // 256 threads, 8 lanes a row
+  t.row_lanes = 32;
+  CHECK(launch_config(p, Kernel{t}).x.rows_per_block == 8);
+  // A loop with a sync walks edge by edge with the whole warp: its rows cannot run in step.
+  TraversalInstance s = parse(kSoftmax);
+  for (Instr& in : s.body)
+    if (auto* l = std::get_if<EdgeLoop>(&in.v)) l->body.push_back(Instr{Sync{}});
+  s.row_lanes = 16;
+  CHECK(verify_launch(p, Kernel{s}).find("row_lanes=16 but the loop over n's edges holds a sync") != std::string::npos);
+  s.row_lanes = 0;
+  CHECK(verify_launch(p, Kernel{s}).find("row_lanes=0 is not 8, 16 or 32") != std::string::npos);
+}
+
 TEST_CASE("element-wise values print with the fewest parentheses and parse back", "[intra][roundtrip]") {
   using V = Value;
   using inter::Op;

@@ -693,6 +693,33 @@ TEST_CASE("schedule.traversal.row_lanes: rows of 8 or 16 lanes, the warp's rows 
                            "for (int i_e_j0 = 0; i_e_j0 < i_e_steps; i_e_j0 += 8) {",
                            "v_pair_lin_feature[j] = lane + 8 * j < 36 ? lin_feature[e_pair * 36 + lane + 8 * j] : 0.f;"})
     CHECK(r8cu.find(line) != std::string::npos);
+  // An explicit row_lanes reaches the gather sums of the compact backward too (auto leaves them a warp a row): the
+  // rows' entries in step, a step past a row's entries adding nothing, a row past the last storing nothing.
+  const size_t gs = r8cu.find("__launch_bounds__(256) rgcn_compact_rl8_bw_sum_d_lin_feature(");
+  REQUIRE(gs != std::string::npos);
+  const std::string sum = r8cu.substr(gs, r8cu.find("\n}\n", gs) - gs);
+  size_t pos = 0;
+  for (const char* line : {"constexpr int kNumel = 36, kSlots = (kNumel + 7) / 8;", "const int lane = threadIdx.x & 7;",
+                           "const int64_t row = row_live ? warp_row + row_group : num_rows - 1;",
+                           "const int64_t end = row_live ? csr_ptr[row + 1] : begin;",
+                           "const int todo = __reduce_max_sync(0xffffffffu, static_cast<int>(end - begin));",
+                           "for (int j0 = 0; j0 < steps; j0 += 8) {", "const int j = j0 + u;",
+                           "x_row_batch[u] = __shfl_sync(0xffffffffu, lane_x_row, j, 8);",
+                           "if (j0 + u < count && lane + 8 * c < kNumel) acc[c] += entry_scale * value[u][c];",
+                           "if (row_live && col < kNumel) y[row * kNumel + col] = acc[c];"}) {
+    const size_t next = sum.find(line, pos);
+    INFO(line);
+    REQUIRE(next != std::string::npos);
+    pos = next + 1;
+  }
+  const std::string r8ir = r8.file("rgcn_compact_rl8.intra.ir");
+  CHECK(r8ir.find("numel=36 deterministic edge_batch=8 row_lanes=8\n") != std::string::npos);
+  SourceFile f8("rgcn_compact_rl8.intra.ir", r8ir);
+  Diagnostics d8;
+  auto phases8 = intra::parse_programs(f8, d8);
+  REQUIRE(phases8);
+  CHECK(intra::print_programs(*phases8) == r8ir);
+  CHECK(r.file("rgcn_compact.intra.ir").find("deterministic row_lanes") == std::string::npos);  // auto: a warp
 }
 
 TEST_CASE("row_lanes in the intra IR text: checked values, and only where the kernel can hold rows in step", "[intra]") {

@@ -364,7 +364,9 @@ TEST_CASE("the emitters print no fixed identifier that is not reserved", "[names
   // ... nor the row ranges emit/cuda.cpp substitutes into them, nor the warp_sum helper (its own parameter).
   kernel_templates.insert({"head", "tile", "tile_ptr", "seg_ptr", "lo", "hi", "mid", "type", "row", "row_scalar", "row_begin",
                            "row_end", "num_segments", "v", "offset", "x_row", "entry_scale", "scale", "from_row", "lane_x_row",
-                           "lane_scale"});
+                           "lane_scale",
+                           // the gather sum's row and entry loops (emit_gathersum prints them into the template)
+                           "first", "end", "count", "begin", "todo", "done", "steps"});
   // The bundled models, and an untrainable one (its module refuses requires_grad: other fixed names):
   // rgat_concat_outer with its attention through leakyrelu_grad, an operator without a derivative rule.
   const std::string untrainable = std::string(HECTORGEN_SOURCE_DIR) + "/tests/specs/rgat_concat_outer.yaml";

@@ -187,6 +187,9 @@ struct GatherSumInstance {
   bool accumulate = false;  // y += (y holds data already), else y =
   int64_t numel = 1;        // elements per row
   int edge_batch = 1;       // entries added per step (inter::Schedule::traversal_edge_batch)
+  // Lanes per row (32, 16 or 8; inter::Schedule::traversal_row_lanes when set, 32 under auto): below 32 the warp's
+  // rows add their entries in step, as a traversal's (emit_gathersum).
+  int row_lanes = 32;
   std::string source;
 };
 

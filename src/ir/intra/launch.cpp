@@ -122,15 +122,15 @@ LaunchConfig launch_config(const Program& p, const Kernel& k) {
     c.y = GridExtent::constant(std::min(ceil_div(s.numel, limits::kWarp), limits::kGridYZ));
     c.z = GridExtent::constant(1);
   } else if (std::holds_alternative<GatherSumInstance>(k)) {
-    // One warp per row (a pair or a node), striding over the rows past its grid.
+    // One warp (or row_lanes lanes) per row (a pair or a node), striding over the rows past its grid.
     c.threads = kGatherSumThreads;
-    c.x.rows_per_block = kGatherSumThreads / limits::kWarp;
+    c.x.rows_per_block = kGatherSumThreads / std::max(1, std::get<GatherSumInstance>(k).row_lanes);
     c.y = GridExtent::constant(1);
     c.z = GridExtent::constant(1);
   } else if (auto* tp = std::get_if<TraversalInstance>(&k)) {
     // One warp per row (a thread per row for scalar work); the kernel strides over the rows past its grid.
     c.threads = tp->threads;
-    c.x.rows_per_block = one_thread_per_row(*tp) ? tp->threads : std::max<int64_t>(1, tp->threads / tp->row_lanes);
+    c.x.rows_per_block = one_thread_per_row(*tp) ? tp->threads : std::max(1, tp->threads / std::max(1, tp->row_lanes));
     c.y = GridExtent::constant(1);
     c.z = GridExtent::constant(1);
   }
@@ -184,6 +184,8 @@ std::string verify_launch(const Program& p, const Kernel& k) {
   }
   if (const auto* g = std::get_if<GatherSumInstance>(&k); g && !inter::valid_edge_batch(g->edge_batch))
     return fmt::format("{}: edge_batch={} is not 1, 2, 4 or 8", name, g->edge_batch);
+  if (const auto* g = std::get_if<GatherSumInstance>(&k); g && (g->row_lanes == 0 || !inter::valid_row_lanes(g->row_lanes)))
+    return fmt::format("{}: row_lanes={} is not 8, 16 or 32", name, g->row_lanes);
   auto tile_coarsen = [&](int tile, int coarsen) -> std::string {
     if (!valid_tile(tile)) return fmt::format("{}: tile {} is not one of 8, 16, 32, 64", name, tile);
     if (!valid_coarsen(coarsen) || tile % coarsen)

@@ -864,6 +864,12 @@ class ProgramParser {
       s.numel = parse_key(c, "numel");
       c.expect("deterministic");
       if (c.accept("edge_batch=")) s.edge_batch = static_cast<int>(c.integer("an edge batch"));
+      if (c.accept("row_lanes=")) {
+        const size_t at = c.pos();
+        s.row_lanes = static_cast<int>(c.integer("lanes per row"));
+        if (s.row_lanes == 0 || !inter::valid_row_lanes(s.row_lanes))
+          c.fail_at(at, fmt::format("row_lanes={} is not 8, 16 or 32", s.row_lanes));
+      }
       c.end();
     }
     s.source = from();
