@@ -250,17 +250,16 @@ class TraversalPrinter {
     }
     {
       CodeWriter::Indent indent(*w_);
-      if (in_step) {
+      if (!in_step) {
+        line(fmt::format("const int {c} = {e} - {f} < 32 ? {e} - {f} : 32;", fmt::arg("c", count), fmt::arg("e", end),
+                         fmt::arg("f", first)));
+      } else {
         line(fmt::format("const int32_t {} = {} + {};", first, begin, done));
         line(fmt::format("const int {s} = {t} - {d} < {g} ? {t} - {d} : {g};", fmt::arg("s", steps), fmt::arg("t", todo),
                          fmt::arg("d", done), fmt::arg("g", G_)));
-      }
-      if (!in_step)
-        line(fmt::format("const int {c} = {e} - {f} < 32 ? {e} - {f} : 32;", fmt::arg("c", count), fmt::arg("e", end),
-                         fmt::arg("f", first)));
-      else
         line(fmt::format("const int {c} = {e} - {f} < {g} ? max({e} - {f}, 0) : {g};", fmt::arg("c", count), fmt::arg("e", end),
                          fmt::arg("f", first), fmt::arg("g", G_)));
+      }
       line(fmt::format("// lane l fetches the indices of edge {} + l", first));
       line(fmt::format("int64_t {} = 0;", lane_of[l.var]));
       for (const IndexDef* x : fetched) line(fmt::format("{} {} = 0;", index_type(*x), lane_of[x->name]));
