@@ -503,30 +503,12 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   v["numel"] = std::to_string(s.numel);
   const int G = s.row_lanes;
   const bool in_step = G != 32;
-  const std::string lanes = std::to_string(G), shift = G == 32 ? "5" : G == 16 ? "4" : "3";
+  const std::string lanes = std::to_string(G);
   v["lanes"] = lanes;
   v["lanes_minus_one"] = std::to_string(G - 1);
   v["live"] = in_step ? "row_live && " : "";
   v["fetchers"] = in_step ? fmt::format("The row's {} lanes fetch", G) : "The warp fetches";
-  std::string row_loop;
-  if (!in_step) {
-    row_loop = "  const int lane = threadIdx.x & 31;\n";
-  } else {
-    row_loop = fmt::format("  const int lane = threadIdx.x & {};  // the lane within its row's {}\n", G - 1, G);
-    row_loop += fmt::format("  const int row_group = (threadIdx.x & 31) >> {};  // which of the warp's {} rows\n", shift, 32 / G);
-  }
-  row_loop += fmt::format("  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> {};\n", shift);
-  row_loop += fmt::format("  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> {};\n", shift);
-  if (!in_step) {
-    row_loop += "  for (int64_t row = first_row; row < num_rows; row += row_stride) {\n";
-  } else {
-    row_loop += fmt::format("  // The warp's {} rows run in step (their lanes shuffle together): a row past the last repeats the last row\n"
-                        "  // and stores nothing.\n", 32 / G);
-    row_loop += "  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {\n"
-            "    const bool row_live = warp_row + row_group < num_rows;\n"
-            "    const int64_t row = row_live ? warp_row + row_group : num_rows - 1;\n";
-  }
-  v["rows"] = row_loop;
+  v["rows"] = row_loop_open(G, "row");
   if (!in_step) {
     v["blocks"] = "    const int64_t end = csr_ptr[row + 1];\n"
                   "    for (int64_t first = csr_ptr[row]; first < end; first += 32) {\n"
@@ -542,10 +524,7 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
         "      const int count = end - first < {0} ? static_cast<int>(end - first > 0 ? end - first : 0) : {0};\n",
         G);
   }
-  // Lane j of the row's lanes' value `lane_v`.
-  auto shfl = [&](const std::string& lane_v, const std::string& j) {
-    return in_step ? fmt::format("__shfl_sync(0xffffffffu, {}, {}, {})", lane_v, j, G) : fmt::format("__shfl_sync(0xffffffffu, {}, {})", lane_v, j);
-  };
+  auto shfl = [&](const std::string& lane_v, const std::string& j) { return row_shuffle(G, lane_v, j); };
   const std::string col = "lane + " + lanes + " * c";
   v["acc_init"] = s.accumulate ? col + " < kNumel ? " + load_elem(y, "y[row * kNumel + " + col + "]") + " : 0.0f" : "0.0f";
   // The entry's row of x (its own, or its edge's destination's) and its scale: lane j fetches them for entry

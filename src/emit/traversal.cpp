@@ -87,27 +87,9 @@ class TraversalPrinter {
     if (per_thread) {
       k.line("  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;");
       k.line("  const int64_t row_stride = static_cast<int64_t>(gridDim.x) * blockDim.x;");
-    } else if (G_ == 32) {
-      k.line("  const int lane = threadIdx.x & 31;");
-      k.line("  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;");
-      k.line("  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;");
-    } else {
-      const int shift = G_ == 16 ? 4 : 3;
-      k.line(fmt::format("  const int lane = threadIdx.x & {};  // the lane within its row's {}", G_ - 1, G_));
-      k.line(fmt::format("  const int row_group = (threadIdx.x & 31) >> {};  // which of the warp's {} rows", shift, 32 / G_));
-      k.line(fmt::format("  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> {};", shift));
-      k.line(fmt::format("  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> {};", shift));
-    }
-    if (per_thread || G_ == 32) {
       k.line(fmt::format("  for (int64_t {0} = first_row; {0} < num_rows; {0} += row_stride) {{", t_.row));
-    } else {
-      k.line(fmt::format("  // The warp's {} rows run in step (their lanes shuffle together): a row past the last repeats", 32 / G_));
-      k.line("  // the last row and stores nothing.");
-      k.line("  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {");
-      k.line("    const bool row_live = warp_row + row_group < num_rows;");
-      k.line(fmt::format("    const int64_t {} = row_live ? warp_row + row_group : num_rows - 1;", t_.row));
     }
-    r.kernel = k.str() + body.str() + "  }\n}\n";
+    r.kernel = k.str() + (per_thread ? "" : row_loop_open(G_, t_.row)) + body.str() + "  }\n}\n";
     std::string arglist;
     for (size_t i = 0; i < args.size(); ++i) arglist += (i ? ", " : "") + args[i];
     const LaunchConfig launch = launch_config(p_, Kernel{t_});
@@ -450,11 +432,7 @@ class TraversalPrinter {
   // Registers per lane of a value of type `t` in this instance.
   int64_t slots_of(const RegType& t) const { return t.slots(G_); }
 
-  // Lane `src` of the row's lanes' `v`.
-  std::string shfl(const std::string& v, const std::string& src) const {
-    if (G_ == 32) return fmt::format("__shfl_sync(0xffffffffu, {}, {})", v, src);
-    return fmt::format("__shfl_sync(0xffffffffu, {}, {}, {})", v, src, G_);
-  }
+  std::string shfl(const std::string& v, const std::string& src) const { return row_shuffle(G_, v, src); }
 
   // The helper that sums (or maximises) a value over the row's lanes; notes it for the kernel file.
   std::string across_lanes(ReduceOp op) {
@@ -738,6 +716,32 @@ class TraversalPrinter {
 }  // namespace
 
 TraversalCode emit_traversal(const Program& p, const TraversalInstance& t) { return TraversalPrinter(p, t).run(); }
+
+std::string row_loop_open(int row_lanes, const std::string& row) {
+  if (row_lanes == 32)
+    return fmt::format("  const int lane = threadIdx.x & 31;\n"
+                       "  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;\n"
+                       "  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;\n"
+                       "  for (int64_t {0} = first_row; {0} < num_rows; {0} += row_stride) {{\n",
+                       row);
+  const int shift = row_lanes == 16 ? 4 : 3;
+  return fmt::format(
+      "  const int lane = threadIdx.x & {0};  // the lane within its row's {1}\n"
+      "  const int row_group = (threadIdx.x & 31) >> {2};  // which of the warp's {3} rows\n"
+      "  const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> {2};\n"
+      "  const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> {2};\n"
+      "  // The warp's {3} rows run in step (their lanes shuffle together): a row past the last repeats\n"
+      "  // the last row and stores nothing.\n"
+      "  for (int64_t warp_row = first_row - row_group; warp_row < num_rows; warp_row += row_stride) {{\n"
+      "    const bool row_live = warp_row + row_group < num_rows;\n"
+      "    const int64_t {4} = row_live ? warp_row + row_group : num_rows - 1;\n",
+      row_lanes - 1, row_lanes, shift, 32 / row_lanes, row);
+}
+
+std::string row_shuffle(int row_lanes, const std::string& v, const std::string& src) {
+  if (row_lanes == 32) return fmt::format("__shfl_sync(0xffffffffu, {}, {})", v, src);
+  return fmt::format("__shfl_sync(0xffffffffu, {}, {}, {})", v, src, row_lanes);
+}
 
 std::string device_helpers(const std::set<std::string>& names) {
   std::string out;

@@ -215,6 +215,15 @@ std::string parse_row(Cursor& c) {
   return c.ident("a row (a variable, an index, or 0)");
 }
 
+// ` row_lanes=G` where it comes next (G 8, 16 or 32, else a positioned error), or 32 (the default, not printed).
+int parse_row_lanes(Cursor& c) {
+  if (!c.accept("row_lanes=")) return 32;
+  const size_t at = c.pos();
+  const int lanes = static_cast<int>(c.integer("lanes per row"));
+  if (lanes == 0 || !inter::valid_row_lanes(lanes)) c.fail_at(at, fmt::format("row_lanes={} is not 8, 16 or 32", lanes));
+  return lanes;
+}
+
 // `row_lanes`: the lanes per row of the instance (a `lanes` vector's slot count depends on it).
 RegType parse_reg_type(Cursor& c, int row_lanes) {
   RegType t;
@@ -313,11 +322,7 @@ class TraversalParser {
     c.expect("threads=");
     t.threads = static_cast<int>(c.integer("a thread count"));
     if (c.accept("edge_batch=")) t.edge_batch = static_cast<int>(c.integer("an edge batch"));
-    if (c.accept("row_lanes=")) {
-      size_t lanes_at = c.pos();
-      t.row_lanes = static_cast<int>(c.integer("lanes per row"));
-      if (t.row_lanes == 0 || !inter::valid_row_lanes(t.row_lanes)) c.fail_at(lanes_at, fmt::format("row_lanes={} is not 8, 16 or 32", t.row_lanes));
-    }
+    t.row_lanes = parse_row_lanes(c);
     c.end();
     row_lanes_ = t.row_lanes;
     t.body = body(h.indent + 4);
@@ -864,12 +869,7 @@ class ProgramParser {
       s.numel = parse_key(c, "numel");
       c.expect("deterministic");
       if (c.accept("edge_batch=")) s.edge_batch = static_cast<int>(c.integer("an edge batch"));
-      if (c.accept("row_lanes=")) {
-        const size_t at = c.pos();
-        s.row_lanes = static_cast<int>(c.integer("lanes per row"));
-        if (s.row_lanes == 0 || !inter::valid_row_lanes(s.row_lanes))
-          c.fail_at(at, fmt::format("row_lanes={} is not 8, 16 or 32", s.row_lanes));
-      }
+      s.row_lanes = parse_row_lanes(c);
       c.end();
     }
     s.source = from();
