@@ -117,6 +117,11 @@ VARIANTS = {
                               (("row_lanes", 16),)),
     "bf16_auto_rl8": Variant("bf16_auto_rl8", "bf16", "bf16", _AUTO, "auto, 8 lanes per traversal row",
                              (("row_lanes", 8),)),
+    # auto with every traversal slot moved on its own (schedule.traversal.vector: 1, the layout before vector runs:
+    # element lane + G j, one scalar load each) against auto's runs of up to 8 consecutive elements a lane, each one
+    # vector load of up to 16 bytes (bench/README.md, "Vector runs").
+    "tf32_auto_v1": Variant("tf32_auto_v1", "tf32", "fp32", _AUTO, "auto, scalar traversal loads", (("vector", 1),)),
+    "bf16_auto_v1": Variant("bf16_auto_v1", "bf16", "bf16", _AUTO, "auto, scalar traversal loads", (("vector", 1),)),
     "bf16_auto_rl16_eb4": Variant("bf16_auto_rl16_eb4", "bf16", "bf16", _AUTO,
                                   "auto, 16 lanes per traversal row, edge loops 4 edges a step",
                                   (("row_lanes", 16), ("edge_batch", 4))),

@@ -35,6 +35,10 @@ void check(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntA
   TORCH_CHECK(t.scalar_type() == dtype, "hgt: ", name, " must be ", dtype, ", got ", t.scalar_type());
   TORCH_CHECK(t.sizes() == shape, "hgt: ", name, " must have shape ", shape_str(shape), ", got ", shape_str(t.sizes()));
   TORCH_CHECK(t.is_contiguous(), "hgt: ", name, " must be contiguous");
+  // The kernels move rows in vectors of up to 16 bytes.
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "hgt: ", name,
+              " must start at a 16-byte aligned address (a view at an offset that is not a multiple of 16 bytes; ",
+              "pass a copy, t.clone())");
 }
 
 // A tensor of `shape` when a gradient the caller asked for needs it (the backward's grad_mask), else an empty one.

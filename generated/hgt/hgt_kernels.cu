@@ -30,6 +30,43 @@ __device__ __forceinline__ float group_max(float v) {
   return v;
 }
 
+// A run of V consecutive elements of a row (a lane's slots of a traversal register) moved as words of up to
+// 16 bytes, converted to and from float; the address is a multiple of the run's size (the row length is a
+// multiple of V, the tensor starts 16-byte aligned: the host code checks).
+template <int kRunBytes> struct RunWord;
+template <> struct RunWord<4> { using type = uint32_t; };
+template <> struct RunWord<8> { using type = uint2; };
+template <> struct RunWord<16> { using type = uint4; };
+__device__ __forceinline__ float run_to_float(float v) { return v; }
+__device__ __forceinline__ void run_from_float(float& e, float v) { e = v; }
+template <int kRun, class RunElem>
+__device__ __forceinline__ void load_run(float* run_values, const RunElem* run_addr) {
+  constexpr int kRunBytes = kRun * sizeof(RunElem) < 16 ? kRun * sizeof(RunElem) : 16;
+  constexpr int kRunPer = kRunBytes / sizeof(RunElem);
+  using RunChunk = typename RunWord<kRunBytes>::type;
+#pragma unroll
+  for (int w = 0; w < kRun / kRunPer; ++w) {
+    const RunChunk run_word = reinterpret_cast<const RunChunk*>(run_addr)[w];
+    const RunElem* e = reinterpret_cast<const RunElem*>(&run_word);
+#pragma unroll
+    for (int i = 0; i < kRunPer; ++i) run_values[w * kRunPer + i] = run_to_float(e[i]);
+  }
+}
+template <int kRun, class RunElem>
+__device__ __forceinline__ void store_run(RunElem* run_addr, const float* run_values) {
+  constexpr int kRunBytes = kRun * sizeof(RunElem) < 16 ? kRun * sizeof(RunElem) : 16;
+  constexpr int kRunPer = kRunBytes / sizeof(RunElem);
+  using RunChunk = typename RunWord<kRunBytes>::type;
+#pragma unroll
+  for (int w = 0; w < kRun / kRunPer; ++w) {
+    RunChunk run_word;
+    RunElem* e = reinterpret_cast<RunElem*>(&run_word);
+#pragma unroll
+    for (int i = 0; i < kRunPer; ++i) run_from_float(e[i], run_values[w * kRunPer + i]);
+    reinterpret_cast<RunChunk*>(run_addr)[w] = run_word;
+  }
+}
+
 
 // ==== forward ====
 
@@ -165,11 +202,9 @@ __global__ void __launch_bounds__(256) hgt_fw_edges_att(
     const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
     float lin_3[8];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) lin_3[j] = t_lin_3[e * 64 + lane + 8 * j];
+    load_run<8>(lin_3, &t_lin_3[e * 64 + lane * 8]);
     float v_dst_q[8];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 8 * j];
+    load_run<8>(v_dst_q, &q[e_dst * 64 + lane * 8]);
     const float v_mu = mu[e_etype];
     // e["att"] = dot($lin_3, e.dst["q"]) * mu[e.etype] / sqrt(d_k)
     float dot_lin_3_q = 0.f;
@@ -251,8 +286,7 @@ __global__ void __launch_bounds__(256) hgt_fw_nodes_att_max(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);
         float v_msg[8];
-        #pragma unroll
-        for (int j = 0; j < 8; ++j) v_msg[j] = msg[e * 64 + lane + 8 * j];
+        load_run<8>(v_msg, &msg[e * 64 + lane * 8]);
         // e["att"] = e["att"] / e.dst["att_sum"]
         float v_att = att[e];
         if (i_e_live) {
@@ -266,8 +300,7 @@ __global__ void __launch_bounds__(256) hgt_fw_nodes_att_max(
       }
     }
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 8; ++j) agg[n * 64 + lane + 8 * j] = v_agg[j];
+      store_run<8>(&agg[n * 64 + lane * 8], v_agg);
     }
   }
 }
@@ -296,11 +329,9 @@ __global__ void __launch_bounds__(256) hgt_fwt_edges_att__0_dot(
     const int64_t e_dst = dst[e];
     const int e_etype = etype[e];
     float lin_3[8];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) lin_3[j] = t_lin_3[e * 64 + lane + 8 * j];
+    load_run<8>(lin_3, &t_lin_3[e * 64 + lane * 8]);
     float v_dst_q[8];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) v_dst_q[j] = q[e_dst * 64 + lane + 8 * j];
+    load_run<8>(v_dst_q, &q[e_dst * 64 + lane * 8]);
     const float v_mu = mu[e_etype];
     // e["att$0$dot"] = dot($lin_3, e.dst["q"])
     float v_att__0_dot = 0.f;
@@ -390,8 +421,7 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);
         float v_msg[8];
-        #pragma unroll
-        for (int j = 0; j < 8; ++j) v_msg[j] = msg[e * 64 + lane + 8 * j];
+        load_run<8>(v_msg, &msg[e * 64 + lane * 8]);
         // e["att"] = e["att$1"] / e.dst["att_sum"]
         const float v_att__1 = att__1[e];
         const float v_att = v_att__1 / v_att_sum;
@@ -412,8 +442,7 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
       if (lane == 0) att_sum[n] = v_att_sum;
     }
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 8; ++j) agg[n * 64 + lane + 8 * j] = v_agg[j];
+      store_run<8>(&agg[n * 64 + lane * 8], v_agg);
     }
   }
 }
@@ -500,8 +529,7 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
     const bool row_live = warp_row + row_group < num_rows;
     const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
     float v_d_agg[8];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) v_d_agg[j] = d_agg[n * 64 + lane + 8 * j];
+    load_run<8>(v_d_agg, &d_agg[n * 64 + lane * 8]);
     const float v_att_sum = att_sum[n];
     const float v_att_max = att_max[n];
     float v_d_att_sum = 0.0f;
@@ -521,8 +549,7 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);
         float v_msg[8];
-        #pragma unroll
-        for (int j = 0; j < 8; ++j) v_msg[j] = msg[e * 64 + lane + 8 * j];
+        load_run<8>(v_msg, &msg[e * 64 + lane * 8]);
         const float v_att = att[e];
         const float v_att__1 = att__1[e];
         // e["d$att"] += sum(n["d$agg"] * e.msg)
@@ -541,8 +568,7 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
           v_d_att_sum += -(v_d_att * v_att__1 / (v_att_sum * v_att_sum));
         }
         if (i_e_live) {
-          #pragma unroll
-          for (int j = 0; j < 8; ++j) d_msg[e * 64 + lane + 8 * j] = v_d_msg[j];
+          store_run<8>(&d_msg[e * 64 + lane * 8], v_d_msg);
         }
         if (i_e_live) {
           if (lane == 0) d_att__1[e] = v_d_att__1;
@@ -677,8 +703,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
         float scatter[4];
-        #pragma unroll
-        for (int j = 0; j < 4; ++j) scatter[j] = t_d_v_edges[e * 64 + lane + 16 * j];
+        load_run<4>(scatter, &t_d_v_edges[e * 64 + lane * 4]);
         // n["d$v"] += $scatter
         if (i_e_live) {
           #pragma unroll
@@ -687,8 +712,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
       }
     }
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) d_v[n * 64 + lane + 16 * j] = v_d_v[j];
+      store_run<4>(&d_v[n * 64 + lane * 4], v_d_v);
     }
   }
 }
@@ -804,8 +828,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
         float scatter[4];
-        #pragma unroll
-        for (int j = 0; j < 4; ++j) scatter[j] = t_d_k_edges[e * 64 + lane + 16 * j];
+        load_run<4>(scatter, &t_d_k_edges[e * 64 + lane * 4]);
         // n["d$k"] += $scatter
         if (i_e_live) {
           #pragma unroll
@@ -814,8 +837,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
       }
     }
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) d_k[n * 64 + lane + 16 * j] = v_d_k[j];
+      store_run<4>(&d_k[n * 64 + lane * 4], v_d_k);
     }
   }
 }
@@ -843,8 +865,7 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
     const float v_d_att__0 = d_att__0[e];
     const float v_mu = mu[e_etype];
     float lin_11[4];
-    #pragma unroll
-    for (int j = 0; j < 4; ++j) lin_11[j] = t_lin_11[e * 64 + lane + 16 * j];
+    load_run<4>(lin_11, &t_lin_11[e * 64 + lane * 4]);
     const float v_att__0_dot = att__0_dot[e];
     // $sc2 = e["d$att$0"] / sqrt(d_k) * mu[e.etype] * $lin_11
     float sc2[4];
@@ -853,8 +874,7 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop_3(
     // $wg3 = e["d$att$0"] / sqrt(d_k) * e.att$0$dot
     const float wg3 = v_d_att__0 / 8.0f * v_att__0_dot;
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) t_sc2[e * 64 + lane + 16 * j] = sc2[j];
+      store_run<4>(&t_sc2[e * 64 + lane * 4], sc2);
     }
     if (row_live) {
       if (lane == 0) t_wg3[e] = wg3;
@@ -897,8 +917,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
         float scatter[4];
-        #pragma unroll
-        for (int j = 0; j < 4; ++j) scatter[j] = t_sc2[e * 64 + lane + 16 * j];
+        load_run<4>(scatter, &t_sc2[e * 64 + lane * 4]);
         // n["d$q"] += $scatter
         if (i_e_live) {
           #pragma unroll
@@ -907,8 +926,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
       }
     }
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) d_q[n * 64 + lane + 16 * j] = v_d_q[j];
+      store_run<4>(&d_q[n * 64 + lane * 4], v_d_q);
     }
   }
 }

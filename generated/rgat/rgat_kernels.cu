@@ -30,6 +30,43 @@ __device__ __forceinline__ float group_max(float v) {
   return v;
 }
 
+// A run of V consecutive elements of a row (a lane's slots of a traversal register) moved as words of up to
+// 16 bytes, converted to and from float; the address is a multiple of the run's size (the row length is a
+// multiple of V, the tensor starts 16-byte aligned: the host code checks).
+template <int kRunBytes> struct RunWord;
+template <> struct RunWord<4> { using type = uint32_t; };
+template <> struct RunWord<8> { using type = uint2; };
+template <> struct RunWord<16> { using type = uint4; };
+__device__ __forceinline__ float run_to_float(float v) { return v; }
+__device__ __forceinline__ void run_from_float(float& e, float v) { e = v; }
+template <int kRun, class RunElem>
+__device__ __forceinline__ void load_run(float* run_values, const RunElem* run_addr) {
+  constexpr int kRunBytes = kRun * sizeof(RunElem) < 16 ? kRun * sizeof(RunElem) : 16;
+  constexpr int kRunPer = kRunBytes / sizeof(RunElem);
+  using RunChunk = typename RunWord<kRunBytes>::type;
+#pragma unroll
+  for (int w = 0; w < kRun / kRunPer; ++w) {
+    const RunChunk run_word = reinterpret_cast<const RunChunk*>(run_addr)[w];
+    const RunElem* e = reinterpret_cast<const RunElem*>(&run_word);
+#pragma unroll
+    for (int i = 0; i < kRunPer; ++i) run_values[w * kRunPer + i] = run_to_float(e[i]);
+  }
+}
+template <int kRun, class RunElem>
+__device__ __forceinline__ void store_run(RunElem* run_addr, const float* run_values) {
+  constexpr int kRunBytes = kRun * sizeof(RunElem) < 16 ? kRun * sizeof(RunElem) : 16;
+  constexpr int kRunPer = kRunBytes / sizeof(RunElem);
+  using RunChunk = typename RunWord<kRunBytes>::type;
+#pragma unroll
+  for (int w = 0; w < kRun / kRunPer; ++w) {
+    RunChunk run_word;
+    RunElem* e = reinterpret_cast<RunElem*>(&run_word);
+#pragma unroll
+    for (int i = 0; i < kRunPer; ++i) run_from_float(e[i], run_values[w * kRunPer + i]);
+    reinterpret_cast<RunChunk*>(run_addr)[w] = run_word;
+  }
+}
+
 
 // ==== forward ====
 
@@ -165,17 +202,13 @@ __global__ void __launch_bounds__(256) rgat_fw_edges_att(
     const int64_t e = row_live ? warp_row + row_group : num_rows - 1;
     const int e_etype = etype[e];
     float hs[8];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) hs[j] = t_hs[e * 64 + lane + 8 * j];
+    load_run<8>(hs, &t_hs[e * 64 + lane * 8]);
     float v_w_s[8];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) v_w_s[j] = w_s[e_etype * 64 + lane + 8 * j];
+    load_run<8>(v_w_s, &w_s[e_etype * 64 + lane * 8]);
     float ht[8];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) ht[j] = t_ht[e * 64 + lane + 8 * j];
+    load_run<8>(ht, &t_ht[e * 64 + lane * 8]);
     float v_w_t[8];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) v_w_t[j] = w_t[e_etype * 64 + lane + 8 * j];
+    load_run<8>(v_w_t, &w_t[e_etype * 64 + lane * 8]);
     // e["att"] = leakyrelu(dot(hs, w_s[e.etype]) + dot(ht, w_t[e.etype]), negative_slope)
     float dot_hs_w_s = 0.f;
     #pragma unroll
@@ -261,8 +294,7 @@ __global__ void __launch_bounds__(256) rgat_fw_nodes_att_max(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);
         float v_msg[8];
-        #pragma unroll
-        for (int j = 0; j < 8; ++j) v_msg[j] = t_hs[e * 64 + lane + 8 * j];
+        load_run<8>(v_msg, &t_hs[e * 64 + lane * 8]);
         // e["att"] = e["att"] / e.dst["att_sum"]
         float v_att = att[e];
         if (i_e_live) {
@@ -276,8 +308,7 @@ __global__ void __launch_bounds__(256) rgat_fw_nodes_att_max(
       }
     }
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 8; ++j) h[n * 64 + lane + 8 * j] = v_h[j];
+      store_run<8>(&h[n * 64 + lane * 8], v_h);
     }
   }
 }
@@ -304,17 +335,13 @@ __global__ void __launch_bounds__(256) rgat_fwt_edges_att__0(
     const int64_t e = row_live ? warp_row + row_group : num_rows - 1;
     const int e_etype = etype[e];
     float v_hs[8];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) v_hs[j] = hs[e * 64 + lane + 8 * j];
+    load_run<8>(v_hs, &hs[e * 64 + lane * 8]);
     float v_w_s[8];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) v_w_s[j] = w_s[e_etype * 64 + lane + 8 * j];
+    load_run<8>(v_w_s, &w_s[e_etype * 64 + lane * 8]);
     float v_ht[8];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) v_ht[j] = ht[e * 64 + lane + 8 * j];
+    load_run<8>(v_ht, &ht[e * 64 + lane * 8]);
     float v_w_t[8];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) v_w_t[j] = w_t[e_etype * 64 + lane + 8 * j];
+    load_run<8>(v_w_t, &w_t[e_etype * 64 + lane * 8]);
     // e["att$0"] = leakyrelu(dot(e["hs"], w_s[e.etype]) + dot(e["ht"], w_t[e.etype]), negative_slope)
     float dot_hs_w_s = 0.f;
     #pragma unroll
@@ -404,8 +431,7 @@ __global__ void __launch_bounds__(256) rgat_fwt_nodes_att_max(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);
         float v_msg[8];
-        #pragma unroll
-        for (int j = 0; j < 8; ++j) v_msg[j] = hs[e * 64 + lane + 8 * j];
+        load_run<8>(v_msg, &hs[e * 64 + lane * 8]);
         // e["att"] = e["att$1"] / e.dst["att_sum"]
         const float v_att__1 = att__1[e];
         const float v_att = v_att__1 / v_att_sum;
@@ -426,8 +452,7 @@ __global__ void __launch_bounds__(256) rgat_fwt_nodes_att_max(
       if (lane == 0) att_sum[n] = v_att_sum;
     }
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 8; ++j) h[n * 64 + lane + 8 * j] = v_h[j];
+      store_run<8>(&h[n * 64 + lane * 8], v_h);
     }
   }
 }
@@ -459,8 +484,7 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
     const bool row_live = warp_row + row_group < num_rows;
     const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
     float v_d_h[8];
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) v_d_h[j] = d_h[n * 64 + lane + 8 * j];
+    load_run<8>(v_d_h, &d_h[n * 64 + lane * 8]);
     const float v_att_sum = att_sum[n];
     const float v_att_max = att_max[n];
     float v_d_att_sum = 0.0f;
@@ -480,8 +504,7 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);
         float v_msg[8];
-        #pragma unroll
-        for (int j = 0; j < 8; ++j) v_msg[j] = msg[e * 64 + lane + 8 * j];
+        load_run<8>(v_msg, &msg[e * 64 + lane * 8]);
         const float v_att = att[e];
         const float v_att__1 = att__1[e];
         // e["d$att"] += sum(n.d$h * e.msg)
@@ -500,8 +523,7 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
           v_d_att_sum += -(v_d_att * v_att__1 / (v_att_sum * v_att_sum));
         }
         if (i_e_live) {
-          #pragma unroll
-          for (int j = 0; j < 8; ++j) d_msg[e * 64 + lane + 8 * j] = v_d_msg[j];
+          store_run<8>(&d_msg[e * 64 + lane * 8], v_d_msg);
         }
         if (i_e_live) {
           if (lane == 0) d_att__1[e] = v_d_att__1;
@@ -574,20 +596,15 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     const float v_d_att__0 = d_att__0[e];
     const float v_att__0 = att__0[e];
     float v_w_s[4];
-    #pragma unroll
-    for (int j = 0; j < 4; ++j) v_w_s[j] = w_s[e_etype * 64 + lane + 16 * j];
+    load_run<4>(v_w_s, &w_s[e_etype * 64 + lane * 4]);
     float v_hs[4];
-    #pragma unroll
-    for (int j = 0; j < 4; ++j) v_hs[j] = hs[e * 64 + lane + 16 * j];
+    load_run<4>(v_hs, &hs[e * 64 + lane * 4]);
     float v_w_t[4];
-    #pragma unroll
-    for (int j = 0; j < 4; ++j) v_w_t[j] = w_t[e_etype * 64 + lane + 16 * j];
+    load_run<4>(v_w_t, &w_t[e_etype * 64 + lane * 4]);
     float v_ht[4];
-    #pragma unroll
-    for (int j = 0; j < 4; ++j) v_ht[j] = ht[e * 64 + lane + 16 * j];
+    load_run<4>(v_ht, &ht[e * 64 + lane * 4]);
     float v_d_msg[4];
-    #pragma unroll
-    for (int j = 0; j < 4; ++j) v_d_msg[j] = d_msg[e * 64 + lane + 16 * j];
+    load_run<4>(v_d_msg, &d_msg[e * 64 + lane * 4]);
     // e["d$hs"] += e["d$att$0"] * leakyrelu_grad(e.att$0, negative_slope) * reshape(w_s[e.etype], 1, 64)
     float v_d_hs[4];
     #pragma unroll
@@ -608,20 +625,16 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
     #pragma unroll
     for (int j = 0; j < 4; ++j) v_d_hs[j] += v_d_msg[j];
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) d_hs[e * 64 + lane + 16 * j] = v_d_hs[j];
+      store_run<4>(&d_hs[e * 64 + lane * 4], v_d_hs);
     }
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) t_wg0[e * 64 + lane + 16 * j] = wg0[j];
+      store_run<4>(&t_wg0[e * 64 + lane * 4], wg0);
     }
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) d_ht[e * 64 + lane + 16 * j] = v_d_ht[j];
+      store_run<4>(&d_ht[e * 64 + lane * 4], v_d_ht);
     }
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) t_wg1[e * 64 + lane + 16 * j] = wg1[j];
+      store_run<4>(&t_wg1[e * 64 + lane * 4], wg1);
     }
   }
 }
@@ -716,8 +729,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
         float scatter[4];
-        #pragma unroll
-        for (int j = 0; j < 4; ++j) scatter[j] = t_d_feature_edges[e * 64 + lane + 16 * j];
+        load_run<4>(scatter, &t_d_feature_edges[e * 64 + lane * 4]);
         // n["d$feature"] += $scatter
         if (i_e_live) {
           #pragma unroll
@@ -726,8 +738,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature(
       }
     }
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) d_feature[n * 64 + lane + 16 * j] = v_d_feature[j];
+      store_run<4>(&d_feature[n * 64 + lane * 4], v_d_feature);
     }
   }
 }
@@ -749,8 +760,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
     const bool row_live = warp_row + row_group < num_rows;
     const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
     float v_d_feature[4];
-    #pragma unroll
-    for (int j = 0; j < 4; ++j) v_d_feature[j] = d_feature[n * 64 + lane + 16 * j];
+    load_run<4>(v_d_feature, &d_feature[n * 64 + lane * 4]);
     const int32_t i_e_begin = out_ptr[n];
     const int32_t i_e_end = row_live ? out_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
     const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
@@ -767,8 +777,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
         float scatter[4];
-        #pragma unroll
-        for (int j = 0; j < 4; ++j) scatter[j] = t_d_feature_edges_2[e * 64 + lane + 16 * j];
+        load_run<4>(scatter, &t_d_feature_edges_2[e * 64 + lane * 4]);
         // n["d$feature"] += $scatter
         if (i_e_live) {
           #pragma unroll
@@ -777,8 +786,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
       }
     }
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) d_feature[n * 64 + lane + 16 * j] = v_d_feature[j];
+      store_run<4>(&d_feature[n * 64 + lane * 4], v_d_feature);
     }
   }
 }

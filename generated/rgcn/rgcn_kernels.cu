@@ -11,6 +11,42 @@
 
 namespace {
 
+// A run of V consecutive elements of a row (a lane's slots of a traversal register) moved as words of up to
+// 16 bytes, converted to and from float; the address is a multiple of the run's size (the row length is a
+// multiple of V, the tensor starts 16-byte aligned: the host code checks).
+template <int kRunBytes> struct RunWord;
+template <> struct RunWord<4> { using type = uint32_t; };
+template <> struct RunWord<8> { using type = uint2; };
+template <> struct RunWord<16> { using type = uint4; };
+__device__ __forceinline__ float run_to_float(float v) { return v; }
+__device__ __forceinline__ void run_from_float(float& e, float v) { e = v; }
+template <int kRun, class RunElem>
+__device__ __forceinline__ void load_run(float* run_values, const RunElem* run_addr) {
+  constexpr int kRunBytes = kRun * sizeof(RunElem) < 16 ? kRun * sizeof(RunElem) : 16;
+  constexpr int kRunPer = kRunBytes / sizeof(RunElem);
+  using RunChunk = typename RunWord<kRunBytes>::type;
+#pragma unroll
+  for (int w = 0; w < kRun / kRunPer; ++w) {
+    const RunChunk run_word = reinterpret_cast<const RunChunk*>(run_addr)[w];
+    const RunElem* e = reinterpret_cast<const RunElem*>(&run_word);
+#pragma unroll
+    for (int i = 0; i < kRunPer; ++i) run_values[w * kRunPer + i] = run_to_float(e[i]);
+  }
+}
+template <int kRun, class RunElem>
+__device__ __forceinline__ void store_run(RunElem* run_addr, const float* run_values) {
+  constexpr int kRunBytes = kRun * sizeof(RunElem) < 16 ? kRun * sizeof(RunElem) : 16;
+  constexpr int kRunPer = kRunBytes / sizeof(RunElem);
+  using RunChunk = typename RunWord<kRunBytes>::type;
+#pragma unroll
+  for (int w = 0; w < kRun / kRunPer; ++w) {
+    RunChunk run_word;
+    RunElem* e = reinterpret_cast<RunElem*>(&run_word);
+#pragma unroll
+    for (int i = 0; i < kRunPer; ++i) run_from_float(e[i], run_values[w * kRunPer + i]);
+    reinterpret_cast<RunChunk*>(run_addr)[w] = run_word;
+  }
+}
 
 
 // ==== forward ====
@@ -194,8 +230,7 @@ __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
     const bool row_live = warp_row + row_group < num_rows;
     const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
     float v_h[4];
-    #pragma unroll
-    for (int j = 0; j < 4; ++j) v_h[j] = h[n * 64 + lane + 16 * j];
+    load_run<4>(v_h, &h[n * 64 + lane * 4]);
     const int32_t i_e_begin = in_ptr[n];
     const int32_t i_e_end = row_live ? in_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
     const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
@@ -212,8 +247,7 @@ __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
         float scatter[4];
-        #pragma unroll
-        for (int j = 0; j < 4; ++j) scatter[j] = t_h_edges[e * 64 + lane + 16 * j];
+        load_run<4>(scatter, &t_h_edges[e * 64 + lane * 4]);
         // n["h"] += $scatter
         if (i_e_live) {
           #pragma unroll
@@ -222,8 +256,7 @@ __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
       }
     }
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) h[n * 64 + lane + 16 * j] = v_h[j];
+      store_run<4>(&h[n * 64 + lane * 4], v_h);
     }
   }
 }
@@ -349,8 +382,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
     const bool row_live = warp_row + row_group < num_rows;
     const int64_t n = row_live ? warp_row + row_group : num_rows - 1;
     float v_d_feature[4];
-    #pragma unroll
-    for (int j = 0; j < 4; ++j) v_d_feature[j] = d_feature[n * 64 + lane + 16 * j];
+    load_run<4>(v_d_feature, &d_feature[n * 64 + lane * 4]);
     const int32_t i_e_begin = out_ptr[n];
     const int32_t i_e_end = row_live ? out_ptr[n + 1] : i_e_begin;  // a row past the last walks no edges
     const int i_e_todo = __reduce_max_sync(0xffffffffu, i_e_end - i_e_begin);  // the warp's longest row
@@ -367,8 +399,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
         float scatter[4];
-        #pragma unroll
-        for (int j = 0; j < 4; ++j) scatter[j] = t_d_feature_edges[e * 64 + lane + 16 * j];
+        load_run<4>(scatter, &t_d_feature_edges[e * 64 + lane * 4]);
         // n["d$feature"] += $scatter
         if (i_e_live) {
           #pragma unroll
@@ -377,8 +408,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
       }
     }
     if (row_live) {
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) d_feature[n * 64 + lane + 16 * j] = v_d_feature[j];
+      store_run<4>(&d_feature[n * 64 + lane * 4], v_d_feature);
     }
   }
 }

@@ -141,6 +141,10 @@ void* mapped_address(const at::Tensor& t, const char* name, at::ScalarType dtype
   TORCH_CHECK(t.scalar_type() == dtype, "$model$: ", name, " must be ", dtype, ", got ", t.scalar_type());
   TORCH_CHECK(t.sizes() == shape, "$model$: ", name, " must have shape ", shape_str(shape), ", got ", shape_str(t.sizes()));
   TORCH_CHECK(t.is_contiguous(), "$model$: ", name, " must be contiguous");
+  // The kernels move rows in vectors of up to 16 bytes.
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "$model$: ", name,
+              " must start at a 16-byte aligned address (a view at an offset that is not a multiple of 16 bytes; ",
+              "pass a copy, t.clone())");
   if (t.is_cuda() || t.numel() == 0) return t.data_ptr();
   // The first and the last byte: pinned by cudaHostAlloc or cudaHostRegister, mapped, one range for the device.
   const size_t bytes = t.numel() * t.element_size();

@@ -57,6 +57,8 @@ const char* const kCppEmitterNames[] = {
     // traversal kernels (emit/traversal.cpp) and launchers (emit/cuda.cpp)
     "lane", "first_row", "row_stride", "num_rows", "j", "m", "idx", "partial", "total", "warp_sum", "warp_max", "leaky_relu",
     "row_group", "warp_row", "row_live", "group_sum", "group_max", "kRowLanes", "__reduce_max_sync",
+    "run", "load_run", "store_run", "run_to_float", "run_from_float", "RunWord", "RunChunk", "run_word", "run_values",
+    "run_addr", "kRun", "RunElem", "kRunBytes", "kRunPer", "uint2", "uint4",
     "__shfl_sync", "__shfl_xor_sync", "a", "args", "stream", "err", "grid", "blocks", "cudaError_t",
     "cudaGetLastError", "cudaSuccess", "cudaStream_t", "hectorgen", "rows", "nullptr",
     // split-K launchers (emit/cuda.cpp emit_wgrad, emit_segsum) and tensor-core ones (emit_tc_gemm)

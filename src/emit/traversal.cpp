@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <functional>
 #include <map>
@@ -427,7 +428,51 @@ class TraversalPrinter {
     line(fmt::format("for (int j = 0; j < {}; ++j) {}", n, body("j")));
   }
 
-  std::string lane_element(const std::string& j) const { return j == "0" ? "lane" : fmt::format("lane + {} * {}", G_, j); }
+  // The run length of `lanes` register type `t` (ir/intra/traversal.h, slot_vector).
+  int run_of(const RegType& t) const { return slot_vector(t.numel(), slots_of(t), t_.vector); }
+
+  // The element that slot `j` of this lane holds of a `lanes` register of `slots` slots: (lane + G (j / V)) V + j % V
+  // for runs of V (ir/intra/traversal.h), spelled as simply as V allows.
+  std::string lane_element(const RegType& t, const std::string& j) const {
+    const int v = run_of(t);
+    const int64_t slots = slots_of(t);
+    if (v == 1) return j == "0" ? "lane" : fmt::format("lane + {} * {}", G_, j);
+    if (v == slots) return j == "0" ? fmt::format("lane * {}", v) : fmt::format("lane * {} + {}", v, j);
+    return j == "0" ? fmt::format("lane * {}", v) : fmt::format("(lane + {} * ({} / {})) * {} + {} % {}", G_, j, v, v, j, v);
+  }
+
+  // The first element of run `r` of this lane (runs of `v` elements).
+  std::string run_start(int v, int64_t runs, const std::string& r) const {
+    if (runs == 1 || r == "0") return fmt::format("lane * {}", v);
+    return fmt::format("(lane + {} * {}) * {}", G_, r, v);
+  }
+
+  // The lane (and its slot) that holds element `idx` of a `lanes` register of `slots` slots.
+  std::string owner_lane(const RegType& t, const std::string& idx) const {
+    const int v = run_of(t);
+    return v == 1 ? fmt::format("{} % {}", atom(idx), G_) : fmt::format("{} / {} % {}", atom(idx), v, G_);
+  }
+  std::string owner_slot(const RegType& t, const std::string& idx) const {
+    const int v = run_of(t);
+    if (v == 1) return fmt::format("{} / {}", atom(idx), G_);
+    if (v == slots_of(t)) return fmt::format("{} % {}", atom(idx), v);
+    return fmt::format("{0} / {1} * {2} + {0} % {2}", atom(idx), G_ * v, v);
+  }
+  // `x` as an operand: a name as it is, anything else parenthesised.
+  static std::string atom(const std::string& x) {
+    const bool name = !x.empty() && std::all_of(x.begin(), x.end(), [](char ch) { return std::isalpha(static_cast<unsigned char>(ch)) || ch == '_'; });
+    return name ? x : "(" + x + ")";
+  }
+
+  // Whether a `lanes` register of `slots` slots of a row of n elements moves in vector runs: runs of more than one
+  // element that never straddle the row's end (n a multiple of the run), so each is whole in the row or past it.
+  bool vector_runs(int64_t n, const RegType& t) const { return run_of(t) > 1 && n % run_of(t) == 0; }
+
+  // Notes the helpers of vector runs of tensor `t`'s element type.
+  void use_runs(const TensorInfo& t, bool store) {
+    helpers_.insert("runs");
+    helpers_.insert(std::string(store ? "runs_store_" : "runs_load_") + intra::cuda_type(t.storage));
+  }
 
   // Registers per lane of a value of type `t` in this instance.
   int64_t slots_of(const RegType& t) const { return t.slots(G_); }
@@ -472,12 +517,32 @@ class TraversalPrinter {
         if (ty.layout == LaneLayout::Replicated && l->lane0 && !split_)  // in a split loop the lane's own edge
           return shfl(fmt::format("lane == 0 ? {} : 0.f", load_elem(t, address(t, l->row, j))), "0");
         if (ty.layout == LaneLayout::Replicated) return load_elem(t, address(t, l->row, j));
-        std::string idx = lane_element(j);
+        std::string idx = lane_element(ty, j);
         std::string a = load_elem(t, address(t, l->row, idx));
         return n % G_ ? fmt::format("{} < {} ? {} : 0.f", idx, n, a) : a;
       };
       if (s == 1) return declare(elem("0"), !d.is_mutable);
       line(fmt::format("float {}[{}];", x, s));
+      if (ty.layout == LaneLayout::Lanes && vector_runs(n, ty)) {  // one vector load a run
+        const int v = run_of(ty);
+        const int64_t runs = s / v;
+        use_runs(t, false);
+        // Run r: a load, or past the row's end (a row of n elements not a multiple of G V) zeros.
+        auto run = [&](const std::string& r) {
+          const std::string first = run_start(v, runs, r), to = r == "0" ? x : fmt::format("{} + {} * {}", x, r, v);
+          line(fmt::format("{}load_run<{}>({}, &{});", n % (G_ * v) ? fmt::format("if ({} < {}) ", first, n) : "", v, to,
+                           address(t, l->row, first)));
+          if (n % (G_ * v)) line(fmt::format("else for (int j = 0; j < {}; ++j) {}[{}j] = 0.f;", v, x, r == "0" ? "" : r + " * " + std::to_string(v) + " + "));
+        };
+        if (runs == 1) return run("0");
+        line("#pragma unroll");
+        line(fmt::format("for (int run = 0; run < {}; ++run) {{", runs));
+        {
+          CodeWriter::Indent in(*w_);
+          run("run");
+        }
+        return line("}");
+      }
       return slots(s, [&](const std::string& j) { return fmt::format("{}[{}] = {};", x, j, elem(j)); });
     }
     if (auto* e = std::get_if<Eval>(&d.source)) {
@@ -525,7 +590,7 @@ class TraversalPrinter {
       return cond.empty() ? acc(a, value(r.value, it, j).text) : fmt::format("if ({}) {}", cond, acc(a, value(r.value, it, j).text));
     };
     if (m_count == 1) {  // one warp-wide reduction
-      std::string tail = n % G_ ? fmt::format("{} < {}", lane_element("j"), n) : "";
+      std::string tail = n % G_ ? fmt::format("{} < {}", lane_element(it, "j"), n) : "";
       if (s == 1) {
         std::string v = value(r.value, it, "0").text;
         line(fmt::format("float {} = {};", x, n % G_ ? fmt::format("lane < {} ? {} : {}", n, v, zero) : v));
@@ -543,26 +608,29 @@ class TraversalPrinter {
       line(fmt::format("for (int m = 0; m < {}; ++m) {{  // one {}-wide reduction per output element", m_count, G_ == 32 ? "warp" : "row"));
       line(fmt::format("  float partial = {};", zero));
       line("  #pragma unroll");
-      std::string cond = fmt::format("{}({}) / {} == m", n % G_ ? fmt::format("{} < {} && ", lane_element("j"), n) : "",
-                                     lane_element("j"), d_);
+      std::string cond = fmt::format("{}({}) / {} == m", n % G_ ? fmt::format("{} < {} && ", lane_element(it, "j"), n) : "",
+                                     lane_element(it, "j"), d_);
       line(fmt::format("  for (int j = 0; j < {}; ++j) {}", s, guarded("j", cond, "partial")));
       line(fmt::format("  {}[m] = {}(partial);", x, across));
       line("}");
       return;
     }
-    // The output is spread over the lanes too: output m is kept by lane m % 32, in slot m / 32; it reduces
-    // elements [m d, (m + 1) d), which lie in slots m d / 32 .. ((m + 1) d - 1) / 32.
-    line(fmt::format("float {}[{}];", x, slots_of(out)));
-    slots(slots_of(out), [&](const std::string& j) { return fmt::format("{}[{}] = {};", x, j, zero); });
+    // The output is spread over the lanes too: output m is kept by its owner (lane m % G, in slot m / G, when
+    // the lanes interleave); it reduces elements [m d, (m + 1) d): interleaved, slots m d / G .. ((m + 1) d - 1) / G,
+    // else whichever slots hold them.
+    const int64_t out_slots = slots_of(out);
+    line(fmt::format("float {}[{}];", x, out_slots));
+    slots(out_slots, [&](const std::string& j) { return fmt::format("{}[{}] = {};", x, j, zero); });
     line("#pragma unroll");
-    line(fmt::format("for (int m = 0; m < {}; ++m) {{  // one {}-wide reduction per output element, kept by lane m % {}", m_count,
-                     G_ == 32 ? "warp" : "row", G_));
+    line(fmt::format("for (int m = 0; m < {}; ++m) {{  // one {}-wide reduction per output element, kept by lane {}", m_count,
+                     G_ == 32 ? "warp" : "row", owner_lane(out, "m")));
     line(fmt::format("  float partial = {};", zero));
     line("  #pragma unroll");
-    line(fmt::format("  for (int j = m * {0} / {2}; j <= (m * {0} + {1}) / {2}; ++j) {3}", d_, d_ - 1, G_,
-                     guarded("j", fmt::format("({}) / {} == m", lane_element("j"), d_), "partial")));
+    const std::string in_m = guarded("j", fmt::format("({}) / {} == m", lane_element(it, "j"), d_), "partial");
+    if (run_of(it) == 1) line(fmt::format("  for (int j = m * {0} / {2}; j <= (m * {0} + {1}) / {2}; ++j) {3}", d_, d_ - 1, G_, in_m));
+    else line(fmt::format("  for (int j = 0; j < {}; ++j) {}", s, in_m));
     line(fmt::format("  const float total = {}(partial);", across));
-    line(fmt::format("  if (lane == m % {1}) {0}[m / {1}] = total;", x, G_));
+    line(fmt::format("  if (lane == {}) {}[{}] = total;", owner_lane(out, "m"), x, owner_slot(out, "m")));
     line("}");
   }
 
@@ -619,8 +687,22 @@ class TraversalPrinter {
       if (n == 1) return line(who + put("0", "0"));
       return line(fmt::format("{}for (int j = 0; j < {}; ++j) {}", who, n, put("j", "j")));
     }
+    if (!s.atomic && ty.layout == LaneLayout::Lanes && k > 1 && vector_runs(n, ty)) {  // one vector store a run
+      const int v = run_of(ty);
+      const int64_t runs = k / v;
+      use_runs(t, true);
+      auto run = [&](const std::string& r) {
+        const std::string first = run_start(v, runs, r);
+        const std::string store = fmt::format("store_run<{}>(&{}, {});", v, address(t, s.row, first),
+                                              r == "0" ? s.reg : fmt::format("{} + {} * {}", s.reg, r, v));
+        return n % (G_ * v) == 0 ? store : fmt::format("if ({} < {}) {}", first, n, store);
+      };
+      if (runs == 1) return line(run("0"));
+      line("#pragma unroll");
+      return line(fmt::format("for (int run = 0; run < {}; ++run) {}", runs, run("run")));
+    }
     slots(k, [&](const std::string& j) {
-      std::string idx = lane_element(j);
+      std::string idx = lane_element(ty, j);
       return (n % G_ ? fmt::format("if ({} < {}) ", idx, n) : "") + put(idx, j);
     });
   }
@@ -689,13 +771,16 @@ class TraversalPrinter {
     int64_t inner = it.numel() / r.numel();
     // The flat index of slot j of `it`, then the element of `name` it reads.
     std::string flat;
+    const int v = run_of(it);
     if (it.layout == LaneLayout::Replicated) flat = j;
-    else if (inner % G_ == 0) flat = j == "0" ? "0" : fmt::format("{} * {}", G_, j);  // every lane reads the same element
-    else flat = lane_element(j);
+    else if (inner % (G_ * v) == 0)  // every lane reads the same element: its runs lie in one group of `inner`
+      flat = j == "0" ? "0" : v == 1 ? fmt::format("{} * {}", G_, j) : fmt::format("{} * ({} / {})", G_ * v, j, v);
+    else flat = lane_element(it, j);
     std::string idx = flat == "0" ? "0" : fmt::format("{} / {}", flat.find(' ') == std::string::npos ? flat : "(" + flat + ")", inner);
     if (r.layout == LaneLayout::Replicated) return CExpr{fmt::format("{}[{}]", name, idx)};
-    std::string slot = slots_of(r) == 1 ? name : fmt::format("{}[({}) / {}]", name, idx, G_);
-    return CExpr{shfl(slot, fmt::format("({}) % {}", idx, G_))};
+    const int64_t r_slots = slots_of(r);
+    std::string slot = r_slots == 1 ? name : fmt::format("{}[{}]", name, owner_slot(r, idx));
+    return CExpr{shfl(slot, owner_lane(r, idx))};
   }
 
   const Program& p_;
@@ -802,6 +887,52 @@ std::string device_helpers(const std::set<std::string>& names) {
            "  }\n"
            "  return lo;\n"
            "}\n";
+  if (names.count("runs")) {
+    out += std::string(out.empty() ? "" : "\n") +
+           "// A run of V consecutive elements of a row (a lane's slots of a traversal register) moved as words of up to\n"
+           "// 16 bytes, converted to and from float; the address is a multiple of the run's size (the row length is a\n"
+           "// multiple of V, the tensor starts 16-byte aligned: the host code checks).\n"
+           "template <int kRunBytes> struct RunWord;\n"
+           "template <> struct RunWord<4> { using type = uint32_t; };\n"
+           "template <> struct RunWord<8> { using type = uint2; };\n"
+           "template <> struct RunWord<16> { using type = uint4; };\n";
+    // The conversions the kernels' runs use (an unused one would be an unused-function warning).
+    for (const char* type : {"float", "__nv_bfloat16", "__half"}) {
+      const std::string to = type == std::string("float") ? "v" : type == std::string("__half") ? "__half2float(v)" : "__bfloat162float(v)";
+      const std::string from = type == std::string("float") ? "v" : type == std::string("__half") ? "__float2half(v)" : "__float2bfloat16(v)";
+      if (names.count(std::string("runs_load_") + type))
+        out += fmt::format("__device__ __forceinline__ float run_to_float({} v) {{ return {}; }}\n", type, to);
+      if (names.count(std::string("runs_store_") + type))
+        out += fmt::format("__device__ __forceinline__ void run_from_float({}& e, float v) {{ e = {}; }}\n", type, from);
+    }
+    out += "template <int kRun, class RunElem>\n"
+           "__device__ __forceinline__ void load_run(float* run_values, const RunElem* run_addr) {\n"
+           "  constexpr int kRunBytes = kRun * sizeof(RunElem) < 16 ? kRun * sizeof(RunElem) : 16;\n"
+           "  constexpr int kRunPer = kRunBytes / sizeof(RunElem);\n"
+           "  using RunChunk = typename RunWord<kRunBytes>::type;\n"
+           "#pragma unroll\n"
+           "  for (int w = 0; w < kRun / kRunPer; ++w) {\n"
+           "    const RunChunk run_word = reinterpret_cast<const RunChunk*>(run_addr)[w];\n"
+           "    const RunElem* e = reinterpret_cast<const RunElem*>(&run_word);\n"
+           "#pragma unroll\n"
+           "    for (int i = 0; i < kRunPer; ++i) run_values[w * kRunPer + i] = run_to_float(e[i]);\n"
+           "  }\n"
+           "}\n"
+           "template <int kRun, class RunElem>\n"
+           "__device__ __forceinline__ void store_run(RunElem* run_addr, const float* run_values) {\n"
+           "  constexpr int kRunBytes = kRun * sizeof(RunElem) < 16 ? kRun * sizeof(RunElem) : 16;\n"
+           "  constexpr int kRunPer = kRunBytes / sizeof(RunElem);\n"
+           "  using RunChunk = typename RunWord<kRunBytes>::type;\n"
+           "#pragma unroll\n"
+           "  for (int w = 0; w < kRun / kRunPer; ++w) {\n"
+           "    RunChunk run_word;\n"
+           "    RunElem* e = reinterpret_cast<RunElem*>(&run_word);\n"
+           "#pragma unroll\n"
+           "    for (int i = 0; i < kRunPer; ++i) run_from_float(e[i], run_values[w * kRunPer + i]);\n"
+           "    reinterpret_cast<RunChunk*>(run_addr)[w] = run_word;\n"
+           "  }\n"
+           "}\n";
+  }
   if (names.count("warp_max"))
     out += std::string(out.empty() ? "" : "\n") +
            "// Maximum of `v` over the 32 lanes of the warp, returned to every lane.\n"

@@ -222,6 +222,7 @@ class Lowering {
     t.threads = m_.decl.options.schedule.traversal_threads;
     t.edge_batch = m_.decl.options.schedule.traversal_edge_batch;
     t.row_lanes = m_.decl.options.schedule.traversal_row_lanes;
+    t.vector = m_.decl.options.schedule.traversal_vector;
     // Locals of this stage that later statements of the loop use must be stored.
     std::set<std::string> later;
     for (size_t i = ctx.position; i < L.body.size(); ++i) collect_names(L.body[i], later);
@@ -308,6 +309,7 @@ class Lowering {
       t.threads = m_.decl.options.schedule.traversal_threads;
       t.edge_batch = m_.decl.options.schedule.traversal_edge_batch;
       t.row_lanes = m_.decl.options.schedule.traversal_row_lanes;
+      t.vector = m_.decl.options.schedule.traversal_vector;
       t.name = unique(fmt::format("{}_sum_{}", prefix_, gs.field));
       p_.layouts.insert(gs.via_src ? intra::layout::kCsrBySrc : intra::layout::kCsrByDst);
       note_write(gs.field, true);

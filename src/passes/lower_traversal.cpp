@@ -91,6 +91,7 @@ class TraversalLowering {
     t.rows = L.loop;
     t.threads = src_.threads;
     t.edge_batch = src_.edge_batch;
+    t.vector = src_.vector == 0 ? intra::kDefaultVector : src_.vector;
     Block row;
     row_ = &row;
     row_var_ = fresh(L.var);

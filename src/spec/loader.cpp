@@ -418,11 +418,16 @@ class SchemaReader {
           else read(gv, "'launch_bounds'", intra::ScheduleKey::LaunchBounds, [&](int i) { s.launch_bounds = i; });
         });
       } else {
-        for_each_key(sv, "'schedule.traversal'", {"threads", "edge_batch", "row_lanes"},
+        for_each_key(sv, "'schedule.traversal'", {"threads", "edge_batch", "row_lanes", "vector"},
                      [&](const std::string& tk, const YAML::Node&, const YAML::Node& tv) {
           if (tk == "threads") read(tv, "'threads'", intra::ScheduleKey::TraversalThreads, [&](int i) { s.traversal_threads = i; });
           else if (tk == "edge_batch") read(tv, "'edge_batch'", intra::ScheduleKey::TraversalEdgeBatch, [&](int i) { s.traversal_edge_batch = i; });
-          else if (tv.IsScalar() && tv.Scalar() == "auto") s.traversal_row_lanes = 0, at[intra::ScheduleKey::TraversalRowLanes] = tv;
+          else if (tk == "vector") {
+            if (tv.IsScalar() && tv.Scalar() == "auto") s.traversal_vector = 0, at[intra::ScheduleKey::TraversalVector] = tv;
+            else if (tv.IsScalar() && !tv.Scalar().empty() && std::isalpha(static_cast<unsigned char>(tv.Scalar()[0])))
+              error(tv, "wrong-type", fmt::format("'vector' must be auto or a number of elements (1, 2, 4 or 8), got '{}'", tv.Scalar())), ok = false;
+            else read(tv, "'vector'", intra::ScheduleKey::TraversalVector, [&](int i) { s.traversal_vector = i; });
+          } else if (tv.IsScalar() && tv.Scalar() == "auto") s.traversal_row_lanes = 0, at[intra::ScheduleKey::TraversalRowLanes] = tv;
           else if (tv.IsScalar() && !tv.Scalar().empty() && std::isalpha(static_cast<unsigned char>(tv.Scalar()[0])))
             error(tv, "wrong-type", fmt::format("'row_lanes' must be auto or a number of lanes (8, 16 or 32), got '{}'", tv.Scalar())), ok = false;
           else read(tv, "'row_lanes'", intra::ScheduleKey::TraversalRowLanes, [&](int i) { s.traversal_row_lanes = i; });

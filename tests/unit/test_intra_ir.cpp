@@ -161,6 +161,32 @@ TEST_CASE("a traversal's row lanes print last when not 32; slot counts follow th
         std::string::npos);
 }
 
+TEST_CASE("a traversal's vector length prints after its row lanes when not 8; bad values are positioned",
+          "[intra][roundtrip]") {
+  std::string scalar = replace(kEdges, "threads=256\n", "threads=256 row_lanes=16 vector=1\n");
+  for (int k = 0; k < 4; ++k) scalar = replace(scalar, "[1, 64] lanes(2)", "[1, 64] lanes(4)");
+  TraversalInstance t = parse(scalar);
+  CHECK(t.vector == 1);
+  CHECK(print_traversal(t) == scalar);
+  CHECK(parse(kEdges).vector == kDefaultVector);  // not printed: texts from before it parse as they were
+  CHECK(parse_error(replace(kEdges, "threads=256\n", "threads=256 vector=3\n")).find("vector=3 is not 1, 2, 4 or 8") !=
+        std::string::npos);
+  t.vector = 0;
+  CHECK(verify_launch(rgat_like(), Kernel{t}).find("vector=0 is not 1, 2, 4 or 8") != std::string::npos);
+}
+
+TEST_CASE("slot runs: the largest power of two up to the vector length dividing the slots and the row", "[intra]") {
+  CHECK(slot_vector(64, 4, 8) == 4);   // 64 over 16 lanes: one run of 4 a lane
+  CHECK(slot_vector(64, 8, 8) == 8);   // over 8 lanes: one run of 8 (16 bytes of bf16)
+  CHECK(slot_vector(64, 2, 8) == 2);   // over 32 lanes
+  CHECK(slot_vector(64, 8, 4) == 4);   // capped: two runs of 4 a lane
+  CHECK(slot_vector(64, 4, 1) == 1);   // vector: 1, the interleaved layout
+  CHECK(slot_vector(60, 8, 8) == 4);   // 60 over 8 lanes: runs of 4, the last lane's second past the end
+  CHECK(slot_vector(36, 5, 8) == 1);   // 5 slots: interleaved
+  CHECK(slot_vector(96, 6, 8) == 2);
+  CHECK(slot_vector(1, 1, 8) == 1);
+}
+
 TEST_CASE("the launch check refuses row lanes a kernel cannot hold rows in step with, and sizes the grid by them",
           "[intra][launch]") {
   Program p = rgat_like();

@@ -665,7 +665,7 @@ TEST_CASE("schedule.traversal.row_lanes: rows of 8 or 16 lanes, the warp's rows 
     from = next + 1;
   }
   // A store outside the edge loops is made by live rows only.
-  CHECK(std::regex_search(att, std::regex(R"(if \(row_live\) \{\n\s+#pragma unroll\n\s+for \(int j = 0; j < 8; \+\+j\) agg\[n \* 64 )")));
+  CHECK(std::regex_search(att, std::regex(R"(if \(row_live\) \{\n\s+store_run<8>\(&agg\[n \* 64 \+ lane \* 8\], v_agg\);)")));
   const std::string ir = g.file("hgt_compact.intra.ir");
   CHECK(ir.find("traversal hgt_compact_fw_nodes_att: rows=dst_nodes(n) threads=256 row_lanes=8\n") != std::string::npos);
   CHECK(ir.find("let v_q: [1, 64] lanes(8) = load q[n]") != std::string::npos);  // 64 elements over 8 lanes
@@ -720,6 +720,46 @@ TEST_CASE("schedule.traversal.row_lanes: rows of 8 or 16 lanes, the warp's rows 
   REQUIRE(phases8);
   CHECK(intra::print_programs(*phases8) == r8ir);
   CHECK(r.file("rgcn_compact.intra.ir").find("deterministic row_lanes") == std::string::npos);  // auto: a warp
+}
+
+TEST_CASE("schedule.traversal.vector: a lane's slots move in vector runs, guarded past the row's end; 1 interleaves",
+          "[intra][codegen]") {
+  // bf16 RGCN: 64 elements over 16 lanes, one run of 4 a lane (8 bytes), loaded and stored whole.
+  const Generated b = generate(std::string(HECTORGEN_SOURCE_DIR) + "/rgcn_bf16.yaml",
+                              test::replace(test::read_file(std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgcn.yaml"), "dtype: fp32",
+                                      "dtype: bf16"));
+  REQUIRE(b.status == 0);
+  const std::string bcu = b.file("rgcn_kernels.cu");
+  CHECK(bcu.find("load_run<4>(v_h, &h[n * 64 + lane * 4]);") != std::string::npos);
+  CHECK(bcu.find("store_run<4>(&h[n * 64 + lane * 4], v_h);") != std::string::npos);
+  CHECK(bcu.find("__device__ __forceinline__ void run_from_float(__nv_bfloat16& e, float v)") != std::string::npos);
+  // Rows of 56 over 16 lanes: runs of 4, the last two lanes' past the end (neither loaded nor stored).
+  const Generated w = generate_spec("tests/gpu/specs/rgcn_compact_w56.yaml");
+  REQUIRE(w.status == 0);
+  const std::string wcu = w.file("rgcn_compact_w56_kernels.cu");
+  for (const char* line : {"if (lane * 4 < 56) load_run<4>(v_h, &h[n * 56 + lane * 4]);",
+                           "else for (int j = 0; j < 4; ++j) v_h[j] = 0.f;",
+                           "if (lane * 4 < 56) load_run<4>(v_pair_lin_feature, &lin_feature[e_pair * 56 + lane * 4]);",
+                           "if (lane * 4 < 56) store_run<4>(&h[n * 56 + lane * 4], v_h);"})
+    CHECK(wcu.find(line) != std::string::npos);
+  // Rows of 60 over 8 lanes: two runs of 4 a lane, run r of lane l at element (l + 8 r) 4.
+  const Generated g = generate_spec("tests/gpu/specs/rgat_w60.yaml");
+  REQUIRE(g.status == 0);
+  const std::string gcu = g.file("rgat_w60_kernels.cu");
+  for (const char* line : {"for (int run = 0; run < 2; ++run) {",
+                           "if ((lane + 8 * run) * 4 < 60) load_run<4>(hs + run * 4, &t_hs[e * 60 + (lane + 8 * run) * 4]);",
+                           "else for (int j = 0; j < 4; ++j) hs[run * 4 + j] = 0.f;"})
+    CHECK(gcu.find(line) != std::string::npos);
+  // vector: 1, the layout before runs: element lane + 16 j, one scalar access each; the option reaches both IRs.
+  const Generated v1 = generate(std::string(HECTORGEN_SOURCE_DIR) + "/w56_v1.yaml",
+                               test::replace(test::read_file(std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/rgcn_compact_w56.yaml"),
+                                       "{row_lanes: 16}", "{row_lanes: 16, vector: 1}"));
+  REQUIRE(v1.status == 0);
+  const std::string v1cu = v1.file("rgcn_compact_w56_kernels.cu");
+  CHECK(v1cu.find("load_run") == std::string::npos);
+  CHECK(v1cu.find("v_h[j] = lane + 16 * j < 56 ? h[n * 56 + lane + 16 * j] : 0.f;") != std::string::npos);
+  CHECK(v1.file("rgcn_compact_w56.inter.ir").find("option traversal_vector = 1\n") != std::string::npos);
+  CHECK(v1.file("rgcn_compact_w56.intra.ir").find("threads=256 row_lanes=16 vector=1\n") != std::string::npos);
 }
 
 TEST_CASE("row_lanes in the intra IR text: checked values, and only where the kernel can hold rows in step", "[intra]") {

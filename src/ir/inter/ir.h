@@ -222,11 +222,17 @@ struct Schedule {
   // 4 rows run in step, so that a warp has as many rows' chains of dependent loads in flight. Kernels the narrower
   // groups cannot run keep 32 (intra::row_lanes_blocker).
   int traversal_row_lanes = 0;
+  // The most consecutive elements of a row one lane of a traversal holds (1, 2, 4 or 8; 0: auto, 8): a lane's
+  // slots are runs of that many elements (intra::slot_vector), each loaded and stored with one vector access of up
+  // to 16 bytes. 1: every slot on its own, element lane + row_lanes j (one scalar access each).
+  int traversal_vector = 0;
 };
 // The values Schedule::traversal_edge_batch may take.
 inline constexpr bool valid_edge_batch(int b) { return b == 1 || b == 2 || b == 4 || b == 8; }
 // The values Schedule::traversal_row_lanes may take (0: auto).
 inline constexpr bool valid_row_lanes(int g) { return g == 0 || g == 8 || g == 16 || g == 32; }
+// The values Schedule::traversal_vector may take (0: auto).
+inline constexpr bool valid_vector(int v) { return v == 0 || v == 1 || v == 2 || v == 4 || v == 8; }
 
 struct Options {
   Materialization materialization = Materialization::Vanilla;

@@ -178,6 +178,8 @@ std::string verify_launch(const Program& p, const Kernel& k) {
     return fmt::format("{}: edge_batch={} is not 1, 2, 4 or 8", name, t->edge_batch);
   if (const auto* t = std::get_if<TraversalInstance>(&k); t && (t->row_lanes == 0 || !inter::valid_row_lanes(t->row_lanes)))
     return fmt::format("{}: row_lanes={} is not 8, 16 or 32", name, t->row_lanes);
+  if (const auto* t = std::get_if<TraversalInstance>(&k); t && (t->vector == 0 || !inter::valid_vector(t->vector)))
+    return fmt::format("{}: vector={} is not 1, 2, 4 or 8", name, t->vector);
   if (const auto* t = std::get_if<TraversalInstance>(&k); t && t->row_lanes != 32) {
     if (std::string why = row_lanes_blocker(*t); !why.empty())
       return fmt::format("{}: row_lanes={} but {}", name, t->row_lanes, why);
@@ -256,6 +258,10 @@ std::vector<ScheduleProblem> check_schedule(const inter::Schedule& s) {
     out.push_back({ScheduleKey::TraversalRowLanes,
                    fmt::format("'row_lanes' (lanes that hold one row of a traversal) must be auto, 8, 16 or 32, got {}",
                                s.traversal_row_lanes)});
+  if (!inter::valid_vector(s.traversal_vector))
+    out.push_back({ScheduleKey::TraversalVector,
+                   fmt::format("'vector' (the most consecutive elements of a row one lane holds) must be auto, 1, 2, 4 or 8, got {}",
+                               s.traversal_vector)});
   return out;
 }
 

@@ -323,6 +323,11 @@ class TraversalParser {
     t.threads = static_cast<int>(c.integer("a thread count"));
     if (c.accept("edge_batch=")) t.edge_batch = static_cast<int>(c.integer("an edge batch"));
     t.row_lanes = parse_row_lanes(c);
+    if (c.accept("vector=")) {
+      const auto at = c.pos();
+      t.vector = static_cast<int>(c.integer("a vector length"));
+      if (t.vector == 0 || !inter::valid_vector(t.vector)) c.fail_at(at, fmt::format("vector={} is not 1, 2, 4 or 8", t.vector));
+    }
     c.end();
     row_lanes_ = t.row_lanes;
     t.body = body(h.indent + 4);

@@ -23,6 +23,12 @@ int64_t RegType::numel() const {
   return n;
 }
 
+int slot_vector(int64_t numel, int64_t slots, int vector) {
+  int v = 1;
+  while (v * 2 <= vector && slots % (v * 2) == 0 && numel % (v * 2) == 0) v *= 2;
+  return v;
+}
+
 int64_t RegType::slots(int row_lanes) const {
   return layout == LaneLayout::Lanes ? (numel() + row_lanes - 1) / row_lanes : numel();
 }
@@ -118,6 +124,8 @@ bool is_kernel_reserved(std::string_view name) {
       // declared or called by the printed kernel
       "lane", "first_row", "row_stride", "num_rows", "j", "m", "partial", "total", "warp_sum", "warp_max", "leaky_relu",
       "row_group", "warp_row", "row_live", "group_sum", "group_max", "max", "kRowLanes",
+      "run", "load_run", "store_run", "run_to_float", "run_from_float", "RunWord", "RunChunk", "run_word", "run_values",
+      "run_addr", "kRun", "RunElem", "kRunBytes", "kRunPer", "uint2", "uint4",
       "in_ptr", "in_eid", "out_ptr", "out_eid", "src", "dst", "etype", "in_src", "out_dst", "ntype",
       "pair_src", "pair_etype_ptr", "edge_pair", "pair_edge_ptr", "pair_edge_eid", "node_pair_ptr", "node_pair",
       "num_etypes", "segment_of",
@@ -231,10 +239,11 @@ std::string print_reg_type(const RegType& t, int row_lanes) {
 
 std::string print_traversal(const TraversalInstance& t) {
   std::string layout = walked_layout(t.rows);
-  std::string out = fmt::format("traversal {}: rows={}{}({}) threads={}{}{}\n", t.name, layout.empty() ? "" : layout + ".",
+  std::string out = fmt::format("traversal {}: rows={}{}({}) threads={}{}{}{}\n", t.name, layout.empty() ? "" : layout + ".",
                                 inter::to_string(t.rows), t.row, t.threads,
                                 t.edge_batch != 1 ? fmt::format(" edge_batch={}", t.edge_batch) : "",
-                                t.row_lanes != 32 ? fmt::format(" row_lanes={}", t.row_lanes) : "");
+                                t.row_lanes != 32 ? fmt::format(" row_lanes={}", t.row_lanes) : "",
+                                t.vector != kDefaultVector ? fmt::format(" vector={}", t.vector) : "");
   print_body(t.body, 1, t.row_lanes, out);
   return out;
 }

@@ -189,6 +189,17 @@ struct Instr {
   std::variant<Comment, IndexDef, Def, Update, Store, Sync, EdgeLoop> v;
 };
 
+// ---- the lane layout of `lanes` registers -------------------------------------------------------------------
+// A register of n elements spread over a row's G lanes has S = ceil(n / G) slots per lane. Its slots come in runs
+// of V = slot_vector(n, S, vector) elements that are consecutive in the row: slot j of lane l holds element
+// (l + G (j / V)) V + j % V. V = S: lane l holds elements l S .. l S + S - 1 (a lane's slots are one block);
+// V = 1: element l + G j (the lanes interleave). A run is loaded and stored with one access of V elements (two
+// for 8 fp32 values): 16 bytes for 8 bf16 or 4 fp32 values, where scalar accesses took 8 or 4.
+inline constexpr int kDefaultVector = 8;
+// The run length of a register of `numel` elements in `slots` slots: the largest power of two up to `vector` that
+// divides both (a run never crosses the row's end: it is whole in the row or wholly past it).
+int slot_vector(int64_t numel, int64_t slots, int vector);
+
 struct TraversalInstance {
   std::string name;
   inter::LoopKind rows = inter::LoopKind::Edges;  // Edges, DstNodes, SrcNodes or SrcPairs
@@ -198,6 +209,10 @@ struct TraversalInstance {
   // Lanes per row (32, 16 or 8; inter::Schedule::traversal_row_lanes): below 32 each warp holds 32 / row_lanes
   // consecutive rows, which run in step (warp-wide trip counts; a row past the last repeats it and stores nothing).
   int row_lanes = 32;
+  // The most consecutive elements of a row one lane holds (1, 2, 4 or 8; inter::Schedule::traversal_vector, 8
+  // under auto): a `lanes` register's slots come in runs of slot_vector(numel, slots, vector) elements, each run
+  // loaded and stored with one vector access (the layout above).
+  int vector = kDefaultVector;
   std::vector<Instr> body;
 };
 
