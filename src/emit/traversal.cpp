@@ -898,8 +898,9 @@ std::string device_helpers(const std::set<std::string>& names) {
            "template <> struct RunWord<16> { using type = uint4; };\n";
     // The conversions the kernels' runs use (an unused one would be an unused-function warning).
     for (const char* type : {"float", "__nv_bfloat16", "__half"}) {
-      const std::string to = type == std::string("float") ? "v" : type == std::string("__half") ? "__half2float(v)" : "__bfloat162float(v)";
-      const std::string from = type == std::string("float") ? "v" : type == std::string("__half") ? "__float2half(v)" : "__float2bfloat16(v)";
+      // (16-bit types: the storage conversions, to_float / from_float, of emit/cuda.cpp storage_helpers)
+      const bool fp32 = type == std::string("float");
+      const std::string to = fp32 ? "v" : "to_float(v)", from = fp32 ? "v" : fmt::format("from_float<{}>(v)", type);
       if (names.count(std::string("runs_load_") + type))
         out += fmt::format("__device__ __forceinline__ float run_to_float({} v) {{ return {}; }}\n", type, to);
       if (names.count(std::string("runs_store_") + type))
