@@ -503,6 +503,10 @@ class Parser {
       int g = 0;
       ok = number(g) && valid_row_lanes(g);
       if (ok) o.schedule.traversal_row_lanes = g;
+    } else if (k == "gather_sum_row_lanes") {
+      int g = 0;
+      ok = number(g) && valid_row_lanes(g);
+      if (ok) o.schedule.gather_sum_row_lanes = g;
     } else if (k == "traversal_vector") {
       int v = 0;
       ok = number(v) && valid_vector(v);

@@ -275,8 +275,9 @@ class Lowering {
         for (const Kernel& k : p_.kernels) sum.accumulate = sum.accumulate || intra::kernel_writes(k).count(gs.field) > 0;
         sum.numel = tensor(gs.field).row_numel();
         sum.edge_batch = m_.decl.options.schedule.traversal_edge_batch;
-        // auto keeps a warp a row here until a GPU run has measured the groups on the gather sums.
-        sum.row_lanes = m_.decl.options.schedule.traversal_row_lanes == 0 ? 32 : m_.decl.options.schedule.traversal_row_lanes;
+        // auto: a warp a row (with rows of 8 lanes in the traversals and gather sums alike, variant bf16_auto_rl8,
+        // the H100 ran training steps up to 0.6x as fast: bench/README.md, "Vector runs").
+        sum.row_lanes = m_.decl.options.schedule.gather_sum_row_lanes == 0 ? 32 : m_.decl.options.schedule.gather_sum_row_lanes;
         sum.name = unique(fmt::format("{}_sum_{}", prefix_, gs.field));
         sum.source = gs.source;
         note_write(gs.field, false);

@@ -107,7 +107,8 @@ class TraversalLowering {
     t.body = assemble(row);
     rename(t);
     intra::split_edge_loops(t);
-    intra::choose_row_lanes(t, src_.row_lanes);
+    const inter::DType dtype = p_.decl.options.dtype;
+    intra::choose_row_lanes(t, src_.row_lanes, dtype == inter::DType::BF16 || dtype == inter::DType::FP16 ? 2 : 4);
     intra::insert_warp_syncs(t);
     if (std::string e = intra::verify_traversal(p_, t); !e.empty())
       throw std::logic_error("lower_traversal: the instance does not verify: " + e + "\n" + intra::print_traversal(t));

@@ -405,7 +405,7 @@ class SchemaReader {
         ok = false;
       }
     };
-    for_each_key(v, "'schedule'", {"gemm", "traversal"}, [&](const std::string& sk, const YAML::Node&, const YAML::Node& sv) {
+    for_each_key(v, "'schedule'", {"gemm", "traversal", "gather_sum"}, [&](const std::string& sk, const YAML::Node&, const YAML::Node& sv) {
       if (!expect_type(sv, YAML::NodeType::Map, fmt::format("'schedule.{}'", sk))) {
         ok = false;
         return;
@@ -416,6 +416,13 @@ class SchemaReader {
           if (gk == "tile") read(gv, "'tile'", intra::ScheduleKey::Tile, [&](int i) { s.gemm_tile = i; });
           else if (gk == "coarsen") read(gv, "'coarsen'", intra::ScheduleKey::Coarsen, [&](int i) { s.gemm_coarsen = i; });
           else read(gv, "'launch_bounds'", intra::ScheduleKey::LaunchBounds, [&](int i) { s.launch_bounds = i; });
+        });
+      } else if (sk == "gather_sum") {
+        for_each_key(sv, "'schedule.gather_sum'", {"row_lanes"}, [&](const std::string&, const YAML::Node&, const YAML::Node& gv) {
+          if (gv.IsScalar() && gv.Scalar() == "auto") s.gather_sum_row_lanes = 0, at[intra::ScheduleKey::GatherSumRowLanes] = gv;
+          else if (gv.IsScalar() && !gv.Scalar().empty() && std::isalpha(static_cast<unsigned char>(gv.Scalar()[0])))
+            error(gv, "wrong-type", fmt::format("'row_lanes' must be auto or a number of lanes (8, 16 or 32), got '{}'", gv.Scalar())), ok = false;
+          else read(gv, "'row_lanes'", intra::ScheduleKey::GatherSumRowLanes, [&](int i) { s.gather_sum_row_lanes = i; });
         });
       } else {
         for_each_key(sv, "'schedule.traversal'", {"threads", "edge_batch", "row_lanes", "vector"},

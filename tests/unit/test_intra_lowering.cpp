@@ -542,7 +542,7 @@ TEST_CASE("bf16 and fp16 models: the generated files spell each tensor's storage
     CHECK(cu.find(std::string("__device__ __forceinline__ float to_float(") + c.cuda + " v)") != std::string::npos);
     // the traversals' stores: rows in runs of 4 elements a lane, each rounded to the storage type
     CHECK(cu.find(std::string("__device__ __forceinline__ void run_from_float(") + c.cuda + "& e, float v)") != std::string::npos);
-    CHECK(cu.find("store_run<4>(&h[n * 64 + lane * 4], v_h);") != std::string::npos);
+    CHECK(cu.find("store_run<8>(&h[n * 64 + lane * 8], v_h);") != std::string::npos);  // auto: 8 lanes of 16 bytes
     CHECK(cu.find(std::string("hectorgen::tc::launch_segment_gemm<") + c.cuda + ", 64, 64,") != std::string::npos);
     CHECK(cu.find("atomicAdd") == std::string::npos);
     CHECK(cu.find("const float* __restrict__ x") == std::string::npos);

@@ -693,8 +693,9 @@ TEST_CASE("schedule.traversal.row_lanes: rows of 8 or 16 lanes, the warp's rows 
                            "for (int i_e_j0 = 0; i_e_j0 < i_e_steps; i_e_j0 += 8) {",
                            "v_pair_lin_feature[j] = lane + 8 * j < 36 ? lin_feature[e_pair * 36 + lane + 8 * j] : 0.f;"})
     CHECK(r8cu.find(line) != std::string::npos);
-  // An explicit row_lanes reaches the gather sums of the compact backward too (auto leaves them a warp a row): the
-  // rows' entries in step, a step past a row's entries adding nothing, a row past the last storing nothing.
+  // schedule.gather_sum.row_lanes gives the gather sums of the compact backward rows of 8 lanes (auto leaves them a
+  // warp a row): the rows' entries in step, a step past a row's entries adding nothing, a row past the last storing
+  // nothing.
   const size_t gs = r8cu.find("__launch_bounds__(256) rgcn_compact_rl8_bw_sum_d_lin_feature(");
   REQUIRE(gs != std::string::npos);
   const std::string sum = r8cu.substr(gs, r8cu.find("\n}\n", gs) - gs);
@@ -719,19 +720,26 @@ TEST_CASE("schedule.traversal.row_lanes: rows of 8 or 16 lanes, the warp's rows 
   auto phases8 = intra::parse_programs(f8, d8);
   REQUIRE(phases8);
   CHECK(intra::print_programs(*phases8) == r8ir);
+  CHECK(r8.file("rgcn_compact_rl8.inter.ir").find("option gather_sum_row_lanes = 8\n") != std::string::npos);
   CHECK(r.file("rgcn_compact.intra.ir").find("deterministic row_lanes") == std::string::npos);  // auto: a warp
+  // A traversal's row_lanes alone leaves the gather sums a warp a row.
+  const Generated t8 = generate(std::string(HECTORGEN_SOURCE_DIR) + "/rl8_traversal_only.yaml",
+                                test::replace(test::read_file(std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/rgcn_compact_rl8.yaml"),
+                                              "    gather_sum: {row_lanes: 8}\n", ""));
+  REQUIRE(t8.status == 0);
+  CHECK(t8.file("rgcn_compact_rl8.intra.ir").find("numel=36 deterministic edge_batch=8\n") != std::string::npos);
 }
 
 TEST_CASE("schedule.traversal.vector: a lane's slots move in vector runs, guarded past the row's end; 1 interleaves",
           "[intra][codegen]") {
-  // bf16 RGCN: 64 elements over 16 lanes, one run of 4 a lane (8 bytes), loaded and stored whole.
+  // bf16 RGCN: 64 elements over 8 lanes (auto: a lane's share of the row in one 16-byte run), loaded and stored whole.
   const Generated b = generate(std::string(HECTORGEN_SOURCE_DIR) + "/rgcn_bf16.yaml",
                               test::replace(test::read_file(std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgcn.yaml"), "dtype: fp32",
                                       "dtype: bf16"));
   REQUIRE(b.status == 0);
   const std::string bcu = b.file("rgcn_kernels.cu");
-  CHECK(bcu.find("load_run<4>(v_h, &h[n * 64 + lane * 4]);") != std::string::npos);
-  CHECK(bcu.find("store_run<4>(&h[n * 64 + lane * 4], v_h);") != std::string::npos);
+  CHECK(bcu.find("load_run<8>(v_h, &h[n * 64 + lane * 8]);") != std::string::npos);
+  CHECK(bcu.find("store_run<8>(&h[n * 64 + lane * 8], v_h);") != std::string::npos);
   CHECK(bcu.find("__device__ __forceinline__ void run_from_float(__nv_bfloat16& e, float v)") != std::string::npos);
   // Rows of 56 over 16 lanes: runs of 4, the last two lanes' past the end (neither loaded nor stored).
   const Generated w = generate_spec("tests/gpu/specs/rgcn_compact_w56.yaml");
@@ -787,6 +795,12 @@ TEST_CASE("row_lanes in the intra IR text: checked values, and only where the ke
   CHECK(intra::auto_row_lanes(t) == 32);  // 200 > 8 x 16
   t.body[0] = intra::Instr{intra::Def{"x", true, {{128}, intra::LaneLayout::Lanes}, intra::Eval{intra::Value::constant(0.0)}}};
   CHECK(intra::auto_row_lanes(t) == 16);
+  CHECK(intra::auto_row_lanes(t, 2) == 16);  // 16-bit: 8 lanes would hold 32 bytes of the row each
+  t.body[0] = intra::Instr{intra::Def{"x", true, {{64}, intra::LaneLayout::Lanes}, intra::Eval{intra::Value::constant(0.0)}}};
+  CHECK(intra::auto_row_lanes(t) == 16);     // 64 fp32 values: 16 lanes of 16 bytes
+  CHECK(intra::auto_row_lanes(t, 2) == 8);   // 64 bf16 values: 8 lanes of 16 bytes
+  t.body[0] = intra::Instr{intra::Def{"x", true, {{32}, intra::LaneLayout::Lanes}, intra::Eval{intra::Value::constant(0.0)}}};
+  CHECK(intra::auto_row_lanes(t) == 8);
   CHECK(intra::print_reg_type({{40}, intra::LaneLayout::Lanes}, 16) == "[40] lanes(3)");
   CHECK(intra::print_reg_type({{40}, intra::LaneLayout::Lanes}) == "[40] lanes(2)");
 }

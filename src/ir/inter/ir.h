@@ -226,6 +226,9 @@ struct Schedule {
   // slots are runs of that many elements (intra::slot_vector), each loaded and stored with one vector access of up
   // to 16 bytes. 1: every slot on its own, element lane + row_lanes j (one scalar access each).
   int traversal_vector = 0;
+  // Lanes that hold one row of a gather sum (the compact backward's sums over a pair's edges or a node's pairs; 32,
+  // 16 or 8; 0: auto, a warp a row), tuned apart from the traversals': another template, other rows.
+  int gather_sum_row_lanes = 0;
 };
 // The values Schedule::traversal_edge_batch may take.
 inline constexpr bool valid_edge_batch(int b) { return b == 1 || b == 2 || b == 4 || b == 8; }

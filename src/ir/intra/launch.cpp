@@ -258,6 +258,10 @@ std::vector<ScheduleProblem> check_schedule(const inter::Schedule& s) {
     out.push_back({ScheduleKey::TraversalRowLanes,
                    fmt::format("'row_lanes' (lanes that hold one row of a traversal) must be auto, 8, 16 or 32, got {}",
                                s.traversal_row_lanes)});
+  if (!inter::valid_row_lanes(s.gather_sum_row_lanes))
+    out.push_back({ScheduleKey::GatherSumRowLanes,
+                   fmt::format("'row_lanes' (lanes that hold one row of a gather sum) must be auto, 8, 16 or 32, got {}",
+                               s.gather_sum_row_lanes)});
   if (!inter::valid_vector(s.traversal_vector))
     out.push_back({ScheduleKey::TraversalVector,
                    fmt::format("'vector' (the most consecutive elements of a row one lane holds) must be auto, 1, 2, 4 or 8, got {}",

@@ -524,17 +524,19 @@ void lane_work(const std::vector<Instr>& body, bool& reduces, int64_t& widest) {
 }
 }  // namespace
 
-int auto_row_lanes(const TraversalInstance& t) {
+int auto_row_lanes(const TraversalInstance& t, int element_bytes) {
   bool reduces = false;
   int64_t widest = 0;
   lane_work(t.body, reduces, widest);
   int lanes = reduces ? 8 : 16;
   while (lanes < 32 && widest > 8 * lanes) lanes *= 2;
+  if (!reduces && widest > 0)
+    while (lanes > 8 && widest * element_bytes <= 16 * (lanes / 2)) lanes /= 2;
   return lanes;
 }
 
-void choose_row_lanes(TraversalInstance& t, int requested) {
-  const int lanes = requested == 0 ? auto_row_lanes(t) : requested;
+void choose_row_lanes(TraversalInstance& t, int requested, int element_bytes) {
+  const int lanes = requested == 0 ? auto_row_lanes(t, element_bytes) : requested;
   t.row_lanes = lanes != 32 && row_lanes_blocker(t).empty() ? lanes : 32;
 }
 

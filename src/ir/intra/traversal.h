@@ -245,11 +245,13 @@ std::string row_lanes_blocker(const TraversalInstance& t);
 // them (attention: each edge's dot product and the softmax's maximum and sum wait on shuffles, and more rows per
 // warp hide more of that), else 16 (plain sums over the edges, where a warp's 4 rows walking in step to the
 // longest one's degree cost more than they hide); doubled while its widest `lanes` register would take more than
-// 8 slots a lane, at most 32. Measured in bench/README.md ("Lanes per row").
-int auto_row_lanes(const TraversalInstance& t);
+// 8 slots a lane, at most 32. A plain sum then halves its lanes (down to 8) while a lane's share of its widest row
+// still fits one 16-byte vector run of `element_bytes` elements (rows of 64 bf16 values: 8 lanes of 8; fp32: 16 of
+// 4). Measured in bench/README.md ("Lanes per row", "Vector runs").
+int auto_row_lanes(const TraversalInstance& t, int element_bytes = 4);
 // Sets t.row_lanes to `requested` (0: auto_row_lanes) where row_lanes_blocker allows it, else to 32; run after
-// split_edge_loops.
-void choose_row_lanes(TraversalInstance& t, int requested);
+// split_edge_loops. element_bytes: the rows' storage size (2 for bf16 and fp16, else 4).
+void choose_row_lanes(TraversalInstance& t, int requested, int element_bytes = 4);
 // The accumulation an update of an enclosing register makes in a split loop: the sum or the maximum.
 ReduceOp accumulation(const Update& u);
 
