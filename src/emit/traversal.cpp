@@ -431,8 +431,8 @@ class TraversalPrinter {
   // The run length of `lanes` register type `t` (ir/intra/traversal.h, slot_vector).
   int run_of(const RegType& t) const { return slot_vector(t.numel(), slots_of(t), t_.vector); }
 
-  // The element that slot `j` of this lane holds of a `lanes` register of `slots` slots: (lane + G (j / V)) V + j % V
-  // for runs of V (ir/intra/traversal.h), spelled as simply as V allows.
+  // The element that slot `j` of this lane holds of a `lanes` register of type `t`: (lane + G (j / V)) V + j % V for
+  // its runs of V (ir/intra/traversal.h), spelled as simply as V allows.
   std::string lane_element(const RegType& t, const std::string& j) const {
     const int v = run_of(t);
     const int64_t slots = slots_of(t);
@@ -447,7 +447,7 @@ class TraversalPrinter {
     return fmt::format("(lane + {} * {}) * {}", G_, r, v);
   }
 
-  // The lane (and its slot) that holds element `idx` of a `lanes` register of `slots` slots.
+  // The lane (and its slot) that holds element `idx` of a `lanes` register of type `t`.
   std::string owner_lane(const RegType& t, const std::string& idx) const {
     const int v = run_of(t);
     return v == 1 ? fmt::format("{} % {}", atom(idx), G_) : fmt::format("{} / {} % {}", atom(idx), v, G_);
@@ -460,11 +460,11 @@ class TraversalPrinter {
   }
   // `x` as an operand: a name as it is, anything else parenthesised.
   static std::string atom(const std::string& x) {
-    const bool name = !x.empty() && std::all_of(x.begin(), x.end(), [](char ch) { return std::isalpha(static_cast<unsigned char>(ch)) || ch == '_'; });
-    return name ? x : "(" + x + ")";
+    auto letter = [](char ch) { return std::isalpha(static_cast<unsigned char>(ch)) || ch == '_'; };
+    return !x.empty() && std::all_of(x.begin(), x.end(), letter) ? x : "(" + x + ")";
   }
 
-  // Whether a `lanes` register of `slots` slots of a row of n elements moves in vector runs: runs of more than one
+  // Whether a `lanes` register of type `t` for a row of n elements moves in vector runs: runs of more than one
   // element that never straddle the row's end (n a multiple of the run), so each is whole in the row or past it.
   bool vector_runs(int64_t n, const RegType& t) const { return run_of(t) > 1 && n % run_of(t) == 0; }
 
@@ -532,7 +532,9 @@ class TraversalPrinter {
           const std::string first = run_start(v, runs, r), to = r == "0" ? x : fmt::format("{} + {} * {}", x, r, v);
           line(fmt::format("{}load_run<{}>({}, &{});", n % (G_ * v) ? fmt::format("if ({} < {}) ", first, n) : "", v, to,
                            address(t, l->row, first)));
-          if (n % (G_ * v)) line(fmt::format("else for (int j = 0; j < {}; ++j) {}[{}j] = 0.f;", v, x, r == "0" ? "" : r + " * " + std::to_string(v) + " + "));
+          if (n % (G_ * v) == 0) return;
+          const std::string slot = r == "0" ? "j" : fmt::format("{} * {} + j", r, v);
+          line(fmt::format("else for (int j = 0; j < {}; ++j) {}[{}] = 0.f;", v, x, slot));
         };
         if (runs == 1) return run("0");
         line("#pragma unroll");
