@@ -405,6 +405,19 @@ class SchemaReader {
         ok = false;
       }
     };
+    // A value that is auto (0) or a number; a word other than auto is a type error naming the numbers it may be.
+    auto read_auto = [&](const YAML::Node& n, std::string_view name, std::string_view numbers, intra::ScheduleKey key,
+                         auto&& set) {
+      if (n.IsScalar() && n.Scalar() == "auto") {
+        set(0);
+        at[key] = n;
+      } else if (n.IsScalar() && !n.Scalar().empty() && std::isalpha(static_cast<unsigned char>(n.Scalar()[0]))) {
+        error(n, "wrong-type", fmt::format("'{}' must be auto or {}, got '{}'", name, numbers, n.Scalar()));
+        ok = false;
+      } else {
+        read(n, fmt::format("'{}'", name), key, set);
+      }
+    };
     for_each_key(v, "'schedule'", {"gemm", "traversal", "gather_sum"}, [&](const std::string& sk, const YAML::Node&, const YAML::Node& sv) {
       if (!expect_type(sv, YAML::NodeType::Map, fmt::format("'schedule.{}'", sk))) {
         ok = false;
@@ -419,25 +432,20 @@ class SchemaReader {
         });
       } else if (sk == "gather_sum") {
         for_each_key(sv, "'schedule.gather_sum'", {"row_lanes"}, [&](const std::string&, const YAML::Node&, const YAML::Node& gv) {
-          if (gv.IsScalar() && gv.Scalar() == "auto") s.gather_sum_row_lanes = 0, at[intra::ScheduleKey::GatherSumRowLanes] = gv;
-          else if (gv.IsScalar() && !gv.Scalar().empty() && std::isalpha(static_cast<unsigned char>(gv.Scalar()[0])))
-            error(gv, "wrong-type", fmt::format("'row_lanes' must be auto or a number of lanes (8, 16 or 32), got '{}'", gv.Scalar())), ok = false;
-          else read(gv, "'row_lanes'", intra::ScheduleKey::GatherSumRowLanes, [&](int i) { s.gather_sum_row_lanes = i; });
+          read_auto(gv, "row_lanes", "a number of lanes (8, 16 or 32)", intra::ScheduleKey::GatherSumRowLanes,
+                    [&](int i) { s.gather_sum_row_lanes = i; });
         });
       } else {
         for_each_key(sv, "'schedule.traversal'", {"threads", "edge_batch", "row_lanes", "vector"},
                      [&](const std::string& tk, const YAML::Node&, const YAML::Node& tv) {
           if (tk == "threads") read(tv, "'threads'", intra::ScheduleKey::TraversalThreads, [&](int i) { s.traversal_threads = i; });
           else if (tk == "edge_batch") read(tv, "'edge_batch'", intra::ScheduleKey::TraversalEdgeBatch, [&](int i) { s.traversal_edge_batch = i; });
-          else if (tk == "vector") {
-            if (tv.IsScalar() && tv.Scalar() == "auto") s.traversal_vector = 0, at[intra::ScheduleKey::TraversalVector] = tv;
-            else if (tv.IsScalar() && !tv.Scalar().empty() && std::isalpha(static_cast<unsigned char>(tv.Scalar()[0])))
-              error(tv, "wrong-type", fmt::format("'vector' must be auto or a number of elements (1, 2, 4 or 8), got '{}'", tv.Scalar())), ok = false;
-            else read(tv, "'vector'", intra::ScheduleKey::TraversalVector, [&](int i) { s.traversal_vector = i; });
-          } else if (tv.IsScalar() && tv.Scalar() == "auto") s.traversal_row_lanes = 0, at[intra::ScheduleKey::TraversalRowLanes] = tv;
-          else if (tv.IsScalar() && !tv.Scalar().empty() && std::isalpha(static_cast<unsigned char>(tv.Scalar()[0])))
-            error(tv, "wrong-type", fmt::format("'row_lanes' must be auto or a number of lanes (8, 16 or 32), got '{}'", tv.Scalar())), ok = false;
-          else read(tv, "'row_lanes'", intra::ScheduleKey::TraversalRowLanes, [&](int i) { s.traversal_row_lanes = i; });
+          else if (tk == "vector")
+            read_auto(tv, "vector", "a number of elements (1, 2, 4 or 8)", intra::ScheduleKey::TraversalVector,
+                      [&](int i) { s.traversal_vector = i; });
+          else
+            read_auto(tv, "row_lanes", "a number of lanes (8, 16 or 32)", intra::ScheduleKey::TraversalRowLanes,
+                      [&](int i) { s.traversal_row_lanes = i; });
         });
       }
     });
