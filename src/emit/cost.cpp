@@ -67,10 +67,6 @@ CostDomain domain_of(inter::LoopKind k) {
   return CostDomain::Fixed;
 }
 
-double element_bytes(inter::DType storage) {
-  return storage == inter::DType::BF16 || storage == inter::DType::FP16 ? 2 : 4;
-}
-
 // Accumulates one kernel's bytes.
 class Counter {
  public:
@@ -88,7 +84,7 @@ class Counter {
   void row(CostDomain d, const std::string& tensor, double times = 1) {
     const intra::TensorInfo* t = p_.find(tensor);
     if (!t) return;  // not a tensor of the program (nothing to count)
-    const double row_bytes = static_cast<double>(t->row_numel()) * element_bytes(t->storage);
+    const double row_bytes = static_cast<double>(t->row_numel()) * intra::storage_bytes(t->storage);
     if (t->per == Per::Node || t->per == Per::Edge || t->per == Per::Pair) {
       bytes_[static_cast<size_t>(d)] += times * row_bytes;
     } else if (cached_.insert(tensor).second) {
@@ -100,7 +96,7 @@ class Counter {
     const intra::TensorInfo* t = p_.find(tensor);
     if (!t) return;
     bytes_[static_cast<size_t>(domain_of(t->per))] +=
-        times * static_cast<double>(t->row_numel()) * element_bytes(t->storage);
+        times * static_cast<double>(t->row_numel()) * intra::storage_bytes(t->storage);
   }
   const Bytes& bytes() const { return bytes_; }
   const Bytes& gather_rows() const { return gather_rows_; }
@@ -201,7 +197,7 @@ PhaseCost phase_cost(const Program& p) {
   }
   for (const intra::TensorInfo& t : p.tensors)
     if (t.zero_init) {
-      out.bytes[static_cast<size_t>(domain_of(t.per))] += static_cast<double>(t.row_numel()) * element_bytes(t.storage);
+      out.bytes[static_cast<size_t>(domain_of(t.per))] += static_cast<double>(t.row_numel()) * intra::storage_bytes(t.storage);
       ++out.launches;  // the fill
     }
   return out;

@@ -107,8 +107,7 @@ class TraversalLowering {
     t.body = assemble(row);
     rename(t);
     intra::split_edge_loops(t);
-    const inter::DType dtype = p_.decl.options.dtype;
-    intra::choose_row_lanes(t, src_.row_lanes, dtype == inter::DType::BF16 || dtype == inter::DType::FP16 ? 2 : 4);
+    intra::choose_row_lanes(t, src_.row_lanes, intra::storage_bytes(intra::model_storage(p_.decl.options.dtype)));
     intra::insert_warp_syncs(t);
     if (std::string e = intra::verify_traversal(p_, t); !e.empty())
       throw std::logic_error("lower_traversal: the instance does not verify: " + e + "\n" + intra::print_traversal(t));

@@ -41,10 +41,6 @@ int64_t rows(inter::Per per, const GraphCounts& c) {
   }
 }
 
-int64_t element_bytes(inter::DType storage) {
-  return storage == inter::DType::BF16 || storage == inter::DType::FP16 ? 2 : 4;
-}
-
 // The tensors the program holds for the whole op: what it reads from its caller and what it hands back (outputs and
 // saved fields live from the start to the return).
 bool held(const TensorInfo& t, const std::set<std::string>& returned) {
@@ -153,7 +149,7 @@ void schedule_for_memory(Program& p) {
 GraphCounts typical_graph(int64_t nodes) { return {nodes, 8 * nodes, 4 * nodes, 1, 1}; }
 
 int64_t tensor_bytes(const TensorInfo& t, const GraphCounts& counts) {
-  return rows(t.per, counts) * t.row_numel() * element_bytes(t.storage);
+  return rows(t.per, counts) * t.row_numel() * intra::storage_bytes(t.storage);
 }
 
 int64_t peak_bytes(const Program& p, const GraphCounts& counts) {

@@ -220,6 +220,10 @@ inter::DType model_storage(inter::DType model) {
   return model == inter::DType::BF16 || model == inter::DType::FP16 ? model : inter::DType::FP32;
 }
 
+int storage_bytes(inter::DType storage) {
+  return storage == inter::DType::BF16 || storage == inter::DType::FP16 ? 2 : 4;
+}
+
 namespace {
 void traversal_atomic_stores(const std::vector<Instr>& body, std::set<std::string>& out) {
   for (const Instr& in : body) {

@@ -75,6 +75,8 @@ const char* to_string(Role r);      // input, weight, output, field, temp
 const char* cuda_type(inter::DType storage);  // float, __nv_bfloat16, __half (TF32 stores float)
 // The storage type of a model's inputs, weights and outputs: BF16/FP16 for bf16/fp16 models, FP32 for fp32 and tf32.
 inter::DType model_storage(inter::DType model);
+// Bytes an element of storage type `storage` takes: 2 for bf16 and fp16, else 4 (tf32 stores float).
+int storage_bytes(inter::DType storage);
 const char* to_string(Segments s);  // -, etype, ntype
 std::string gathered_row(Gather g); // row, src[row], dst[row]
 // The rows a GEMM, weight-gradient or segment-sum instance runs over. Edge rows are in edge-type-sorted order
