@@ -134,6 +134,7 @@ bool is_const_tensor(const TensorInfo& t) { return t.role == intra::Role::Input 
 struct GemmCode {
   std::string kernel, launcher;  // kernel: empty when the launcher calls the runtime's kernels
   std::set<std::string> includes;  // runtime headers the launcher needs ("hectorgen/segments.cuh")
+  std::set<std::string> helpers;   // device helpers the kernel calls (device_helpers: "runs", ...)
 };
 
 // dim3 grid(...) of a launcher, from the kernel's launch configuration.
@@ -446,7 +447,7 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
   call(fmt::format("hectorgen::launch_reduce_partials<{}>(partial, chunk_ptr, a.{}, wgrad.num_segments, {}, /*accumulate=*/{}, stream)",
                    dw_type, w.dw, w.heads * w.k * w.n, w.accumulate ? "true" : "false"));
   // segments.cuh (the chunk offsets, the reduction) comes with either header.
-  return GemmCode{"", c.str(), {tc ? "hectorgen/tc_gemm.cuh" : "hectorgen/simt_wgrad.cuh"}};
+  return GemmCode{"", c.str(), {tc ? "hectorgen/tc_gemm.cuh" : "hectorgen/simt_wgrad.cuh"}, {}};
 }
 
 }  // namespace
@@ -482,10 +483,75 @@ GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
   return c;
 }
 
-// A gather sum: one warp (or row_lanes lanes) per row, each lane its elements of the row (in registers), the CSR
-// entries of the row added in order (deterministic; gathers only), then one store. Below 32 lanes the warp's rows
-// add their entries in step, as a traversal's edge loops do (emit/traversal.cpp): the warp's longest row sets the
-// blocks and steps, a row's steps past its own entries add nothing, a row past the last stores nothing.
+namespace {
+
+// The layout of a gather sum that splits its row's entries over groups of lanes (gather_sum_split.cu.in): runs of
+// `run` consecutive elements (the largest power of two up to the schedule's vector that divides the row), as few
+// lanes a group as hold a row in one run each (at most 32), and 32 / group_lanes groups.
+struct SplitLayout {
+  int run = 1, group_lanes = 32, runs_per_lane = 1;
+};
+
+SplitLayout split_layout(int64_t numel, int vector) {
+  SplitLayout l;
+  l.run = intra::slot_vector(numel, numel, vector);
+  const int64_t runs = numel / l.run;
+  l.group_lanes = 1;
+  while (l.group_lanes < runs && l.group_lanes < 32) l.group_lanes *= 2;
+  l.runs_per_lane = static_cast<int>((runs + l.group_lanes - 1) / l.group_lanes);
+  return l;
+}
+
+// The comment lines of gather_sum_split.cu.in that say how a row's entries and elements are spread over the lanes.
+std::string split_layout_text(const SplitLayout& l, int element_bytes) {
+  const int groups = 32 / l.group_lanes;
+  std::string out = "A warp a row, ";
+  out += groups == 1 ? "its 32 lanes on each entry together"
+         : l.group_lanes == 1 ? "each lane an entry of its own"
+                              : fmt::format("its lanes in {} groups of {}, a group an entry", groups, l.group_lanes);
+  const int last = l.run - 1;
+  const std::string lane = groups == 1 ? "lane l" : "lane l of a group";
+  if (l.group_lanes == 1 && l.run > 1)
+    out += fmt::format(" (its {} elements, one load)", l.run);
+  else if (l.group_lanes == 1) {
+  } else if (l.runs_per_lane == 1)
+    out += fmt::format(": {} holds element{} {} of the entry's row", lane, l.run == 1 ? "" : "s",
+                       l.run == 1 ? "l" : fmt::format("{0}l .. {0}l + {1}", l.run, last));
+  else if (l.run == 1)
+    out += fmt::format(": {} holds elements l + {} r of the entry's row, r < {}", lane, l.group_lanes, l.runs_per_lane);
+  else
+    out += fmt::format(": {} holds {} runs of {} elements of the entry's row, run r from element {}(l + {} r)", lane,
+                       l.runs_per_lane, l.run, l.run, l.group_lanes);
+  const int bytes = l.run * element_bytes;
+  if (l.run > 1 && l.group_lanes > 1)
+    out += bytes <= 16 ? fmt::format(", {}-byte loads", bytes) : fmt::format(", {} 16-byte loads a run", bytes / 16);
+  out += ".";
+  // Wrapped into comment lines of at most 116 characters.
+  std::string lines, line = "//";
+  size_t at = 0;
+  while (at < out.size()) {
+    size_t end = out.find(' ', at);
+    if (end == std::string::npos) end = out.size();
+    const std::string word = out.substr(at, end - at);
+    if (line.size() + 1 + word.size() > 116) {
+      lines += line + "\n";
+      line = "//";
+    }
+    line += " " + word;
+    at = end + 1;
+  }
+  return lines + line;
+}
+
+}  // namespace
+
+// A gather sum: a warp (or row_lanes lanes) per row, each lane its elements of the row (in registers), the CSR
+// entries of the row added in a fixed order (deterministic; gathers only), then one store.
+//   A warp a row, entries one at a time (edge_batch 1): gather_sum_split.cu.in, the entries split over groups of
+//   lanes, each lane's elements in vector runs (split_layout).
+//   Otherwise gather_sum.cu.in, each lane holding elements lane, lane + G, ... Below 32 lanes the warp's rows add
+//   their entries in step, as a traversal's edge loops do (emit/traversal.cpp): the warp's longest row sets the
+//   blocks and steps, a row's steps past its own entries add nothing, a row past the last stores nothing.
 GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   const intra::GatherSumInstance& s = std::get<intra::GatherSumInstance>(k);
   const bool pairs = s.csr == intra::GatherCsr::PairEdges;
@@ -503,30 +569,7 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   v["numel"] = std::to_string(s.numel);
   const int G = s.row_lanes;
   const bool in_step = G != 32;
-  const std::string lanes = std::to_string(G);
-  v["lanes"] = lanes;
-  v["lanes_minus_one"] = std::to_string(G - 1);
-  v["live"] = in_step ? "row_live && " : "";
-  v["fetchers"] = in_step ? fmt::format("The row's {} lanes fetch", G) : "The warp fetches";
-  v["rows"] = row_loop_open(G, "row");
-  if (!in_step) {
-    v["blocks"] = "    const int64_t end = csr_ptr[row + 1];\n"
-                  "    for (int64_t first = csr_ptr[row]; first < end; first += 32) {\n"
-                  "      const int count = end - first < 32 ? static_cast<int>(end - first) : 32;\n";
-  } else {
-    v["blocks"] = fmt::format(
-        "    const int64_t begin = csr_ptr[row];\n"
-        "    const int64_t end = row_live ? csr_ptr[row + 1] : begin;  // a row past the last adds nothing\n"
-        "    const int todo = __reduce_max_sync(0xffffffffu, static_cast<int>(end - begin));  // the warp's longest row\n"
-        "    for (int done = 0; done < todo; done += {0}) {{\n"
-        "      const int64_t first = begin + done;\n"
-        "      const int steps = todo - done < {0} ? todo - done : {0};  // the block's steps, the same for the warp's rows\n"
-        "      const int count = end - first < {0} ? static_cast<int>(end - first > 0 ? end - first : 0) : {0};\n",
-        G);
-  }
   auto shfl = [&](const std::string& lane_v, const std::string& j) { return row_shuffle(G, lane_v, j); };
-  const std::string col = "lane + " + lanes + " * c";
-  v["acc_init"] = s.accumulate ? col + " < kNumel ? " + load_elem(y, "y[row * kNumel + " + col + "]") + " : 0.0f" : "0.0f";
   // The entry's row of x (its own, or its edge's destination's) and its scale: lane j fetches them for entry
   // first + j of the warp's block of 32, and each entry broadcasts them from its lane.
   std::string fetch = "      int64_t lane_x_row = 0;\n";
@@ -544,56 +587,110 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   fetch += "      if (lane < count) {\n        const int64_t from_row = csr_col[first + lane];\n" + in_range + "      }\n";
   v["extra_params"] = extra;
   v["fetch"] = fetch;
-  const std::string scaled = s.scale.empty() ? "" : "entry_scale * ", x_elem = load_elem(x, "x[x_row * kNumel + col]");
-  if (s.edge_batch == 1) {
-    v["entries"] = "#pragma unroll 4\n"
-                   "      for (int j = 0; j < " + std::string(in_step ? "steps" : "count") + "; ++j) {\n" +
-                   entry +
-                   "#pragma unroll\n"
-                   "        for (int c = 0; c < kSlots; ++c) {\n"
-                   "          const int col = " + col + ";\n"
-                   "          if (" + std::string(in_step ? "j < count && " : "") + "col < kNumel) acc[c] += " + scaled + x_elem + ";\n"
-                   "        }\n"
-                   "      }\n";
-  } else {
-    // schedule.traversal.edge_batch b: the entries come b at a time. Their rows (and scales) are shuffled out
-    // first, then the b entries' values are loaded (a step past the row's last entry loads the batch's first
-    // again), then added, a live entry's only: the same additions in the same order (as the traversal's batched
-    // edge loops, emit/traversal.cpp), with the b entries' loads in flight together.
-    const int b = s.edge_batch;
-    std::string e = fmt::format("      for (int j0 = 0; j0 < {}; j0 += {}) {{\n", in_step ? "steps" : "count", b);
-    e += fmt::format("        int64_t x_row_batch[{}];\n", b);
-    if (!s.scale.empty()) e += fmt::format("        float scale_batch[{}];\n", b);
-    e += "#pragma unroll\n";
-    e += fmt::format("        for (int u = 0; u < {}; ++u) {{\n", b);
-    // (rows in step: a step past the row's entries takes its own lane's indices, 0, as its row of x)
-    e += in_step ? "          const int j = j0 + u;\n" : "          const int j = j0 + u < count ? j0 + u : j0;\n";
-    e += "          x_row_batch[u] = " + shfl("lane_x_row", "j") + ";\n";
-    if (!s.scale.empty()) e += "          scale_batch[u] = " + shfl("lane_scale", "j") + ";\n";
-    e += "        }\n";
-    e += fmt::format("        float value[{}][kSlots];\n", b);
-    e += "#pragma unroll\n";
-    e += fmt::format("        for (int u = 0; u < {}; ++u) {{\n", b);
-    e += "          const int64_t x_row = x_row_batch[u];\n";
-    e += "#pragma unroll\n";
-    e += "          for (int c = 0; c < kSlots; ++c) {\n";
-    e += "            const int col = " + col + ";\n";
-    e += "            value[u][c] = col < kNumel ? " + x_elem + " : 0.0f;\n";
-    e += "          }\n";
-    e += "        }\n";
-    e += "#pragma unroll\n";
-    e += fmt::format("        for (int u = 0; u < {}; ++u) {{\n", b);
-    if (!s.scale.empty()) e += "          const float entry_scale = scale_batch[u];\n";
-    e += "#pragma unroll\n";
-    e += "          for (int c = 0; c < kSlots; ++c)\n";
-    e += "            if (j0 + u < count && " + col + " < kNumel) acc[c] += " + scaled + "value[u][c];\n";
-    e += "        }\n";
-    e += "      }\n";
-    v["entries"] = e;
-  }
-  v["store"] = store_elem(y, "y[row * kNumel + col]", "acc[c]", false);
   GemmCode c;
-  c.kernel = render_template("cuda/gather_sum.cu.in", v);
+  const std::string scaled = s.scale.empty() ? "" : "entry_scale * ";
+  if (!in_step && s.edge_batch == 1) {
+    const SplitLayout l = split_layout(s.numel, s.vector);
+    v["layout"] = split_layout_text(l, static_cast<int>(intra::storage_bytes(x.storage)));
+    v["run"] = std::to_string(l.run);
+    v["group_lanes"] = std::to_string(l.group_lanes);
+    v["entry_scale"] = s.scale.empty() ? "" : "        const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, j);\n";
+    v["scaled"] = scaled;
+    // Runs of one element are plain scalar accesses (no 16-bit vector word exists).
+    const std::string x_at = "x[x_row * kNumel + col]", y_at = "y[row * kNumel + col]";
+    if (l.run > 1) {
+      v["load"] = "load_run<kRun>(value, &" + x_at + ");";
+      v["store"] = "store_run<kRun>(&" + y_at + ", acc[r]);";
+      c.helpers = {"runs", std::string("runs_load_") + v["x_type"], std::string("runs_store_") + v["y_type"]};
+    } else {
+      v["load"] = "value[0] = " + load_elem(x, x_at) + ";";
+      v["store"] = store_elem(y, y_at, "acc[r][0]", false);
+    }
+    v["add_old"] = "";
+    if (s.accumulate && l.run > 1) {
+      v["add_old"] = "          float old[kRun];\n"
+                     "          load_run<kRun>(old, &" + y_at + ");\n"
+                     "#pragma unroll\n"
+                     "          for (int i = 0; i < kRun; ++i) acc[r][i] += old[i];\n";
+      c.helpers.insert(std::string("runs_load_") + v["y_type"]);
+    } else if (s.accumulate) {
+      v["add_old"] = "          acc[r][0] += " + load_elem(y, y_at) + ";\n";
+    }
+    c.kernel = render_template("cuda/gather_sum_split.cu.in", v);
+  } else {
+    const std::string lanes = std::to_string(G);
+    v["lanes"] = lanes;
+    v["lanes_minus_one"] = std::to_string(G - 1);
+    v["live"] = in_step ? "row_live && " : "";
+    v["fetchers"] = in_step ? fmt::format("The row's {} lanes fetch", G) : "The warp fetches";
+    v["rows"] = row_loop_open(G, "row");
+    if (!in_step) {
+      v["blocks"] = "    const int64_t end = csr_ptr[row + 1];\n"
+                    "    for (int64_t first = csr_ptr[row]; first < end; first += 32) {\n"
+                    "      const int count = end - first < 32 ? static_cast<int>(end - first) : 32;\n";
+    } else {
+      v["blocks"] = fmt::format(
+          "    const int64_t begin = csr_ptr[row];\n"
+          "    const int64_t end = row_live ? csr_ptr[row + 1] : begin;  // a row past the last adds nothing\n"
+          "    const int todo = __reduce_max_sync(0xffffffffu, static_cast<int>(end - begin));  // the warp's longest row\n"
+          "    for (int done = 0; done < todo; done += {0}) {{\n"
+          "      const int64_t first = begin + done;\n"
+          "      const int steps = todo - done < {0} ? todo - done : {0};  // the block's steps, the same for the warp's rows\n"
+          "      const int count = end - first < {0} ? static_cast<int>(end - first > 0 ? end - first : 0) : {0};\n",
+          G);
+    }
+    const std::string col = "lane + " + lanes + " * c";
+    v["acc_init"] = s.accumulate ? col + " < kNumel ? " + load_elem(y, "y[row * kNumel + " + col + "]") + " : 0.0f" : "0.0f";
+    const std::string x_elem = load_elem(x, "x[x_row * kNumel + col]");
+    if (s.edge_batch == 1) {
+      v["entries"] = "#pragma unroll 4\n"
+                     "      for (int j = 0; j < " + std::string(in_step ? "steps" : "count") + "; ++j) {\n" +
+                     entry +
+                     "#pragma unroll\n"
+                     "        for (int c = 0; c < kSlots; ++c) {\n"
+                     "          const int col = " + col + ";\n"
+                     "          if (" + std::string(in_step ? "j < count && " : "") + "col < kNumel) acc[c] += " + scaled + x_elem + ";\n"
+                     "        }\n"
+                     "      }\n";
+    } else {
+      // schedule.traversal.edge_batch b: the entries come b at a time. Their rows (and scales) are shuffled out
+      // first, then the b entries' values are loaded (a step past the row's last entry loads the batch's first
+      // again), then added, a live entry's only: the same additions in the same order (as the traversal's batched
+      // edge loops, emit/traversal.cpp), with the b entries' loads in flight together.
+      const int b = s.edge_batch;
+      std::string e = fmt::format("      for (int j0 = 0; j0 < {}; j0 += {}) {{\n", in_step ? "steps" : "count", b);
+      e += fmt::format("        int64_t x_row_batch[{}];\n", b);
+      if (!s.scale.empty()) e += fmt::format("        float scale_batch[{}];\n", b);
+      e += "#pragma unroll\n";
+      e += fmt::format("        for (int u = 0; u < {}; ++u) {{\n", b);
+      // (rows in step: a step past the row's entries takes its own lane's indices, 0, as its row of x)
+      e += in_step ? "          const int j = j0 + u;\n" : "          const int j = j0 + u < count ? j0 + u : j0;\n";
+      e += "          x_row_batch[u] = " + shfl("lane_x_row", "j") + ";\n";
+      if (!s.scale.empty()) e += "          scale_batch[u] = " + shfl("lane_scale", "j") + ";\n";
+      e += "        }\n";
+      e += fmt::format("        float value[{}][kSlots];\n", b);
+      e += "#pragma unroll\n";
+      e += fmt::format("        for (int u = 0; u < {}; ++u) {{\n", b);
+      e += "          const int64_t x_row = x_row_batch[u];\n";
+      e += "#pragma unroll\n";
+      e += "          for (int c = 0; c < kSlots; ++c) {\n";
+      e += "            const int col = " + col + ";\n";
+      e += "            value[u][c] = col < kNumel ? " + x_elem + " : 0.0f;\n";
+      e += "          }\n";
+      e += "        }\n";
+      e += "#pragma unroll\n";
+      e += fmt::format("        for (int u = 0; u < {}; ++u) {{\n", b);
+      if (!s.scale.empty()) e += "          const float entry_scale = scale_batch[u];\n";
+      e += "#pragma unroll\n";
+      e += "          for (int c = 0; c < kSlots; ++c)\n";
+      e += "            if (j0 + u < count && " + col + " < kNumel) acc[c] += " + scaled + "value[u][c];\n";
+      e += "        }\n";
+      e += "      }\n";
+      v["entries"] = e;
+    }
+    v["store"] = store_elem(y, "y[row * kNumel + col]", "acc[c]", false);
+    c.kernel = render_template("cuda/gather_sum.cu.in", v);
+  }
   const std::string rows = pairs ? "a.num_pairs" : "a.num_nodes";
   c.launcher = fmt::format(
       "  if ({rows} > 0) {{  // {name}\n"
@@ -702,6 +799,7 @@ static KernelsCode phase_kernels(const Program& p, std::map<std::string, std::st
     }
     if (gemm) {
       includes.insert(gemm->includes.begin(), gemm->includes.end());
+      helpers.insert(gemm->helpers.begin(), gemm->helpers.end());
       kernels += "\n" + gemm->kernel;
       body = gemm->launcher;
     } else if (auto* t = std::get_if<intra::TraversalInstance>(&k)) {

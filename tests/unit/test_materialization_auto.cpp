@@ -770,6 +770,84 @@ TEST_CASE("schedule.traversal.vector: a lane's slots move in vector runs, guarde
   CHECK(v1.file("rgcn_compact_w56.intra.ir").find("threads=256 row_lanes=16 vector=1\n") != std::string::npos);
 }
 
+TEST_CASE("a gather sum a warp a row splits its entries over groups of lanes, each lane's elements in vector runs",
+          "[intra][emit]") {
+  auto kernel = [](const std::string& cu, const std::string& name) {
+    const size_t at = cu.find("__launch_bounds__(256) " + name + "(");
+    REQUIRE(at != std::string::npos);
+    return cu.substr(at, cu.find("\n}\n", at) - at);
+  };
+  // bf16 rows of 64: runs of 8 (one 16-byte load), 8 lanes a row of x, 4 groups taking every 4th entry; the groups'
+  // sums added by a butterfly, group 0 storing.
+  const std::string hgt_path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact.yaml";
+  const Generated h = generate(hgt_path, test::replace(test::read_file(hgt_path), "dtype: fp32", "dtype: bf16"));
+  REQUIRE(h.status == 0);
+  const std::string hcu = h.file("hgt_compact_kernels.cu");
+  CHECK(hcu.find("// A warp a row, its lanes in 4 groups of 8, a group an entry: lane l of a group holds elements 8l .. 8l + 7") !=
+        std::string::npos);
+  const std::string msg = kernel(hcu, "hgt_compact_bw_sum_d_msg");
+  size_t pos = 0;
+  for (const char* line : {"constexpr int kNumel = 64, kRun = 8, kGroupLanes = 8, kGroups = 32 / kGroupLanes;",
+                           "const int lane = threadIdx.x & 31, group = lane / kGroupLanes, group_lane = lane % kGroupLanes;",
+                           "for (int j0 = 0; j0 < count; j0 += kGroups) {", "const int j = j0 + group;",
+                           "const int64_t x_row = __shfl_sync(0xffffffffu, lane_x_row, j);",
+                           "const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, j);", "if (j < count) {",
+                           "const int col = (group_lane + kGroupLanes * r) * kRun;",
+                           "load_run<kRun>(value, &x[x_row * kNumel + col]);",
+                           "for (int i = 0; i < kRun; ++i) acc[r][i] += entry_scale * value[i];",
+                           "for (int offset = kGroupLanes; offset < 32; offset *= 2) {",
+                           "acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], offset);", "if (group == 0) {",
+                           "store_run<kRun>(&y[row * kNumel + col], acc[r]);"}) {
+    const size_t next = msg.find(line, pos);
+    INFO(line);
+    REQUIRE(next != std::string::npos);
+    pos = next + 1;
+  }
+  // fp32 rows of 56: runs of 8 (two 16-byte words), 7 runs over 8 lanes (the last lane's past the end, skipped); the
+  // sum into d_feature adds to what it holds.
+  const Generated w = generate_spec("tests/gpu/specs/rgcn_compact_w56.yaml");
+  REQUIRE(w.status == 0);
+  const std::string wcu = w.file("rgcn_compact_w56_kernels.cu");
+  CHECK(kernel(wcu, "rgcn_compact_w56_bw_sum_d_lin_feature").find("constexpr int kNumel = 56, kRun = 8, kGroupLanes = 8,") != std::string::npos);
+  const std::string acc = kernel(wcu, "rgcn_compact_w56_bw_sum_d_feature");
+  for (const char* line : {"load_run<kRun>(old, &y[row * kNumel + col]);", "for (int i = 0; i < kRun; ++i) acc[r][i] += old[i];"})
+    CHECK(acc.find(line) != std::string::npos);
+  // A scalar per row (RGAT's attention half): each lane an entry of its own, plain scalar loads and store.
+  const Generated r = generate_spec("tests/gpu/specs/rgat_compact.yaml");
+  REQUIRE(r.status == 0);
+  const std::string rcu = r.file("rgat_compact_kernels.cu");
+  const std::string dot = kernel(rcu, "rgat_compact_bw_sum_d_dot_hs");
+  CHECK(rcu.find("// A warp a row, each lane an entry of its own.") != std::string::npos);
+  for (const char* line : {"kRun = 1, kGroupLanes = 1,",
+                           "value[0] = x[x_row * kNumel + col];", "y[row * kNumel + col] = acc[r][0];"})
+    CHECK(dot.find(line) != std::string::npos);
+  CHECK(dot.find("load_run") == std::string::npos);
+  // vector: 1: scalar elements lane + 32 r over the warp, entries one at a time; printed on the gathersum's line,
+  // parsed back.
+  const Generated v1 = generate(std::string(HECTORGEN_SOURCE_DIR) + "/rgcn_compact_v1.yaml",
+                                with_traversal_schedule(test::read_file(std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/rgcn_compact.yaml"),
+                                                        "vector: 1"));
+  REQUIRE(v1.status == 0);
+  const std::string v1sum = kernel(v1.file("rgcn_compact_kernels.cu"), "rgcn_compact_bw_sum_d_lin_feature");
+  CHECK(v1.file("rgcn_compact_kernels.cu").find("// A warp a row, its 32 lanes on each entry together: lane l holds elements l + 32 r of the entry's row, r < 2.") !=
+        std::string::npos);
+  CHECK(v1sum.find("constexpr int kNumel = 64, kRun = 1, kGroupLanes = 32,") != std::string::npos);
+  const std::string v1ir = v1.file("rgcn_compact.intra.ir");
+  CHECK(v1ir.find("numel=64 deterministic vector=1\n") != std::string::npos);
+  SourceFile f("rgcn_compact.intra.ir", v1ir);
+  Diagnostics d;
+  auto phases = intra::parse_programs(f, d);
+  REQUIRE(phases);
+  CHECK(intra::print_programs(*phases) == v1ir);
+  CHECK(std::get<intra::GatherSumInstance>(phases->back().kernels.back()).vector == 1);
+  SourceFile bad("rgcn_compact.intra.ir", test::replace(v1ir, "numel=64 deterministic vector=1\n", "numel=64 deterministic vector=3\n"));
+  Diagnostics db;
+  CHECK_FALSE(intra::parse_programs(bad, db));
+  std::ostringstream err;
+  db.render(err);
+  CHECK_THAT(err.str(), Catch::Contains("error: vector=3 is not 1, 2, 4 or 8"));
+}
+
 TEST_CASE("row_lanes in the intra IR text: checked values, and only where the kernel can hold rows in step", "[intra]") {
   intra::TraversalInstance t;
   t.name = "k";

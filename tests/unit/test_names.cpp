@@ -359,14 +359,14 @@ TEST_CASE("the emitters print no fixed identifier that is not reserved", "[names
       "(i_[en]|[en](_[a-z0-9]+)*)_(first|end|count|j|lane|j0|u|live|batch|begin|todo|done|steps)_*");
   // Kernels of these templates take fixed parameters only: no user name enters them.
   std::set<std::string> kernel_templates;
-  for (const char* t : {"cuda/gemm.cu.in", "cuda/gather_sum.cu.in"})
+  for (const char* t : {"cuda/gemm.cu.in", "cuda/gather_sum.cu.in", "cuda/gather_sum_split.cu.in"})
     kernel_templates.merge(emit::identifiers(emit::embedded_templates().find(t)->second, emit::Lang::Cpp));
   // ... nor the row ranges emit/cuda.cpp substitutes into them, nor the warp_sum helper (its own parameter).
   kernel_templates.insert({"head", "tile", "tile_ptr", "seg_ptr", "lo", "hi", "mid", "type", "row", "row_scalar", "row_begin",
                            "row_end", "num_segments", "v", "offset", "x_row", "entry_scale", "scale", "from_row", "lane_x_row",
                            "lane_scale",
                            // the gather sum's row and entry loops (emit_gathersum prints them into the template)
-                           "first", "end", "count", "begin", "todo", "done", "steps"});
+                           "first", "end", "count", "begin", "todo", "done", "steps", "old"});
   // The bundled models, and an untrainable one (its module refuses requires_grad: other fixed names):
   // rgat_concat_outer with its attention through leakyrelu_grad, an operator without a derivative rule.
   const std::string untrainable = std::string(HECTORGEN_SOURCE_DIR) + "/tests/specs/rgat_concat_outer.yaml";

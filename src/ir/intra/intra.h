@@ -192,6 +192,9 @@ struct GatherSumInstance {
   // Lanes per row (32, 16 or 8; inter::Schedule::traversal_row_lanes when set, 32 under auto): below 32 the warp's
   // rows add their entries in step, as a traversal's (emit_gathersum).
   int row_lanes = 32;
+  // The most consecutive elements of a row one lane holds and loads as one vector (1, 2, 4 or 8; the traversals'
+  // inter::Schedule::traversal_vector, kDefaultVector under auto), with a warp a row and edge_batch 1 only.
+  int vector = kDefaultVector;
   std::string source;
 };
 

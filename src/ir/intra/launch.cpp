@@ -188,6 +188,8 @@ std::string verify_launch(const Program& p, const Kernel& k) {
     return fmt::format("{}: edge_batch={} is not 1, 2, 4 or 8", name, g->edge_batch);
   if (const auto* g = std::get_if<GatherSumInstance>(&k); g && (g->row_lanes == 0 || !inter::valid_row_lanes(g->row_lanes)))
     return fmt::format("{}: row_lanes={} is not 8, 16 or 32", name, g->row_lanes);
+  if (const auto* g = std::get_if<GatherSumInstance>(&k); g && (g->vector == 0 || !inter::valid_vector(g->vector)))
+    return fmt::format("{}: vector={} is not 1, 2, 4 or 8", name, g->vector);
   auto tile_coarsen = [&](int tile, int coarsen) -> std::string {
     if (!valid_tile(tile)) return fmt::format("{}: tile {} is not one of 8, 16, 32, 64", name, tile);
     if (!valid_coarsen(coarsen) || tile % coarsen)

@@ -224,6 +224,15 @@ int parse_row_lanes(Cursor& c) {
   return lanes;
 }
 
+// ` vector=V` where it comes next (V 1, 2, 4 or 8, else a positioned error), or kDefaultVector (not printed).
+int parse_vector(Cursor& c) {
+  if (!c.accept("vector=")) return kDefaultVector;
+  const size_t at = c.pos();
+  const int vector = static_cast<int>(c.integer("a vector length"));
+  if (vector == 0 || !inter::valid_vector(vector)) c.fail_at(at, fmt::format("vector={} is not 1, 2, 4 or 8", vector));
+  return vector;
+}
+
 // `row_lanes`: the lanes per row of the instance (a `lanes` vector's slot count depends on it).
 RegType parse_reg_type(Cursor& c, int row_lanes) {
   RegType t;
@@ -323,11 +332,7 @@ class TraversalParser {
     t.threads = static_cast<int>(c.integer("a thread count"));
     if (c.accept("edge_batch=")) t.edge_batch = static_cast<int>(c.integer("an edge batch"));
     t.row_lanes = parse_row_lanes(c);
-    if (c.accept("vector=")) {
-      const auto at = c.pos();
-      t.vector = static_cast<int>(c.integer("a vector length"));
-      if (t.vector == 0 || !inter::valid_vector(t.vector)) c.fail_at(at, fmt::format("vector={} is not 1, 2, 4 or 8", t.vector));
-    }
+    t.vector = parse_vector(c);
     c.end();
     row_lanes_ = t.row_lanes;
     t.body = body(h.indent + 4);
@@ -875,6 +880,7 @@ class ProgramParser {
       c.expect("deterministic");
       if (c.accept("edge_batch=")) s.edge_batch = static_cast<int>(c.integer("an edge batch"));
       s.row_lanes = parse_row_lanes(c);
+      s.vector = parse_vector(c);
       c.end();
     }
     s.source = from();
