@@ -71,7 +71,7 @@ TRAINABLE = True
 _NUM_OUTPUTS = 1
 _NUM_INPUTS = 1  # user inputs, then weights
 _GRAD_SLOTS = ((0, 0), (1, 1), (2, 2), (3, 3), )  # (backward result, argument) pairs
-SAVED_FOR_BACKWARD = ("att", "att__0", "att__1", "att_max", "att_sum", "hs", "ht", "msg", )  # forward fields the backward reads
+SAVED_FOR_BACKWARD = ("att", "att__0", "att__1", "att_max", "att_sum", "hs", "msg", )  # forward fields the backward reads
 
 
 class _Function(torch.autograd.Function):

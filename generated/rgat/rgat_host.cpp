@@ -204,7 +204,6 @@ std::vector<at::Tensor> rgat_forward_train_op(
   at::Tensor att__0 = at::empty({num_edges, 1}, options);  // field
   at::Tensor att__1 = at::empty({num_edges, 1}, options);  // field
   at::Tensor hs = at::empty({num_edges, 1, 64}, options);  // field
-  at::Tensor ht = at::empty({num_edges, 1, 64}, options);  // field
   RgatForwardTrainArgs a{};  // pointers to tensors no kernel touches stay null
   a.num_nodes = num_nodes;
   a.num_edges = num_edges;
@@ -232,13 +231,16 @@ std::vector<at::Tensor> rgat_forward_train_op(
   a.att__0 = att__0.data_ptr<float>();
   a.att__1 = att__1.data_ptr<float>();
   a.hs = hs.data_ptr<float>();
-  a.ht = ht.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(launch_rgat_fwt_gemm_hs(a, stream));
+  at::Tensor ht = at::empty({num_edges, 1, 64}, options);  // field
+  a.ht = ht.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgat_fwt_gemm_ht(a, stream));
   C10_CUDA_CHECK(launch_rgat_fwt_edges_att__0(a, stream));
+  // No kernel below uses ht: its memory goes back to the caching allocator.
+  ht.reset();
   C10_CUDA_CHECK(launch_rgat_fwt_nodes_att_max(a, stream));
-  return {h, att, att__0, att__1, att_max, att_sum, hs, ht, hs};
+  return {h, att, att__0, att__1, att_max, att_sum, hs, hs};
 }
 
 // Shape-only implementation of the forward_train pass, for tracing and torch.compile.
@@ -269,8 +271,7 @@ std::vector<at::Tensor> rgat_forward_train_meta(
   at::Tensor att__0 = at::empty({num_edges, 1}, feature.options());
   at::Tensor att__1 = at::empty({num_edges, 1}, feature.options());
   at::Tensor hs = at::empty({num_edges, 1, 64}, feature.options());
-  at::Tensor ht = at::empty({num_edges, 1, 64}, feature.options());
-  return {h, att, att__0, att__1, att_max, att_sum, hs, ht, hs};
+  return {h, att, att__0, att__1, att_max, att_sum, hs, hs};
 }
 
 // The backward pass. Returns the outputs, the gradients grad_mask asks for (bit 0 d_feature, bit 1 d_W, bit 2 d_w_s,
@@ -299,7 +300,6 @@ std::vector<at::Tensor> rgat_backward_op(
     const at::Tensor& att_max,
     const at::Tensor& att_sum,
     const at::Tensor& hs,
-    const at::Tensor& ht,
     const at::Tensor& msg,
     const at::Tensor& d_h,
     const at::Tensor& W,
@@ -328,7 +328,6 @@ std::vector<at::Tensor> rgat_backward_op(
   check(att_max, "input 'att_max'", at::kFloat, {num_nodes, 1}, device);
   check(att_sum, "input 'att_sum'", at::kFloat, {num_nodes, 1}, device);
   check(hs, "input 'hs'", at::kFloat, {num_edges, 1, 64}, device);
-  check(ht, "input 'ht'", at::kFloat, {num_edges, 1, 64}, device);
   check(msg, "input 'msg'", at::kFloat, {num_edges, 1, 64}, device);
   check(d_h, "input 'd_h'", at::kFloat, {num_nodes, 1, 64}, device);
   check(W, "weight 'W'", at::kFloat, {num_etypes, 64, 64}, device);
@@ -362,7 +361,6 @@ std::vector<at::Tensor> rgat_backward_op(
   a.att_max = att_max.data_ptr<float>();
   a.att_sum = att_sum.data_ptr<float>();
   a.hs = hs.data_ptr<float>();
-  a.ht = ht.data_ptr<float>();
   a.msg = msg.data_ptr<float>();
   a.d_h = d_h.data_ptr<float>();
   a.W = W.data_ptr<float>();
@@ -386,32 +384,36 @@ std::vector<at::Tensor> rgat_backward_op(
   a.d_hs = d_hs.data_ptr<float>();
   at::Tensor d_ht = at::empty({num_edges, 1, 64}, options);  // field
   a.d_ht = d_ht.data_ptr<float>();
-  at::Tensor t_wg0 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  a.t_wg0 = t_wg0.data_ptr<float>();
-  at::Tensor t_wg1 = at::empty({num_edges, 1, 64}, options);  // intermediate
-  a.t_wg1 = t_wg1.data_ptr<float>();
+  at::Tensor t_op0 = at::empty({num_edges, 1}, options);  // intermediate
+  a.t_op0 = t_op0.data_ptr<float>();
+  at::Tensor t_op1 = at::empty({num_edges, 1}, options);  // intermediate
+  a.t_op1 = t_op1.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgat_bw_edges_d_hs(a, stream));
   // No kernel below uses d_att__0, d_msg: their memory goes back to the caching allocator.
   d_att__0.reset();
   d_msg.reset();
-  at::Tensor rgat_bw_segsum_d_w_s_chunk_ptr = empty_if(grad_mask & 4, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_segsum_d_w_s's first chunk of each segment
-  a.rgat_bw_segsum_d_w_s_chunk_ptr = rgat_bw_segsum_d_w_s_chunk_ptr.data_ptr<int32_t>();
-  at::Tensor rgat_bw_segsum_d_w_s_partial = empty_if(grad_mask & 4, {hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_segsum_d_w_s's fp32 sums, one per chunk
-  a.rgat_bw_segsum_d_w_s_partial = rgat_bw_segsum_d_w_s_partial.data_ptr<float>();
-  if (grad_mask & 4) C10_CUDA_CHECK(launch_rgat_bw_segsum_d_w_s(a, stream));
-  // No kernel below uses t_wg0, rgat_bw_segsum_d_w_s_chunk_ptr, rgat_bw_segsum_d_w_s_partial: their memory goes back to the caching allocator.
-  t_wg0.reset();
-  rgat_bw_segsum_d_w_s_chunk_ptr.reset();
-  rgat_bw_segsum_d_w_s_partial.reset();
-  at::Tensor rgat_bw_segsum_d_w_t_chunk_ptr = empty_if(grad_mask & 8, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_segsum_d_w_t's first chunk of each segment
-  a.rgat_bw_segsum_d_w_t_chunk_ptr = rgat_bw_segsum_d_w_t_chunk_ptr.data_ptr<int32_t>();
-  at::Tensor rgat_bw_segsum_d_w_t_partial = empty_if(grad_mask & 8, {hectorgen::wgrad_max_chunks(num_edges, num_etypes, hectorgen::segment_sum_chunk_rows(num_edges, 64)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_segsum_d_w_t's fp32 sums, one per chunk
-  a.rgat_bw_segsum_d_w_t_partial = rgat_bw_segsum_d_w_t_partial.data_ptr<float>();
-  if (grad_mask & 8) C10_CUDA_CHECK(launch_rgat_bw_segsum_d_w_t(a, stream));
-  // No kernel below uses t_wg1, rgat_bw_segsum_d_w_t_chunk_ptr, rgat_bw_segsum_d_w_t_partial: their memory goes back to the caching allocator.
-  t_wg1.reset();
-  rgat_bw_segsum_d_w_t_chunk_ptr.reset();
-  rgat_bw_segsum_d_w_t_partial.reset();
+  at::Tensor rgat_bw_wgrad_d_w_s_partial = empty_if(grad_mask & 4, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_w_s's fp32 partial sums, one [1, 64, 1] slice per chunk
+  a.rgat_bw_wgrad_d_w_s_partial = rgat_bw_wgrad_d_w_s_partial.data_ptr<float>();
+  at::Tensor rgat_bw_wgrad_d_w_s_chunk_ptr = empty_if(grad_mask & 4, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_w_s's first chunk of each segment
+  a.rgat_bw_wgrad_d_w_s_chunk_ptr = rgat_bw_wgrad_d_w_s_chunk_ptr.data_ptr<int32_t>();
+  if (grad_mask & 4) C10_CUDA_CHECK(launch_rgat_bw_wgrad_d_w_s(a, stream));
+  // No kernel below uses t_op0, rgat_bw_wgrad_d_w_s_partial, rgat_bw_wgrad_d_w_s_chunk_ptr: their memory goes back to the caching allocator.
+  t_op0.reset();
+  rgat_bw_wgrad_d_w_s_partial.reset();
+  rgat_bw_wgrad_d_w_s_chunk_ptr.reset();
+  at::Tensor ht = empty_if(grad_mask & 8, {num_edges, 1, 64}, options);  // intermediate
+  a.ht = ht.data_ptr<float>();
+  if (grad_mask & 8) C10_CUDA_CHECK(launch_rgat_bw_gemm_ht_recompute(a, stream));
+  at::Tensor rgat_bw_wgrad_d_w_t_partial = empty_if(grad_mask & 8, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_w_t's fp32 partial sums, one [1, 64, 1] slice per chunk
+  a.rgat_bw_wgrad_d_w_t_partial = rgat_bw_wgrad_d_w_t_partial.data_ptr<float>();
+  at::Tensor rgat_bw_wgrad_d_w_t_chunk_ptr = empty_if(grad_mask & 8, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_w_t's first chunk of each segment
+  a.rgat_bw_wgrad_d_w_t_chunk_ptr = rgat_bw_wgrad_d_w_t_chunk_ptr.data_ptr<int32_t>();
+  if (grad_mask & 8) C10_CUDA_CHECK(launch_rgat_bw_wgrad_d_w_t(a, stream));
+  // No kernel below uses t_op1, ht, rgat_bw_wgrad_d_w_t_partial, rgat_bw_wgrad_d_w_t_chunk_ptr: their memory goes back to the caching allocator.
+  t_op1.reset();
+  ht.reset();
+  rgat_bw_wgrad_d_w_t_partial.reset();
+  rgat_bw_wgrad_d_w_t_chunk_ptr.reset();
   at::Tensor t_d_feature_edges = empty_if(grad_mask & 1, {num_edges, 64}, options);  // intermediate
   a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
   if (grad_mask & 1) C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges(a, stream));
@@ -467,7 +469,6 @@ std::vector<at::Tensor> rgat_backward_meta(
     const at::Tensor& att_max,
     const at::Tensor& att_sum,
     const at::Tensor& hs,
-    const at::Tensor& ht,
     const at::Tensor& msg,
     const at::Tensor& d_h,
     const at::Tensor& W,
@@ -484,7 +485,7 @@ std::vector<at::Tensor> rgat_backward_meta(
 TORCH_LIBRARY(hectorgen_rgat, m) {
   m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
   m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor hs, Tensor ht, Tensor msg, Tensor d_h, Tensor W, Tensor w_s, Tensor w_t, int grad_mask) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor hs, Tensor msg, Tensor d_h, Tensor W, Tensor w_s, Tensor w_t, int grad_mask) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_rgat, CUDA, m) {
   m.impl("forward", &rgat_forward_op);

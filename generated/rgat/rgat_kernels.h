@@ -107,7 +107,6 @@ struct RgatBackwardArgs {
   const float* att_max = nullptr;  // [num_nodes, 1]
   const float* att_sum = nullptr;  // [num_nodes, 1]
   const float* hs = nullptr;  // [num_edges, 1, 64]
-  const float* ht = nullptr;  // [num_edges, 1, 64]
   const float* msg = nullptr;  // [num_edges, 1, 64]
   const float* d_h = nullptr;  // [num_nodes, 1, 64]
   const float* W = nullptr;  // [num_etypes, 64, 64]
@@ -126,14 +125,15 @@ struct RgatBackwardArgs {
   float* d_hs = nullptr;  // [num_edges, 1, 64]
   float* d_ht = nullptr;  // [num_edges, 1, 64]
   float* d_msg = nullptr;  // [num_edges, 1, 64]
-  float* t_wg0 = nullptr;  // [num_edges, 1, 64]
-  float* t_wg1 = nullptr;  // [num_edges, 1, 64]
+  float* t_op0 = nullptr;  // [num_edges, 1]
+  float* t_op1 = nullptr;  // [num_edges, 1]
   float* t_d_feature_edges = nullptr;  // [num_edges, 64]
   float* t_d_feature_edges_2 = nullptr;  // [num_edges, 64]
-  int32_t* rgat_bw_segsum_d_w_s_chunk_ptr = nullptr;  // workspace: rgat_bw_segsum_d_w_s's first chunk of each segment
-  float* rgat_bw_segsum_d_w_s_partial = nullptr;  // workspace: rgat_bw_segsum_d_w_s's fp32 sums, one per chunk
-  int32_t* rgat_bw_segsum_d_w_t_chunk_ptr = nullptr;  // workspace: rgat_bw_segsum_d_w_t's first chunk of each segment
-  float* rgat_bw_segsum_d_w_t_partial = nullptr;  // workspace: rgat_bw_segsum_d_w_t's fp32 sums, one per chunk
+  float* ht = nullptr;  // [num_edges, 1, 64]
+  float* rgat_bw_wgrad_d_w_s_partial = nullptr;  // workspace: rgat_bw_wgrad_d_w_s's fp32 partial sums, one [1, 64, 1] slice per chunk
+  int32_t* rgat_bw_wgrad_d_w_s_chunk_ptr = nullptr;  // workspace: rgat_bw_wgrad_d_w_s's first chunk of each segment
+  float* rgat_bw_wgrad_d_w_t_partial = nullptr;  // workspace: rgat_bw_wgrad_d_w_t's fp32 partial sums, one [1, 64, 1] slice per chunk
+  int32_t* rgat_bw_wgrad_d_w_t_chunk_ptr = nullptr;  // workspace: rgat_bw_wgrad_d_w_t's first chunk of each segment
   float* rgat_bw_wgrad_d_W_partial = nullptr;  // workspace: rgat_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* rgat_bw_wgrad_d_W_chunk_ptr = nullptr;  // workspace: rgat_bw_wgrad_d_W's first chunk of each segment
   float* rgat_bw_wgrad_d_W_2_partial = nullptr;  // workspace: rgat_bw_wgrad_d_W_2's fp32 partial sums, one [1, 64, 64] slice per chunk
@@ -143,8 +143,9 @@ struct RgatBackwardArgs {
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
 cudaError_t launch_rgat_bw_nodes_d_att(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_rgat_bw_segsum_d_w_s(const RgatBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_rgat_bw_segsum_d_w_t(const RgatBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_bw_wgrad_d_w_s(const RgatBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_bw_gemm_ht_recompute(const RgatBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_bw_wgrad_d_w_t(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_gemm_d_feature_edges(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_wgrad_d_W(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_gemm_d_feature_edges_2(const RgatBackwardArgs& args, cudaStream_t stream);

@@ -1001,6 +1001,11 @@ class Lowering {
                "accumulate it in the node loop");
       return nullptr;
     }
+    if (o->per == Per::Etype) {
+      // d_W[e.etype] += s_e · x_e: only s_e is stored per edge; a weight gradient with n = 1 sums x's rows.
+      std::string sum;
+      if (StmtP def = deferred_scaled_sum(s->value, ctx, stage, inner, true, s, sum, o)) return def;
+    }
     std::string local = fmt::format("{}wg{}", kSigil, wg_count_++);
     Type ty = s->target->type;
     local_types_[local] = ty;
@@ -1121,7 +1126,8 @@ class Lowering {
     if (x->kind == ExprKind::Attr) {
       const TensorDecl* in = m_.decl.find_input(x->name);
       if (!in) return std::nullopt;
-      if (in->per == Per::Edge) return Input{in->name, intra::Gather::None, in->shape};
+      // (a pair loop's rows are the pairs: p.x of a per-pair input is the row itself)
+      if (in->per == Per::Edge || (in->per == Per::Pair && ctx.pair_loop)) return Input{in->name, intra::Gather::None, in->shape};
       auto g = node_gather(x->args[0]);
       if (!g) return std::nullopt;
       return Input{in->name, *g, in->shape};
@@ -1479,8 +1485,10 @@ class Lowering {
   // computes s per edge (the statement returned) and stores it; after the stage's kernel, a weight gradient over the
   // edges in per-type segments, S[t] = Σ x[G(e)]ᵀ · s_e, k = x's width and n = 1 (deterministic split-K). Sets `sum`
   // to S; null when y has no such form. (x is read after the stage: an input, which no kernel of the phase writes.)
+  // S is a new per-type temporary, or with `target` (a per-edge-type weight's gradient of x's size) that gradient,
+  // added to: d_W[e.etype] += s_e · x_e without a row of s_e · x_e stored per edge for a segment sum.
   StmtP deferred_scaled_sum(const ExprP& y, LoopCtx& ctx, Stage& stage, const Stmt* inner, bool can_flush, const StmtP& s,
-                            std::string& sum) {
+                            std::string& sum, const TensorDecl* target = nullptr) {
     if (ctx.node_loop && !inner) return nullptr;
     const ExprP& e = strip_reshape(y);
     if (e->kind != ExprKind::Binary || e->op != BinOp::Mul) return nullptr;
@@ -1490,7 +1498,14 @@ class Lowering {
       int64_t numel = 1;
       for (int64_t d : value_type(factor->type).shape) numel *= d;
       std::optional<Input> in = gemm_input(row, ctx, true);
-      if (numel != 1 || !in || tensor(in->tensor).role != Role::Input || value_type(row->type).shape.size() != 1) continue;
+      if (numel != 1 || !in || tensor(in->tensor).role != Role::Input) continue;
+      int64_t target_numel = 1;
+      if (target)
+        for (int64_t d : target->shape) target_numel *= d;
+      // (into a gradient: rows of 32 elements or more, which the kernel's lanes span; a scalar per row stays a
+      // segment sum, which spreads the rows over the lanes)
+      const int64_t x_numel = tensor(in->tensor).row_numel();
+      if (target ? x_numel != target_numel || x_numel < 32 : value_type(row->type).shape.size() != 1) continue;
       ExprP value = extract_linears(factor, ctx, stage, inner, can_flush, s);
       if (!value || !intra::traversal_supports(value)) return nullptr;
       auto [local, def] = stored_local("op", value, ctx, stage, inner, y->loc);
@@ -1498,19 +1513,27 @@ class Lowering {
       wg.x = in->tensor;
       wg.x_gather = in->gather;
       wg.dy = local;  // resolved to the materialised tensor at flush
-      wg.dw = fresh(derived_name("t" + local, "per_etype"));  // t$op1$per_etype
-      add_tensor({wg.dw, Role::Temp, Per::Etype, value_type(y->type).shape, false, ""});
+      if (target) {
+        wg.dw = target->name;
+      } else {
+        wg.dw = fresh(derived_name("t" + local, "per_etype"));  // t$op1$per_etype
+        add_tensor({wg.dw, Role::Temp, Per::Etype, value_type(y->type).shape, false, ""});
+      }
       wg.rows = rows_of(ctx, inner);  // the edges, or a pair loop's pairs (each with its edge type)
       wg.segments = intra::Segments::Etype;
-      wg.accumulate = false;  // its only write
+      // A temporary's only write; a gradient is added to, as the segment sum it replaces (zeroed before its first
+      // write, whatever order the kernels of the stage run in).
+      wg.accumulate = target != nullptr;
       wg.heads = 1;
       wg.k = tensor(in->tensor).row_numel();
       wg.n = 1;
       wg.dtype = m_.decl.options.dtype;
       wg.kernel = intra::choose_wgrad_kernel(wg);
-      wg.source = fmt::format("{}[t] = sum over the {} of type t of {}", wg.dw, ctx.pair_loop ? "pairs" : "edges e", print_expr(y));
-      note_write(wg.dw, false);
-      wg.name = unique(fmt::format("{}_wgrad_{}", prefix_, wg.dw.substr(2)));
+      wg.source = target ? print_expr(s->target) + " += " + print_expr(s->value)
+                         : fmt::format("{}[t] = sum over the {} of type t of {}", wg.dw, ctx.pair_loop ? "pairs" : "edges e",
+                                       print_expr(y));
+      note_write(wg.dw, wg.accumulate);
+      wg.name = unique(fmt::format("{}_wgrad_{}", prefix_, target ? wg.dw : wg.dw.substr(2)));
       p_.layouts.insert(intra::layout::kSortedCoo);
       pending_after_stage_.push_back(wg);
       sum = wg.dw;

@@ -258,10 +258,21 @@ TEST_CASE("the first weight gradient into a dW overwrites it, later ones add; dW
       if (&o == &k) break;
       if (!std::holds_alternative<WeightGradInstance>(o) && kernel_writes(o).count(w->dw)) written_before = true;
     }
-    CHECK(w->accumulate == (!first || written_before));
-    if (!w->accumulate) CHECK_FALSE(bw.find(w->dw)->zero_init);
+    if (!w->accumulate) {
+      CHECK(first);
+      CHECK_FALSE(written_before);
+      CHECK_FALSE(bw.find(w->dw)->zero_init);
+    } else if (first && !written_before) {
+      // d$w_s[e.etype] += s_e * e.hs: a weight gradient with n = 1 in place of a segment sum, which adds, into a
+      // zeroed dW, as the segment sum did.
+      CHECK(w->n == 1);
+      CHECK(bw.find(w->dw)->zero_init);
+    } else {
+      CHECK(w->accumulate);
+    }
   }
   CHECK(writes.at("d$W") == 2);
+  CHECK(writes.at("d$w_s") == 1);
 }
 
 TEST_CASE("a weight-gradient instance is emitted as the runtime's split-K: chunk offsets, partials, ordered sum",
@@ -642,7 +653,8 @@ TEST_CASE("RGAT's edge kernels reduce over the warp once per value, loading each
   for (const Instr& in : fw.body)
     if (auto* d = std::get_if<Def>(&in.v); d && std::holds_alternative<Reduce>(d->source)) CHECK(std::get<Reduce>(d->source).warp);
   // The backward reads the stored score e.att$0 for leakyrelu's derivative (its slope is >= 0): no dot product
-  // recomputed; hs loaded once, for d$w_s.
+  // recomputed; hs is not loaded: d$w_s[e.etype] += s_e * e.hs is a weight gradient with n = 1 reading hs itself,
+  // the traversal storing the scalar s_e alone (no row of s_e * hs per edge).
   const TraversalInstance& bw = traversal(phases, "rgat_bw_edges_d_hs");
   CHECK(count_instrs(bw.body, is_reduce) == 0);
   CHECK(count_instrs(bw.body, [](const Instr& in) {
@@ -654,7 +666,15 @@ TEST_CASE("RGAT's edge kernels reduce over the warp once per value, loading each
           auto* d = std::get_if<Def>(&in.v);
           auto* l = d ? std::get_if<Load>(&d->source) : nullptr;
           return l && l->tensor == "hs";
-        }) == 1);
+        }) == 0);
+  const Program& bwp = phases.back();
+  const auto d_w_s = std::find_if(bwp.kernels.begin(), bwp.kernels.end(), [](const Kernel& k) {
+    auto* w = std::get_if<WeightGradInstance>(&k);
+    return w && w->dw == "d$w_s";
+  });
+  REQUIRE(d_w_s != bwp.kernels.end());
+  CHECK(std::get<WeightGradInstance>(*d_w_s).x == "hs");
+  CHECK(std::get<WeightGradInstance>(*d_w_s).n == 1);
   // d_hs is accumulated twice in registers and stored once.
   CHECK(count_instrs(bw.body, [](const Instr& in) {
           auto* s = std::get_if<Store>(&in.v);
@@ -1809,12 +1829,12 @@ TEST_CASE("recompute-gemms: auto recomputes a saved field only where the step's 
   }
 }
 
-TEST_CASE("recompute-gemms: auto leaves RGAT's fields saved and recomputes HGT's, as the estimates on wikikg2 and mag say",
+TEST_CASE("recompute-gemms: auto leaves RGAT's messages saved and recomputes HGT's, as the estimates on wikikg2 and mag say",
           "[intra][recompute]") {
-  // Measured on an H100 (training step, peak): recomputing RGAT's hs and ht never lowered its peak (its forward's
-  // attention kernel and its backward's hold them anyway) and cost 15% of the step; recomputing HGT's message lowered
-  // its peak by 5 to 35%. The estimate on the graphs' own counts says the same, and auto (deciding on a typical graph)
-  // follows it.
+  // Measured on an H100 (training step, peak): recomputing RGAT's hs never lowered its peak (its forward's attention
+  // kernel and its backward's hold it anyway) and cost 15% of the step; recomputing HGT's message lowered its peak by
+  // 5 to 35%. The estimate on the graphs' own counts says the same, and auto (deciding on a typical graph) follows it.
+  // RGAT's ht (reorder off) is read only by d$w_t's weight gradient: recomputed where that lowers the estimate.
   const std::pair<const char*, passes::GraphCounts> graphs[] = {{"wikikg2", kWikikg2}, {"mag", kMag}};
   for (const char* materialization : {"vanilla", "compact"}) {
     CAPTURE(materialization);
@@ -1822,13 +1842,13 @@ TEST_CASE("recompute-gemms: auto leaves RGAT's fields saved and recomputes HGT's
                                on = pipeline_programs(spec_path("rgat.yaml"), "on", materialization),
                                automatic = pipeline_programs(spec_path("rgat.yaml"), "auto", materialization);
     CHECK(contains(off[1].saved, "hs"));
-    CHECK(automatic[1].saved == off[1].saved);
+    CHECK(contains(automatic[1].saved, "hs"));
     CHECK_FALSE(gemm_writing(automatic[2], "hs"));
     CHECK_FALSE(contains(on[1].saved, "hs"));
     for (const auto& [graph, counts] : graphs) {
       CAPTURE(graph);
-      CHECK(training_peak(on, counts) >= training_peak(off, counts));
-      CHECK(training_peak(automatic, counts) == training_peak(off, counts));
+      CHECK(training_peak(on, counts) >= training_peak(automatic, counts));
+      CHECK(training_peak(automatic, counts) <= training_peak(off, counts));
     }
     const std::vector<Program> hgt_off = pipeline_programs(spec_path("hgt.yaml"), "off", materialization),
                                hgt = pipeline_programs(spec_path("hgt.yaml"), "auto", materialization);
