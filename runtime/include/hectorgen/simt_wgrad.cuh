@@ -112,17 +112,28 @@ __global__ void __launch_bounds__(kWgradThreads)
 
 // n = 1 (a weight vector per relation, e.g. the weight-weight product of linear operator reordering): dW[t][h] is a
 // scaled sum of X rows, a memory-bound reduction, so no 64 x 64 tile of which 63 columns would be padding. Same
-// chunks and partial layout as wgrad_partial_kernel (blocks per chunk: k tiles x heads). Each warp takes every
-// kWarps-th row of the chunk, lanes across 64 columns (a coalesced row slice per load), kRowsPerStep rows' loads in
-// flight before they are added in row order; the warps' sums are then added in warp order: a fixed order, so two
-// runs give bit-identical sums.
+// chunks and partial layout as wgrad_partial_kernel (blocks per chunk: k tiles x heads). A tile row (kCols
+// columns of one head) is read by kGroupLanes lanes in runs of kRun columns, one load each (kRun =
+// run_length<T>(K): 16 bytes for row lengths that allow it; a bf16 row of 64: 8 lanes, fp32: 16), so a warp
+// reads kGroups = 32 / kGroupLanes rows at a time. Warp w takes the rows of the chunk 32 at a time (rows
+// r0..r0 + 31, r0 = row_begin + 32 * (w + kWarps * i)): lane j fetches row r0 + j's X row and scaled dY value
+// (coalesced index loads), and group g of the warp loads row r0 + s * kGroups + g at step s, kInFlight steps'
+// loads in flight before they are added in step order. Then the groups' sums: within the warp a butterfly (fixed
+// shuffles), over the warps in warp order; a fixed order, so two runs give bit-identical sums.
 template <class T, class TD, int K, int kHeads>
 __global__ void __launch_bounds__(kWgradThreads)
     wgrad_rowsum_partial_kernel(const WgradArgs<T, TD> a, const int32_t* __restrict__ chunk_ptr, int chunk_rows,
                                 float* __restrict__ partial) {
   constexpr int kKTiles = (K + kWgradTile - 1) / kWgradTile;
   constexpr int kBlocksPerChunk = kKTiles * kHeads;
-  constexpr int kWarps = kWgradThreads / 32, kPerLane = kWgradTile / 32, kRowsPerStep = 4;
+  constexpr int kWarps = kWgradThreads / 32, kRun = run_length<T>(K);
+  using R = Run<T, kRun>;
+  constexpr int kCols = K < kWgradTile ? K : kWgradTile;  // a tile's columns; kRun divides them (and k0)
+  constexpr int kRuns = kCols / kRun;
+  // Lanes a row: kRuns rounded up to a power of two (a divisor of 32), at most 32.
+  constexpr int kGroupLanes = kRuns > 16 ? 32 : kRuns > 8 ? 16 : kRuns > 4 ? 8 : kRuns > 2 ? 4 : kRuns;
+  constexpr int kLaneRuns = (kRuns + kGroupLanes - 1) / kGroupLanes;  // runs a lane: 2 for 1-element runs of 64
+  constexpr int kGroups = 32 / kGroupLanes, kSteps = 32 / kGroups, kInFlight = kSteps < 8 ? kSteps : 8;
   __shared__ float sums[kWarps][kWgradTile];
 
   const int64_t chunk = blockIdx.x / kBlocksPerChunk;
@@ -134,34 +145,61 @@ __global__ void __launch_bounds__(kWgradThreads)
   const int64_t row_begin = seg_begin + (chunk - chunk_ptr[type]) * chunk_rows;
   const int64_t row_end = min(row_begin + chunk_rows, seg_end);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int group = lane / kGroupLanes, group_lane = lane % kGroupLanes;
 
-  float acc[kPerLane] = {};
-  for (int64_t r0 = row_begin + warp; r0 < row_end; r0 += kWarps * kRowsPerStep) {
-    float d[kRowsPerStep], x[kRowsPerStep][kPerLane];
+  float acc[kLaneRuns][kRun] = {};
+  for (int64_t r0 = row_begin + 32 * warp; r0 < row_end; r0 += 32 * kWarps) {
+    const int64_t row = r0 + lane;
+    const bool valid = row < row_end;
+    const int64_t lane_x_row = !valid ? 0 : a.gather ? static_cast<int64_t>(a.gather[row]) : row;
+    const int64_t d_row = !valid ? 0 : a.scatter ? static_cast<int64_t>(a.scatter[row]) : row;
+    const float lane_d = valid ? tc::to_float(a.dy[d_row * kHeads + head]) * (a.scale ? a.scale[row] : 1.f) : 0.f;
 #pragma unroll
-    for (int i = 0; i < kRowsPerStep; ++i) {
-      const int64_t row = r0 + static_cast<int64_t>(i) * kWarps;
-      const bool valid = row < row_end;
-      const int64_t x_row = !valid ? 0 : a.gather ? static_cast<int64_t>(a.gather[row]) : row;
-      const int64_t d_row = !valid ? 0 : a.scatter ? static_cast<int64_t>(a.scatter[row]) : row;
-      d[i] = valid ? tc::to_float(a.dy[d_row * kHeads + head]) * (a.scale ? a.scale[row] : 1.f) : 0.f;
-      const T* xp = a.x + (x_row * kHeads + head) * K;
+    for (int s0 = 0; s0 < kSteps; s0 += kInFlight) {
+      typename R::Word x[kInFlight][kLaneRuns];
+      float d[kInFlight];
 #pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        const int k = k0 + lane + 32 * j;
-        x[i][j] = valid && k < K ? tc::to_float(xp[k]) : 0.f;
+      for (int u = 0; u < kInFlight; ++u) {
+        const int j = (s0 + u) * kGroups + group;  // the row of the 32 that this group loads
+        const int64_t x_row = __shfl_sync(0xffffffffu, lane_x_row, j);
+        d[u] = __shfl_sync(0xffffffffu, lane_d, j);
+        const T* xp = a.x + (x_row * kHeads + head) * K + k0;
+#pragma unroll
+        for (int q = 0; q < kLaneRuns; ++q) {
+          const int c = (group_lane + kGroupLanes * q) * kRun;  // the run's columns: k0 + c .. k0 + c + kRun - 1
+          x[u][q] = r0 + j < row_end && c < kCols && k0 + c < K ? R::load(xp + c) : typename R::Word{};
+        }
       }
-    }
 #pragma unroll
-    for (int i = 0; i < kRowsPerStep; ++i) {
+      for (int u = 0; u < kInFlight; ++u) {
 #pragma unroll
-      for (int j = 0; j < kPerLane; ++j) acc[j] += x[i][j] * d[i];
+        for (int q = 0; q < kLaneRuns; ++q) {
+#pragma unroll
+          for (int i = 0; i < kRun; ++i) acc[q][i] += R::at(x[u][q], i) * d[u];
+        }
+      }
     }
   }
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) sums[warp][lane + 32 * j] = acc[j];
+  for (int offset = kGroupLanes; offset < 32; offset *= 2) {
+#pragma unroll
+    for (int q = 0; q < kLaneRuns; ++q) {
+#pragma unroll
+      for (int i = 0; i < kRun; ++i) acc[q][i] += __shfl_xor_sync(0xffffffffu, acc[q][i], offset);
+    }
+  }
+  if (group == 0) {
+#pragma unroll
+    for (int q = 0; q < kLaneRuns; ++q) {
+      const int c = (group_lane + kGroupLanes * q) * kRun;
+      if (c < kCols) {
+#pragma unroll
+        for (int i = 0; i < kRun; ++i) sums[warp][c + i] = acc[q][i];
+      }
+    }
+  }
   __syncthreads();
-  if (threadIdx.x < kWgradTile && k0 + static_cast<int>(threadIdx.x) < K) {
+  if (threadIdx.x < kCols && k0 + static_cast<int>(threadIdx.x) < K) {
     float total = 0.f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) total += sums[w][threadIdx.x];
