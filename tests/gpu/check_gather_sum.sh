@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # The gather sum that hectorgen emits (compact materialization's backward: a pair's gradient summed over its edges)
-# against the plain loop it replaced, on the GPU: the kernel is taken from what hectorgen generates for
-# tests/gpu/specs/rgcn_compact.yaml (rgcn_compact_bw_sum_d_lin_feature: x rows through dst, a scale per entry) and
-# run over random CSRs with Pareto-skewed row lengths (empty rows, one row of 20000 entries, lengths around each
-# multiple of 32). The result must be bit-identical to the one-entry-at-a-time loop (the same additions in the same
-# order); both are timed (median of 20 CUDA-event timings). Prints the mismatches (0) and the times; exits 1 on any
-# mismatch.
+# against a plain loop, on the GPU: the kernel (and the vector-run helpers it calls) is taken from what hectorgen
+# generates for tests/gpu/specs/rgcn_compact.yaml (rgcn_compact_bw_sum_d_lin_feature: x rows through dst, a scale per
+# entry; fp32 rows of 64: 4 groups of 8 lanes, group g adding the row's entries g, g + 4, ...) and run over random
+# CSRs with Pareto-skewed row lengths (empty rows, one row of 20000 entries, lengths around each multiple of 32). The
+# result must be bit-identical to the loop that adds the same way: one warp a row, entry k of the row into partial
+# sum k % 4 in order, the row's value (s0 + s1) + (s2 + s3), as the kernel's butterfly adds its groups. Both are
+# timed (median of 20 CUDA-event timings). Prints the mismatches (0) and the times; exits 1 on any mismatch.
 #   tests/gpu/check_gather_sum.sh [HECTORGEN]   (default: build/hectorgen, else build/hg_bundle/hectorgen)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/device_check_lib.sh"
 device_check_setup "${1:-}"
-kernel="$(generated_piece check_gather_sum tests/gpu/specs/rgcn_compact.yaml '^__global__ void __launch_bounds__\(256\) rgcn_compact_bw_sum_d_lin_feature\(')"
+spec=tests/gpu/specs/rgcn_compact.yaml
+helpers="$(generated_piece check_gather_sum $spec '^template <int kRunBytes> struct RunWord;' '^__device__ __forceinline__ void store_run')"
+kernel="$(generated_piece check_gather_sum $spec '^__global__ void __launch_bounds__\(256\) rgcn_compact_bw_sum_d_lin_feature\(')"
+grep -q 'kRun = 8, kGroupLanes = 8,' <<<"$kernel" ||
+  { echo "check_gather_sum: the kernel is not in 4 groups of 8 lanes, as the loop below adds" >&2; exit 1; }
 cat > "$tmp/check.cu" <<CU
 #include <algorithm>
 #include <cmath>
@@ -19,22 +24,24 @@ cat > "$tmp/check.cu" <<CU
 #include <cstdio>
 #include <random>
 #include <vector>
+$helpers
 $kernel
-// The loop the generated kernel replaced: one warp a row, the row's entries one after the other.
+// The loop, one warp a row, the row's entries one after the other, entry k into partial sum k % 4.
 __global__ void reference(int64_t num_rows, const int32_t* csr_ptr, const int32_t* csr_col, const float* x, float* y,
                           const int32_t* dst, const float* scale) {
   const int lane = threadIdx.x & 31;
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t row_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t row = first_row; row < num_rows; row += row_stride) {
-    float acc[2] = {0.0f, 0.0f};
+    float acc[2][4] = {};
     for (int64_t i = csr_ptr[row]; i < csr_ptr[row + 1]; ++i) {
       const int64_t from_row = csr_col[i];
       const int64_t x_row = dst[from_row];
       const float entry_scale = scale[from_row];
-      for (int c = 0; c < 2; ++c) acc[c] += entry_scale * x[x_row * 64 + lane + 32 * c];
+      const int64_t k = (i - csr_ptr[row]) % 4;
+      for (int c = 0; c < 2; ++c) acc[c][k] += entry_scale * x[x_row * 64 + lane + 32 * c];
     }
-    for (int c = 0; c < 2; ++c) y[row * 64 + lane + 32 * c] = acc[c];
+    for (int c = 0; c < 2; ++c) y[row * 64 + lane + 32 * c] = (acc[c][0] + acc[c][1]) + (acc[c][2] + acc[c][3]);
   }
 }
 template <class F> float median_ms(F launch) {
@@ -93,7 +100,7 @@ int main() {
       if (std::memcmp(&y[i], &ref[i], 4) != 0 && mismatches++ < 5)
         std::printf("row %lld col %lld: %.9g, the loop %.9g\\n", (long long)(i / 64), (long long)(i % 64), y[i], ref[i]);
     }
-    std::printf("trial %d: %lld rows, %lld entries: generated %.3f ms, one entry at a time %.3f ms (%.2fx)\\n", trial,
+    std::printf("trial %d: %lld rows, %lld entries: generated %.3f ms, the loop %.3f ms (%.2fx)\\n", trial,
                 (long long)rows, (long long)entries, t_new, t_ref, t_ref / t_new);
     cudaFree(d_ptr); cudaFree(d_col); cudaFree(d_dst); cudaFree(d_scale); cudaFree(d_x); cudaFree(d_y); cudaFree(d_ref);
   }

@@ -1,8 +1,9 @@
 # What the device-code checks share (check_warp_segment_of.sh, check_gather_sum.sh); sourced, not run:
 #   device_check_setup [HECTORGEN]   ROOT, HG (the given hectorgen, else build/hectorgen, else
 #                                    build/hg_bundle/hectorgen: the first that runs), NVCC, and tmp (removed at exit)
-#   generated_piece CHECK SPEC START the lines of the kernels hectorgen generates for SPEC from the first one matching
-#                                    the awk regex START to the next "}" at column 0; exits 1 (naming CHECK) if none
+#   generated_piece CHECK SPEC START [END]  the lines of the kernels hectorgen generates for SPEC from the first one
+#                                    matching the awk regex START to the next "}" at column 0 (after the first line
+#                                    matching END, when given); exits 1 (naming CHECK) if none
 #   build_and_run CHECK              compiles $tmp/check.cu for this GPU (else sm_90) and runs it;
 #                                    CHECK_COMPILE_ONLY=1 stops after compiling (a machine without a GPU)
 device_check_setup() {
@@ -18,9 +19,11 @@ device_check_setup() {
 }
 
 generated_piece() {
-  local check="$1" spec="$2" start="$3" piece
+  local check="$1" spec="$2" start="$3" end="${4:-$3}" piece
   "$HG" "$ROOT/$spec" -o "$tmp/gen" >/dev/null
-  piece="$(awk "/$start/,/^}/" "$tmp"/gen/*_kernels.cu)"
+  # (the regexes through the environment: awk -v would take their backslashes as string escapes)
+  piece="$(START="$start" END="$end" awk '!on && $0 ~ ENVIRON["START"] { on = 1 } on { print }
+    on && $0 ~ ENVIRON["END"] { last = 1 } last && /^}/ { exit }' "$tmp"/gen/*_kernels.cu)"
   [[ -n "$piece" ]] || { echo "$check: nothing matching /$start/ in the kernels generated for $spec" >&2; exit 1; }
   printf '%s\n' "$piece"
 }

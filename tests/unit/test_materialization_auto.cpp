@@ -803,8 +803,10 @@ TEST_CASE("a gather sum a warp a row splits its entries over groups of lanes, ea
     REQUIRE(next != std::string::npos);
     pos = next + 1;
   }
+  // A node's pairs (a few entries a row): one group, runs of 2 spanning the warp (no butterfly).
+  CHECK(kernel(hcu, "hgt_compact_bw_sum_d_v").find("constexpr int kNumel = 64, kRun = 2, kGroupLanes = 32,") != std::string::npos);
   // fp32 rows of 56: runs of 8 (two 16-byte words), 7 runs over 8 lanes (the last lane's past the end, skipped); the
-  // sum into d_feature adds to what it holds.
+  // sum into d_feature (a node's pairs: runs of 2 over the warp) adds to what it holds.
   const Generated w = generate_spec("tests/gpu/specs/rgcn_compact_w56.yaml");
   REQUIRE(w.status == 0);
   const std::string wcu = w.file("rgcn_compact_w56_kernels.cu");
