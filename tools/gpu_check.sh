@@ -35,7 +35,8 @@
 #      then the runtime under DDP (DDP_RUNTIME_MODEL, default hgt, khop mode): activations offloaded by the tensor
 #      cache to per-rank files, features gathered from per-rank unified tensors, the same bits as without them.
 #   4c. tests/gpu/check_warp_segment_of.sh: the warp's search of a pair's relation that hectorgen emits (RGAT's
-#      compact pair traversals), against a scan over random offsets with empty segments.
+#      compact pair traversals), against a scan over random offsets with empty segments; tests/gpu/check_gather_sum.sh:
+#      a gather sum of the compact backward against a loop adding in the same order, bit for bit.
 #   5. tools/train_example.py if time is left (train.log, train_loss.png).
 #   6. the short per-spec table, printed last (summary.txt). Everything printed is also in gpu_check.log.
 # Exit status 0 iff every spec PASSes: all checks, with gradients (a forward-only spec is not a pass), and
@@ -404,7 +405,7 @@ fi
 log "$DDP_LINE"
 
 # ---- 4c. device helpers: the warp's search of a pair's relation against a scan (tests/gpu/check_warp_segment_of.sh)
-#      and the gather sum against the plain loop (tests/gpu/check_gather_sum.sh)
+#      and the gather sum against a loop adding in its order (tests/gpu/check_gather_sum.sh)
 HELPER_LINE="device helpers: skipped"
 helper_rc=0
 if [[ "$DEVICE" != cpu && -n "$HG" ]] && ((!DTYPE_RUN)) && (($(left) > 40)); then
