@@ -56,7 +56,8 @@ def main():
         out.append(f"| {ds} | {model} | {system} | {before:.3f} | {after:.3f} | **{s:.2f}x** | {bl:.2f} | {l:.2f} | {ratio:.2f} |")
     out.append("")
     for model, v in speedups.items():
-        out.append(f"- {model}: geomean {math.exp(sum(map(math.log, v)) / len(v)):.2f}x over {len(v)} datasets")
+        geomean = math.exp(sum(map(math.log, v)) / len(v))
+        out.append(f"- {model}: geomean {geomean:.2f}x over {len(v)} dataset{'' if len(v) == 1 else 's'}")
     with open(a.out, "w") as f:
         f.write("\n".join(out) + "\n")
     if a.plot:

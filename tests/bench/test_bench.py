@@ -553,12 +553,35 @@ def test_ab():
     check("Not compared (a variant did not run ok): y/rgcn/infer" in text, "ab.py: the OOM case is not listed")
 
 
+def test_backward_report():
+    """bench/backward/report.py: training steps before/after, speed-ups, step / inference with and without the loss."""
+    import subprocess
+    paths = []
+    for tag, step in (("before", 6.0), ("after", 4.0)):
+        recs = [{"type": "meta", "gpu": "G", "torch": "t", "commit": tag, "date": "2026-01-01T00:00:00"},
+                {"type": "dataset", "dataset": "x", "loss_ms": {"bf16": 1.0, "fp32": 0.5}}]
+        for mode, ms in (("infer", 1.0), ("train", step)):
+            recs.append({"type": "case", "dataset": "x", "model": "rgat", "mode": mode, "system": "hectorgen_bf16_auto",
+                         "klass": "bf16", "status": "ok", "ms": ms})
+        path = TMP / f"backward_{tag}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+        paths.append(str(path))
+    out = TMP / "backward.md"
+    subprocess.run([sys.executable, str(REPO / "bench" / "backward" / "report.py"), *paths, "--out", str(out)], check=True)
+    text = out.read_text()
+    check("| x | rgat | hectorgen_bf16_auto | 6.000 | 4.000 | **1.50x** | 5.00 | 3.00 | 4.00 |" in text,
+          "backward/report.py: the case row is wrong:\n" + text)
+    check("- rgat: geomean 1.50x over 1 dataset" in text, "backward/report.py: the geomean line is wrong")
+
+
 def main() -> int:
     t0 = time.time()
     failed = 0
     dry = None
     for fn in (test_generator, test_loaders, test_hand_vs_spec, test_hand_vs_interpreter, test_variants,
-               test_dry_run, test_interleaved, test_report, test_auto_report, test_calibrate_auto, test_ab):
+               test_dry_run, test_interleaved, test_report, test_auto_report, test_calibrate_auto, test_ab,
+               test_backward_report):
         t = time.time()
         try:
             res = fn(dry) if fn is test_report else fn()
