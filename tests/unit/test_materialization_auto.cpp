@@ -521,17 +521,30 @@ std::string with_traversal_schedule(const std::string& text, const std::string& 
   return text.substr(0, at + 1) + "  schedule:\n    traversal: {" + entries + "}\n" + text.substr(at + 1);
 }
 
+// The source of kernel `name` in a generated kernels file `cu`: from its launch bounds to its closing brace.
+std::string kernel_source(const std::string& cu, const std::string& name) {
+  const size_t at = cu.find("__launch_bounds__(256) " + name + "(");
+  REQUIRE(at != std::string::npos);
+  return cu.substr(at, cu.find("\n}\n", at) - at);
+}
+
+// Parses an .intra.ir text back and checks that it prints to the same text; returns the phases.
+std::vector<intra::Program> round_trip(const std::string& name, const std::string& text) {
+  SourceFile f(name, text);
+  Diagnostics d;
+  auto phases = intra::parse_programs(f, d);
+  REQUIRE(phases);
+  CHECK(intra::print_programs(*phases) == text);
+  return *phases;
+}
+
 TEST_CASE("a warp's edge loop and a gather sum fetch 32 edges' indices at a time; the split loops do not",
           "[intra][emit]") {
   const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact.yaml";
   const Generated g = generate(path, with_traversal_schedule(test::read_file(path), "row_lanes: 32"));
   REQUIRE(g.status == 0);
   const std::string cu = g.file("hgt_compact_kernels.cu");
-  auto kernel = [&](const std::string& name) {
-    const size_t at = cu.find("__launch_bounds__(256) " + name + "(");
-    REQUIRE(at != std::string::npos);
-    return cu.substr(at, cu.find("\n}\n", at) - at);
-  };
+  auto kernel = [&](const std::string& name) { return kernel_source(cu, name); };
   // HGT's node kernel: the edge loop reading each edge's pair row, in blocks of 32 edges; lane l fetches edge
   // first + l's id, its pair and its relation, and every iteration takes them from lane j, in the edges' order.
   const std::string att = kernel("hgt_compact_fw_nodes_att");
@@ -567,9 +580,7 @@ TEST_CASE("schedule.traversal.edge_batch: a warp's edge loop shuffles out a batc
   const Generated g = generate_spec("tests/gpu/specs/rgcn_compact_eb4.yaml");
   REQUIRE(g.status == 0);
   const std::string cu = g.file("rgcn_compact_eb4_kernels.cu");
-  const size_t at = cu.find("__launch_bounds__(256) rgcn_compact_eb4_fw_nodes_h(");
-  REQUIRE(at != std::string::npos);
-  const std::string nodes = cu.substr(at, cu.find("\n}\n", at) - at);
+  const std::string nodes = kernel_source(cu, "rgcn_compact_eb4_fw_nodes_h");
   // In this order: the batch's indices (a step past the last edge takes the batch's first), then the steps, each
   // reading them from the batch, loading unconditionally and adding only for a live edge.
   size_t from = 0;
@@ -590,9 +601,7 @@ TEST_CASE("schedule.traversal.edge_batch: a warp's edge loop shuffles out a batc
   CHECK(nodes.find("for (int i_e_j = 0;") == std::string::npos);  // no one-edge loop left
   // The backward's gather sum batches its entries the same way: rows and scales shuffled out, the 4 entries'
   // values loaded, then added in order, a live entry's only.
-  const size_t gs = cu.find("__launch_bounds__(256) rgcn_compact_eb4_bw_sum_d_lin_feature(");
-  REQUIRE(gs != std::string::npos);
-  const std::string sum = cu.substr(gs, cu.find("\n}\n", gs) - gs);
+  const std::string sum = kernel_source(cu, "rgcn_compact_eb4_bw_sum_d_lin_feature");
   from = 0;
   for (const char* line : {"for (int j0 = 0; j0 < count; j0 += 4) {", "int64_t x_row_batch[4];", "float scale_batch[4];",
                            "const int j = j0 + u < count ? j0 + u : j0;",
@@ -610,11 +619,7 @@ TEST_CASE("schedule.traversal.edge_batch: a warp's edge loop shuffles out a batc
   // Every phase of the .intra.ir (traversals and gather sums with edge_batch=4) parses back to the same text.
   const std::string intra_ir = g.file("rgcn_compact_eb4.intra.ir");
   CHECK(intra_ir.find("numel=64 deterministic edge_batch=4\n") != std::string::npos);
-  SourceFile f("rgcn_compact_eb4.intra.ir", intra_ir);
-  Diagnostics d;
-  auto phases = intra::parse_programs(f, d);
-  REQUIRE(phases);
-  CHECK(intra::print_programs(*phases) == intra_ir);
+  round_trip("rgcn_compact_eb4.intra.ir", intra_ir);
   // The IR says so, and only where the schedule is not the default.
   CHECK(g.file("rgcn_compact_eb4.intra.ir").find("threads=256 edge_batch=4\n") != std::string::npos);
   CHECK(g.file("rgcn_compact_eb4.inter.ir").find("option traversal_edge_batch = 4\n") != std::string::npos);
@@ -640,9 +645,7 @@ TEST_CASE("schedule.traversal.row_lanes: rows of 8 or 16 lanes, the warp's rows 
   const Generated g = generate_spec("tests/gpu/specs/hgt_compact.yaml");
   REQUIRE(g.status == 0);
   const std::string cu = g.file("hgt_compact_kernels.cu");
-  const size_t at = cu.find("__launch_bounds__(256) hgt_compact_fw_nodes_att(");
-  REQUIRE(at != std::string::npos);
-  const std::string att = cu.substr(at, cu.find("\n}\n", at) - at);
+  const std::string att = kernel_source(cu, "hgt_compact_fw_nodes_att");
   size_t from = 0;
   for (const char* line : {"const int lane = threadIdx.x & 7;  // the lane within its row's 8",
                            "const int row_group = (threadIdx.x & 31) >> 3;  // which of the warp's 4 rows",
@@ -674,11 +677,7 @@ TEST_CASE("schedule.traversal.row_lanes: rows of 8 or 16 lanes, the warp's rows 
   REQUIRE(rgat.status == 0);
   CHECK(std::regex_search(rgat.file("rgat_compact.intra.ir"), std::regex(R"(traversal \w+_pairs_\w+: rows=compact_src_etype.src_etype_pairs\(p\) threads=256\n)")));
   // Every phase parses back to the same text (slot counts per lane follow the instance's row_lanes).
-  SourceFile f("hgt_compact.intra.ir", ir);
-  Diagnostics d;
-  auto phases = intra::parse_programs(f, d);
-  REQUIRE(phases);
-  CHECK(intra::print_programs(*phases) == ir);
+  round_trip("hgt_compact.intra.ir", ir);
   // RGCN's node kernel: 16 lanes; with rows of 36 held by 8 lanes and 8-edge batches (the GPU check's spec), the
   // steps shuffle from their own lane (a lane past the row's edges holds index 0) and the partial last slot is
   // guarded.
@@ -696,9 +695,7 @@ TEST_CASE("schedule.traversal.row_lanes: rows of 8 or 16 lanes, the warp's rows 
   // schedule.gather_sum.row_lanes gives the gather sums of the compact backward rows of 8 lanes (auto leaves them a
   // warp a row): the rows' entries in step, a step past a row's entries adding nothing, a row past the last storing
   // nothing.
-  const size_t gs = r8cu.find("__launch_bounds__(256) rgcn_compact_rl8_bw_sum_d_lin_feature(");
-  REQUIRE(gs != std::string::npos);
-  const std::string sum = r8cu.substr(gs, r8cu.find("\n}\n", gs) - gs);
+  const std::string sum = kernel_source(r8cu, "rgcn_compact_rl8_bw_sum_d_lin_feature");
   size_t pos = 0;
   for (const char* line : {"constexpr int kNumel = 36, kSlots = (kNumel + 7) / 8;", "const int lane = threadIdx.x & 7;",
                            "const int64_t row = row_live ? warp_row + row_group : num_rows - 1;",
@@ -715,11 +712,7 @@ TEST_CASE("schedule.traversal.row_lanes: rows of 8 or 16 lanes, the warp's rows 
   }
   const std::string r8ir = r8.file("rgcn_compact_rl8.intra.ir");
   CHECK(r8ir.find("numel=36 deterministic edge_batch=8 row_lanes=8\n") != std::string::npos);
-  SourceFile f8("rgcn_compact_rl8.intra.ir", r8ir);
-  Diagnostics d8;
-  auto phases8 = intra::parse_programs(f8, d8);
-  REQUIRE(phases8);
-  CHECK(intra::print_programs(*phases8) == r8ir);
+  round_trip("rgcn_compact_rl8.intra.ir", r8ir);
   CHECK(r8.file("rgcn_compact_rl8.inter.ir").find("option gather_sum_row_lanes = 8\n") != std::string::npos);
   CHECK(r.file("rgcn_compact.intra.ir").find("deterministic row_lanes") == std::string::npos);  // auto: a warp
   // A traversal's row_lanes alone leaves the gather sums a warp a row.
@@ -772,11 +765,7 @@ TEST_CASE("schedule.traversal.vector: a lane's slots move in vector runs, guarde
 
 TEST_CASE("a gather sum a warp a row splits its entries over groups of lanes, each lane's elements in vector runs",
           "[intra][emit]") {
-  auto kernel = [](const std::string& cu, const std::string& name) {
-    const size_t at = cu.find("__launch_bounds__(256) " + name + "(");
-    REQUIRE(at != std::string::npos);
-    return cu.substr(at, cu.find("\n}\n", at) - at);
-  };
+  auto kernel = kernel_source;
   // bf16 rows of 64: runs of 8 (one 16-byte load), 8 lanes a row of x, 4 groups taking every 4th entry; the groups'
   // sums added by a butterfly, group 0 storing.
   const std::string hgt_path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact.yaml";
@@ -836,12 +825,7 @@ TEST_CASE("a gather sum a warp a row splits its entries over groups of lanes, ea
   CHECK(v1sum.find("constexpr int kNumel = 64, kRun = 1, kGroupLanes = 32,") != std::string::npos);
   const std::string v1ir = v1.file("rgcn_compact.intra.ir");
   CHECK(v1ir.find("numel=64 deterministic vector=1\n") != std::string::npos);
-  SourceFile f("rgcn_compact.intra.ir", v1ir);
-  Diagnostics d;
-  auto phases = intra::parse_programs(f, d);
-  REQUIRE(phases);
-  CHECK(intra::print_programs(*phases) == v1ir);
-  CHECK(std::get<intra::GatherSumInstance>(phases->back().kernels.back()).vector == 1);
+  CHECK(std::get<intra::GatherSumInstance>(round_trip("rgcn_compact.intra.ir", v1ir).back().kernels.back()).vector == 1);
   SourceFile bad("rgcn_compact.intra.ir", test::replace(v1ir, "numel=64 deterministic vector=1\n", "numel=64 deterministic vector=3\n"));
   Diagnostics db;
   CHECK_FALSE(intra::parse_programs(bad, db));
