@@ -54,6 +54,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The rows of chunk `chunk` of a split-K partition (chunk_ptr numbers the chunks of chunk_rows rows of each segment,
+// from segment_tile_ptr_kernel with tile_rows = chunk_rows; segments as there): [begin, end) within its segment.
+struct RowRange {
+  int64_t begin, end;
+};
+__device__ inline RowRange chunk_row_range(const int32_t* __restrict__ chunk_ptr, const int32_t* __restrict__ seg_ptr,
+                                           int num_segments, int64_t num_rows, int chunk_rows, int64_t chunk) {
+  const int type = tc::find_segment(chunk_ptr, num_segments, chunk);
+  const int64_t seg_begin = seg_ptr ? seg_ptr[type] : 0, seg_end = seg_ptr ? seg_ptr[type + 1] : num_rows;
+  const int64_t begin = seg_begin + (chunk - chunk_ptr[type]) * chunk_rows;
+  return {begin, min(begin + chunk_rows, seg_end)};
+}
+
 inline cudaError_t launch_segment_tile_ptr(const int32_t* seg_ptr, int num_segments, int64_t num_rows,
                                            int tile_rows, int32_t* tile_ptr, cudaStream_t stream) {
   if (num_segments < 1 || tile_rows < 1) return cudaErrorInvalidValue;
@@ -115,10 +128,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float sums[kThreads];
   const int64_t chunk = blockIdx.x;
   if (chunk >= chunk_ptr[num_segments]) return;  // the grid over-approximates the chunk count
-  const int type = tc::find_segment(chunk_ptr, num_segments, chunk);
-  const int64_t seg_begin = seg_ptr ? seg_ptr[type] : 0, seg_end = seg_ptr ? seg_ptr[type + 1] : num_rows;
-  const int64_t row_begin = seg_begin + (chunk - chunk_ptr[type]) * chunk_rows;
-  const int64_t row_end = min(row_begin + chunk_rows, seg_end);
+  const RowRange rows = chunk_row_range(chunk_ptr, seg_ptr, num_segments, num_rows, chunk_rows, chunk);
+  const int64_t row_begin = rows.begin, row_end = rows.end;
   const int t = threadIdx.x, groups = kThreads / numel;
   // Elements of the chunk, from its first: thread t takes t, t + step, ... (step: a multiple of numel).
   const T* const first = v + row_begin * numel;
@@ -159,10 +170,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float sums[kWarps][32];
   const int64_t chunk = blockIdx.x;
   if (chunk >= chunk_ptr[num_segments]) return;  // the grid over-approximates the chunk count
-  const int type = tc::find_segment(chunk_ptr, num_segments, chunk);
-  const int64_t seg_begin = seg_ptr ? seg_ptr[type] : 0, seg_end = seg_ptr ? seg_ptr[type + 1] : num_rows;
-  const int64_t row_begin = seg_begin + (chunk - chunk_ptr[type]) * chunk_rows;
-  const int64_t row_end = min(row_begin + chunk_rows, seg_end);
+  const RowRange rows = chunk_row_range(chunk_ptr, seg_ptr, num_segments, num_rows, chunk_rows, chunk);
+  const int64_t row_begin = rows.begin, row_end = rows.end;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = threadIdx.x / kGroupLanes, group_lane = lane % kGroupLanes;
   for (int64_t slice = blockIdx.y; slice * 32 < numel; slice += gridDim.y) {

@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "hectorgen/segments.cuh"
-#include "hectorgen/tc_ptx.cuh"  // to_float, find_segment
+#include "hectorgen/tc_ptx.cuh"  // to_float
 
 namespace hectorgen::simt {
 
@@ -55,10 +55,8 @@ __global__ void __launch_bounds__(kWgradThreads)
   const int k0 = within % kKTiles * kWgradTile, n0 = within / kKTiles % kNTiles * kWgradTile;
   const int head = within / (kKTiles * kNTiles);
   if (chunk >= chunk_ptr[a.num_segments]) return;  // the grid over-approximates the chunk count
-  const int type = tc::find_segment(chunk_ptr, a.num_segments, chunk);
-  const int64_t seg_begin = a.seg_ptr ? a.seg_ptr[type] : 0, seg_end = a.seg_ptr ? a.seg_ptr[type + 1] : a.num_rows;
-  const int64_t row_begin = seg_begin + (chunk - chunk_ptr[type]) * chunk_rows;
-  const int64_t row_end = min(row_begin + chunk_rows, seg_end);
+  const RowRange rows = chunk_row_range(chunk_ptr, a.seg_ptr, a.num_segments, a.num_rows, chunk_rows, chunk);
+  const int64_t row_begin = rows.begin, row_end = rows.end;
 
   const int tid = threadIdx.x;
   const int tk = tid / 16 * 4, tn = tid % 16 * 4;  // this thread's outputs: k0 + tk + 0..3, n0 + tn + 0..3
@@ -140,10 +138,8 @@ __global__ void __launch_bounds__(kWgradThreads)
   const int within = static_cast<int>(blockIdx.x % kBlocksPerChunk);
   const int k0 = within % kKTiles * kWgradTile, head = within / kKTiles;
   if (chunk >= chunk_ptr[a.num_segments]) return;  // the grid over-approximates the chunk count
-  const int type = tc::find_segment(chunk_ptr, a.num_segments, chunk);
-  const int64_t seg_begin = a.seg_ptr ? a.seg_ptr[type] : 0, seg_end = a.seg_ptr ? a.seg_ptr[type + 1] : a.num_rows;
-  const int64_t row_begin = seg_begin + (chunk - chunk_ptr[type]) * chunk_rows;
-  const int64_t row_end = min(row_begin + chunk_rows, seg_end);
+  const RowRange rows = chunk_row_range(chunk_ptr, a.seg_ptr, a.num_segments, a.num_rows, chunk_rows, chunk);
+  const int64_t row_begin = rows.begin, row_end = rows.end;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = lane / kGroupLanes, group_lane = lane % kGroupLanes;
 

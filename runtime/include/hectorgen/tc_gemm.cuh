@@ -458,10 +458,8 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const int k0 = static_cast<int>(blockIdx.x % kTiles % Cfg::kKTiles) * Cfg::kBM;
   const int n0 = static_cast<int>(blockIdx.x % kTiles / Cfg::kKTiles) * Cfg::kBN;
   if (chunk >= chunk_ptr[a.num_segments]) return;  // the grid over-approximates the chunk count
-  const int type = find_segment(chunk_ptr, a.num_segments, chunk);
-  const int64_t seg_begin = a.seg_ptr ? a.seg_ptr[type] : 0, seg_end = a.seg_ptr ? a.seg_ptr[type + 1] : a.num_rows;
-  const int64_t row_begin = seg_begin + (chunk - chunk_ptr[type]) * chunk_rows;
-  const int64_t row_end = min(row_begin + chunk_rows, seg_end);
+  const RowRange rows = chunk_row_range(chunk_ptr, a.seg_ptr, a.num_segments, a.num_rows, chunk_rows, chunk);
+  const int64_t row_begin = rows.begin, row_end = rows.end;
   const int num_slabs = static_cast<int>((row_end - row_begin + kBR - 1) / kBR);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wm = warp / 2, wn = warp % 2;
