@@ -578,7 +578,6 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   // The entry's row of x (its own, or its edge's destination's) and its scale: lane j fetches them for entry
   // first + j of the warp's block of 32, and each entry broadcasts them from its lane.
   std::string fetch = "      int64_t lane_x_row = 0;\n";
-  std::string entry = "        const int64_t x_row = " + shfl("lane_x_row", "j") + ";\n";
   std::string in_range = fmt::format("        lane_x_row = {};\n", s.x_gather == intra::Gather::Dst ? "dst[from_row]" : "from_row");
   std::string extra;
   if (s.x_gather == intra::Gather::Dst) extra += ", const int32_t* __restrict__ dst";
@@ -587,7 +586,6 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
     extra += fmt::format(", const {}* __restrict__ scale", intra::cuda_type(sc.storage));
     fetch += "      float lane_scale = 0.0f;\n";
     in_range += fmt::format("        lane_scale = {};\n", load_elem(sc, "scale[from_row]"));
-    entry += "        const float entry_scale = " + shfl("lane_scale", "j") + ";\n";
   }
   fetch += "      if (lane < count) {\n        const int64_t from_row = csr_col[first + lane];\n" + in_range + "      }\n";
   v["extra_params"] = extra;
@@ -648,6 +646,8 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
     v["acc_init"] = s.accumulate ? col + " < kNumel ? " + load_elem(y, "y[row * kNumel + " + col + "]") + " : 0.0f" : "0.0f";
     const std::string x_elem = load_elem(x, "x[x_row * kNumel + col]");
     if (s.edge_batch == 1) {
+      std::string entry = "        const int64_t x_row = " + shfl("lane_x_row", "j") + ";\n";
+      if (!s.scale.empty()) entry += "        const float entry_scale = " + shfl("lane_scale", "j") + ";\n";
       v["entries"] = "#pragma unroll 4\n"
                      "      for (int j = 0; j < " + std::string(in_step ? "steps" : "count") + "; ++j) {\n" +
                      entry +
