@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "hectorgen/segments.cuh"
-#include "hectorgen/simt_wgrad.cuh"
+#include "hectorgen/tc_gemm.cuh"
 
 namespace {
 
@@ -69,117 +69,6 @@ __device__ __forceinline__ void store_run(RunElem* run_addr, const float* run_va
 
 
 // ==== forward ====
-
-// hgt_fw_gemm_k: GEMM instance  k[row] = feature[row] * W_k[ntype]
-//   from: n["k"] = reshape(n.feature * W_k[n.ntype], heads, d_k)
-__global__ void __launch_bounds__(256) hgt_fw_gemm_k(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all ntype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
-// hgt_fw_gemm_lin_3: GEMM instance  t_lin_3[row] = k[src[row]] * W_att[etype]
-//   from: e["att"] = dot(e.src["k"] * W_att[e.etype], e.dst["q"]) * mu[e.etype] / sqrt(d_k)
-__global__ void __launch_bounds__(256) hgt_fw_gemm_lin_3(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ src,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096 + static_cast<int64_t>(head) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
 
 // hgt_fw_edges_att: traversal instance, one warp per edge
 __global__ void __launch_bounds__(256) hgt_fw_edges_att(
@@ -449,61 +338,6 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
 
 // ==== backward ====
 
-// hgt_bw_gemm_d_agg: GEMM instance  d_agg[row] += d_h[row] * W_a[ntype]^T
-//   from: n["d$agg"] += reshape(linear_t(n.d$h, W_a[n.ntype]), 1, 64)
-__global__ void __launch_bounds__(256) hgt_bw_gemm_d_agg(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all ntype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wn * kK + wk] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] += acc[c];
-    }
-  }
-}
-
 // hgt_bw_nodes_d_att: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
     int64_t num_rows,
@@ -613,61 +447,6 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
   }
 }
 
-// hgt_bw_gemm_d_v_edges: GEMM instance  t_d_v_edges[row] = d_msg[row] * W_msg[etype]^T
-//   from: e.src["d$v"] += linear_t(e["d$msg"], W_msg[e.etype])
-__global__ void __launch_bounds__(256) hgt_bw_gemm_d_v_edges(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096 + static_cast<int64_t>(head) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wn * kK + wk] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
 // hgt_bw_sum_d_v: traversal instance, one warp per source node
 __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
     int64_t num_rows,
@@ -733,63 +512,6 @@ __global__ void __launch_bounds__(256) hgt_bw_edges_loop(
     // $op0 = e["d$att$0"] / sqrt(d_k) * mu[e.etype]
     const float op0 = v_d_att__0 / 8.0f * v_mu;
     t_op0[e] = op0;
-  }
-}
-
-// hgt_bw_gemm_d_k_edges: GEMM instance  t_d_k_edges[row] = q[dst[row]] * W_att[etype]^T * t_op0[row]
-//   from: e.src["d$k"] += linear_t(e["d$att$0"] / sqrt(d_k) * mu[e.etype] * e.dst.q, W_att[e.etype])
-__global__ void __launch_bounds__(256) hgt_bw_gemm_d_k_edges(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ dst,
-    const float* __restrict__ row_scalar,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096 + static_cast<int64_t>(head) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(dst[row]) * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wn * kK + wk] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c] * row_scalar[row];
-    }
   }
 }
 
@@ -934,39 +656,105 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
 }  // namespace
 
 cudaError_t launch_hgt_fw_gemm_k(const HgtForwardArgs& a, cudaStream_t stream) {
-  if (a.num_nodes > 0) {  // hgt_fw_gemm_k
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // k[row] = feature[row] * W_k[ntype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_fw_gemm_k_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W_k;
+    gemm.y = a.k;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.ntype_ptr;
+    gemm.tile_ptr = a.hgt_fw_gemm_k_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = a.num_ntypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_fw_gemm_q(const HgtForwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_fw_gemm_k
-  if (a.num_nodes > 0) {  // hgt_fw_gemm_q
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_q, a.q, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // q[row] = feature[row] * W_q[ntype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_fw_gemm_q_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W_q;
+    gemm.y = a.q;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.ntype_ptr;
+    gemm.tile_ptr = a.hgt_fw_gemm_q_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = a.num_ntypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_fw_gemm_v(const HgtForwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_fw_gemm_k
-  if (a.num_nodes > 0) {  // hgt_fw_gemm_v
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_v, a.v, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // v[row] = feature[row] * W_v[ntype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_fw_gemm_v_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W_v;
+    gemm.y = a.v;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.ntype_ptr;
+    gemm.tile_ptr = a.hgt_fw_gemm_v_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = a.num_ntypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_fw_gemm_lin_3(const HgtForwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // hgt_fw_gemm_lin_3
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // t_lin_3[row] = k[src[row]] * W_att[etype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_fw_gemm_lin_3_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.k;
+    gemm.w = a.W_att;
+    gemm.y = a.t_lin_3;
+    gemm.gather = a.src;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.hgt_fw_gemm_lin_3_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -981,11 +769,27 @@ cudaError_t launch_hgt_fw_edges_att(const HgtForwardArgs& a, cudaStream_t stream
 }
 
 cudaError_t launch_hgt_fw_gemm_msg(const HgtForwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_fw_gemm_lin_3
-  if (a.num_edges > 0) {  // hgt_fw_gemm_msg
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.v, a.W_msg, a.msg, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // msg[row] = v[src[row]] * W_msg[etype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_fw_gemm_msg_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.v;
+    gemm.w = a.W_msg;
+    gemm.y = a.msg;
+    gemm.gather = a.src;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.hgt_fw_gemm_msg_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -1000,11 +804,27 @@ cudaError_t launch_hgt_fw_nodes_att_max(const HgtForwardArgs& a, cudaStream_t st
 }
 
 cudaError_t launch_hgt_fw_gemm_h(const HgtForwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_fw_gemm_k
-  if (a.num_nodes > 0) {  // hgt_fw_gemm_h
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.agg, a.W_a, a.h, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // h[row] = agg[row] * W_a[ntype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_fw_gemm_h_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.agg;
+    gemm.w = a.W_a;
+    gemm.y = a.h;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.ntype_ptr;
+    gemm.tile_ptr = a.hgt_fw_gemm_h_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = a.num_ntypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -1022,41 +842,105 @@ cudaError_t hgt_forward(const HgtForwardArgs& a, cudaStream_t stream) {
 }
 
 cudaError_t launch_hgt_fwt_gemm_k(const HgtForwardTrainArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_fw_gemm_k
-  if (a.num_nodes > 0) {  // hgt_fwt_gemm_k
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_k, a.k, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // k[row] = feature[row] * W_k[ntype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_fwt_gemm_k_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W_k;
+    gemm.y = a.k;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.ntype_ptr;
+    gemm.tile_ptr = a.hgt_fwt_gemm_k_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = a.num_ntypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_fwt_gemm_q(const HgtForwardTrainArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_fw_gemm_k
-  if (a.num_nodes > 0) {  // hgt_fwt_gemm_q
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_q, a.q, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // q[row] = feature[row] * W_q[ntype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_fwt_gemm_q_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W_q;
+    gemm.y = a.q;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.ntype_ptr;
+    gemm.tile_ptr = a.hgt_fwt_gemm_q_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = a.num_ntypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_fwt_gemm_v(const HgtForwardTrainArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_fw_gemm_k
-  if (a.num_nodes > 0) {  // hgt_fwt_gemm_v
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.feature, a.W_v, a.v, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // v[row] = feature[row] * W_v[ntype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_fwt_gemm_v_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W_v;
+    gemm.y = a.v;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.ntype_ptr;
+    gemm.tile_ptr = a.hgt_fwt_gemm_v_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = a.num_ntypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_fwt_gemm_lin_3(const HgtForwardTrainArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_fw_gemm_lin_3
-  if (a.num_edges > 0) {  // hgt_fwt_gemm_lin_3
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_3, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // t_lin_3[row] = k[src[row]] * W_att[etype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_fwt_gemm_lin_3_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.k;
+    gemm.w = a.W_att;
+    gemm.y = a.t_lin_3;
+    gemm.gather = a.src;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.hgt_fwt_gemm_lin_3_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -1071,11 +955,27 @@ cudaError_t launch_hgt_fwt_edges_att__0_dot(const HgtForwardTrainArgs& a, cudaSt
 }
 
 cudaError_t launch_hgt_fwt_gemm_msg(const HgtForwardTrainArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_fw_gemm_lin_3
-  if (a.num_edges > 0) {  // hgt_fwt_gemm_msg
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.v, a.W_msg, a.msg, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // msg[row] = v[src[row]] * W_msg[etype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_fwt_gemm_msg_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.v;
+    gemm.w = a.W_msg;
+    gemm.y = a.msg;
+    gemm.gather = a.src;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.hgt_fwt_gemm_msg_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -1090,11 +990,27 @@ cudaError_t launch_hgt_fwt_nodes_att_max(const HgtForwardTrainArgs& a, cudaStrea
 }
 
 cudaError_t launch_hgt_fwt_gemm_h(const HgtForwardTrainArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_fw_gemm_k
-  if (a.num_nodes > 0) {  // hgt_fwt_gemm_h
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_fw_gemm_k<<<grid, 256, 0, stream>>>(a.agg, a.W_a, a.h, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // h[row] = agg[row] * W_a[ntype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_fwt_gemm_h_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.agg;
+    gemm.w = a.W_a;
+    gemm.y = a.h;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.ntype_ptr;
+    gemm.tile_ptr = a.hgt_fwt_gemm_h_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = a.num_ntypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -1114,9 +1030,9 @@ cudaError_t hgt_forward_train(const HgtForwardTrainArgs& a, cudaStream_t stream)
 cudaError_t launch_hgt_bw_wgrad_d_W_a(const HgtBackwardArgs& a, cudaStream_t stream) {
   // hgt_bw_wgrad_d_W_a: weight-gradient instance  d_W_a[ntype] = sum_row agg[row]^T * d_h[row]
   //   from: d$W_a[n.ntype] += outer(reshape(n.agg, heads * d_k), n.d$h)
-  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // Split-K on tensor cores (kernel=tc): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_W_a = the sum of its segment's chunks in chunk order: bit-identical over runs.
-  hectorgen::simt::WgradArgs<float> wgrad{};
+  hectorgen::tc::WgradArgs<float> wgrad{};
   wgrad.x = a.agg;
   wgrad.dy = a.d_h;
   wgrad.seg_ptr = a.ntype_ptr;
@@ -1127,26 +1043,62 @@ cudaError_t launch_hgt_bw_wgrad_d_W_a(const HgtBackwardArgs& a, cudaStream_t str
   int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_a_chunk_ptr;
   float* const partial = a.hgt_bw_wgrad_d_W_a_partial;
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::tc::launch_wgrad_partials<float, 64, 64, hectorgen::tc::Fp32Math::kSplitTf32>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_a, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_bw_gemm_d_agg(const HgtBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_nodes > 0) {  // hgt_bw_gemm_d_agg
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_bw_gemm_d_agg<<<grid, 256, 0, stream>>>(a.d_h, a.W_a, a.d_agg, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // d_agg[row] += d_h[row] * W_a[ntype]^T
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_bw_gemm_d_agg_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    // Y = X W_a^T: W_a is stored [n][k] = [64][64] per segment; the kernel reads W_a^T, [k][n].
+    err = hectorgen::tc::launch_transpose_segments<float>(a.W_a, a.hgt_bw_gemm_d_agg_w_t, a.num_ntypes, 64, 64, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.d_h;
+    gemm.w = a.hgt_bw_gemm_d_agg_w_t;
+    gemm.y = a.d_agg;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.ntype_ptr;
+    gemm.tile_ptr = a.hgt_bw_gemm_d_agg_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = a.num_ntypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAccumulate, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_bw_gemm_msg_recompute(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_fw_gemm_lin_3
-  if (a.num_edges > 0) {  // hgt_bw_gemm_msg_recompute
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.v, a.W_msg, a.msg, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // msg[row] = v[src[row]] * W_msg[etype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_bw_gemm_msg_recompute_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.v;
+    gemm.w = a.W_msg;
+    gemm.y = a.msg;
+    gemm.gather = a.src;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.hgt_bw_gemm_msg_recompute_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -1163,9 +1115,9 @@ cudaError_t launch_hgt_bw_nodes_d_att(const HgtBackwardArgs& a, cudaStream_t str
 cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& a, cudaStream_t stream) {
   // hgt_bw_wgrad_d_W_msg: weight-gradient instance  d_W_msg[etype] = sum_row v[src[row]]^T * d_msg[row]
   //   from: d$W_msg[e.etype] += outer(e.src.v, e["d$msg"])
-  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // Split-K on tensor cores (kernel=tc): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_W_msg = the sum of its segment's chunks in chunk order: bit-identical over runs.
-  hectorgen::simt::WgradArgs<float> wgrad{};
+  hectorgen::tc::WgradArgs<float> wgrad{};
   wgrad.x = a.v;
   wgrad.dy = a.d_msg;
   wgrad.gather = a.src;  // X rows
@@ -1177,16 +1129,36 @@ cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& a, cudaStream_t s
   int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_msg_chunk_ptr;
   float* const partial = a.hgt_bw_wgrad_d_W_msg_partial;
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::tc::launch_wgrad_partials<float, 64, 64, hectorgen::tc::Fp32Math::kSplitTf32>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_msg, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // hgt_bw_gemm_d_v_edges
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_bw_gemm_d_v_edges<<<grid, 256, 0, stream>>>(a.d_msg, a.W_msg, a.t_d_v_edges, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // t_d_v_edges[row] = d_msg[row] * W_msg[etype]^T
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_bw_gemm_d_v_edges_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    // Y = X W_msg^T: W_msg is stored [n][k] = [64][64] per segment; the kernel reads W_msg^T, [k][n].
+    err = hectorgen::tc::launch_transpose_segments<float>(a.W_msg, a.hgt_bw_gemm_d_v_edges_w_t, a.num_etypes, 64, 64, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.d_msg;
+    gemm.w = a.hgt_bw_gemm_d_v_edges_w_t;
+    gemm.y = a.t_d_v_edges;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.hgt_bw_gemm_d_v_edges_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -1201,11 +1173,30 @@ cudaError_t launch_hgt_bw_sum_d_v(const HgtBackwardArgs& a, cudaStream_t stream)
 }
 
 cudaError_t launch_hgt_bw_gemm_d_feature(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_bw_gemm_d_agg
-  if (a.num_nodes > 0) {  // hgt_bw_gemm_d_feature
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_bw_gemm_d_agg<<<grid, 256, 0, stream>>>(a.d_v, a.W_v, a.d_feature, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // d_feature[row] += d_v[row] * W_v[ntype]^T
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_bw_gemm_d_feature_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    // Y = X W_v^T: W_v is stored [n][k] = [64][64] per segment; the kernel reads W_v^T, [k][n].
+    err = hectorgen::tc::launch_transpose_segments<float>(a.W_v, a.hgt_bw_gemm_d_feature_w_t, a.num_ntypes, 64, 64, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.d_v;
+    gemm.w = a.hgt_bw_gemm_d_feature_w_t;
+    gemm.y = a.d_feature;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.ntype_ptr;
+    gemm.tile_ptr = a.hgt_bw_gemm_d_feature_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = a.num_ntypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAccumulate, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -1213,9 +1204,9 @@ cudaError_t launch_hgt_bw_gemm_d_feature(const HgtBackwardArgs& a, cudaStream_t 
 cudaError_t launch_hgt_bw_wgrad_d_W_v(const HgtBackwardArgs& a, cudaStream_t stream) {
   // hgt_bw_wgrad_d_W_v: weight-gradient instance  d_W_v[ntype] = sum_row feature[row]^T * d_v[row]
   //   from: d$W_v[n.ntype] += outer(n.feature, reshape(n["d$v"], 64))
-  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // Split-K on tensor cores (kernel=tc): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_W_v = the sum of its segment's chunks in chunk order: bit-identical over runs.
-  hectorgen::simt::WgradArgs<float> wgrad{};
+  hectorgen::tc::WgradArgs<float> wgrad{};
   wgrad.x = a.feature;
   wgrad.dy = a.d_v;
   wgrad.seg_ptr = a.ntype_ptr;
@@ -1226,7 +1217,7 @@ cudaError_t launch_hgt_bw_wgrad_d_W_v(const HgtBackwardArgs& a, cudaStream_t str
   int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_v_chunk_ptr;
   float* const partial = a.hgt_bw_wgrad_d_W_v_partial;
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::tc::launch_wgrad_partials<float, 64, 64, hectorgen::tc::Fp32Math::kSplitTf32>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_v, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
@@ -1243,9 +1234,9 @@ cudaError_t launch_hgt_bw_edges_loop(const HgtBackwardArgs& a, cudaStream_t stre
 cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& a, cudaStream_t stream) {
   // hgt_bw_wgrad_d_W_att: weight-gradient instance  d_W_att[etype] = sum_row k[src[row]]^T * q[dst[row]] * t_op0[row]
   //   from: d$W_att[e.etype] += outer(e.src.k, e["d$att$0"] / sqrt(d_k) * mu[e.etype] * e.dst.q)
-  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // Split-K on tensor cores (kernel=tc): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_W_att = the sum of its segment's chunks in chunk order: bit-identical over runs.
-  hectorgen::simt::WgradArgs<float> wgrad{};
+  hectorgen::tc::WgradArgs<float> wgrad{};
   wgrad.x = a.k;
   wgrad.dy = a.q;
   wgrad.gather = a.src;  // X rows
@@ -1259,16 +1250,36 @@ cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& a, cudaStream_t s
   int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_att_chunk_ptr;
   float* const partial = a.hgt_bw_wgrad_d_W_att_partial;
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::tc::launch_wgrad_partials<float, 64, 64, hectorgen::tc::Fp32Math::kSplitTf32>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_att, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // hgt_bw_gemm_d_k_edges
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_bw_gemm_d_k_edges<<<grid, 256, 0, stream>>>(a.q, a.W_att, a.t_d_k_edges, a.dst, a.t_op0, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // t_d_k_edges[row] = q[dst[row]] * W_att[etype]^T * t_op0[row]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_bw_gemm_d_k_edges_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    // Y = X W_att^T: W_att is stored [n][k] = [64][64] per segment; the kernel reads W_att^T, [k][n].
+    err = hectorgen::tc::launch_transpose_segments<float>(a.W_att, a.hgt_bw_gemm_d_k_edges_w_t, a.num_etypes, 64, 64, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.q;
+    gemm.w = a.hgt_bw_gemm_d_k_edges_w_t;
+    gemm.y = a.t_d_k_edges;
+    gemm.gather = a.dst;
+    gemm.scatter = nullptr;
+    gemm.scale = a.t_op0;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.hgt_bw_gemm_d_k_edges_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -1285,9 +1296,9 @@ cudaError_t launch_hgt_bw_sum_d_k(const HgtBackwardArgs& a, cudaStream_t stream)
 cudaError_t launch_hgt_bw_wgrad_d_W_k(const HgtBackwardArgs& a, cudaStream_t stream) {
   // hgt_bw_wgrad_d_W_k: weight-gradient instance  d_W_k[ntype] = sum_row feature[row]^T * d_k[row]
   //   from: d$W_k[n.ntype] += outer(n.feature, reshape(n["d$k"], 64))
-  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // Split-K on tensor cores (kernel=tc): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_W_k = the sum of its segment's chunks in chunk order: bit-identical over runs.
-  hectorgen::simt::WgradArgs<float> wgrad{};
+  hectorgen::tc::WgradArgs<float> wgrad{};
   wgrad.x = a.feature;
   wgrad.dy = a.d_k;
   wgrad.seg_ptr = a.ntype_ptr;
@@ -1298,17 +1309,33 @@ cudaError_t launch_hgt_bw_wgrad_d_W_k(const HgtBackwardArgs& a, cudaStream_t str
   int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_k_chunk_ptr;
   float* const partial = a.hgt_bw_wgrad_d_W_k_partial;
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::tc::launch_wgrad_partials<float, 64, 64, hectorgen::tc::Fp32Math::kSplitTf32>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_k, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_fw_gemm_lin_3
-  if (a.num_edges > 0) {  // hgt_bw_gemm_lin_11
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    hgt_fw_gemm_lin_3<<<grid, 256, 0, stream>>>(a.k, a.W_att, a.t_lin_11, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // t_lin_11[row] = k[src[row]] * W_att[etype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_bw_gemm_lin_11_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.k;
+    gemm.w = a.W_att;
+    gemm.y = a.t_lin_11;
+    gemm.gather = a.src;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.hgt_bw_gemm_lin_11_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -1348,11 +1375,30 @@ cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& a, cudaStream_t str
 }
 
 cudaError_t launch_hgt_bw_gemm_d_feature_2(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_bw_gemm_d_agg
-  if (a.num_nodes > 0) {  // hgt_bw_gemm_d_feature_2
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_bw_gemm_d_agg<<<grid, 256, 0, stream>>>(a.d_q, a.W_q, a.d_feature, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // d_feature[row] += d_q[row] * W_q[ntype]^T
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_bw_gemm_d_feature_2_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    // Y = X W_q^T: W_q is stored [n][k] = [64][64] per segment; the kernel reads W_q^T, [k][n].
+    err = hectorgen::tc::launch_transpose_segments<float>(a.W_q, a.hgt_bw_gemm_d_feature_2_w_t, a.num_ntypes, 64, 64, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.d_q;
+    gemm.w = a.hgt_bw_gemm_d_feature_2_w_t;
+    gemm.y = a.d_feature;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.ntype_ptr;
+    gemm.tile_ptr = a.hgt_bw_gemm_d_feature_2_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = a.num_ntypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAccumulate, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -1360,9 +1406,9 @@ cudaError_t launch_hgt_bw_gemm_d_feature_2(const HgtBackwardArgs& a, cudaStream_
 cudaError_t launch_hgt_bw_wgrad_d_W_q(const HgtBackwardArgs& a, cudaStream_t stream) {
   // hgt_bw_wgrad_d_W_q: weight-gradient instance  d_W_q[ntype] = sum_row feature[row]^T * d_q[row]
   //   from: d$W_q[n.ntype] += outer(n.feature, reshape(n["d$q"], 64))
-  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // Split-K on tensor cores (kernel=tc): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_W_q = the sum of its segment's chunks in chunk order: bit-identical over runs.
-  hectorgen::simt::WgradArgs<float> wgrad{};
+  hectorgen::tc::WgradArgs<float> wgrad{};
   wgrad.x = a.feature;
   wgrad.dy = a.d_q;
   wgrad.seg_ptr = a.ntype_ptr;
@@ -1373,17 +1419,36 @@ cudaError_t launch_hgt_bw_wgrad_d_W_q(const HgtBackwardArgs& a, cudaStream_t str
   int32_t* const chunk_ptr = a.hgt_bw_wgrad_d_W_q_chunk_ptr;
   float* const partial = a.hgt_bw_wgrad_d_W_q_partial;
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::tc::launch_wgrad_partials<float, 64, 64, hectorgen::tc::Fp32Math::kSplitTf32>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W_q, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
 cudaError_t launch_hgt_bw_gemm_d_feature_3(const HgtBackwardArgs& a, cudaStream_t stream) {
-  // same kernel as hgt_bw_gemm_d_agg
-  if (a.num_nodes > 0) {  // hgt_bw_gemm_d_feature_3
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_nodes + 16 - 1) / 16 + a.num_ntypes, a.num_nodes)), 4, 1);
-    hgt_bw_gemm_d_agg<<<grid, 256, 0, stream>>>(a.d_k, a.W_k, a.d_feature, a.ntype_ptr, a.ntype_tile_ptr, a.num_nodes, a.num_ntypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // d_feature[row] += d_k[row] * W_k[ntype]^T
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.hgt_bw_gemm_d_feature_3_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    // Y = X W_k^T: W_k is stored [n][k] = [64][64] per segment; the kernel reads W_k^T, [k][n].
+    err = hectorgen::tc::launch_transpose_segments<float>(a.W_k, a.hgt_bw_gemm_d_feature_3_w_t, a.num_ntypes, 64, 64, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.d_k;
+    gemm.w = a.hgt_bw_gemm_d_feature_3_w_t;
+    gemm.y = a.d_feature;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.ntype_ptr;
+    gemm.tile_ptr = a.hgt_bw_gemm_d_feature_3_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = a.num_ntypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAccumulate, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "hectorgen/simt_wgrad.cuh"
+#include "hectorgen/tc_gemm.cuh"
 
 namespace {
 
@@ -68,118 +69,6 @@ __device__ __forceinline__ void store_run(RunElem* run_addr, const float* run_va
 
 
 // ==== forward ====
-
-// rgat_fw_gemm_hs: GEMM instance  t_hs[row] = feature[src[row]] * W[etype]
-//   from: hs = reshape(e.src.feature * W[e.etype], heads, out_dim)
-__global__ void __launch_bounds__(256) rgat_fw_gemm_hs(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ src,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
-// rgat_fw_gemm_ht: GEMM instance  t_ht[row] = feature[dst[row]] * W[etype]
-//   from: ht = reshape(e.dst.feature * W[e.etype], heads, out_dim)
-__global__ void __launch_bounds__(256) rgat_fw_gemm_ht(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ dst,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(dst[row]) * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
 
 // rgat_fw_edges_att: traversal instance, one warp per edge
 __global__ void __launch_bounds__(256) rgat_fw_edges_att(
@@ -628,61 +517,6 @@ __global__ void __launch_bounds__(256) rgat_bw_edges_d_hs(
   }
 }
 
-// rgat_bw_gemm_d_feature_edges: GEMM instance  t_d_feature_edges[row] = d_ht[row] * W[etype]^T
-//   from: e.dst["d$feature"] += linear_t(reshape(e["d$ht"], 64), W[e.etype])
-__global__ void __launch_bounds__(256) rgat_bw_gemm_d_feature_edges(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wn * kK + wk] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
 // rgat_bw_sum_d_feature: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature(
     int64_t num_rows,
@@ -783,19 +617,53 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
 }  // namespace
 
 cudaError_t launch_rgat_fw_gemm_hs(const RgatForwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // rgat_fw_gemm_hs
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    rgat_fw_gemm_hs<<<grid, 256, 0, stream>>>(a.feature, a.W, a.t_hs, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // t_hs[row] = feature[src[row]] * W[etype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.rgat_fw_gemm_hs_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W;
+    gemm.y = a.t_hs;
+    gemm.gather = a.src;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.rgat_fw_gemm_hs_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_rgat_fw_gemm_ht(const RgatForwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // rgat_fw_gemm_ht
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    rgat_fw_gemm_ht<<<grid, 256, 0, stream>>>(a.feature, a.W, a.t_ht, a.dst, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // t_ht[row] = feature[dst[row]] * W[etype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.rgat_fw_gemm_ht_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W;
+    gemm.y = a.t_ht;
+    gemm.gather = a.dst;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.rgat_fw_gemm_ht_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -827,21 +695,53 @@ cudaError_t rgat_forward(const RgatForwardArgs& a, cudaStream_t stream) {
 }
 
 cudaError_t launch_rgat_fwt_gemm_hs(const RgatForwardTrainArgs& a, cudaStream_t stream) {
-  // same kernel as rgat_fw_gemm_hs
-  if (a.num_edges > 0) {  // rgat_fwt_gemm_hs
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    rgat_fw_gemm_hs<<<grid, 256, 0, stream>>>(a.feature, a.W, a.hs, a.src, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // hs[row] = feature[src[row]] * W[etype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.rgat_fwt_gemm_hs_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W;
+    gemm.y = a.hs;
+    gemm.gather = a.src;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.rgat_fwt_gemm_hs_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_rgat_fwt_gemm_ht(const RgatForwardTrainArgs& a, cudaStream_t stream) {
-  // same kernel as rgat_fw_gemm_ht
-  if (a.num_edges > 0) {  // rgat_fwt_gemm_ht
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    rgat_fw_gemm_ht<<<grid, 256, 0, stream>>>(a.feature, a.W, a.ht, a.dst, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // ht[row] = feature[dst[row]] * W[etype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.rgat_fwt_gemm_ht_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W;
+    gemm.y = a.ht;
+    gemm.gather = a.dst;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.rgat_fwt_gemm_ht_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -893,7 +793,7 @@ cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& a, cudaStream_t st
 cudaError_t launch_rgat_bw_wgrad_d_w_s(const RgatBackwardArgs& a, cudaStream_t stream) {
   // rgat_bw_wgrad_d_w_s: weight-gradient instance  d_w_s[etype] += sum_row hs[row]^T * t_op0[row]
   //   from: d$w_s[e.etype] += e["d$att$0"] * leakyrelu_grad(e.att$0, negative_slope) * e.hs
-  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // Split-K on CUDA cores (kernel=simt(tc: n % 64)): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_w_s += the sum of its segment's chunks in chunk order: bit-identical over runs.
   hectorgen::simt::WgradArgs<float> wgrad{};
   wgrad.x = a.hs;
@@ -912,11 +812,27 @@ cudaError_t launch_rgat_bw_wgrad_d_w_s(const RgatBackwardArgs& a, cudaStream_t s
 }
 
 cudaError_t launch_rgat_bw_gemm_ht_recompute(const RgatBackwardArgs& a, cudaStream_t stream) {
-  // same kernel as rgat_fw_gemm_ht
-  if (a.num_edges > 0) {  // rgat_bw_gemm_ht_recompute
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    rgat_fw_gemm_ht<<<grid, 256, 0, stream>>>(a.feature, a.W, a.ht, a.dst, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // ht[row] = feature[dst[row]] * W[etype]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.rgat_bw_gemm_ht_recompute_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W;
+    gemm.y = a.ht;
+    gemm.gather = a.dst;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.rgat_bw_gemm_ht_recompute_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -924,7 +840,7 @@ cudaError_t launch_rgat_bw_gemm_ht_recompute(const RgatBackwardArgs& a, cudaStre
 cudaError_t launch_rgat_bw_wgrad_d_w_t(const RgatBackwardArgs& a, cudaStream_t stream) {
   // rgat_bw_wgrad_d_w_t: weight-gradient instance  d_w_t[etype] += sum_row ht[row]^T * t_op1[row]
   //   from: d$w_t[e.etype] += e["d$att$0"] * leakyrelu_grad(e.att$0, negative_slope) * e.ht
-  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // Split-K on CUDA cores (kernel=simt(tc: n % 64)): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_w_t += the sum of its segment's chunks in chunk order: bit-identical over runs.
   hectorgen::simt::WgradArgs<float> wgrad{};
   wgrad.x = a.ht;
@@ -943,10 +859,30 @@ cudaError_t launch_rgat_bw_wgrad_d_w_t(const RgatBackwardArgs& a, cudaStream_t s
 }
 
 cudaError_t launch_rgat_bw_gemm_d_feature_edges(const RgatBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // rgat_bw_gemm_d_feature_edges
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    rgat_bw_gemm_d_feature_edges<<<grid, 256, 0, stream>>>(a.d_ht, a.W, a.t_d_feature_edges, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // t_d_feature_edges[row] = d_ht[row] * W[etype]^T
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.rgat_bw_gemm_d_feature_edges_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    // Y = X W^T: W is stored [n][k] = [64][64] per segment; the kernel reads W^T, [k][n].
+    err = hectorgen::tc::launch_transpose_segments<float>(a.W, a.rgat_bw_gemm_d_feature_edges_w_t, a.num_etypes, 64, 64, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.d_ht;
+    gemm.w = a.rgat_bw_gemm_d_feature_edges_w_t;
+    gemm.y = a.t_d_feature_edges;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.rgat_bw_gemm_d_feature_edges_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -954,9 +890,9 @@ cudaError_t launch_rgat_bw_gemm_d_feature_edges(const RgatBackwardArgs& a, cudaS
 cudaError_t launch_rgat_bw_wgrad_d_W(const RgatBackwardArgs& a, cudaStream_t stream) {
   // rgat_bw_wgrad_d_W: weight-gradient instance  d_W[etype] = sum_row feature[dst[row]]^T * d_ht[row]
   //   from: d$W[e.etype] += outer(e.dst.feature, reshape(e["d$ht"], 64))
-  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // Split-K on tensor cores (kernel=tc): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_W = the sum of its segment's chunks in chunk order: bit-identical over runs.
-  hectorgen::simt::WgradArgs<float> wgrad{};
+  hectorgen::tc::WgradArgs<float> wgrad{};
   wgrad.x = a.feature;
   wgrad.dy = a.d_ht;
   wgrad.gather = a.dst;  // X rows
@@ -968,17 +904,36 @@ cudaError_t launch_rgat_bw_wgrad_d_W(const RgatBackwardArgs& a, cudaStream_t str
   int32_t* const chunk_ptr = a.rgat_bw_wgrad_d_W_chunk_ptr;
   float* const partial = a.rgat_bw_wgrad_d_W_partial;
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::tc::launch_wgrad_partials<float, 64, 64, hectorgen::tc::Fp32Math::kSplitTf32>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
 cudaError_t launch_rgat_bw_gemm_d_feature_edges_2(const RgatBackwardArgs& a, cudaStream_t stream) {
-  // same kernel as rgat_bw_gemm_d_feature_edges
-  if (a.num_edges > 0) {  // rgat_bw_gemm_d_feature_edges_2
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    rgat_bw_gemm_d_feature_edges<<<grid, 256, 0, stream>>>(a.d_hs, a.W, a.t_d_feature_edges_2, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // t_d_feature_edges_2[row] = d_hs[row] * W[etype]^T
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.rgat_bw_gemm_d_feature_edges_2_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    // Y = X W^T: W is stored [n][k] = [64][64] per segment; the kernel reads W^T, [k][n].
+    err = hectorgen::tc::launch_transpose_segments<float>(a.W, a.rgat_bw_gemm_d_feature_edges_2_w_t, a.num_etypes, 64, 64, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.d_hs;
+    gemm.w = a.rgat_bw_gemm_d_feature_edges_2_w_t;
+    gemm.y = a.t_d_feature_edges_2;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.rgat_bw_gemm_d_feature_edges_2_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -986,9 +941,9 @@ cudaError_t launch_rgat_bw_gemm_d_feature_edges_2(const RgatBackwardArgs& a, cud
 cudaError_t launch_rgat_bw_wgrad_d_W_2(const RgatBackwardArgs& a, cudaStream_t stream) {
   // rgat_bw_wgrad_d_W_2: weight-gradient instance  d_W[etype] += sum_row feature[src[row]]^T * d_hs[row]
   //   from: d$W[e.etype] += outer(e.src.feature, reshape(e["d$hs"], 64))
-  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // Split-K on tensor cores (kernel=tc): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_W += the sum of its segment's chunks in chunk order: bit-identical over runs.
-  hectorgen::simt::WgradArgs<float> wgrad{};
+  hectorgen::tc::WgradArgs<float> wgrad{};
   wgrad.x = a.feature;
   wgrad.dy = a.d_hs;
   wgrad.gather = a.src;  // X rows
@@ -1000,7 +955,7 @@ cudaError_t launch_rgat_bw_wgrad_d_W_2(const RgatBackwardArgs& a, cudaStream_t s
   int32_t* const chunk_ptr = a.rgat_bw_wgrad_d_W_2_chunk_ptr;
   float* const partial = a.rgat_bw_wgrad_d_W_2_partial;
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::tc::launch_wgrad_partials<float, 64, 64, hectorgen::tc::Fp32Math::kSplitTf32>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W, wgrad.num_segments, 4096, /*accumulate=*/true, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "hectorgen/simt_wgrad.cuh"
+#include "hectorgen/tc_gemm.cuh"
 
 namespace {
 
@@ -51,167 +51,7 @@ __device__ __forceinline__ void store_run(RunElem* run_addr, const float* run_va
 
 // ==== forward ====
 
-// rgcn_fw_gemm_h: GEMM instance  h[row] = feature[row] * W0[-]
-//   from: n["h"] = n.feature * W0
-__global__ void __launch_bounds__(256) rgcn_fw_gemm_h(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  const int64_t row_begin = static_cast<int64_t>(blockIdx.x) * kTile;
-  const int64_t row_end = row_begin + kTile < num_rows ? row_begin + kTile : num_rows;
-  (void)num_segments;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + 0;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c];
-    }
-  }
-}
-
-// rgcn_fw_gemm_h_2: GEMM instance  h[dst[row]] += feature[src[row]] * W[etype] * norm[row]
-//   from: n["h"] += e.norm * (e.src.feature * W[e.etype])
-__global__ void __launch_bounds__(256) rgcn_fw_gemm_h_2(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ src,
-    const int32_t* __restrict__ dst,
-    const float* __restrict__ row_scalar,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      atomicAdd(&y[static_cast<int64_t>(dst[row]) * (kHeads * kN) + head * kN + col], acc[c] * row_scalar[row]);
-    }
-  }
-}
-
 // ==== forward_train ====
-
-// rgcn_fwt_gemm_h_edges: GEMM instance  t_h_edges[row] = feature[src[row]] * W[etype] * norm[row]
-//   from: n["h"] += e.norm * (e.src.feature * W[e.etype])
-__global__ void __launch_bounds__(256) rgcn_fwt_gemm_h_edges(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ src,
-    const float* __restrict__ row_scalar,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(src[row]) * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wk * kN + wn] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c] * row_scalar[row];
-    }
-  }
-}
 
 // rgcn_fwt_sum_h: traversal instance, one warp per destination node
 __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
@@ -262,108 +102,6 @@ __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
 }
 
 // ==== backward ====
-
-// rgcn_bw_gemm_d_feature_edges: GEMM instance  t_d_feature_edges[row] = d_h[dst[row]] * W[etype]^T * norm[row]
-//   from: e.src["d$feature"] += linear_t(n.d$h * e.norm, W[e.etype])
-__global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature_edges(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    const int32_t* __restrict__ dst,
-    const float* __restrict__ row_scalar,
-    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  // Row tiles of all etype segments are numbered consecutively: find this block's segment.
-  const int tile = blockIdx.x;
-  if (tile >= tile_ptr[num_segments]) return;  // the grid over-approximates the tile count
-  int type = 0;
-  for (int lo = 0, hi = num_segments - 1; lo < hi;) {  // the last segment whose first tile <= tile
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_ptr[mid] <= tile) lo = mid; else hi = mid - 1;
-    type = lo;
-  }
-  const int64_t row_begin = seg_ptr[type] + static_cast<int64_t>(tile - tile_ptr[type]) * kTile;
-  const int64_t row_end = row_begin + kTile < seg_ptr[type + 1] ? row_begin + kTile : seg_ptr[type + 1];
-  (void)num_rows;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + static_cast<int64_t>(type) * 4096;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[static_cast<int64_t>(dst[row]) * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wn * kK + wk] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] = acc[c] * row_scalar[row];
-    }
-  }
-}
-
-// rgcn_bw_gemm_d_feature: GEMM instance  d_feature[row] += d_h[row] * W0[-]^T
-//   from: n["d$feature"] += linear_t(n.d$h, W0)
-__global__ void __launch_bounds__(256) rgcn_bw_gemm_d_feature(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-    int64_t num_rows, int num_segments) {
-  constexpr int kTile = 16;
-  constexpr int kCoarsen = 1;
-  constexpr int kRowGroups = kTile / kCoarsen;  // each thread computes kCoarsen rows of one column
-  constexpr int64_t kK = 64, kN = 64, kHeads = 1;
-  __shared__ float xs[kTile][kTile + 1];
-  __shared__ float ws[kTile][kTile + 1];
-  const int64_t row_begin = static_cast<int64_t>(blockIdx.x) * kTile;
-  const int64_t row_end = row_begin + kTile < num_rows ? row_begin + kTile : num_rows;
-  (void)num_segments;
-  const int head = blockIdx.z;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float* w_slice = w + 0;
-  float acc[kCoarsen] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += kTile) {
-    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
-      const int r = i / kTile, c = i % kTile;
-      const int64_t row = row_begin + r, k = k0 + c;
-      xs[r][c] = (row < row_end && k < kK) ? x[row * (kHeads * kK) + head * kK + k] : 0.f;
-      const int64_t wk = k0 + r, wn = col0 + c;
-      ws[r][c] = (wk < kK && wn < kN) ? w_slice[wn * kK + wk] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kTile; ++kk) {
-      const float wv = ws[kk][tx];
-#pragma unroll
-      for (int c = 0; c < kCoarsen; ++c) acc[c] += xs[ty + c * kRowGroups][kk] * wv;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int c = 0; c < kCoarsen; ++c) {
-    const int64_t row = row_begin + ty + c * kRowGroups, col = col0 + tx;
-    if (row < row_end && col < kN) {
-      y[row * (kHeads * kN) + head * kN + col] += acc[c];
-    }
-  }
-}
 
 // rgcn_bw_sum_d_feature: traversal instance, one warp per source node
 __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
@@ -416,19 +154,53 @@ __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
 }  // namespace
 
 cudaError_t launch_rgcn_fw_gemm_h(const RgcnForwardArgs& a, cudaStream_t stream) {
-  if (a.num_nodes > 0) {  // rgcn_fw_gemm_h
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16), 4, 1);
-    rgcn_fw_gemm_h<<<grid, 256, 0, stream>>>(a.feature, a.W0, a.h, a.num_nodes, 1);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // h[row] = feature[row] * W0[-]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(nullptr, 1, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.rgcn_fw_gemm_h_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W0;
+    gemm.y = a.h;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = nullptr;
+    gemm.tile_ptr = a.rgcn_fw_gemm_h_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = 1;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_rgcn_fw_gemm_h_2(const RgcnForwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // rgcn_fw_gemm_h_2
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    rgcn_fw_gemm_h_2<<<grid, 256, 0, stream>>>(a.feature, a.W, a.h, a.src, a.dst, a.norm, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // h[dst[row]] += feature[src[row]] * W[etype] * norm[row]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.rgcn_fw_gemm_h_2_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W;
+    gemm.y = a.h;
+    gemm.gather = a.src;
+    gemm.scatter = a.dst;
+    gemm.scale = a.norm;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.rgcn_fw_gemm_h_2_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAtomic, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -440,20 +212,53 @@ cudaError_t rgcn_forward(const RgcnForwardArgs& a, cudaStream_t stream) {
 }
 
 cudaError_t launch_rgcn_fwt_gemm_h(const RgcnForwardTrainArgs& a, cudaStream_t stream) {
-  // same kernel as rgcn_fw_gemm_h
-  if (a.num_nodes > 0) {  // rgcn_fwt_gemm_h
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16), 4, 1);
-    rgcn_fw_gemm_h<<<grid, 256, 0, stream>>>(a.feature, a.W0, a.h, a.num_nodes, 1);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // h[row] = feature[row] * W0[-]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(nullptr, 1, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.rgcn_fwt_gemm_h_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W0;
+    gemm.y = a.h;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = nullptr;
+    gemm.tile_ptr = a.rgcn_fwt_gemm_h_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = 1;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_rgcn_fwt_gemm_h_edges(const RgcnForwardTrainArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // rgcn_fwt_gemm_h_edges
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    rgcn_fwt_gemm_h_edges<<<grid, 256, 0, stream>>>(a.feature, a.W, a.t_h_edges, a.src, a.norm, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // t_h_edges[row] = feature[src[row]] * W[etype] * norm[row]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.rgcn_fwt_gemm_h_edges_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.feature;
+    gemm.w = a.W;
+    gemm.y = a.t_h_edges;
+    gemm.gather = a.src;
+    gemm.scatter = nullptr;
+    gemm.scale = a.norm;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.rgcn_fwt_gemm_h_edges_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -475,10 +280,30 @@ cudaError_t rgcn_forward_train(const RgcnForwardTrainArgs& a, cudaStream_t strea
 }
 
 cudaError_t launch_rgcn_bw_gemm_d_feature_edges(const RgcnBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // rgcn_bw_gemm_d_feature_edges
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((a.num_edges + 16 - 1) / 16 + a.num_etypes, a.num_edges)), 4, 1);
-    rgcn_bw_gemm_d_feature_edges<<<grid, 256, 0, stream>>>(a.d_h, a.W, a.t_d_feature_edges, a.dst, a.norm, a.etype_ptr, a.etype_tile_ptr, a.num_edges, a.num_etypes);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_edges > 0) {  // t_d_feature_edges[row] = d_h[dst[row]] * W[etype]^T * norm[row]
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
+                                                         a.rgcn_bw_gemm_d_feature_edges_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    // Y = X W^T: W is stored [n][k] = [64][64] per segment; the kernel reads W^T, [k][n].
+    err = hectorgen::tc::launch_transpose_segments<float>(a.W, a.rgcn_bw_gemm_d_feature_edges_w_t, a.num_etypes, 64, 64, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.d_h;
+    gemm.w = a.rgcn_bw_gemm_d_feature_edges_w_t;
+    gemm.y = a.t_d_feature_edges;
+    gemm.gather = a.dst;
+    gemm.scatter = nullptr;
+    gemm.scale = a.norm;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.rgcn_bw_gemm_d_feature_edges_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -486,9 +311,9 @@ cudaError_t launch_rgcn_bw_gemm_d_feature_edges(const RgcnBackwardArgs& a, cudaS
 cudaError_t launch_rgcn_bw_wgrad_d_W(const RgcnBackwardArgs& a, cudaStream_t stream) {
   // rgcn_bw_wgrad_d_W: weight-gradient instance  d_W[etype] = sum_row feature[src[row]]^T * d_h[dst[row]] * norm[row]
   //   from: d$W[e.etype] += outer(e.src.feature, n.d$h * e.norm)
-  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // Split-K on tensor cores (kernel=tc): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_W = the sum of its segment's chunks in chunk order: bit-identical over runs.
-  hectorgen::simt::WgradArgs<float> wgrad{};
+  hectorgen::tc::WgradArgs<float> wgrad{};
   wgrad.x = a.feature;
   wgrad.dy = a.d_h;
   wgrad.gather = a.src;  // X rows
@@ -502,16 +327,36 @@ cudaError_t launch_rgcn_bw_wgrad_d_W(const RgcnBackwardArgs& a, cudaStream_t str
   int32_t* const chunk_ptr = a.rgcn_bw_wgrad_d_W_chunk_ptr;
   float* const partial = a.rgcn_bw_wgrad_d_W_partial;
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::tc::launch_wgrad_partials<float, 64, 64, hectorgen::tc::Fp32Math::kSplitTf32>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }
 
 cudaError_t launch_rgcn_bw_gemm_d_feature(const RgcnBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_nodes > 0) {  // rgcn_bw_gemm_d_feature
-    const dim3 grid(static_cast<unsigned>((a.num_nodes + 16 - 1) / 16), 4, 1);
-    rgcn_bw_gemm_d_feature<<<grid, 256, 0, stream>>>(a.d_h, a.W0, a.d_feature, a.num_nodes, 1);
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (a.num_nodes > 0) {  // d_feature[row] += d_h[row] * W0[-]^T
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
+    // the GPU in this stream (no host sync):
+    cudaError_t err = hectorgen::launch_segment_tile_ptr(nullptr, 1, a.num_nodes, hectorgen::tc::kForwardTileRows,
+                                                         a.rgcn_bw_gemm_d_feature_tile_ptr, stream);
+    if (err != cudaSuccess) return err;
+    // Y = X W0^T: W0 is stored [n][k] = [64][64] per segment; the kernel reads W0^T, [k][n].
+    err = hectorgen::tc::launch_transpose_segments<float>(a.W0, a.rgcn_bw_gemm_d_feature_w_t, 1, 64, 64, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.d_h;
+    gemm.w = a.rgcn_bw_gemm_d_feature_w_t;
+    gemm.y = a.d_feature;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = nullptr;
+    gemm.tile_ptr = a.rgcn_bw_gemm_d_feature_tile_ptr;
+    gemm.num_rows = a.num_nodes;
+    gemm.num_segments = 1;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAccumulate, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
@@ -519,9 +364,9 @@ cudaError_t launch_rgcn_bw_gemm_d_feature(const RgcnBackwardArgs& a, cudaStream_
 cudaError_t launch_rgcn_bw_wgrad_d_W0(const RgcnBackwardArgs& a, cudaStream_t stream) {
   // rgcn_bw_wgrad_d_W0: weight-gradient instance  d_W0[-] = sum_row feature[row]^T * d_h[row]
   //   from: d$W0 += outer(n.feature, n.d$h)
-  // Split-K on CUDA cores (kernel=simt): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
+  // Split-K on tensor cores (kernel=tc): fixed chunks of each segment's rows, an fp32 partial sum per chunk,
   // then d_W0 = the sum of its segment's chunks in chunk order: bit-identical over runs.
-  hectorgen::simt::WgradArgs<float> wgrad{};
+  hectorgen::tc::WgradArgs<float> wgrad{};
   wgrad.x = a.feature;
   wgrad.dy = a.d_h;
   wgrad.num_rows = a.num_nodes;
@@ -531,7 +376,7 @@ cudaError_t launch_rgcn_bw_wgrad_d_W0(const RgcnBackwardArgs& a, cudaStream_t st
   int32_t* const chunk_ptr = a.rgcn_bw_wgrad_d_W0_chunk_ptr;
   float* const partial = a.rgcn_bw_wgrad_d_W0_partial;
   if (cudaError_t err = hectorgen::launch_segment_tile_ptr(wgrad.seg_ptr, wgrad.num_segments, wgrad.num_rows, chunk_rows, chunk_ptr, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = hectorgen::tc::launch_wgrad_partials<float, 64, 64, hectorgen::tc::Fp32Math::kSplitTf32>(wgrad, chunk_ptr, chunk_rows, partial, stream); err != cudaSuccess) return err;
   if (cudaError_t err = hectorgen::launch_reduce_partials<float>(partial, chunk_ptr, a.d_W0, wgrad.num_segments, 4096, /*accumulate=*/false, stream); err != cudaSuccess) return err;
   return cudaSuccess;
 }

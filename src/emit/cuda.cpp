@@ -290,6 +290,12 @@ const Workspace& instance_workspace(const Program& p, const std::string& kernel,
   throw std::logic_error(fmt::format("emit: no '{}' workspace for {} in {}", use, kernel, p.phase));
 }
 
+// The last template argument of the tensor-core launchers for the model's dtype: fp32's operands are split into
+// tf32 heads and tails (three MMAs, fp32-class products); the others take the default.
+std::string fp32_math_arg(inter::DType dtype) {
+  return dtype == inter::DType::FP32 ? ", hectorgen::tc::Fp32Math::kSplitTf32" : "";
+}
+
 // A tensor-core instance: no kernel of its own (hectorgen/tc_gemm.cuh has it), a launcher that numbers the
 // kernel's 64-row tiles per segment on the GPU (into a workspace: no host sync), transposes W first for
 // Y = X W^T, and calls hectorgen::tc::launch_segment_gemm with the instance's lists and epilogue.
@@ -308,7 +314,7 @@ GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string
   {
     CodeWriter::Indent in(w);
     w.line(fmt::format("// Tensor cores ({}, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on",
-                       inter::to_string(g.dtype)));
+                       g.dtype == inter::DType::FP32 ? "fp32 as 3xTF32" : inter::to_string(g.dtype)));
     w.line("// the GPU in this stream (no host sync):");
     w.line(fmt::format("cudaError_t err = hectorgen::launch_segment_tile_ptr({}, {}, {}, hectorgen::tc::kForwardTileRows,",
                        seg_ptr, segs, rows));
@@ -336,10 +342,18 @@ GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string
     w.line(fmt::format("gemm.tile_ptr = {};", tile_ptr));
     w.line(fmt::format("gemm.num_rows = {};", rows));
     w.line(fmt::format("gemm.num_segments = {};", segs));
-    // the output type is named when it is not the epilogue's default (T; fp32 for atomics): a 16-bit GEMM into fp32
+    // the output type is named when it is not the epilogue's default (T; fp32 for atomics): a 16-bit GEMM into fp32;
+    // and before the operands' math when that is not tf32's
     const bool default_out = out_t == (g.scatter != intra::Gather::None ? std::string("float") : t);
-    w.line(fmt::format("hectorgen::tc::launch_segment_gemm<{}, {}, {}, hectorgen::tc::Epilogue::{}{}>(gemm, stream);", t, g.k,
-                       g.n, epilogue, default_out ? "" : ", " + out_t));
+    const std::string math = fp32_math_arg(g.dtype);
+    const std::string call = "hectorgen::tc::launch_segment_gemm<";
+    const std::string head = fmt::format("{}{}, {}, {}, hectorgen::tc::Epilogue::{}", call, t, g.k, g.n, epilogue);
+    if (math.empty()) {
+      w.line(fmt::format("{}{}>(gemm, stream);", head, default_out ? "" : ", " + out_t));
+    } else {  // the math on a line of its own, under the template's first argument
+      w.line(fmt::format("{}, {},", head, out_t));
+      w.line(fmt::format("{}{}>(gemm, stream);", std::string(call.size(), ' '), math.substr(2)));
+    }
     w.line("err = cudaGetLastError();");
     w.line("if (err != cudaSuccess) return err;");
   }
@@ -411,7 +425,8 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
     throw std::logic_error(fmt::format("emit: {} runs on tensor cores but stores x as {} and dy as {}", w.name, T, dy_type));
   const std::string partial = "a." + workspace_name(w.name, "partial"), chunk_ptr = "a." + workspace_name(w.name, "chunk_ptr");
   const std::string ns = tc ? "hectorgen::tc" : "hectorgen::simt";
-  const std::string params = tc ? fmt::format("{}, {}, {}", T, w.k, w.n) : fmt::format("{}, {}, {}, {}", T, w.k, w.n, w.heads);
+  const std::string params = tc ? fmt::format("{}, {}, {}{}", T, w.k, w.n, fp32_math_arg(w.dtype))
+                                : fmt::format("{}, {}, {}, {}", T, w.k, w.n, w.heads);
   CodeWriter c;
   CodeWriter::Indent body(c);
   c.line(fmt::format("// {}: weight-gradient instance  {}[{}] {}= sum_row {}[{}]^T * {}[{}]{}", w.name, w.dw,

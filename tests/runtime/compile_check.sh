@@ -75,7 +75,20 @@ void instantiate(cudaStream_t stream) {
   (void)hectorgen::launch_segment_sum_partials<T>(nullptr, 64, nullptr, 0, 1, nullptr, 128, nullptr, stream);
 }
 
+// fp32 as 3xTF32: the operands split into tf32 heads and tails (every epilogue, the weight gradient).
+void instantiate_split(cudaStream_t stream) {
+  constexpr tc::Fp32Math kSplit = tc::Fp32Math::kSplitTf32;
+  tc::launch_segment_gemm<float, 64, 64, tc::Epilogue::kStore, float, kSplit>(tc::SegmentGemmArgs<float, float>{}, stream);
+  tc::launch_segment_gemm<float, 128, 128, tc::Epilogue::kAtomic, float, kSplit>(tc::SegmentGemmArgs<float, float>{},
+                                                                                 stream);
+  tc::launch_segment_gemm<float, 32, 64, tc::Epilogue::kAccumulate, float, kSplit>(tc::SegmentGemmArgs<float, float>{},
+                                                                                   stream);
+  tc::launch_wgrad<float, 64, 128, kSplit>(tc::WgradArgs<float>{}, nullptr, 128, nullptr, false, stream);
+  (void)tc::launch_wgrad_partials<float, 64, 64, kSplit>(tc::WgradArgs<float>{}, nullptr, 128, nullptr, stream);
+}
+
 void instantiate_all(cudaStream_t stream) {
+  instantiate_split(stream);
   instantiate<float>(stream);
   instantiate<__nv_bfloat16>(stream);
   instantiate<__half>(stream);
@@ -84,7 +97,7 @@ EOF
 for arch in 80 90a; do
   "$nvcc" -std=c++17 -O2 "-gencode=arch=compute_$arch,code=sm_$arch" -I"$runtime/include" \
     -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c "$tmp/tc_gemm_check.cu" -o "$tmp/tc_gemm_sm$arch.o"
-  echo "compile_check: ok  hectorgen/tc_gemm.cuh, simt_wgrad.cuh, segments.cuh for sm_$arch (fp32/tf32, bf16, fp16)"
+  echo "compile_check: ok  hectorgen/tc_gemm.cuh, simt_wgrad.cuh, segments.cuh for sm_$arch (fp32 3xTF32, tf32, bf16, fp16)"
 done
 
 printf '#include "hectorgen/%s"

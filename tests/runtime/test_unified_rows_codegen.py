@@ -6,7 +6,8 @@
 * `rows: indexed` in the spec (tests/specs/rgcn_unified_rows.yaml) and `--unified-inputs=feature
   --indexed-inputs=feature` on specs/rgcn.yaml generate the same code;
 * every kernel that reads the table gathers it through the map composed with its gather list (the SIMT GEMMs'
-  x_rows, the tensor-core GEMMs' and weight gradients' gather), and nothing else reads it;
+  x_rows, on 48-element features, where the tensor-core kernels do not apply; the tensor-core GEMMs' and weight
+  gradients' gather, fp32 and bf16), and nothing else reads it;
 * the host code checks the map (row_map) and composes the lists; the op, the functional forward and the layer take
   feature_rows after feature; no gradient of the features is computed, and the module refuses one;
 * bad --indexed-inputs names are user errors.
@@ -39,10 +40,13 @@ class IndexedCodegen(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         tmp = pathlib.Path(cls.tmp.name)
-        cls.spec, cls.flag, cls.bf16 = tmp / "spec", tmp / "flag", tmp / "bf16"
+        cls.spec, cls.flag, cls.bf16, cls.simt = tmp / "spec", tmp / "flag", tmp / "bf16", tmp / "simt"
+        in_dim_48 = tmp / "rgcn_rows_48.yaml"  # k % 32 != 0: the SIMT GEMM template and weight gradient
+        in_dim_48.write_text((ROOT / "tests/specs/rgcn_unified_rows.yaml").read_text().replace("in_dim: 64", "in_dim: 48"))
         for out, args in ((cls.spec, ["tests/specs/rgcn_unified_rows.yaml"]),
                           (cls.flag, ["specs/rgcn.yaml", "--unified-inputs=feature", "--indexed-inputs=feature"]),
-                          (cls.bf16, ["tests/specs/rgcn_rows_bf16.yaml"])):
+                          (cls.bf16, ["tests/specs/rgcn_rows_bf16.yaml"]),
+                          (cls.simt, [str(in_dim_48)])):
             result = generate(args[0], out, *args[1:])
             assert result.returncode == 0, result.stderr
 
@@ -61,7 +65,7 @@ class IndexedCodegen(unittest.TestCase):
         self.assertNotIn("d$feature", ir)  # no gradient of the table
 
     def test_simt_kernels_gather_through_the_map(self):
-        cu = (self.spec / "rgcn_kernels.cu").read_text()
+        cu = (self.simt / "rgcn_kernels.cu").read_text()
         # Both forward GEMMs read feature: node rows through feature_rows[row], edge rows through feature_rows[src[row]].
         self.assertIn("h[row] = feature[feature_rows[row]] * W0[-]", cu)
         self.assertIn("feature[feature_rows[src[row]]] * W[etype]", cu)
@@ -73,15 +77,16 @@ class IndexedCodegen(unittest.TestCase):
         self.assertIn("wgrad.gather = a.feature_rows_nodes;", cu)
         self.assertIn("wgrad.gather = a.feature_rows_src;", cu)
         self.assertNotIn("wgrad.gather = a.src;", cu)
-        h = (self.spec / "rgcn_kernels.h").read_text()
+        h = (self.simt / "rgcn_kernels.h").read_text()
         self.assertIn("const int32_t* feature_rows_src = nullptr;  // [num_edges] the rows of feature: feature_rows[src[row]]", h)
 
     def test_tensor_core_kernels_gather_through_the_map(self):
-        cu = (self.bf16 / "rgcn_kernels.cu").read_text()
-        self.assertIn("gemm.gather = a.feature_rows_nodes;", cu)
-        self.assertIn("gemm.gather = a.feature_rows_src;", cu)
-        self.assertNotIn("gemm.gather = a.src;", cu)
-        self.assertIn("wgrad.gather = a.feature_rows_src;", cu)
+        for out in (self.spec, self.bf16):  # fp32 (3xTF32) and bf16
+            cu = (out / "rgcn_kernels.cu").read_text()
+            self.assertIn("gemm.gather = a.feature_rows_nodes;", cu)
+            self.assertIn("gemm.gather = a.feature_rows_src;", cu)
+            self.assertNotIn("gemm.gather = a.src;", cu)
+            self.assertIn("wgrad.gather = a.feature_rows_src;", cu)
 
     def test_host_code(self):
         host = (self.spec / "rgcn_host.cpp").read_text()

@@ -456,11 +456,11 @@ tensor t_b: temp edge[4]
 alias tb -> t_b
 
 gemm m_gemm:  t_e[row] = x[src[row]] · W[etype] * norm[row]
-    rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt
+    rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=tc
     from: e["t"] = e.src.x * W[e.etype] * e.norm
 
 wgrad m_wgrad:  d_W[etype] += sum over rows x[src[row]]^T · t_e[row]
-    rows=edges heads=1 k=64 n=64 dtype=fp32 kernel=simt deterministic
+    rows=edges heads=1 k=64 n=64 dtype=fp32 kernel=tc deterministic
     from: d_W[e.etype] += outer(e.src.x, e["t"])
 
 torch m_torch: target=t_b
@@ -515,9 +515,9 @@ namespace {
 std::string bf16_program() {
   // (x, W and t_e in bf16, norm in fp32: the GEMM and the weight gradient run on tensor cores)
   std::string t = replace(replace(replace(kProgram, "option dtype = \"fp32\"", "option dtype = \"bf16\""),
-                                  "n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt",
+                                  "n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=tc",
                                   "n=64 dtype=bf16 tile=16 coarsen=1 store=plain kernel=tc"),
-                          "n=64 dtype=fp32 kernel=simt deterministic", "n=64 dtype=bf16 kernel=tc deterministic");
+                          "n=64 dtype=fp32 kernel=tc deterministic", "n=64 dtype=bf16 kernel=tc deterministic");
   for (const char* line : {"tensor x: input node[64]\n", "tensor W: weight etype[64, 64]\n", "tensor b: weight etype[4]\n",
                            "tensor y: output node[64] ", "tensor d_W: output etype[64, 64] ", "tensor d_b: output etype[4] ",
                            "tensor t_e: temp edge[64]\n"}) {
@@ -533,9 +533,9 @@ TEST_CASE("GEMMs and weight gradients carry the model's dtype through print, par
   // The same program in tf32 (stored as fp32): the header option and both instances say so, both on tensor cores.
   // (bf16 and fp16 programs also store their tensors in 16 bits: "tensors carry their storage type ..." below.)
   const std::string tf32 = replace(replace(replace(kProgram, "option dtype = \"fp32\"", "option dtype = \"tf32\""),
-                                           "n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt",
+                                           "n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=tc",
                                            "n=64 dtype=tf32 tile=16 coarsen=1 store=plain kernel=tc"),
-                                   "n=64 dtype=fp32 kernel=simt deterministic", "n=64 dtype=tf32 kernel=tc deterministic");
+                                   "n=64 dtype=fp32 kernel=tc deterministic", "n=64 dtype=tf32 kernel=tc deterministic");
   REQUIRE(tf32 != kProgram);
   std::string err;
   auto p = parse_program_text(tf32, &err);
@@ -552,9 +552,9 @@ TEST_CASE("GEMMs and weight gradients carry the model's dtype through print, par
   CHECK(std::get<WeightGradInstance>(q->kernels[1]).dtype == inter::DType::BF16);
   // One dtype per model: an instance that disagrees with the header is rejected, either way round.
   CHECK(verify_text(replace(tf32, "dtype=tf32 tile=16 coarsen=1 store=plain kernel=tc",
-                            "dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt")) ==
+                            "dtype=fp32 tile=16 coarsen=1 store=plain kernel=tc")) ==
         "m_gemm: dtype=fp32 but the model's dtype is tf32");
-  CHECK(verify_text(replace(kProgram, "dtype=fp32 kernel=simt deterministic", "dtype=fp16 kernel=simt deterministic")) ==
+  CHECK(verify_text(replace(kProgram, "dtype=fp32 kernel=tc deterministic", "dtype=fp16 kernel=tc deterministic")) ==
         "m_wgrad: dtype=fp16 but the model's dtype is fp32");
   // A misspelt dtype is a positioned syntax error.
   CHECK_FALSE(parse_program_text(replace(kProgram, "dtype=fp32 tile=16 coarsen=1 store", "dtype=fp8 tile=16 coarsen=1 store"), &err));
@@ -564,9 +564,9 @@ TEST_CASE("GEMMs and weight gradients carry the model's dtype through print, par
 TEST_CASE("a GEMM runs on tensor cores when its dtype, shape and storage types allow, else SIMT saying why",
           "[intra][roundtrip][verifier][tc]") {
   const std::string tf32 = replace(replace(replace(kProgram, "option dtype = \"fp32\"", "option dtype = \"tf32\""),
-                                           "dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt",
+                                           "dtype=fp32 tile=16 coarsen=1 store=plain kernel=tc",
                                            "dtype=tf32 tile=16 coarsen=1 store=plain kernel=tc"),
-                                   "dtype=fp32 kernel=simt deterministic", "dtype=tf32 kernel=tc deterministic");
+                                   "dtype=fp32 kernel=tc deterministic", "dtype=tf32 kernel=tc deterministic");
   std::string err;
   auto p = parse_program_text(tf32, &err);
   INFO(err);
@@ -587,7 +587,7 @@ TEST_CASE("a GEMM runs on tensor cores when its dtype, shape and storage types a
       if (t.name == name) t.storage = d;
   };
   CHECK(choice([](GemmInstance&, Program&) {}) == "tc");
-  CHECK(choice([](GemmInstance& g, Program&) { g.dtype = inter::DType::FP32; }) == "simt()");  // the plan, no fallback
+  CHECK(choice([](GemmInstance& g, Program&) { g.dtype = inter::DType::FP32; }) == "tc");  // as 3xTF32
   CHECK(choice([](GemmInstance& g, Program&) { g.heads = 2; }) == "simt(heads > 1)");
   CHECK(choice([](GemmInstance& g, Program&) { g.k = 48; }) == "simt(k % 32)");
   CHECK(choice([](GemmInstance& g, Program&) { g.k = 96; }) == "tc");
@@ -633,11 +633,11 @@ TEST_CASE("a GEMM runs on tensor cores when its dtype, shape and storage types a
                                   "not 'simt(tc: n % 64)'"));
   CHECK_FALSE(parse_program_text(replace(tf32, "kernel=tc", "kernel=simt"), &err));
   CHECK_THAT(err, Catch::Contains("error: the instance runs on kernel=tc (by its dtype, shape and storage types), not 'simt'"));
-  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt", "kernel=tc"), &err));
-  CHECK_THAT(err, Catch::Contains("error: the instance runs on kernel=simt (by its dtype, shape and storage types), not 'tc'"));
-  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt", "kernel=wmma"), &err));
+  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=tc", "kernel=simt"), &err));  // fp32 too
+  CHECK_THAT(err, Catch::Contains("error: the instance runs on kernel=tc (by its dtype, shape and storage types), not 'simt'"));
+  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=tc", "kernel=wmma"), &err));
   CHECK_THAT(err, Catch::Contains("29:82: error: unknown kernel 'wmma' (tc or simt)"));
-  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt", "kernel=simt(tc: k % 32"), &err));
+  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=tc", "kernel=simt(tc: k % 32"), &err));
   CHECK_THAT(err, Catch::Contains("error: expected ')'"));
   // A program built in code that disagrees with the rule is rejected by the verifier, either way round.
   Program wrong = *p;
@@ -672,7 +672,8 @@ TEST_CASE("tensors carry their storage type through print, parse and verify", "[
   CHECK(verify_text(replace(replace(bf16, "tensor x: input node[64] bf16", "tensor x: input node[64] fp16"),
                             "store=plain kernel=tc", "store=plain kernel=simt(tc: x stored as fp16)")) ==
         "tensor 'x' is stored as fp16 in a bf16 model");
-  CHECK(verify_text(replace(kProgram, "tensor t_e: temp edge[64]", "tensor t_e: temp edge[64] bf16")) ==
+  CHECK(verify_text(replace(replace(kProgram, "tensor t_e: temp edge[64]", "tensor t_e: temp edge[64] bf16"),
+                            "store=plain kernel=tc", "store=plain kernel=simt(tc: t_e stored as bf16)")) ==
         "tensor 't_e' is stored as bf16 in a fp32 model");
   CHECK(verify_text(replace(replace(bf16, "tensor W: weight etype[64, 64] bf16", "tensor W: weight etype[64, 64]"),
                             "store=plain kernel=tc", "store=plain kernel=simt(tc: W stored as fp32)")) ==
@@ -704,7 +705,8 @@ TEST_CASE("the program verifier rejects each broken rule", "[intra][verifier]") 
       {replace(p, "tile=16 coarsen=1 store", "tile=16 coarsen=3 store"), "m_gemm: coarsening 3 is not 1, 2 or 4, or does not divide tile 16"},
       {replace(p, "heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1", "heads=1 k=32 n=64 dtype=fp32 tile=16 coarsen=1"),
        "m_gemm: input rows of x have 64 elements, expected 1 x 32"},
-      {replace(p, "heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1", "heads=1 k=64 n=32 dtype=fp32 tile=16 coarsen=1"),
+      {replace(p, "heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=tc",
+               "heads=1 k=64 n=32 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt(tc: n % 64)"),
        "m_gemm: output rows of t_e have 64 elements, expected 1 x 32"},
       {replace(p, "tensor W: weight etype[64, 64]", "tensor W: weight etype[64, 32]"), "m_gemm: weight W slices have 2048 elements, expected 64 x 64"},
       {replace(p, "    rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1", "    rows=nodes heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1"),
@@ -715,7 +717,8 @@ TEST_CASE("the program verifier rejects each broken rule", "[intra][verifier]") 
       {replace(p, "· W[etype] * norm[row]", "· W[-] * norm[row]"), "m_gemm: 'W' has a slice per type but the kernel has no segments"},
       {replace(p, "layouts etype_sorted_coo", "layouts csr_by_dst"), "m_gemm: gathers through src/dst need the layout 'etype_sorted_coo'"},
       {replace(p, "* norm[row]\n", "* t_e[row]\n"), "m_gemm: row scalar 't_e' is not one value per row"},
-      {replace(p, "    rows=edges heads=1 k=64 n=64 dtype=fp32 kernel=simt deterministic", "    rows=edges heads=1 k=64 n=32 dtype=fp32 kernel=simt deterministic"),
+      {replace(p, "    rows=edges heads=1 k=64 n=64 dtype=fp32 kernel=tc deterministic",
+               "    rows=edges heads=1 k=64 n=32 dtype=fp32 kernel=simt(tc: n % 64) deterministic"),
        "m_wgrad: rows of x and t_e have 64 and 64 elements, expected 1 x 64 and 1 x 32"},
       {replace(p, "d_W[etype] += sum over rows x[src[row]]^T · t_e[row]", "W[etype] += sum over rows x[src[row]]^T · t_e[row]"),
        "m_wgrad: writes 'W', an weight"},
@@ -751,11 +754,11 @@ tensor t_s: temp etype[8] zero_init
 tensor t_n: temp node[4]
 
 gemm m_gemm_v:  t_v[row] = V[row] · W[-]
-    rows=etypes heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt
+    rows=etypes heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt(tc: rows=etypes)
     from: r = linear(V[e.etype], W)
 
 wgrad m_wgrad:  d_W[-] += sum over rows V[row]^T · t_s[row]
-    rows=etypes heads=1 k=4 n=8 dtype=fp32 kernel=simt deterministic
+    rows=etypes heads=1 k=4 n=8 dtype=fp32 kernel=simt(tc: k % 64) deterministic
     from: d_W += outer(V[e.etype], e["d_r"])
 )";
 
@@ -806,15 +809,15 @@ tensor t_s: temp etype[3]
 tensor t_n: temp node[5]
 
 gemm m_gemm_p:  t_p[row] = w[row] · W[etype]^T
-    rows=etypes heads=1 k=5 n=3 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt
+    rows=etypes heads=1 k=5 n=3 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt(tc: rows=etypes)
     from: p = linear_t(reshape(w[e.etype], 5), W[e.etype])
 
 gemm m_gemm_d_w:  d_w[row] += t_s[row] · W[etype]
-    rows=etypes heads=1 k=3 n=5 dtype=fp32 tile=16 coarsen=1 store=add kernel=simt
+    rows=etypes heads=1 k=3 n=5 dtype=fp32 tile=16 coarsen=1 store=add kernel=simt(tc: rows=etypes)
     from: d_w[e.etype] += reshape(linear(e["d_p"], W[e.etype]), 1, 5)
 
 gemm m_gemm_d_W:  d_W[row] += t_s[row] · w[etype]
-    rows=etypes heads=3 k=1 n=5 dtype=fp32 tile=16 coarsen=1 store=add kernel=simt
+    rows=etypes heads=3 k=1 n=5 dtype=fp32 tile=16 coarsen=1 store=add kernel=simt(tc: rows=etypes)
     from: d_W[e.etype] += outer(e["d_p"], reshape(w[e.etype], 5))
 )";
 
@@ -882,7 +885,7 @@ TEST_CASE("the weight gradient's kernel: tensor cores where the dtype and the sh
     const char* obstacle;
     const char* text;  // of the chosen kernel
   } cases[] = {
-      {inter::DType::FP32, 1, 64, 64, "fp32", "simt"},  // fp32 arithmetic: always CUDA cores, no reason printed
+      {inter::DType::FP32, 1, 64, 64, "", "tc"},  // fp32 as 3xTF32
       {inter::DType::TF32, 1, 64, 128, "", "tc"},
       {inter::DType::BF16, 1, 128, 64, "", "tc"},
       {inter::DType::FP16, 1, 192, 256, "", "tc"},
@@ -913,9 +916,10 @@ TEST_CASE("the weight gradient's kernel: tensor cores where the dtype and the sh
 TEST_CASE("the weight gradient's kernel and overwrite print, parse back and verify", "[intra][wgrad][roundtrip][verifier]") {
   // (its GEMM's rows are the edge types: SIMT, saying so)
   const std::string tc32 = replace(replace(replace(kEtypeRows, "option dtype = \"fp32\"", "option dtype = \"tf32\""),
-                                           "dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt",
+                                           "dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt(tc: rows=etypes)",
                                            "dtype=tf32 tile=16 coarsen=1 store=plain kernel=simt(tc: rows=etypes)"),
-                                   "dtype=fp32 kernel=simt deterministic", "dtype=tf32 kernel=simt(tc: k % 64) deterministic");
+                                   "dtype=fp32 kernel=simt(tc: k % 64) deterministic",
+                                   "dtype=tf32 kernel=simt(tc: k % 64) deterministic");
   std::string err;
   auto p = parse_program_text(tc32, &err);
   INFO(err);
@@ -931,9 +935,9 @@ TEST_CASE("the weight gradient's kernel and overwrite print, parse back and veri
   CHECK_THAT(err, Catch::Contains("error: expected 'kernel=simt(tc: k % 64)' here [intra-syntax]"));
   CHECK_FALSE(parse_program_text(replace(tc32, "kernel=simt(tc: k % 64)", "kernel=simt"), &err));
   CHECK_THAT(err, Catch::Contains("error: expected 'kernel=simt(tc: k % 64)' here [intra-syntax]"));
-  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt deterministic", "kernel=cutlass deterministic"), &err));
+  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=tc deterministic", "kernel=cutlass deterministic"), &err));
   CHECK_THAT(err, Catch::Contains("error: unknown weight-gradient kernel 'cutlass' (simt or tc) [intra-syntax]"));
-  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=simt deterministic", "kernel=simt(tc: fp32) deterministic"), &err));
+  CHECK_FALSE(parse_program_text(replace(kProgram, "kernel=tc deterministic", "kernel=simt(tc: k % 64) deterministic"), &err));
   CHECK_THAT(err, Catch::Contains("error: expected 'kernel=simt' here [intra-syntax]"));
   // `=`: the instance overwrites dW (it is its first write), so it does not read it.
   const std::string overwrite = replace(kProgram, "d_W[etype] += sum over rows", "d_W[etype] = sum over rows");

@@ -223,8 +223,8 @@ TEST_CASE("the spec's dtype reaches every GEMM and weight-gradient instance, and
         }
         if (auto* w = std::get_if<WeightGradInstance>(&k)) {
           CHECK(w->dtype == want);
-          // 64 x 64 weights, one head: tensor cores for every dtype but fp32.
-          CHECK(w->kernel == (want == inter::DType::FP32 ? intra::WgradKernel::Simt : intra::WgradKernel::TensorCore));
+          // 64 x 64 weights, one head: tensor cores for every dtype (fp32 as 3xTF32).
+          CHECK(w->kernel == intra::WgradKernel::TensorCore);
           CHECK(w->kernel == intra::choose_wgrad_kernel(*w));
           ++wgrads;
         }
@@ -284,11 +284,13 @@ TEST_CASE("a weight-gradient instance is emitted as the runtime's split-K: chunk
     const std::vector<Program> phases = lower_source(path, replace(fp32, "dtype: fp32", std::string("dtype: ") + dtype));
     const emit::EmitContext ctx{"rgcn.yaml", "test"};
     const std::string cu = emit::emit_kernels_cu(phases, ctx), host = emit::emit_host_cpp(phases, ctx);
-    const bool tc = std::string(dtype) == "tf32";
-    CHECK((cu.find("#include \"hectorgen/tc_gemm.cuh\"") != std::string::npos) == tc);
-    CHECK((cu.find("#include \"hectorgen/simt_wgrad.cuh\"") != std::string::npos) == !tc);
-    CHECK(cu.find(tc ? "hectorgen::tc::launch_wgrad_partials<float, 64, 64>(wgrad, chunk_ptr, chunk_rows, partial, stream)"
-                     : "hectorgen::simt::launch_wgrad_partials<float, 64, 64, 1>(wgrad, chunk_ptr, chunk_rows, partial, stream)") !=
+    // Tensor cores either way; fp32 splits its operands (3xTF32).
+    const bool split = std::string(dtype) == "fp32";
+    CHECK(cu.find("#include \"hectorgen/tc_gemm.cuh\"") != std::string::npos);
+    CHECK(cu.find("#include \"hectorgen/simt_wgrad.cuh\"") == std::string::npos);
+    CHECK(cu.find(split ? "hectorgen::tc::launch_wgrad_partials<float, 64, 64, hectorgen::tc::Fp32Math::kSplitTf32>(wgrad, "
+                          "chunk_ptr, chunk_rows, partial, stream)"
+                        : "hectorgen::tc::launch_wgrad_partials<float, 64, 64>(wgrad, chunk_ptr, chunk_rows, partial, stream)") !=
           std::string::npos);
     // d_W over the edges of each type, d_W0 over the nodes: each the only write of its gradient (=).
     CHECK(cu.find("wgrad.seg_ptr = a.etype_ptr;") != std::string::npos);
@@ -421,9 +423,16 @@ TEST_CASE("tf32 models run their GEMMs on the tensor-core kernel: launchers, wor
         std::string::npos);
   CHECK(cu.find("hectorgen::launch_segment_tile_ptr(nullptr, 1, a.num_nodes, hectorgen::tc::kForwardTileRows,") !=
         std::string::npos);
-  // fp32: no tensor cores (the split-K weight gradients run on CUDA cores), no tile or W^T workspaces
-  const std::vector<Program> simt = lower_source(path, read_file(path));
+  // fp32: the same launchers, the operands split into tf32 heads and tails (the math on a line of its own)
+  const std::string fp32 = emit::emit_kernels_cu(lower_source(path, read_file(path)), {"spec.yaml", "test"});
+  CHECK(fp32.find("    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAtomic, float,\n"
+                  "                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);\n") !=
+        std::string::npos);
+  CHECK(fp32.find("// Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh).") != std::string::npos);
+  // Many heads: the SIMT template and the CUDA-core weight gradient, no tile or W^T workspaces
+  const std::vector<Program> simt = lower_path(std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/many_heads.yaml");
   CHECK(emit::emit_kernels_cu(simt, {"spec.yaml", "test"}).find("hectorgen::tc::") == std::string::npos);
+  CHECK(emit::emit_kernels_cu(simt, {"spec.yaml", "test"}).find("hectorgen::simt::launch_wgrad_partials<") != std::string::npos);
   CHECK(emit::emit_kernels_h(simt, {"spec.yaml", "test"}).find("_tile_ptr = nullptr;  // workspace") == std::string::npos);
   CHECK(emit::emit_kernels_h(simt, {"spec.yaml", "test"}).find("_w_t = nullptr;  // workspace") == std::string::npos);
 }

@@ -259,17 +259,26 @@ TEST_CASE("the launch-limit check catches each violated limit", "[launch][verifi
 }
 
 TEST_CASE("the intra verifier rejects kernel instances that cannot launch", "[launch][verifier]") {
-  CHECK(verify(gemm(1, 64, 64)).empty());
-  CHECK(verify(gemm(1, 64, 64, 64, 4)).empty());
-  CHECK(verify(gemm(1, 64, 64, 64, 1)).find("m_gemm: 4096 threads per block") != std::string::npos);
-  CHECK(verify(gemm(1, 64, 64, 24, 1)).find("tile 24") != std::string::npos);
-  CHECK(verify(gemm(1, 64, 64, 16, 3)).find("coarsening 3") != std::string::npos);
-  CHECK(verify(gemm(1, 64, 64, 16, 0)).find("0 threads per block") != std::string::npos);
-  Kernel bounded = gemm(1, 64, 64, 32, 1);
+  // Two heads: the SIMT template (the tensor-core kernel takes one), whose tile and coarsening set the block.
+  auto simt = [](const Kernel& k) { return verify(k, 2, 64, 64); };
+  CHECK(simt(gemm(2, 64, 64)).empty());
+  CHECK(simt(gemm(2, 64, 64, 64, 4)).empty());
+  CHECK(simt(gemm(2, 64, 64, 64, 1)).find("m_gemm: 4096 threads per block") != std::string::npos);
+  CHECK(simt(gemm(2, 64, 64, 24, 1)).find("tile 24") != std::string::npos);
+  CHECK(simt(gemm(2, 64, 64, 16, 3)).find("coarsening 3") != std::string::npos);
+  CHECK(simt(gemm(2, 64, 64, 16, 0)).find("0 threads per block") != std::string::npos);
+  Kernel bounded = gemm(2, 64, 64, 32, 1);
   std::get<intra::GemmInstance>(bounded).launch_bounds = 3;
-  CHECK(verify(bounded).find("3 resident blocks of 1024 threads") != std::string::npos);
+  CHECK(simt(bounded).find("3 resident blocks of 1024 threads") != std::string::npos);
+  // One head of 64 x 64: the tensor-core kernel, which the instance must name (every dtype, fp32 as 3xTF32).
+  CHECK(verify(gemm(1, 64, 64)).find("m_gemm: kernel=simt, but the instance fits the tensor-core kernel") !=
+        std::string::npos);
+  Kernel tc = gemm(1, 64, 64);
+  std::get<intra::GemmInstance>(tc).tensor_cores = true;
+  CHECK(verify(tc).empty());
   CHECK(verify(wgrad(1, 64, 64)).empty());
-  CHECK(verify(wgrad(1, 64, 64, intra::WgradKernel::TensorCore)).find("m_wgrad: kernel=tc") != std::string::npos);  // fp32
+  CHECK(verify(wgrad(1, 64, 64, intra::WgradKernel::TensorCore)).empty());
+  CHECK(simt(wgrad(2, 64, 64, intra::WgradKernel::TensorCore)).find("m_wgrad: kernel=tc") != std::string::npos);
   CHECK(verify(segsum(64)).empty());
   CHECK(verify(traversal(256)) == "");
   CHECK(verify(traversal(256, /*scalar=*/true)) == "");

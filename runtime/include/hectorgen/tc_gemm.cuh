@@ -6,7 +6,8 @@
 //   wgrad:           dW[t] = sum over segment t of X[G[row]]^T (dY[S[row]] * scale[row]), split-K over fixed row
 //                    chunks, fp32 partials reduced in chunk order by a second kernel (deterministic).
 //
-// Both GEMMs use 32x32 warp tiles of m16n8k16 (bf16/fp16) or m16n8k8 (tf32) MMAs, 16-byte cp.async loads with the
+// Both GEMMs use 32x32 warp tiles of m16n8k16 (bf16/fp16) or m16n8k8 (tf32; fp32 as three tf32 MMAs of split
+// operands, Fp32Math) MMAs, 16-byte cp.async loads with the
 // gather/scatter lists applied per row, and a kStages-deep cp.async ring over the reduction dimension.
 // The forward's shared-memory tiles are dense and XOR-swizzled (fragments::Swizzled), the weight gradient's rows
 // are padded by 16 bytes (fragments::Padded): either way ldmatrix and the tf32 fragment loads are conflict-free.
@@ -64,6 +65,12 @@ struct WgradArgs {
 template <class T> constexpr int kMmaK = 16;
 template <> constexpr int kMmaK<float> = 8;
 
+// How fp32 operands (T = float) enter the MMAs: rounded once to tf32 (the model's dtype tf32: 10 significand bits a
+// product), or split into a tf32 head and tail (tc_ptx.cuh split_tf32) and multiplied as tail * head + head * tail
+// + head * head (dtype fp32, "3xTF32": three MMAs a tile step for products about as exact as fp32's, the sums in
+// fp32 as always). The 16-bit types ignore it.
+enum class Fp32Math { kTf32, kSplitTf32 };
+
 // ---- warp-level fragment loads (positions in tc_fragments.h, checked on the CPU by bench/gemm/fragment_check)
 // Each lane computes the offset of its first fragment position inside the warp's tile once (a_lane_offset,
 // b_lane_offset, through the layout, fragments::Padded or fragments::Swizzled); every other position is that
@@ -84,21 +91,41 @@ __device__ inline fragments::RowCol b_lane_position(int lane) {
   else return fragments::b_ldsm_trans(lane);
 }
 
+// The fp32 values of operand A's tf32 fragment (a 16 x 8 tile at (dm, dk), as load_a), not yet converted.
+template <bool kATransposed, class Layout>
+__device__ inline void load_a_fp32(float (&a)[4], const float* base, Layout l, int lane_offset, int dm, int dk) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    // register r sits (m, k) = ((r % 2) * 8, (r / 2) * 4) from register 0 (fragments::a_*_tf32)
+    const int m = dm + (r % 2) * 8, k = dk + (r / 2) * 4;
+    a[r] = base[kATransposed ? l.displace(lane_offset, k, m) : l.displace(lane_offset, m, k)];
+  }
+}
+
 // Operand A of a 16 x kMmaK tile at (dm, dk) from the lane's origin; kATransposed: stored with k along
 // shared-memory rows, m contiguous (the weight gradient's X^T), else m along rows, k contiguous.
 template <class T, bool kATransposed, class Layout>
 __device__ inline void load_a(uint32_t (&a)[4], const T* base, Layout l, int lane_offset, int dm, int dk) {
   if constexpr (std::is_same_v<T, float>) {
+    float v[4];
+    load_a_fp32<kATransposed>(v, base, l, lane_offset, dm, dk);
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      // register r sits (m, k) = ((r % 2) * 8, (r / 2) * 4) from register 0 (fragments::a_*_tf32)
-      const int m = dm + (r % 2) * 8, k = dk + (r / 2) * 4;
-      a[r] = to_tf32(base[kATransposed ? l.displace(lane_offset, k, m) : l.displace(lane_offset, m, k)]);
-    }
+    for (int r = 0; r < 4; ++r) a[r] = to_tf32(v[r]);
   } else if constexpr (kATransposed) {
     ldmatrix_x4_trans(a, base + l.displace(lane_offset, dk, dm));
   } else {
     ldmatrix_x4(a, base + l.displace(lane_offset, dm, dk));
+  }
+}
+
+// The fp32 values of operand B's two tf32 fragments (as load_b_pair), not yet converted.
+template <class Layout>
+__device__ inline void load_b_pair_fp32(float (&b0)[2], float (&b1)[2], const float* base, Layout l, int lane_offset,
+                                        int dk, int dn) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {  // b0 (k t, n g), b1 (k t + 4, n g); the second n tile 8 columns on
+    b0[r] = base[l.displace(lane_offset, dk + 4 * r, dn)];
+    b1[r] = base[l.displace(lane_offset, dk + 4 * r, dn + 8)];
   }
 }
 
@@ -107,10 +134,12 @@ template <class T, class Layout>
 __device__ inline void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* base, Layout l, int lane_offset,
                                    int dk, int dn) {
   if constexpr (std::is_same_v<T, float>) {
+    float v0[2], v1[2];
+    load_b_pair_fp32(v0, v1, base, l, lane_offset, dk, dn);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {  // b0 (k t, n g), b1 (k t + 4, n g); the second n tile 8 columns on
-      b0[r] = to_tf32(base[l.displace(lane_offset, dk + 4 * r, dn)]);
-      b1[r] = to_tf32(base[l.displace(lane_offset, dk + 4 * r, dn + 8)]);
+    for (int r = 0; r < 2; ++r) {
+      b0[r] = to_tf32(v0[r]);
+      b1[r] = to_tf32(v1[r]);
     }
   } else {
     uint32_t r[4];
@@ -122,20 +151,52 @@ __device__ inline void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T
   }
 }
 
-// acc[mt][nt] += A(32 x kMmaK) * B(kMmaK x 32) for one warp at k step k0: 2 x 4 mma tiles. a_lane/b_lane: the
-// lane's offsets at the warp tile's origin (for k0 = 0).
-template <class T, bool kATransposed, class ALayout, class BLayout>
-__device__ inline void warp_mma_step(float (&acc)[2][4][4], const T* a_base, ALayout al, int a_lane, const T* b_base,
-                                     BLayout bl, int b_lane, int k0) {
-  uint32_t a[2][4], b[4][2];
+// acc[mt][nt] += A(32 x kMmaK) * B(kMmaK x 32) with fp32 operands split into tf32 heads and tails (Fp32Math::
+// kSplitTf32), 3 MMAs a tile (the small products first). B's fragments stay fp32 and are split where used (for each
+// 16-row half of A again: a few ALU operations, where keeping both halves split would spill at the register cap).
+template <bool kATransposed, class ALayout, class BLayout>
+__device__ inline void warp_mma_step_split(float (&acc)[2][4][4], const float* a_base, ALayout al, int a_lane,
+                                           const float* b_base, BLayout bl, int b_lane, int k0) {
+  float b[4][2];
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) load_a<T, kATransposed>(a[mt], a_base, al, a_lane, mt * 16, k0);
-#pragma unroll
-  for (int np = 0; np < 2; ++np) load_b_pair(b[2 * np], b[2 * np + 1], b_base, bl, b_lane, k0, np * 16);
+  for (int np = 0; np < 2; ++np) load_b_pair_fp32(b[2 * np], b[2 * np + 1], b_base, bl, b_lane, k0, np * 16);
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
+    float v[4];
+    uint32_t a_head[4], a_tail[4];
+    load_a_fp32<kATransposed>(v, a_base, al, a_lane, mt * 16, k0);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) mma_16x8<T>(acc[mt][nt], a[mt], b[nt]);
+    for (int r = 0; r < 4; ++r) split_tf32(v[r], a_head[r], a_tail[r]);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      uint32_t b_head[2], b_tail[2];
+      split_tf32(b[nt][0], b_head[0], b_tail[0]);
+      split_tf32(b[nt][1], b_head[1], b_tail[1]);
+      mma_16x8<float>(acc[mt][nt], a_tail, b_head);
+      mma_16x8<float>(acc[mt][nt], a_head, b_tail);
+      mma_16x8<float>(acc[mt][nt], a_head, b_head);
+    }
+  }
+}
+
+// acc[mt][nt] += A(32 x kMmaK) * B(kMmaK x 32) for one warp at k step k0: 2 x 4 mma tiles. a_lane/b_lane: the
+// lane's offsets at the warp tile's origin (for k0 = 0).
+template <class T, bool kATransposed, Fp32Math kMath = Fp32Math::kTf32, class ALayout, class BLayout>
+__device__ inline void warp_mma_step(float (&acc)[2][4][4], const T* a_base, ALayout al, int a_lane, const T* b_base,
+                                     BLayout bl, int b_lane, int k0) {
+  if constexpr (std::is_same_v<T, float> && kMath == Fp32Math::kSplitTf32) {
+    warp_mma_step_split<kATransposed>(acc, a_base, al, a_lane, b_base, bl, b_lane, k0);
+  } else {
+    uint32_t a[2][4], b[4][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) load_a<T, kATransposed>(a[mt], a_base, al, a_lane, mt * 16, k0);
+#pragma unroll
+    for (int np = 0; np < 2; ++np) load_b_pair(b[2 * np], b[2 * np + 1], b_base, bl, b_lane, k0, np * 16);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) mma_16x8<T>(acc[mt][nt], a[mt], b[nt]);
+    }
   }
 }
 
@@ -157,10 +218,11 @@ template <class T, Epilogue kEpi>
 using DefaultOutT = std::conditional_t<kEpi == Epilogue::kAtomic, float, T>;
 
 template <class ElemT, int kDimK, int kDimN, int kWarpsRows, int kNumStages, Epilogue kEpilogue, int kMinBlocksPerSm,
-          class OutElemT = DefaultOutT<ElemT, kEpilogue>>
+          class OutElemT = DefaultOutT<ElemT, kEpilogue>, Fp32Math kFp32Math = Fp32Math::kTf32>
 struct SegmentGemm {
   using T = ElemT;
   using OutT = OutElemT;
+  static constexpr Fp32Math kMath = kFp32Math;
   static_assert(std::is_same_v<OutT, T> || std::is_same_v<OutT, float>, "the output is stored as T or fp32");
   static_assert(kEpilogue != Epilogue::kAtomic || std::is_same_v<OutT, float>, "atomics add into fp32");
   // The epilogue's staging type: the output's, except for kAccumulate, which adds the fp32 tile to the output.
@@ -268,7 +330,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const T* const ws_s = ws + (slab % kStages) * Cfg::kWStage;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += kMmaK<T>) {
-      warp_mma_step<T, false>(acc, xs_s, XL{}, a_lane, ws_s, WL{}, b_lane, kk);
+      warp_mma_step<T, false, Cfg::kMath>(acc, xs_s, XL{}, a_lane, ws_s, WL{}, b_lane, kk);
     }
   }
   cp_async_wait<0>();
@@ -325,13 +387,18 @@ constexpr int kForwardWarpsM = 2;
 constexpr int kForwardTileRows = 32 * kForwardWarpsM;
 template <class T> constexpr int kForwardMinBlocks = 9;
 template <> constexpr int kForwardMinBlocks<float> = 6;
-template <class T, int K, int N, Epilogue kEpi, class OutT = DefaultOutT<T, kEpi>>
-using ForwardConfig = SegmentGemm<T, K, N, kForwardWarpsM, sizeof(T) == 4 ? 2 : 3, kEpi, kForwardMinBlocks<T>, OutT>;
+// fp32's split operands need more registers than 6 blocks an SM leave (80: 40 bytes of spills; 107 uncapped);
+// 5 leave 96 (24 bytes of spills on sm_90, none on sm_80): more warps to hide the loads than 4 would keep.
+constexpr int kSplitForwardMinBlocks = 5;
+template <class T, int K, int N, Epilogue kEpi, class OutT = DefaultOutT<T, kEpi>, Fp32Math kMath = Fp32Math::kTf32>
+using ForwardConfig =
+    SegmentGemm<T, K, N, kForwardWarpsM, sizeof(T) == 4 ? 2 : 3, kEpi,
+                kMath == Fp32Math::kSplitTf32 ? kSplitForwardMinBlocks : kForwardMinBlocks<T>, OutT, kMath>;
 
-template <class T, int K, int N, Epilogue kEpi, class OutT = DefaultOutT<T, kEpi>>
-void launch_segment_gemm(const SegmentGemmArgs<T, typename ForwardConfig<T, K, N, kEpi, OutT>::OutT>& a,
+template <class T, int K, int N, Epilogue kEpi, class OutT = DefaultOutT<T, kEpi>, Fp32Math kMath = Fp32Math::kTf32>
+void launch_segment_gemm(const SegmentGemmArgs<T, typename ForwardConfig<T, K, N, kEpi, OutT, kMath>::OutT>& a,
                          cudaStream_t stream) {
-  using Cfg = ForwardConfig<T, K, N, kEpi, OutT>;
+  using Cfg = ForwardConfig<T, K, N, kEpi, OutT, kMath>;
   if (a.num_rows == 0) return;
   const int64_t tiles = max_segment_tiles(a.num_rows, a.num_segments, Cfg::kBM);  // upper bound, no host sync
   segment_gemm_kernel<Cfg><<<static_cast<unsigned>(tiles * Cfg::kNTiles), Cfg::kThreads, 0, stream>>>(a);
@@ -445,7 +512,7 @@ struct Wgrad {
   static_assert(2 * kStages * kStage * sizeof(T) <= 48 * 1024, "static shared memory");
 };
 
-template <class Cfg, class T, int K, int N, int kStages>
+template <class Cfg, class T, int K, int N, int kStages, Fp32Math kMath = Fp32Math::kTf32>
 __global__ void __launch_bounds__(Cfg::kThreads)
     wgrad_partial_kernel(const WgradArgs<T> a, const int32_t* __restrict__ chunk_ptr, int chunk_rows,
                          float* __restrict__ partial) {
@@ -515,7 +582,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     const int stage = slab % kStages;
 #pragma unroll
     for (int kk = 0; kk < kBR; kk += kMmaK<T>) {
-      warp_mma_step<T, true>(acc, &xs[stage][0][0], layout, a_lane, &ds[stage][0][0], layout, b_lane, kk);
+      warp_mma_step<T, true, kMath>(acc, &xs[stage][0][0], layout, a_lane, &ds[stage][0][0], layout, b_lane, kk);
     }
   }
   cp_async_wait<0>();
@@ -573,7 +640,7 @@ using hectorgen::wgrad_max_chunks;
 // First half of the weight gradient: partial[chunk] for every chunk (chunk_ptr from launch_segment_tile_ptr with
 // chunk_rows = wgrad_chunk_rows(num_rows, K / 64 * N / 64)); a.dw is not touched. hectorgen::launch_reduce_partials
 // (or the K x N specialised wgrad_reduce_kernel of launch_wgrad) adds the chunks of each segment in order.
-template <class T, int K, int N>
+template <class T, int K, int N, Fp32Math kMath = Fp32Math::kTf32>
 cudaError_t launch_wgrad_partials(const WgradArgs<T>& a, const int32_t* chunk_ptr, int chunk_rows, float* partial,
                                   cudaStream_t stream) {
   constexpr int kStages = sizeof(T) == 4 ? 2 : 3;
@@ -581,15 +648,15 @@ cudaError_t launch_wgrad_partials(const WgradArgs<T>& a, const int32_t* chunk_pt
   if (a.num_rows <= 0) return cudaSuccess;
   const int64_t blocks = wgrad_max_chunks(a.num_rows, a.num_segments, chunk_rows) * Cfg::kKTiles * Cfg::kNTiles;
   if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;  // never a truncated grid
-  wgrad_partial_kernel<Cfg, T, K, N, kStages>
+  wgrad_partial_kernel<Cfg, T, K, N, kStages, kMath>
       <<<static_cast<unsigned>(blocks), Cfg::kThreads, 0, stream>>>(a, chunk_ptr, chunk_rows, partial);
   return cudaGetLastError();
 }
 
-template <class T, int K, int N>
+template <class T, int K, int N, Fp32Math kMath = Fp32Math::kTf32>
 void launch_wgrad(const WgradArgs<T>& a, const int32_t* chunk_ptr, int chunk_rows, float* partial, bool accumulate,
                   cudaStream_t stream) {
-  launch_wgrad_partials<T, K, N>(a, chunk_ptr, chunk_rows, partial, stream);
+  launch_wgrad_partials<T, K, N, kMath>(a, chunk_ptr, chunk_rows, partial, stream);
   const int64_t threads = static_cast<int64_t>(a.num_segments) * K * N / 4;
   wgrad_reduce_kernel<K, N>
       <<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(partial, chunk_ptr, a.dw, a.num_segments,

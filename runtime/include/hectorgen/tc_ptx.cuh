@@ -87,6 +87,14 @@ __device__ inline uint32_t to_tf32(float v) {
   return r;
 }
 
+// v as a tf32 head (v rounded to tf32) and a tf32 tail (what the head leaves out, rounded to tf32): head + tail
+// keeps 22 of v's 24 significand bits, so head_a * head_b + head_a * tail_b + tail_a * head_b is the product to
+// about fp32's precision (the tail * tail term lies below it). The "3xTF32" of dtype fp32 (tc_gemm.cuh, Fp32Math).
+__device__ inline void split_tf32(float v, uint32_t& head, uint32_t& tail) {
+  head = to_tf32(v);
+  tail = to_tf32(v - __uint_as_float(head));
+}
+
 // Two fp32 values as one 32-bit pair of T (for the 16-bit types) for staging stores.
 template <class T> struct Pair;
 template <> struct Pair<__nv_bfloat16> {

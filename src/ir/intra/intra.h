@@ -30,7 +30,7 @@
 //   alias msg -> t_hs
 //
 //   gemm rgat_fw_gemm_hs:  t_hs[row] = feature[src[row]] · W[etype]
-//       rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt
+//       rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=tc
 //       from: hs = reshape(e.src.feature * W[e.etype], heads, out_dim)
 //
 //   traversal rgat_fw_edges_att: rows=edges(e) threads=256
@@ -101,8 +101,9 @@ struct GemmInstance {
   bool transpose_w = false;       // Y = X · W^T (backward: input gradients)
   std::string row_scalar;    // tensor with one scalar per row, or empty
   int64_t heads = 1, k = 0, n = 0;
-  // Arithmetic class (the model's `dtype`): fp32 runs the SIMT template; tf32, bf16 and fp16 run the
-  // tensor-core kernel of hectorgen/tc_gemm.cuh where the instance fits it (gemm_kernel_choice), else SIMT.
+  // Arithmetic class (the model's `dtype`): every dtype runs the tensor-core kernel of hectorgen/tc_gemm.cuh
+  // where the instance fits it (gemm_kernel_choice; fp32 as 3xTF32, tc_gemm.cuh's Fp32Math), else the SIMT
+  // template.
   inter::DType dtype = inter::DType::FP32;
   // The tensor-core kernel runs the instance (printed `kernel=tc`), else the SIMT template (`kernel=simt`, with
   // `(tc: <reason>)` when the dtype asks for tensor cores): always what gemm_kernel_choice says (verified).
@@ -112,11 +113,9 @@ struct GemmInstance {
   std::string source;  // the inter-IR statement it implements, for comments
 };
 
-// Whether the tensor-core kernel (hectorgen::tc::launch_segment_gemm) can run `g`: it needs a tensor-core dtype
-// (tf32, bf16, fp16), one head, k % 32 == 0, n % 64 == 0, rows that are edges or nodes (not edge types), x and w
+// Whether the tensor-core kernel (hectorgen::tc::launch_segment_gemm) can run `g`: it needs one head, k % 32 == 0, n % 64 == 0, rows that are edges or nodes (not edge types), x and w
 // stored in the dtype's storage type (tf32: fp32), y too or in fp32 (fp32 for an atomic scatter), an fp32 row scalar.
-// `reason` names the first condition that fails (printed as `kernel=simt(tc: <reason>)`); empty for fp32,
-// where SIMT is the plan, not a fallback.
+// `reason` names the first condition that fails (printed as `kernel=simt(tc: <reason>)`).
 struct GemmKernelChoice {
   bool tensor_cores = false;
   std::string reason;
@@ -128,8 +127,8 @@ std::string gemm_kernel_text(const Program& p, const GemmInstance& g);
 
 // Which kernels compute a weight gradient (both the same fixed split-K schedule: docs/dtype_plan.md).
 enum class WgradKernel {
-  Simt,        // hectorgen/simt_wgrad.cuh: CUDA cores, any k, n and heads (fp32 models, and the fallback)
-  TensorCore,  // hectorgen/tc_gemm.cuh: mma.sync in the dtype's class; one head, k and n multiples of 64
+  Simt,        // hectorgen/simt_wgrad.cuh: CUDA cores, any k, n and heads (the fallback)
+  TensorCore,  // hectorgen/tc_gemm.cuh: mma.sync in the dtype's class (fp32: 3xTF32); one head, k, n % 64 == 0
 };
 
 // A weight gradient as a grouped GEMM: dW[t] (+)= sum over the rows r of segment t of X[G(r)]^T · (s_r DY[G'(r)]).
@@ -151,13 +150,13 @@ struct WeightGradInstance {
   std::string source;
 };
 
-// Why the tensor-core weight-gradient kernel cannot compute `w`: "fp32" (the model's arithmetic is fp32),
-// "heads > 1", "k % 64", "n % 64" (the first that applies), or "" when it can.
+// Why the tensor-core weight-gradient kernel cannot compute `w`: "heads > 1", "k % 64", "n % 64" (the first that
+// applies), or "" when it can.
 std::string wgrad_tc_obstacle(const WeightGradInstance& w);
 // The kernel lowering chooses: tensor cores whenever wgrad_tc_obstacle is empty.
 WgradKernel choose_wgrad_kernel(const WeightGradInstance& w);
-// The instance line's `kernel=` value: "tc", "simt", or "simt(tc: <obstacle>)" when a tensor-core dtype falls
-// back to the SIMT kernel (so a golden shows why).
+// The instance line's `kernel=` value: "tc", or "simt(tc: <obstacle>)" when the instance falls back to the SIMT
+// kernel (so a golden shows why).
 std::string wgrad_kernel_text(const WeightGradInstance& w);
 
 // dW[t] += sum over the rows r of segment t of V[r] (a per-row value a traversal stored); one thread per
