@@ -91,6 +91,10 @@ VARIANTS = {
     # auto (issue 9): one module with the vanilla and the compact program, choosing per graph and mode at
     # prepare_graph from its cost model (the report shows which program it picked per case), and reorder: auto
     # (each linear operator pair rewritten where its FLOP/byte count says it pays).
+    # fp32 products (3xTF32 on tensor cores) with auto's choices: the variant for users who need fp32's accuracy.
+    "fp32_auto": Variant("fp32_auto", "fp32", "fp32",
+                         (("materialization: vanilla", "materialization: auto"), ("reorder: off", "reorder: auto")),
+                         "fp32 (3xTF32), materialization chosen per graph, reordering where it pays (auto)"),
     "tf32_auto": Variant("tf32_auto", "tf32", "fp32",
                          (("materialization: vanilla", "materialization: auto"), ("reorder: off", "reorder: auto")),
                          "materialization chosen per graph, reordering where it pays (auto)"),
