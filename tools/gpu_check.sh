@@ -170,6 +170,24 @@ cap() { # cap WANT RESERVE: min(WANT, time left - RESERVE), at least 1
   echo "$l"
 }
 log() { echo "[gpu_check $(printf '%3d' "$SECONDS")s] $*"; }
+# Seconds the steps after the checks need (sanitizers, DDP, device helpers), and after the builds (those and the
+# checks, ~15 s a spec): what each earlier step leaves untouched. Skipped steps reserve nothing, so that a small
+# budget (GPU_CHECK_BUDGET_S) with few specs and SKIP_SANITIZER=1 SKIP_DDP=1 still builds on a cold machine; every
+# spec with every step reserves what it always did (75 s after the checks, 230 after the builds).
+RESERVE_AFTER_CHECKS=10
+if ((!DTYPE_RUN)) && [[ "${SKIP_SANITIZER:-0}" != 1 && "$DEVICE" != cpu ]]; then
+  RESERVE_AFTER_CHECKS=$((RESERVE_AFTER_CHECKS + 45))
+fi
+if ((!DTYPE_RUN)) && [[ "${SKIP_DDP:-0}" != 1 ]]; then RESERVE_AFTER_CHECKS=$((RESERVE_AFTER_CHECKS + 20)); fi
+CHECKS_S=$((15 * (${#SPEC_ARGS[@]} > 0 ? ${#SPEC_ARGS[@]} : 30)))
+((CHECKS_S >= 30)) || CHECKS_S=30
+((CHECKS_S <= 155)) || CHECKS_S=155
+RESERVE_AFTER_BUILDS=$((RESERVE_AFTER_CHECKS + CHECKS_S))
+# A build step given less than this warns: a cold machine builds the runtime in ~40 s and 2-12 extensions in 60-150 s.
+MIN_BUILD_S=60
+warn_short() { # warn_short STEP SECONDS
+  (($2 >= MIN_BUILD_S)) || log "WARNING: only $2 s left for $1 in the ${BUDGET}s budget (a cold machine needs more: raise GPU_CHECK_BUDGET_S)"
+}
 
 export PYTHONUNBUFFERED=1
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
@@ -243,7 +261,9 @@ rt_args=(-S "$ROOT/runtime" -B "$GEN_ROOT/runtime-build" -DCMAKE_BUILD_TYPE=Rele
          -DPython3_EXECUTABLE="$(command -v python3)" -DHECTORGEN_RUNTIME_PYTHON_INSTALL_DIR=python)
 command -v ninja >/dev/null && rt_args+=(-G Ninja)
 # shellcheck disable=SC2016  # $1, $2 expand in the inner shell
-if timeout -k 10 "$(cap 240 200)" bash -c '"${@:3}" && cmake --build "$1" && cmake --install "$1" --prefix "$2"' _ \
+t=$(cap 240 $((RESERVE_AFTER_BUILDS + MIN_BUILD_S)))
+warn_short "the runtime build" "$t"
+if timeout -k 10 "$t" bash -c '"${@:3}" && cmake --build "$1" && cmake --install "$1" --prefix "$2"' _ \
      "$GEN_ROOT/runtime-build" "$RT_PREFIX" cmake "${rt_args[@]}" >> "$GEN_LOG" 2>&1 &&
    [[ -f "$RT_PREFIX/python/hectorgen_runtime/__init__.py" ]]; then
   log "hectorgen runtime: $(PYTHONPATH="$RT_PREFIX/python" python3 -c 'import hectorgen_runtime as r; print(r.__version__, "with", r.load_extension().__file__)' 2>&1 | tail -1)"
@@ -254,7 +274,8 @@ export CMAKE_PREFIX_PATH="$RT_PREFIX${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 export PYTHONPATH="$RT_PREFIX/python${PYTHONPATH:+:$PYTHONPATH}"
 
 # ---- 2. generate every spec, build the extensions in parallel -------------------------------------------------
-if ((DTYPE_RUN)); then t=$(cap 300 150); else t=$(cap 240 230); fi
+if ((DTYPE_RUN)); then t=$(cap 300 150); else t=$(cap 240 "$RESERVE_AFTER_BUILDS"); fi
+warn_short "generating and building the extensions" "$t"
 log "generating and building (timeout ${t}s; logs: gen.log, build.log)"
 prep_rc=0
 timeout -k 10 "$t" python3 "$CHECK" --prepare "${SPEC_ARGS[@]}" "${DTYPE_ARGS[@]}" --hectorgen "${HG:-}" \
@@ -276,7 +297,7 @@ if ((DTYPE_RUN)); then
   child=$((t * 2 * JOBS / (NSPECS > 0 ? NSPECS : 1)))
 else
   JOBS="${CHECK_JOBS:-1}"
-  t=$(cap 210 75)
+  t=$(cap 210 "$RESERVE_AFTER_CHECKS")
   child=$((t * 3 / (NSPECS > 0 ? NSPECS : 1)))
 fi
 ((child >= 45)) || child=45
