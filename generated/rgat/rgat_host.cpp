@@ -15,9 +15,9 @@
 #include "hectorgen/segments.h"  // workspace sizes
 
 // The graph arrays come from the hectorgen runtime (hectorgen_runtime.prepare_graph) this code was generated for.
-static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 2,
-              "rgat was generated for hectorgen runtime 1.2 (any 1.x with x >= "
-              "2), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
+static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 4,
+              "rgat was generated for hectorgen runtime 1.4 (any 1.x with x >= "
+              "4), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
 
 namespace {
 

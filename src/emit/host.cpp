@@ -84,11 +84,11 @@ std::vector<const TensorDecl*> op_tensors(const Program& p) {
 }
 
 // The runtime minor version that generated code needs: the newest runtime interface it uses, which can be older
-// than the runtime beside this compiler (runtime/include/hectorgen/runtime_version.h). 1.3 added the per-relation
-// compaction choice (prepare_graph's compact_relations and the statistics on Graph), which only materialization: auto
-// modules use (kAutoRuntimeMinor below), so the others still ask for 1.2 and run on every 1.x runtime from 1.2 on.
+// than the runtime beside this compiler (runtime/include/hectorgen/runtime_version.h). 1.4 added the split operands
+// of fp32 on tensor cores (tc_gemm.cuh's Fp32Math), which every fp32 model's GEMMs use; 1.3 the per-relation
+// compaction choice (prepare_graph's compact_relations and the statistics on Graph) of materialization: auto.
 // Raise it with the first generated code that needs a newer interface.
-constexpr int kRequiredRuntimeMinor = 2;
+constexpr int kRequiredRuntimeMinor = 4;
 static_assert(kRequiredRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR,
               "generated code cannot need a runtime newer than the one it ships with");
 
@@ -99,15 +99,15 @@ std::string runtime_version() {
 }
 
 // materialization: auto modules pass compact_relations to hectorgen_runtime.prepare_graph (the per-relation
-// compaction choice), new in runtime 1.3: they need that minor version (other modules keep the one above).
+// compaction choice), new in runtime 1.3: they need at least that minor version.
 constexpr int kAutoRuntimeMinor = 3;
 static_assert(kAutoRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR,
               "generated code cannot need a runtime newer than the one it ships with");
 int module_runtime_minor(const EmitContext& ctx) {
-  return ctx.auto_materialization ? kAutoRuntimeMinor : kRequiredRuntimeMinor;
+  return ctx.auto_materialization ? std::max(kAutoRuntimeMinor, kRequiredRuntimeMinor) : kRequiredRuntimeMinor;
 }
 std::string module_runtime_version(const EmitContext& ctx) {
-  return ctx.auto_materialization ? fmt::format("{}.{}", HECTORGEN_RUNTIME_VERSION_MAJOR, kAutoRuntimeMinor) : runtime_version();
+  return fmt::format("{}.{}", HECTORGEN_RUNTIME_VERSION_MAJOR, module_runtime_minor(ctx));
 }
 
 // The runtime's name (a key of hectorgen_runtime.Graph, see runtime/python/hectorgen_runtime) of the graph array

@@ -393,7 +393,7 @@ TEST_CASE("materialization: auto emits the vanilla and the compact program in on
   const std::string& py = g.file("rgat_auto.py");
   CHECK(py.find("GRAPH_LAYOUTS = (\"compact_src_etype\", \"csr_by_dst\", \"csr_by_src\", \"etype_sorted_coo\", )") !=
         std::string::npos);
-  CHECK(py.find("RUNTIME_VERSION = \"1.3\"") != std::string::npos);
+  CHECK(py.find("RUNTIME_VERSION = \"1.4\"") != std::string::npos);
   CHECK(py.find("def materialization(g, training=False):") != std::string::npos);
   CHECK(py.find("def estimated_seconds(g, training=False):") != std::string::npos);
   CHECK(py.find("compact_relations=compact_relations)") != std::string::npos);
