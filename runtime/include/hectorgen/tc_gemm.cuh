@@ -7,8 +7,8 @@
 //                    chunks, fp32 partials reduced in chunk order by a second kernel (deterministic).
 //
 // Both GEMMs use 32x32 warp tiles of m16n8k16 (bf16/fp16) or m16n8k8 (tf32; fp32 as three tf32 MMAs of split
-// operands, Fp32Math) MMAs, 16-byte cp.async loads with the
-// gather/scatter lists applied per row, and a kStages-deep cp.async ring over the reduction dimension.
+// operands, Fp32Math) MMAs, 16-byte cp.async loads with the gather/scatter lists applied per row, and a
+// kStages-deep cp.async ring over the reduction dimension.
 // The forward's shared-memory tiles are dense and XOR-swizzled (fragments::Swizzled), the weight gradient's rows
 // are padded by 16 bytes (fragments::Padded): either way ldmatrix and the tf32 fragment loads are conflict-free.
 // Design and H100 measurements: docs/gemm_template.md; microbenchmark and CPU fragment check: bench/gemm/.
