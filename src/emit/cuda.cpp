@@ -290,10 +290,10 @@ const Workspace& instance_workspace(const Program& p, const std::string& kernel,
   throw std::logic_error(fmt::format("emit: no '{}' workspace for {} in {}", use, kernel, p.phase));
 }
 
-// The last template argument of the tensor-core launchers for the model's dtype: fp32's operands are split into
-// tf32 heads and tails (three MMAs, fp32-class products); the others take the default.
+// The tensor-core launchers' last template argument for the model's dtype: fp32's operands are split into tf32
+// heads and tails (three MMAs, fp32-class products); empty for the others, which take the default.
 std::string fp32_math_arg(inter::DType dtype) {
-  return dtype == inter::DType::FP32 ? ", hectorgen::tc::Fp32Math::kSplitTf32" : "";
+  return dtype == inter::DType::FP32 ? "hectorgen::tc::Fp32Math::kSplitTf32" : "";
 }
 
 // A tensor-core instance: no kernel of its own (hectorgen/tc_gemm.cuh has it), a launcher that numbers the
@@ -352,7 +352,7 @@ GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string
       w.line(fmt::format("{}{}>(gemm, stream);", head, default_out ? "" : ", " + out_t));
     } else {  // the math on a line of its own, under the template's first argument
       w.line(fmt::format("{}, {},", head, out_t));
-      w.line(fmt::format("{}{}>(gemm, stream);", std::string(call.size(), ' '), math.substr(2)));
+      w.line(fmt::format("{}{}>(gemm, stream);", std::string(call.size(), ' '), math));
     }
     w.line("err = cudaGetLastError();");
     w.line("if (err != cudaSuccess) return err;");
@@ -425,7 +425,8 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
     throw std::logic_error(fmt::format("emit: {} runs on tensor cores but stores x as {} and dy as {}", w.name, T, dy_type));
   const std::string partial = "a." + workspace_name(w.name, "partial"), chunk_ptr = "a." + workspace_name(w.name, "chunk_ptr");
   const std::string ns = tc ? "hectorgen::tc" : "hectorgen::simt";
-  const std::string params = tc ? fmt::format("{}, {}, {}{}", T, w.k, w.n, fp32_math_arg(w.dtype))
+  const std::string math = fp32_math_arg(w.dtype);
+  const std::string params = tc ? fmt::format("{}, {}, {}{}", T, w.k, w.n, math.empty() ? "" : ", " + math)
                                 : fmt::format("{}, {}, {}, {}", T, w.k, w.n, w.heads);
   CodeWriter c;
   CodeWriter::Indent body(c);

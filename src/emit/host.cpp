@@ -92,12 +92,6 @@ constexpr int kRequiredRuntimeMinor = 4;
 static_assert(kRequiredRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR,
               "generated code cannot need a runtime newer than the one it ships with");
 
-// The hectorgen runtime version generated code is written for, "MAJOR.MINOR": generated modules run on any runtime
-// MAJOR.x with x >= MINOR.
-std::string runtime_version() {
-  return fmt::format("{}.{}", HECTORGEN_RUNTIME_VERSION_MAJOR, kRequiredRuntimeMinor);
-}
-
 // materialization: auto modules pass compact_relations to hectorgen_runtime.prepare_graph (the per-relation
 // compaction choice), new in runtime 1.3: they need at least that minor version.
 constexpr int kAutoRuntimeMinor = 3;
@@ -106,6 +100,7 @@ static_assert(kAutoRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR,
 int module_runtime_minor(const EmitContext& ctx) {
   return ctx.auto_materialization ? std::max(kAutoRuntimeMinor, kRequiredRuntimeMinor) : kRequiredRuntimeMinor;
 }
+// The hectorgen runtime version a module is written for, "MAJOR.MINOR": it runs on any runtime MAJOR.x with x >= MINOR.
 std::string module_runtime_version(const EmitContext& ctx) {
   return fmt::format("{}.{}", HECTORGEN_RUNTIME_VERSION_MAJOR, module_runtime_minor(ctx));
 }

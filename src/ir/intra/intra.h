@@ -113,8 +113,9 @@ struct GemmInstance {
   std::string source;  // the inter-IR statement it implements, for comments
 };
 
-// Whether the tensor-core kernel (hectorgen::tc::launch_segment_gemm) can run `g`: it needs one head, k % 32 == 0, n % 64 == 0, rows that are edges or nodes (not edge types), x and w
-// stored in the dtype's storage type (tf32: fp32), y too or in fp32 (fp32 for an atomic scatter), an fp32 row scalar.
+// Whether the tensor-core kernel (hectorgen::tc::launch_segment_gemm) can run `g`: it needs one head, k % 32 == 0,
+// n % 64 == 0, rows that are edges or nodes (not edge types), x and w stored in the dtype's storage type (tf32 and
+// fp32: fp32), y too or in fp32 (fp32 for an atomic scatter), an fp32 row scalar.
 // `reason` names the first condition that fails (printed as `kernel=simt(tc: <reason>)`).
 struct GemmKernelChoice {
   bool tensor_cores = false;
