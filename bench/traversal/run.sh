@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Builds and runs the vector-gather microbenchmark (vector_gather.cu) on a CUDA machine; log in $OUT if set.
+# Builds and runs the traversal microbenchmarks on a CUDA machine: vector_gather.cu (lanes a row, scalar or vector
+# loads) and edge_chain.cu (the chain of dependent index loads per edge); logs in $OUT if set.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-/tmp}"
-nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/vector_gather "$here/vector_gather.cu"
-nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/vector_gather.log"
-/tmp/vector_gather | tee -a "$out/vector_gather.log"
+nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/traversal.log"
+for b in ${TRAVERSAL_BENCHES:-vector_gather edge_chain}; do
+  nvcc -O3 -std=c++17 -arch=sm_90 -o "/tmp/$b" "$here/$b.cu"
+  "/tmp/$b" | tee -a "$out/traversal.log"
+done
