@@ -7,7 +7,9 @@ Per case (dataset, model, mode) and hectorgen variant: its median time, peak mem
 precision class (fp32 class: fp32 baselines run with TF32 allowed; bf16 class: bf16 baselines) and the speed-up
 over it, the HBM floor (roofline.py) and the ratio to it, the error check; then the geometric mean of the
 speed-ups per variant, model and mode over the datasets where both ran. A later line for the same case and
-system replaces an earlier one (re-run a case in a later part to fix it). With --optimisations, the tables of
+system replaces an earlier one (re-run a case in a later part to fix it); a hectorgen case is compared with the
+baselines of its own file (the same process) where that file ran any of its class, so that a later file re-running
+some variants with a baseline beside them leaves the comparisons of the earlier files alone. With --optimisations, the tables of
 compaction, reordering and auto over unoptimised (speed-ups, peak memory, auto's picks) come from those files, a run
 of every fixed choice beside auto, instead of from the main run.
 """
@@ -25,9 +27,10 @@ MODEL_NAMES = {"rgcn": "RGCN", "rgat": "RGAT", "hgt": "HGT"}
 
 
 def read(paths) -> dict:
-    """{"meta": [meta records], "datasets": {name: record}, "cases": {(ds, model, mode, system): record}}."""
-    out = {"meta": [], "datasets": OrderedDict(), "cases": OrderedDict()}
-    for p in paths:
+    """{"meta": [meta records], "datasets": {name: record}, "cases": {(ds, model, mode, system): record},
+    "baselines": every baseline record}; each case record gets "_file", the index of its file in ``paths``."""
+    out = {"meta": [], "datasets": OrderedDict(), "cases": OrderedDict(), "baselines": []}
+    for file_index, p in enumerate(paths):
         for i, line in enumerate(Path(p).read_text().splitlines(), 1):
             if not line.strip():
                 continue
@@ -42,7 +45,10 @@ def read(paths) -> dict:
                 loss = (out["datasets"].get(r["dataset"]) or {}).get("loss_ms")
                 out["datasets"][r["dataset"]] = {"loss_ms": loss, **r} if loss and not r.get("loss_ms") else r
             elif t == "case":
+                r["_file"] = file_index
                 out["cases"][(r["dataset"], r["model"], r["mode"], r["system"])] = r
+                if r.get("kind") == "baseline":
+                    out["baselines"].append(r)
     return out
 
 
@@ -51,11 +57,14 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
-def best_baseline(recs, ds, model, mode, klass):
-    """The fastest baseline of ``klass`` that ran in this case, or None."""
-    cands = [r for (d, m, md, _), r in recs["cases"].items()
-             if (d, m, md) == (ds, model, mode) and r["kind"] == "baseline" and r["klass"] == klass
-             and r["status"] == "ok"]
+def best_baseline(recs, ds, model, mode, klass, file_index=None):
+    """The fastest baseline of ``klass`` that ran in this case, or None: among those of file ``file_index`` (the
+    same process as the case) where it has any, else among the latest record of each baseline."""
+    def ok(r):
+        return (r["dataset"], r["model"], r["mode"]) == (ds, model, mode) and r["klass"] == klass and r["status"] == "ok"
+    cands = [r for r in recs.get("baselines", ()) if ok(r) and r.get("_file") == file_index]
+    if not cands:
+        cands = [r for r in recs["cases"].values() if r["kind"] == "baseline" and ok(r)]
     return min(cands, key=lambda r: r["ms"]) if cands else None
 
 
@@ -65,7 +74,7 @@ def comparisons(recs) -> list:
     for (ds, model, mode, system), r in recs["cases"].items():
         if r["kind"] != "hectorgen":
             continue
-        b = best_baseline(recs, ds, model, mode, r["klass"])
+        b = best_baseline(recs, ds, model, mode, r["klass"], r.get("_file"))
         ok = r["status"] == "ok"
         rows.append(dict(rec=r, base=b, speedup=(b["ms"] / r["ms"]) if ok and b else None,
                          floor_ratio=(r["ms"] / r["floor_ms"]) if ok and r.get("floor_ms") else None))
