@@ -15,9 +15,9 @@
 #include "hectorgen/segments.h"  // workspace sizes
 
 // The graph arrays come from the hectorgen runtime (hectorgen_runtime.prepare_graph) this code was generated for.
-static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 4,
-              "hgt was generated for hectorgen runtime 1.4 (any 1.x with x >= "
-              "4), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
+static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 5,
+              "hgt was generated for hectorgen runtime 1.5 (any 1.x with x >= "
+              "5), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
 
 namespace {
 
@@ -62,9 +62,11 @@ std::vector<at::Tensor> hgt_forward_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     const at::Tensor& ntype,
     const at::Tensor& ntype_ptr,
     const at::Tensor& ntype_tile_ptr,
@@ -92,9 +94,11 @@ std::vector<at::Tensor> hgt_forward_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(in_etype, "graph array 'in_etype'", at::kInt, {num_edges}, device);
   check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
   check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
   check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
+  check(out_etype, "graph array 'out_etype'", at::kInt, {num_edges}, device);
   check(ntype, "graph array 'ntype'", at::kInt, {num_nodes}, device);
   check(ntype_ptr, "graph array 'ntype_ptr'", at::kInt, {num_ntypes + 1}, device);
   check(ntype_tile_ptr, "graph array 'ntype_tile_ptr'", at::kInt, {num_ntypes + 1}, device);
@@ -121,9 +125,11 @@ std::vector<at::Tensor> hgt_forward_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.in_etype = in_etype.data_ptr<int32_t>();
   a.out_ptr = out_ptr.data_ptr<int32_t>();
   a.out_eid = out_eid.data_ptr<int32_t>();
   a.out_dst = out_dst.data_ptr<int32_t>();
+  a.out_etype = out_etype.data_ptr<int32_t>();
   a.ntype = ntype.data_ptr<int32_t>();
   a.ntype_ptr = ntype_ptr.data_ptr<int32_t>();
   a.ntype_tile_ptr = ntype_tile_ptr.data_ptr<int32_t>();
@@ -202,9 +208,11 @@ std::vector<at::Tensor> hgt_forward_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     const at::Tensor& ntype,
     const at::Tensor& ntype_ptr,
     const at::Tensor& ntype_tile_ptr,
@@ -234,9 +242,11 @@ std::vector<at::Tensor> hgt_forward_train_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     const at::Tensor& ntype,
     const at::Tensor& ntype_ptr,
     const at::Tensor& ntype_tile_ptr,
@@ -264,9 +274,11 @@ std::vector<at::Tensor> hgt_forward_train_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(in_etype, "graph array 'in_etype'", at::kInt, {num_edges}, device);
   check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
   check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
   check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
+  check(out_etype, "graph array 'out_etype'", at::kInt, {num_edges}, device);
   check(ntype, "graph array 'ntype'", at::kInt, {num_nodes}, device);
   check(ntype_ptr, "graph array 'ntype_ptr'", at::kInt, {num_ntypes + 1}, device);
   check(ntype_tile_ptr, "graph array 'ntype_tile_ptr'", at::kInt, {num_ntypes + 1}, device);
@@ -303,9 +315,11 @@ std::vector<at::Tensor> hgt_forward_train_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.in_etype = in_etype.data_ptr<int32_t>();
   a.out_ptr = out_ptr.data_ptr<int32_t>();
   a.out_eid = out_eid.data_ptr<int32_t>();
   a.out_dst = out_dst.data_ptr<int32_t>();
+  a.out_etype = out_etype.data_ptr<int32_t>();
   a.ntype = ntype.data_ptr<int32_t>();
   a.ntype_ptr = ntype_ptr.data_ptr<int32_t>();
   a.ntype_tile_ptr = ntype_tile_ptr.data_ptr<int32_t>();
@@ -380,9 +394,11 @@ std::vector<at::Tensor> hgt_forward_train_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     const at::Tensor& ntype,
     const at::Tensor& ntype_ptr,
     const at::Tensor& ntype_tile_ptr,
@@ -424,9 +440,11 @@ std::vector<at::Tensor> hgt_backward_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     const at::Tensor& ntype,
     const at::Tensor& ntype_ptr,
     const at::Tensor& ntype_tile_ptr,
@@ -466,9 +484,11 @@ std::vector<at::Tensor> hgt_backward_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(in_etype, "graph array 'in_etype'", at::kInt, {num_edges}, device);
   check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
   check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
   check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
+  check(out_etype, "graph array 'out_etype'", at::kInt, {num_edges}, device);
   check(ntype, "graph array 'ntype'", at::kInt, {num_nodes}, device);
   check(ntype_ptr, "graph array 'ntype_ptr'", at::kInt, {num_ntypes + 1}, device);
   check(ntype_tile_ptr, "graph array 'ntype_tile_ptr'", at::kInt, {num_ntypes + 1}, device);
@@ -513,9 +533,11 @@ std::vector<at::Tensor> hgt_backward_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.in_etype = in_etype.data_ptr<int32_t>();
   a.out_ptr = out_ptr.data_ptr<int32_t>();
   a.out_eid = out_eid.data_ptr<int32_t>();
   a.out_dst = out_dst.data_ptr<int32_t>();
+  a.out_etype = out_etype.data_ptr<int32_t>();
   a.ntype = ntype.data_ptr<int32_t>();
   a.ntype_ptr = ntype_ptr.data_ptr<int32_t>();
   a.ntype_tile_ptr = ntype_tile_ptr.data_ptr<int32_t>();
@@ -723,9 +745,11 @@ std::vector<at::Tensor> hgt_backward_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     const at::Tensor& ntype,
     const at::Tensor& ntype_ptr,
     const at::Tensor& ntype_tile_ptr,
@@ -765,9 +789,9 @@ std::vector<at::Tensor> hgt_backward_meta(
 }
 
 TORCH_LIBRARY(hectorgen_hgt, m) {
-  m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
-  m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__0_dot, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor k, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a, int grad_mask) -> Tensor[]");
+  m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor in_etype, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor out_etype, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
+  m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor in_etype, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor out_etype, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor in_etype, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor out_etype, Tensor ntype, Tensor ntype_ptr, Tensor ntype_tile_ptr, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor agg, Tensor att, Tensor att__0, Tensor att__0_dot, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor k, Tensor q, Tensor v, Tensor d_h, Tensor W_k, Tensor W_q, Tensor W_v, Tensor W_att, Tensor W_msg, Tensor mu, Tensor W_a, int grad_mask) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_hgt, CUDA, m) {
   m.impl("forward", &hgt_forward_op);

@@ -21,9 +21,11 @@ struct HgtForwardArgs {
   const int32_t* in_ptr = nullptr;
   const int32_t* in_eid = nullptr;
   const int32_t* in_src = nullptr;
+  const int32_t* in_etype = nullptr;
   const int32_t* out_ptr = nullptr;
   const int32_t* out_eid = nullptr;
   const int32_t* out_dst = nullptr;
+  const int32_t* out_etype = nullptr;
   const int32_t* ntype = nullptr;
   const int32_t* ntype_ptr = nullptr;
   const int32_t* ntype_tile_ptr = nullptr;
@@ -79,9 +81,11 @@ struct HgtForwardTrainArgs {
   const int32_t* in_ptr = nullptr;
   const int32_t* in_eid = nullptr;
   const int32_t* in_src = nullptr;
+  const int32_t* in_etype = nullptr;
   const int32_t* out_ptr = nullptr;
   const int32_t* out_eid = nullptr;
   const int32_t* out_dst = nullptr;
+  const int32_t* out_etype = nullptr;
   const int32_t* ntype = nullptr;
   const int32_t* ntype_ptr = nullptr;
   const int32_t* ntype_tile_ptr = nullptr;
@@ -140,9 +144,11 @@ struct HgtBackwardArgs {
   const int32_t* in_ptr = nullptr;
   const int32_t* in_eid = nullptr;
   const int32_t* in_src = nullptr;
+  const int32_t* in_etype = nullptr;
   const int32_t* out_ptr = nullptr;
   const int32_t* out_eid = nullptr;
   const int32_t* out_dst = nullptr;
+  const int32_t* out_etype = nullptr;
   const int32_t* ntype = nullptr;
   const int32_t* ntype_ptr = nullptr;
   const int32_t* ntype_tile_ptr = nullptr;

@@ -6,7 +6,7 @@
     out = layer(g, feature)
 
 Dimensions are fixed by the spec: in_dim=64, out_dim=64, heads=1, negative_slope=0.2.
-Graphs are prepared by the hectorgen runtime 1.4 (Python package hectorgen_runtime; runtime/README.md).
+Graphs are prepared by the hectorgen runtime 1.5 (Python package hectorgen_runtime; runtime/README.md).
 """
 import importlib
 import os
@@ -20,7 +20,7 @@ MODEL = "rgat"
 DTYPE = torch.float32
 # The hectorgen runtime version this module was generated for: it runs on any runtime with the same major version
 # and at least this minor version.
-RUNTIME_VERSION = "1.4"
+RUNTIME_VERSION = "1.5"
 try:
     import hectorgen_runtime
     from hectorgen_runtime import require_version as _require_runtime_version
@@ -37,7 +37,7 @@ HYPER = {"in_dim": 64, "out_dim": 64, "heads": 1, "negative_slope": 0.2}
 # start every op's argument list (Graph.arrays keys, in argument order).
 GRAPH_LAYOUTS = ("csr_by_dst", "csr_by_src", "etype_sorted_coo", )
 GEMM_TILE = 16
-GRAPH_ARRAYS = ("sorted_src", "sorted_dst", "sorted_etype", "etype_ptr", "etype_tile_ptr", "in_row_ptr", "in_col_eid", "in_col_src", "out_row_ptr", "out_col_eid", "out_col_dst", )
+GRAPH_ARRAYS = ("sorted_src", "sorted_dst", "sorted_etype", "etype_ptr", "etype_tile_ptr", "in_row_ptr", "in_col_eid", "in_col_src", "in_col_etype", "out_row_ptr", "out_col_eid", "out_col_dst", "out_col_etype", )
 
 _ext = None
 

@@ -15,9 +15,9 @@
 #include "hectorgen/segments.h"  // workspace sizes
 
 // The graph arrays come from the hectorgen runtime (hectorgen_runtime.prepare_graph) this code was generated for.
-static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 4,
-              "rgat was generated for hectorgen runtime 1.4 (any 1.x with x >= "
-              "4), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
+static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 5,
+              "rgat was generated for hectorgen runtime 1.5 (any 1.x with x >= "
+              "5), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
 
 namespace {
 
@@ -62,9 +62,11 @@ std::vector<at::Tensor> rgat_forward_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -85,9 +87,11 @@ std::vector<at::Tensor> rgat_forward_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(in_etype, "graph array 'in_etype'", at::kInt, {num_edges}, device);
   check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
   check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
   check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
+  check(out_etype, "graph array 'out_etype'", at::kInt, {num_edges}, device);
   check(feature, "input 'feature'", at::kFloat, {num_nodes, 64}, device);
   check(W, "weight 'W'", at::kFloat, {num_etypes, 64, 64}, device);
   check(w_s, "weight 'w_s'", at::kFloat, {num_etypes, 1, 64}, device);
@@ -107,9 +111,11 @@ std::vector<at::Tensor> rgat_forward_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.in_etype = in_etype.data_ptr<int32_t>();
   a.out_ptr = out_ptr.data_ptr<int32_t>();
   a.out_eid = out_eid.data_ptr<int32_t>();
   a.out_dst = out_dst.data_ptr<int32_t>();
+  a.out_etype = out_etype.data_ptr<int32_t>();
   a.feature = feature.data_ptr<float>();
   a.W = W.data_ptr<float>();
   a.w_s = w_s.data_ptr<float>();
@@ -149,9 +155,11 @@ std::vector<at::Tensor> rgat_forward_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -174,9 +182,11 @@ std::vector<at::Tensor> rgat_forward_train_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -197,9 +207,11 @@ std::vector<at::Tensor> rgat_forward_train_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(in_etype, "graph array 'in_etype'", at::kInt, {num_edges}, device);
   check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
   check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
   check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
+  check(out_etype, "graph array 'out_etype'", at::kInt, {num_edges}, device);
   check(feature, "input 'feature'", at::kFloat, {num_nodes, 64}, device);
   check(W, "weight 'W'", at::kFloat, {num_etypes, 64, 64}, device);
   check(w_s, "weight 'w_s'", at::kFloat, {num_etypes, 1, 64}, device);
@@ -225,9 +237,11 @@ std::vector<at::Tensor> rgat_forward_train_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.in_etype = in_etype.data_ptr<int32_t>();
   a.out_ptr = out_ptr.data_ptr<int32_t>();
   a.out_eid = out_eid.data_ptr<int32_t>();
   a.out_dst = out_dst.data_ptr<int32_t>();
+  a.out_etype = out_etype.data_ptr<int32_t>();
   a.feature = feature.data_ptr<float>();
   a.W = W.data_ptr<float>();
   a.w_s = w_s.data_ptr<float>();
@@ -269,9 +283,11 @@ std::vector<at::Tensor> rgat_forward_train_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -302,9 +318,11 @@ std::vector<at::Tensor> rgat_backward_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -334,9 +352,11 @@ std::vector<at::Tensor> rgat_backward_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(in_etype, "graph array 'in_etype'", at::kInt, {num_edges}, device);
   check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
   check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
   check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
+  check(out_etype, "graph array 'out_etype'", at::kInt, {num_edges}, device);
   check(feature, "input 'feature'", at::kFloat, {num_nodes, 64}, device);
   check(att, "input 'att'", at::kFloat, {num_edges, 1}, device);
   check(att__0, "input 'att__0'", at::kFloat, {num_edges, 1}, device);
@@ -367,9 +387,11 @@ std::vector<at::Tensor> rgat_backward_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.in_etype = in_etype.data_ptr<int32_t>();
   a.out_ptr = out_ptr.data_ptr<int32_t>();
   a.out_eid = out_eid.data_ptr<int32_t>();
   a.out_dst = out_dst.data_ptr<int32_t>();
+  a.out_etype = out_etype.data_ptr<int32_t>();
   a.feature = feature.data_ptr<float>();
   a.att = att.data_ptr<float>();
   a.att__0 = att__0.data_ptr<float>();
@@ -489,9 +511,11 @@ std::vector<at::Tensor> rgat_backward_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -517,9 +541,9 @@ std::vector<at::Tensor> rgat_backward_meta(
 }
 
 TORCH_LIBRARY(hectorgen_rgat, m) {
-  m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
-  m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor hs, Tensor msg, Tensor d_h, Tensor W, Tensor w_s, Tensor w_t, int grad_mask) -> Tensor[]");
+  m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor in_etype, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor out_etype, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
+  m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor in_etype, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor out_etype, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor W, Tensor w_s, Tensor w_t) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor in_etype, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor out_etype, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor feature, Tensor att, Tensor att__0, Tensor att__1, Tensor att_max, Tensor att_sum, Tensor hs, Tensor msg, Tensor d_h, Tensor W, Tensor w_s, Tensor w_t, int grad_mask) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_rgat, CUDA, m) {
   m.impl("forward", &rgat_forward_op);

@@ -21,9 +21,11 @@ struct RgatForwardArgs {
   const int32_t* in_ptr = nullptr;
   const int32_t* in_eid = nullptr;
   const int32_t* in_src = nullptr;
+  const int32_t* in_etype = nullptr;
   const int32_t* out_ptr = nullptr;
   const int32_t* out_eid = nullptr;
   const int32_t* out_dst = nullptr;
+  const int32_t* out_etype = nullptr;
   const float* feature = nullptr;  // [num_nodes, 64]
   const float* W = nullptr;  // [num_etypes, 64, 64]
   const float* w_s = nullptr;  // [num_etypes, 1, 64]
@@ -60,9 +62,11 @@ struct RgatForwardTrainArgs {
   const int32_t* in_ptr = nullptr;
   const int32_t* in_eid = nullptr;
   const int32_t* in_src = nullptr;
+  const int32_t* in_etype = nullptr;
   const int32_t* out_ptr = nullptr;
   const int32_t* out_eid = nullptr;
   const int32_t* out_dst = nullptr;
+  const int32_t* out_etype = nullptr;
   const float* feature = nullptr;  // [num_nodes, 64]
   const float* W = nullptr;  // [num_etypes, 64, 64]
   const float* w_s = nullptr;  // [num_etypes, 1, 64]
@@ -101,9 +105,11 @@ struct RgatBackwardArgs {
   const int32_t* in_ptr = nullptr;
   const int32_t* in_eid = nullptr;
   const int32_t* in_src = nullptr;
+  const int32_t* in_etype = nullptr;
   const int32_t* out_ptr = nullptr;
   const int32_t* out_eid = nullptr;
   const int32_t* out_dst = nullptr;
+  const int32_t* out_etype = nullptr;
   const float* feature = nullptr;  // [num_nodes, 64]
   const float* att = nullptr;  // [num_edges, 1]
   const float* att__0 = nullptr;  // [num_edges, 1]

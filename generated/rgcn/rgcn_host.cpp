@@ -15,9 +15,9 @@
 #include "hectorgen/segments.h"  // workspace sizes
 
 // The graph arrays come from the hectorgen runtime (hectorgen_runtime.prepare_graph) this code was generated for.
-static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 4,
-              "rgcn was generated for hectorgen runtime 1.4 (any 1.x with x >= "
-              "4), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
+static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 5,
+              "rgcn was generated for hectorgen runtime 1.5 (any 1.x with x >= "
+              "5), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
 
 namespace {
 
@@ -62,9 +62,11 @@ std::vector<at::Tensor> rgcn_forward_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -85,9 +87,11 @@ std::vector<at::Tensor> rgcn_forward_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(in_etype, "graph array 'in_etype'", at::kInt, {num_edges}, device);
   check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
   check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
   check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
+  check(out_etype, "graph array 'out_etype'", at::kInt, {num_edges}, device);
   check(norm, "input 'norm'", at::kFloat, {num_edges}, device);
   check(feature, "input 'feature'", at::kFloat, {num_nodes, 64}, device);
   check(W0, "weight 'W0'", at::kFloat, {64, 64}, device);
@@ -107,9 +111,11 @@ std::vector<at::Tensor> rgcn_forward_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.in_etype = in_etype.data_ptr<int32_t>();
   a.out_ptr = out_ptr.data_ptr<int32_t>();
   a.out_eid = out_eid.data_ptr<int32_t>();
   a.out_dst = out_dst.data_ptr<int32_t>();
+  a.out_etype = out_etype.data_ptr<int32_t>();
   a.feature = feature.data_ptr<float>();
   a.norm = norm.data_ptr<float>();
   a.W0 = W0.data_ptr<float>();
@@ -137,9 +143,11 @@ std::vector<at::Tensor> rgcn_forward_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -162,9 +170,11 @@ std::vector<at::Tensor> rgcn_forward_train_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -185,9 +195,11 @@ std::vector<at::Tensor> rgcn_forward_train_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(in_etype, "graph array 'in_etype'", at::kInt, {num_edges}, device);
   check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
   check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
   check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
+  check(out_etype, "graph array 'out_etype'", at::kInt, {num_edges}, device);
   check(norm, "input 'norm'", at::kFloat, {num_edges}, device);
   check(feature, "input 'feature'", at::kFloat, {num_nodes, 64}, device);
   check(W0, "weight 'W0'", at::kFloat, {64, 64}, device);
@@ -207,9 +219,11 @@ std::vector<at::Tensor> rgcn_forward_train_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.in_etype = in_etype.data_ptr<int32_t>();
   a.out_ptr = out_ptr.data_ptr<int32_t>();
   a.out_eid = out_eid.data_ptr<int32_t>();
   a.out_dst = out_dst.data_ptr<int32_t>();
+  a.out_etype = out_etype.data_ptr<int32_t>();
   a.feature = feature.data_ptr<float>();
   a.norm = norm.data_ptr<float>();
   a.W0 = W0.data_ptr<float>();
@@ -242,9 +256,11 @@ std::vector<at::Tensor> rgcn_forward_train_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -268,9 +284,11 @@ std::vector<at::Tensor> rgcn_backward_op(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -293,9 +311,11 @@ std::vector<at::Tensor> rgcn_backward_op(
   check(in_ptr, "graph array 'in_ptr'", at::kInt, {num_nodes + 1}, device);
   check(in_eid, "graph array 'in_eid'", at::kInt, {num_edges}, device);
   check(in_src, "graph array 'in_src'", at::kInt, {num_edges}, device);
+  check(in_etype, "graph array 'in_etype'", at::kInt, {num_edges}, device);
   check(out_ptr, "graph array 'out_ptr'", at::kInt, {num_nodes + 1}, device);
   check(out_eid, "graph array 'out_eid'", at::kInt, {num_edges}, device);
   check(out_dst, "graph array 'out_dst'", at::kInt, {num_edges}, device);
+  check(out_etype, "graph array 'out_etype'", at::kInt, {num_edges}, device);
   check(norm, "input 'norm'", at::kFloat, {num_edges}, device);
   check(feature, "input 'feature'", at::kFloat, {num_nodes, 64}, device);
   check(d_h, "input 'd_h'", at::kFloat, {num_nodes, 64}, device);
@@ -318,9 +338,11 @@ std::vector<at::Tensor> rgcn_backward_op(
   a.in_ptr = in_ptr.data_ptr<int32_t>();
   a.in_eid = in_eid.data_ptr<int32_t>();
   a.in_src = in_src.data_ptr<int32_t>();
+  a.in_etype = in_etype.data_ptr<int32_t>();
   a.out_ptr = out_ptr.data_ptr<int32_t>();
   a.out_eid = out_eid.data_ptr<int32_t>();
   a.out_dst = out_dst.data_ptr<int32_t>();
+  a.out_etype = out_etype.data_ptr<int32_t>();
   a.feature = feature.data_ptr<float>();
   a.norm = norm.data_ptr<float>();
   a.d_h = d_h.data_ptr<float>();
@@ -378,9 +400,11 @@ std::vector<at::Tensor> rgcn_backward_meta(
     const at::Tensor& in_ptr,
     const at::Tensor& in_eid,
     const at::Tensor& in_src,
+    const at::Tensor& in_etype,
     const at::Tensor& out_ptr,
     const at::Tensor& out_eid,
     const at::Tensor& out_dst,
+    const at::Tensor& out_etype,
     int64_t num_nodes,
     int64_t num_edges,
     int64_t num_etypes,
@@ -398,9 +422,9 @@ std::vector<at::Tensor> rgcn_backward_meta(
 }
 
 TORCH_LIBRARY(hectorgen_rgcn, m) {
-  m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor W0, Tensor W) -> Tensor[]");
-  m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor W0, Tensor W) -> Tensor[]");
-  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor out_ptr, Tensor out_eid, Tensor out_dst, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor d_h, Tensor W0, Tensor W, int grad_mask) -> Tensor[]");
+  m.def("forward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor in_etype, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor out_etype, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor W0, Tensor W) -> Tensor[]");
+  m.def("forward_train(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor in_etype, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor out_etype, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor W0, Tensor W) -> Tensor[]");
+  m.def("backward(Tensor src, Tensor dst, Tensor etype, Tensor etype_ptr, Tensor etype_tile_ptr, Tensor in_ptr, Tensor in_eid, Tensor in_src, Tensor in_etype, Tensor out_ptr, Tensor out_eid, Tensor out_dst, Tensor out_etype, int num_nodes, int num_edges, int num_etypes, int num_ntypes, Tensor norm, Tensor feature, Tensor d_h, Tensor W0, Tensor W, int grad_mask) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(hectorgen_rgcn, CUDA, m) {
   m.impl("forward", &rgcn_forward_op);

@@ -21,9 +21,11 @@ struct RgcnForwardArgs {
   const int32_t* in_ptr = nullptr;
   const int32_t* in_eid = nullptr;
   const int32_t* in_src = nullptr;
+  const int32_t* in_etype = nullptr;
   const int32_t* out_ptr = nullptr;
   const int32_t* out_eid = nullptr;
   const int32_t* out_dst = nullptr;
+  const int32_t* out_etype = nullptr;
   const float* feature = nullptr;  // [num_nodes, 64]
   const float* norm = nullptr;  // [num_edges]
   const float* W0 = nullptr;  // [64, 64]
@@ -53,9 +55,11 @@ struct RgcnForwardTrainArgs {
   const int32_t* in_ptr = nullptr;
   const int32_t* in_eid = nullptr;
   const int32_t* in_src = nullptr;
+  const int32_t* in_etype = nullptr;
   const int32_t* out_ptr = nullptr;
   const int32_t* out_eid = nullptr;
   const int32_t* out_dst = nullptr;
+  const int32_t* out_etype = nullptr;
   const float* feature = nullptr;  // [num_nodes, 64]
   const float* norm = nullptr;  // [num_edges]
   const float* W0 = nullptr;  // [64, 64]
@@ -87,9 +91,11 @@ struct RgcnBackwardArgs {
   const int32_t* in_ptr = nullptr;
   const int32_t* in_eid = nullptr;
   const int32_t* in_src = nullptr;
+  const int32_t* in_etype = nullptr;
   const int32_t* out_ptr = nullptr;
   const int32_t* out_eid = nullptr;
   const int32_t* out_dst = nullptr;
+  const int32_t* out_etype = nullptr;
   const float* feature = nullptr;  // [num_nodes, 64]
   const float* norm = nullptr;  // [num_edges]
   const float* d_h = nullptr;  // [num_nodes, 64]

@@ -46,6 +46,7 @@ enum LayoutBit : unsigned {
   kCompactDstEtype = 1u << 4,
   kInvRelationInDegree = 1u << 5,
   kNtypePtr = 1u << 6,
+  kCsrByDstPairs = 1u << 7,
 };
 
 struct LayoutEntry {
@@ -61,11 +62,12 @@ constexpr LayoutEntry kLayouts[] = {
     {"compact_dst_etype", kCompactDstEtype},
     {"inv_relation_in_degree", kInvRelationInDegree},
     {"ntype_ptr", kNtypePtr},
+    {"csr_by_dst_pairs", kCsrByDstPairs},
 };
 
 // Every layout except ntype_ptr is defined on the etype-sorted COO.
 constexpr unsigned kNeedsSortedCoo =
-    kEtypeSortedCoo | kCsrByDst | kCsrBySrc | kCompactSrcEtype | kCompactDstEtype | kInvRelationInDegree;
+    kEtypeSortedCoo | kCsrByDst | kCsrBySrc | kCompactSrcEtype | kCompactDstEtype | kInvRelationInDegree | kCsrByDstPairs;
 
 unsigned parse_layouts(const std::vector<std::string>& layouts) {
   unsigned bits = 0;
@@ -85,6 +87,9 @@ unsigned parse_layouts(const std::vector<std::string>& layouts) {
     }
     bits |= bit;
   }
+  TORCH_CHECK((bits & kCsrByDstPairs) == 0 || (bits & (kCsrByDst | kCompactSrcEtype)) == (kCsrByDst | kCompactSrcEtype),
+              "hectorgen preprocess: layout 'csr_by_dst_pairs' joins 'csr_by_dst' and 'compact_src_etype': ask for "
+              "both with it");
   return bits;
 }
 
@@ -340,6 +345,11 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
         result[prefix + "_tile_ptr"] = tile_ptr(unique_etype_ptr, num_etypes, "build_tile_ptr (compact)");
       }
       pending.push_back({prefix, unique_node, pair_edge_ptr, node_pair, unique_etype_ptr});
+    }
+
+    // The pair of each incoming-edge CSR position: one gather, so that node kernels read it in CSR order.
+    if ((wanted & kCsrByDstPairs) != 0) {
+      result["in_col_unique_src"] = result.at("edge_to_unique_src").index_select(0, result.at("in_col_eid"));
     }
 
     if ((wanted & kInvRelationInDegree) != 0) {

@@ -76,8 +76,9 @@ std::vector<std::string> graph_arrays(const Program& p) {
   if (has(intra::layout::kSortedCoo)) {
     v.insert(v.end(), {"src", "dst", "etype", "etype_ptr", "etype_tile_ptr"});
   }
-  if (has(intra::layout::kCsrByDst)) v.insert(v.end(), {"in_ptr", "in_eid", "in_src"});
-  if (has(intra::layout::kCsrBySrc)) v.insert(v.end(), {"out_ptr", "out_eid", "out_dst"});
+  if (has(intra::layout::kCsrByDst)) v.insert(v.end(), {"in_ptr", "in_eid", "in_src", "in_etype"});
+  if (has(intra::layout::kCsrByDstPairs)) v.push_back("in_pair");  // each incoming-edge position's pair
+  if (has(intra::layout::kCsrBySrc)) v.insert(v.end(), {"out_ptr", "out_eid", "out_dst", "out_etype"});
   if (has(intra::layout::kNtypePtr)) {
     v.insert(v.end(), {"ntype", "ntype_ptr", "ntype_tile_ptr"});
   }

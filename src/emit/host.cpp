@@ -84,11 +84,12 @@ std::vector<const TensorDecl*> op_tensors(const Program& p) {
 }
 
 // The runtime minor version that generated code needs: the newest runtime interface it uses, which can be older
-// than the runtime beside this compiler (runtime/include/hectorgen/runtime_version.h). 1.4 added the split operands
-// of fp32 on tensor cores (tc_gemm.cuh's Fp32Math), which every fp32 model's GEMMs use; 1.3 the per-relation
-// compaction choice (prepare_graph's compact_relations and the statistics on Graph) of materialization: auto.
-// Raise it with the first generated code that needs a newer interface.
-constexpr int kRequiredRuntimeMinor = 4;
+// than the runtime beside this compiler (runtime/include/hectorgen/runtime_version.h). 1.5 added the layout
+// csr_by_dst_pairs (in_col_unique_src, each incoming-edge position's pair), which compact node traversals read;
+// 1.4 the split operands of fp32 on tensor cores (tc_gemm.cuh's Fp32Math), which every fp32 model's GEMMs use; 1.3
+// the per-relation compaction choice (prepare_graph's compact_relations and the statistics on Graph) of
+// materialization: auto. Raise it with the first generated code that needs a newer interface.
+constexpr int kRequiredRuntimeMinor = 5;
 static_assert(kRequiredRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR,
               "generated code cannot need a runtime newer than the one it ships with");
 
@@ -112,6 +113,7 @@ std::string runtime_graph_key(const std::string& array) {
       {"src", "sorted_src"},         {"dst", "sorted_dst"},         {"etype", "sorted_etype"},
       {"etype_ptr", "etype_ptr"},    {"etype_tile_ptr", "etype_tile_ptr"},
       {"in_ptr", "in_row_ptr"},      {"in_eid", "in_col_eid"},      {"in_src", "in_col_src"},
+      {"in_pair", "in_col_unique_src"},  {"in_etype", "in_col_etype"},  {"out_etype", "out_col_etype"},
       {"out_ptr", "out_row_ptr"},    {"out_eid", "out_col_eid"},    {"out_dst", "out_col_dst"},
       {"ntype", "ntype"},            {"ntype_ptr", "ntype_ptr"},    {"ntype_tile_ptr", "ntype_tile_ptr"},
       {"pair_src", "unique_src"},    {"pair_etype_ptr", "unique_src_etype_ptr"},

@@ -66,8 +66,8 @@ const char* const kCppEmitterNames[] = {
     // graph arrays and sizes (Args structs, op arguments)
     "src", "dst", "etype", "etype_ptr", "etype_tile_ptr", "in_ptr", "in_eid", "in_src", "out_ptr", "out_eid",
     "out_dst", "ntype", "ntype_ptr", "ntype_tile_ptr", "num_nodes", "num_edges", "num_etypes", "num_ntypes",
-    "pair_src", "pair_etype_ptr", "pair_tile_ptr", "edge_pair", "pair_edge_ptr", "pair_edge_eid", "node_pair_ptr",
-    "node_pair", "num_pairs", "segment_of", "warp_segment_of",
+    "pair_src", "pair_etype_ptr", "pair_tile_ptr", "edge_pair", "in_pair", "in_etype", "out_etype", "pair_edge_ptr",
+    "pair_edge_eid", "node_pair_ptr", "node_pair", "num_pairs", "segment_of", "warp_segment_of",
     // host functions (emit/host.cpp) and PyTorch fallbacks (emit/torch_fallback.cpp)
     "check", "shape_str", "device", "guard", "options", "grad_mask", "empty_if", "zeros_if", "needed", "src_l", "dst_l", "etype_l", "ntype_l", "edge_pair_l", "C10_CUDA_CHECK",
     "TORCH_CHECK", "Tensor"};

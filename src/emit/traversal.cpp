@@ -161,7 +161,13 @@ class TraversalPrinter {
 
   // The C++ type of an index: a type id is an int, a row (node, edge, pair) an int64_t.
   static const char* index_type(const IndexDef& x) {
-    return x.array == GraphArray::Etype || x.array == GraphArray::Ntype ? "int" : "int64_t";
+    switch (x.array) {
+      case GraphArray::Etype:
+      case GraphArray::InEtype:
+      case GraphArray::OutEtype:
+      case GraphArray::Ntype: return "int";
+      default: return "int64_t";
+    }
   }
 
   void loop(const EdgeLoop& l) {

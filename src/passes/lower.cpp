@@ -328,7 +328,9 @@ class Lowering {
       if (ti.role == Role::Input || ti.role == Role::Weight) before.insert(ti.name);
     for (const Kernel& k : p_.kernels)
       for (const std::string& w : intra::kernel_writes(k)) before.insert(w);
-    p_.kernels.push_back(lower_traversal(p_, t, before));
+    intra::TraversalInstance instance = lower_traversal(p_, t, before);
+    for (const std::string& l : intra::read_layouts(instance)) p_.layouts.insert(l);  // in_pair: csr_by_dst_pairs
+    p_.kernels.push_back(std::move(instance));
     traversal_sources_.push_back(t);
   }
 

@@ -109,7 +109,10 @@ class TraversalLowering {
     intra::split_edge_loops(t);
     intra::choose_row_lanes(t, src_.row_lanes, intra::storage_bytes(intra::model_storage(p_.decl.options.dtype)));
     intra::insert_warp_syncs(t);
-    if (std::string e = intra::verify_traversal(p_, t); !e.empty())
+    // Verified against the program with the layouts the instance reads added (the caller adds them: lower.cpp).
+    intra::Program with_layouts = p_;
+    for (const std::string& l : intra::read_layouts(t)) with_layouts.layouts.insert(l);
+    if (std::string e = intra::verify_traversal(with_layouts, t); !e.empty())
       throw std::logic_error("lower_traversal: the instance does not verify: " + e + "\n" + intra::print_traversal(t));
     return t;
   }
@@ -257,8 +260,11 @@ class TraversalLowering {
 
   // e.src / e.dst / e.pair of the edge whose block is `b` (p.src of pair rows).
   RowRef endpoint(Block& b, const std::string& which) {
-    if (which == "pair")  // the edge's (source, edge type) pair
+    if (which == "pair") {  // the edge's (source, edge type) pair: by CSR position in a node's incoming edges
+      if (node_rows_ && inner_kind_.at(b.edge) == LoopKind::IncomingEdges)
+        return RowRef{index(b, GraphArray::InPair, positions_.at(b.edge), base_of(b.edge) + "_pair"), &b, false, nullptr};
       return RowRef{index(b, GraphArray::EdgePair, b.edge, base_of(b.edge) + "_pair"), &b, false, nullptr};
+    }
     if (pair_rows_) return RowRef{index(b, GraphArray::PairSrc, b.edge, base_of(b.edge) + "_src"), &b, false, nullptr};
     if (node_rows_) {
       bool incoming = inner_kind_.at(b.edge) == LoopKind::IncomingEdges;
@@ -267,6 +273,18 @@ class TraversalLowering {
       return RowRef{index(b, incoming ? GraphArray::InSrc : GraphArray::OutDst, pos, base_of(b.edge) + "_" + which), &b, false, nullptr};
     }
     return RowRef{index(b, which == "src" ? GraphArray::Src : GraphArray::Dst, b.edge, base_of(b.edge) + "_" + which), &b, false, nullptr};
+  }
+
+  // The relation of the edge (or pair) whose block is `b`: by CSR position in a node's edge loop (in_etype /
+  // out_etype, read in CSR order instead of etype[e] at a scattered edge id).
+  RowRef edge_etype(Block& b) {
+    if (pair_rows_) return RowRef{index(b, GraphArray::PairEtype, b.edge, base_of(b.edge) + "_etype"), &b, false, nullptr};
+    if (node_rows_) {
+      const bool incoming = inner_kind_.at(b.edge) == LoopKind::IncomingEdges;
+      return RowRef{index(b, incoming ? GraphArray::InEtype : GraphArray::OutEtype, positions_.at(b.edge), base_of(b.edge) + "_etype"),
+                    &b, false, nullptr};
+    }
+    return RowRef{index(b, GraphArray::Etype, b.edge, base_of(b.edge) + "_etype"), &b, false, nullptr};
   }
 
   // The row a node or edge reference (`n`, `e`, `e.src`, `e.dst`) names.
@@ -302,9 +320,7 @@ class TraversalLowering {
   RowRef weight_row(const ExprP& sel) {
     const ExprP& of = sel->args[0];
     if (sel->name == "etype") {
-      Block& eb = block_of_edge(var(of->name));
-      const GraphArray array = pair_rows_ ? GraphArray::PairEtype : GraphArray::Etype;
-      return RowRef{index(eb, array, eb.edge, base_of(eb.edge) + "_etype"), &eb, false, nullptr};
+      return edge_etype(block_of_edge(var(of->name)));
     }
     RowRef node = row_ref(of);
     Block& home = *node.block;
@@ -391,7 +407,7 @@ class TraversalLowering {
       Block* eb = &b;
       while (eb && eb->edge.empty()) eb = eb->parent;
       if (!eb) throw std::logic_error("lower_traversal: a per-edge-type value outside an edge loop");
-      return RowRef{index(*eb, pair_rows_ ? GraphArray::PairEtype : GraphArray::Etype, eb->edge, base_of(eb->edge) + "_etype"), eb, false, nullptr};
+      return edge_etype(*eb);
     }
     if (t.per == Per::Node) {
       if (node_rows_) return RowRef{row_var_, row_, true, nullptr};

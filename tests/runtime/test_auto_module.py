@@ -114,7 +114,7 @@ class AutoModule(unittest.TestCase):
         self.assertIn("compact_src_etype", call["layouts"])
         self.assertEqual(call["compact_relations"], 0.6)  # the spec's options.compact_relations
         self.assertEqual(set(g.materialization_choices), {"inference", "training"})
-        self.assertEqual(self.module.RUNTIME_VERSION, "1.4")
+        self.assertEqual(self.module.RUNTIME_VERSION, "1.5")
 
     def test_compact_relations_argument_wins_over_the_spec(self):
         self.graph(compact_relations=[True, False, True])

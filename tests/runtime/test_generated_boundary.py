@@ -240,7 +240,8 @@ class GeneratedModuleImport(unittest.TestCase):
 EXPECTED_KEY = {
     "src": "sorted_src", "dst": "sorted_dst", "etype": "sorted_etype", "etype_ptr": "etype_ptr",
     "etype_tile_ptr": "etype_tile_ptr", "in_ptr": "in_row_ptr", "in_eid": "in_col_eid", "in_src": "in_col_src",
-    "out_ptr": "out_row_ptr", "out_eid": "out_col_eid", "out_dst": "out_col_dst", "ntype": "ntype",
+    "in_etype": "in_col_etype", "out_ptr": "out_row_ptr", "out_eid": "out_col_eid", "out_dst": "out_col_dst",
+    "out_etype": "out_col_etype", "in_pair": "in_col_unique_src", "ntype": "ntype",
     "ntype_ptr": "ntype_ptr", "ntype_tile_ptr": "ntype_tile_ptr",
 }
 

@@ -34,6 +34,9 @@ import hectorgen_runtime as hr  # noqa: E402
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 ALL_LAYOUTS = list(hr.LAYOUTS)
+NO_NTYPE_LAYOUTS = [layout for layout in ALL_LAYOUTS if layout != "ntype_ptr"]
+# The layouts a layout joins, asked for with it.
+JOINS = {"csr_by_dst_pairs": ["csr_by_dst", "compact_src_etype"]}
 
 # ---------------------------------------------------------------------------------------------------------------
 # Helpers
@@ -106,6 +109,9 @@ def check_invariants(out, src, dst, etype, num_nodes, num_etypes, compacted=None
         same_row = rows[1:] == rows[:-1]
         key = s_etype[eid] * (num_edges + 1) + eid
         assert bool((key[1:][same_row] > key[:-1][same_row]).all())
+
+    if "in_col_unique_src" in out:  # csr_by_dst_pairs: each incoming-edge position's pair
+        assert torch.equal(out["in_col_unique_src"].long(), out["edge_to_unique_src"].long()[out["in_col_eid"].long()])
 
     for name, node in (("src", s_src), ("dst", s_dst)):
         unique, ptr = out["unique_" + name].long(), out["unique_" + name + "_etype_ptr"].long()
@@ -237,6 +243,7 @@ HAND_EXPECTED = {
     "unique_dst_relation_pairs": [2, 3, 0],
     "dst_relation_compacted": [True, True, True],
     "inv_relation_in_degree": [1.0, 1.0, 1.0, 1 / 3, 1 / 3, 1 / 3, 1.0],
+    "in_col_unique_src": [3, 0, 2, 4, 5, 1, 2],  # edge_to_unique_src at in_col_eid [2, 0, 3, 4, 5, 1, 6]
     "ntype_ptr": [0, 2, 2, 4],
     "ntype": [0, 0, 2, 2],
 }
@@ -281,7 +288,7 @@ def test_reference_invariants(case):
         "one_relation": dict(num_nodes=40, num_edges=300, num_etypes=1, seed=6),
     }[case]
     src, dst, etype, _ = random_graph(**params)
-    out = hr.reference_preprocess(src, dst, etype, params["num_nodes"], params["num_etypes"], None, ALL_LAYOUTS[:-1])
+    out = hr.reference_preprocess(src, dst, etype, params["num_nodes"], params["num_etypes"], None, NO_NTYPE_LAYOUTS)
     check_invariants(out, src, dst, etype, params["num_nodes"], params["num_etypes"])
 
 
@@ -338,6 +345,15 @@ def test_python_api_on_cpu_uses_the_reference():
     graph = hr.Graph.from_coo(src, dst, etype, 4, 3, ntype, layouts=["csr_by_dst", "ntype_ptr"])
     assert graph.num_edges == 7 and graph.num_ntypes == 3 and graph.perm is None
     assert sorted(graph.tensors()) == sorted(hr.LAYOUT_KEYS["csr_by_dst"] + hr.LAYOUT_KEYS["ntype_ptr"])
+
+
+def test_a_joining_layout_needs_the_layouts_it_joins():
+    src, dst, etype, _ = hand_graph()
+    for layouts in (["csr_by_dst_pairs"], ["csr_by_dst_pairs", "csr_by_dst"], ["csr_by_dst_pairs", "compact_src_etype"]):
+        with pytest.raises(ValueError, match="joins 'csr_by_dst' and 'compact_src_etype'"):
+            hr.reference_preprocess(src, dst, etype, 4, 3, None, layouts)
+    out = hr.reference_preprocess(src, dst, etype, 4, 3, None, ["csr_by_dst_pairs"] + JOINS["csr_by_dst_pairs"])
+    assert out["in_col_unique_src"].tolist() == HAND_EXPECTED["in_col_unique_src"]
 
 
 def test_graph_dataclass_covers_every_key():
@@ -429,8 +445,9 @@ def test_reference_threshold_decides_per_relation(theta):
     src_choice, dst_choice = HAND_THRESHOLDS[theta]
     assert out["src_relation_compacted"].tolist() == src_choice
     assert out["dst_relation_compacted"].tolist() == dst_choice
+    # The other layouts from a run with every relation compacted (not csr_by_dst_pairs: it depends on the choice).
     check_invariants(dict(out, **{k: v for k, v in hr.reference_preprocess(src, dst, etype, 4, 3).items()
-                                  if k not in out}),
+                                  if k not in out and k not in hr.LAYOUT_KEYS["csr_by_dst_pairs"]}),
                      src, dst, etype, 4, 3, compacted={"src": src_choice, "dst": dst_choice})
     # A threshold is its decision: the mask of the decision gives the same arrays for that endpoint.
     for name, choice in (("src", src_choice), ("dst", dst_choice)):
@@ -493,7 +510,7 @@ def test_reference_mixed_policies_keep_every_invariant(graph, policy):
     num_nodes, edges_per_relation, num_etypes = POLICY_GRAPHS[graph]
     src, dst, etype = skewed_graph(num_nodes, edges_per_relation, num_etypes, seed=len(graph))
     compact = (float(policy[6:]) if policy.startswith("theta") else random_mask(num_etypes, ord(policy[-1])))
-    out = hr.reference_preprocess(src, dst, etype, num_nodes, num_etypes, None, ALL_LAYOUTS[:-1],
+    out = hr.reference_preprocess(src, dst, etype, num_nodes, num_etypes, None, NO_NTYPE_LAYOUTS,
                                   compact_relations=compact)
     # The expected decision, computed here from Python-set pair counts and Python float division.
     _, _, s_etype = (out[k].long() for k in ("sorted_src", "sorted_dst", "sorted_etype"))
@@ -506,10 +523,11 @@ def test_reference_mixed_policies_keep_every_invariant(graph, policy):
     for name in ("src", "dst"):  # every case mixes compacted and uncompacted relations
         assert True in expected[name] and False in expected[name], (name, expected[name])
     check_invariants(out, src, dst, etype, num_nodes, num_etypes, compacted=expected)
-    # Everything outside the compact layouts is independent of the choice.
-    everything = hr.reference_preprocess(src, dst, etype, num_nodes, num_etypes, None, ALL_LAYOUTS[:-1])
+    # Everything outside the compact layouts (and csr_by_dst_pairs, their pair rows in CSR order) is independent of
+    # the choice.
+    everything = hr.reference_preprocess(src, dst, etype, num_nodes, num_etypes, None, NO_NTYPE_LAYOUTS)
     for key, value in everything.items():
-        if key not in COMPACT_KEYS:
+        if key not in COMPACT_KEYS + list(hr.LAYOUT_KEYS["csr_by_dst_pairs"]):
             assert torch.equal(out[key], value), key
 
 
@@ -714,8 +732,9 @@ def test_cuda_is_deterministic(ext):
 @pytest.mark.parametrize("layout", ALL_LAYOUTS)
 def test_cuda_builds_exactly_the_requested_layout(ext, layout):
     src, dst, etype, ntype = hand_graph("cuda")
-    out = run_cuda(ext, src, dst, etype, 4, 3, ntype, [layout])
-    assert sorted(out) == sorted(hr.LAYOUT_KEYS[layout])
+    layouts = [layout] + JOINS.get(layout, [])
+    out = run_cuda(ext, src, dst, etype, 4, 3, ntype, layouts)
+    assert sorted(out) == sorted(key for name in layouts for key in hr.LAYOUT_KEYS[name])
     assert_same(out, {k: v for k, v in hand_expected().items() if k in out}, layout)
 
 
@@ -773,6 +792,8 @@ def test_cuda_checks_arguments(ext):
     src, dst, etype, ntype = hand_graph("cuda")
     with pytest.raises(RuntimeError, match="unknown layout 'csr'"):
         run_cuda(ext, src, dst, etype, 4, 3, None, ["csr"])
+    with pytest.raises(RuntimeError, match="joins 'csr_by_dst' and 'compact_src_etype'"):
+        run_cuda(ext, src, dst, etype, 4, 3, None, ["csr_by_dst_pairs", "csr_by_dst"])
     with pytest.raises(RuntimeError, match="src must be a CUDA tensor"):
         run_cuda(ext, src.cpu(), dst, etype, 4, 3, None)
     with pytest.raises(RuntimeError, match="etype must be int32 or int64"):
@@ -810,9 +831,9 @@ def test_cuda_policies_match_reference(ext, case, policy):
     num_nodes, num_edges, num_etypes, extra = CASES[case]
     src, dst, etype, _ = random_graph(num_nodes, num_edges, num_etypes, seed=sum(map(ord, case)), **extra)
     compact = policy_argument(policy, num_etypes, seed=len(case))
-    expected = hr.reference_preprocess(src, dst, etype, num_nodes, num_etypes, None, ALL_LAYOUTS[:-1], gemm_tile=16,
+    expected = hr.reference_preprocess(src, dst, etype, num_nodes, num_etypes, None, NO_NTYPE_LAYOUTS, gemm_tile=16,
                                        compact_relations=compact)
-    actual = hr.preprocess(src.cuda(), dst.cuda(), etype.cuda(), num_nodes, num_etypes, None, ALL_LAYOUTS[:-1],
+    actual = hr.preprocess(src.cuda(), dst.cuda(), etype.cuda(), num_nodes, num_etypes, None, NO_NTYPE_LAYOUTS,
                            backend="cuda", gemm_tile=16, compact_relations=compact)
     assert_same(actual, expected, f"{case} {policy}")
 
@@ -824,11 +845,11 @@ def test_cuda_mixed_policies_match_reference(ext, graph, policy):
     num_nodes, edges_per_relation, num_etypes = POLICY_GRAPHS[graph]
     src, dst, etype = skewed_graph(num_nodes, edges_per_relation, num_etypes, seed=len(graph))
     compact = policy_argument(policy, num_etypes, seed=7)
-    expected = hr.reference_preprocess(src, dst, etype, num_nodes, num_etypes, None, ALL_LAYOUTS[:-1], gemm_tile=4,
+    expected = hr.reference_preprocess(src, dst, etype, num_nodes, num_etypes, None, NO_NTYPE_LAYOUTS, gemm_tile=4,
                                        compact_relations=compact)
     for dtype in (torch.int32, torch.int64):
         cuda = [t.to(device="cuda", dtype=dtype) for t in (src, dst, etype)]
-        actual = run_cuda(ext, *cuda, num_nodes, num_etypes, None, ALL_LAYOUTS[:-1], gemm_tile=4,
+        actual = run_cuda(ext, *cuda, num_nodes, num_etypes, None, NO_NTYPE_LAYOUTS, gemm_tile=4,
                           compact_threshold=compact if isinstance(compact, float) else -1.0,
                           compact_mask=torch.tensor(compact) if isinstance(compact, list) else None)
         assert_same(actual, expected, f"{graph} {policy} {dtype}")

@@ -391,9 +391,11 @@ TEST_CASE("materialization: auto emits the vanilla and the compact program in on
   CHECK(programs.front().layouts.count("compact_src_etype") == 0);
   CHECK(programs.back().layouts.count("compact_src_etype") == 1);
   const std::string& py = g.file("rgat_auto.py");
-  CHECK(py.find("GRAPH_LAYOUTS = (\"compact_src_etype\", \"csr_by_dst\", \"csr_by_src\", \"etype_sorted_coo\", )") !=
-        std::string::npos);
-  CHECK(py.find("RUNTIME_VERSION = \"1.4\"") != std::string::npos);
+  CHECK(py.find("GRAPH_LAYOUTS = (\"compact_src_etype\", \"csr_by_dst\", \"csr_by_dst_pairs\", \"csr_by_src\", "
+                "\"etype_sorted_coo\", )") != std::string::npos);
+  CHECK(programs.front().layouts.count("csr_by_dst_pairs") == 0);  // the pairs of the compact node kernels' edges
+  CHECK(programs.back().layouts.count("csr_by_dst_pairs") == 1);
+  CHECK(py.find("RUNTIME_VERSION = \"1.5\"") != std::string::npos);
   CHECK(py.find("def materialization(g, training=False):") != std::string::npos);
   CHECK(py.find("def estimated_seconds(g, training=False):") != std::string::npos);
   CHECK(py.find("compact_relations=compact_relations)") != std::string::npos);
@@ -546,13 +548,14 @@ TEST_CASE("a warp's edge loop and a gather sum fetch 32 edges' indices at a time
   const std::string cu = g.file("hgt_compact_kernels.cu");
   auto kernel = [&](const std::string& name) { return kernel_source(cu, name); };
   // HGT's node kernel: the edge loop reading each edge's pair row, in blocks of 32 edges; lane l fetches edge
-  // first + l's id, its pair and its relation, and every iteration takes them from lane j, in the edges' order.
+  // first + l's id, its pair and its relation (by its CSR position: in_pair and in_etype, not edge_pair[e] and
+  // etype[e], second dependent and scattered reads), and every iteration takes them from lane j, in the edges' order.
   const std::string att = kernel("hgt_compact_fw_nodes_att");
   for (const char* line : {"const int32_t i_e_end = in_ptr[n + 1];",
                            "for (int32_t i_e_first = in_ptr[n]; i_e_first < i_e_end; i_e_first += 32) {",
                            "const int i_e_count = i_e_end - i_e_first < 32 ? i_e_end - i_e_first : 32;",
                            "if (lane < i_e_count) {", "e_lane = in_eid[i_e_first + lane];",
-                           "e_pair_lane = edge_pair[e_lane];", "e_etype_lane = etype[e_lane];",
+                           "e_pair_lane = in_pair[i_e_first + lane];", "e_etype_lane = in_etype[i_e_first + lane];",
                            "for (int i_e_j = 0; i_e_j < i_e_count; ++i_e_j) {",
                            "const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j);",
                            "const int64_t e_pair = __shfl_sync(0xffffffffu, e_pair_lane, i_e_j);",

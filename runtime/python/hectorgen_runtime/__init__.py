@@ -34,6 +34,9 @@ Layouts and their result keys (int32 unless noted; p is an edge's position in th
                           unique_dst_edge_eid, unique_dst_node_ptr, unique_dst_node_pair, unique_dst_relation_pairs,
                           dst_relation_compacted: the same for (dst, etype)
                           (unique_dst_edge_eid is the identity: edges are ordered by (etype, dst))
+  csr_by_dst_pairs        in_col_unique_src [E]: the pair row of CSR position i, edge_to_unique_src[in_col_eid[i]]
+                          (runtime 1.5; needs csr_by_dst and compact_src_etype: a node's incoming edges have
+                          scattered positions p, and node kernels read their pairs in CSR order instead)
   inv_relation_in_degree  inv_relation_in_degree [E] float32: 1 / #edges with the same (dst, etype) as edge p
   ntype_ptr               ntype_ptr [T+1] (nodes must be sorted by ntype), ntype [N] (the node types as int32)
 
@@ -91,8 +94,8 @@ __all__ = [
 ]
 
 # This runtime's version, (MAJOR, MINOR, PATCH); it must equal hectorgen/runtime_version.h (a test checks).
-VERSION = (1, 4, 0)
-__version__ = "1.4.0"
+VERSION = (1, 5, 0)
+__version__ = "1.5.0"
 
 LAYOUT_KEYS: Dict[str, tuple] = {
     "etype_sorted_coo": ("perm", "sorted_src", "sorted_dst", "sorted_etype", "etype_ptr"),
@@ -106,6 +109,7 @@ LAYOUT_KEYS: Dict[str, tuple] = {
                           "unique_dst_relation_pairs", "dst_relation_compacted"),
     "inv_relation_in_degree": ("inv_relation_in_degree",),
     "ntype_ptr": ("ntype_ptr", "ntype"),
+    "csr_by_dst_pairs": ("in_col_unique_src",),
 }
 LAYOUTS = tuple(LAYOUT_KEYS)
 # The extra key of a layout when a gemm_tile is given: the row-tile offsets of its segments.
@@ -159,6 +163,8 @@ def _check_layouts(layouts: Iterable[str]) -> frozenset:
     unknown = sorted(names - set(LAYOUTS))
     if unknown:
         raise ValueError(f"unknown layout(s) {unknown}; known layouts: {', '.join(LAYOUTS)}")
+    if "csr_by_dst_pairs" in names and not {"csr_by_dst", "compact_src_etype"} <= names:
+        raise ValueError("layout 'csr_by_dst_pairs' joins 'csr_by_dst' and 'compact_src_etype': ask for both with it")
     return names
 
 
@@ -339,6 +345,9 @@ def reference_preprocess(
         emit("unique_" + name + "_node_pair", torch.argsort(unique_node, stable=True))
         if gemm_tile:
             emit("unique_" + name + "_tile_ptr", _tile_offsets(unique_etype_ptr, gemm_tile))
+
+    if "csr_by_dst_pairs" in layouts:
+        emit("in_col_unique_src", out["edge_to_unique_src"].long()[out["in_col_eid"].long()])
 
     if "inv_relation_in_degree" in layouts:
         if num_edges == 0:
@@ -551,6 +560,8 @@ class Graph:
     unique_dst_relation_pairs: Optional[torch.Tensor] = None
     dst_relation_compacted: Optional[torch.Tensor] = None
     unique_dst_tile_ptr: Optional[torch.Tensor] = None
+    # csr_by_dst_pairs
+    in_col_unique_src: Optional[torch.Tensor] = None
     # inv_relation_in_degree
     inv_relation_in_degree: Optional[torch.Tensor] = None
     # ntype_ptr

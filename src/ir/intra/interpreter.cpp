@@ -372,11 +372,14 @@ class Interpreter {
           case GraphArray::InSrc: env.ints[x->name] = g_.src[e]; break;  // a CSR position is its edge here
           case GraphArray::Dst:
           case GraphArray::OutDst: env.ints[x->name] = g_.dst[e]; break;
-          case GraphArray::Etype: env.ints[x->name] = g_.etype[e]; break;
+          case GraphArray::Etype:
+          case GraphArray::InEtype:
+          case GraphArray::OutEtype: env.ints[x->name] = g_.etype[e]; break;
           case GraphArray::Ntype: env.ints[x->name] = g_.ntype[e]; break;
           case GraphArray::PairSrc: env.ints[x->name] = pair_src_[e]; break;
           case GraphArray::PairEtype: env.ints[x->name] = pair_etype_[e]; break;
-          case GraphArray::EdgePair: env.ints[x->name] = edge_pair_[e]; break;
+          case GraphArray::EdgePair:
+          case GraphArray::InPair: env.ints[x->name] = edge_pair_[e]; break;
         }
       } else if (auto* d = std::get_if<Def>(&in.v)) {
         env.regs[d->name] = source(*d, env);

@@ -277,6 +277,7 @@ inline constexpr const char* kSortedCoo = "etype_sorted_coo";  // src, dst, etyp
 inline constexpr const char* kCompactSrc = "compact_src_etype";  // unique (src, etype) pairs and their mappings
 inline constexpr const char* kCsrByDst = "csr_by_dst";         // incoming edges per node
 inline constexpr const char* kCsrBySrc = "csr_by_src";         // outgoing edges per node
+inline constexpr const char* kCsrByDstPairs = "csr_by_dst_pairs";  // the pair of each incoming-edge CSR position
 inline constexpr const char* kNtypePtr = "ntype_ptr";          // node-type segments (nodes sorted by type)
 inline constexpr const char* kInvRelInDegree = "inv_relation_in_degree";
 }  // namespace layout

@@ -97,8 +97,9 @@ std::vector<std::string> regs_of(const ValueP& v) {
 }
 
 namespace {
-constexpr std::array<const char*, 9> kArrays = {"src",      "dst",        "etype",    "in_src",   "out_dst",
-                                                "ntype",    "pair_src",   "pair_etype", "edge_pair"};
+constexpr std::array<const char*, 12> kArrays = {"src",      "dst",       "etype",      "in_src",    "out_dst",
+                                                 "ntype",    "pair_src",  "pair_etype", "edge_pair", "in_pair",
+                                                 "in_etype", "out_etype"};
 }
 
 const char* to_string(GraphArray a) { return kArrays[static_cast<size_t>(a)]; }
@@ -119,6 +120,18 @@ const char* walked_layout(inter::LoopKind k) {
   }
 }
 
+std::set<std::string> read_layouts(const TraversalInstance& t) {
+  std::set<std::string> out;
+  std::function<void(const std::vector<Instr>&)> walk = [&](const std::vector<Instr>& body) {
+    for (const Instr& in : body) {
+      if (auto* x = std::get_if<IndexDef>(&in.v); x && x->array == GraphArray::InPair) out.insert(layout::kCsrByDstPairs);
+      else if (auto* l = std::get_if<EdgeLoop>(&in.v)) walk(l->body);
+    }
+  };
+  walk(t.body);
+  return out;
+}
+
 bool is_kernel_reserved(std::string_view name) {
   static const std::set<std::string, std::less<>> names = {
       // declared or called by the printed kernel
@@ -127,7 +140,8 @@ bool is_kernel_reserved(std::string_view name) {
       "run", "load_run", "store_run", "run_to_float", "run_from_float", "RunWord", "RunChunk", "run_word", "run_values",
       "run_addr", "kRun", "RunElem", "kRunBytes", "kRunPer", "uint2", "uint4",
       "in_ptr", "in_eid", "out_ptr", "out_eid", "src", "dst", "etype", "in_src", "out_dst", "ntype",
-      "pair_src", "pair_etype_ptr", "edge_pair", "pair_edge_ptr", "pair_edge_eid", "node_pair_ptr", "node_pair",
+      "pair_src", "pair_etype_ptr", "edge_pair", "in_pair", "in_etype", "out_etype", "pair_edge_ptr", "pair_edge_eid",
+      "node_pair_ptr", "node_pair",
       "num_etypes", "segment_of",
       // CUDA
       "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "atomicAdd", "expf", "sqrtf", "tanhf", "fmaxf",

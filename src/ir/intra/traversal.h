@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -109,8 +110,11 @@ std::vector<std::string> regs_of(const ValueP& v);
 // ---------------------------------------------------------------------------------------------------
 // Graph arrays an index reads: src/dst/etype are indexed by edge id, in_src/out_dst by the position in a
 // CSR (the inner loop's position variable), ntype by node id; pair_src/pair_etype by pair (the pair's source and
-// edge type), edge_pair by edge id (the edge's (source, edge type) pair).
-enum class GraphArray { Src, Dst, Etype, InSrc, OutDst, Ntype, PairSrc, PairEtype, EdgePair };
+// edge type), edge_pair by edge id (the edge's (source, edge type) pair), in_pair by the position in the CSR of
+// incoming edges (edge_pair of the edge there: where edges are numbered in relation order, a node's in-edges have
+// scattered ids, and in_pair[i] is one coalesced read where edge_pair[in_eid[i]] is a second, random one);
+// in_etype / out_etype the relation of the edge at a position of the incoming / outgoing CSR, likewise.
+enum class GraphArray { Src, Dst, Etype, InSrc, OutDst, Ntype, PairSrc, PairEtype, EdgePair, InPair, InEtype, OutEtype };
 const char* to_string(GraphArray a);
 std::optional<GraphArray> parse_graph_array(std::string_view s);
 
@@ -223,6 +227,8 @@ bool is_kernel_reserved(std::string_view name);
 // The graph layout a loop walks (etype_sorted_coo for edge rows, compact_src_etype for pair rows, csr_by_dst /
 // csr_by_src for inner loops), or "" (node rows: the nodes in order).
 const char* walked_layout(inter::LoopKind k);
+// The graph layouts an instance reads beyond those its loops walk: csr_by_dst_pairs where it reads in_pair.
+std::set<std::string> read_layouts(const TraversalInstance& t);
 
 // Why the lanes cannot split the loop's iterations, or "" when they can: the body holds only scalar or
 // short `replicated` work (no `lanes` vectors, warp reductions, nested loops or syncs), stores only into the

@@ -270,6 +270,18 @@ class TraversalVerifier {
         ok = of->kind == NameKind::EdgeVar && need_layout(layout::kCompactSrc, fmt::format("index '{}'", x.name));
         kind = NameKind::PairIndex;
         break;
+      case GraphArray::InEtype:
+      case GraphArray::OutEtype:
+        ok = of->kind == NameKind::Position &&
+             positions_.at(x.of) == (x.array == GraphArray::InEtype ? inter::LoopKind::IncomingEdges
+                                                                     : inter::LoopKind::OutgoingEdges);
+        kind = NameKind::EtypeIndex;
+        break;
+      case GraphArray::InPair:
+        ok = of->kind == NameKind::Position && positions_.at(x.of) == inter::LoopKind::IncomingEdges &&
+             need_layout(layout::kCsrByDstPairs, fmt::format("index '{}'", x.name));
+        kind = NameKind::PairIndex;
+        break;
     }
     if (!ok) {
       if (!error_.empty()) return false;

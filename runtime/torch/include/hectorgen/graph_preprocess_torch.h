@@ -28,6 +28,8 @@ namespace hectorgen::runtime {
 //                             unique_dst_edge_ptr [U'+1], unique_dst_edge_eid [E],
 //                             unique_dst_node_ptr [N+1], unique_dst_node_pair [U'],
 //                             unique_dst_relation_pairs [R], dst_relation_compacted [R] (bool)
+//   "csr_by_dst_pairs"        in_col_unique_src [E]: the pair row of CSR position i, edge_to_unique_src[in_col_eid[i]]
+//                             (needs "csr_by_dst" and "compact_src_etype" in the same call)
 //   "inv_relation_in_degree"  inv_relation_in_degree [E] (float32)
 //   "ntype_ptr"               ntype_ptr [T+1], ntype [N] (the node types as int32; needs ntype)
 // With gemm_tile > 0, also the GEMM row-tile offsets of the segments (hectorgen/graph.h, build_tile_ptr):
