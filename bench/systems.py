@@ -108,6 +108,13 @@ VARIANTS = {
                              (("edge_batch", 4),)),
     "bf16_auto_eb4": Variant("bf16_auto_eb4", "bf16", "bf16", _AUTO, "auto, edge loops 4 edges a step",
                              (("edge_batch", 4),)),
+    # auto with a node's edges' pairs and relations read through their edge ids (schedule.traversal.position_indices:
+    # 0, the kernels before runtime 1.5) instead of by CSR position: beside tf32_auto / bf16_auto it measures what
+    # the CSR-ordered indices (in_pair, in_etype) gain in one process.
+    "tf32_auto_ids": Variant("tf32_auto_ids", "tf32", "fp32", _AUTO, "auto, edge indices through edge ids",
+                             (("position_indices", 0),)),
+    "bf16_auto_ids": Variant("bf16_auto_ids", "bf16", "bf16", _AUTO, "auto, edge indices through edge ids",
+                             (("position_indices", 0),)),
     # auto with a fixed number of lanes per traversal row (schedule.traversal.row_lanes; auto's default picks 8 or 16
     # per kernel, bench/README.md "Lanes per row"): 32 is a warp a row, as before row_lanes; at 16 or 8 a warp walks
     # 2 or 4 rows' chains of index and row loads at once.

@@ -511,6 +511,10 @@ class Parser {
       int v = 0;
       ok = number(v) && valid_vector(v);
       if (ok) o.schedule.traversal_vector = v;
+    } else if (k == "traversal_position_indices") {
+      int v = 0;
+      ok = number(v) && inter::valid_position_indices(v);
+      if (ok) o.schedule.traversal_position_indices = v;
     } else if (k == "launch_bounds") {
       int lb = 0;
       ok = number(lb);

@@ -223,6 +223,7 @@ class Lowering {
     t.edge_batch = m_.decl.options.schedule.traversal_edge_batch;
     t.row_lanes = m_.decl.options.schedule.traversal_row_lanes;
     t.vector = m_.decl.options.schedule.traversal_vector;
+    t.position_indices = m_.decl.options.schedule.traversal_position_indices == 1;
     // Locals of this stage that later statements of the loop use must be stored.
     std::set<std::string> later;
     for (size_t i = ctx.position; i < L.body.size(); ++i) collect_names(L.body[i], later);
@@ -313,6 +314,7 @@ class Lowering {
       t.edge_batch = m_.decl.options.schedule.traversal_edge_batch;
       t.row_lanes = m_.decl.options.schedule.traversal_row_lanes;
       t.vector = m_.decl.options.schedule.traversal_vector;
+      t.position_indices = m_.decl.options.schedule.traversal_position_indices == 1;
       t.name = unique(fmt::format("{}_sum_{}", prefix_, gs.field));
       p_.layouts.insert(gs.via_src ? intra::layout::kCsrBySrc : intra::layout::kCsrByDst);
       note_write(gs.field, true);

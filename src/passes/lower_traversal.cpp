@@ -261,7 +261,7 @@ class TraversalLowering {
   // e.src / e.dst / e.pair of the edge whose block is `b` (p.src of pair rows).
   RowRef endpoint(Block& b, const std::string& which) {
     if (which == "pair") {  // the edge's (source, edge type) pair: by CSR position in a node's incoming edges
-      if (node_rows_ && inner_kind_.at(b.edge) == LoopKind::IncomingEdges)
+      if (node_rows_ && src_.position_indices && inner_kind_.at(b.edge) == LoopKind::IncomingEdges)
         return RowRef{index(b, GraphArray::InPair, positions_.at(b.edge), base_of(b.edge) + "_pair"), &b, false, nullptr};
       return RowRef{index(b, GraphArray::EdgePair, b.edge, base_of(b.edge) + "_pair"), &b, false, nullptr};
     }
@@ -279,7 +279,7 @@ class TraversalLowering {
   // out_etype, read in CSR order instead of etype[e] at a scattered edge id).
   RowRef edge_etype(Block& b) {
     if (pair_rows_) return RowRef{index(b, GraphArray::PairEtype, b.edge, base_of(b.edge) + "_etype"), &b, false, nullptr};
-    if (node_rows_) {
+    if (node_rows_ && src_.position_indices) {
       const bool incoming = inner_kind_.at(b.edge) == LoopKind::IncomingEdges;
       return RowRef{index(b, incoming ? GraphArray::InEtype : GraphArray::OutEtype, positions_.at(b.edge), base_of(b.edge) + "_etype"),
                     &b, false, nullptr};

@@ -436,10 +436,13 @@ class SchemaReader {
                     [&](int i) { s.gather_sum_row_lanes = i; });
         });
       } else {
-        for_each_key(sv, "'schedule.traversal'", {"threads", "edge_batch", "row_lanes", "vector"},
+        for_each_key(sv, "'schedule.traversal'", {"threads", "edge_batch", "row_lanes", "vector", "position_indices"},
                      [&](const std::string& tk, const YAML::Node&, const YAML::Node& tv) {
           if (tk == "threads") read(tv, "'threads'", intra::ScheduleKey::TraversalThreads, [&](int i) { s.traversal_threads = i; });
           else if (tk == "edge_batch") read(tv, "'edge_batch'", intra::ScheduleKey::TraversalEdgeBatch, [&](int i) { s.traversal_edge_batch = i; });
+          else if (tk == "position_indices")
+            read(tv, "'position_indices'", intra::ScheduleKey::TraversalPositionIndices,
+                 [&](int i) { s.traversal_position_indices = i; });
           else if (tk == "vector")
             read_auto(tv, "vector", "a number of elements (1, 2, 4 or 8)", intra::ScheduleKey::TraversalVector,
                       [&](int i) { s.traversal_vector = i; });

@@ -577,6 +577,26 @@ TEST_CASE("a warp's edge loop and a gather sum fetch 32 edges' indices at a time
     CHECK(rcu.find(line) != std::string::npos);
 }
 
+TEST_CASE("schedule.traversal.position_indices: 0 reads a node's edges' pairs and relations through their ids",
+          "[intra][emit]") {
+  const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact.yaml";
+  for (const int by_position : {1, 0}) {
+    CAPTURE(by_position);
+    const Generated g = generate(path, with_traversal_schedule(test::read_file(path),
+                                                               "position_indices: " + std::to_string(by_position)));
+    REQUIRE(g.status == 0);
+    const std::string att = kernel_source(g.file("hgt_compact_kernels.cu"), "hgt_compact_fw_nodes_att");
+    const bool ids = by_position == 0;
+    CHECK((att.find("e_pair_lane = edge_pair[e_lane];") != std::string::npos) == ids);
+    CHECK((att.find("e_etype_lane = etype[e_lane];") != std::string::npos) == ids);
+    CHECK((att.find("e_pair_lane = in_pair[i_e_first + lane];") != std::string::npos) == !ids);
+    CHECK((att.find("e_etype_lane = in_etype[i_e_first + lane];") != std::string::npos) == !ids);
+    // Only the kernels that read in_pair need the runtime's csr_by_dst_pairs.
+    CHECK((g.file("hgt_compact.py").find("\"csr_by_dst_pairs\"") != std::string::npos) == !ids);
+    CHECK((g.file("hgt_compact.inter.ir").find("option traversal_position_indices = 0\n") != std::string::npos) == ids);
+  }
+}
+
 TEST_CASE("schedule.traversal.edge_batch: a warp's edge loop shuffles out a batch's indices, then runs its steps "
           "unrolled with their commits guarded",
           "[intra][emit]") {

@@ -226,6 +226,10 @@ struct Schedule {
   // slots are runs of that many elements (intra::slot_vector), each loaded and stored with one vector access of up
   // to 16 bytes. 1: every slot on its own, element lane + row_lanes j (one scalar access each).
   int traversal_vector = 0;
+  // How a node's edge loop reads its edges' pairs and relations: 1 by CSR position (in_pair, in_etype / out_etype:
+  // one coalesced read each), 0 through the edge id (edge_pair[e], etype[e]: a second, scattered read, the kernels
+  // before runtime 1.5; kept to measure the two side by side).
+  int traversal_position_indices = 1;
   // Lanes that hold one row of a gather sum (the compact backward's sums over a pair's edges or a node's pairs; 32,
   // 16 or 8; 0: auto, a warp a row), tuned apart from the traversals': another template, other rows.
   int gather_sum_row_lanes = 0;
@@ -236,6 +240,8 @@ inline constexpr bool valid_edge_batch(int b) { return b == 1 || b == 2 || b == 
 inline constexpr bool valid_row_lanes(int g) { return g == 0 || g == 8 || g == 16 || g == 32; }
 // The values Schedule::traversal_vector may take (0: auto).
 inline constexpr bool valid_vector(int v) { return v == 0 || v == 1 || v == 2 || v == 4 || v == 8; }
+// The values Schedule::traversal_position_indices may take.
+inline constexpr bool valid_position_indices(int v) { return v == 0 || v == 1; }
 
 struct Options {
   Materialization materialization = Materialization::Vanilla;

@@ -146,6 +146,8 @@ std::string print_module(const Module& m, const Annotator& annotate) {
   if (o.schedule.traversal_row_lanes != 0)
     out += fmt::format("option traversal_row_lanes = {}\n", o.schedule.traversal_row_lanes);
   if (o.schedule.traversal_vector != 0) out += fmt::format("option traversal_vector = {}\n", o.schedule.traversal_vector);
+  if (o.schedule.traversal_position_indices != 1)
+    out += fmt::format("option traversal_position_indices = {}\n", o.schedule.traversal_position_indices);
   if (o.schedule.gather_sum_row_lanes != 0)
     out += fmt::format("option gather_sum_row_lanes = {}\n", o.schedule.gather_sum_row_lanes);
   if (o.schedule.launch_bounds) out += fmt::format("option launch_bounds = {}\n", *o.schedule.launch_bounds);

@@ -223,6 +223,7 @@ struct TraversalSource {
   int edge_batch = 1;  // inter::Schedule::traversal_edge_batch
   int row_lanes = 0;  // inter::Schedule::traversal_row_lanes, 0: auto (choose_row_lanes)
   int vector = 0;     // inter::Schedule::traversal_vector, 0: auto (kDefaultVector)
+  bool position_indices = true;  // inter::Schedule::traversal_position_indices
 };
 
 const std::string& kernel_name(const Kernel& k);

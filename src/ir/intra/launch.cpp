@@ -268,6 +268,11 @@ std::vector<ScheduleProblem> check_schedule(const inter::Schedule& s) {
     out.push_back({ScheduleKey::TraversalVector,
                    fmt::format("'vector' (the most consecutive elements of a row one lane holds) must be auto, 1, 2, 4 or 8, got {}",
                                s.traversal_vector)});
+  if (!inter::valid_position_indices(s.traversal_position_indices))
+    out.push_back({ScheduleKey::TraversalPositionIndices,
+                   fmt::format("'position_indices' (a node's edges' pairs and relations read by CSR position) must be 0 or "
+                               "1, got {}",
+                               s.traversal_position_indices)});
   return out;
 }
 

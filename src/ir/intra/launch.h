@@ -94,7 +94,7 @@ std::string check_launch_limits(const LaunchConfig& c);
 std::string verify_launch(const Program& p, const Kernel& k);
 
 // ---- what a spec can get wrong -----------------------------------------------------------------------------
-enum class ScheduleKey { Tile, Coarsen, LaunchBounds, TraversalThreads, TraversalEdgeBatch, TraversalRowLanes, TraversalVector, GatherSumRowLanes };
+enum class ScheduleKey { Tile, Coarsen, LaunchBounds, TraversalThreads, TraversalEdgeBatch, TraversalRowLanes, TraversalVector, TraversalPositionIndices, GatherSumRowLanes };
 struct ScheduleProblem {
   ScheduleKey key;  // the value to point at
   std::string message;
