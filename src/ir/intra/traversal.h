@@ -6,7 +6,8 @@
 //               (source, edge type) pairs of compact materialization (src_etype_pairs, ordered by (etype, source));
 //               one warp owns one row at a time (grid-stride loop over the rows)
 //   for         inner loops over the incoming (csr_by_dst) or outgoing (csr_by_src) edges of the row node
-//   index       an integer read from a graph array: e_src = src[e], e_etype = etype[e], e_src = in_src[i_e]
+//   index       an integer read from a graph array: e_src = src[e], e_etype = etype[e]; in a node's edge loop
+//               by the CSR position: e_src = in_src[i_e], e_etype = in_etype[i_e], e_pair = in_pair[i_e]
 //   let / var   a register value (immutable / mutable) with its type: shape and per-lane layout.
 //               `lanes`: element i sits in lane i % 32, slot i / 32 (vectors of 32 or more elements);
 //               `replicated`: every lane holds every element (scalars and short vectors).
