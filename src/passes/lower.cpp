@@ -213,17 +213,23 @@ class Lowering {
     emit_gather_sums(ctx);
   }
 
+  // The spec's schedule.traversal entries, as every traversal stage takes them.
+  void schedule_traversal(intra::TraversalSource& t) const {
+    const inter::Schedule& s = m_.decl.options.schedule;
+    t.threads = s.traversal_threads;
+    t.edge_batch = s.traversal_edge_batch;
+    t.row_lanes = s.traversal_row_lanes;
+    t.vector = s.traversal_vector;
+    t.position_indices = s.traversal_position_indices == 1;
+  }
+
   // Emits the open stage as one traversal instance.
   void flush(LoopCtx& ctx, Stage& stage) {
     if (stage.empty()) return;
     const Stmt& L = *ctx.loop;
     intra::TraversalSource t;
     t.loop = Stmt::for_loop(L.var, L.loop, L.parent, stage.top, L.loc);
-    t.threads = m_.decl.options.schedule.traversal_threads;
-    t.edge_batch = m_.decl.options.schedule.traversal_edge_batch;
-    t.row_lanes = m_.decl.options.schedule.traversal_row_lanes;
-    t.vector = m_.decl.options.schedule.traversal_vector;
-    t.position_indices = m_.decl.options.schedule.traversal_position_indices == 1;
+    schedule_traversal(t);
     // Locals of this stage that later statements of the loop use must be stored.
     std::set<std::string> later;
     for (size_t i = ctx.position; i < L.body.size(); ++i) collect_names(L.body[i], later);
@@ -310,11 +316,7 @@ class Lowering {
       StmtP inner = Stmt::for_loop(edge_var, gs.via_src ? LoopKind::OutgoingEdges : LoopKind::IncomingEdges, node_var, {body});
       t.loop = Stmt::for_loop(node_var, gs.via_src ? LoopKind::SrcNodes : LoopKind::DstNodes, "g", {inner});
       t.field_tensor = alias_;
-      t.threads = m_.decl.options.schedule.traversal_threads;
-      t.edge_batch = m_.decl.options.schedule.traversal_edge_batch;
-      t.row_lanes = m_.decl.options.schedule.traversal_row_lanes;
-      t.vector = m_.decl.options.schedule.traversal_vector;
-      t.position_indices = m_.decl.options.schedule.traversal_position_indices == 1;
+      schedule_traversal(t);
       t.name = unique(fmt::format("{}_sum_{}", prefix_, gs.field));
       p_.layouts.insert(gs.via_src ? intra::layout::kCsrBySrc : intra::layout::kCsrByDst);
       note_write(gs.field, true);

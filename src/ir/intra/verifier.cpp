@@ -242,6 +242,8 @@ class TraversalVerifier {
     if (!of) return bad(fmt::format("index '{}' reads {}[{}] before '{}' is defined", x.name, to_string(x.array), x.of, x.of));
     NameKind kind = NameKind::NodeIndex;
     bool ok = false;
+    // A read by the position in a node's incoming or outgoing edges (in_src, in_etype, in_pair; out_dst, out_etype).
+    auto at_position = [&](inter::LoopKind loop) { return of->kind == NameKind::Position && positions_.at(x.of) == loop; };
     switch (x.array) {
       case GraphArray::Src:
       case GraphArray::Dst:
@@ -249,12 +251,8 @@ class TraversalVerifier {
         ok = of->kind == NameKind::EdgeVar && need_layout(layout::kSortedCoo, fmt::format("index '{}'", x.name));
         if (x.array == GraphArray::Etype) kind = NameKind::EtypeIndex;
         break;
-      case GraphArray::InSrc:
-        ok = of->kind == NameKind::Position && positions_.at(x.of) == inter::LoopKind::IncomingEdges;
-        break;
-      case GraphArray::OutDst:
-        ok = of->kind == NameKind::Position && positions_.at(x.of) == inter::LoopKind::OutgoingEdges;
-        break;
+      case GraphArray::InSrc: ok = at_position(inter::LoopKind::IncomingEdges); break;
+      case GraphArray::OutDst: ok = at_position(inter::LoopKind::OutgoingEdges); break;
       case GraphArray::Ntype:
         ok = (of->kind == NameKind::NodeVar || of->kind == NameKind::NodeIndex) &&
              need_layout(layout::kNtypePtr, fmt::format("index '{}'", x.name));
@@ -272,13 +270,11 @@ class TraversalVerifier {
         break;
       case GraphArray::InEtype:
       case GraphArray::OutEtype:
-        ok = of->kind == NameKind::Position &&
-             positions_.at(x.of) == (x.array == GraphArray::InEtype ? inter::LoopKind::IncomingEdges
-                                                                     : inter::LoopKind::OutgoingEdges);
+        ok = at_position(x.array == GraphArray::InEtype ? inter::LoopKind::IncomingEdges : inter::LoopKind::OutgoingEdges);
         kind = NameKind::EtypeIndex;
         break;
       case GraphArray::InPair:
-        ok = of->kind == NameKind::Position && positions_.at(x.of) == inter::LoopKind::IncomingEdges &&
+        ok = at_position(inter::LoopKind::IncomingEdges) &&
              need_layout(layout::kCsrByDstPairs, fmt::format("index '{}'", x.name));
         kind = NameKind::PairIndex;
         break;
