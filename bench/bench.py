@@ -264,6 +264,21 @@ def profile_top(fn, train: bool, calls: int = 3, top: int = 14) -> list:
     return [[n, round(ms, 4), round(c, 2)] for n, ms, c in [total] + rows[:top]]
 
 
+def host_ms(fn, train: bool, calls: int = 21) -> float:
+    """The host's time to enqueue one call (median over `calls`, each started on an idle device and not waited
+    for): what a call costs the CPU. Where it exceeds the kernels' busy time (profile_top), the case is host-bound;
+    the gap between the synchronised time and the busy time is mostly the enqueueing before the first kernel."""
+    ts = []
+    with torch.no_grad() if not train else contextlib.nullcontext():
+        for _ in range(calls):
+            sync()
+            t = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t) * 1e3)
+        sync()
+    return median(ts)
+
+
 def rel_err(got, ref) -> float:
     got, ref = got.double().reshape(ref.shape), ref.double()
     return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
@@ -362,6 +377,8 @@ class Runner:
                 rec["profile"] = profile_top(fn, train)
             except Exception as e:  # noqa: BLE001  (the timing stands; the profile is extra)
                 rec["profile"] = [[f"profile failed: {type(e).__name__}: {str(e)[:120]}", 0.0, 0]]
+            rec["host_ms"] = round(host_ms(fn, train), 4)
+            log(f"    {rec['host_ms']:9.3f} ms  host: enqueueing one call (median, device idle at its start)")
             for name, ms, count in rec["profile"]:
                 log(f"    {ms:9.3f} ms  x{count:<5g} {name}")
 
@@ -692,7 +709,8 @@ def parse_args(argv=None):
                    help="time the systems of a case one after the other instead (the timing before 2026-11-27)")
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the error check of the variants")
     p.add_argument("--profile", action="store_true",
-                   help="after timing a case, list the kernels that take its time (torch profiler; JSON key profile)")
+                   help="after timing a case, list the kernels that take its time (torch profiler; JSON key profile) "
+                        "and the host's time to enqueue one call (JSON key host_ms)")
     p.add_argument("--gen-dir", default=str(HERE.parent / "build" / "bench" / "gen"))
     p.add_argument("--hectorgen", default="")
     p.add_argument("--build-timeout", type=float, default=400.0)
