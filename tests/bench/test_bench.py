@@ -294,12 +294,18 @@ def test_dry_run():
     check([x["status"] for x in recs] == ["OOM", "ERR", "ok"], recs)
     check(recs[0]["note"].startswith("timed alone: out of memory beside"), recs[0]["note"])
     bench.DEVICE = "cuda"
-    seq = bench.main(args[:-1] + ["hand_fp32", "--datasets", "aifb", "--models", "rgcn", "--sequential",
+    seq = bench.main(args[:-1] + ["hand_fp32", "--datasets", "aifb", "--models", "rgcn", "--sequential", "--profile",
                                   "--out", str(TMP / "seq")])
     check(seq == 0, "--sequential rc")
     lines = [json.loads(x) for x in (TMP / "seq" / "results-1of1.jsonl").read_text().splitlines()]
     check(lines[0]["timing"] == "sequential", lines[0])
-    check(all(x["timing"] == "sequential" and x["iters"] in (1, 2) for x in lines if x["type"] == "case"), lines)
+    cases = [x for x in lines if x["type"] == "case"]
+    check(cases and all(x["timing"] == "sequential" and x["iters"] in (1, 2) for x in cases), lines)
+    # --profile: the top ops (the CPU's here) and the host's time to enqueue a call
+    check(all(x["profile"] and x["host_ms"] > 0 for x in cases if x["status"] == "ok"), cases)
+    bench.DEVICE = "cpu"
+    ms = bench.host_ms(lambda: time.sleep(0.002), train=False, calls=5)
+    check(2.0 <= ms < 100.0, f"host_ms of a 2 ms call: {ms}")
     return out / "results-1of1.jsonl"
 
 
