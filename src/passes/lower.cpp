@@ -334,6 +334,8 @@ class Lowering {
       for (const std::string& w : intra::kernel_writes(k)) before.insert(w);
     intra::TraversalInstance instance = lower_traversal(p_, t, before);
     for (const std::string& l : intra::read_layouts(instance)) p_.layouts.insert(l);  // in_pair: csr_by_dst_pairs
+    if (std::string e = intra::verify_traversal(p_, instance); !e.empty())
+      throw std::logic_error("lower_traversal: the instance does not verify: " + e + "\n" + intra::print_traversal(instance));
     p_.kernels.push_back(std::move(instance));
     traversal_sources_.push_back(t);
   }

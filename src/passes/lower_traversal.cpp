@@ -109,12 +109,7 @@ class TraversalLowering {
     intra::split_edge_loops(t);
     intra::choose_row_lanes(t, src_.row_lanes, intra::storage_bytes(intra::model_storage(p_.decl.options.dtype)));
     intra::insert_warp_syncs(t);
-    // Verified against the program with the layouts the instance reads added (the caller adds them: lower.cpp).
-    intra::Program with_layouts = p_;
-    for (const std::string& l : intra::read_layouts(t)) with_layouts.layouts.insert(l);
-    if (std::string e = intra::verify_traversal(with_layouts, t); !e.empty())
-      throw std::logic_error("lower_traversal: the instance does not verify: " + e + "\n" + intra::print_traversal(t));
-    return t;
+    return t;  // verified by the caller once the program has the layouts the instance reads (lower.cpp)
   }
 
  private:

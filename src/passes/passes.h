@@ -29,7 +29,8 @@ namespace hectorgen::passes {
 // once, at the top of the loop that owns their row; dot/sum as warp reductions, computed once per value;
 // element-wise values inlined into the instruction that consumes them; the syncs cross-lane exchanges
 // through global memory need. `written_before`: tensors that hold data when the kernel starts (inputs,
-// weights, what earlier kernels stored); other tensors read as zero.
+// weights, what earlier kernels stored); other tensors read as zero. The caller adds the graph layouts the instance
+// reads (intra::read_layouts) to its program and verifies the instance against it.
 intra::TraversalInstance lower_traversal(const intra::Program& p, const intra::TraversalSource& src,
                                          const std::set<std::string>& written_before);
 
