@@ -369,10 +369,7 @@ class TraversalParser {
       size_t at = c.pos();
       std::string arr = c.ident("a graph array");
       auto a = parse_graph_array(arr);
-      if (!a)
-        c.fail_at(at, fmt::format("unknown graph array '{}' (src, dst, etype, in_src, out_dst, ntype, pair_src, "
-                                  "pair_etype, edge_pair, in_pair, in_etype, out_etype)",
-                                  arr));
+      if (!a) c.fail_at(at, fmt::format("unknown graph array '{}' ({})", arr, graph_array_names()));
       x.array = *a;
       c.expect("[");
       x.of = c.ident("an edge, node or position variable");

@@ -110,6 +110,12 @@ std::optional<GraphArray> parse_graph_array(std::string_view s) {
   return std::nullopt;
 }
 
+std::string graph_array_names() {
+  std::string out;
+  for (const char* name : kArrays) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out;
+}
+
 const char* walked_layout(inter::LoopKind k) {
   switch (k) {
     case inter::LoopKind::Edges: return layout::kSortedCoo;

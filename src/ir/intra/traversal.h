@@ -118,6 +118,7 @@ std::vector<std::string> regs_of(const ValueP& v);
 enum class GraphArray { Src, Dst, Etype, InSrc, OutDst, Ntype, PairSrc, PairEtype, EdgePair, InPair, InEtype, OutEtype };
 const char* to_string(GraphArray a);
 std::optional<GraphArray> parse_graph_array(std::string_view s);
+std::string graph_array_names();  // every graph array's name, comma separated (for error messages)
 
 struct Comment {
   std::string text;
