@@ -409,17 +409,11 @@ class TraversalPrinter {
   // `base`, or base with underscores appended, so that it names nothing else in the kernel.
   std::string unique_name(std::string base) const {
     std::set<std::string> taken;
-    std::function<void(const std::vector<Instr>&)> walk = [&](const std::vector<Instr>& body) {
-      for (const Instr& in : body) {
-        if (auto* d = std::get_if<Def>(&in.v)) taken.insert(d->name);
-        else if (auto* x = std::get_if<IndexDef>(&in.v)) taken.insert(x->name);
-        else if (auto* l = std::get_if<EdgeLoop>(&in.v)) {
-          taken.insert({l->var, l->pos});
-          walk(l->body);
-        }
-      }
-    };
-    walk(t_.body);
+    intra::for_each_instr(t_.body, [&](const Instr& in) {
+      if (auto* d = std::get_if<Def>(&in.v)) taken.insert(d->name);
+      else if (auto* x = std::get_if<IndexDef>(&in.v)) taken.insert(x->name);
+      else if (auto* l = std::get_if<EdgeLoop>(&in.v)) taken.insert({l->var, l->pos});
+    });
     taken.insert(t_.row);
     taken.insert(printed_names_.begin(), printed_names_.end());
     for (const TensorInfo& t : p_.tensors) taken.insert(t.name);

@@ -152,16 +152,12 @@ void merge_duplicate_traversals(Program& p) {
           std::map<std::string, std::string> kept_for;
           auto order = [&](const TraversalInstance& t, const std::vector<std::string>& ts) {
             std::vector<std::string> seen;
-            std::function<void(const std::vector<Instr>&)> walk = [&](const std::vector<Instr>& body) {
-              for (const Instr& in : body) {
-                if (auto* st = std::get_if<Store>(&in.v))
-                  if (std::find(ts.begin(), ts.end(), st->tensor) != ts.end() &&
-                      std::find(seen.begin(), seen.end(), st->tensor) == seen.end())
-                    seen.push_back(st->tensor);
-                if (auto* l = std::get_if<EdgeLoop>(&in.v)) walk(l->body);
-              }
-            };
-            walk(t.body);
+            intra::for_each_instr(t.body, [&](const Instr& in) {
+              if (auto* st = std::get_if<Store>(&in.v))
+                if (std::find(ts.begin(), ts.end(), st->tensor) != ts.end() &&
+                    std::find(seen.begin(), seen.end(), st->tensor) == seen.end())
+                  seen.push_back(st->tensor);
+            });
             return seen;
           };
           const std::vector<std::string> a = order(std::get<TraversalInstance>(p.kernels[i]), *first_temps), b = order(again, *temps);

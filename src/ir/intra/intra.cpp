@@ -125,15 +125,11 @@ std::set<std::string> kernel_reads(const Kernel& k) {
                                     std::get_if<WeightGradInstance>(&k) ? &std::get<WeightGradInstance>(k).row_scalar : nullptr})
     if (scalar && !scalar->empty()) out.insert(*scalar);
   if (auto* t = std::get_if<TraversalInstance>(&k)) {
-    std::function<void(const std::vector<Instr>&)> walk = [&](const std::vector<Instr>& body) {
-      for (const Instr& in : body) {
-        if (auto* d = std::get_if<Def>(&in.v))
-          if (auto* l = std::get_if<Load>(&d->source)) out.insert(l->tensor);
-        if (auto* s = std::get_if<Store>(&in.v); s && s->atomic) out.insert(s->tensor);
-        if (auto* l = std::get_if<EdgeLoop>(&in.v)) walk(l->body);
-      }
-    };
-    walk(t->body);
+    for_each_instr(t->body, [&](const Instr& in) {
+      if (auto* d = std::get_if<Def>(&in.v))
+        if (auto* l = std::get_if<Load>(&d->source)) out.insert(l->tensor);
+      if (auto* s = std::get_if<Store>(&in.v); s && s->atomic) out.insert(s->tensor);
+    });
   }
   if (auto* t = std::get_if<TorchInstance>(&k)) {
     // Every tensor the statement names: materialised locals, fields (through their aliases), inputs, weights.

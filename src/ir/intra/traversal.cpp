@@ -126,15 +126,18 @@ const char* walked_layout(inter::LoopKind k) {
   }
 }
 
+void for_each_instr(const std::vector<Instr>& body, const std::function<void(const Instr&)>& fn) {
+  for (const Instr& in : body) {
+    fn(in);
+    if (auto* l = std::get_if<EdgeLoop>(&in.v)) for_each_instr(l->body, fn);
+  }
+}
+
 std::set<std::string> read_layouts(const TraversalInstance& t) {
   std::set<std::string> out;
-  std::function<void(const std::vector<Instr>&)> walk = [&](const std::vector<Instr>& body) {
-    for (const Instr& in : body) {
-      if (auto* x = std::get_if<IndexDef>(&in.v); x && x->array == GraphArray::InPair) out.insert(layout::kCsrByDstPairs);
-      else if (auto* l = std::get_if<EdgeLoop>(&in.v)) walk(l->body);
-    }
-  };
-  walk(t.body);
+  for_each_instr(t.body, [&](const Instr& in) {
+    if (auto* x = std::get_if<IndexDef>(&in.v); x && x->array == GraphArray::InPair) out.insert(layout::kCsrByDstPairs);
+  });
   return out;
 }
 
@@ -325,15 +328,10 @@ void leading_accesses(const std::vector<Instr>& body, const EdgeLoop* split, std
       return;
     }
     if (auto a = access_of(in, split)) out.push_back(*a);
-    if (auto* l = std::get_if<EdgeLoop>(&in.v)) {
-      std::function<void(const std::vector<Instr>&)> all = [&](const std::vector<Instr>& b) {
-        for (const Instr& x : b) {
-          if (auto a = access_of(x, l->split ? l : nullptr)) out.push_back(*a);
-          if (auto* ll = std::get_if<EdgeLoop>(&x.v)) all(ll->body);
-        }
-      };
-      all(l->body);
-    }
+    if (auto* l = std::get_if<EdgeLoop>(&in.v))
+      for_each_instr(l->body, [&](const Instr& x) {
+        if (auto a = access_of(x, l->split ? l : nullptr)) out.push_back(*a);
+      });
   }
 }
 

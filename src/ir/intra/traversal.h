@@ -43,6 +43,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -231,6 +232,8 @@ bool is_kernel_reserved(std::string_view name);
 const char* walked_layout(inter::LoopKind k);
 // The graph layouts an instance reads beyond those its loops walk: csr_by_dst_pairs where it reads in_pair.
 std::set<std::string> read_layouts(const TraversalInstance& t);
+// Calls `fn` on every instruction of `body` in program order, an edge loop before the instructions of its body.
+void for_each_instr(const std::vector<Instr>& body, const std::function<void(const Instr&)>& fn);
 
 // Why the lanes cannot split the loop's iterations, or "" when they can: the body holds only scalar or
 // short `replicated` work (no `lanes` vectors, warp reductions, nested loops or syncs), stores only into the
