@@ -252,24 +252,49 @@ struct SegmentGemm {
   static_assert(kSmemBytes <= 48 * 1024, "static shared memory");
 };
 
+// The block of segment_gemm that a tile of kBM rows x kBN output columns is: rows row_begin .. row_begin + rows
+// (rows 0 when the block has none: the grid over-approximates the tile count), columns n0 .. n0 + kBN.
+struct GemmTile {
+  int64_t row_begin;
+  int rows;
+  int n0;
+};
+
+// The shared memory of one segment_gemm block: the cp.async ring of X and W slabs, reused as the staging tile.
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    segment_gemm_kernel(const SegmentGemmArgs<typename Cfg::T, typename Cfg::OutT> a) {
+struct GemmSmem {
+  alignas(128) unsigned char bytes[Cfg::kSmemBytes];
+  float row_scale[Cfg::kBM];
+  // The staged tile [kBM x kBN] of StageT (laid out by YLayout: stage(r, c) is row r's element c).
+  __device__ typename Cfg::StageT& stage(int r, int c) {
+    return reinterpret_cast<typename Cfg::StageT*>(bytes)[Cfg::YLayout::offset(r, c)];
+  }
+};
+
+// Computes block `block`'s tile, scales its rows, stages it in shared memory (GemmSmem::stage) and hands it to
+// `staged(tile)`, which every thread of the block runs: segment_gemm_kernel stores the tile; a fused kernel may
+// consume it instead. `issued(tile)` runs once the first slabs' copies are in flight (a fused kernel starts its own
+// loads there, under the GEMM's; cp.async groups it commits are waited for with the GEMM's). A block without rows
+// (the grid over-approximates the tile count) runs neither. Every thread of the block calls it.
+struct NoLoads {
+  __device__ void operator()(const GemmTile&) const {}
+};
+template <class Cfg, class Issued, class Staged>
+__device__ inline void segment_gemm_tile(const SegmentGemmArgs<typename Cfg::T, typename Cfg::OutT>& a, int64_t block,
+                                         GemmSmem<Cfg>& sm, Issued&& issued, Staged&& staged) {
   using T = typename Cfg::T;
-  using OutT = typename Cfg::OutT;
   using StageT = typename Cfg::StageT;
   using XL = typename Cfg::XLayout;
   using WL = typename Cfg::WLayout;
   using YL = typename Cfg::YLayout;
   constexpr int K = Cfg::K, N = Cfg::N, kStages = Cfg::kStages;
   constexpr int kThreads = Cfg::kThreads, kBM = Cfg::kBM, kBN = Cfg::kBN, kBK = Cfg::kBK, kVec = Cfg::kVec;
-  __shared__ alignas(128) unsigned char smem[Cfg::kSmemBytes];
-  __shared__ float row_scale[kBM];
-  T* const xs = reinterpret_cast<T*>(smem);      // [kStages][kBM x kBK swizzled]
+  T* const xs = reinterpret_cast<T*>(sm.bytes);  // [kStages][kBM x kBK swizzled]
   T* const ws = xs + kStages * Cfg::kXStage;     // [kStages][kBK x kBN swizzled]
+  float* const row_scale = sm.row_scale;
 
-  const int64_t tile = blockIdx.x / Cfg::kNTiles;
-  const int n0 = static_cast<int>(blockIdx.x % Cfg::kNTiles) * kBN;
+  const int64_t tile = block / Cfg::kNTiles;
+  const int n0 = static_cast<int>(block % Cfg::kNTiles) * kBN;
   if (tile >= a.tile_ptr[a.num_segments]) return;  // the grid over-approximates the tile count
   const int type = find_segment(a.tile_ptr, a.num_segments, tile);
   const int64_t seg_begin = a.seg_ptr ? a.seg_ptr[type] : 0, seg_end = a.seg_ptr ? a.seg_ptr[type + 1] : a.num_rows;
@@ -320,6 +345,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if (s < Cfg::kKSlabs) load_slab(s, s);
     cp_async_commit();
   }
+  issued(GemmTile{row_begin, rows, n0});
   for (int slab = 0; slab < Cfg::kKSlabs; ++slab) {
     cp_async_wait<kStages - 2>();  // slab's copies have landed (for this thread) ...
     __syncthreads();               // ... for every thread, and slab - 1's stage is free again
@@ -337,10 +363,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   for (int r = tid; r < kBM; r += kThreads) row_scale[r] = a.scale && r < rows ? a.scale[row_begin + r] : 1.f;
   __syncthreads();
 
-  // Epilogue: scale, convert, stage the tile in shared memory (swizzled like the loads: the fragment writes
-  // and the 16-byte row reads are both conflict-free), then 16-byte row stores (or vector atomics, or
-  // read-add-stores of the output's elements).
-  StageT* const ys = reinterpret_cast<StageT*>(smem);  // [kBM x kBN swizzled]
+  // Scale, convert and stage the tile in shared memory (swizzled like the loads: the fragment writes and the
+  // 16-byte row reads are both conflict-free).
+  StageT* const ys = reinterpret_cast<StageT*>(sm.bytes);  // [kBM x kBN swizzled]
   const int g = lane / 4, t = lane % 4;
   const int y_lane = YL::offset(wm * 32 + g, wn * 32 + 2 * t);  // c0 c1 of the first 16 x 8 tile
 #pragma unroll
@@ -356,28 +381,44 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
   }
   __syncthreads();
-  constexpr int kYVec = 16 / sizeof(StageT), kYChunks = kBN / kYVec;
-  for (int i = tid; i < rows * kYChunks; i += kThreads) {
-    const int r = i / kYChunks, c = i % kYChunks * kYVec;
-    const int64_t row = row_begin + r;
-    const int64_t y_row = a.scatter ? static_cast<int64_t>(a.scatter[row]) : row;
-    OutT* const dst = a.y + y_row * N + n0 + c;
-    const uint4 v = *reinterpret_cast<const uint4*>(ys + YL::offset(r, c));
-    if constexpr (Cfg::kEpi == Epilogue::kAtomic) {
-      atomic_add_float4(reinterpret_cast<float*>(dst), *reinterpret_cast<const float4*>(&v));
-    } else if constexpr (Cfg::kEpi == Epilogue::kAccumulate) {
-      // kYVec (4) fp32 sums: 16 bytes of an fp32 output, 8 of a 16-bit one.
-      using Raw = std::conditional_t<sizeof(OutT) == 4, uint4, uint2>;
-      Raw raw = *reinterpret_cast<const Raw*>(dst);
-      OutT* const out = reinterpret_cast<OutT*>(&raw);
-      const float* const add = reinterpret_cast<const float*>(&v);
+  staged(GemmTile{row_begin, rows, n0});
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    segment_gemm_kernel(const SegmentGemmArgs<typename Cfg::T, typename Cfg::OutT> a) {
+  using OutT = typename Cfg::OutT;
+  using StageT = typename Cfg::StageT;
+  using YL = typename Cfg::YLayout;
+  constexpr int N = Cfg::N, kThreads = Cfg::kThreads, kBN = Cfg::kBN;
+  __shared__ GemmSmem<Cfg> sm;
+  segment_gemm_tile<Cfg>(a, blockIdx.x, sm, NoLoads{}, [&](const GemmTile& tile) {
+    // The staged tile's 16-byte row chunks: row stores (or vector atomics, or read-add-stores of the output's
+    // elements).
+    const StageT* const ys = reinterpret_cast<const StageT*>(sm.bytes);
+    constexpr int kYVec = 16 / sizeof(StageT), kYChunks = kBN / kYVec;
+    for (int i = threadIdx.x; i < tile.rows * kYChunks; i += kThreads) {
+      const int r = i / kYChunks, c = i % kYChunks * kYVec;
+      const int64_t row = tile.row_begin + r;
+      const int64_t y_row = a.scatter ? static_cast<int64_t>(a.scatter[row]) : row;
+      OutT* const dst = a.y + y_row * N + tile.n0 + c;
+      const uint4 v = *reinterpret_cast<const uint4*>(ys + YL::offset(r, c));
+      if constexpr (Cfg::kEpi == Epilogue::kAtomic) {
+        atomic_add_float4(reinterpret_cast<float*>(dst), *reinterpret_cast<const float4*>(&v));
+      } else if constexpr (Cfg::kEpi == Epilogue::kAccumulate) {
+        // kYVec (4) fp32 sums: 16 bytes of an fp32 output, 8 of a 16-bit one.
+        using Raw = std::conditional_t<sizeof(OutT) == 4, uint4, uint2>;
+        Raw raw = *reinterpret_cast<const Raw*>(dst);
+        OutT* const out = reinterpret_cast<OutT*>(&raw);
+        const float* const add = reinterpret_cast<const float*>(&v);
 #pragma unroll
-      for (int j = 0; j < kYVec; ++j) out[j] = from_float<OutT>(to_float(out[j]) + add[j]);
-      *reinterpret_cast<Raw*>(dst) = raw;
-    } else {
-      *reinterpret_cast<uint4*>(dst) = v;
+        for (int j = 0; j < kYVec; ++j) out[j] = from_float<OutT>(to_float(out[j]) + add[j]);
+        *reinterpret_cast<Raw*>(dst) = raw;
+      } else {
+        *reinterpret_cast<uint4*>(dst) = v;
+      }
     }
-  }
+  });
 }
 
 // The benchmarked configuration: 64-row tiles (2 x 2 warps), up to 3 stages for 16-bit types, 2 for tf32, and
