@@ -47,6 +47,7 @@ enum LayoutBit : unsigned {
   kInvRelationInDegree = 1u << 5,
   kNtypePtr = 1u << 6,
   kCsrByDstPairs = 1u << 7,
+  kInColInvRelationInDegree = 1u << 8,
 };
 
 struct LayoutEntry {
@@ -63,11 +64,13 @@ constexpr LayoutEntry kLayouts[] = {
     {"inv_relation_in_degree", kInvRelationInDegree},
     {"ntype_ptr", kNtypePtr},
     {"csr_by_dst_pairs", kCsrByDstPairs},
+    {"in_col_inv_relation_in_degree", kInColInvRelationInDegree},
 };
 
 // Every layout except ntype_ptr is defined on the etype-sorted COO.
 constexpr unsigned kNeedsSortedCoo =
-    kEtypeSortedCoo | kCsrByDst | kCsrBySrc | kCompactSrcEtype | kCompactDstEtype | kInvRelationInDegree | kCsrByDstPairs;
+    kEtypeSortedCoo | kCsrByDst | kCsrBySrc | kCompactSrcEtype | kCompactDstEtype | kInvRelationInDegree | kCsrByDstPairs |
+                                 kInColInvRelationInDegree;
 
 unsigned parse_layouts(const std::vector<std::string>& layouts) {
   unsigned bits = 0;
@@ -90,6 +93,10 @@ unsigned parse_layouts(const std::vector<std::string>& layouts) {
   TORCH_CHECK((bits & kCsrByDstPairs) == 0 || (bits & (kCsrByDst | kCompactSrcEtype)) == (kCsrByDst | kCompactSrcEtype),
               "hectorgen preprocess: layout 'csr_by_dst_pairs' joins 'csr_by_dst' and 'compact_src_etype': ask for "
               "both with it");
+  TORCH_CHECK((bits & kInColInvRelationInDegree) == 0 ||
+                  (bits & (kCsrByDst | kInvRelationInDegree)) == (kCsrByDst | kInvRelationInDegree),
+              "hectorgen preprocess: layout 'in_col_inv_relation_in_degree' joins 'csr_by_dst' and "
+              "'inv_relation_in_degree': ask for both with it");
   return bits;
 }
 
@@ -357,6 +364,12 @@ std::map<std::string, at::Tensor> preprocess(const at::Tensor& src, const at::Te
       HG_CUDA_CHECK(build_inv_relation_in_degree(graph, inv_relation_in_degree.data_ptr<float>(), stream, &allocator),
                     "build_inv_relation_in_degree");
       result["inv_relation_in_degree"] = inv_relation_in_degree;
+    }
+
+    // The same in CSR order: one gather, so that node kernels read a node's in-edges' norms in CSR order.
+    if ((wanted & kInColInvRelationInDegree) != 0) {
+      result["in_col_inv_relation_in_degree"] =
+          result.at("inv_relation_in_degree").index_select(0, result.at("in_col_eid"));
     }
   }
 

@@ -96,14 +96,20 @@ static_assert(kRequiredRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR,
 // materialization: auto modules pass compact_relations to hectorgen_runtime.prepare_graph (the per-relation
 // compaction choice), new in runtime 1.3: they need at least that minor version.
 constexpr int kAutoRuntimeMinor = 3;
-static_assert(kAutoRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR,
+// Node kernels that read a graph-derived input by CSR position (intra::in_position_twin) need the layout
+// in_col_inv_relation_in_degree, new in runtime 1.6.
+constexpr int kInPositionRuntimeMinor = 6;
+static_assert(kAutoRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR && kInPositionRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR,
               "generated code cannot need a runtime newer than the one it ships with");
-int module_runtime_minor(const EmitContext& ctx) {
-  return ctx.auto_materialization ? std::max(kAutoRuntimeMinor, kRequiredRuntimeMinor) : kRequiredRuntimeMinor;
+// `p`: the module's first phase (every phase and program of a module has the same layouts, twins included).
+int module_runtime_minor(const Program& p, const EmitContext& ctx) {
+  int minor = ctx.auto_materialization ? std::max(kAutoRuntimeMinor, kRequiredRuntimeMinor) : kRequiredRuntimeMinor;
+  if (p.layouts.count(intra::layout::kInColInvRelInDegree)) minor = std::max(minor, kInPositionRuntimeMinor);
+  return minor;
 }
 // The hectorgen runtime version a module is written for, "MAJOR.MINOR": it runs on any runtime MAJOR.x with x >= MINOR.
-std::string module_runtime_version(const EmitContext& ctx) {
-  return fmt::format("{}.{}", HECTORGEN_RUNTIME_VERSION_MAJOR, module_runtime_minor(ctx));
+std::string module_runtime_version(const Program& p, const EmitContext& ctx) {
+  return fmt::format("{}.{}", HECTORGEN_RUNTIME_VERSION_MAJOR, module_runtime_minor(p, ctx));
 }
 
 // The runtime's name (a key of hectorgen_runtime.Graph, see runtime/python/hectorgen_runtime) of the graph array
@@ -499,7 +505,7 @@ std::string emit_host_cpp(const std::vector<Program>& ir_phases, const EmitConte
   }
   v["phases"] = names;
   v["runtime_major"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MAJOR);
-  v["runtime_minor"] = std::to_string(module_runtime_minor(ctx));
+  v["runtime_minor"] = std::to_string(module_runtime_minor(ir_phases.front(), ctx));
   v["functions"] = functions;
   bool any_workspace = false;
   for (const Program& ph : phases) any_workspace |= !workspaces(ph).empty();
@@ -688,7 +694,7 @@ std::string emit_python(const std::vector<Program>& all_phases, const EmitContex
   for (const auto& k : p.kernels)
     if (auto* g = std::get_if<intra::GemmInstance>(&k)) tile = g->tile;
   v["tile"] = std::to_string(tile);
-  v["runtime_version"] = module_runtime_version(ctx);
+  v["runtime_version"] = module_runtime_version(p, ctx);
   v["runtime_major"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MAJOR);
   std::vector<std::string> fn_params{"g"};
   for (const std::string& n : params(user_inputs)) fn_params.push_back(n);
@@ -915,7 +921,7 @@ std::string python_training(const std::vector<Program>& phases, const std::vecto
 
 std::string emit_cmake(const Program& p, const EmitContext& ctx) {
   Vars v = banner_vars(p, ctx);
-  v["runtime_version"] = module_runtime_version(ctx);
+  v["runtime_version"] = module_runtime_version(p, ctx);
   v["runtime_major"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MAJOR);
   return render_template("cmake/CMakeLists.txt.in", v);
 }

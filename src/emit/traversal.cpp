@@ -174,9 +174,9 @@ class TraversalPrinter {
     bool in = l.kind == inter::LoopKind::IncomingEdges;
     std::string ptr = in ? "in_ptr" : "out_ptr", eid = in ? "in_eid" : "out_eid";
     graph_used_.insert(ptr);
+    if (!l.split && !split_ && fetchable(l.body)) return fetched_loop(l, ptr, eid);
     graph_used_.insert(eid);
     if (l.split) return split_loop(l, ptr, eid);
-    if (!split_ && fetchable(l.body)) return fetched_loop(l, ptr, eid);
     if (G_ != 32) throw std::logic_error("traversal printer: row_lanes below 32 with a loop walked edge by edge in " + t_.name);
     line(fmt::format("for (int32_t {i} = {p}[{n}]; {i} < {p}[{n} + 1]; ++{i}) {{", fmt::arg("i", l.pos), fmt::arg("p", ptr),
                      fmt::arg("n", l.node)));
@@ -201,14 +201,32 @@ class TraversalPrinter {
     return true;
   }
 
+  // Whether a body without loops reads the edge (or node) `row` itself: an index of it, or a row of a tensor.
+  static bool reads_row(const std::vector<Instr>& body, const std::string& row) {
+    bool read = false;
+    intra::for_each_instr(body, [&](const Instr& in) {
+      if (auto* x = std::get_if<IndexDef>(&in.v)) read = read || x->of == row;
+      if (auto* d = std::get_if<Def>(&in.v))
+        if (auto* ld = std::get_if<Load>(&d->source)) read = read || ld->row == row;
+      if (auto* st = std::get_if<Store>(&in.v)) read = read || st->row == row;
+    });
+    return read;
+  }
+
   void fetched_loop(const EdgeLoop& l, const std::string& ptr, const std::string& eid) {
     const std::string first = unique_name(l.pos + "_first"), end = unique_name(l.pos + "_end"),
                       count = unique_name(l.pos + "_count"), j = unique_name(l.pos + "_j");
     printed_names_.insert({first, end, count, j});
-    // The graph indices of the edge (or of one fetched before): every IndexDef of the body but a pair's relation
-    // (a search the warp does together).
-    std::map<std::string, std::string> lane_of{{l.var, unique_name(l.var + "_lane")}};
-    printed_names_.insert(lane_of[l.var]);
+    // The edge's id, when the body reads the edge itself (a body reading its rows and indices by CSR position alone
+    // needs no in_eid), and the graph indices of the edge (or of one fetched before): every IndexDef of the body
+    // but a pair's relation (a search the warp does together).
+    const bool edge_read = reads_row(l.body, l.var);
+    std::map<std::string, std::string> lane_of;
+    if (edge_read) {
+      graph_used_.insert(eid);
+      lane_of[l.var] = unique_name(l.var + "_lane");
+      printed_names_.insert(lane_of[l.var]);
+    }
     std::vector<const IndexDef*> fetched;
     for (const Instr& in : l.body)
       if (auto* x = std::get_if<IndexDef>(&in.v); x && x->array != GraphArray::PairEtype &&
@@ -249,21 +267,23 @@ class TraversalPrinter {
         line(fmt::format("const int {c} = {e} - {f} < {g} ? max({e} - {f}, 0) : {g};", fmt::arg("c", count), fmt::arg("e", end),
                          fmt::arg("f", first), fmt::arg("g", G_)));
       }
-      line(fmt::format("// lane l fetches the indices of edge {} + l", first));
-      line(fmt::format("int64_t {} = 0;", lane_of[l.var]));
-      for (const IndexDef* x : fetched) line(fmt::format("{} {} = 0;", index_type(*x), lane_of[x->name]));
-      line(fmt::format("if (lane < {}) {{", count));
-      {
-        CodeWriter::Indent in(*w_);
-        line(fmt::format("{} = {}[{} + lane];", lane_of[l.var], eid, first));
-        for (const IndexDef* x : fetched) {
-          const char* array = to_string(x->array);
-          graph_used_.insert(array);
-          std::string of = x->of == l.pos ? first + " + lane" : lane_of[x->of];
-          line(fmt::format("{} = {}[{}];", lane_of[x->name], array, of));
+      if (edge_read || !fetched.empty()) {
+        line(fmt::format("// lane l fetches the indices of edge {} + l", first));
+        if (edge_read) line(fmt::format("int64_t {} = 0;", lane_of[l.var]));
+        for (const IndexDef* x : fetched) line(fmt::format("{} {} = 0;", index_type(*x), lane_of[x->name]));
+        line(fmt::format("if (lane < {}) {{", count));
+        {
+          CodeWriter::Indent in(*w_);
+          if (edge_read) line(fmt::format("{} = {}[{} + lane];", lane_of[l.var], eid, first));
+          for (const IndexDef* x : fetched) {
+            const char* array = to_string(x->array);
+            graph_used_.insert(array);
+            std::string of = x->of == l.pos ? first + " + lane" : lane_of[x->of];
+            line(fmt::format("{} = {}[{}];", lane_of[x->name], array, of));
+          }
         }
+        line("}");
       }
-      line("}");
       // The iteration: the body first (into its own writer), to declare the position only where it reads it.
       // value_of(name): the edge's id or a fetched index in this iteration; position: the edge's place in the
       // CSR after the block's first; live_decl: in a batched step, the line declaring guard_ (printed if used).
@@ -281,7 +301,7 @@ class TraversalPrinter {
         if (!live_decl.empty() && std::regex_search(body.str(), std::regex("\\b" + guard_ + "\\b"))) line(live_decl);
         if (std::regex_search(body.str(), std::regex("\\b" + l.pos + "\\b")))
           line(fmt::format("const int32_t {} = {} + {};", l.pos, first, position));
-        line(fmt::format("const int64_t {} = {};", l.var, value_of(l.var)));
+        if (edge_read) line(fmt::format("const int64_t {} = {};", l.var, value_of(l.var)));
         w_->block(body.str());
       };
       auto shuffled = [&](const std::string& name) { return shfl(lane_of[name], j); };
@@ -311,7 +331,8 @@ class TraversalPrinter {
                           live = unique_name(l.pos + "_live");
         printed_names_.insert({j0, u, live});
         std::map<std::string, std::string> batch_of;  // the edge id and each fetched index -> its batch's array
-        std::vector<std::pair<std::string, const char*>> batched{{l.var, "int64_t"}};
+        std::vector<std::pair<std::string, const char*>> batched;
+        if (edge_read) batched.emplace_back(l.var, "int64_t");
         for (const IndexDef* x : fetched) batched.emplace_back(x->name, index_type(*x));
         for (const auto& [name, type] : batched) {
           batch_of[name] = unique_name(name + "_batch");

@@ -1,6 +1,7 @@
 // Lowering from the inter-operator IR to GEMM and traversal instances (see passes.h and ir/intra/intra.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <set>
 #include <tuple>
@@ -96,6 +97,7 @@ class Lowering {
     if (pairs) p_.layouts.insert(intra::layout::kCompactSrc);
     for (const TensorDecl& t : m_.decl.inputs)
       if (!t.from_graph.empty()) p_.layouts.insert(t.from_graph);
+    add_in_position_twins();
     for (const StmtP& s : m_.body) lower_loop(s);
     if (d_.has_errors()) return std::nullopt;
     // An output no kernel writes (a weight gradient nothing accumulates into) is zero, not garbage.
@@ -114,6 +116,25 @@ class Lowering {
 
  private:
   // ---- bookkeeping ----------------------------------------------------------------------------
+  // A graph-derived edge input that node traversals read by CSR position (schedule.traversal.position_indices) gets
+  // its twin in CSR order (intra::in_position_twin: in$norm), an input of every phase and program alike: a module
+  // passes one list of graph-derived arguments to all of its ops. drop_unread_twins removes it from the module if no
+  // kernel reads it.
+  void add_in_position_twins() {
+    if (m_.decl.options.schedule.traversal_position_indices != 1) return;
+    for (const TensorDecl& t : m_.decl.inputs) {
+      const std::string q = intra::in_position_quantity(t.from_graph);
+      if (q.empty() || t.per != Per::Edge) continue;
+      TensorDecl twin = t;
+      twin.name = intra::in_position_twin(t.name);
+      twin.from_graph = q;
+      twin.requires_grad = false;
+      p_.decl.inputs.push_back(twin);
+      add_tensor({twin.name, Role::Input, Per::Edge, twin.shape, false, q});
+      p_.layouts.insert(q);  // with csr_by_dst, which the node kernels that read the twin walk (drop_unread_twins)
+    }
+  }
+
   void add_tensor(TensorInfo t) {
     used_names_.insert(t.name);
     p_.tensors.push_back(std::move(t));
@@ -1766,6 +1787,28 @@ std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const s
     diags.error({}, "unsupported", "the " + phase + " pass needs a kernel the traversal template cannot run safely: " +
                                        what.substr(0, what.find('\n')));
     return std::nullopt;
+  }
+}
+
+void drop_unread_twins(const std::vector<std::vector<intra::Program>*>& module) {
+  std::set<std::string> twins, read;
+  for (const std::vector<intra::Program>* programs : module)
+    for (const intra::Program& p : *programs) {
+      for (const TensorInfo& t : p.tensors)
+        if (intra::by_in_position(t)) twins.insert(t.name);
+      for (const intra::Kernel& k : p.kernels)
+        for (const std::string& r : intra::kernel_reads(k)) read.insert(r);
+    }
+  for (const std::string& twin : twins) {
+    if (read.count(twin)) continue;
+    for (std::vector<intra::Program>* programs : module)
+      for (intra::Program& p : *programs) {
+        auto t = std::find_if(p.tensors.begin(), p.tensors.end(), [&](const TensorInfo& x) { return x.name == twin; });
+        if (t == p.tensors.end()) continue;
+        p.layouts.erase(t->from_graph);
+        p.tensors.erase(t);
+        std::erase_if(p.decl.inputs, [&](const TensorDecl& d) { return d.name == twin; });
+      }
   }
 }
 

@@ -297,6 +297,15 @@ class TraversalLowering {
     throw std::logic_error("lower_traversal: unsupported row " + print_expr(base));
   }
 
+  // The twin in CSR order (intra::in_position_twin) of graph-derived input `in` when row `r` is the current edge of
+  // a node's incoming-edge loop that reads by position, else null.
+  const TensorInfo* in_position_twin(const TensorDecl& in, const RowRef& r) const {
+    if (!node_rows_ || !src_.position_indices || !r.edge_block || r.row != r.edge_block->edge) return nullptr;
+    if (inner_kind_.at(r.edge_block->edge) != LoopKind::IncomingEdges) return nullptr;
+    const TensorInfo* twin = p_.find(intra::in_position_twin(in.name));
+    return twin && intra::by_in_position(*twin) ? twin : nullptr;
+  }
+
   // ---- loads --------------------------------------------------------------------------------------
   // A row of `tensor`: loaded once at the top of the block that defines the row when this kernel does not
   // store the tensor; else where it is read.
@@ -365,6 +374,10 @@ class TraversalLowering {
         const TensorDecl* in = p_.decl.find_input(e->name);
         if (!in) throw std::logic_error("lower_traversal: unknown attribute " + e->name);
         RowRef r = row_ref(e->args[0]);
+        if (const TensorInfo* twin = in_position_twin(*in, r)) {  // e.norm by CSR position: in$norm[i_e]
+          Block& eb = *r.edge_block;
+          return val(load(b, twin->name, RowRef{positions_.at(eb.edge), &eb, false, nullptr}, value_name(e)));
+        }
         return val(load(b, in->name, r, value_name(e)));
       }
       case ExprKind::Index: return index_expr(e, b);

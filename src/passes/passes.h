@@ -50,6 +50,11 @@ std::optional<intra::Program> lower(const inter::Module& m, Diagnostics& diags, 
 // stays fp32 in a 16-bit model), and an input fp32 in one phase (a GEMM's row scalar there) is fp32 in all.
 void unify_storage(std::vector<intra::Program>& phases);
 
+// Removes the CSR-order twins of graph-derived inputs (intra::in_position_twin, which lower adds to every phase) that
+// no kernel of any of a module's programs reads, with their layouts: the runtime then builds nothing for them. All
+// of a module's programs and phases keep one list of graph-derived arguments: a twin stays in all or in none.
+void drop_unread_twins(const std::vector<std::vector<intra::Program>*>& module);
+
 // Drops a GEMM instance that repeats an earlier one of the same phase (same inputs, weight, gather, segments,
 // row scalar and shape, into a temporary only it writes) when no kernel in between writes what they read;
 // later kernels read the earlier result (HGT's backward needs k[src] · W_att[etype] twice).

@@ -36,7 +36,8 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 ALL_LAYOUTS = list(hr.LAYOUTS)
 NO_NTYPE_LAYOUTS = [layout for layout in ALL_LAYOUTS if layout != "ntype_ptr"]
 # The layouts a layout joins, asked for with it.
-JOINS = {"csr_by_dst_pairs": ["csr_by_dst", "compact_src_etype"]}
+JOINS = {"csr_by_dst_pairs": ["csr_by_dst", "compact_src_etype"],
+         "in_col_inv_relation_in_degree": ["csr_by_dst", "inv_relation_in_degree"]}
 
 # ---------------------------------------------------------------------------------------------------------------
 # Helpers
@@ -63,7 +64,7 @@ def random_graph(num_nodes, num_edges, num_etypes, seed, used_etypes=None, max_n
 
 
 def key_dtype(key):
-    if key == "inv_relation_in_degree":
+    if key in ("inv_relation_in_degree", "in_col_inv_relation_in_degree"):
         return torch.float32
     return torch.bool if key.endswith("_relation_compacted") else torch.int32
 
@@ -112,6 +113,9 @@ def check_invariants(out, src, dst, etype, num_nodes, num_etypes, compacted=None
 
     if "in_col_unique_src" in out:  # csr_by_dst_pairs: each incoming-edge position's pair
         assert torch.equal(out["in_col_unique_src"].long(), out["edge_to_unique_src"].long()[out["in_col_eid"].long()])
+    if "in_col_inv_relation_in_degree" in out:  # each incoming-edge position's 1 / relation in-degree
+        assert torch.equal(out["in_col_inv_relation_in_degree"],
+                           out["inv_relation_in_degree"][out["in_col_eid"].long()])
 
     for name, node in (("src", s_src), ("dst", s_dst)):
         unique, ptr = out["unique_" + name].long(), out["unique_" + name + "_etype_ptr"].long()
@@ -244,6 +248,7 @@ HAND_EXPECTED = {
     "dst_relation_compacted": [True, True, True],
     "inv_relation_in_degree": [1.0, 1.0, 1.0, 1 / 3, 1 / 3, 1 / 3, 1.0],
     "in_col_unique_src": [3, 0, 2, 4, 5, 1, 2],  # edge_to_unique_src at in_col_eid [2, 0, 3, 4, 5, 1, 6]
+    "in_col_inv_relation_in_degree": [1.0, 1.0, 1 / 3, 1 / 3, 1 / 3, 1.0, 1.0],  # inv_relation_in_degree there
     "ntype_ptr": [0, 2, 2, 4],
     "ntype": [0, 0, 2, 2],
 }
@@ -354,6 +359,12 @@ def test_a_joining_layout_needs_the_layouts_it_joins():
             hr.reference_preprocess(src, dst, etype, 4, 3, None, layouts)
     out = hr.reference_preprocess(src, dst, etype, 4, 3, None, ["csr_by_dst_pairs"] + JOINS["csr_by_dst_pairs"])
     assert out["in_col_unique_src"].tolist() == HAND_EXPECTED["in_col_unique_src"]
+    twin = "in_col_inv_relation_in_degree"
+    for layouts in ([twin], [twin, "csr_by_dst"], [twin, "inv_relation_in_degree"]):
+        with pytest.raises(ValueError, match="joins 'csr_by_dst' and 'inv_relation_in_degree'"):
+            hr.reference_preprocess(src, dst, etype, 4, 3, None, layouts)
+    out = hr.reference_preprocess(src, dst, etype, 4, 3, None, [twin] + JOINS[twin])
+    assert torch.equal(out[twin], torch.tensor(HAND_EXPECTED[twin], dtype=torch.float32))
 
 
 def test_graph_dataclass_covers_every_key():
@@ -794,6 +805,8 @@ def test_cuda_checks_arguments(ext):
         run_cuda(ext, src, dst, etype, 4, 3, None, ["csr"])
     with pytest.raises(RuntimeError, match="joins 'csr_by_dst' and 'compact_src_etype'"):
         run_cuda(ext, src, dst, etype, 4, 3, None, ["csr_by_dst_pairs", "csr_by_dst"])
+    with pytest.raises(RuntimeError, match="joins 'csr_by_dst' and 'inv_relation_in_degree'"):
+        run_cuda(ext, src, dst, etype, 4, 3, None, ["in_col_inv_relation_in_degree", "csr_by_dst"])
     with pytest.raises(RuntimeError, match="src must be a CUDA tensor"):
         run_cuda(ext, src.cpu(), dst, etype, 4, 3, None)
     with pytest.raises(RuntimeError, match="etype must be int32 or int64"):

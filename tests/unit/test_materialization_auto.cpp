@@ -395,7 +395,7 @@ TEST_CASE("materialization: auto emits the vanilla and the compact program in on
                 "\"etype_sorted_coo\", )") != std::string::npos);
   CHECK(programs.front().layouts.count("csr_by_dst_pairs") == 0);  // the pairs of the compact node kernels' edges
   CHECK(programs.back().layouts.count("csr_by_dst_pairs") == 1);
-  CHECK(py.find("RUNTIME_VERSION = \"1.5\"") != std::string::npos);
+  CHECK(py.find("RUNTIME_VERSION = \"1.5\"") != std::string::npos);  // RGAT reads no graph-derived input
   CHECK(py.find("def materialization(g, training=False):") != std::string::npos);
   CHECK(py.find("def estimated_seconds(g, training=False):") != std::string::npos);
   CHECK(py.find("compact_relations=compact_relations)") != std::string::npos);
@@ -595,6 +595,33 @@ TEST_CASE("schedule.traversal.position_indices: 0 reads a node's edges' pairs an
     CHECK((g.file("hgt_compact.py").find("\"csr_by_dst_pairs\"") != std::string::npos) == !ids);
     CHECK((g.file("hgt_compact.inter.ir").find("option traversal_position_indices = 0\n") != std::string::npos) == ids);
   }
+  // RGCN's norm (from_graph: inv_relation_in_degree) by position: the twin in$norm, laid out in CSR order by the
+  // runtime (in_col_inv_relation_in_degree), an input of every phase; a node kernel reading nothing else of the
+  // edge itself no longer fetches in_eid.
+  const std::string rpath = std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/rgcn_compact.yaml";
+  for (const int by_position : {1, 0}) {
+    CAPTURE(by_position);
+    const Generated g = generate(rpath, with_traversal_schedule(test::read_file(rpath),
+                                                                "position_indices: " + std::to_string(by_position)));
+    REQUIRE(g.status == 0);
+    const bool ids = by_position == 0;
+    const std::string nodes = kernel_source(g.file("rgcn_compact_kernels.cu"), "rgcn_compact_fw_nodes_h");
+    CHECK((nodes.find("const float v_norm = norm[e];") != std::string::npos) == ids);
+    CHECK((nodes.find("const float v_norm = in_norm[i_e];") != std::string::npos) == !ids);
+    CHECK((nodes.find("in_eid") != std::string::npos) == ids);
+    const std::string ir = g.file("rgcn_compact.intra.ir");
+    CHECK((ir.find("let v_norm: [] replicated(1) = load in$norm[i_e]") != std::string::npos) == !ids);
+    CHECK((ir.find("tensor in$norm: input edge[] from_graph=in_col_inv_relation_in_degree\n") != std::string::npos) == !ids);
+    const std::string py = g.file("rgcn_compact.py");
+    CHECK((py.find("\"in_col_inv_relation_in_degree\"") != std::string::npos) == !ids);
+    CHECK(py.find(ids ? "RUNTIME_VERSION = \"1.5\"" : "RUNTIME_VERSION = \"1.6\"") != std::string::npos);  // the layout's
+    // One list of graph-derived arguments for the forward, forward_train and backward ops.
+    const std::string both = "g.array(\"inv_relation_in_degree\"), g.array(\"in_col_inv_relation_in_degree\"), ";
+    size_t calls = 0;
+    for (size_t at = py.find(both); at != std::string::npos; at = py.find(both, at + 1)) ++calls;
+    CHECK(calls == (ids ? 0u : 3u));
+    round_trip("rgcn_compact.intra.ir", ir);
+  }
 }
 
 TEST_CASE("schedule.traversal.edge_batch: a warp's edge loop shuffles out a batch's indices, then runs its steps "
@@ -607,15 +634,16 @@ TEST_CASE("schedule.traversal.edge_batch: a warp's edge loop shuffles out a batc
   // In this order: the batch's indices (a step past the last edge takes the batch's first), then the steps, each
   // reading them from the batch, loading unconditionally and adding only for a live edge.
   size_t from = 0;
+  // (The step's norm is read by its CSR position, so the edge's id is not fetched at all.)
   for (const char* line : {"if (lane < i_e_count) {", "for (int i_e_j0 = 0; i_e_j0 < i_e_count; i_e_j0 += 4) {",
-                           "int64_t e_batch[4];", "int64_t e_pair_batch[4];", "#pragma unroll",
+                           "int64_t e_pair_batch[4];", "#pragma unroll",
                            "for (int i_e_u = 0; i_e_u < 4; ++i_e_u) {",
                            "const int i_e_j = i_e_j0 + i_e_u < i_e_count ? i_e_j0 + i_e_u : i_e_j0;",
-                           "e_batch[i_e_u] = __shfl_sync(0xffffffffu, e_lane, i_e_j);",
                            "e_pair_batch[i_e_u] = __shfl_sync(0xffffffffu, e_pair_lane, i_e_j);",
                            "for (int i_e_u = 0; i_e_u < 4; ++i_e_u) {", "const bool i_e_live = i_e_j0 + i_e_u < i_e_count;",
-                           "const int64_t e = e_batch[i_e_u];", "const int64_t e_pair = e_pair_batch[i_e_u];",
-                           "const float v_norm = norm[e];", "if (i_e_live) {", "v_h[j] += v_norm * v_pair_lin_feature[j];"}) {
+                           "const int32_t i_e = i_e_first + (i_e_j0 + i_e_u < i_e_count ? i_e_j0 + i_e_u : i_e_j0);",
+                           "const int64_t e_pair = e_pair_batch[i_e_u];",
+                           "const float v_norm = in_norm[i_e];", "if (i_e_live) {", "v_h[j] += v_norm * v_pair_lin_feature[j];"}) {
     const size_t next = nodes.find(line, from);
     INFO(line);
     REQUIRE(next != std::string::npos);
@@ -711,7 +739,7 @@ TEST_CASE("schedule.traversal.row_lanes: rows of 8 or 16 lanes, the warp's rows 
   const Generated r8 = generate_spec("tests/gpu/specs/rgcn_compact_rl8.yaml");
   REQUIRE(r8.status == 0);
   const std::string r8cu = r8.file("rgcn_compact_rl8_kernels.cu");
-  for (const char* line : {"const int i_e_j = i_e_j0 + i_e_u;", "e_batch[i_e_u] = __shfl_sync(0xffffffffu, e_lane, i_e_j, 8);",
+  for (const char* line : {"const int i_e_j = i_e_j0 + i_e_u;", "e_pair_batch[i_e_u] = __shfl_sync(0xffffffffu, e_pair_lane, i_e_j, 8);",
                            "for (int i_e_j0 = 0; i_e_j0 < i_e_steps; i_e_j0 += 8) {",
                            "v_pair_lin_feature[j] = lane + 8 * j < 36 ? lin_feature[e_pair * 36 + lane + 8 * j] : 0.f;"})
     CHECK(r8cu.find(line) != std::string::npos);

@@ -38,6 +38,10 @@ Layouts and their result keys (int32 unless noted; p is an edge's position in th
                           (runtime 1.5; needs csr_by_dst and compact_src_etype: a node's incoming edges have
                           scattered positions p, and node kernels read their pairs in CSR order instead)
   inv_relation_in_degree  inv_relation_in_degree [E] float32: 1 / #edges with the same (dst, etype) as edge p
+  in_col_inv_relation_in_degree
+                          in_col_inv_relation_in_degree [E] float32: inv_relation_in_degree of CSR position i,
+                          inv_relation_in_degree[in_col_eid[i]] (runtime 1.6; needs csr_by_dst and
+                          inv_relation_in_degree: node kernels read a node's in-edges' norms in CSR order)
   ntype_ptr               ntype_ptr [T+1] (nodes must be sorted by ntype), ntype [N] (the node types as int32)
 
 With gemm_tile (the row tile of the generated GEMM kernels), the row-tile offsets of the segments: segment s owns
@@ -94,8 +98,8 @@ __all__ = [
 ]
 
 # This runtime's version, (MAJOR, MINOR, PATCH); it must equal hectorgen/runtime_version.h (a test checks).
-VERSION = (1, 5, 0)
-__version__ = "1.5.0"
+VERSION = (1, 6, 0)
+__version__ = "1.6.0"
 
 LAYOUT_KEYS: Dict[str, tuple] = {
     "etype_sorted_coo": ("perm", "sorted_src", "sorted_dst", "sorted_etype", "etype_ptr"),
@@ -110,6 +114,7 @@ LAYOUT_KEYS: Dict[str, tuple] = {
     "inv_relation_in_degree": ("inv_relation_in_degree",),
     "ntype_ptr": ("ntype_ptr", "ntype"),
     "csr_by_dst_pairs": ("in_col_unique_src",),
+    "in_col_inv_relation_in_degree": ("in_col_inv_relation_in_degree",),
 }
 LAYOUTS = tuple(LAYOUT_KEYS)
 # The extra key of a layout when a gemm_tile is given: the row-tile offsets of its segments.
@@ -165,6 +170,9 @@ def _check_layouts(layouts: Iterable[str]) -> frozenset:
         raise ValueError(f"unknown layout(s) {unknown}; known layouts: {', '.join(LAYOUTS)}")
     if "csr_by_dst_pairs" in names and not {"csr_by_dst", "compact_src_etype"} <= names:
         raise ValueError("layout 'csr_by_dst_pairs' joins 'csr_by_dst' and 'compact_src_etype': ask for both with it")
+    if "in_col_inv_relation_in_degree" in names and not {"csr_by_dst", "inv_relation_in_degree"} <= names:
+        raise ValueError("layout 'in_col_inv_relation_in_degree' joins 'csr_by_dst' and 'inv_relation_in_degree': "
+                         "ask for both with it")
     return names
 
 
@@ -357,6 +365,9 @@ def reference_preprocess(
                 sorted_etype * num_nodes + s_dst, sorted=True, return_inverse=True, return_counts=True
             )
             out["inv_relation_in_degree"] = torch.reciprocal(counts.to(torch.float32))[inverse]
+
+    if "in_col_inv_relation_in_degree" in layouts:
+        out["in_col_inv_relation_in_degree"] = out["inv_relation_in_degree"][out["in_col_eid"].long()]
 
     if "ntype_ptr" in layouts:
         if ntype is None:
@@ -564,6 +575,8 @@ class Graph:
     in_col_unique_src: Optional[torch.Tensor] = None
     # inv_relation_in_degree
     inv_relation_in_degree: Optional[torch.Tensor] = None
+    # in_col_inv_relation_in_degree
+    in_col_inv_relation_in_degree: Optional[torch.Tensor] = None
     # ntype_ptr
     ntype_ptr: Optional[torch.Tensor] = None
     ntype: Optional[torch.Tensor] = None

@@ -64,7 +64,8 @@ class Interpreter {
         if (it->second.numel() != size) throw Error(fmt::format("tensor '{}' has {} elements, the program needs {}", t.name, it->second.numel(), size));
         continue;
       }
-      if (t.role == Role::Input && t.from_graph == layout::kInvRelInDegree) {
+      // A CSR position is its edge here (block()): the twin in CSR order holds the same values by position.
+      if (t.role == Role::Input && (t.from_graph == layout::kInvRelInDegree || t.from_graph == layout::kInColInvRelInDegree)) {
         t_[t.name] = inter::inv_relation_in_degree(g_);
         continue;
       }

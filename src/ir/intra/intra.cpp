@@ -6,6 +6,7 @@
 #include <functional>
 #include <set>
 
+#include "ir/inter/names.h"
 #include "ir/inter/ops.h"
 #include "ir/inter/printer.h"
 #include "ir/inter/verifier.h"
@@ -18,6 +19,14 @@ const TensorInfo* Program::find(const std::string& name) const {
     if (t.name == name) return &t;
   return nullptr;
 }
+
+std::string in_position_quantity(const std::string& from_graph) {
+  return from_graph == layout::kInvRelInDegree ? layout::kInColInvRelInDegree : "";
+}
+
+std::string in_position_twin(const std::string& tensor) { return inter::derived_name("in", tensor); }
+
+bool by_in_position(const TensorInfo& t) { return t.from_graph == layout::kInColInvRelInDegree; }
 
 const std::string& kernel_name(const Kernel& k) {
   return std::visit([](const auto& x) -> const std::string& { return x.name; }, k);

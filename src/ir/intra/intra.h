@@ -281,7 +281,20 @@ inline constexpr const char* kCsrBySrc = "csr_by_src";         // outgoing edges
 inline constexpr const char* kCsrByDstPairs = "csr_by_dst_pairs";  // the pair of each incoming-edge CSR position
 inline constexpr const char* kNtypePtr = "ntype_ptr";          // node-type segments (nodes sorted by type)
 inline constexpr const char* kInvRelInDegree = "inv_relation_in_degree";
+// inv_relation_in_degree of each incoming-edge CSR position (inv_relation_in_degree[in_col_eid[i]]; runtime 1.6).
+inline constexpr const char* kInColInvRelInDegree = "in_col_inv_relation_in_degree";
 }  // namespace layout
+
+// A graph-derived edge input (`from_graph`) that node traversals read in CSR order. Where edges are numbered in
+// relation order, a node's incoming edges have scattered ids, and reading x[e] through the id is a random 4-byte
+// read (a 32-byte sector) per edge; the runtime lays such a quantity out in incoming-CSR order as well, and a node's
+// edge loop reads that twin at its position instead (schedule.traversal.position_indices, like in_pair).
+//   in_position_quantity(q)  the layout (and key) of quantity q in CSR order, "" if q has none;
+//   in_position_twin(x)      the twin tensor of input x: in$x, an input with from_graph = in_position_quantity(q);
+//   by_in_position(t)        whether tensor t is such a twin: its rows are incoming-edge CSR positions.
+std::string in_position_quantity(const std::string& from_graph);
+std::string in_position_twin(const std::string& tensor);
+bool by_in_position(const TensorInfo& t);
 
 // The text form (see the top of this file); parser.h reads it back.
 std::string print_program(const Program& p);

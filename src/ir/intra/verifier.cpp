@@ -96,7 +96,15 @@ class TraversalVerifier {
     const char* want = "";
     switch (t.per) {
       case Per::Node: ok = b->kind == NameKind::NodeVar || b->kind == NameKind::NodeIndex; want = "a node"; break;
-      case Per::Edge: ok = b->kind == NameKind::EdgeVar; want = "an edge"; break;
+      case Per::Edge:
+        if (by_in_position(t)) {  // a twin in CSR order (in_position_twin): a position of a node's incoming edges
+          ok = b->kind == NameKind::Position && positions_.at(row) == inter::LoopKind::IncomingEdges;
+          want = "a position of a node's incoming edges";
+        } else {
+          ok = b->kind == NameKind::EdgeVar;
+          want = "an edge";
+        }
+        break;
       case Per::Etype: ok = b->kind == NameKind::EtypeIndex; want = "an edge type (index = etype[e])"; break;
       case Per::Ntype: ok = b->kind == NameKind::NtypeIndex; want = "a node type (index = ntype[n])"; break;
       case Per::Pair: ok = b->kind == NameKind::PairVar || b->kind == NameKind::PairIndex; want = "a pair (index = edge_pair[e])"; break;

@@ -31,6 +31,9 @@ namespace hectorgen::runtime {
 //   "csr_by_dst_pairs"        in_col_unique_src [E]: the pair row of CSR position i, edge_to_unique_src[in_col_eid[i]]
 //                             (needs "csr_by_dst" and "compact_src_etype" in the same call)
 //   "inv_relation_in_degree"  inv_relation_in_degree [E] (float32)
+//   "in_col_inv_relation_in_degree"
+//                             in_col_inv_relation_in_degree [E] (float32): inv_relation_in_degree of CSR position i,
+//                             inv_relation_in_degree[in_col_eid[i]] (needs "csr_by_dst" and "inv_relation_in_degree")
 //   "ntype_ptr"               ntype_ptr [T+1], ntype [N] (the node types as int32; needs ntype)
 // With gemm_tile > 0, also the GEMM row-tile offsets of the segments (hectorgen/graph.h, build_tile_ptr):
 //   "etype_sorted_coo"        etype_tile_ptr [R+1]
