@@ -235,6 +235,17 @@ class TraversalPrinter {
         printed_names_.insert(lane_of[x->name]);
         fetched.push_back(x);
       }
+    // Scalars the body loads by the edge's CSR position (a graph-derived input in CSR order, in$norm): fetched by
+    // the edge's lane too, one coalesced load for the block's edges instead of one load a step.
+    std::vector<const Def*> fetched_values;
+    for (const Instr& in : l.body)
+      if (auto* d = std::get_if<Def>(&in.v))
+        if (auto* ld = std::get_if<Load>(&d->source);
+            ld && ld->row == l.pos && !ld->lane0 && d->type.numel() == 1 && d->type.layout == LaneLayout::Replicated) {
+          lane_of[d->name] = unique_name(d->name + "_lane");
+          printed_names_.insert(lane_of[d->name]);
+          fetched_values.push_back(d);
+        }
     // With rows of G < 32 lanes the warp's rows walk their edges in step: as many blocks and steps as its
     // longest row, a row's steps past its own edges commit nothing (`steps`: the block's steps, the same for the
     // warp; `count`: the row's own edges in the block).
@@ -267,10 +278,11 @@ class TraversalPrinter {
         line(fmt::format("const int {c} = {e} - {f} < {g} ? max({e} - {f}, 0) : {g};", fmt::arg("c", count), fmt::arg("e", end),
                          fmt::arg("f", first), fmt::arg("g", G_)));
       }
-      if (edge_read || !fetched.empty()) {
+      if (edge_read || !fetched.empty() || !fetched_values.empty()) {
         line(fmt::format("// lane l fetches the indices of edge {} + l", first));
         if (edge_read) line(fmt::format("int64_t {} = 0;", lane_of[l.var]));
         for (const IndexDef* x : fetched) line(fmt::format("{} {} = 0;", index_type(*x), lane_of[x->name]));
+        for (const Def* d : fetched_values) line(fmt::format("float {} = 0.f;", lane_of[d->name]));
         line(fmt::format("if (lane < {}) {{", count));
         {
           CodeWriter::Indent in(*w_);
@@ -280,6 +292,10 @@ class TraversalPrinter {
             graph_used_.insert(array);
             std::string of = x->of == l.pos ? first + " + lane" : lane_of[x->of];
             line(fmt::format("{} = {}[{}];", lane_of[x->name], array, of));
+          }
+          for (const Def* d : fetched_values) {
+            const TensorInfo& t = tensor(std::get<Load>(d->source).tensor);
+            line(fmt::format("{} = {};", lane_of[d->name], load_elem(t, address(t, first + " + lane", "0"))));
           }
         }
         line("}");
@@ -293,6 +309,7 @@ class TraversalPrinter {
         CodeWriter* outer = std::exchange(w_, &body);
         std::map<std::string, std::string> outer_fetched = std::exchange(fetched_, {});
         for (const IndexDef* x : fetched) fetched_[x->name] = value_of(x->name);
+        for (const Def* d : fetched_values) fetched_[d->name] = value_of(d->name);
         scopes_.emplace_back();
         block(l.body);
         scopes_.pop_back();
@@ -334,6 +351,7 @@ class TraversalPrinter {
         std::vector<std::pair<std::string, const char*>> batched;
         if (edge_read) batched.emplace_back(l.var, "int64_t");
         for (const IndexDef* x : fetched) batched.emplace_back(x->name, index_type(*x));
+        for (const Def* d : fetched_values) batched.emplace_back(d->name, "float");
         for (const auto& [name, type] : batched) {
           batch_of[name] = unique_name(name + "_batch");
           printed_names_.insert(batch_of[name]);
@@ -533,6 +551,7 @@ class TraversalPrinter {
     };
     if (auto* l = std::get_if<Load>(&d.source)) {
       const TensorInfo& t = tensor(l->tensor);
+      if (auto f = fetched_.find(x); f != fetched_.end()) return declare(f->second, !d.is_mutable);  // fetched_loop
       int64_t n = t.row_numel();
       auto elem = [&](const std::string& j) {
         if (ty.layout == LaneLayout::Replicated && l->lane0 && !split_)  // in a split loop the lane's own edge

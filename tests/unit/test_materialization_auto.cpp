@@ -607,7 +607,8 @@ TEST_CASE("schedule.traversal.position_indices: 0 reads a node's edges' pairs an
     const bool ids = by_position == 0;
     const std::string nodes = kernel_source(g.file("rgcn_compact_kernels.cu"), "rgcn_compact_fw_nodes_h");
     CHECK((nodes.find("const float v_norm = norm[e];") != std::string::npos) == ids);
-    CHECK((nodes.find("const float v_norm = in_norm[i_e];") != std::string::npos) == !ids);
+    // By position, the edge's lane fetches it with the pair (one coalesced load for the block's edges).
+    CHECK((nodes.find("v_norm_lane = in_norm[i_e_first + lane];") != std::string::npos) == !ids);
     CHECK((nodes.find("in_eid") != std::string::npos) == ids);
     const std::string ir = g.file("rgcn_compact.intra.ir");
     CHECK((ir.find("let v_norm: [] replicated(1) = load in$norm[i_e]") != std::string::npos) == !ids);
@@ -634,16 +635,17 @@ TEST_CASE("schedule.traversal.edge_batch: a warp's edge loop shuffles out a batc
   // In this order: the batch's indices (a step past the last edge takes the batch's first), then the steps, each
   // reading them from the batch, loading unconditionally and adding only for a live edge.
   size_t from = 0;
-  // (The step's norm is read by its CSR position, so the edge's id is not fetched at all.)
+  // (The step's norm is read by its CSR position, fetched by the edge's lane and batched like an index, so the
+  // edge's id is not fetched at all.)
   for (const char* line : {"if (lane < i_e_count) {", "for (int i_e_j0 = 0; i_e_j0 < i_e_count; i_e_j0 += 4) {",
                            "int64_t e_pair_batch[4];", "#pragma unroll",
                            "for (int i_e_u = 0; i_e_u < 4; ++i_e_u) {",
                            "const int i_e_j = i_e_j0 + i_e_u < i_e_count ? i_e_j0 + i_e_u : i_e_j0;",
                            "e_pair_batch[i_e_u] = __shfl_sync(0xffffffffu, e_pair_lane, i_e_j);",
+                           "v_norm_batch[i_e_u] = __shfl_sync(0xffffffffu, v_norm_lane, i_e_j);",
                            "for (int i_e_u = 0; i_e_u < 4; ++i_e_u) {", "const bool i_e_live = i_e_j0 + i_e_u < i_e_count;",
-                           "const int32_t i_e = i_e_first + (i_e_j0 + i_e_u < i_e_count ? i_e_j0 + i_e_u : i_e_j0);",
                            "const int64_t e_pair = e_pair_batch[i_e_u];",
-                           "const float v_norm = in_norm[i_e];", "if (i_e_live) {", "v_h[j] += v_norm * v_pair_lin_feature[j];"}) {
+                           "const float v_norm = v_norm_batch[i_e_u];", "if (i_e_live) {", "v_h[j] += v_norm * v_pair_lin_feature[j];"}) {
     const size_t next = nodes.find(line, from);
     INFO(line);
     REQUIRE(next != std::string::npos);
