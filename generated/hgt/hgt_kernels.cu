@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(256) hgt_fw_nodes_att_max(
       const int i_e_steps = i_e_todo - i_e_done < 8 ? i_e_todo - i_e_done : 8;
       const int i_e_count = i_e_end - i_e_first < 8 ? max(i_e_end - i_e_first, 0) : 8;
       // lane l fetches the indices of edge i_e_first + l
-      int64_t e_lane = 0;
+      int32_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(256) hgt_fwt_nodes_att_max(
       const int i_e_steps = i_e_todo - i_e_done < 8 ? i_e_todo - i_e_done : 8;
       const int i_e_count = i_e_end - i_e_first < 8 ? max(i_e_end - i_e_first, 0) : 8;
       // lane l fetches the indices of edge i_e_first + l
-      int64_t e_lane = 0;
+      int32_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
@@ -375,7 +375,7 @@ __global__ void __launch_bounds__(256) hgt_bw_nodes_d_att(
       const int i_e_steps = i_e_todo - i_e_done < 8 ? i_e_todo - i_e_done : 8;
       const int i_e_count = i_e_end - i_e_first < 8 ? max(i_e_end - i_e_first, 0) : 8;
       // lane l fetches the indices of edge i_e_first + l
-      int64_t e_lane = 0;
+      int32_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
@@ -474,7 +474,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
       const int i_e_steps = i_e_todo - i_e_done < 16 ? i_e_todo - i_e_done : 16;
       const int i_e_count = i_e_end - i_e_first < 16 ? max(i_e_end - i_e_first, 0) : 16;
       // lane l fetches the indices of edge i_e_first + l
-      int64_t e_lane = 0;
+      int32_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = out_eid[i_e_first + lane];
       }
@@ -542,7 +542,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_k(
       const int i_e_steps = i_e_todo - i_e_done < 16 ? i_e_todo - i_e_done : 16;
       const int i_e_count = i_e_end - i_e_first < 16 ? max(i_e_end - i_e_first, 0) : 16;
       // lane l fetches the indices of edge i_e_first + l
-      int64_t e_lane = 0;
+      int32_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = out_eid[i_e_first + lane];
       }
@@ -631,7 +631,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
       const int i_e_steps = i_e_todo - i_e_done < 16 ? i_e_todo - i_e_done : 16;
       const int i_e_count = i_e_end - i_e_first < 16 ? max(i_e_end - i_e_first, 0) : 16;
       // lane l fetches the indices of edge i_e_first + l
-      int64_t e_lane = 0;
+      int32_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }

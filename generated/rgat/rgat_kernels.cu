@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(256) rgat_fw_nodes_att_max(
       const int i_e_steps = i_e_todo - i_e_done < 8 ? i_e_todo - i_e_done : 8;
       const int i_e_count = i_e_end - i_e_first < 8 ? max(i_e_end - i_e_first, 0) : 8;
       // lane l fetches the indices of edge i_e_first + l
-      int64_t e_lane = 0;
+      int32_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
@@ -311,7 +311,7 @@ __global__ void __launch_bounds__(256) rgat_fwt_nodes_att_max(
       const int i_e_steps = i_e_todo - i_e_done < 8 ? i_e_todo - i_e_done : 8;
       const int i_e_count = i_e_end - i_e_first < 8 ? max(i_e_end - i_e_first, 0) : 8;
       // lane l fetches the indices of edge i_e_first + l
-      int64_t e_lane = 0;
+      int32_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(256) rgat_bw_nodes_d_att(
       const int i_e_steps = i_e_todo - i_e_done < 8 ? i_e_todo - i_e_done : 8;
       const int i_e_count = i_e_end - i_e_first < 8 ? max(i_e_end - i_e_first, 0) : 8;
       // lane l fetches the indices of edge i_e_first + l
-      int64_t e_lane = 0;
+      int32_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
@@ -544,7 +544,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature(
       const int i_e_steps = i_e_todo - i_e_done < 16 ? i_e_todo - i_e_done : 16;
       const int i_e_count = i_e_end - i_e_first < 16 ? max(i_e_end - i_e_first, 0) : 16;
       // lane l fetches the indices of edge i_e_first + l
-      int64_t e_lane = 0;
+      int32_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
@@ -592,7 +592,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
       const int i_e_steps = i_e_todo - i_e_done < 16 ? i_e_todo - i_e_done : 16;
       const int i_e_count = i_e_end - i_e_first < 16 ? max(i_e_end - i_e_first, 0) : 16;
       // lane l fetches the indices of edge i_e_first + l
-      int64_t e_lane = 0;
+      int32_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = out_eid[i_e_first + lane];
       }

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(256) rgcn_fwt_sum_h(
       const int i_e_steps = i_e_todo - i_e_done < 16 ? i_e_todo - i_e_done : 16;
       const int i_e_count = i_e_end - i_e_first < 16 ? max(i_e_end - i_e_first, 0) : 16;
       // lane l fetches the indices of edge i_e_first + l
-      int64_t e_lane = 0;
+      int32_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = in_eid[i_e_first + lane];
       }
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
       const int i_e_steps = i_e_todo - i_e_done < 16 ? i_e_todo - i_e_done : 16;
       const int i_e_count = i_e_end - i_e_first < 16 ? max(i_e_end - i_e_first, 0) : 16;
       // lane l fetches the indices of edge i_e_first + l
-      int64_t e_lane = 0;
+      int32_t e_lane = 0;
       if (lane < i_e_count) {
         e_lane = out_eid[i_e_first + lane];
       }

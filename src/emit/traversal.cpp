@@ -159,6 +159,9 @@ class TraversalPrinter {
     line(fmt::format("const {} {} = {}[{}];", index_type(x), x.name, array, x.of));
   }
 
+  // The type a lane fetches an index into: the graph array's element (int32), a type id as an int.
+  static const char* lane_type(const IndexDef& x) { return std::string_view(index_type(x)) == "int" ? "int" : "int32_t"; }
+
   // The C++ type of an index: a type id is an int, a row (node, edge, pair) an int64_t.
   static const char* index_type(const IndexDef& x) {
     switch (x.array) {
@@ -280,8 +283,9 @@ class TraversalPrinter {
       }
       if (edge_read || !fetched.empty() || !fetched_values.empty()) {
         line(fmt::format("// lane l fetches the indices of edge {} + l", first));
-        if (edge_read) line(fmt::format("int64_t {} = 0;", lane_of[l.var]));
-        for (const IndexDef* x : fetched) line(fmt::format("{} {} = 0;", index_type(*x), lane_of[x->name]));
+        // The lanes hold the graph arrays' int32 values (one register each, one shuffle); a step widens its row.
+        if (edge_read) line(fmt::format("int32_t {} = 0;", lane_of[l.var]));
+        for (const IndexDef* x : fetched) line(fmt::format("{} {} = 0;", lane_type(*x), lane_of[x->name]));
         for (const Def* d : fetched_values) line(fmt::format("float {} = 0.f;", lane_of[d->name]));
         line(fmt::format("if (lane < {}) {{", count));
         {
