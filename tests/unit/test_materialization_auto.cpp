@@ -622,6 +622,23 @@ TEST_CASE("schedule.traversal.position_indices: 0 reads a node's edges' pairs an
     for (size_t at = py.find(both); at != std::string::npos; at = py.find(both, at + 1)) ++calls;
     CHECK(calls == (ids ? 0u : 3u));
     round_trip("rgcn_compact.intra.ir", ir);
+    if (ids) continue;
+    // The verifier holds each to its rows: the twin by a position of a node's incoming edges, the input by its edge.
+    auto forward_nodes_error = [](const std::string& text) {
+      SourceFile f("rgcn_compact.intra.ir", text);
+      Diagnostics d;
+      auto phases = intra::parse_programs(f, d);
+      REQUIRE(phases);
+      const intra::Program& forward = phases->front();
+      return intra::verify_traversal(forward, std::get<intra::TraversalInstance>(forward.kernels.back()));
+    };
+    const std::string load = "load in$norm[i_e]";
+    REQUIRE(ir.find(load) != std::string::npos);
+    CHECK(forward_nodes_error(ir) == "");
+    CHECK(forward_nodes_error(test::replace(ir, load, "load in$norm[e]"))
+              .find("'in$norm' is indexed by a position of a node's incoming edges, not by 'e'") != std::string::npos);
+    CHECK(forward_nodes_error(test::replace(ir, load, "load norm[i_e]")).find("'norm' is indexed by an edge, not by 'i_e'") !=
+          std::string::npos);
   }
 }
 
