@@ -68,9 +68,8 @@ constexpr LayoutEntry kLayouts[] = {
 };
 
 // Every layout except ntype_ptr is defined on the etype-sorted COO.
-constexpr unsigned kNeedsSortedCoo =
-    kEtypeSortedCoo | kCsrByDst | kCsrBySrc | kCompactSrcEtype | kCompactDstEtype | kInvRelationInDegree | kCsrByDstPairs |
-                                 kInColInvRelationInDegree;
+constexpr unsigned kNeedsSortedCoo = kEtypeSortedCoo | kCsrByDst | kCsrBySrc | kCompactSrcEtype | kCompactDstEtype |
+                                     kInvRelationInDegree | kCsrByDstPairs | kInColInvRelationInDegree;
 
 unsigned parse_layouts(const std::vector<std::string>& layouts) {
   unsigned bits = 0;
