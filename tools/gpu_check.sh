@@ -38,6 +38,9 @@
 #   4c. tests/gpu/check_warp_segment_of.sh: the warp's search of a pair's relation that hectorgen emits (RGAT's
 #      compact pair traversals), against a scan over random offsets with empty segments; tests/gpu/check_gather_sum.sh:
 #      a gather sum of the compact backward against a loop adding in the same order, bit for bit.
+#   4d. the runtime's GPU tests with pytest (tests/runtime/test_preprocess.py, test_unified_gpu.py, test_offload_gpu.py:
+#      preprocessing on the GPU bit for bit against the reference, unified tensors, the tensor cache; runtime_tests.log)
+#      in the time the checks leave (RUNTIME_TESTS="test_preprocess ..." names them and reserves 60 s for them).
 #   5. tools/train_example.py if time is left (train.log, train_loss.png).
 #   6. the short per-spec table, printed last (summary.txt). Everything printed is also in gpu_check.log.
 # Exit status 0 iff every spec PASSes: all checks, with gradients (a forward-only spec is not a pass), and
@@ -61,6 +64,7 @@
 # HG_GEN_DIR, HECTORGEN, SEED, GPU_CHECK_BUDGET_S, DEVICE (cuda|cpu), SKIP_SANITIZER=1, SANITIZER_FLAGS (extra
 # compute-sanitizer options, e.g. "--report-api-errors no" if PyTorch itself trips API-error reports),
 # SKIP_TRAIN=1, TRAIN_MODELS (rgcn rgat hgt; none: no training example), SKIP_DDP=1, DDP_MODELS (rgat hgt),
+# SKIP_RUNTIME_TESTS=1, RUNTIME_TESTS (test files of tests/runtime without .py),
 # DDP_RUNTIME_MODEL (hgt), DDP_STEPS (4), HECTORGEN_CUDA_ARCH (default: this GPU's, e.g. 90).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -180,6 +184,10 @@ if ((!DTYPE_RUN)) && [[ "${SKIP_SANITIZER:-0}" != 1 && "$DEVICE" != cpu ]]; then
   RESERVE_AFTER_CHECKS=$((RESERVE_AFTER_CHECKS + 45))
 fi
 if ((!DTYPE_RUN)) && [[ "${SKIP_DDP:-0}" != 1 ]]; then RESERVE_AFTER_CHECKS=$((RESERVE_AFTER_CHECKS + 20)); fi
+# The runtime's tests take what the checks leave, unless asked for by name (RUNTIME_TESTS): then they reserve 60 s.
+if ((!DTYPE_RUN)) && [[ -n "${RUNTIME_TESTS:-}" && "${SKIP_RUNTIME_TESTS:-0}" != 1 && "$DEVICE" != cpu ]]; then
+  RESERVE_AFTER_CHECKS=$((RESERVE_AFTER_CHECKS + 60))
+fi
 CHECKS_S=$((15 * (${#SPEC_ARGS[@]} > 0 ? ${#SPEC_ARGS[@]} : 30)))
 ((CHECKS_S >= 30)) || CHECKS_S=30
 ((CHECKS_S <= 155)) || CHECKS_S=155
@@ -449,6 +457,26 @@ if [[ "$DEVICE" != cpu && -n "$HG" ]] && ((!DTYPE_RUN)) && (($(left) > 40)); the
 fi
 log "$HELPER_LINE"
 
+# ---- 4d. the runtime's own GPU tests (pytest, the installed runtime with its compiled _C): graph preprocessing on
+#      the GPU against the reference, bit for bit, every layout (test_preprocess), unified tensors (test_unified_gpu),
+#      the tensor cache's GPU paths (test_offload_gpu); RUNTIME_TESTS names others, SKIP_RUNTIME_TESTS=1 skips them
+RUNTIME_LINE="runtime tests: skipped"
+runtime_rc=0
+if [[ "${SKIP_RUNTIME_TESTS:-0}" != 1 && "$DEVICE" != cpu ]] && ((!DTYPE_RUN)) && (($(left) > 60)); then
+  if ! python3 -c 'import pytest' 2>/dev/null; then
+    RUNTIME_LINE="runtime tests: skipped (no pytest)"
+  else
+    rt_files=()
+    for t in ${RUNTIME_TESTS:-test_preprocess test_unified_gpu test_offload_gpu}; do rt_files+=("tests/runtime/$t.py"); done
+    out="$(HECTORGEN_RUNTIME_PYTHON="$RT_PREFIX/python" timeout -k 5 "$(cap 150 30)" \
+      python3 -m pytest -q -p no:cacheprovider "${rt_files[@]}" 2>&1)" || runtime_rc=1
+    echo "$out" > "$OUT/runtime_tests.log"
+    echo "$out" | grep -E 'passed|failed|error' | tail -3 | sed 's/^/  /'
+    RUNTIME_LINE="runtime tests: $( ((runtime_rc == 0)) && echo PASS || echo FAIL) ($(echo "$out" | grep -E 'passed|failed|error' | tail -1); ${RUNTIME_TESTS:-test_preprocess test_unified_gpu test_offload_gpu}; runtime_tests.log)"
+  fi
+fi
+log "$RUNTIME_LINE"
+
 # ---- 5. training example: 2 generated layers + a linear head, loss must go down (train.log, train_loss.png) ---
 TRAIN_LINE="training: skipped"
 train_rc=0
@@ -482,15 +510,17 @@ log "$TRAIN_LINE"
 
 # ---- 6. the short table, printed last --------------------------------------------------------------------------
 { echo "===== generation log"; cat "$GEN_LOG"; } >> "$OUT/gpu_check.log.gen" 2>/dev/null || true
-VERDICT="generation+builds rc=$prep_rc, checks rc=$check_rc, $SAN_LINE, training rc=$train_rc, ddp rc=$ddp_rc, helpers rc=$helper_rc; logs in $OUT; ${SECONDS}s"
+VERDICT="generation+builds rc=$prep_rc, checks rc=$check_rc, $SAN_LINE, training rc=$train_rc, ddp rc=$ddp_rc, helpers rc=$helper_rc, runtime tests rc=$runtime_rc; logs in $OUT; ${SECONDS}s"
 sum_rc=0
 python3 "$CHECK" --summary --out "$OUT" "${SUMMARY_ARGS[@]}" --extra "$TRAIN_LINE" --extra "$DDP_LINE" --extra "$HELPER_LINE" \
-  --extra "$VERDICT" ||
+  --extra "$RUNTIME_LINE" --extra "$VERDICT" ||
   sum_rc=$?
 # The generation log goes to the end of gpu_check.log, after the table (the table stays the last thing printed).
 exec 1>&- 2>&-
 wait "$TEE_PID" 2>/dev/null || true
 cat "$OUT/gpu_check.log.gen" >> "$OUT/gpu_check.log" 2>/dev/null && rm -f "$OUT/gpu_check.log.gen"
 trap - EXIT
-if ((sum_rc == 0 && prep_rc == 0 && check_rc == 0 && train_rc == 0 && ddp_rc == 0 && helper_rc == 0)); then exit 0; fi
+if ((sum_rc == 0 && prep_rc == 0 && check_rc == 0 && train_rc == 0 && ddp_rc == 0 && helper_rc == 0 && runtime_rc == 0)); then
+  exit 0
+fi
 exit 1
