@@ -314,12 +314,11 @@ int main() {
     unfused();
     const std::vector<float> ref = download(h, c.N * 64);
 
-    auto fused_run = [&](auto cfg, const int32_t* tile_ptr) {
-      using Cfg = decltype(cfg);
-      const tc::SegmentGemmArgs<bf16, float> a{x, w0, nullptr, nullptr, nullptr, nullptr, nullptr, tile_ptr, c.N, 1};
-      const unsigned grid = static_cast<unsigned>((c.N + Cfg::kBM - 1) / Cfg::kBM);
-      CHECK(cudaMemset(h_fused, 0xff, c.N * 64 * sizeof(bf16)));  // poisoned: NaN where nothing was stored
-      const float t = median_ms([&] { fused<Cfg><<<grid, Cfg::kThreads>>>(a, g.ptr, g.in_pair, g.in_norm, h_fused, g.lin); });
+    // One fused kernel's median time and its largest relative difference to the two kernels' output (poisoned
+    // first: a row it does not store reads NaN, an infinite error).
+    auto against_ref = [&](auto&& launch) {
+      CHECK(cudaMemset(h_fused, 0xff, c.N * 64 * sizeof(bf16)));
+      const float t = median_ms(launch);
       const std::vector<float> out = download(h_fused, c.N * 64);
       double worst = 0;
       for (size_t i = 0; i < out.size(); ++i) {
@@ -328,21 +327,19 @@ int main() {
       }
       return std::pair<float, double>{t, worst};
     };
+    auto fused_run = [&](auto cfg, const int32_t* tile_ptr) {
+      using Cfg = decltype(cfg);
+      const tc::SegmentGemmArgs<bf16, float> a{x, w0, nullptr, nullptr, nullptr, nullptr, nullptr, tile_ptr, c.N, 1};
+      const unsigned grid = static_cast<unsigned>((c.N + Cfg::kBM - 1) / Cfg::kBM);
+      return against_ref([&] { fused<Cfg><<<grid, Cfg::kThreads>>>(a, g.ptr, g.in_pair, g.in_norm, h_fused, g.lin); });
+    };
     auto gather_run = [&](auto cfg, auto chunk) {
       using Cfg = decltype(cfg);
       constexpr int kChunk = decltype(chunk)::value;
       const tc::SegmentGemmArgs<bf16, float> a{x, w0, nullptr, nullptr, nullptr, nullptr, nullptr, tile_ptr64, c.N, 1};
       const unsigned grid = static_cast<unsigned>((c.N + Cfg::kBM - 1) / Cfg::kBM);
-      CHECK(cudaMemset(h_fused, 0xff, c.N * 64 * sizeof(bf16)));
-      const float t = median_ms(
+      return against_ref(
           [&] { fused_gather<Cfg, kChunk><<<grid, Cfg::kThreads>>>(a, g.ptr, g.in_pair, g.in_norm, h_fused, g.lin); });
-      const std::vector<float> out = download(h_fused, c.N * 64);
-      double worst = 0;
-      for (size_t i = 0; i < out.size(); ++i) {
-        const double d = std::fabs(static_cast<double>(out[i]) - ref[i]) / (1.0 + std::fabs(ref[i]));
-        worst = std::isnan(out[i]) ? INFINITY : std::max(worst, d);
-      }
-      return std::pair<float, double>{t, worst};
     };
     const auto [tg64, eg64] = gather_run(Fused64{}, std::integral_constant<int, 64>{});
     const auto [tg128, eg128] = gather_run(Fused64{}, std::integral_constant<int, 128>{});
