@@ -78,6 +78,8 @@ def prepare(a) -> int:
     for v in [systems.VARIANTS[k] for k in a.variants]:
         for m in a.models:
             name = v.module(m)
+            if name in status:   # a variant running another's module (module_of)
+                continue
             try:
                 status[name] = {"ok": True, "msg": systems.generate(m, v, gen_dir, a.hectorgen or None)}
                 todo.append((m, v))
@@ -264,6 +266,29 @@ def profile_top(fn, train: bool, calls: int = 3, top: int = 14) -> list:
     return [[n, round(ms, 4), round(c, 2)] for n, ms, c in [total] + rows[:top]]
 
 
+def host_profile_top(fn, train: bool, calls: int = 5, top: int = 16) -> list:
+    """Where the host's time of one call goes, by the torch profiler's CPU activity: [name, ms per call, calls per
+    call] of all recorded ops together (their self CPU time), then of the `top` ops by self CPU time (--profile).
+    The profiler adds its own overhead to every op: the shares matter, not the sum."""
+    from torch.profiler import ProfilerActivity, profile
+    with torch.no_grad() if not train else contextlib.nullcontext():
+        fn()
+        sync()
+        # With the CUDA activity the CUDA runtime's calls (cudaLaunchKernel, cudaMemcpyAsync, a synchronisation)
+        # are rows of their own, out of the ops' self time.
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])
+        with profile(activities=activities) as prof:
+            for _ in range(calls):
+                fn()
+            sync()
+    rows = [[ev.key[:90], ev.self_cpu_time_total / 1e3 / calls, ev.count / calls]
+            for ev in prof.key_averages() if ev.self_cpu_time_total > 0]
+    rows.sort(key=lambda r: -r[1])
+    total = ["(all ops: host time per call, with the profiler's overhead)", sum(r[1] for r in rows),
+             sum(r[2] for r in rows)]
+    return [[n, round(ms, 4), round(c, 2)] for n, ms, c in [total] + rows[:top]]
+
+
 def host_ms(fn, train: bool, calls: int = 21) -> float:
     """The host's time to enqueue one call (median over `calls`, each started on an idle device and not waited
     for): what a call costs the CPU. Where it exceeds the kernels' busy time (profile_top), the case is host-bound;
@@ -381,6 +406,12 @@ class Runner:
             log(f"    {rec['host_ms']:9.3f} ms  host: enqueueing one call (median, device idle at its start)")
             for name, ms, count in rec["profile"]:
                 log(f"    {ms:9.3f} ms  x{count:<5g} {name}")
+            try:
+                rec["host_profile"] = host_profile_top(fn, train)
+            except Exception as e:  # noqa: BLE001
+                rec["host_profile"] = [[f"host profile failed: {type(e).__name__}: {str(e)[:120]}", 0.0, 0]]
+            for name, ms, count in rec["host_profile"]:
+                log(f"    {ms:9.3f} ms  x{count:<5g} host: {name}")
 
     @staticmethod
     def failed(rec, e: BaseException) -> None:
@@ -410,7 +441,7 @@ class Runner:
         fn = None
         try:
             with precision(system):
-                system.presetup(ctx, model)   # autotuning and graph preparation run with the case's TF32 setting
+                system.presetup(ctx, model, train)   # autotuning and graph preparation run with the case's TF32 setting
                 sync()
                 empty_cache()
                 memory("reset")
@@ -459,7 +490,7 @@ class Runner:
                 with precision(s):
                     held = sum(x.resident for x in entries)
                     before = memory("allocated")
-                    s.presetup(ctx, model)
+                    s.presetup(ctx, model, train)
                     sync()
                     memory("reset")
                     t = time.perf_counter()
@@ -710,7 +741,7 @@ def parse_args(argv=None):
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the error check of the variants")
     p.add_argument("--profile", action="store_true",
                    help="after timing a case, list the kernels that take its time (torch profiler; JSON key profile) "
-                        "and the host's time to enqueue one call (JSON key host_ms)")
+                        "and the host's time to enqueue one call (JSON keys host_ms, host_profile: the ops by self CPU time)")
     p.add_argument("--gen-dir", default=str(HERE.parent / "build" / "bench" / "gen"))
     p.add_argument("--hectorgen", default="")
     p.add_argument("--build-timeout", type=float, default=400.0)

@@ -174,11 +174,12 @@ def auto_choices(recs) -> list:
     md = ["## auto: the program picked per case", "",
           "auto / best fixed = the auto variant's time over the fastest fixed choice of its dtype that ran "
           "(vanilla, compact, reorder, compact + reorder; <= 1.05: within 5%). Estimates: the module's cost model "
-          "(ms, vanilla / compact program).", "",
+          "(ms, vanilla / compact program); of an `_auto_timed` variant, the times choose_by_timing measured before "
+          "the case (ms per call).", "",
           "| variant | dataset | model | mode | picked | auto ms | vanilla ms | compact ms | reorder ms | C+R ms | "
           "auto / best fixed | estimates |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for auto in autos:
-        base = auto[: -len("_auto")]
+        base = auto[: auto.index("_auto")]   # hectorgen_<dtype>: the fixed choices' prefix
         for (d, m, mode, s), r in recs["cases"].items():
             if s != auto or not ok(r):
                 continue
@@ -186,7 +187,7 @@ def auto_choices(recs) -> list:
             times = [f"{x['ms']:.3f}" if ok(x) else "-" for x in fixed]
             best = min((x["ms"] for x in fixed if ok(x)), default=None)
             ratio = f"{r['ms'] / best:.2f}" if best else "-"
-            est = r.get("estimated_ms") or {}
+            est = r.get("timed_ms") or r.get("estimated_ms") or {}
             estimates = " / ".join("-" if est.get(k) is None else f"{est[k]:.3f}" for k in ("vanilla", "compact"))
             md.append(f"| {auto} | {d} | {m} | {mode} | {r['materialization']} | {r['ms']:.3f} | "
                       f"{' | '.join(times)} | {ratio} | {estimates} |")

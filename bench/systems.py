@@ -9,6 +9,7 @@ best baseline of its class.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -46,14 +47,20 @@ class Variant:
     edits: tuple = ()
     note: str = ""
     traversal: tuple = ()
+    # The key of the variant whose generated module this one runs (none: its own), and whether an auto module's
+    # program is chosen by timing both on the case's graph (choose_by_timing, before the case) instead of by its
+    # cost model.
+    module_of: str = ""
+    timed_choice: bool = False
 
     @property
     def label(self) -> str:
         return f"hectorgen_{self.key}"
 
     def module(self, model: str) -> str:
-        """The generated module's name: the bundled model for plain fp32, else <model>_<key>."""
-        return model if self.key == "fp32" and not self.edits else f"{model}_{self.key}"
+        """The generated module's name: the bundled model for plain fp32, else <model>_<key> (of module_of's key)."""
+        key = self.module_of or self.key
+        return model if key == "fp32" and not self.edits else f"{model}_{key}"
 
 
 # The edits of auto: materialization chosen per graph, reordering where it pays.
@@ -101,6 +108,13 @@ VARIANTS = {
     "bf16_auto": Variant("bf16_auto", "bf16", "bf16",
                          (("materialization: vanilla", "materialization: auto"), ("reorder: off", "reorder: auto")),
                          "materialization chosen per graph, reordering where it pays (auto)"),
+    # auto with the program chosen by timing both on the case's graph (the module's choose_by_timing, run before the
+    # case like the hand-written layers' autotuning) instead of by the cost model; the same module as tf32_auto /
+    # bf16_auto.
+    "tf32_auto_timed": Variant("tf32_auto_timed", "tf32", "fp32", _AUTO, "auto, program chosen by timing",
+                               module_of="tf32_auto", timed_choice=True),
+    "bf16_auto_timed": Variant("bf16_auto_timed", "bf16", "bf16", _AUTO, "auto, program chosen by timing",
+                               module_of="bf16_auto", timed_choice=True),
     # auto with the node kernels' edge loops taking 4 edges a step (schedule.traversal.edge_batch: the loads of 4
     # edges in flight together instead of one edge's after another's; the same sums): beside tf32_auto / bf16_auto
     # it measures what the batch gains before it becomes a tuning-table default.
@@ -274,7 +288,7 @@ class System:
     def supports(self, model: str) -> bool:
         return True
 
-    def presetup(self, ctx: Context, model: str) -> None:
+    def presetup(self, ctx: Context, model: str, train: bool) -> None:
         """Work done once, before the measured case (autotuning, module import): not timed, not in its peak."""
 
     def setup(self, ctx: Context, model: str, train: bool):
@@ -339,9 +353,11 @@ class HectorgenSystem(System):
         mod, _ = self.modules[model]
         if getattr(mod, "MATERIALIZATION", None) != "auto":
             return {}
-        hg = ctx.cache[("hg_graph", mod.__name__)][0]
+        hg = self.graph(ctx, model, train)
         estimates = mod.estimated_seconds(hg, train)
-        return {"materialization": mod.materialization(hg, train),
+        timed = {"timed_ms": {k: None if ms is None else round(ms, 4)
+                              for k, ms in self.timed_graph(ctx, model, train)[1].items()}} if self.timed(model) else {}
+        return {"materialization": mod.materialization(hg, train), **timed,
                 "estimated_ms": {k: None if s is None else round(s * 1e3, 4) for k, s in estimates.items()},
                 # (launches, bytes, gather rows, search steps) per program: bench/calibrate_auto.py fits the tuning
                 # table to the fixed variants
@@ -354,7 +370,7 @@ class HectorgenSystem(System):
         m = self.modules[model]
         return f"ERR {m}" if isinstance(m, BaseException) else None
 
-    def presetup(self, ctx, model):
+    def presetup(self, ctx, model, train):
         mod, _ = self.modules[model]
         key = ("hg_graph", mod.__name__)
         if key not in ctx.cache:
@@ -366,6 +382,30 @@ class HectorgenSystem(System):
                                    num_ntypes=g["num_ntypes"])
             _sync(dg.device)
             ctx.cache[key] = (hg, (time.perf_counter() - t) * 1e3)
+        if self.timed(model):
+            self.timed_graph(ctx, model, train)
+
+    def timed(self, model) -> bool:
+        """Whether the case's program is chosen by timing (timed_choice, on an auto module: the CPU dry run's
+        stand-ins have one program)."""
+        return self.v.timed_choice and getattr(self.modules[model][0], "MATERIALIZATION", None) == "auto"
+
+    def timed_graph(self, ctx, model, train):
+        """timed_choice: a copy of the case's prepared graph (the same arrays; its own choices, so that the cost-model
+        variant sharing the module keeps its own) on which choose_by_timing picked the mode's program, timing both
+        with a layer of this variant's dtype; kept in ctx.cache per mode, with the times."""
+        mod, _ = self.modules[model]
+        key = ("hg_graph", mod.__name__, "timed", train)
+        if key not in ctx.cache:
+            hg = ctx.cache[("hg_graph", mod.__name__)][0]
+            mod.materialization(hg)   # the cost model's choices exist on hg
+            timed = copy.copy(hg)
+            timed.materialization_choices = dict(hg.materialization_choices)
+            layer = self.make_layer(ctx, model)
+            times = layer.choose_by_timing(timed, ctx.x.to(STORAGE[self.dtype]), training=train)
+            ctx.cache[key] = (timed, times)
+            del layer
+        return ctx.cache[key]
 
     def prepare_ms(self, ctx, model):
         return ctx.cache[("hg_graph", self.modules[model][0].__name__)][1]
@@ -376,8 +416,14 @@ class HectorgenSystem(System):
         kw = {} if STORAGE[self.dtype] == torch.float32 else {"dtype": STORAGE[self.dtype]}
         return cls(g["num_etypes"], num_ntypes=g["num_ntypes"], device=ctx.x.device, **kw)
 
+    def graph(self, ctx, model, train):
+        """The prepared graph the case runs on (timed_choice: the copy whose program was chosen by timing)."""
+        if self.timed(model):
+            return self.timed_graph(ctx, model, train)[0]
+        return ctx.cache[("hg_graph", self.modules[model][0].__name__)][0]
+
     def setup(self, ctx, model, train):
-        hg = ctx.cache[("hg_graph", self.modules[model][0].__name__)][0]
+        hg = self.graph(ctx, model, train)
         layer = self.make_layer(ctx, model)
         x = ctx.x.to(STORAGE[self.dtype])
         self.last_layer = layer
@@ -399,7 +445,7 @@ class HandSystem(System):
         self.klass = "bf16" if dtype in ("bf16", "fp16") else "fp32"
         self.tf32 = dtype == "fp32"
 
-    def presetup(self, ctx, model):
+    def presetup(self, ctx, model, train):
         ctx.dg.choose(STORAGE[self.dtype], DIM)
 
     def setup(self, ctx, model, train):

@@ -585,7 +585,8 @@ std::string python_auto_constants(const std::vector<Program>& vanilla, const std
       "# inference and one for training with the cost model below (hectorgen's docs/materialization.md):\n"
       "#   \"vanilla\" (ops {1}): every edge value stored per edge;\n"
       "#   \"compact\" (ops {2}): edge values that depend only on the edge's source and type\n"
-      "#   stored once per unique (source, edge type) pair.\n",
+      "#   stored once per unique (source, edge type) pair.\n"
+      "# choose_by_timing(g, ...) (or the layer's method) times both on the graph and keeps the faster instead.\n",
       v.model, vops, ops);
   out += "MATERIALIZATION = \"auto\"\n";
   out += "PROGRAMS = (\"vanilla\", \"compact\")\n";
@@ -682,6 +683,8 @@ std::string emit_python(const std::vector<Program>& all_phases, const EmitContex
   for (const auto& g : graph_arrays(p)) arr += fmt::format("\"{}\", ", runtime_graph_key(g));
   v["graph_arrays"] = arr;
   v["import_math"] = ctx.auto_materialization ? "import math\n" : "";  // the cost model's log2
+  v["import_statistics"] = ctx.auto_materialization ? "import statistics\n" : "";  // time_programs' medians
+  v["import_time"] = ctx.auto_materialization ? "import time\n" : "";  // time_programs on the CPU
   if (ctx.auto_materialization) {
     v["auto_constants"] = python_auto_constants(phases, compact, p.decl.options);
     v["graph_api"] = render_template("python/auto.py.in", {{"model", p.model}});
@@ -787,6 +790,15 @@ std::string emit_python(const std::vector<Program>& all_phases, const EmitContex
   std::vector<std::string> wargs;
   for (const auto& n : weights) wargs.push_back("self." + py.attr.at(n));
   v["weight_args"] = join(wargs, ", ");
+  v["layer_methods"] =
+      !ctx.auto_materialization
+          ? ""
+          : fmt::format("\n"
+                        "    def choose_by_timing(self, g, {0}, training=False, rounds=5, calls=3):\n"
+                        "        \"\"\"Times the two programs on `g` with these inputs and this layer's weights, and keeps the faster\n"
+                        "        for that mode (the module's choose_by_timing): forward() runs it on `g` from then on.\"\"\"\n"
+                        "        return choose_by_timing(g, {0}, {1}, training=training, rounds=rounds, calls=calls)\n",
+                        v["input_names"], v["weight_args"]);
   return render_template("python/module.py.in", v);
 }
 

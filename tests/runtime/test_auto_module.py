@@ -14,6 +14,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import time
 import types
 import unittest
 
@@ -31,8 +32,9 @@ class _Ops:
     """Stands in for torch.ops.hectorgen_<model>: records (op, args) and returns zeros; a backward returns each
     gradient in the shape of the argument it belongs to."""
 
-    def __init__(self, module, arg_shapes):
+    def __init__(self, module, arg_shapes, delay_s=None):
         self.module, self.arg_shapes, self.calls = module, arg_shapes, []
+        self.delay_s = delay_s or {}   # program -> seconds each of its ops takes (time_programs' tests)
 
     def __getattr__(self, op):
         torch = boundary.torch
@@ -40,6 +42,8 @@ class _Ops:
         def call(*args):
             self.calls.append((op, args))
             program = "compact" if op.startswith("compact_") else "vanilla"
+            if self.delay_s.get(program):
+                time.sleep(self.delay_s[program])
             phase = op[len("compact_"):] if program == "compact" else op
             if phase == "backward":
                 slots = self.module._GRAD_SLOTS[program]
@@ -114,7 +118,7 @@ class AutoModule(unittest.TestCase):
         self.assertIn("compact_src_etype", call["layouts"])
         self.assertEqual(call["compact_relations"], 0.6)  # the spec's options.compact_relations
         self.assertEqual(set(g.materialization_choices), {"inference", "training"})
-        self.assertEqual(self.module.RUNTIME_VERSION, "1.5")
+        self.assertEqual(self.module.RUNTIME_VERSION, "1.6")  # in_col_inv_relation_in_degree
 
     def test_compact_relations_argument_wins_over_the_spec(self):
         self.graph(compact_relations=[True, False, True])
@@ -183,15 +187,19 @@ class AutoModule(unittest.TestCase):
         self.assertEqual(self.module.materialization(g), "compact")
         self.assertEqual(g.materialization_choices["inference"], "compact")
 
-    def run_layer(self, g, requires_grad):
+    def layer_and_ops(self, requires_grad, delay_s=None):
         torch = boundary.torch
         layer = self.module.Rgcn_auto(boundary.R)
         for p in layer.parameters():
             p.requires_grad_(requires_grad)
         feature = torch.randn(boundary.N, DIM)
         shapes = [tuple(feature.shape)] + [tuple(p.shape) for p in (layer.W0, layer.W)]
-        ops = _Ops(self.module, shapes)
+        ops = _Ops(self.module, shapes, delay_s)
         self.module.torch = _Torch(ops, MODEL)
+        return layer, feature, ops
+
+    def run_layer(self, g, requires_grad):
+        layer, feature, ops = self.layer_and_ops(requires_grad)
         out = layer(g, feature)
         if requires_grad:
             out.sum().backward()
@@ -212,6 +220,56 @@ class AutoModule(unittest.TestCase):
                 self.assertEqual(args[n_arrays + 4], g.num_unique_src)
             called, _ = self.run_layer(g, True)
             self.assertEqual(called, [prefix + "forward_train", prefix + "backward"])
+
+    def test_choose_by_timing_keeps_the_faster_program(self):
+        for training in (False, True):
+            for slow, fast in (("compact", "vanilla"), ("vanilla", "compact")):
+                g = self.graph()
+                before = dict(g.materialization_choices)
+                layer, feature, ops = self.layer_and_ops(training, {slow: 0.004})
+                times = layer.choose_by_timing(g, feature, training=training, rounds=3, calls=2)
+                self.assertEqual(set(times), {"vanilla", "compact"})
+                self.assertGreater(times[slow], times[fast] + 3.0)   # ms: every call of the slow one sleeps 4 ms
+                mode = "training" if training else "inference"
+                self.assertEqual(g.materialization_choices[mode], fast)
+                other = "inference" if training else "training"
+                self.assertEqual(g.materialization_choices[other], before[other])   # the other mode is left alone
+                # Every program ran its own ops: one untimed call, then rounds x calls timed ones.
+                phases = ["forward_train", "backward"] if training else ["forward"]
+                for program, prefix in (("vanilla", ""), ("compact", "compact_")):
+                    for phase in phases:
+                        self.assertEqual(sum(op == prefix + phase for op, _ in ops.calls), 1 + 3 * 2)
+                # The weights' gradients are not touched, and forward() now runs the faster program.
+                self.assertTrue(all(p.grad is None for p in layer.parameters()))
+                ops.calls.clear()
+                with boundary.torch.no_grad() if not training else boundary.torch.enable_grad():
+                    layer(g, feature)
+                prefix = "" if fast == "vanilla" else "compact_"
+                self.assertEqual(ops.calls[0][0], prefix + ("forward_train" if training else "forward"))
+
+    def test_time_programs_leaves_the_choice(self):
+        g = self.graph()
+        before = dict(g.materialization_choices)
+        layer, feature, _ = self.layer_and_ops(False, {"compact": 0.002})
+        times = self.module.time_programs(g, feature, layer.W0, layer.W, rounds=1, calls=1)
+        self.assertGreater(times["compact"], times["vanilla"])
+        self.assertEqual(g.materialization_choices, before)
+
+    def test_time_programs_on_a_vanilla_only_graph(self):
+        g = self.graph(materialization="vanilla")   # no pair layout: the compact program cannot run on it
+        layer, feature, ops = self.layer_and_ops(False)
+        times = layer.choose_by_timing(g, feature, rounds=1, calls=1)
+        self.assertIsNone(times["compact"])
+        self.assertEqual(g.materialization_choices["inference"], "vanilla")
+        self.assertFalse(any(op.startswith("compact_") for op, _ in ops.calls))
+
+    def test_time_programs_refuses_what_it_cannot_time(self):
+        g = self.graph()
+        layer, feature, _ = self.layer_and_ops(False)
+        with self.assertRaisesRegex(ValueError, "no argument requires grad"):
+            layer.choose_by_timing(g, feature, training=True)
+        with self.assertRaisesRegex(ValueError, "rounds and calls must be >= 1"):
+            layer.choose_by_timing(g, feature, rounds=0)
 
 
 if __name__ == "__main__":
