@@ -266,6 +266,9 @@ def profile_top(fn, train: bool, calls: int = 3, top: int = 14) -> list:
     return [[n, round(ms, 4), round(c, 2)] for n, ms, c in [total] + rows[:top]]
 
 
+_PROFILER_OWN = ("Activity Buffer Request",)   # the profiler's own work, not the call's
+
+
 def host_profile_top(fn, train: bool, calls: int = 5, top: int = 16) -> list:
     """Where the host's time of one call goes, by the torch profiler's CPU activity: [name, ms per call, calls per
     call] of all recorded ops together (their self CPU time), then of the `top` ops by self CPU time (--profile).
@@ -282,7 +285,7 @@ def host_profile_top(fn, train: bool, calls: int = 5, top: int = 16) -> list:
                 fn()
             sync()
     rows = [[ev.key[:90], ev.self_cpu_time_total / 1e3 / calls, ev.count / calls]
-            for ev in prof.key_averages() if ev.self_cpu_time_total > 0]
+            for ev in prof.key_averages() if ev.self_cpu_time_total > 0 and ev.key not in _PROFILER_OWN]
     rows.sort(key=lambda r: -r[1])
     total = ["(all ops: host time per call, with the profiler's overhead)", sum(r[1] for r in rows),
              sum(r[2] for r in rows)]
