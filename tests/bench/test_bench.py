@@ -442,7 +442,11 @@ def test_auto_report():
             _case("aifb", "rgat", "train", "hectorgen_tf32", "hectorgen", "fp32", 1.0, dtype="tf32"),
             _case("aifb", "rgat", "train", "hectorgen_tf32_compact", "hectorgen", "fp32", 1.2, dtype="tf32"),
             _case("aifb", "rgat", "train", "hectorgen_tf32_auto", "hectorgen", "fp32", 1.0, dtype="tf32",
-                  materialization="vanilla", estimated_ms={"vanilla": 0.2, "compact": 0.3})]
+                  materialization="vanilla", estimated_ms={"vanilla": 0.2, "compact": 0.3}),
+            # the program chosen by timing: compared with the same fixed choices, its measured times shown
+            _case("aifb", "rgat", "train", "hectorgen_tf32_auto_timed", "hectorgen", "fp32", 1.1, dtype="tf32",
+                  materialization="compact", estimated_ms={"vanilla": 0.2, "compact": 0.3},
+                  timed_ms={"vanilla": 0.9, "compact": 0.8})]
     fake.write_text("".join(json.dumps(r) + "\n" for r in recs))
     md_path = TMP / "auto.md"
     check(report.main([str(fake), "--out", str(md_path), "--no-plots"]) == 0, "report rc")
@@ -450,6 +454,7 @@ def test_auto_report():
     for want in ("## auto: the program picked per case",
                  "| hectorgen_tf32_auto | mag | rgat | train | compact | 20.500 | 30.000 | 20.000 | - | - | 1.02 | 25.000 / 15.000 |",
                  "| hectorgen_tf32_auto | aifb | rgat | train | vanilla | 1.000 | 1.000 | 1.200 | - | - | 1.00 | 0.200 / 0.300 |",
+                 "| hectorgen_tf32_auto_timed | aifb | rgat | train | compact | 1.100 | 1.000 | 1.200 | - | - | 1.10 | 0.900 / 0.800 |",
                  "hectorgen_tf32_auto (compact)", "| hectorgen_tf32_auto | RGAT | train |"):
         check(want in md, f"auto report lacks {want!r}")
     # --optimisations: the tables of optimisations and auto choices come from that run alone (its own meta line), the
