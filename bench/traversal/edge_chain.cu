@@ -13,31 +13,12 @@
 //   +csr norm    norm in CSR order too (no random 4-byte read left)
 //
 // Build and run: bench/traversal/run.sh (nvcc -O3 -arch=sm_90).
-#include <cuda_bf16.h>
+#include "common.cuh"
 
-#include <algorithm>
-#include <cstdint>
-#include <cstdio>
-#include <random>
-#include <vector>
-
-#define CHECK(x)                                                                   \
-  do {                                                                             \
-    cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) {                                                       \
-      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));            \
-      exit(1);                                                                     \
-    }                                                                              \
-  } while (0)
+using traversal::add_row;
 
 enum Mode { kEmitted, kNormByLane, kLoadsFirst, kCsrPair, kCsrNorm };
 constexpr const char* kNames[] = {"emitted", "+norm", "+loads first", "+csr pair", "+csr norm"};
-
-__device__ inline void add_row(float (&acc)[8], float w, uint4 word) {
-  const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&word);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) acc[j] += w * __bfloat162float(e[j]);
-}
 
 template <Mode M>
 __global__ void __launch_bounds__(256) chain(int64_t n_rows, const int* __restrict__ in_ptr, const int* __restrict__ in_eid,
@@ -120,40 +101,24 @@ float run(const Graph& g, __nv_bfloat16* h, const __nv_bfloat16* lin, float* che
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, chain<M>, 256, 0));
   const int64_t grid = std::min<int64_t>((g.N * 8 + 255) / 256, static_cast<int64_t>(blocks) * sms * 4);
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int it = 0; it < 40; ++it) {
-    CHECK(cudaMemset(h, 0, g.N * 64 * sizeof(__nv_bfloat16)));
-    CHECK(cudaEventRecord(a));
-    chain<M><<<grid, 256>>>(g.N, g.ptr, g.eid, g.pair, g.in_pair, g.norm, g.in_norm, h, lin);
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float t;
-    CHECK(cudaEventElapsedTime(&t, a, b));
-    if (it >= 5) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
+  const float ms = traversal::median_ms(
+      [&] { chain<M><<<grid, 256>>>(g.N, g.ptr, g.eid, g.pair, g.in_pair, g.norm, g.in_norm, h, lin); },
+      [&] { CHECK(cudaMemset(h, 0, g.N * 64 * sizeof(__nv_bfloat16))); }, 35, 5);
   // Every mode must compute the same sums: compare a checksum of the output.
   std::vector<__nv_bfloat16> out(g.N * 64);
   CHECK(cudaMemcpy(out.data(), h, out.size() * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
   double s = 0;
   for (size_t i = 0; i < out.size(); i += 7) s += __bfloat162float(out[i]);
   *check = static_cast<float>(s);
-  return ms[ms.size() / 2];
+  return ms;
 }
 
 int main(int argc, char** argv) {
-  // am: 1.9M nodes, 5.7M edges, 1.9M (source, relation) pairs; wikikg2: 2.5M, 16.1M, 10.1M.
-  struct Case { const char* name; int64_t N, E, P; };
-  const Case cases[] = {{"am", 1885136, 5668682, 1900000}, {"wikikg2", 2500604, 16109182, 10100000}};
   printf("%-8s %-13s %9s %9s %11s\n", "graph", "kernel", "ms", "vs first", "checksum");
-  for (const Case& c : cases) {
+  for (const traversal::Case& c : {traversal::kAm, traversal::kWikikg2}) {
     std::mt19937 rng(1);
-    std::vector<int> ptr(c.N + 1, 0);
-    const int max_deg = static_cast<int>(2 * c.E / c.N);  // degrees uniform in 0 .. 2 E / N: about E edges
-    for (int64_t n = 0; n < c.N; ++n) ptr[n + 1] = ptr[n] + static_cast<int>(rng() % (max_deg + 1));
+    // degrees uniform in 0 .. 2 E / N: about E edges
+    const std::vector<int> ptr = traversal::random_row_ptr(c.N, static_cast<int>(2 * c.E / c.N), rng);
     const int64_t E = ptr[c.N];
     std::vector<int> eid(E), pr(E), in_pair(E);
     std::vector<float> nm(E), in_norm(E);
@@ -167,22 +132,13 @@ int main(int argc, char** argv) {
       in_pair[i] = pr[eid[i]];
       in_norm[i] = nm[eid[i]];
     }
-    Graph g{c.N, E, c.P, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
-    auto up = [](auto*& d, const auto& v) {
-      CHECK(cudaMalloc(&d, v.size() * sizeof(v[0])));
-      CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice));
-    };
-    up(g.ptr, ptr);
-    up(g.eid, eid);
-    up(g.pair, pr);
-    up(g.in_pair, in_pair);
-    up(g.norm, nm);
-    up(g.in_norm, in_norm);
+    using traversal::upload;
+    const Graph g{c.N, E, c.P, upload(ptr), upload(eid), upload(pr), upload(in_pair), upload(nm), upload(in_norm)};
     std::vector<__nv_bfloat16> lin_h(c.P * 64);
     for (auto& x : lin_h) x = __float2bfloat16(static_cast<float>(rng() % 17) / 16.0f);
-    __nv_bfloat16 *h, *lin;
+    __nv_bfloat16* h = nullptr;
     CHECK(cudaMalloc(&h, c.N * 64 * sizeof(__nv_bfloat16)));
-    up(lin, lin_h);
+    __nv_bfloat16* lin = upload(lin_h);
     float ms[5], sum[5];
     ms[0] = run<kEmitted>(g, h, lin, &sum[0]);
     ms[1] = run<kNormByLane>(g, h, lin, &sum[1]);

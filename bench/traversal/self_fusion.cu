@@ -12,28 +12,16 @@
 //
 // The node sum reads its edges' pairs and norms by CSR position (in_pair, in_norm), rows of 8 lanes, 4 rows a warp
 // in step. Build and run: TRAVERSAL_BENCHES=self_fusion bench/traversal/run.sh.
-#include <cuda_bf16.h>
-
-#include <algorithm>
 #include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <random>
-#include <vector>
 
+#include "common.cuh"
 #include "hectorgen/tc_gemm.cuh"
-
-#define CHECK(x)                                                                   \
-  do {                                                                             \
-    cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) {                                                       \
-      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));            \
-      exit(1);                                                                     \
-    }                                                                              \
-  } while (0)
 
 namespace tc = hectorgen::tc;
 using bf16 = __nv_bfloat16;
+using traversal::add_row;
+using traversal::median_ms;
+using traversal::upload;
 
 struct Graph {
   int64_t N, E, P;
@@ -41,12 +29,6 @@ struct Graph {
   const float* in_norm;
   const bf16* lin;
 };
-
-__device__ inline void add_row(float (&acc)[8], float w, uint4 word) {
-  const bf16* e = reinterpret_cast<const bf16*>(&word);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) acc[j] += w * __bfloat162float(e[j]);
-}
 
 // The edge loop of row n (8 lanes, this lane's 8 elements in acc), its 4 rows a warp in step; stores h[n].
 __device__ inline void sum_edges(float (&acc)[8], int64_t n, bool live, int lane, const int* __restrict__ in_ptr,
@@ -205,34 +187,6 @@ __global__ void __launch_bounds__(256) copy_rows(int64_t n16, const uint4* __res
   for (int64_t i = blockIdx.x * int64_t{256} + threadIdx.x; i < n16; i += int64_t{gridDim.x} * 256) y[i] = x[i];
 }
 
-template <class F>
-float median_ms(F&& launch) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int it = 0; it < 45; ++it) {
-    CHECK(cudaEventRecord(a));
-    launch();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float t;
-    CHECK(cudaEventElapsedTime(&t, a, b));
-    if (it >= 5) ms.push_back(t);
-  }
-  CHECK(cudaGetLastError());
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-template <class V>
-auto* upload(const V& v) {
-  typename V::value_type* d = nullptr;
-  CHECK(cudaMalloc(&d, v.size() * sizeof(v[0])));
-  CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice));
-  return d;
-}
-
 std::vector<float> download(const bf16* d, size_t n) {
   std::vector<bf16> h(n);
   CHECK(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
@@ -242,15 +196,11 @@ std::vector<float> download(const bf16* d, size_t n) {
 }
 
 int main() {
-  // am: 1.9M nodes, 5.7M edges, 1.9M (source, relation) pairs; wikikg2: 2.5M, 16.1M, 10.1M.
-  struct Case { const char* name; int64_t N, E, P; };
-  const Case cases[] = {{"am", 1885136, 5668682, 1900000}, {"wikikg2", 2500604, 16109182, 10100000}};
   printf("%-8s %-12s %9s %9s %12s\n", "graph", "kernel", "ms", "vs first", "max rel err");
-  for (const Case& c : cases) {
+  for (const traversal::Case& c : {traversal::kAm, traversal::kWikikg2}) {
     std::mt19937 rng(1);
-    std::vector<int> ptr(c.N + 1, 0);
-    const int max_deg = static_cast<int>(2 * c.E / c.N);  // degrees uniform in 0 .. 2 E / N: about E edges
-    for (int64_t n = 0; n < c.N; ++n) ptr[n + 1] = ptr[n] + static_cast<int>(rng() % (max_deg + 1));
+    // degrees uniform in 0 .. 2 E / N: about E edges
+    const std::vector<int> ptr = traversal::random_row_ptr(c.N, static_cast<int>(2 * c.E / c.N), rng);
     const int64_t E = ptr[c.N];
     std::vector<int> in_pair(E);
     std::vector<float> in_norm(E);

@@ -3,14 +3,7 @@
 // lane + G j, one scalar load per slot: hectorgen's traversal layout up to session 14) or blocked (elements
 // lane S .. lane S + S - 1, one vector load per lane). Graph: am's sizes, uniform random pairs, degrees 0..6.
 // Build and run: bench/traversal/run.sh (nvcc -O3 -arch=sm_90).
-#include <cuda_bf16.h>
-#include <cstdio>
-#include <cstdint>
-#include <vector>
-#include <random>
-#include <algorithm>
-
-#define CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "common.cuh"
 
 __device__ inline float to_f(float x) { return x; }
 __device__ inline float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -117,10 +110,9 @@ void all(const char* name, int64_t N, int64_t E, int64_t P, const int* ip, const
 }
 
 int main() {
-  const int64_t N = 1885136, P = 1900000;
+  const int64_t N = traversal::kAm.N, P = traversal::kAm.P;
   std::mt19937 rng(1);
-  std::vector<int> ptr(N + 1, 0);
-  for (int64_t n = 0; n < N; ++n) ptr[n + 1] = ptr[n] + (int)(rng() % 7);
+  const std::vector<int> ptr = traversal::random_row_ptr(N, 6, rng);
   const int64_t E = ptr[N];
   std::vector<int> eid(E), pr(E);
   std::vector<float> nm(E, 0.5f);
