@@ -145,33 +145,18 @@ std::vector<at::Tensor> hgt_forward_op(
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   at::Tensor k = at::empty({num_nodes, 1, 64}, options);  // field
   a.k = k.data_ptr<float>();
-  at::Tensor hgt_fw_gemm_k_tile_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_fw_gemm_k_tile_ptr = hgt_fw_gemm_k_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_fw_gemm_k(a, stream));
-  // No kernel below uses hgt_fw_gemm_k_tile_ptr: its memory goes back to the caching allocator.
-  hgt_fw_gemm_k_tile_ptr.reset();
   at::Tensor q = at::empty({num_nodes, 1, 64}, options);  // field
   a.q = q.data_ptr<float>();
-  at::Tensor hgt_fw_gemm_q_tile_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_fw_gemm_q_tile_ptr = hgt_fw_gemm_q_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_fw_gemm_q(a, stream));
-  // No kernel below uses hgt_fw_gemm_q_tile_ptr: its memory goes back to the caching allocator.
-  hgt_fw_gemm_q_tile_ptr.reset();
   at::Tensor v = at::empty({num_nodes, 1, 64}, options);  // field
   a.v = v.data_ptr<float>();
-  at::Tensor hgt_fw_gemm_v_tile_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_fw_gemm_v_tile_ptr = hgt_fw_gemm_v_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_fw_gemm_v(a, stream));
-  // No kernel below uses hgt_fw_gemm_v_tile_ptr: its memory goes back to the caching allocator.
-  hgt_fw_gemm_v_tile_ptr.reset();
   at::Tensor t_lin_3 = at::empty({num_edges, 1, 64}, options);  // intermediate
   a.t_lin_3 = t_lin_3.data_ptr<float>();
-  at::Tensor hgt_fw_gemm_lin_3_tile_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_fw_gemm_lin_3_tile_ptr = hgt_fw_gemm_lin_3_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_fw_gemm_lin_3(a, stream));
-  // No kernel below uses k, hgt_fw_gemm_lin_3_tile_ptr: their memory goes back to the caching allocator.
+  // No kernel below uses k: its memory goes back to the caching allocator.
   k.reset();
-  hgt_fw_gemm_lin_3_tile_ptr.reset();
   at::Tensor att = at::empty({num_edges, 1}, options);  // field
   a.att = att.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_fw_edges_att(a, stream));
@@ -180,20 +165,15 @@ std::vector<at::Tensor> hgt_forward_op(
   t_lin_3.reset();
   at::Tensor msg = at::empty({num_edges, 1, 64}, options);  // field
   a.msg = msg.data_ptr<float>();
-  at::Tensor hgt_fw_gemm_msg_tile_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_fw_gemm_msg_tile_ptr = hgt_fw_gemm_msg_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_fw_gemm_msg(a, stream));
-  // No kernel below uses v, hgt_fw_gemm_msg_tile_ptr: their memory goes back to the caching allocator.
+  // No kernel below uses v: its memory goes back to the caching allocator.
   v.reset();
-  hgt_fw_gemm_msg_tile_ptr.reset();
   at::Tensor agg = at::empty({num_nodes, 1, 64}, options);  // field
   a.agg = agg.data_ptr<float>();
   C10_CUDA_CHECK(launch_hgt_fw_nodes_att_max(a, stream));
   // No kernel below uses att, msg: their memory goes back to the caching allocator.
   att.reset();
   msg.reset();
-  at::Tensor hgt_fw_gemm_h_tile_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_fw_gemm_h_tile_ptr = hgt_fw_gemm_h_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_fw_gemm_h(a, stream));
   return {h};
 }
@@ -343,43 +323,21 @@ std::vector<at::Tensor> hgt_forward_train_op(
   a.att__0_dot = att__0_dot.data_ptr<float>();
   a.att__1 = att__1.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  at::Tensor hgt_fwt_gemm_k_tile_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_fwt_gemm_k_tile_ptr = hgt_fwt_gemm_k_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_k(a, stream));
-  // No kernel below uses hgt_fwt_gemm_k_tile_ptr: its memory goes back to the caching allocator.
-  hgt_fwt_gemm_k_tile_ptr.reset();
-  at::Tensor hgt_fwt_gemm_q_tile_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_fwt_gemm_q_tile_ptr = hgt_fwt_gemm_q_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_q(a, stream));
-  // No kernel below uses hgt_fwt_gemm_q_tile_ptr: its memory goes back to the caching allocator.
-  hgt_fwt_gemm_q_tile_ptr.reset();
-  at::Tensor hgt_fwt_gemm_v_tile_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_fwt_gemm_v_tile_ptr = hgt_fwt_gemm_v_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_v(a, stream));
-  // No kernel below uses hgt_fwt_gemm_v_tile_ptr: its memory goes back to the caching allocator.
-  hgt_fwt_gemm_v_tile_ptr.reset();
   at::Tensor t_lin_3 = at::empty({num_edges, 1, 64}, options);  // intermediate
   a.t_lin_3 = t_lin_3.data_ptr<float>();
-  at::Tensor hgt_fwt_gemm_lin_3_tile_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_fwt_gemm_lin_3_tile_ptr = hgt_fwt_gemm_lin_3_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_lin_3(a, stream));
-  // No kernel below uses hgt_fwt_gemm_lin_3_tile_ptr: its memory goes back to the caching allocator.
-  hgt_fwt_gemm_lin_3_tile_ptr.reset();
   C10_CUDA_CHECK(launch_hgt_fwt_edges_att__0_dot(a, stream));
   // No kernel below uses t_lin_3: its memory goes back to the caching allocator.
   t_lin_3.reset();
   at::Tensor msg = at::empty({num_edges, 1, 64}, options);  // field
   a.msg = msg.data_ptr<float>();
-  at::Tensor hgt_fwt_gemm_msg_tile_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_fwt_gemm_msg_tile_ptr = hgt_fwt_gemm_msg_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_msg(a, stream));
-  // No kernel below uses hgt_fwt_gemm_msg_tile_ptr: its memory goes back to the caching allocator.
-  hgt_fwt_gemm_msg_tile_ptr.reset();
   C10_CUDA_CHECK(launch_hgt_fwt_nodes_att_max(a, stream));
   // No kernel below uses msg: its memory goes back to the caching allocator.
   msg.reset();
-  at::Tensor hgt_fwt_gemm_h_tile_ptr = at::empty({num_ntypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_fwt_gemm_h_tile_ptr = hgt_fwt_gemm_h_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_hgt_fwt_gemm_h(a, stream));
   return {h, agg, att, att__0, att__0_dot, att__1, att_max, att_sum, k, q, v};
 }
@@ -579,21 +537,14 @@ std::vector<at::Tensor> hgt_backward_op(
   hgt_bw_wgrad_d_W_a_chunk_ptr.reset();
   at::Tensor d_agg = zeros_if(grad_mask & 127, {num_nodes, 1, 64}, options);  // field
   a.d_agg = d_agg.data_ptr<float>();
-  at::Tensor hgt_bw_gemm_d_agg_tile_ptr = empty_if(grad_mask & 127, {num_ntypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_bw_gemm_d_agg_tile_ptr = hgt_bw_gemm_d_agg_tile_ptr.data_ptr<int32_t>();
   at::Tensor hgt_bw_gemm_d_agg_w_t = empty_if(grad_mask & 127, {num_ntypes * 4096}, options.dtype(at::kFloat));  // workspace: W_a^T, [64][64] per segment
   a.hgt_bw_gemm_d_agg_w_t = hgt_bw_gemm_d_agg_w_t.data_ptr<float>();
   if (grad_mask & 127) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_agg(a, stream));
-  // No kernel below uses hgt_bw_gemm_d_agg_tile_ptr, hgt_bw_gemm_d_agg_w_t: their memory goes back to the caching allocator.
-  hgt_bw_gemm_d_agg_tile_ptr.reset();
+  // No kernel below uses hgt_bw_gemm_d_agg_w_t: its memory goes back to the caching allocator.
   hgt_bw_gemm_d_agg_w_t.reset();
   at::Tensor msg = empty_if(grad_mask & 127, {num_edges, 1, 64}, options);  // intermediate
   a.msg = msg.data_ptr<float>();
-  at::Tensor hgt_bw_gemm_msg_recompute_tile_ptr = empty_if(grad_mask & 127, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_bw_gemm_msg_recompute_tile_ptr = hgt_bw_gemm_msg_recompute_tile_ptr.data_ptr<int32_t>();
   if (grad_mask & 127) C10_CUDA_CHECK(launch_hgt_bw_gemm_msg_recompute(a, stream));
-  // No kernel below uses hgt_bw_gemm_msg_recompute_tile_ptr: its memory goes back to the caching allocator.
-  hgt_bw_gemm_msg_recompute_tile_ptr.reset();
   at::Tensor d_att__0 = empty_if(grad_mask & 127, {num_edges, 1}, options);  // field
   a.d_att__0 = d_att__0.data_ptr<float>();
   at::Tensor d_att__1 = empty_if(grad_mask & 127, {num_edges, 1}, options);  // field
@@ -615,27 +566,21 @@ std::vector<at::Tensor> hgt_backward_op(
   hgt_bw_wgrad_d_W_msg_chunk_ptr.reset();
   at::Tensor t_d_v_edges = empty_if(grad_mask & 9, {num_edges, 1, 64}, options);  // intermediate
   a.t_d_v_edges = t_d_v_edges.data_ptr<float>();
-  at::Tensor hgt_bw_gemm_d_v_edges_tile_ptr = empty_if(grad_mask & 9, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_bw_gemm_d_v_edges_tile_ptr = hgt_bw_gemm_d_v_edges_tile_ptr.data_ptr<int32_t>();
   at::Tensor hgt_bw_gemm_d_v_edges_w_t = empty_if(grad_mask & 9, {num_etypes * 4096}, options.dtype(at::kFloat));  // workspace: W_msg^T, [64][64] per segment
   a.hgt_bw_gemm_d_v_edges_w_t = hgt_bw_gemm_d_v_edges_w_t.data_ptr<float>();
   if (grad_mask & 9) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_v_edges(a, stream));
-  // No kernel below uses d_msg, hgt_bw_gemm_d_v_edges_tile_ptr, hgt_bw_gemm_d_v_edges_w_t: their memory goes back to the caching allocator.
+  // No kernel below uses d_msg, hgt_bw_gemm_d_v_edges_w_t: their memory goes back to the caching allocator.
   d_msg.reset();
-  hgt_bw_gemm_d_v_edges_tile_ptr.reset();
   hgt_bw_gemm_d_v_edges_w_t.reset();
   at::Tensor d_v = empty_if(grad_mask & 9, {num_nodes, 1, 64}, options);  // field
   a.d_v = d_v.data_ptr<float>();
   if (grad_mask & 9) C10_CUDA_CHECK(launch_hgt_bw_sum_d_v(a, stream));
   // No kernel below uses t_d_v_edges: its memory goes back to the caching allocator.
   t_d_v_edges.reset();
-  at::Tensor hgt_bw_gemm_d_feature_tile_ptr = empty_if(grad_mask & 1, {num_ntypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_bw_gemm_d_feature_tile_ptr = hgt_bw_gemm_d_feature_tile_ptr.data_ptr<int32_t>();
   at::Tensor hgt_bw_gemm_d_feature_w_t = empty_if(grad_mask & 1, {num_ntypes * 4096}, options.dtype(at::kFloat));  // workspace: W_v^T, [64][64] per segment
   a.hgt_bw_gemm_d_feature_w_t = hgt_bw_gemm_d_feature_w_t.data_ptr<float>();
   if (grad_mask & 1) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature(a, stream));
-  // No kernel below uses hgt_bw_gemm_d_feature_tile_ptr, hgt_bw_gemm_d_feature_w_t: their memory goes back to the caching allocator.
-  hgt_bw_gemm_d_feature_tile_ptr.reset();
+  // No kernel below uses hgt_bw_gemm_d_feature_w_t: its memory goes back to the caching allocator.
   hgt_bw_gemm_d_feature_w_t.reset();
   at::Tensor hgt_bw_wgrad_d_W_v_partial = empty_if(grad_mask & 8, {hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_v's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.hgt_bw_wgrad_d_W_v_partial = hgt_bw_wgrad_d_W_v_partial.data_ptr<float>();
@@ -659,14 +604,11 @@ std::vector<at::Tensor> hgt_backward_op(
   hgt_bw_wgrad_d_W_att_chunk_ptr.reset();
   at::Tensor t_d_k_edges = empty_if(grad_mask & 3, {num_edges, 1, 64}, options);  // intermediate
   a.t_d_k_edges = t_d_k_edges.data_ptr<float>();
-  at::Tensor hgt_bw_gemm_d_k_edges_tile_ptr = empty_if(grad_mask & 3, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_bw_gemm_d_k_edges_tile_ptr = hgt_bw_gemm_d_k_edges_tile_ptr.data_ptr<int32_t>();
   at::Tensor hgt_bw_gemm_d_k_edges_w_t = empty_if(grad_mask & 3, {num_etypes * 4096}, options.dtype(at::kFloat));  // workspace: W_att^T, [64][64] per segment
   a.hgt_bw_gemm_d_k_edges_w_t = hgt_bw_gemm_d_k_edges_w_t.data_ptr<float>();
   if (grad_mask & 3) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_k_edges(a, stream));
-  // No kernel below uses t_op0, hgt_bw_gemm_d_k_edges_tile_ptr, hgt_bw_gemm_d_k_edges_w_t: their memory goes back to the caching allocator.
+  // No kernel below uses t_op0, hgt_bw_gemm_d_k_edges_w_t: their memory goes back to the caching allocator.
   t_op0.reset();
-  hgt_bw_gemm_d_k_edges_tile_ptr.reset();
   hgt_bw_gemm_d_k_edges_w_t.reset();
   at::Tensor d_k = empty_if(grad_mask & 3, {num_nodes, 1, 64}, options);  // field
   a.d_k = d_k.data_ptr<float>();
@@ -683,11 +625,7 @@ std::vector<at::Tensor> hgt_backward_op(
   hgt_bw_wgrad_d_W_k_chunk_ptr.reset();
   at::Tensor t_lin_11 = empty_if(grad_mask & 69, {num_edges, 1, 64}, options);  // intermediate
   a.t_lin_11 = t_lin_11.data_ptr<float>();
-  at::Tensor hgt_bw_gemm_lin_11_tile_ptr = empty_if(grad_mask & 69, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_bw_gemm_lin_11_tile_ptr = hgt_bw_gemm_lin_11_tile_ptr.data_ptr<int32_t>();
   if (grad_mask & 69) C10_CUDA_CHECK(launch_hgt_bw_gemm_lin_11(a, stream));
-  // No kernel below uses hgt_bw_gemm_lin_11_tile_ptr: its memory goes back to the caching allocator.
-  hgt_bw_gemm_lin_11_tile_ptr.reset();
   at::Tensor t_sc2 = empty_if(grad_mask & 69, {num_edges, 1, 64}, options);  // intermediate
   a.t_sc2 = t_sc2.data_ptr<float>();
   at::Tensor t_wg3 = empty_if(grad_mask & 69, {num_edges, 1}, options);  // intermediate
@@ -710,13 +648,10 @@ std::vector<at::Tensor> hgt_backward_op(
   t_wg3.reset();
   hgt_bw_segsum_d_mu_chunk_ptr.reset();
   hgt_bw_segsum_d_mu_partial.reset();
-  at::Tensor hgt_bw_gemm_d_feature_2_tile_ptr = empty_if(grad_mask & 1, {num_ntypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_bw_gemm_d_feature_2_tile_ptr = hgt_bw_gemm_d_feature_2_tile_ptr.data_ptr<int32_t>();
   at::Tensor hgt_bw_gemm_d_feature_2_w_t = empty_if(grad_mask & 1, {num_ntypes * 4096}, options.dtype(at::kFloat));  // workspace: W_q^T, [64][64] per segment
   a.hgt_bw_gemm_d_feature_2_w_t = hgt_bw_gemm_d_feature_2_w_t.data_ptr<float>();
   if (grad_mask & 1) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature_2(a, stream));
-  // No kernel below uses hgt_bw_gemm_d_feature_2_tile_ptr, hgt_bw_gemm_d_feature_2_w_t: their memory goes back to the caching allocator.
-  hgt_bw_gemm_d_feature_2_tile_ptr.reset();
+  // No kernel below uses hgt_bw_gemm_d_feature_2_w_t: its memory goes back to the caching allocator.
   hgt_bw_gemm_d_feature_2_w_t.reset();
   at::Tensor hgt_bw_wgrad_d_W_q_partial = empty_if(grad_mask & 4, {hectorgen::wgrad_max_chunks(num_nodes, static_cast<int>(num_ntypes), hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: hgt_bw_wgrad_d_W_q's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.hgt_bw_wgrad_d_W_q_partial = hgt_bw_wgrad_d_W_q_partial.data_ptr<float>();
@@ -727,8 +662,6 @@ std::vector<at::Tensor> hgt_backward_op(
   d_q.reset();
   hgt_bw_wgrad_d_W_q_partial.reset();
   hgt_bw_wgrad_d_W_q_chunk_ptr.reset();
-  at::Tensor hgt_bw_gemm_d_feature_3_tile_ptr = empty_if(grad_mask & 1, {num_ntypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.hgt_bw_gemm_d_feature_3_tile_ptr = hgt_bw_gemm_d_feature_3_tile_ptr.data_ptr<int32_t>();
   at::Tensor hgt_bw_gemm_d_feature_3_w_t = empty_if(grad_mask & 1, {num_ntypes * 4096}, options.dtype(at::kFloat));  // workspace: W_k^T, [64][64] per segment
   a.hgt_bw_gemm_d_feature_3_w_t = hgt_bw_gemm_d_feature_3_w_t.data_ptr<float>();
   if (grad_mask & 1) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature_3(a, stream));

@@ -657,11 +657,9 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_q(
 
 cudaError_t launch_hgt_fw_gemm_k(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // k[row] = feature[row] * W_k[ntype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_fw_gemm_k_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: ntype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W_k;
@@ -670,7 +668,7 @@ cudaError_t launch_hgt_fw_gemm_k(const HgtForwardArgs& a, cudaStream_t stream) {
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.ntype_ptr;
-    gemm.tile_ptr = a.hgt_fw_gemm_k_tile_ptr;
+    gemm.tile_ptr = a.ntype_tile_ptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = a.num_ntypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -683,11 +681,9 @@ cudaError_t launch_hgt_fw_gemm_k(const HgtForwardArgs& a, cudaStream_t stream) {
 
 cudaError_t launch_hgt_fw_gemm_q(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // q[row] = feature[row] * W_q[ntype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_fw_gemm_q_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: ntype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W_q;
@@ -696,7 +692,7 @@ cudaError_t launch_hgt_fw_gemm_q(const HgtForwardArgs& a, cudaStream_t stream) {
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.ntype_ptr;
-    gemm.tile_ptr = a.hgt_fw_gemm_q_tile_ptr;
+    gemm.tile_ptr = a.ntype_tile_ptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = a.num_ntypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -709,11 +705,9 @@ cudaError_t launch_hgt_fw_gemm_q(const HgtForwardArgs& a, cudaStream_t stream) {
 
 cudaError_t launch_hgt_fw_gemm_v(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // v[row] = feature[row] * W_v[ntype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_fw_gemm_v_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: ntype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W_v;
@@ -722,7 +716,7 @@ cudaError_t launch_hgt_fw_gemm_v(const HgtForwardArgs& a, cudaStream_t stream) {
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.ntype_ptr;
-    gemm.tile_ptr = a.hgt_fw_gemm_v_tile_ptr;
+    gemm.tile_ptr = a.ntype_tile_ptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = a.num_ntypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -735,11 +729,9 @@ cudaError_t launch_hgt_fw_gemm_v(const HgtForwardArgs& a, cudaStream_t stream) {
 
 cudaError_t launch_hgt_fw_gemm_lin_3(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // t_lin_3[row] = k[src[row]] * W_att[etype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_fw_gemm_lin_3_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.k;
     gemm.w = a.W_att;
@@ -748,7 +740,7 @@ cudaError_t launch_hgt_fw_gemm_lin_3(const HgtForwardArgs& a, cudaStream_t strea
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.hgt_fw_gemm_lin_3_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -770,11 +762,9 @@ cudaError_t launch_hgt_fw_edges_att(const HgtForwardArgs& a, cudaStream_t stream
 
 cudaError_t launch_hgt_fw_gemm_msg(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // msg[row] = v[src[row]] * W_msg[etype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_fw_gemm_msg_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.v;
     gemm.w = a.W_msg;
@@ -783,7 +773,7 @@ cudaError_t launch_hgt_fw_gemm_msg(const HgtForwardArgs& a, cudaStream_t stream)
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.hgt_fw_gemm_msg_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -805,11 +795,9 @@ cudaError_t launch_hgt_fw_nodes_att_max(const HgtForwardArgs& a, cudaStream_t st
 
 cudaError_t launch_hgt_fw_gemm_h(const HgtForwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // h[row] = agg[row] * W_a[ntype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_fw_gemm_h_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: ntype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.agg;
     gemm.w = a.W_a;
@@ -818,7 +806,7 @@ cudaError_t launch_hgt_fw_gemm_h(const HgtForwardArgs& a, cudaStream_t stream) {
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.ntype_ptr;
-    gemm.tile_ptr = a.hgt_fw_gemm_h_tile_ptr;
+    gemm.tile_ptr = a.ntype_tile_ptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = a.num_ntypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -843,11 +831,9 @@ cudaError_t hgt_forward(const HgtForwardArgs& a, cudaStream_t stream) {
 
 cudaError_t launch_hgt_fwt_gemm_k(const HgtForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // k[row] = feature[row] * W_k[ntype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_fwt_gemm_k_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: ntype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W_k;
@@ -856,7 +842,7 @@ cudaError_t launch_hgt_fwt_gemm_k(const HgtForwardTrainArgs& a, cudaStream_t str
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.ntype_ptr;
-    gemm.tile_ptr = a.hgt_fwt_gemm_k_tile_ptr;
+    gemm.tile_ptr = a.ntype_tile_ptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = a.num_ntypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -869,11 +855,9 @@ cudaError_t launch_hgt_fwt_gemm_k(const HgtForwardTrainArgs& a, cudaStream_t str
 
 cudaError_t launch_hgt_fwt_gemm_q(const HgtForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // q[row] = feature[row] * W_q[ntype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_fwt_gemm_q_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: ntype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W_q;
@@ -882,7 +866,7 @@ cudaError_t launch_hgt_fwt_gemm_q(const HgtForwardTrainArgs& a, cudaStream_t str
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.ntype_ptr;
-    gemm.tile_ptr = a.hgt_fwt_gemm_q_tile_ptr;
+    gemm.tile_ptr = a.ntype_tile_ptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = a.num_ntypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -895,11 +879,9 @@ cudaError_t launch_hgt_fwt_gemm_q(const HgtForwardTrainArgs& a, cudaStream_t str
 
 cudaError_t launch_hgt_fwt_gemm_v(const HgtForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // v[row] = feature[row] * W_v[ntype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_fwt_gemm_v_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: ntype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W_v;
@@ -908,7 +890,7 @@ cudaError_t launch_hgt_fwt_gemm_v(const HgtForwardTrainArgs& a, cudaStream_t str
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.ntype_ptr;
-    gemm.tile_ptr = a.hgt_fwt_gemm_v_tile_ptr;
+    gemm.tile_ptr = a.ntype_tile_ptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = a.num_ntypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -921,11 +903,9 @@ cudaError_t launch_hgt_fwt_gemm_v(const HgtForwardTrainArgs& a, cudaStream_t str
 
 cudaError_t launch_hgt_fwt_gemm_lin_3(const HgtForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // t_lin_3[row] = k[src[row]] * W_att[etype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_fwt_gemm_lin_3_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.k;
     gemm.w = a.W_att;
@@ -934,7 +914,7 @@ cudaError_t launch_hgt_fwt_gemm_lin_3(const HgtForwardTrainArgs& a, cudaStream_t
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.hgt_fwt_gemm_lin_3_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -956,11 +936,9 @@ cudaError_t launch_hgt_fwt_edges_att__0_dot(const HgtForwardTrainArgs& a, cudaSt
 
 cudaError_t launch_hgt_fwt_gemm_msg(const HgtForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // msg[row] = v[src[row]] * W_msg[etype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_fwt_gemm_msg_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.v;
     gemm.w = a.W_msg;
@@ -969,7 +947,7 @@ cudaError_t launch_hgt_fwt_gemm_msg(const HgtForwardTrainArgs& a, cudaStream_t s
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.hgt_fwt_gemm_msg_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -991,11 +969,9 @@ cudaError_t launch_hgt_fwt_nodes_att_max(const HgtForwardTrainArgs& a, cudaStrea
 
 cudaError_t launch_hgt_fwt_gemm_h(const HgtForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // h[row] = agg[row] * W_a[ntype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_fwt_gemm_h_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: ntype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.agg;
     gemm.w = a.W_a;
@@ -1004,7 +980,7 @@ cudaError_t launch_hgt_fwt_gemm_h(const HgtForwardTrainArgs& a, cudaStream_t str
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.ntype_ptr;
-    gemm.tile_ptr = a.hgt_fwt_gemm_h_tile_ptr;
+    gemm.tile_ptr = a.ntype_tile_ptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = a.num_ntypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -1050,11 +1026,9 @@ cudaError_t launch_hgt_bw_wgrad_d_W_a(const HgtBackwardArgs& a, cudaStream_t str
 
 cudaError_t launch_hgt_bw_gemm_d_agg(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // d_agg[row] += d_h[row] * W_a[ntype]^T
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_bw_gemm_d_agg_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: ntype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     // Y = X W_a^T: W_a is stored [n][k] = [64][64] per segment; the kernel reads W_a^T, [k][n].
     err = hectorgen::tc::launch_transpose_segments<float>(a.W_a, a.hgt_bw_gemm_d_agg_w_t, a.num_ntypes, 64, 64, stream);
     if (err != cudaSuccess) return err;
@@ -1066,7 +1040,7 @@ cudaError_t launch_hgt_bw_gemm_d_agg(const HgtBackwardArgs& a, cudaStream_t stre
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.ntype_ptr;
-    gemm.tile_ptr = a.hgt_bw_gemm_d_agg_tile_ptr;
+    gemm.tile_ptr = a.ntype_tile_ptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = a.num_ntypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAccumulate, float,
@@ -1079,11 +1053,9 @@ cudaError_t launch_hgt_bw_gemm_d_agg(const HgtBackwardArgs& a, cudaStream_t stre
 
 cudaError_t launch_hgt_bw_gemm_msg_recompute(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // msg[row] = v[src[row]] * W_msg[etype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_bw_gemm_msg_recompute_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.v;
     gemm.w = a.W_msg;
@@ -1092,7 +1064,7 @@ cudaError_t launch_hgt_bw_gemm_msg_recompute(const HgtBackwardArgs& a, cudaStrea
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.hgt_bw_gemm_msg_recompute_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -1136,11 +1108,9 @@ cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& a, cudaStream_t s
 
 cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // t_d_v_edges[row] = d_msg[row] * W_msg[etype]^T
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_bw_gemm_d_v_edges_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     // Y = X W_msg^T: W_msg is stored [n][k] = [64][64] per segment; the kernel reads W_msg^T, [k][n].
     err = hectorgen::tc::launch_transpose_segments<float>(a.W_msg, a.hgt_bw_gemm_d_v_edges_w_t, a.num_etypes, 64, 64, stream);
     if (err != cudaSuccess) return err;
@@ -1152,7 +1122,7 @@ cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& a, cudaStream_t 
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.hgt_bw_gemm_d_v_edges_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -1174,11 +1144,9 @@ cudaError_t launch_hgt_bw_sum_d_v(const HgtBackwardArgs& a, cudaStream_t stream)
 
 cudaError_t launch_hgt_bw_gemm_d_feature(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // d_feature[row] += d_v[row] * W_v[ntype]^T
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_bw_gemm_d_feature_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: ntype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     // Y = X W_v^T: W_v is stored [n][k] = [64][64] per segment; the kernel reads W_v^T, [k][n].
     err = hectorgen::tc::launch_transpose_segments<float>(a.W_v, a.hgt_bw_gemm_d_feature_w_t, a.num_ntypes, 64, 64, stream);
     if (err != cudaSuccess) return err;
@@ -1190,7 +1158,7 @@ cudaError_t launch_hgt_bw_gemm_d_feature(const HgtBackwardArgs& a, cudaStream_t 
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.ntype_ptr;
-    gemm.tile_ptr = a.hgt_bw_gemm_d_feature_tile_ptr;
+    gemm.tile_ptr = a.ntype_tile_ptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = a.num_ntypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAccumulate, float,
@@ -1257,11 +1225,9 @@ cudaError_t launch_hgt_bw_wgrad_d_W_att(const HgtBackwardArgs& a, cudaStream_t s
 
 cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // t_d_k_edges[row] = q[dst[row]] * W_att[etype]^T * t_op0[row]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_bw_gemm_d_k_edges_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     // Y = X W_att^T: W_att is stored [n][k] = [64][64] per segment; the kernel reads W_att^T, [k][n].
     err = hectorgen::tc::launch_transpose_segments<float>(a.W_att, a.hgt_bw_gemm_d_k_edges_w_t, a.num_etypes, 64, 64, stream);
     if (err != cudaSuccess) return err;
@@ -1273,7 +1239,7 @@ cudaError_t launch_hgt_bw_gemm_d_k_edges(const HgtBackwardArgs& a, cudaStream_t 
     gemm.scatter = nullptr;
     gemm.scale = a.t_op0;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.hgt_bw_gemm_d_k_edges_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -1316,11 +1282,9 @@ cudaError_t launch_hgt_bw_wgrad_d_W_k(const HgtBackwardArgs& a, cudaStream_t str
 
 cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // t_lin_11[row] = k[src[row]] * W_att[etype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_bw_gemm_lin_11_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.k;
     gemm.w = a.W_att;
@@ -1329,7 +1293,7 @@ cudaError_t launch_hgt_bw_gemm_lin_11(const HgtBackwardArgs& a, cudaStream_t str
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.hgt_bw_gemm_lin_11_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -1376,11 +1340,9 @@ cudaError_t launch_hgt_bw_segsum_d_mu(const HgtBackwardArgs& a, cudaStream_t str
 
 cudaError_t launch_hgt_bw_gemm_d_feature_2(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // d_feature[row] += d_q[row] * W_q[ntype]^T
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_bw_gemm_d_feature_2_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: ntype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     // Y = X W_q^T: W_q is stored [n][k] = [64][64] per segment; the kernel reads W_q^T, [k][n].
     err = hectorgen::tc::launch_transpose_segments<float>(a.W_q, a.hgt_bw_gemm_d_feature_2_w_t, a.num_ntypes, 64, 64, stream);
     if (err != cudaSuccess) return err;
@@ -1392,7 +1354,7 @@ cudaError_t launch_hgt_bw_gemm_d_feature_2(const HgtBackwardArgs& a, cudaStream_
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.ntype_ptr;
-    gemm.tile_ptr = a.hgt_bw_gemm_d_feature_2_tile_ptr;
+    gemm.tile_ptr = a.ntype_tile_ptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = a.num_ntypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAccumulate, float,
@@ -1426,11 +1388,9 @@ cudaError_t launch_hgt_bw_wgrad_d_W_q(const HgtBackwardArgs& a, cudaStream_t str
 
 cudaError_t launch_hgt_bw_gemm_d_feature_3(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // d_feature[row] += d_k[row] * W_k[ntype]^T
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.ntype_ptr, a.num_ntypes, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.hgt_bw_gemm_d_feature_3_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: ntype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     // Y = X W_k^T: W_k is stored [n][k] = [64][64] per segment; the kernel reads W_k^T, [k][n].
     err = hectorgen::tc::launch_transpose_segments<float>(a.W_k, a.hgt_bw_gemm_d_feature_3_w_t, a.num_ntypes, 64, 64, stream);
     if (err != cudaSuccess) return err;
@@ -1442,7 +1402,7 @@ cudaError_t launch_hgt_bw_gemm_d_feature_3(const HgtBackwardArgs& a, cudaStream_
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.ntype_ptr;
-    gemm.tile_ptr = a.hgt_bw_gemm_d_feature_3_tile_ptr;
+    gemm.tile_ptr = a.ntype_tile_ptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = a.num_ntypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAccumulate, float,

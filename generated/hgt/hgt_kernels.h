@@ -47,12 +47,6 @@ struct HgtForwardArgs {
   float* att = nullptr;  // [num_edges, 1]
   float* msg = nullptr;  // [num_edges, 1, 64]
   float* t_lin_3 = nullptr;  // [num_edges, 1, 64]
-  int32_t* hgt_fw_gemm_k_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  int32_t* hgt_fw_gemm_q_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  int32_t* hgt_fw_gemm_v_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  int32_t* hgt_fw_gemm_lin_3_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  int32_t* hgt_fw_gemm_msg_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  int32_t* hgt_fw_gemm_h_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
@@ -110,12 +104,6 @@ struct HgtForwardTrainArgs {
   float* att__1 = nullptr;  // [num_edges, 1]
   float* msg = nullptr;  // [num_edges, 1, 64]
   float* t_lin_3 = nullptr;  // [num_edges, 1, 64]
-  int32_t* hgt_fwt_gemm_k_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  int32_t* hgt_fwt_gemm_q_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  int32_t* hgt_fwt_gemm_v_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  int32_t* hgt_fwt_gemm_lin_3_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  int32_t* hgt_fwt_gemm_msg_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  int32_t* hgt_fwt_gemm_h_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
@@ -199,31 +187,23 @@ struct HgtBackwardArgs {
   float* msg = nullptr;  // [num_edges, 1, 64]
   float* hgt_bw_wgrad_d_W_a_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_a's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* hgt_bw_wgrad_d_W_a_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_a's first chunk of each segment
-  int32_t* hgt_bw_gemm_d_agg_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
   float* hgt_bw_gemm_d_agg_w_t = nullptr;  // workspace: W_a^T, [64][64] per segment
-  int32_t* hgt_bw_gemm_msg_recompute_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
   float* hgt_bw_wgrad_d_W_msg_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_msg's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* hgt_bw_wgrad_d_W_msg_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_msg's first chunk of each segment
-  int32_t* hgt_bw_gemm_d_v_edges_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
   float* hgt_bw_gemm_d_v_edges_w_t = nullptr;  // workspace: W_msg^T, [64][64] per segment
-  int32_t* hgt_bw_gemm_d_feature_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
   float* hgt_bw_gemm_d_feature_w_t = nullptr;  // workspace: W_v^T, [64][64] per segment
   float* hgt_bw_wgrad_d_W_v_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_v's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* hgt_bw_wgrad_d_W_v_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_v's first chunk of each segment
   float* hgt_bw_wgrad_d_W_att_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_att's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* hgt_bw_wgrad_d_W_att_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_att's first chunk of each segment
-  int32_t* hgt_bw_gemm_d_k_edges_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
   float* hgt_bw_gemm_d_k_edges_w_t = nullptr;  // workspace: W_att^T, [64][64] per segment
   float* hgt_bw_wgrad_d_W_k_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_k's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* hgt_bw_wgrad_d_W_k_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_k's first chunk of each segment
-  int32_t* hgt_bw_gemm_lin_11_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
   int32_t* hgt_bw_segsum_d_mu_chunk_ptr = nullptr;  // workspace: hgt_bw_segsum_d_mu's first chunk of each segment
   float* hgt_bw_segsum_d_mu_partial = nullptr;  // workspace: hgt_bw_segsum_d_mu's fp32 sums, one per chunk
-  int32_t* hgt_bw_gemm_d_feature_2_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
   float* hgt_bw_gemm_d_feature_2_w_t = nullptr;  // workspace: W_q^T, [64][64] per segment
   float* hgt_bw_wgrad_d_W_q_partial = nullptr;  // workspace: hgt_bw_wgrad_d_W_q's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* hgt_bw_wgrad_d_W_q_chunk_ptr = nullptr;  // workspace: hgt_bw_wgrad_d_W_q's first chunk of each segment
-  int32_t* hgt_bw_gemm_d_feature_3_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
   float* hgt_bw_gemm_d_feature_3_w_t = nullptr;  // workspace: W_k^T, [64][64] per segment
 };
 
@@ -252,5 +232,5 @@ cudaError_t launch_hgt_bw_gemm_d_feature_3(const HgtBackwardArgs& args, cudaStre
 // Runs the whole backward pass on `stream`, in order. Returns the first launch error.
 cudaError_t hgt_backward(const HgtBackwardArgs& args, cudaStream_t stream);
 
-// Grid sizes used by the GEMM instances depend on this tile size (runtime tile pointers must match).
-inline constexpr int kHgtGemmTile = 16;
+// The row tile of the graph's tile offsets (etype_tile_ptr, ...) that the GEMM instances read: build them for it.
+inline constexpr int kHgtGemmTile = 64;

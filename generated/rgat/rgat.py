@@ -36,7 +36,7 @@ HYPER = {"in_dim": 64, "out_dim": 64, "heads": 1, "negative_slope": 0.2}
 # Graph layouts the generated kernels read, the row tile of the GEMM kernels, and the runtime's graph arrays that
 # start every op's argument list (Graph.arrays keys, in argument order).
 GRAPH_LAYOUTS = ("csr_by_dst", "csr_by_src", "etype_sorted_coo", )
-GEMM_TILE = 16
+GEMM_TILE = 64
 GRAPH_ARRAYS = ("sorted_src", "sorted_dst", "sorted_etype", "etype_ptr", "etype_tile_ptr", "in_row_ptr", "in_col_eid", "in_col_src", "in_col_etype", "out_row_ptr", "out_col_eid", "out_col_dst", "out_col_etype", )
 
 _ext = None

@@ -124,18 +124,10 @@ std::vector<at::Tensor> rgat_forward_op(
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   at::Tensor t_hs = at::empty({num_edges, 1, 64}, options);  // intermediate
   a.t_hs = t_hs.data_ptr<float>();
-  at::Tensor rgat_fw_gemm_hs_tile_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.rgat_fw_gemm_hs_tile_ptr = rgat_fw_gemm_hs_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_rgat_fw_gemm_hs(a, stream));
-  // No kernel below uses rgat_fw_gemm_hs_tile_ptr: its memory goes back to the caching allocator.
-  rgat_fw_gemm_hs_tile_ptr.reset();
   at::Tensor t_ht = at::empty({num_edges, 1, 64}, options);  // intermediate
   a.t_ht = t_ht.data_ptr<float>();
-  at::Tensor rgat_fw_gemm_ht_tile_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.rgat_fw_gemm_ht_tile_ptr = rgat_fw_gemm_ht_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_rgat_fw_gemm_ht(a, stream));
-  // No kernel below uses rgat_fw_gemm_ht_tile_ptr: its memory goes back to the caching allocator.
-  rgat_fw_gemm_ht_tile_ptr.reset();
   at::Tensor att = at::empty({num_edges, 1}, options);  // field
   a.att = att.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgat_fw_edges_att(a, stream));
@@ -254,18 +246,10 @@ std::vector<at::Tensor> rgat_forward_train_op(
   a.att__1 = att__1.data_ptr<float>();
   a.hs = hs.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  at::Tensor rgat_fwt_gemm_hs_tile_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.rgat_fwt_gemm_hs_tile_ptr = rgat_fwt_gemm_hs_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_rgat_fwt_gemm_hs(a, stream));
-  // No kernel below uses rgat_fwt_gemm_hs_tile_ptr: its memory goes back to the caching allocator.
-  rgat_fwt_gemm_hs_tile_ptr.reset();
   at::Tensor ht = at::empty({num_edges, 1, 64}, options);  // field
   a.ht = ht.data_ptr<float>();
-  at::Tensor rgat_fwt_gemm_ht_tile_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.rgat_fwt_gemm_ht_tile_ptr = rgat_fwt_gemm_ht_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_rgat_fwt_gemm_ht(a, stream));
-  // No kernel below uses rgat_fwt_gemm_ht_tile_ptr: its memory goes back to the caching allocator.
-  rgat_fwt_gemm_ht_tile_ptr.reset();
   C10_CUDA_CHECK(launch_rgat_fwt_edges_att__0(a, stream));
   // No kernel below uses ht: its memory goes back to the caching allocator.
   ht.reset();
@@ -441,11 +425,7 @@ std::vector<at::Tensor> rgat_backward_op(
   rgat_bw_wgrad_d_w_s_chunk_ptr.reset();
   at::Tensor ht = empty_if(grad_mask & 8, {num_edges, 1, 64}, options);  // intermediate
   a.ht = ht.data_ptr<float>();
-  at::Tensor rgat_bw_gemm_ht_recompute_tile_ptr = empty_if(grad_mask & 8, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.rgat_bw_gemm_ht_recompute_tile_ptr = rgat_bw_gemm_ht_recompute_tile_ptr.data_ptr<int32_t>();
   if (grad_mask & 8) C10_CUDA_CHECK(launch_rgat_bw_gemm_ht_recompute(a, stream));
-  // No kernel below uses rgat_bw_gemm_ht_recompute_tile_ptr: its memory goes back to the caching allocator.
-  rgat_bw_gemm_ht_recompute_tile_ptr.reset();
   at::Tensor rgat_bw_wgrad_d_w_t_partial = empty_if(grad_mask & 8, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 64}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_w_t's fp32 partial sums, one [1, 64, 1] slice per chunk
   a.rgat_bw_wgrad_d_w_t_partial = rgat_bw_wgrad_d_w_t_partial.data_ptr<float>();
   at::Tensor rgat_bw_wgrad_d_w_t_chunk_ptr = empty_if(grad_mask & 8, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_w_t's first chunk of each segment
@@ -458,13 +438,10 @@ std::vector<at::Tensor> rgat_backward_op(
   rgat_bw_wgrad_d_w_t_chunk_ptr.reset();
   at::Tensor t_d_feature_edges = empty_if(grad_mask & 1, {num_edges, 64}, options);  // intermediate
   a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
-  at::Tensor rgat_bw_gemm_d_feature_edges_tile_ptr = empty_if(grad_mask & 1, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.rgat_bw_gemm_d_feature_edges_tile_ptr = rgat_bw_gemm_d_feature_edges_tile_ptr.data_ptr<int32_t>();
   at::Tensor rgat_bw_gemm_d_feature_edges_w_t = empty_if(grad_mask & 1, {num_etypes * 4096}, options.dtype(at::kFloat));  // workspace: W^T, [64][64] per segment
   a.rgat_bw_gemm_d_feature_edges_w_t = rgat_bw_gemm_d_feature_edges_w_t.data_ptr<float>();
   if (grad_mask & 1) C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges(a, stream));
-  // No kernel below uses rgat_bw_gemm_d_feature_edges_tile_ptr, rgat_bw_gemm_d_feature_edges_w_t: their memory goes back to the caching allocator.
-  rgat_bw_gemm_d_feature_edges_tile_ptr.reset();
+  // No kernel below uses rgat_bw_gemm_d_feature_edges_w_t: its memory goes back to the caching allocator.
   rgat_bw_gemm_d_feature_edges_w_t.reset();
   at::Tensor rgat_bw_wgrad_d_W_partial = empty_if(grad_mask & 2, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.rgat_bw_wgrad_d_W_partial = rgat_bw_wgrad_d_W_partial.data_ptr<float>();
@@ -477,13 +454,10 @@ std::vector<at::Tensor> rgat_backward_op(
   rgat_bw_wgrad_d_W_chunk_ptr.reset();
   at::Tensor t_d_feature_edges_2 = empty_if(grad_mask & 1, {num_edges, 64}, options);  // intermediate
   a.t_d_feature_edges_2 = t_d_feature_edges_2.data_ptr<float>();
-  at::Tensor rgat_bw_gemm_d_feature_edges_2_tile_ptr = empty_if(grad_mask & 1, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.rgat_bw_gemm_d_feature_edges_2_tile_ptr = rgat_bw_gemm_d_feature_edges_2_tile_ptr.data_ptr<int32_t>();
   at::Tensor rgat_bw_gemm_d_feature_edges_2_w_t = empty_if(grad_mask & 1, {num_etypes * 4096}, options.dtype(at::kFloat));  // workspace: W^T, [64][64] per segment
   a.rgat_bw_gemm_d_feature_edges_2_w_t = rgat_bw_gemm_d_feature_edges_2_w_t.data_ptr<float>();
   if (grad_mask & 1) C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges_2(a, stream));
-  // No kernel below uses rgat_bw_gemm_d_feature_edges_2_tile_ptr, rgat_bw_gemm_d_feature_edges_2_w_t: their memory goes back to the caching allocator.
-  rgat_bw_gemm_d_feature_edges_2_tile_ptr.reset();
+  // No kernel below uses rgat_bw_gemm_d_feature_edges_2_w_t: its memory goes back to the caching allocator.
   rgat_bw_gemm_d_feature_edges_2_w_t.reset();
   at::Tensor rgat_bw_wgrad_d_W_2_partial = empty_if(grad_mask & 2, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W_2's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.rgat_bw_wgrad_d_W_2_partial = rgat_bw_wgrad_d_W_2_partial.data_ptr<float>();

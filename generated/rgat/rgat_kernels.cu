@@ -618,11 +618,9 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
 
 cudaError_t launch_rgat_fw_gemm_hs(const RgatForwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // t_hs[row] = feature[src[row]] * W[etype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.rgat_fw_gemm_hs_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W;
@@ -631,7 +629,7 @@ cudaError_t launch_rgat_fw_gemm_hs(const RgatForwardArgs& a, cudaStream_t stream
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.rgat_fw_gemm_hs_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -644,11 +642,9 @@ cudaError_t launch_rgat_fw_gemm_hs(const RgatForwardArgs& a, cudaStream_t stream
 
 cudaError_t launch_rgat_fw_gemm_ht(const RgatForwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // t_ht[row] = feature[dst[row]] * W[etype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.rgat_fw_gemm_ht_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W;
@@ -657,7 +653,7 @@ cudaError_t launch_rgat_fw_gemm_ht(const RgatForwardArgs& a, cudaStream_t stream
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.rgat_fw_gemm_ht_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -696,11 +692,9 @@ cudaError_t rgat_forward(const RgatForwardArgs& a, cudaStream_t stream) {
 
 cudaError_t launch_rgat_fwt_gemm_hs(const RgatForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // hs[row] = feature[src[row]] * W[etype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.rgat_fwt_gemm_hs_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W;
@@ -709,7 +703,7 @@ cudaError_t launch_rgat_fwt_gemm_hs(const RgatForwardTrainArgs& a, cudaStream_t 
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.rgat_fwt_gemm_hs_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -722,11 +716,9 @@ cudaError_t launch_rgat_fwt_gemm_hs(const RgatForwardTrainArgs& a, cudaStream_t 
 
 cudaError_t launch_rgat_fwt_gemm_ht(const RgatForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // ht[row] = feature[dst[row]] * W[etype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.rgat_fwt_gemm_ht_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W;
@@ -735,7 +727,7 @@ cudaError_t launch_rgat_fwt_gemm_ht(const RgatForwardTrainArgs& a, cudaStream_t 
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.rgat_fwt_gemm_ht_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -813,11 +805,9 @@ cudaError_t launch_rgat_bw_wgrad_d_w_s(const RgatBackwardArgs& a, cudaStream_t s
 
 cudaError_t launch_rgat_bw_gemm_ht_recompute(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // ht[row] = feature[dst[row]] * W[etype]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.rgat_bw_gemm_ht_recompute_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W;
@@ -826,7 +816,7 @@ cudaError_t launch_rgat_bw_gemm_ht_recompute(const RgatBackwardArgs& a, cudaStre
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.rgat_bw_gemm_ht_recompute_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -860,11 +850,9 @@ cudaError_t launch_rgat_bw_wgrad_d_w_t(const RgatBackwardArgs& a, cudaStream_t s
 
 cudaError_t launch_rgat_bw_gemm_d_feature_edges(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // t_d_feature_edges[row] = d_ht[row] * W[etype]^T
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.rgat_bw_gemm_d_feature_edges_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     // Y = X W^T: W is stored [n][k] = [64][64] per segment; the kernel reads W^T, [k][n].
     err = hectorgen::tc::launch_transpose_segments<float>(a.W, a.rgat_bw_gemm_d_feature_edges_w_t, a.num_etypes, 64, 64, stream);
     if (err != cudaSuccess) return err;
@@ -876,7 +864,7 @@ cudaError_t launch_rgat_bw_gemm_d_feature_edges(const RgatBackwardArgs& a, cudaS
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.rgat_bw_gemm_d_feature_edges_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -911,11 +899,9 @@ cudaError_t launch_rgat_bw_wgrad_d_W(const RgatBackwardArgs& a, cudaStream_t str
 
 cudaError_t launch_rgat_bw_gemm_d_feature_edges_2(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // t_d_feature_edges_2[row] = d_hs[row] * W[etype]^T
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.rgat_bw_gemm_d_feature_edges_2_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     // Y = X W^T: W is stored [n][k] = [64][64] per segment; the kernel reads W^T, [k][n].
     err = hectorgen::tc::launch_transpose_segments<float>(a.W, a.rgat_bw_gemm_d_feature_edges_2_w_t, a.num_etypes, 64, 64, stream);
     if (err != cudaSuccess) return err;
@@ -927,7 +913,7 @@ cudaError_t launch_rgat_bw_gemm_d_feature_edges_2(const RgatBackwardArgs& a, cud
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.rgat_bw_gemm_d_feature_edges_2_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,

@@ -36,8 +36,6 @@ struct RgatForwardArgs {
   float* att = nullptr;  // [num_edges, 1]
   float* t_hs = nullptr;  // [num_edges, 1, 64]
   float* t_ht = nullptr;  // [num_edges, 1, 64]
-  int32_t* rgat_fw_gemm_hs_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  int32_t* rgat_fw_gemm_ht_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
@@ -79,8 +77,6 @@ struct RgatForwardTrainArgs {
   float* att__1 = nullptr;  // [num_edges, 1]
   float* hs = nullptr;  // [num_edges, 1, 64]
   float* ht = nullptr;  // [num_edges, 1, 64]
-  int32_t* rgat_fwt_gemm_hs_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  int32_t* rgat_fwt_gemm_ht_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
@@ -142,14 +138,11 @@ struct RgatBackwardArgs {
   float* ht = nullptr;  // [num_edges, 1, 64]
   float* rgat_bw_wgrad_d_w_s_partial = nullptr;  // workspace: rgat_bw_wgrad_d_w_s's fp32 partial sums, one [1, 64, 1] slice per chunk
   int32_t* rgat_bw_wgrad_d_w_s_chunk_ptr = nullptr;  // workspace: rgat_bw_wgrad_d_w_s's first chunk of each segment
-  int32_t* rgat_bw_gemm_ht_recompute_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
   float* rgat_bw_wgrad_d_w_t_partial = nullptr;  // workspace: rgat_bw_wgrad_d_w_t's fp32 partial sums, one [1, 64, 1] slice per chunk
   int32_t* rgat_bw_wgrad_d_w_t_chunk_ptr = nullptr;  // workspace: rgat_bw_wgrad_d_w_t's first chunk of each segment
-  int32_t* rgat_bw_gemm_d_feature_edges_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
   float* rgat_bw_gemm_d_feature_edges_w_t = nullptr;  // workspace: W^T, [64][64] per segment
   float* rgat_bw_wgrad_d_W_partial = nullptr;  // workspace: rgat_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* rgat_bw_wgrad_d_W_chunk_ptr = nullptr;  // workspace: rgat_bw_wgrad_d_W's first chunk of each segment
-  int32_t* rgat_bw_gemm_d_feature_edges_2_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
   float* rgat_bw_gemm_d_feature_edges_2_w_t = nullptr;  // workspace: W^T, [64][64] per segment
   float* rgat_bw_wgrad_d_W_2_partial = nullptr;  // workspace: rgat_bw_wgrad_d_W_2's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* rgat_bw_wgrad_d_W_2_chunk_ptr = nullptr;  // workspace: rgat_bw_wgrad_d_W_2's first chunk of each segment
@@ -170,5 +163,5 @@ cudaError_t launch_rgat_bw_sum_d_feature_2(const RgatBackwardArgs& args, cudaStr
 // Runs the whole backward pass on `stream`, in order. Returns the first launch error.
 cudaError_t rgat_backward(const RgatBackwardArgs& args, cudaStream_t stream);
 
-// Grid sizes used by the GEMM instances depend on this tile size (runtime tile pointers must match).
-inline constexpr int kRgatGemmTile = 16;
+// The row tile of the graph's tile offsets (etype_tile_ptr, ...) that the GEMM instances read: build them for it.
+inline constexpr int kRgatGemmTile = 64;

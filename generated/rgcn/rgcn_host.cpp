@@ -127,8 +127,6 @@ std::vector<at::Tensor> rgcn_forward_op(
   C10_CUDA_CHECK(launch_rgcn_fw_gemm_h(a, stream));
   // No kernel below uses rgcn_fw_gemm_h_tile_ptr: its memory goes back to the caching allocator.
   rgcn_fw_gemm_h_tile_ptr.reset();
-  at::Tensor rgcn_fw_gemm_h_2_tile_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.rgcn_fw_gemm_h_2_tile_ptr = rgcn_fw_gemm_h_2_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_rgcn_fw_gemm_h_2(a, stream));
   return {h};
 }
@@ -237,11 +235,7 @@ std::vector<at::Tensor> rgcn_forward_train_op(
   rgcn_fwt_gemm_h_tile_ptr.reset();
   at::Tensor t_h_edges = at::empty({num_edges, 64}, options);  // intermediate
   a.t_h_edges = t_h_edges.data_ptr<float>();
-  at::Tensor rgcn_fwt_gemm_h_edges_tile_ptr = at::empty({num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.rgcn_fwt_gemm_h_edges_tile_ptr = rgcn_fwt_gemm_h_edges_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_rgcn_fwt_gemm_h_edges(a, stream));
-  // No kernel below uses rgcn_fwt_gemm_h_edges_tile_ptr: its memory goes back to the caching allocator.
-  rgcn_fwt_gemm_h_edges_tile_ptr.reset();
   C10_CUDA_CHECK(launch_rgcn_fwt_sum_h(a, stream));
   return {h};
 }
@@ -354,13 +348,10 @@ std::vector<at::Tensor> rgcn_backward_op(
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   at::Tensor t_d_feature_edges = empty_if(grad_mask & 1, {num_edges, 64}, options);  // intermediate
   a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
-  at::Tensor rgcn_bw_gemm_d_feature_edges_tile_ptr = empty_if(grad_mask & 1, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.rgcn_bw_gemm_d_feature_edges_tile_ptr = rgcn_bw_gemm_d_feature_edges_tile_ptr.data_ptr<int32_t>();
   at::Tensor rgcn_bw_gemm_d_feature_edges_w_t = empty_if(grad_mask & 1, {num_etypes * 4096}, options.dtype(at::kFloat));  // workspace: W^T, [64][64] per segment
   a.rgcn_bw_gemm_d_feature_edges_w_t = rgcn_bw_gemm_d_feature_edges_w_t.data_ptr<float>();
   if (grad_mask & 1) C10_CUDA_CHECK(launch_rgcn_bw_gemm_d_feature_edges(a, stream));
-  // No kernel below uses rgcn_bw_gemm_d_feature_edges_tile_ptr, rgcn_bw_gemm_d_feature_edges_w_t: their memory goes back to the caching allocator.
-  rgcn_bw_gemm_d_feature_edges_tile_ptr.reset();
+  // No kernel below uses rgcn_bw_gemm_d_feature_edges_w_t: its memory goes back to the caching allocator.
   rgcn_bw_gemm_d_feature_edges_w_t.reset();
   at::Tensor rgcn_bw_wgrad_d_W_partial = empty_if(grad_mask & 4, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgcn_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.rgcn_bw_wgrad_d_W_partial = rgcn_bw_wgrad_d_W_partial.data_ptr<float>();

@@ -181,11 +181,9 @@ cudaError_t launch_rgcn_fw_gemm_h(const RgcnForwardArgs& a, cudaStream_t stream)
 
 cudaError_t launch_rgcn_fw_gemm_h_2(const RgcnForwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // h[dst[row]] += feature[src[row]] * W[etype] * norm[row]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.rgcn_fw_gemm_h_2_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W;
@@ -194,7 +192,7 @@ cudaError_t launch_rgcn_fw_gemm_h_2(const RgcnForwardArgs& a, cudaStream_t strea
     gemm.scatter = a.dst;
     gemm.scale = a.norm;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.rgcn_fw_gemm_h_2_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAtomic, float,
@@ -239,11 +237,9 @@ cudaError_t launch_rgcn_fwt_gemm_h(const RgcnForwardTrainArgs& a, cudaStream_t s
 
 cudaError_t launch_rgcn_fwt_gemm_h_edges(const RgcnForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // t_h_edges[row] = feature[src[row]] * W[etype] * norm[row]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.rgcn_fwt_gemm_h_edges_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W;
@@ -252,7 +248,7 @@ cudaError_t launch_rgcn_fwt_gemm_h_edges(const RgcnForwardTrainArgs& a, cudaStre
     gemm.scatter = nullptr;
     gemm.scale = a.norm;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.rgcn_fwt_gemm_h_edges_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -281,11 +277,9 @@ cudaError_t rgcn_forward_train(const RgcnForwardTrainArgs& a, cudaStream_t strea
 
 cudaError_t launch_rgcn_bw_gemm_d_feature_edges(const RgcnBackwardArgs& a, cudaStream_t stream) {
   if (a.num_edges > 0) {  // t_d_feature_edges[row] = d_h[dst[row]] * W[etype]^T * norm[row]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(a.etype_ptr, a.num_etypes, a.num_edges, hectorgen::tc::kForwardTileRows,
-                                                         a.rgcn_bw_gemm_d_feature_edges_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
     // Y = X W^T: W is stored [n][k] = [64][64] per segment; the kernel reads W^T, [k][n].
     err = hectorgen::tc::launch_transpose_segments<float>(a.W, a.rgcn_bw_gemm_d_feature_edges_w_t, a.num_etypes, 64, 64, stream);
     if (err != cudaSuccess) return err;
@@ -297,7 +291,7 @@ cudaError_t launch_rgcn_bw_gemm_d_feature_edges(const RgcnBackwardArgs& a, cudaS
     gemm.scatter = nullptr;
     gemm.scale = a.norm;
     gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.rgcn_bw_gemm_d_feature_edges_tile_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
     gemm.num_rows = a.num_edges;
     gemm.num_segments = a.num_etypes;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,

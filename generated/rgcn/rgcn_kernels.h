@@ -32,7 +32,6 @@ struct RgcnForwardArgs {
   const float* W = nullptr;  // [num_etypes, 64, 64]
   float* h = nullptr;  // [num_nodes, 64]
   int32_t* rgcn_fw_gemm_h_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  int32_t* rgcn_fw_gemm_h_2_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
@@ -67,7 +66,6 @@ struct RgcnForwardTrainArgs {
   float* h = nullptr;  // [num_nodes, 64]
   float* t_h_edges = nullptr;  // [num_edges, 64]
   int32_t* rgcn_fwt_gemm_h_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  int32_t* rgcn_fwt_gemm_h_edges_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
@@ -105,7 +103,6 @@ struct RgcnBackwardArgs {
   float* d_W0 = nullptr;  // [64, 64]
   float* d_W = nullptr;  // [num_etypes, 64, 64]
   float* t_d_feature_edges = nullptr;  // [num_edges, 64]
-  int32_t* rgcn_bw_gemm_d_feature_edges_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
   float* rgcn_bw_gemm_d_feature_edges_w_t = nullptr;  // workspace: W^T, [64][64] per segment
   float* rgcn_bw_wgrad_d_W_partial = nullptr;  // workspace: rgcn_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* rgcn_bw_wgrad_d_W_chunk_ptr = nullptr;  // workspace: rgcn_bw_wgrad_d_W's first chunk of each segment
@@ -124,5 +121,5 @@ cudaError_t launch_rgcn_bw_sum_d_feature(const RgcnBackwardArgs& args, cudaStrea
 // Runs the whole backward pass on `stream`, in order. Returns the first launch error.
 cudaError_t rgcn_backward(const RgcnBackwardArgs& args, cudaStream_t stream);
 
-// Grid sizes used by the GEMM instances depend on this tile size (runtime tile pointers must match).
-inline constexpr int kRgcnGemmTile = 16;
+// The row tile of the graph's tile offsets (etype_tile_ptr, ...) that the GEMM instances read: build them for it.
+inline constexpr int kRgcnGemmTile = 64;

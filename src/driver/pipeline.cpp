@@ -363,6 +363,7 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
   }
   if (opts.emit == "inter-ir") return 0;
   passes::drop_unread_twins({&programs, &compact});
+  passes::share_gemm_tiles({&programs, &compact});
   for (const std::vector<intra::Program>* list : {&programs, &compact})
     for (const intra::Program& p : *list)
       if (std::string input, why = intra::indexed_input_obstacle(p, &input); !why.empty()) {

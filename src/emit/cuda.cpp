@@ -63,6 +63,12 @@ std::string segment_ptr_expr(intra::Rows r, intra::Segments s, const std::string
   if (s == intra::Segments::Ntype) return prefix + "ntype_ptr";
   return "nullptr";
 }
+// The graph array of the row-tile offsets of an instance's segments (built for the module's GEMM_TILE).
+std::string tile_ptr_expr(intra::Rows r, intra::Segments s, const std::string& prefix) {
+  if (s == intra::Segments::Etype) return prefix + (r == intra::Rows::Pairs ? "pair_tile_ptr" : "etype_tile_ptr");
+  if (s == intra::Segments::Ntype) return prefix + "ntype_tile_ptr";
+  return "nullptr";
+}
 // The graph array a gather (or scatter) reads: the edge's (the pair's) source, or the edge's destination.
 std::string gather_expr(intra::Rows r, intra::Gather g, const std::string& prefix) {
   if (g == intra::Gather::Src) return prefix + (r == intra::Rows::Pairs ? "pair_src" : "src");
@@ -213,7 +219,7 @@ GemmCode emit_gemm(const Program& p, const intra::Kernel& k) {
   if (!seg.empty() && !row_segments) {
     params += fmt::format("\n    const int32_t* __restrict__ seg_ptr, const int32_t* __restrict__ tile_ptr,");
     args.push_back(segment_ptr_expr(g.rows, g.segments, "a."));
-    args.push_back(g.rows == intra::Rows::Pairs ? "a.pair_tile_ptr" : fmt::format("a.{}_tile_ptr", seg));
+    args.push_back(tile_ptr_expr(g.rows, g.segments, "a."));
   }
   v["extra_params"] = params;
   if (row_segments) {
@@ -307,20 +313,30 @@ GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string
   const char* epilogue = g.scatter != intra::Gather::None ? "kAtomic" : g.accumulate ? "kAccumulate" : "kStore";
   const std::string rows = rows_expr(g.rows, "a.");
   const auto [seg_ptr, segs] = segment_args(g.rows, g.segments);
-  const std::string tile_ptr = "a." + instance_workspace(p, g.name, "tile_ptr", all).name;
+  // The graph's tile offsets (graph_tiles), else a workspace the launcher fills.
+  const std::string tile_ptr = g.graph_tiles ? tile_ptr_expr(g.rows, g.segments, "a.")
+                                             : "a." + instance_workspace(p, g.name, "tile_ptr", all).name;
   auto list = [&](intra::Gather l) { return gather_expr(g.rows, l, "a."); };
   CodeWriter w;
   CodeWriter::Indent launcher(w);  // the launcher function's body
   w.line(fmt::format("if ({} > 0) {{  // {}", rows, formula));
   {
     CodeWriter::Indent in(w);
-    w.line(fmt::format("// Tensor cores ({}, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on",
-                       g.dtype == inter::DType::FP32 ? "fp32 as 3xTF32" : inter::to_string(g.dtype)));
-    w.line("// the GPU in this stream (no host sync):");
-    w.line(fmt::format("cudaError_t err = hectorgen::launch_segment_tile_ptr({}, {}, {}, hectorgen::tc::kForwardTileRows,",
-                       seg_ptr, segs, rows));
-    w.line(fmt::format("                                                     {}, stream);", tile_ptr));
-    w.line("if (err != cudaSuccess) return err;");
+    const std::string dtype = g.dtype == inter::DType::FP32 ? "fp32 as 3xTF32" : inter::to_string(g.dtype);
+    if (g.graph_tiles) {
+      w.line(fmt::format("// Tensor cores ({}, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: {}, the", dtype,
+                         tile_ptr.substr(2)));
+      w.line("// graph's (prepared with gemm_tile 64).");
+      w.line("cudaError_t err = cudaSuccess;");
+    } else {
+      w.line(fmt::format("// Tensor cores ({}, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on",
+                         dtype));
+      w.line("// the GPU in this stream (no host sync):");
+      w.line(fmt::format("cudaError_t err = hectorgen::launch_segment_tile_ptr({}, {}, {}, hectorgen::tc::kForwardTileRows,",
+                         seg_ptr, segs, rows));
+      w.line(fmt::format("                                                     {}, stream);", tile_ptr));
+      w.line("if (err != cudaSuccess) return err;");
+    }
     std::string weights = "a." + g.w;
     if (g.transpose_w) {
       weights = "a." + instance_workspace(p, g.name, "w_t", all).name;
@@ -747,8 +763,9 @@ static std::vector<Workspace> kernel_workspaces(const Program& p, const intra::K
     const char* segs = g->segments == intra::Segments::Etype   ? "num_etypes"
                        : g->segments == intra::Segments::Ntype ? "num_ntypes"
                                                                : nullptr;
-    out.push_back({workspace_name(g->name, "tile_ptr"), "int32_t", segs ? fmt::format("{} + 1", segs) : "2",
-                   "first 64-row tile of each segment (tensor-core kernel)", g->name, "tile_ptr"});
+    if (!g->graph_tiles)
+      out.push_back({workspace_name(g->name, "tile_ptr"), "int32_t", segs ? fmt::format("{} + 1", segs) : "2",
+                     "first 64-row tile of each segment (tensor-core kernel)", g->name, "tile_ptr"});
     if (g->transpose_w)
       out.push_back({workspace_name(g->name, "w_t"), intra::cuda_type(p.find(g->w)->storage),
                      segs ? fmt::format("{} * {}", segs, g->k * g->n) : std::to_string(g->k * g->n),
@@ -939,10 +956,7 @@ std::string emit_kernels_h(const std::vector<Program>& ir_phases, const EmitCont
     structs += w.str() + "\n";
   }
   v["structs"] = structs.substr(0, structs.size() - 2);
-  int tile = 16;
-  for (const auto& k : p.kernels)
-    if (auto* g = std::get_if<GemmInstance>(&k)) tile = g->tile;
-  v["tile"] = std::to_string(tile);
+  v["tile"] = std::to_string(intra::graph_gemm_tile(p));
   return render_template("cuda/kernels.h.in", v);
 }
 

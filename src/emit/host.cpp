@@ -693,10 +693,7 @@ std::string emit_python(const std::vector<Program>& all_phases, const EmitContex
     v["graph_api"] = render_template("python/graph_api.py.in",
                                      {{"model", p.model}, {"pair_count", has_pairs(p) ? ", g.num_unique_src" : ""}});
   }
-  int tile = 16;
-  for (const auto& k : p.kernels)
-    if (auto* g = std::get_if<intra::GemmInstance>(&k)) tile = g->tile;
-  v["tile"] = std::to_string(tile);
+  v["tile"] = std::to_string(intra::graph_gemm_tile(p));
   v["runtime_version"] = module_runtime_version(p, ctx);
   v["runtime_major"] = std::to_string(HECTORGEN_RUNTIME_VERSION_MAJOR);
   std::vector<std::string> fn_params{"g"};
@@ -1017,6 +1014,7 @@ std::string emit_manifest(const std::vector<Program>& ir_phases, const EmitConte
       x["n"] = g.n;
       x["tile"] = g.tile;
       x["coarsen"] = g.coarsen;
+      if (g.graph_tiles) x["tiles"] = "graph";
     } else if (auto* w = std::get_if<intra::WeightGradInstance>(&k)) {
       x["template"] = "weight_grad";
       x["dw"] = w->dw;

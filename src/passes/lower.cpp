@@ -1812,6 +1812,24 @@ void drop_unread_twins(const std::vector<std::vector<intra::Program>*>& module) 
   }
 }
 
+void share_gemm_tiles(const std::vector<std::vector<intra::Program>*>& module) {
+  bool any = false;
+  for (const std::vector<intra::Program>* programs : module)
+    for (const intra::Program& p : *programs)
+      for (const intra::Kernel& k : p.kernels)
+        if (auto* g = std::get_if<GemmInstance>(&k); g && intra::reads_tile_offsets(*g)) {
+          if (!g->tensor_cores) return;
+          any = true;
+        }
+  if (!any) return;
+  for (std::vector<intra::Program>* programs : module)
+    for (intra::Program& p : *programs) {
+      p.graph_tile = intra::kTcTileRows;
+      for (intra::Kernel& k : p.kernels)
+        if (auto* g = std::get_if<GemmInstance>(&k); g && intra::reads_tile_offsets(*g)) g->graph_tiles = true;
+    }
+}
+
 void unify_storage(std::vector<intra::Program>& phases) {
   if (phases.size() == 3) {  // the backward reads the saved fields as forward_train stored them
     const intra::Program& forward_train = phases[1];

@@ -55,6 +55,12 @@ void unify_storage(std::vector<intra::Program>& phases);
 // of a module's programs and phases keep one list of graph-derived arguments: a twin stays in all or in none.
 void drop_unread_twins(const std::vector<std::vector<intra::Program>*>& module);
 
+// Where every GEMM of a module that reads its segments' row-tile offsets runs on the tensor cores, the graph is
+// prepared with their 64-row tile (every program's graph_tile = intra::kTcTileRows) and they read its offsets
+// (graph_tiles) instead of numbering them with a kernel of their own at every call. A module with a SIMT GEMM over
+// segments keeps the SIMT tile for the graph, and its tensor-core GEMMs number their own. Module-wide: one graph.
+void share_gemm_tiles(const std::vector<std::vector<intra::Program>*>& module);
+
 // Drops a GEMM instance that repeats an earlier one of the same phase (same inputs, weight, gather, segments,
 // row scalar and shape, into a temporary only it writes) when no kernel in between writes what they read;
 // later kernels read the earlier result (HGT's backward needs k[src] · W_att[etype] twice).

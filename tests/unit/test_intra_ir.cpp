@@ -648,6 +648,81 @@ TEST_CASE("a GEMM runs on tensor cores when its dtype, shape and storage types a
   CHECK(verify_program(wrong) == "m_gemm: kernel=tc, but the tensor-core kernel cannot run it (k % 32)");
 }
 
+TEST_CASE("the graph's tile offsets: graph_tile and tiles=graph print, parse back and verify; misuse is rejected",
+          "[intra][roundtrip][verifier][tc]") {
+  const std::string graph = replace(replace(kProgram, "layouts etype_sorted_coo\n", "layouts etype_sorted_coo\ngraph_tile 64\n"),
+                                    "store=plain kernel=tc\n", "store=plain kernel=tc tiles=graph\n");
+  std::string err;
+  auto p = parse_program_text(graph, &err);
+  INFO(err);
+  REQUIRE(p);
+  CHECK(print_program(*p) == graph);
+  CHECK(verify_program(*p) == "");
+  CHECK(p->graph_tile == kTcTileRows);
+  CHECK(std::get<GemmInstance>(p->kernels[0]).graph_tiles);
+  CHECK(graph_gemm_tile(*p) == 64);
+  // Without the line: the GEMMs' own tile (16), and the tensor-core GEMM numbers its tiles itself.
+  auto plain = parse_program_text(kProgram, &err);
+  REQUIRE(plain);
+  CHECK(plain->graph_tile == 0);
+  CHECK(graph_gemm_tile(*plain) == 16);
+  CHECK_FALSE(std::get<GemmInstance>(plain->kernels[0]).graph_tiles);
+  // A graph prepared for 64-row tiles with a GEMM reading its own: fine (it numbers them at every call).
+  CHECK(verify_text(replace(graph, " tiles=graph", "")) == "");
+  // The rules: tiles=graph needs graph_tile 64 and a tensor-core GEMM over segments; graph_tile is 64 or absent.
+  CHECK(verify_text(replace(graph, "graph_tile 64\n", "")) ==
+        "m_gemm: tiles=graph, but the graph's tile offsets are for 16-row tiles, not the tensor-core kernel's 64 (graph_tile)");
+  CHECK(verify_text(replace(graph, "graph_tile 64", "graph_tile 32")) ==
+        "graph_tile 32: the graph's tile offsets are read from it only by the tensor-core kernel, whose row tile is 64");
+  Program wrong = *p;
+  std::get<GemmInstance>(wrong.kernels[0]).segments = Segments::None;
+  CHECK(verify_program(wrong) == "m_gemm: tiles=graph needs the tensor-core kernel over segments of edge, node or pair rows");
+  wrong = *p;
+  GemmInstance& g = std::get<GemmInstance>(wrong.kernels[0]);
+  g.graph_tiles = false;
+  g.tensor_cores = false;
+  g.dtype = inter::DType::FP32;
+  g.k = 48;  // a SIMT GEMM over segments reads tile offsets of its own 16-row tiles: not the graph's 64
+  CHECK_THAT(verify_program(wrong), Catch::Contains("kernel=simt reads tile offsets of 16-row tiles, but the graph's are for 64"));
+  CHECK_FALSE(parse_program_text(replace(graph, "tiles=graph", "tiles=call"), &err));
+  CHECK_THAT(err, Catch::Contains("error: tiles= takes 'graph' (the graph's tile offsets)"));
+}
+
+TEST_CASE("share-gemm-tiles: IR in, IR out, over a module's programs", "[intra][pass][tc]") {
+  std::string err;
+  auto parse = [&](const std::string& text) {
+    auto p = parse_program_text(text, &err);
+    INFO(err);
+    REQUIRE(p);
+    return *p;
+  };
+  const std::string graph = replace(replace(kProgram, "layouts etype_sorted_coo\n", "layouts etype_sorted_coo\ngraph_tile 64\n"),
+                                    "store=plain kernel=tc\n", "store=plain kernel=tc tiles=graph\n");
+  // Every GEMM over segments on the tensor cores: every program's graph gets 64-row offsets, the GEMMs read them.
+  std::vector<Program> programs{parse(kProgram)}, compact{parse(kProgram)};
+  passes::share_gemm_tiles({&programs, &compact});
+  CHECK(print_program(programs[0]) == graph);
+  CHECK(print_program(compact[0]) == graph);
+  CHECK(verify_program(programs[0]) == "");
+  // One SIMT GEMM over segments anywhere in the module (here a k=48 one in the other program): nothing changes,
+  // since the one graph keeps the SIMT tile.
+  const std::string simt = replace(replace(kProgram, "tensor x: input node[64]", "tensor x: input node[48]"),
+                                   "heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=tc",
+                                   "heads=1 k=48 n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt(tc: k % 32)");
+  programs = {parse(kProgram)};
+  compact = {parse(simt)};
+  passes::share_gemm_tiles({&programs, &compact});
+  CHECK(print_program(programs[0]) == kProgram);
+  CHECK(print_program(compact[0]) == simt);
+  // No GEMM over segments: nothing to share.
+  Program none = parse(kProgram);
+  std::get<GemmInstance>(none.kernels[0]).segments = Segments::None;
+  programs = {none};
+  passes::share_gemm_tiles({&programs});
+  CHECK(programs[0].graph_tile == 0);
+  CHECK_FALSE(std::get<GemmInstance>(programs[0].kernels[0]).graph_tiles);
+}
+
 TEST_CASE("tensors carry their storage type through print, parse and verify", "[intra][roundtrip][verifier][dtype]") {
   const std::string bf16 = bf16_program();
   CHECK(bf16.find("tensor y: output node[64] bf16 zero_init\n") != std::string::npos);

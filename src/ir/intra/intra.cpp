@@ -213,6 +213,18 @@ GemmKernelChoice gemm_kernel_choice(const Program& p, const GemmInstance& g) {
   return {true, ""};
 }
 
+bool reads_tile_offsets(const GemmInstance& g) {
+  return g.segments != Segments::None && g.rows != Rows::Etypes;
+}
+
+int graph_gemm_tile(const Program& p) {
+  if (p.graph_tile) return p.graph_tile;
+  int tile = 16;
+  for (const Kernel& k : p.kernels)
+    if (auto* g = std::get_if<GemmInstance>(&k)) tile = g->tile;
+  return tile;
+}
+
 std::string gemm_kernel_text(const Program& p, const GemmInstance& g) {
   if (g.tensor_cores) return "tc";
   const GemmKernelChoice c = gemm_kernel_choice(p, g);
@@ -296,9 +308,10 @@ std::string print_gemm(const Program& p, const GemmInstance& g) {
                                             : fmt::format("{}[row] {}=", g.y, g.accumulate ? "+" : "");
   std::string out = fmt::format("gemm {}:  {} {} · {}[{}]{}{}\n", g.name, y, x, g.w, to_string(g.segments), g.transpose_w ? "^T" : "",
                                 g.row_scalar.empty() ? "" : fmt::format(" * {}[row]", g.row_scalar));
-  out += fmt::format("    rows={} heads={} k={} n={} dtype={} tile={} coarsen={} store={} kernel={}{}\n",
+  out += fmt::format("    rows={} heads={} k={} n={} dtype={} tile={} coarsen={} store={} kernel={}{}{}\n",
                      to_string(g.rows), g.heads, g.k, g.n, inter::to_string(g.dtype), g.tile, g.coarsen,
                      g.scatter != Gather::None ? "atomic" : g.accumulate ? "add" : "plain", gemm_kernel_text(p, g),
+                     g.graph_tiles ? " tiles=graph" : "",
                      g.launch_bounds ? fmt::format(" launch_bounds={}", *g.launch_bounds) : "");
   return out + fmt::format("    from: {}\n", g.source);
 }
@@ -356,6 +369,7 @@ std::string print_program(const Program& p) {
   std::string lay;
   for (const auto& l : p.layouts) lay += (lay.empty() ? "" : ", ") + l;
   out += fmt::format("layouts {}\n", lay);
+  if (p.graph_tile) out += fmt::format("graph_tile {}\n", p.graph_tile);
   for (const TensorInfo& t : p.tensors) {
     out += fmt::format("tensor {}: {} {}{}", t.name, to_string(t.role), inter::to_string(t.per), inter::shape_str(t.shape));
     if (t.storage != inter::DType::FP32) out += fmt::format(" {}", inter::to_string(t.storage));  // fp32 is not printed
@@ -402,6 +416,9 @@ class ProgramVerifier {
   explicit ProgramVerifier(const Program& p) : p_(p) {}
 
   std::string run() {
+    if (p_.graph_tile != 0 && p_.graph_tile != kTcTileRows)
+      return fmt::format("graph_tile {}: the graph's tile offsets are read from it only by the tensor-core kernel, "
+                         "whose row tile is {}", p_.graph_tile, kTcTileRows);
     std::set<std::string> names, kernels;
     for (const TensorInfo& t : p_.tensors)
       if (!names.insert(t.name).second) return fmt::format("tensor '{}' is defined twice", t.name);
@@ -526,6 +543,14 @@ class ProgramVerifier {
       return fmt::format("{}: kernel=simt, but the instance fits the tensor-core kernel (dtype={})", g.name,
                          inter::to_string(g.dtype));
     }
+    if (g.graph_tiles && !(g.tensor_cores && reads_tile_offsets(g)))
+      return fmt::format("{}: tiles=graph needs the tensor-core kernel over segments of edge, node or pair rows", g.name);
+    if (g.graph_tiles && p_.graph_tile != kTcTileRows)
+      return fmt::format("{}: tiles=graph, but the graph's tile offsets are for {}-row tiles, not the tensor-core "
+                         "kernel's {} (graph_tile)", g.name, graph_gemm_tile(p_), kTcTileRows);
+    if (p_.graph_tile && !g.tensor_cores && reads_tile_offsets(g))
+      return fmt::format("{}: kernel=simt reads tile offsets of {}-row tiles, but the graph's are for {} (graph_tile)",
+                         g.name, g.tile, p_.graph_tile);
     std::string err;
     const TensorInfo *x = operand(g.name, g.x, false, err), *w = x ? operand(g.name, g.w, false, err) : nullptr,
                      *y = w ? operand(g.name, g.y, true, err) : nullptr;

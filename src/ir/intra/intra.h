@@ -108,10 +108,25 @@ struct GemmInstance {
   // The tensor-core kernel runs the instance (printed `kernel=tc`), else the SIMT template (`kernel=simt`, with
   // `(tc: <reason>)` when the dtype asks for tensor cores): always what gemm_kernel_choice says (verified).
   bool tensor_cores = false;
+  // Tensor cores over segments: the kernel's 64-row tile offsets of the segments are the graph's tile array
+  // (etype_tile_ptr, ntype_tile_ptr, unique_src_tile_ptr: the module's graph is prepared with gemm_tile 64,
+  // kTcTileRows), printed `tiles=graph`; else its launcher numbers them on the GPU at every call. Set module-wide by
+  // passes::share_gemm_tiles where every GEMM that reads tile offsets runs on tensor cores (verified per program).
+  bool graph_tiles = false;
   int tile = 16, coarsen = 1;
   std::optional<int> launch_bounds;
   std::string source;  // the inter-IR statement it implements, for comments
 };
+
+// The tensor-core GEMM's row tile (hectorgen::tc::kForwardTileRows): the graph's tile offsets are built for it when
+// the module's GEMMs read them from the graph (GemmInstance::graph_tiles).
+constexpr int kTcTileRows = 64;
+// Whether a GEMM reads its segments' row-tile offsets (segments over edge or node rows, not one row per type).
+bool reads_tile_offsets(const GemmInstance& g);
+// The row tile the graph's tile offsets are built for (the module's GEMM_TILE): kTcTileRows where the GEMMs read
+// them from the graph (graph_tiles), else the SIMT GEMMs' tile (16 unless a schedule says otherwise).
+struct Program;
+int graph_gemm_tile(const Program& p);
 
 // Whether the tensor-core kernel (hectorgen::tc::launch_segment_gemm) can run `g`: it needs one head, k % 32 == 0,
 // n % 64 == 0, rows that are edges or nodes (not edge types), x and w stored in the dtype's storage type (tf32 and
@@ -263,6 +278,9 @@ struct Program {
   std::vector<TensorInfo> tensors;  // inputs, weights, outputs, then fields and temporaries
   std::vector<Kernel> kernels;      // in execution order
   std::set<std::string> layouts;    // graph layouts the kernels need (see runtime/)
+  // The row tile the graph's tile offsets are built for where the module's GEMMs read them from the graph
+  // (kTcTileRows, printed `graph_tile 64`; passes::share_gemm_tiles), else 0: the GEMMs' own tile.
+  int graph_tile = 0;
   std::vector<std::string> saved;   // forward_train: fields returned for the backward (after the outputs)
   std::map<std::string, std::string> aliases;  // field -> the tensor that holds it
   // Why a pass decided as it did (recompute-gemms: which saved fields the backward recomputes, on what estimate):

@@ -543,6 +543,12 @@ class ProgramParser {
       }
       c.end();
     }
+    if (at_word("graph_tile")) {
+      Cursor c = line("graph_tile");
+      c.expect("graph_tile");
+      p.graph_tile = static_cast<int>(c.integer());
+      c.end();
+    }
     while (at_word("tensor")) p.tensors.push_back(tensor());
     while (at_word("alias")) {
       Cursor c = line("alias");
@@ -736,6 +742,11 @@ class ProgramParser {
       if (const std::string expected = gemm_kernel_text(*program_, chosen); kernel != expected)
         c.fail_at(at, fmt::format("the instance runs on kernel={} (by its dtype, shape and storage types), not '{}'",
                                   expected, kernel));
+      if (c.accept("tiles=")) {
+        at = c.pos();
+        if (c.ident("graph") != "graph") c.fail_at(at, "tiles= takes 'graph' (the graph's tile offsets)");
+        g.graph_tiles = true;
+      }
       if (c.accept("launch_bounds=")) g.launch_bounds = static_cast<int>(c.integer());
       c.end();
     }
