@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   app.add_option("--print-ir-after", opts.print_ir_after,
                  "print the IR of every phase after a pass (or 'all') to stdout; passes: parse, inline-functions, "
                  "typecheck, reorder-linear, hoist-node-transforms, compact-materialization, autodiff, fuse-loops, lower, "
-                 "recompute-gemms");
+                 "recompute-gemms, drop-unread-twins, share-gemm-tiles (the last two over all of a module's programs)");
   app.add_option("--run-pass", opts.run_pass,
                  "read the input as printed inter IR, run only this pass on it and print the result (pass tests)");
   app.add_option("--phase", opts.phase, "with --run-pass: the phase of the input module (names lowered kernels)")

@@ -30,7 +30,7 @@ const std::vector<std::string>& pass_names() {
   static const std::vector<std::string> names = {"parse",          "inline-functions",      "typecheck",
                                                  "reorder-linear", "hoist-node-transforms", "compact-materialization",
                                                  "autodiff",       "fuse-loops",            "lower",
-                                                 "recompute-gemms"};
+                                                 "recompute-gemms", "drop-unread-twins",    "share-gemm-tiles"};
   return names;
 }
 
@@ -362,8 +362,25 @@ int compile(const SourceFile& spec, const Options& opts, OutputSet& files, std::
     }
   }
   if (opts.emit == "inter-ir") return 0;
+  // Module-wide passes: every program of the module reads one prepared graph.
+  auto log_module = [&](const std::string& pass) {
+    log.set_program("");
+    log.after(pass, programs);
+    if (compact.empty()) return;
+    log.set_program("compact");
+    log.after(pass, compact);
+    log.set_program("");
+  };
   passes::drop_unread_twins({&programs, &compact});
+  log_module("drop-unread-twins");
   passes::share_gemm_tiles({&programs, &compact});
+  for (const std::vector<intra::Program>* list : {&programs, &compact})
+    for (const intra::Program& p : *list)
+      if (std::string e = intra::verify_program(p); !e.empty()) {
+        err << "hectorgen: internal error: intra-operator IR after share-gemm-tiles (" << p.phase << "): " << e << "\n";
+        return kInternalError;
+      }
+  log_module("share-gemm-tiles");
   for (const std::vector<intra::Program>* list : {&programs, &compact})
     for (const intra::Program& p : *list)
       if (std::string input, why = intra::indexed_input_obstacle(p, &input); !why.empty()) {
