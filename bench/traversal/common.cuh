@@ -44,6 +44,29 @@ __device__ inline void add_row(float (&acc)[8], float w, uint4 word) {
   for (int j = 0; j < 8; ++j) acc[j] += w * __bfloat162float(e[j]);
 }
 
+// The lane's 8 sums rounded to bf16 into its 16 bytes of a row of 64 (row: the row's first element).
+__device__ inline void store_row(const float (&acc)[8], __nv_bfloat16* row, int lane) {
+  uint4 out;
+  __nv_bfloat16* o = reinterpret_cast<__nv_bfloat16*>(&out);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) o[j] = __float2bfloat16(acc[j]);
+  reinterpret_cast<uint4*>(row)[lane] = out;
+}
+
+// Rows of 64 bf16 values, 8 lanes a row and 4 rows a warp in step, grid-stride: row(n, live, lane) for each of this
+// thread's rows. Past the last row a group repeats it with live false, so that the warp's 4 rows stay in step
+// (shuffles and warp reductions need all 32 lanes).
+template <class F>
+__device__ inline void for_each_row(int64_t n_rows, F&& row) {
+  const int lane = threadIdx.x & 7, group = (threadIdx.x & 31) >> 3;
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 3;
+  const int64_t stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 3;
+  for (int64_t warp_row = first - group; warp_row < n_rows; warp_row += stride) {
+    const bool live = warp_row + group < n_rows;
+    row(live ? warp_row + group : n_rows - 1, live, lane);
+  }
+}
+
 // A device copy of v (freed by the caller with cudaFree).
 template <class V>
 typename V::value_type* upload(const V& v) {

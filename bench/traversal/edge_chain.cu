@@ -25,12 +25,7 @@ __global__ void __launch_bounds__(256) chain(int64_t n_rows, const int* __restri
                                              const int* __restrict__ pair, const int* __restrict__ in_pair,
                                              const float* __restrict__ norm, const float* __restrict__ in_norm,
                                              __nv_bfloat16* __restrict__ h, const __nv_bfloat16* __restrict__ lin) {
-  const int lane = threadIdx.x & 7, group = (threadIdx.x & 31) >> 3;
-  const int64_t first = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 3;
-  const int64_t stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 3;
-  for (int64_t warp_row = first - group; warp_row < n_rows; warp_row += stride) {
-    const bool live = warp_row + group < n_rows;
-    const int64_t n = live ? warp_row + group : n_rows - 1;
+  traversal::for_each_row(n_rows, [&](int64_t n, bool live, int lane) {
     float acc[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
@@ -78,14 +73,8 @@ __global__ void __launch_bounds__(256) chain(int64_t n_rows, const int* __restri
           if (j < count) add_row(acc, w[j], word[j]);
       }
     }
-    if (live) {
-      uint4 out;
-      __nv_bfloat16* o = reinterpret_cast<__nv_bfloat16*>(&out);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) o[j] = __float2bfloat16(acc[j]);
-      reinterpret_cast<uint4*>(h + n * 64)[lane] = out;
-    }
-  }
+    if (live) traversal::store_row(acc, h + n * 64, lane);
+  });
 }
 
 struct Graph {

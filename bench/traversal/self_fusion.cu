@@ -52,32 +52,21 @@ __device__ inline void sum_edges(float (&acc)[8], int64_t n, bool live, int lane
       if (j < count) add_row(acc, w, word);
     }
   }
-  if (live) {
-    uint4 out;
-    bf16* o = reinterpret_cast<bf16*>(&out);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) o[j] = __float2bfloat16(acc[j]);
-    reinterpret_cast<uint4*>(h + n * 64)[lane] = out;
-  }
+  if (live) traversal::store_row(acc, h + n * 64, lane);
 }
 
 // The unfused node sum: starts from h[n] as the GEMM stored it.
 __global__ void __launch_bounds__(256) node_sum(int64_t n_rows, const int* __restrict__ in_ptr,
                                                 const int* __restrict__ in_pair, const float* __restrict__ in_norm,
                                                 bf16* __restrict__ h, const bf16* __restrict__ lin) {
-  const int lane = threadIdx.x & 7, group = (threadIdx.x & 31) >> 3;
-  const int64_t first = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 3;
-  const int64_t stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 3;
-  for (int64_t warp_row = first - group; warp_row < n_rows; warp_row += stride) {
-    const bool live = warp_row + group < n_rows;
-    const int64_t n = live ? warp_row + group : n_rows - 1;
+  traversal::for_each_row(n_rows, [&](int64_t n, bool live, int lane) {
     float acc[8];
     const uint4 self = reinterpret_cast<const uint4*>(h + n * 64)[lane];
     const bf16* s = reinterpret_cast<const bf16*>(&self);
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[j] = __bfloat162float(s[j]);
     sum_edges(acc, n, live, lane, in_ptr, in_pair, in_norm, lin, h);
-  }
+  });
 }
 
 // Fused: the block's tile of feature . W0, then its nodes' edge sums.
@@ -167,13 +156,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
     for (int q = 0; q < kPasses; ++q) {
       const int r = warp * 4 + group + q * 4 * kWarps;
-      if (r < tile.rows) {
-        uint4 out;
-        bf16* o = reinterpret_cast<bf16*>(&out);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) o[j] = __float2bfloat16(acc[q][j]);
-        reinterpret_cast<uint4*>(h + (tile.row_begin + r) * 64)[lane] = out;
-      }
+      if (r < tile.rows) traversal::store_row(acc[q], h + (tile.row_begin + r) * 64, lane);
     }
   });
 }
