@@ -242,28 +242,39 @@ def sample_stats(rounds: list) -> dict:
             "iters": len(ts), "rounds": len(medians), "round_ms_min": min(medians), "round_ms_max": max(medians)}
 
 
-def profile_top(fn, train: bool, calls: int = 3, top: int = 14) -> list:
-    """The kernels that take the time of one call, by the torch profiler: [name, ms per call, launches per call]
-    of all kernels together, then of the `top` kernels by CUDA time (--profile; the case's timing is taken before, without the profiler)."""
-    from torch.profiler import ProfilerActivity, profile
+def _profiled(fn, train: bool, calls: int, activities: list, self_ms) -> list:
+    """[name, ms per call, count per call] of what the torch profiler recorded over `calls` calls of fn (after one
+    untimed call), by self_ms(event) (ms over all calls; 0 leaves the event out), largest first."""
+    from torch.profiler import profile
     with torch.no_grad() if not train else contextlib.nullcontext():
         fn()
         sync()
-        cuda = DEVICE == "cuda"
-        with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        with profile(activities=activities) as prof:
             for _ in range(calls):
                 fn()
             sync()
-    rows = []
-    for ev in prof.key_averages():
-        t = getattr(ev, "self_device_time_total", getattr(ev, "self_cuda_time_total", 0)) if cuda \
-            else ev.self_cpu_time_total
-        if t > 0:
-            rows.append([ev.key[:90], t / 1e3 / calls, ev.count / calls])
+    rows = [[ev.key[:90], ms / calls, ev.count / calls] for ev in prof.key_averages() if (ms := self_ms(ev)) > 0]
     rows.sort(key=lambda r: -r[1])
-    total = ["(all kernels: GPU busy time per call; the rest of the measured time is host-bound idling)",
-             sum(r[1] for r in rows), sum(r[2] for r in rows)]
+    return rows
+
+
+def _with_total(rows: list, label: str, top: int) -> list:
+    """The rows' sum as a first row named `label`, then the `top` rows, rounded."""
+    total = [label, sum(r[1] for r in rows), sum(r[2] for r in rows)]
     return [[n, round(ms, 4), round(c, 2)] for n, ms, c in [total] + rows[:top]]
+
+
+def profile_top(fn, train: bool, calls: int = 3, top: int = 14) -> list:
+    """The kernels that take the time of one call, by the torch profiler: [name, ms per call, launches per call]
+    of all kernels together, then of the `top` kernels by CUDA time (--profile; the case's timing is taken before, without the profiler)."""
+    from torch.profiler import ProfilerActivity
+    if DEVICE == "cuda":
+        rows = _profiled(fn, train, calls, [ProfilerActivity.CUDA], lambda ev: getattr(
+            ev, "self_device_time_total", getattr(ev, "self_cuda_time_total", 0)) / 1e3)
+    else:
+        rows = _profiled(fn, train, calls, [ProfilerActivity.CPU], lambda ev: ev.self_cpu_time_total / 1e3)
+    return _with_total(rows, "(all kernels: GPU busy time per call; the rest of the measured time is host-bound idling)",
+                       top)
 
 
 _PROFILER_OWN = ("Activity Buffer Request",)   # the profiler's own work, not the call's
@@ -273,23 +284,13 @@ def host_profile_top(fn, train: bool, calls: int = 5, top: int = 16) -> list:
     """Where the host's time of one call goes, by the torch profiler's CPU activity: [name, ms per call, calls per
     call] of all recorded ops together (their self CPU time), then of the `top` ops by self CPU time (--profile).
     The profiler adds its own overhead to every op: the shares matter, not the sum."""
-    from torch.profiler import ProfilerActivity, profile
-    with torch.no_grad() if not train else contextlib.nullcontext():
-        fn()
-        sync()
-        # With the CUDA activity the CUDA runtime's calls (cudaLaunchKernel, cudaMemcpyAsync, a synchronisation)
-        # are rows of their own, out of the ops' self time.
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])
-        with profile(activities=activities) as prof:
-            for _ in range(calls):
-                fn()
-            sync()
-    rows = [[ev.key[:90], ev.self_cpu_time_total / 1e3 / calls, ev.count / calls]
-            for ev in prof.key_averages() if ev.self_cpu_time_total > 0 and ev.key not in _PROFILER_OWN]
-    rows.sort(key=lambda r: -r[1])
-    total = ["(all ops: host time per call, with the profiler's overhead)", sum(r[1] for r in rows),
-             sum(r[2] for r in rows)]
-    return [[n, round(ms, 4), round(c, 2)] for n, ms, c in [total] + rows[:top]]
+    from torch.profiler import ProfilerActivity
+    # With the CUDA activity the CUDA runtime's calls (cudaLaunchKernel, cudaMemcpyAsync, a synchronisation) are rows
+    # of their own, out of the ops' self time.
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])
+    rows = _profiled(fn, train, calls, activities,
+                     lambda ev: 0 if ev.key in _PROFILER_OWN else ev.self_cpu_time_total / 1e3)
+    return _with_total(rows, "(all ops: host time per call, with the profiler's overhead)", top)
 
 
 def host_ms(fn, train: bool, calls: int = 21) -> float:
