@@ -264,7 +264,9 @@ def generate(v: Variant, hectorgen: str | None, gen_root: Path) -> GenResult:
     if out_dir.exists():
         shutil.rmtree(out_dir, ignore_errors=True)
     try:
-        p = subprocess.run([hectorgen, v.spec, "-o", f"generated/{v.name}"], cwd=gen_root, capture_output=True,
+        # gen_root mirrors specs/, tests/ and runtime/; a spec elsewhere in the repository is named absolutely
+        spec = v.spec if (gen_root / v.spec).is_file() else str(REPO / v.spec)
+        p = subprocess.run([hectorgen, spec, "-o", f"generated/{v.name}"], cwd=gen_root, capture_output=True,
                            text=True, timeout=120)
         rc, err = p.returncode, p.stderr
     except subprocess.TimeoutExpired:
