@@ -54,10 +54,11 @@
 # processes at a time, CHECK_JOBS), on the tiny and mini graphs (GRAPHS), inputs, weights and output gradients
 # drawn in float64 and rounded to the storage dtype, poisoned memory: forward, forward_train and backward vs the
 # float64 interpreter on the same rounded values, at the dtype's tolerance (fp32 1e-5, tf32 2e-3, bf16/fp16 2e-2
-# relative: tests/gpu/dtypes.py), bit-identical weight gradients, no host sync and CUDA graphs as above. No
-# sanitizer, no training example; budget 520 s (< 9 minutes with the builds). The table printed last has one line
-# per spec, dtype and phase (max rel err, tolerance, PASS/FAIL). A module generated without dtype support (no DTYPE
-# constant) is one FAIL line of its variant.
+# relative: tests/gpu/dtypes.py), bit-identical weight gradients, no host sync and CUDA graphs as above; then
+# memcheck and racecheck as in 4, on the dtype's values. No training example; budget 550 s (< 10 minutes with the
+# builds). The table printed last has one line per spec, dtype and phase (max rel err, tolerance, PASS/FAIL; the
+# sanitizers' lines last). A module generated without dtype support (no DTYPE constant) is one FAIL line of its
+# variant. A spec whose own options.dtype is not fp32 is checked by a dtype run only (the plain run refuses it).
 #
 # Environment: OUT, SPECS (comma list of specs or model names; MODELS is an alias), GRAPHS (tiny,medium), DTYPES,
 # CAPTURE, CHECK_JOBS,
@@ -146,7 +147,7 @@ PY
 fi
 if ((DTYPE_RUN)); then
   GRAPHS="${GRAPHS:-tiny,mini}"
-  BUDGET="${GPU_CHECK_BUDGET_S:-520}"
+  BUDGET="${GPU_CHECK_BUDGET_S:-550}"
   DTYPE_ARGS=(--dtypes "$DTYPES")
 else
   GRAPHS="${GRAPHS:-tiny,medium}"
@@ -180,7 +181,7 @@ log() { echo "[gpu_check $(printf '%3d' "$SECONDS")s] $*"; }
 # budget (GPU_CHECK_BUDGET_S) with few specs and SKIP_SANITIZER=1 SKIP_DDP=1 still builds on a cold machine; every
 # spec with every step reserves what it always did (75 s after the checks, 230 after the builds).
 RESERVE_AFTER_CHECKS=10
-if ((!DTYPE_RUN)) && [[ "${SKIP_SANITIZER:-0}" != 1 && "$DEVICE" != cpu ]]; then
+if [[ "${SKIP_SANITIZER:-0}" != 1 && "$DEVICE" != cpu ]]; then
   RESERVE_AFTER_CHECKS=$((RESERVE_AFTER_CHECKS + 45))
 fi
 if ((!DTYPE_RUN)) && [[ "${SKIP_DDP:-0}" != 1 ]]; then RESERVE_AFTER_CHECKS=$((RESERVE_AFTER_CHECKS + 20)); fi
@@ -310,7 +311,7 @@ PY
 )
 if ((DTYPE_RUN)); then
   JOBS="${CHECK_JOBS:-4}"
-  t=$(cap 400 20)
+  t=$(cap 400 "$RESERVE_AFTER_CHECKS")
   child=$((t * 2 * JOBS / (NSPECS > 0 ? NSPECS : 1)))
 else
   JOBS="${CHECK_JOBS:-1}"
@@ -333,10 +334,7 @@ for c in compute-sanitizer /usr/local/cuda/bin/compute-sanitizer "$(dirname "$(c
   if command -v "$c" >/dev/null 2>&1; then SAN="$(command -v "$c")"; break; fi
 done
 SUMMARY_ARGS=()
-if ((DTYPE_RUN)); then
-  SAN_LINE="sanitizer: not part of the dtype run"
-  echo "$SAN_LINE" > "$SAN_LOG"
-elif [[ "${SKIP_SANITIZER:-0}" == 1 || "$DEVICE" == cpu ]]; then
+if [[ "${SKIP_SANITIZER:-0}" == 1 || "$DEVICE" == cpu ]]; then
   SAN_LINE="sanitizer: SKIPPED (${DEVICE/cuda/SKIP_SANITIZER=1})"
   echo "$SAN_LINE" > "$SAN_LOG"
 elif [[ -z "$SAN" ]]; then
@@ -352,12 +350,15 @@ elif (($(left) < 45)); then
 else
   t=$(cap 170 40)
   # Two shards per tool, four processes at once: the sanitizers are CPU-bound, the GPU mostly idle.
-  mapfile -t ALL_SPECS < <(python3 - "${SPEC_ARGS[@]}" <<'PY'
+  # The specs (a dtype run: the specs its variants are made from; the sanitizer run makes the same variants)
+  mapfile -t ALL_SPECS < <(python3 - "$GEN_ROOT" "$DTYPES" "${SPEC_ARGS[@]}" <<'PY'
 import sys
 sys.path.insert(0, "tests/gpu")
-from gpu_check import discover
-for v in discover(sys.argv[1:])[0]:
-    print(v.spec)
+from gpu_check import discover, dtype_variants, parse_dtypes
+gen_root, dtypes, specs = sys.argv[1], sys.argv[2], sys.argv[3:]
+variants = dtype_variants(specs, parse_dtypes(dtypes), gen_root)[0] if dtypes else discover(specs)[0]
+for spec in dict.fromkeys(v.source or v.spec for v in variants):
+    print(spec)
 PY
 )
   half=$(((${#ALL_SPECS[@]} + 1) / 2))
@@ -372,7 +373,7 @@ PY
       ((${#specs[@]})) || continue
       # shellcheck disable=SC2086  # SANITIZER_FLAGS: extra options
       PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 10 "$t" "$SAN" --tool "$tool" --error-exitcode 1 ${SANITIZER_FLAGS:-} \
-        python3 "$CHECK" --sanitizer-run "${specs[@]}" --generated "$GEN_DIR" ${SEED:+--seed "$SEED"} \
+        python3 "$CHECK" --sanitizer-run "${specs[@]}" "${DTYPE_ARGS[@]}" --generated "$GEN_DIR" ${SEED:+--seed "$SEED"} \
         > "$GEN_ROOT/$tool.$shard.log" 2>&1 &
       pids+=($!)
       san_names+=("$tool.$shard")

@@ -96,7 +96,7 @@ REPO = HERE.parent.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from dtypes import DEFAULT_DTYPE_SPECS, DTYPES, parse_dtypes, rewrite_spec, variant_name  # noqa: E402
+from dtypes import DEFAULT_DTYPE_SPECS, DTYPES, parse_dtypes, rewrite_spec, spec_dtype, variant_name  # noqa: E402
 
 DEFAULT_SPEC_GLOBS = ("specs/*.yaml", "specs/*.yml", "specs/*.json", "tests/gpu/specs/*.yaml", "tests/specs/*.yaml")
 # Models with a hand-written reference in reference_models.py (an extra cross-check; no spec needs one).
@@ -1860,7 +1860,8 @@ SAN_END = "sanitizer-run END "
 
 def sanitizer_run(args, variants) -> int:
     """One forward (+ backward when trainable) per spec on the tiny graph, bracketed by markers so that
-    compute-sanitizer's reports can be attributed (summary_main)."""
+    compute-sanitizer's reports can be attributed (summary_main). A dtype variant (--dtypes) runs on inputs,
+    weights and output gradients stored in its dtype, its outputs compared at the dtype's tolerance."""
     import torch
     import ir_torch
     from graphs import tiny_graph
@@ -1879,22 +1880,30 @@ def sanitizer_run(args, variants) -> int:
         ok = False
         try:
             model = ir_torch.load_model(REPO / v.ref_spec)
-            mod = FakeModule(model, not (gen and gen.no_backward)) if dev == "cpu" else \
-                load_generated(v, Path(args.generated), build=False)
+            storage = DTYPES[v.dtype].torch_dtype if v.dtype else torch.float32
+            tol = DTYPES[v.dtype].tol if v.dtype else args.tol
+            mod = FakeModule(model, not (gen and gen.no_backward), dtype=storage if v.dtype else None) \
+                if dev == "cpu" else load_generated(v, Path(args.generated), build=False)
+            if v.dtype:
+                module_storage(mod, v)  # a module of another dtype (or none) is refused, as in the checks
             ok = True
             for prog in auto_programs(mod):  # both programs of an auto module
-                ad = Adapter(mod, model, dev, bool(getattr(mod, "TRAINABLE", False)), materialization=prog)
+                ad = Adapter(mod, model, dev, bool(getattr(mod, "TRAINABLE", False)), v, materialization=prog)
                 seed = (args.seed or 0) + vi
-                inputs64 = ir_torch.random_inputs(model, g, seed)
-                inp = {k: t.to(dev, torch.float32) for k, t in inputs64.items()}
+                # the reference runs on the values the module gets: drawn in float64, rounded to the storage dtype
+                rounded = {k: t.to(storage) for k, t in
+                           ir_torch.random_inputs(model, g, seed, round_to_fp32=False).items()}
+                inputs64 = {k: t.double() for k, t in rounded.items()}
+                inp = {k: t.to(dev) for k, t in rounded.items()}
                 hg = ad.prepare(gdev)
-                layer = ad.layer(g, {k: inp[k] for k in ad.weight_names})
+                layer = ad.layer(g, {k: inp[k] for k in ad.weight_names}, dtype=storage if v.dtype else None)
                 with torch.no_grad():
                     out = ad.call(layer, hg, [inp[k] for k in ad.input_names])
                 sync(dev)
                 note = "forward"
                 if ad.trainable and ir_torch.grad_names(model):
-                    d_out = {k: t.to(dev, torch.float32) for k, t in ir_torch.random_output_grads(model, g, seed).items()}
+                    d_out = {k: t.to(dev, storage) for k, t in
+                             ir_torch.random_output_grads(model, g, seed, round_to_fp32=False).items()}
                     xs = [inp[k].detach().clone().requires_grad_(True) for k in ad.input_names]
                     outs = ad.call(layer, hg, xs)
                     torch.autograd.backward([outs[k] for k in d_out], [d_out[k] for k in d_out])
@@ -1902,11 +1911,11 @@ def sanitizer_run(args, variants) -> int:
                     note = "forward + backward"
                 with torch.no_grad():
                     ref = ir_torch.evaluate(model, g, inputs64)
-                err, _, why = compare_maps({k: t.detach().cpu() for k, t in out.items()}, ref, args.tol)
-                ok = ok and err <= args.tol
+                err, _, why = compare_maps({k: t.detach().cpu() for k, t in out.items()}, ref, tol, None, storage)
+                ok = ok and err <= tol
                 name = v.name if prog is None else f"{v.name}[{prog}]"
-                print(f"sanitizer-run {name} tiny: {note}, rel err {err:.3e} {'OK' if err <= args.tol else 'FAIL'} "
-                      f"{why}", flush=True)
+                print(f"sanitizer-run {name} tiny: {note}, rel err {err:.3e} (tol {tol:.0e}) "
+                      f"{'OK' if err <= tol else 'FAIL'} {why}", flush=True)
                 del layer, hg, out
         except Exception as e:  # noqa: BLE001
             ok = False
@@ -2035,12 +2044,13 @@ def summarize(data: dict, memcheck: dict, racecheck: dict, san_state: str = "") 
 DTYPE_PHASES = ("setup", "oracle", "forward", "forward_train", "backward", "sync", "capture")
 
 
-def summarize_dtypes(data: dict) -> tuple:
+def summarize_dtypes(data: dict, mem: dict | None = None, race: dict | None = None, san_state: str = "") -> tuple:
     """(text, all_pass) of a dtype run: one line per spec, dtype and phase (setup, oracle: the float64 references
     among themselves, forward: inference, forward_train, backward: every gradient, sync: no host synchronisation,
     capture: CUDA graphs) with the worst relative error (relative to its tolerance) of that phase's checks over
     every graph, its tolerance, PASS/FAIL and the failed checks. A variant passes when every phase passes and it
-    has a backward pass (forward-only: FWD-ONLY, not a pass)."""
+    has a backward pass (forward-only: FWD-ONLY, not a pass) and, where sanitizer logs are given (``mem``, ``race``:
+    parse_sanitizer_log; ``san_state``: why they are incomplete), memcheck and racecheck are clean for it."""
     rows = data.get("rows", [])
     specs = data.get("specs", {})
     groups: dict = {}
@@ -2088,6 +2098,12 @@ def summarize_dtypes(data: dict) -> tuple:
             variant_ok = False
             table.append((spec, dtype, "backward", "-", "-", "FWD-ONLY",
                           f"no backward pass: {info.get('no_backward')}"))
+        for tool, log in (("memcheck", mem), ("racecheck", race)):
+            if log is None:
+                continue
+            san_ok, note = log.get(variant_name(spec, dtype), (False, san_state or "not in the sanitizer log"))
+            variant_ok &= bool(san_ok)
+            table.append((spec, dtype, tool, "-", "-", "PASS" if san_ok else "FAIL", note))
         n_ok += variant_ok
     w = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
     lines = ["  ".join([c.rjust(w[i]) if i in (3, 4) else c.ljust(w[i]) for i, c in enumerate(r[:-1])] + [r[-1]])
@@ -2116,7 +2132,8 @@ def summary_main(args) -> int:
     elif not mem or not race:
         state = "no complete sanitizer log"
     if data.get("meta", {}).get("dtypes"):
-        text, ok = summarize_dtypes(data)
+        logged = args.memcheck_log is not None or args.racecheck_log is not None
+        text, ok = summarize_dtypes(data, mem if logged else None, race if logged else None, state)
     else:
         text, ok = summarize(data, mem, race, state)
     extra = [ln for ln in (args.extra or []) if ln]
@@ -2187,6 +2204,11 @@ def main(argv=None) -> int:
             variants, notes = dtype_variants(entries, dtypes, gen_dir.parent)
         else:
             variants, notes = discover(entries)
+            for v in variants:
+                d = spec_dtype((REPO / v.spec).read_text())
+                if d != "fp32":
+                    raise SetupError(f"{v.spec}: options.dtype is {d}, and the plain check runs float32 values; "
+                                     f"check it with --dtypes {d} {v.spec}")
     except (SetupError, ValueError) as e:
         p.error(str(e))
     if not args.child_json:

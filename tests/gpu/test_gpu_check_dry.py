@@ -414,6 +414,51 @@ def test_summarize_dtypes():
     assert "inf" in text and "tiny:grad y" in text
 
 
+def test_summarize_dtypes_with_sanitizers():
+    """Given the sanitizer logs, each variant gets a memcheck and a racecheck line; a report, or a variant missing
+    from a log, fails the variant."""
+    def r(spec, phase):
+        return {"model": f"{spec}_bf16", "graph": "tiny", "check": "c", "err": 1e-3, "tol": 2e-2, "ok": True,
+                "spec": spec, "dtype": "bf16", "phase": phase, "kind": "forward", "note": ""}
+    data = {"meta": {"dtypes": ["bf16"], "graphs": ["tiny"]},
+            "specs": {f"{x}_bf16": {"base": x, "dtype": "bf16", "trainable": True} for x in "abc"},
+            "rows": [r(x, ph) for x in "abc" for ph in ("forward", "backward")]}
+    mem = {"a_bf16": (True, "clean"), "b_bf16": (False, "1 report(s): Invalid __shared__ write"),
+           "__summary__": (True, "ERROR SUMMARY: 1 error")}
+    race = {"a_bf16": (True, "clean"), "b_bf16": (True, "clean"), "c_bf16": (True, "clean")}
+    text, ok = gpu_check.summarize_dtypes(data, mem, race)
+    lines = {tuple(ln.split()[:3]): ln for ln in text.splitlines()[1:-1]}
+    assert "PASS" in lines[("a", "bf16", "memcheck")] and "PASS" in lines[("a", "bf16", "racecheck")]
+    assert "FAIL" in lines[("b", "bf16", "memcheck")] and "Invalid __shared__ write" in lines[("b", "bf16", "memcheck")]
+    assert "not in the sanitizer log" in lines[("c", "bf16", "memcheck")]
+    assert not ok and text.splitlines()[-1].startswith("1/3 (spec, dtype) variants PASS")
+    text, ok = gpu_check.summarize_dtypes(data)  # no logs: no sanitizer lines
+    assert "memcheck" not in text and ok
+
+
+@needs_bin
+def test_sanitizer_run_of_dtype_variants(dtype_prepared, tmp_path):
+    """--sanitizer-run --dtypes: each variant runs on values stored in its dtype, judged at its tolerance."""
+    _, gen, _ = dtype_prepared
+    p = run(["--sanitizer-run", "rgcn", "--dtypes", "bf16,tf32", "--device", "cpu", "--generated", str(gen)])
+    log = tmp_path / "san.log"
+    log.write_text(p.stdout)
+    res = gpu_check.parse_sanitizer_log(log)
+    assert res["rgcn_bf16"] == (True, "clean") and res["rgcn_tf32"] == (True, "clean"), p.stdout[-2000:]
+    assert "(tol 2e-02) OK" in p.stdout and "(tol 2e-03) OK" in p.stdout and p.returncode == 0
+
+
+@needs_bin
+def test_plain_run_refuses_a_spec_of_another_dtype(tmp_path):
+    """A spec whose own options.dtype is bf16 would get float32 values from the plain run: refused, with the
+    dtype run named."""
+    spec = tmp_path / "rgcn_bf16_own.yaml"
+    spec.write_text(gpu_check.rewrite_spec((REPO / "specs" / "rgcn.yaml").read_text(), dtype="bf16"))
+    p = run([str(spec), "--device", "cpu", "--hectorgen", str(BIN), "--generated", str(tmp_path / "gen"),
+             "--out", str(tmp_path / "out")])
+    assert p.returncode == 2 and "options.dtype is bf16" in p.stderr and "--dtypes bf16" in p.stderr, p.stderr
+
+
 @needs_bin
 def test_generated_dtype_module_is_recognised(dtype_prepared):
     """The real generated module of a dtype variant (imported without its extension): the Adapter finds its layer
