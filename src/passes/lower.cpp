@@ -1775,6 +1775,7 @@ std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const s
     merge_duplicate_gemms(*p);
     merge_duplicate_traversals(*p);
     merge_duplicate_stores(*p);
+    forward_row_copies(*p);
     drop_dead_stores(*p);
     assign_storage(*p);
     choose_gemm_kernels(*p);

@@ -1,5 +1,5 @@
-// merge-duplicate-gemms and merge-duplicate-traversals (see passes.h): passes over the intra-operator IR, run
-// right after lowering.
+// merge-duplicate-gemms, merge-duplicate-traversals, merge-duplicate-stores and forward-row-copies (see passes.h):
+// passes over the intra-operator IR, run right after lowering.
 //
 // The autodiff pass differentiates each use of a product on its own, so one phase can compute the same
 // GEMM twice: HGT's backward needs k[src] · W_att[etype] for d_q and again for d_mu, each an E x 64
@@ -247,6 +247,75 @@ void merge_duplicate_stores(Program& p) {
       t->body.erase(commented ? std::prev(def) : def, std::next(def));
     }
   }
+}
+
+void forward_row_copies(Program& p) {
+  auto rows_match = [](inter::LoopKind rows, inter::Per per) {
+    switch (rows) {
+      case inter::LoopKind::SrcPairs: return per == inter::Per::Pair;
+      case inter::LoopKind::Edges: return per == inter::Per::Edge;
+      case inter::LoopKind::DstNodes:
+      case inter::LoopKind::SrcNodes: return per == inter::Per::Node;
+      default: return false;
+    }
+  };
+  std::set<std::string> copies;
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    auto* t = std::get_if<TraversalInstance>(&p.kernels[i]);
+    if (!t) continue;
+    // The registers of the row loop that hold a row of another tensor as loaded: register -> that tensor.
+    std::map<std::string, std::string> loaded;
+    for (const Instr& in : t->body)
+      if (const auto* d = std::get_if<Def>(&in.v); d && !d->is_mutable)
+        if (const auto* l = std::get_if<Load>(&d->source); l && l->row == t->row) loaded[d->name] = l->tensor;
+    const std::set<std::string> reads = kernel_reads(p.kernels[i]);
+    const std::set<std::string> writes = kernel_writes(p.kernels[i]);
+    std::map<std::string, std::string> copy_of;  // dropped tensor -> the tensor it copied
+    for (const Instr& in : t->body) {
+      const auto* st = std::get_if<Store>(&in.v);
+      if (!st || st->atomic || st->row != t->row) continue;
+      auto src = loaded.find(st->reg);
+      if (src == loaded.end()) continue;
+      const TensorInfo *to = p.find(src->second), *dropped = p.find(st->tensor);
+      if (!to || !dropped || (dropped->role != Role::Temp && dropped->role != Role::Field)) continue;
+      if (std::find(p.saved.begin(), p.saved.end(), dropped->name) != p.saved.end()) continue;
+      if (dropped->per != to->per || dropped->row_numel() != to->row_numel() || !rows_match(t->rows, dropped->per)) continue;
+      if (reads.count(dropped->name) || writes.count(to->name) || read_by_torch(p, dropped->name, i + 1)) continue;
+      // The only store of `dropped` anywhere, and nothing writes the copied tensor from here on.
+      int stores = 0;
+      intra::for_each_instr(t->body, [&](const Instr& x) {
+        if (const auto* s2 = std::get_if<Store>(&x.v); s2 && s2->tensor == dropped->name) ++stores;
+      });
+      bool alone = stores == 1;
+      for (size_t k = 0; k < p.kernels.size() && alone; ++k)
+        alone = k == i || !kernel_writes(p.kernels[k]).count(dropped->name);
+      for (size_t k = i + 1; k < p.kernels.size() && alone; ++k) alone = !kernel_writes(p.kernels[k]).count(to->name);
+      if (alone) copy_of[dropped->name] = to->name;
+    }
+    for (const auto& [dropped, kept] : copy_of) {
+      for (size_t k = i + 1; k < p.kernels.size(); ++k) redirect_reads(p.kernels[k], dropped, kept);
+      for (auto& [field, tensor] : p.aliases)
+        if (tensor == dropped) tensor = kept;
+      copies.insert(dropped);
+    }
+  }
+  if (copies.empty()) return;
+  // Nothing reads the copies now: drop-dead-stores removes their stores (and the loads only they used), then the
+  // tensors go.
+  drop_dead_stores(p);
+  // A traversal left without stores (it only copied) does nothing.
+  std::erase_if(p.kernels, [](const Kernel& k) {
+    const auto* t = std::get_if<TraversalInstance>(&k);
+    if (!t) return false;
+    bool stores = false;
+    intra::for_each_instr(t->body, [&](const Instr& in) { stores = stores || std::holds_alternative<Store>(in.v); });
+    return !stores;
+  });
+  std::erase_if(p.tensors, [&](const TensorInfo& t) {
+    return copies.count(t.name) && std::none_of(p.kernels.begin(), p.kernels.end(), [&](const Kernel& k) {
+             return kernel_writes(k).count(t.name) || kernel_reads(k).count(t.name);
+           });
+  });
 }
 
 void merge_duplicate_gemms(Program& p) {

@@ -75,6 +75,13 @@ void merge_duplicate_traversals(intra::Program& p);
 // the weight gradient and once for each pair sum).
 void merge_duplicate_stores(intra::Program& p);
 
+// A traversal that stores, on each of its rows, the row of another tensor it loaded there unchanged (RGAT's compact
+// backward: `d$hs[p] = d$msg[p]`, the gradient of the forward's `p["msg"] = p["hs"]`) makes a copy: where the copy
+// is that tensor's only store in the program, of the same rows and shape, neither an output nor saved, and nothing
+// writes the original from that kernel on, the store goes and later kernels read the original (one pair-sized
+// tensor fewer at the backward's peak, and its write and re-read).
+void forward_row_copies(intra::Program& p);
+
 // Orders independent kernels so that fewer temporaries are live at once (the host code allocates each right
 // before the first kernel that touches it and releases it after the last): greedy list scheduling that runs,
 // of the kernels whose inputs are ready, the one that grows the live temporaries least, kept only when its peak

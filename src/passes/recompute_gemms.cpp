@@ -215,39 +215,60 @@ std::vector<std::string> recompute_gemms(Program& fwt, Program& bw) {
   if (mode == inter::Recompute::Off) return {};
   const std::vector<std::string> saved = fwt.saved;
   const std::vector<RecomputeCandidate> candidates = recompute_candidates(fwt, bw);
-  // Greedy in candidate order: each is tried on top of those taken so far, on copies of the programs as lowered, and
-  // taken when the estimate falls at all. No minimum fraction: a candidate moves a whole [rows, n] tensor in or out
-  // of the peak, so a fall is never a rounding matter, and a tie keeps the field saved (no extra GEMM).
+  // On: every candidate whose operands stay saved, in candidate order. Auto: greedy, best first: of the candidates
+  // not taken yet, each is tried on top of those taken so far (on copies of the programs as lowered); the one whose
+  // estimate falls most is taken, until none makes it fall at all. (In candidate order, RGAT's hs, whose recompute
+  // lowers the peak only until ht's does more, was taken first and kept for nothing.) No minimum fraction: a
+  // candidate moves a whole [rows, n] tensor in or out of the peak, so a fall is never a rounding matter, and a tie
+  // keeps the field saved (no extra GEMM).
   std::vector<RecomputeCandidate> chosen;
   std::vector<std::string> notes;
-  int64_t peak = training_step_peak(fwt, bw, kDecisionGraph);
-  for (const RecomputeCandidate& c : candidates) {
-    const std::string fields = joined(c.fields);
-    auto taken = [&](const std::string& o) {
-      return std::any_of(chosen.begin(), chosen.end(), [&](const RecomputeCandidate& r) { return r.tensor == o; });
-    };
-    if (auto o = std::find_if(c.operands.begin(), c.operands.end(), taken); o != c.operands.end()) {
-      notes.push_back(fmt::format("recompute-gemms: {} saved (its operand {} is recomputed)", fields, *o));
-      continue;
-    }
-    if (mode == inter::Recompute::On) {
+  auto blocker = [&](const RecomputeCandidate& c) -> std::string {
+    for (const std::string& o : c.operands)
+      if (std::any_of(chosen.begin(), chosen.end(), [&](const RecomputeCandidate& r) { return r.tensor == o; })) return o;
+    return "";
+  };
+  if (mode == inter::Recompute::On) {
+    for (const RecomputeCandidate& c : candidates) {
+      if (const std::string o = blocker(c); !o.empty()) {
+        notes.push_back(fmt::format("recompute-gemms: {} saved (its operand {} is recomputed)", joined(c.fields), o));
+        continue;
+      }
       chosen.push_back(c);
-      notes.push_back(fmt::format("recompute-gemms: {} recomputed by the backward (recompute: on)", fields));
-      continue;
+      notes.push_back(fmt::format("recompute-gemms: {} recomputed by the backward (recompute: on)", joined(c.fields)));
     }
-    std::vector<RecomputeCandidate> tried = chosen;
-    tried.push_back(c);
-    Program f = fwt, b = bw;
-    apply_recompute(f, b, tried);
-    const int64_t after = training_step_peak(f, b, kDecisionGraph);
-    if (after < peak) {
+  } else {
+    int64_t peak = training_step_peak(fwt, bw, kDecisionGraph);
+    std::vector<const RecomputeCandidate*> left;
+    for (const RecomputeCandidate& c : candidates) left.push_back(&c);
+    std::map<const RecomputeCandidate*, int64_t> last;  // each candidate's estimate when last tried
+    for (;;) {
+      const RecomputeCandidate* best = nullptr;
+      int64_t best_after = peak;
+      for (const RecomputeCandidate* c : left) {
+        if (!blocker(*c).empty()) continue;
+        std::vector<RecomputeCandidate> tried = chosen;
+        tried.push_back(*c);
+        Program f = fwt, b = bw;
+        apply_recompute(f, b, tried);
+        const int64_t after = training_step_peak(f, b, kDecisionGraph);
+        last[c] = after;
+        if (after < best_after) best = c, best_after = after;
+      }
+      if (!best) break;
       notes.push_back(fmt::format("recompute-gemms: {} recomputed by the backward (the step's estimated peak: {} -> {} bytes)",
-                                  fields, peak, after));
-      chosen = std::move(tried);
-      peak = after;
-    } else {
-      notes.push_back(fmt::format("recompute-gemms: {} saved (recomputing {} would not lower the step's estimated peak: {} -> {} bytes)",
-                                  fields, c.fields.size() > 1 ? "them" : "it", peak, after));
+                                  joined(best->fields), peak, best_after));
+      chosen.push_back(*best);
+      std::erase(left, best);
+      peak = best_after;
+    }
+    for (const RecomputeCandidate* c : left) {
+      if (const std::string o = blocker(*c); !o.empty())
+        notes.push_back(fmt::format("recompute-gemms: {} saved (its operand {} is recomputed)", joined(c->fields), o));
+      else
+        notes.push_back(fmt::format("recompute-gemms: {} saved (recomputing {} would not lower the step's estimated peak: "
+                                    "{} -> {} bytes)", joined(c->fields), c->fields.size() > 1 ? "them" : "it", peak,
+                                    last.at(c)));
     }
   }
   apply_recompute(fwt, bw, chosen);

@@ -723,6 +723,118 @@ TEST_CASE("share-gemm-tiles: IR in, IR out, over a module's programs", "[intra][
   CHECK_FALSE(std::get<GemmInstance>(programs[0].kernels[0]).graph_tiles);
 }
 
+// The backward of tests/passes/lower_reorder_backward.ir as lowering leaves it before forward-row-copies: its edge
+// traversal stores a copy of the input d_s (t$op0) for the weight gradient to read.
+const char* kRowCopy = R"(# hectorgen intra-operator IR
+model rrb
+phase backward
+hyper dim = 4
+hyper out_dim = 8
+input feature: node[dim]
+input d_s: edge[] requires_grad=0
+weight W: etype[dim, out_dim] init="glorot"
+weight v: etype[out_dim] init="glorot"
+output d_feature: node[dim]
+output d_v: etype[out_dim]
+output d_W: etype[dim, out_dim]
+option materialization = "vanilla"
+option reorder = "off"
+option dtype = "fp32"
+option gemm_tile = 16
+option gemm_coarsen = 1
+option traversal_threads = 256
+layouts csr_by_src, etype_sorted_coo
+tensor feature: input node[4]
+tensor d_s: input edge[]
+tensor W: weight etype[4, 8]
+tensor v: weight etype[8]
+tensor d_feature: output node[4]
+tensor d_v: output etype[8] zero_init
+tensor d_W: output etype[4, 8] zero_init
+tensor t$v$W: temp etype[4]
+tensor t$op0$per_etype: temp etype[4]
+tensor t$op0: temp edge[]
+
+gemm rrb_bw_gemm_v_W:  t$v$W[row] = v[row] · W[etype]^T
+    rows=etypes heads=1 k=8 n=4 dtype=fp32 tile=16 coarsen=1 store=plain kernel=simt(tc: rows=etypes)
+    from: e.src["d_feature"] += e.d_s * linear_t(v[e.etype], W[e.etype])
+
+traversal rrb_bw_edges_loop: rows=etype_sorted_coo.edges(e) threads=256
+    let v_d_s: [] replicated(1) = load d_s[e]
+    # $op0 = e.d_s
+    store t$op0[e] = v_d_s by lane0
+
+wgrad rrb_bw_wgrad_op0_per_etype:  t$op0$per_etype[etype] = sum over rows feature[dst[row]]^T · t$op0[row]
+    rows=edges heads=1 k=4 n=1 dtype=fp32 kernel=simt(tc: k % 64) deterministic
+    from: t$op0$per_etype[t] = sum over the edges e of type t of e.d_s * e.dst.feature
+
+gemm rrb_bw_gemm_d_v:  d_v[row] += t$op0$per_etype[row] · W[etype]
+    rows=etypes heads=1 k=4 n=8 dtype=fp32 tile=16 coarsen=1 store=add kernel=simt(tc: rows=etypes)
+    from: d_v[e.etype] += linear(e.d_s * e.dst.feature, W[e.etype])
+
+gemm rrb_bw_gemm_d_W:  d_W[row] += t$op0$per_etype[row] · v[etype]
+    rows=etypes heads=4 k=1 n=8 dtype=fp32 tile=16 coarsen=1 store=add kernel=simt(tc: rows=etypes)
+    from: d_W[e.etype] += outer(e.d_s * e.dst.feature, v[e.etype])
+
+traversal rrb_bw_sum_d_feature: rows=src_nodes(n) threads=256 row_lanes=8
+    var v_d_feature: [4] replicated(4) = 0
+    for e in csr_by_src.outgoing(n) at i_e split:
+        index e_etype = out_etype[i_e]
+        let scatter: [] replicated(1) = load d_s[e]
+        let t_v_W: [4] replicated(4) = load t$v$W[e_etype]
+        # n["d_feature"] += $scatter * $t$v$W
+        v_d_feature += scatter * t_v_W
+    store d_feature[n] = v_d_feature by lane0
+)";
+
+TEST_CASE("forward-row-copies: IR in, IR out; outputs, saved fields and rewritten originals keep their copies",
+          "[intra][pass]") {
+  std::string err;
+  auto parsed = parse_program_text(kRowCopy, &err);
+  INFO(err);
+  REQUIRE(parsed);
+  REQUIRE(verify_program(*parsed) == "");
+  // The copy goes with the traversal that only made it; the weight gradient reads d_s itself.
+  Program p = *parsed;
+  passes::forward_row_copies(p);
+  CHECK(verify_program(p) == "");
+  CHECK_FALSE(p.find("t$op0"));
+  CHECK(p.kernels.size() == parsed->kernels.size() - 1);
+  CHECK(std::none_of(p.kernels.begin(), p.kernels.end(),
+                     [](const Kernel& k) { return kernel_name(k) == "rrb_bw_edges_loop"; }));
+  CHECK(std::get<WeightGradInstance>(p.kernels[1]).dy == "d_s");
+  const std::string text = print_program(p);
+  CHECK(text.find("t$op0[row]") == std::string::npos);
+  // The rest is as it was.
+  std::string expected = kRowCopy;
+  expected = replace(expected, "tensor t$op0: temp edge[]\n", "");
+  expected = replace(expected, "traversal rrb_bw_edges_loop: rows=etype_sorted_coo.edges(e) threads=256\n"
+                               "    let v_d_s: [] replicated(1) = load d_s[e]\n"
+                               "    # $op0 = e.d_s\n"
+                               "    store t$op0[e] = v_d_s by lane0\n\n", "");
+  expected = replace(expected, "feature[dst[row]]^T · t$op0[row]", "feature[dst[row]]^T · d_s[row]");
+  CHECK(text == expected);
+  // Nothing changes where the copy is a result of the op, a field saved for the backward, or where a later kernel
+  // writes the original.
+  for (int variant = 0; variant < 3; ++variant) {
+    CAPTURE(variant);
+    Program q = *parsed;
+    if (variant == 0) {
+      for (TensorInfo& t : q.tensors)
+        if (t.name == "t$op0") t.role = Role::Output;
+    } else if (variant == 1) {
+      q.saved = {"t$op0"};
+    } else {
+      for (TensorInfo& t : q.tensors)
+        if (t.name == "d_s") t.role = Role::Temp;
+      std::get<GemmInstance>(q.kernels[3]).y = "d_s";  // rrb_bw_gemm_d_v, after the copy
+    }
+    const std::string unchanged = print_program(q);
+    passes::forward_row_copies(q);
+    CHECK(print_program(q) == unchanged);
+  }
+}
+
 TEST_CASE("tensors carry their storage type through print, parse and verify", "[intra][roundtrip][verifier][dtype]") {
   const std::string bf16 = bf16_program();
   CHECK(bf16.find("tensor y: output node[64] bf16 zero_init\n") != std::string::npos);
