@@ -278,7 +278,12 @@ void forward_row_copies(Program& p) {
       if (src == loaded.end()) continue;
       const TensorInfo *to = p.find(src->second), *dropped = p.find(st->tensor);
       if (!to || !dropped || (dropped->role != Role::Temp && dropped->role != Role::Field)) continue;
-      if (std::find(p.saved.begin(), p.saved.end(), dropped->name) != p.saved.end()) continue;
+      // Not returned by the op: neither saved itself nor the tensor of a saved field that aliases it.
+      auto saved = [&](const std::string& f) { return std::find(p.saved.begin(), p.saved.end(), f) != p.saved.end(); };
+      if (saved(dropped->name) || std::any_of(p.aliases.begin(), p.aliases.end(), [&](const auto& a) {
+            return a.second == dropped->name && saved(a.first);
+          }))
+        continue;
       if (dropped->per != to->per || dropped->row_numel() != to->row_numel() || !rows_match(t->rows, dropped->per)) continue;
       if (reads.count(dropped->name) || writes.count(to->name) || read_by_torch(p, dropped->name, i + 1)) continue;
       // The only store of `dropped` anywhere, and nothing writes the copied tensor from here on.

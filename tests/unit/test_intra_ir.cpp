@@ -814,9 +814,9 @@ TEST_CASE("forward-row-copies: IR in, IR out; outputs, saved fields and rewritte
                                "    store t$op0[e] = v_d_s by lane0\n\n", "");
   expected = replace(expected, "feature[dst[row]]^T · t$op0[row]", "feature[dst[row]]^T · d_s[row]");
   CHECK(text == expected);
-  // Nothing changes where the copy is a result of the op, a field saved for the backward, or where a later kernel
-  // writes the original.
-  for (int variant = 0; variant < 3; ++variant) {
+  // Nothing changes where the copy is a result of the op, a field saved for the backward (or its tensor), or where a
+  // later kernel writes the original.
+  for (int variant = 0; variant < 4; ++variant) {
     CAPTURE(variant);
     Program q = *parsed;
     if (variant == 0) {
@@ -824,6 +824,9 @@ TEST_CASE("forward-row-copies: IR in, IR out; outputs, saved fields and rewritte
         if (t.name == "t$op0") t.role = Role::Output;
     } else if (variant == 1) {
       q.saved = {"t$op0"};
+    } else if (variant == 2) {  // a saved field held in the copy's tensor
+      q.aliases["op0"] = "t$op0";
+      q.saved = {"op0"};
     } else {
       for (TensorInfo& t : q.tensors)
         if (t.name == "d_s") t.role = Role::Temp;
