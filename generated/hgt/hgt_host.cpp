@@ -564,19 +564,16 @@ std::vector<at::Tensor> hgt_backward_op(
   // No kernel below uses hgt_bw_wgrad_d_W_msg_partial, hgt_bw_wgrad_d_W_msg_chunk_ptr: their memory goes back to the caching allocator.
   hgt_bw_wgrad_d_W_msg_partial.reset();
   hgt_bw_wgrad_d_W_msg_chunk_ptr.reset();
-  at::Tensor t_d_v_edges = empty_if(grad_mask & 9, {num_edges, 1, 64}, options);  // intermediate
-  a.t_d_v_edges = t_d_v_edges.data_ptr<float>();
   at::Tensor hgt_bw_gemm_d_v_edges_w_t = empty_if(grad_mask & 9, {num_etypes * 4096}, options.dtype(at::kFloat));  // workspace: W_msg^T, [64][64] per segment
   a.hgt_bw_gemm_d_v_edges_w_t = hgt_bw_gemm_d_v_edges_w_t.data_ptr<float>();
   if (grad_mask & 9) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_v_edges(a, stream));
-  // No kernel below uses d_msg, hgt_bw_gemm_d_v_edges_w_t: their memory goes back to the caching allocator.
-  d_msg.reset();
+  // No kernel below uses hgt_bw_gemm_d_v_edges_w_t: its memory goes back to the caching allocator.
   hgt_bw_gemm_d_v_edges_w_t.reset();
   at::Tensor d_v = empty_if(grad_mask & 9, {num_nodes, 1, 64}, options);  // field
   a.d_v = d_v.data_ptr<float>();
   if (grad_mask & 9) C10_CUDA_CHECK(launch_hgt_bw_sum_d_v(a, stream));
-  // No kernel below uses t_d_v_edges: its memory goes back to the caching allocator.
-  t_d_v_edges.reset();
+  // No kernel below uses d_msg: its memory goes back to the caching allocator.
+  d_msg.reset();
   at::Tensor hgt_bw_gemm_d_feature_w_t = empty_if(grad_mask & 1, {num_ntypes * 4096}, options.dtype(at::kFloat));  // workspace: W_v^T, [64][64] per segment
   a.hgt_bw_gemm_d_feature_w_t = hgt_bw_gemm_d_feature_w_t.data_ptr<float>();
   if (grad_mask & 1) C10_CUDA_CHECK(launch_hgt_bw_gemm_d_feature(a, stream));

@@ -453,7 +453,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
     const int32_t* __restrict__ out_ptr,
     const int32_t* __restrict__ out_eid,
     float* __restrict__ d_v,
-    const float* __restrict__ t_d_v_edges) {
+    const float* __restrict__ d_msg) {
   const int lane = threadIdx.x & 15;  // the lane within its row's 16
   const int row_group = (threadIdx.x & 31) >> 4;  // which of the warp's 2 rows
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
@@ -482,7 +482,7 @@ __global__ void __launch_bounds__(256) hgt_bw_sum_d_v(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
         float scatter[4];
-        load_run<4>(scatter, &t_d_v_edges[e * 64 + lane * 4]);
+        load_run<4>(scatter, &d_msg[e * 64 + lane * 4]);
         // n["d$v"] += $scatter
         if (i_e_live) {
           #pragma unroll
@@ -1107,7 +1107,7 @@ cudaError_t launch_hgt_bw_wgrad_d_W_msg(const HgtBackwardArgs& a, cudaStream_t s
 }
 
 cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // t_d_v_edges[row] = d_msg[row] * W_msg[etype]^T
+  if (a.num_edges > 0) {  // d_msg[row] = d_msg[row] * W_msg[etype]^T
     // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
     // graph's (prepared with gemm_tile 64).
     cudaError_t err = cudaSuccess;
@@ -1117,7 +1117,7 @@ cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& a, cudaStream_t 
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.d_msg;
     gemm.w = a.hgt_bw_gemm_d_v_edges_w_t;
-    gemm.y = a.t_d_v_edges;
+    gemm.y = a.d_msg;
     gemm.gather = nullptr;
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
@@ -1136,7 +1136,7 @@ cudaError_t launch_hgt_bw_gemm_d_v_edges(const HgtBackwardArgs& a, cudaStream_t 
 cudaError_t launch_hgt_bw_sum_d_v(const HgtBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // hgt_bw_sum_d_v
     const unsigned blocks = static_cast<unsigned>((a.num_nodes + 16 - 1) / 16);
-    hgt_bw_sum_d_v<<<blocks, 256, 0, stream>>>(a.num_nodes, a.out_ptr, a.out_eid, a.d_v, a.t_d_v_edges);
+    hgt_bw_sum_d_v<<<blocks, 256, 0, stream>>>(a.num_nodes, a.out_ptr, a.out_eid, a.d_v, a.d_msg);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -178,7 +178,6 @@ struct HgtBackwardArgs {
   float* d_att__0 = nullptr;  // [num_edges, 1]
   float* d_att__1 = nullptr;  // [num_edges, 1]
   float* d_msg = nullptr;  // [num_edges, 1, 64]
-  float* t_d_v_edges = nullptr;  // [num_edges, 1, 64]
   float* t_op0 = nullptr;  // [num_edges, 1]
   float* t_d_k_edges = nullptr;  // [num_edges, 1, 64]
   float* t_lin_11 = nullptr;  // [num_edges, 1, 64]

@@ -1780,6 +1780,7 @@ std::optional<intra::Program> lower(const Module& m, Diagnostics& diags, const s
     assign_storage(*p);
     choose_gemm_kernels(*p);
     schedule_for_memory(*p);
+    gemm_in_place(*p);
     return p;
   } catch (const std::logic_error& e) {
     // A traversal kernel the verifier rejects (e.g. a node field both stored and atomically updated by one

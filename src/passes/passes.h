@@ -82,6 +82,13 @@ void merge_duplicate_stores(intra::Program& p);
 // tensor fewer at the backward's peak, and its write and re-read).
 void forward_row_copies(intra::Program& p);
 
+// A plain tensor-core GEMM from one temporary or field to a temporary of the same rows and row size (k = n = 64, no
+// gather, scatter or accumulation) whose input nothing reads afterwards stores its product over its input (y := x):
+// one such tensor live there instead of two (the backward's input gradients through a relation's weight, pair- or
+// edge-sized). The tensor-core block owns whole rows of 64 and reads them before storing; SIMT GEMMs keep their
+// output. The last pass of lowering (gemm_in_place.cpp).
+void gemm_in_place(intra::Program& p);
+
 // Orders independent kernels so that fewer temporaries are live at once (the host code allocates each right
 // before the first kernel that touches it and releases it after the last): greedy list scheduling that runs,
 // of the kernels whose inputs are ready, the one that grows the live temporaries least, kept only when its peak

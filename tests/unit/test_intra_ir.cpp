@@ -838,6 +838,78 @@ TEST_CASE("forward-row-copies: IR in, IR out; outputs, saved fields and rewritte
   }
 }
 
+// A GEMM from an edge temporary to another of the same row size that only a weight gradient reads afterwards.
+const char* kInPlace = R"(# hectorgen intra-operator IR
+model m
+phase backward
+hyper d = 64
+input x: node[d]
+weight W: etype[d, d] init="glorot"
+output d_W: etype[d, d]
+option materialization = "vanilla"
+option reorder = "off"
+option dtype = "fp32"
+option gemm_tile = 16
+option gemm_coarsen = 1
+option traversal_threads = 256
+layouts etype_sorted_coo
+tensor x: input node[64]
+tensor W: weight etype[64, 64]
+tensor d_W: output etype[64, 64] zero_init
+tensor t_a: temp edge[64]
+tensor t_b: temp edge[64]
+
+gemm m_a:  t_a[row] = x[src[row]] · W[etype]
+    rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=tc
+    from: e["a"] = e.src.x * W[e.etype]
+
+gemm m_b:  t_b[row] = t_a[row] · W[etype]^T
+    rows=edges heads=1 k=64 n=64 dtype=fp32 tile=16 coarsen=1 store=plain kernel=tc
+    from: e["b"] = linear_t(e["a"], W[e.etype])
+
+wgrad m_w:  d_W[etype] += sum over rows x[src[row]]^T · t_b[row]
+    rows=edges heads=1 k=64 n=64 dtype=fp32 kernel=tc deterministic
+    from: d_W[e.etype] += outer(e.src.x, e["b"])
+)";
+
+TEST_CASE("gemm-in-place: IR in, IR out; SIMT GEMMs, live inputs and returned tensors keep their output", "[intra][pass]") {
+  std::string err;
+  auto parsed = parse_program_text(kInPlace, &err);
+  INFO(err);
+  REQUIRE(parsed);
+  REQUIRE(verify_program(*parsed) == "");
+  Program p = *parsed;
+  passes::gemm_in_place(p);
+  CHECK(verify_program(p) == "");
+  std::string expected = replace(kInPlace, "tensor t_b: temp edge[64]\n", "");
+  expected = replace(expected, "gemm m_b:  t_b[row] = t_a[row]", "gemm m_b:  t_a[row] = t_a[row]");
+  expected = replace(expected, "x[src[row]]^T · t_b[row]", "x[src[row]]^T · t_a[row]");
+  CHECK(print_program(p) == expected);
+  auto back = parse_program_text(expected, &err);
+  INFO(err);
+  REQUIRE(back);
+  CHECK(print_program(*back) == expected);
+  for (int variant = 0; variant < 4; ++variant) {
+    CAPTURE(variant);
+    Program q = *parsed;
+    auto& b = std::get<GemmInstance>(q.kernels[1]);
+    if (variant == 0) {
+      b.tensor_cores = false;  // SIMT blocks split a row's columns
+    } else if (variant == 1) {
+      std::get<WeightGradInstance>(q.kernels[2]).x = "t_a";  // t_a still read after the GEMM
+      std::get<WeightGradInstance>(q.kernels[2]).x_gather = Gather::None;
+    } else if (variant == 2) {
+      q.saved = {"t_a"};  // returned by the op
+    } else {
+      b.gather = Gather::Src;  // another row of x
+      b.x = "x";
+    }
+    const std::string unchanged = print_program(q);
+    passes::gemm_in_place(q);
+    CHECK(print_program(q) == unchanged);
+  }
+}
+
 TEST_CASE("tensors carry their storage type through print, parse and verify", "[intra][roundtrip][verifier][dtype]") {
   const std::string bf16 = bf16_program();
   CHECK(bf16.find("tensor y: output node[64] bf16 zero_init\n") != std::string::npos);

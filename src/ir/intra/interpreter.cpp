@@ -155,16 +155,17 @@ class Interpreter {
       const double* slice = row(k.w, k.segments == Segments::None ? 0 : segment(k.segments, k.rows, r));
       double* y = row(k.y, gathered(k.rows, k.scatter, r));
       double scale = k.row_scalar.empty() ? 1.0 : row(k.row_scalar, r)[0];
+      // The whole row first: a GEMM in place (gemm_in_place: y is x) reads its row before writing it.
+      std::vector<double> v(static_cast<size_t>(k.heads * k.n));
       for (int64_t h = 0; h < k.heads; ++h) {
         const double* wh = slice + (per_head ? h * k.k * k.n : 0);
         for (int64_t c = 0; c < k.n; ++c) {
           double acc = 0;
           for (int64_t i = 0; i < k.k; ++i) acc += x[h * k.k + i] * (k.transpose_w ? wh[c * k.k + i] : wh[i * k.n + c]);
-          double v = acc * scale;
-          double& out = y[h * k.n + c];
-          out = k.scatter != Gather::None || k.accumulate ? out + v : v;
+          v[static_cast<size_t>(h * k.n + c)] = acc * scale;
         }
       }
+      for (size_t j = 0; j < v.size(); ++j) y[j] = k.scatter != Gather::None || k.accumulate ? y[j] + v[j] : v[j];
     }
   }
 
