@@ -436,41 +436,35 @@ std::vector<at::Tensor> rgat_backward_op(
   ht.reset();
   rgat_bw_wgrad_d_w_t_partial.reset();
   rgat_bw_wgrad_d_w_t_chunk_ptr.reset();
-  at::Tensor t_d_feature_edges = empty_if(grad_mask & 1, {num_edges, 64}, options);  // intermediate
-  a.t_d_feature_edges = t_d_feature_edges.data_ptr<float>();
-  at::Tensor rgat_bw_gemm_d_feature_edges_w_t = empty_if(grad_mask & 1, {num_etypes * 4096}, options.dtype(at::kFloat));  // workspace: W^T, [64][64] per segment
-  a.rgat_bw_gemm_d_feature_edges_w_t = rgat_bw_gemm_d_feature_edges_w_t.data_ptr<float>();
-  if (grad_mask & 1) C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges(a, stream));
-  // No kernel below uses rgat_bw_gemm_d_feature_edges_w_t: its memory goes back to the caching allocator.
-  rgat_bw_gemm_d_feature_edges_w_t.reset();
   at::Tensor rgat_bw_wgrad_d_W_partial = empty_if(grad_mask & 2, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.rgat_bw_wgrad_d_W_partial = rgat_bw_wgrad_d_W_partial.data_ptr<float>();
   at::Tensor rgat_bw_wgrad_d_W_chunk_ptr = empty_if(grad_mask & 2, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_W's first chunk of each segment
   a.rgat_bw_wgrad_d_W_chunk_ptr = rgat_bw_wgrad_d_W_chunk_ptr.data_ptr<int32_t>();
   if (grad_mask & 2) C10_CUDA_CHECK(launch_rgat_bw_wgrad_d_W(a, stream));
-  // No kernel below uses d_ht, rgat_bw_wgrad_d_W_partial, rgat_bw_wgrad_d_W_chunk_ptr: their memory goes back to the caching allocator.
-  d_ht.reset();
+  // No kernel below uses rgat_bw_wgrad_d_W_partial, rgat_bw_wgrad_d_W_chunk_ptr: their memory goes back to the caching allocator.
   rgat_bw_wgrad_d_W_partial.reset();
   rgat_bw_wgrad_d_W_chunk_ptr.reset();
-  at::Tensor t_d_feature_edges_2 = empty_if(grad_mask & 1, {num_edges, 64}, options);  // intermediate
-  a.t_d_feature_edges_2 = t_d_feature_edges_2.data_ptr<float>();
-  at::Tensor rgat_bw_gemm_d_feature_edges_2_w_t = empty_if(grad_mask & 1, {num_etypes * 4096}, options.dtype(at::kFloat));  // workspace: W^T, [64][64] per segment
-  a.rgat_bw_gemm_d_feature_edges_2_w_t = rgat_bw_gemm_d_feature_edges_2_w_t.data_ptr<float>();
-  if (grad_mask & 1) C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges_2(a, stream));
-  // No kernel below uses rgat_bw_gemm_d_feature_edges_2_w_t: its memory goes back to the caching allocator.
-  rgat_bw_gemm_d_feature_edges_2_w_t.reset();
+  at::Tensor rgat_bw_gemm_d_feature_edges_w_t = empty_if(grad_mask & 1, {num_etypes * 4096}, options.dtype(at::kFloat));  // workspace: W^T, [64][64] per segment
+  a.rgat_bw_gemm_d_feature_edges_w_t = rgat_bw_gemm_d_feature_edges_w_t.data_ptr<float>();
+  if (grad_mask & 1) C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges(a, stream));
+  // No kernel below uses rgat_bw_gemm_d_feature_edges_w_t: its memory goes back to the caching allocator.
+  rgat_bw_gemm_d_feature_edges_w_t.reset();
   at::Tensor rgat_bw_wgrad_d_W_2_partial = empty_if(grad_mask & 2, {hectorgen::wgrad_max_chunks(num_edges, static_cast<int>(num_etypes), hectorgen::wgrad_chunk_rows(num_edges, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgat_bw_wgrad_d_W_2's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.rgat_bw_wgrad_d_W_2_partial = rgat_bw_wgrad_d_W_2_partial.data_ptr<float>();
   at::Tensor rgat_bw_wgrad_d_W_2_chunk_ptr = empty_if(grad_mask & 2, {num_etypes + 1}, options.dtype(at::kInt));  // workspace: rgat_bw_wgrad_d_W_2's first chunk of each segment
   a.rgat_bw_wgrad_d_W_2_chunk_ptr = rgat_bw_wgrad_d_W_2_chunk_ptr.data_ptr<int32_t>();
   if (grad_mask & 2) C10_CUDA_CHECK(launch_rgat_bw_wgrad_d_W_2(a, stream));
-  // No kernel below uses d_hs, rgat_bw_wgrad_d_W_2_partial, rgat_bw_wgrad_d_W_2_chunk_ptr: their memory goes back to the caching allocator.
-  d_hs.reset();
+  // No kernel below uses rgat_bw_wgrad_d_W_2_partial, rgat_bw_wgrad_d_W_2_chunk_ptr: their memory goes back to the caching allocator.
   rgat_bw_wgrad_d_W_2_partial.reset();
   rgat_bw_wgrad_d_W_2_chunk_ptr.reset();
+  at::Tensor rgat_bw_gemm_d_feature_edges_2_w_t = empty_if(grad_mask & 1, {num_etypes * 4096}, options.dtype(at::kFloat));  // workspace: W^T, [64][64] per segment
+  a.rgat_bw_gemm_d_feature_edges_2_w_t = rgat_bw_gemm_d_feature_edges_2_w_t.data_ptr<float>();
+  if (grad_mask & 1) C10_CUDA_CHECK(launch_rgat_bw_gemm_d_feature_edges_2(a, stream));
+  // No kernel below uses rgat_bw_gemm_d_feature_edges_2_w_t: its memory goes back to the caching allocator.
+  rgat_bw_gemm_d_feature_edges_2_w_t.reset();
   if (grad_mask & 1) C10_CUDA_CHECK(launch_rgat_bw_sum_d_feature(a, stream));
-  // No kernel below uses t_d_feature_edges: its memory goes back to the caching allocator.
-  t_d_feature_edges.reset();
+  // No kernel below uses d_ht: its memory goes back to the caching allocator.
+  d_ht.reset();
   if (grad_mask & 1) C10_CUDA_CHECK(launch_rgat_bw_sum_d_feature_2(a, stream));
   return {d_feature, d_W, d_w_s, d_w_t};
 }

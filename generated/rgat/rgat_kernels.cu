@@ -523,7 +523,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature(
     const int32_t* __restrict__ in_ptr,
     const int32_t* __restrict__ in_eid,
     float* __restrict__ d_feature,
-    const float* __restrict__ t_d_feature_edges) {
+    const float* __restrict__ d_ht) {
   const int lane = threadIdx.x & 15;  // the lane within its row's 16
   const int row_group = (threadIdx.x & 31) >> 4;  // which of the warp's 2 rows
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
@@ -552,7 +552,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
         float scatter[4];
-        load_run<4>(scatter, &t_d_feature_edges[e * 64 + lane * 4]);
+        load_run<4>(scatter, &d_ht[e * 64 + lane * 4]);
         // n["d$feature"] += $scatter
         if (i_e_live) {
           #pragma unroll
@@ -572,7 +572,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
     const int32_t* __restrict__ out_ptr,
     const int32_t* __restrict__ out_eid,
     float* __restrict__ d_feature,
-    const float* __restrict__ t_d_feature_edges_2) {
+    const float* __restrict__ d_hs) {
   const int lane = threadIdx.x & 15;  // the lane within its row's 16
   const int row_group = (threadIdx.x & 31) >> 4;  // which of the warp's 2 rows
   const int64_t first_row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
@@ -600,7 +600,7 @@ __global__ void __launch_bounds__(256) rgat_bw_sum_d_feature_2(
         const bool i_e_live = i_e_j < i_e_count;
         const int64_t e = __shfl_sync(0xffffffffu, e_lane, i_e_j, 16);
         float scatter[4];
-        load_run<4>(scatter, &t_d_feature_edges_2[e * 64 + lane * 4]);
+        load_run<4>(scatter, &d_hs[e * 64 + lane * 4]);
         // n["d$feature"] += $scatter
         if (i_e_live) {
           #pragma unroll
@@ -848,33 +848,6 @@ cudaError_t launch_rgat_bw_wgrad_d_w_t(const RgatBackwardArgs& a, cudaStream_t s
   return cudaSuccess;
 }
 
-cudaError_t launch_rgat_bw_gemm_d_feature_edges(const RgatBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // t_d_feature_edges[row] = d_ht[row] * W[etype]^T
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
-    // graph's (prepared with gemm_tile 64).
-    cudaError_t err = cudaSuccess;
-    // Y = X W^T: W is stored [n][k] = [64][64] per segment; the kernel reads W^T, [k][n].
-    err = hectorgen::tc::launch_transpose_segments<float>(a.W, a.rgat_bw_gemm_d_feature_edges_w_t, a.num_etypes, 64, 64, stream);
-    if (err != cudaSuccess) return err;
-    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
-    gemm.x = a.d_ht;
-    gemm.w = a.rgat_bw_gemm_d_feature_edges_w_t;
-    gemm.y = a.t_d_feature_edges;
-    gemm.gather = nullptr;
-    gemm.scatter = nullptr;
-    gemm.scale = nullptr;
-    gemm.seg_ptr = a.etype_ptr;
-    gemm.tile_ptr = a.etype_tile_ptr;
-    gemm.num_rows = a.num_edges;
-    gemm.num_segments = a.num_etypes;
-    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
-                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
-}
-
 cudaError_t launch_rgat_bw_wgrad_d_W(const RgatBackwardArgs& a, cudaStream_t stream) {
   // rgat_bw_wgrad_d_W: weight-gradient instance  d_W[etype] = sum_row feature[dst[row]]^T * d_ht[row]
   //   from: d$W[e.etype] += outer(e.dst.feature, reshape(e["d$ht"], 64))
@@ -897,18 +870,18 @@ cudaError_t launch_rgat_bw_wgrad_d_W(const RgatBackwardArgs& a, cudaStream_t str
   return cudaSuccess;
 }
 
-cudaError_t launch_rgat_bw_gemm_d_feature_edges_2(const RgatBackwardArgs& a, cudaStream_t stream) {
-  if (a.num_edges > 0) {  // t_d_feature_edges_2[row] = d_hs[row] * W[etype]^T
+cudaError_t launch_rgat_bw_gemm_d_feature_edges(const RgatBackwardArgs& a, cudaStream_t stream) {
+  if (a.num_edges > 0) {  // d_ht[row] = d_ht[row] * W[etype]^T
     // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
     // graph's (prepared with gemm_tile 64).
     cudaError_t err = cudaSuccess;
     // Y = X W^T: W is stored [n][k] = [64][64] per segment; the kernel reads W^T, [k][n].
-    err = hectorgen::tc::launch_transpose_segments<float>(a.W, a.rgat_bw_gemm_d_feature_edges_2_w_t, a.num_etypes, 64, 64, stream);
+    err = hectorgen::tc::launch_transpose_segments<float>(a.W, a.rgat_bw_gemm_d_feature_edges_w_t, a.num_etypes, 64, 64, stream);
     if (err != cudaSuccess) return err;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
-    gemm.x = a.d_hs;
-    gemm.w = a.rgat_bw_gemm_d_feature_edges_2_w_t;
-    gemm.y = a.t_d_feature_edges_2;
+    gemm.x = a.d_ht;
+    gemm.w = a.rgat_bw_gemm_d_feature_edges_w_t;
+    gemm.y = a.d_ht;
     gemm.gather = nullptr;
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
@@ -946,10 +919,37 @@ cudaError_t launch_rgat_bw_wgrad_d_W_2(const RgatBackwardArgs& a, cudaStream_t s
   return cudaSuccess;
 }
 
+cudaError_t launch_rgat_bw_gemm_d_feature_edges_2(const RgatBackwardArgs& a, cudaStream_t stream) {
+  if (a.num_edges > 0) {  // d_hs[row] = d_hs[row] * W[etype]^T
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: etype_tile_ptr, the
+    // graph's (prepared with gemm_tile 64).
+    cudaError_t err = cudaSuccess;
+    // Y = X W^T: W is stored [n][k] = [64][64] per segment; the kernel reads W^T, [k][n].
+    err = hectorgen::tc::launch_transpose_segments<float>(a.W, a.rgat_bw_gemm_d_feature_edges_2_w_t, a.num_etypes, 64, 64, stream);
+    if (err != cudaSuccess) return err;
+    hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
+    gemm.x = a.d_hs;
+    gemm.w = a.rgat_bw_gemm_d_feature_edges_2_w_t;
+    gemm.y = a.d_hs;
+    gemm.gather = nullptr;
+    gemm.scatter = nullptr;
+    gemm.scale = nullptr;
+    gemm.seg_ptr = a.etype_ptr;
+    gemm.tile_ptr = a.etype_tile_ptr;
+    gemm.num_rows = a.num_edges;
+    gemm.num_segments = a.num_etypes;
+    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
+                                       hectorgen::tc::Fp32Math::kSplitTf32>(gemm, stream);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
 cudaError_t launch_rgat_bw_sum_d_feature(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // rgat_bw_sum_d_feature
     const unsigned blocks = static_cast<unsigned>((a.num_nodes + 16 - 1) / 16);
-    rgat_bw_sum_d_feature<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.d_feature, a.t_d_feature_edges);
+    rgat_bw_sum_d_feature<<<blocks, 256, 0, stream>>>(a.num_nodes, a.in_ptr, a.in_eid, a.d_feature, a.d_ht);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -958,7 +958,7 @@ cudaError_t launch_rgat_bw_sum_d_feature(const RgatBackwardArgs& a, cudaStream_t
 cudaError_t launch_rgat_bw_sum_d_feature_2(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // rgat_bw_sum_d_feature_2
     const unsigned blocks = static_cast<unsigned>((a.num_nodes + 16 - 1) / 16);
-    rgat_bw_sum_d_feature_2<<<blocks, 256, 0, stream>>>(a.num_nodes, a.out_ptr, a.out_eid, a.d_feature, a.t_d_feature_edges_2);
+    rgat_bw_sum_d_feature_2<<<blocks, 256, 0, stream>>>(a.num_nodes, a.out_ptr, a.out_eid, a.d_feature, a.d_hs);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -970,10 +970,10 @@ cudaError_t rgat_backward(const RgatBackwardArgs& a, cudaStream_t stream) {
   if (cudaError_t err = launch_rgat_bw_wgrad_d_w_s(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_rgat_bw_gemm_ht_recompute(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_rgat_bw_wgrad_d_w_t(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_rgat_bw_gemm_d_feature_edges(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_rgat_bw_wgrad_d_W(a, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = launch_rgat_bw_gemm_d_feature_edges_2(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_rgat_bw_gemm_d_feature_edges(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_rgat_bw_wgrad_d_W_2(a, stream); err != cudaSuccess) return err;
+  if (cudaError_t err = launch_rgat_bw_gemm_d_feature_edges_2(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_rgat_bw_sum_d_feature(a, stream); err != cudaSuccess) return err;
   if (cudaError_t err = launch_rgat_bw_sum_d_feature_2(a, stream); err != cudaSuccess) return err;
   return cudaSuccess;

@@ -133,19 +133,17 @@ struct RgatBackwardArgs {
   float* d_msg = nullptr;  // [num_edges, 1, 64]
   float* t_op0 = nullptr;  // [num_edges, 1]
   float* t_op1 = nullptr;  // [num_edges, 1]
-  float* t_d_feature_edges = nullptr;  // [num_edges, 64]
-  float* t_d_feature_edges_2 = nullptr;  // [num_edges, 64]
   float* ht = nullptr;  // [num_edges, 1, 64]
   float* rgat_bw_wgrad_d_w_s_partial = nullptr;  // workspace: rgat_bw_wgrad_d_w_s's fp32 partial sums, one [1, 64, 1] slice per chunk
   int32_t* rgat_bw_wgrad_d_w_s_chunk_ptr = nullptr;  // workspace: rgat_bw_wgrad_d_w_s's first chunk of each segment
   float* rgat_bw_wgrad_d_w_t_partial = nullptr;  // workspace: rgat_bw_wgrad_d_w_t's fp32 partial sums, one [1, 64, 1] slice per chunk
   int32_t* rgat_bw_wgrad_d_w_t_chunk_ptr = nullptr;  // workspace: rgat_bw_wgrad_d_w_t's first chunk of each segment
-  float* rgat_bw_gemm_d_feature_edges_w_t = nullptr;  // workspace: W^T, [64][64] per segment
   float* rgat_bw_wgrad_d_W_partial = nullptr;  // workspace: rgat_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* rgat_bw_wgrad_d_W_chunk_ptr = nullptr;  // workspace: rgat_bw_wgrad_d_W's first chunk of each segment
-  float* rgat_bw_gemm_d_feature_edges_2_w_t = nullptr;  // workspace: W^T, [64][64] per segment
+  float* rgat_bw_gemm_d_feature_edges_w_t = nullptr;  // workspace: W^T, [64][64] per segment
   float* rgat_bw_wgrad_d_W_2_partial = nullptr;  // workspace: rgat_bw_wgrad_d_W_2's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* rgat_bw_wgrad_d_W_2_chunk_ptr = nullptr;  // workspace: rgat_bw_wgrad_d_W_2's first chunk of each segment
+  float* rgat_bw_gemm_d_feature_edges_2_w_t = nullptr;  // workspace: W^T, [64][64] per segment
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
@@ -154,10 +152,10 @@ cudaError_t launch_rgat_bw_edges_d_hs(const RgatBackwardArgs& args, cudaStream_t
 cudaError_t launch_rgat_bw_wgrad_d_w_s(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_gemm_ht_recompute(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_wgrad_d_w_t(const RgatBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_rgat_bw_gemm_d_feature_edges(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_wgrad_d_W(const RgatBackwardArgs& args, cudaStream_t stream);
-cudaError_t launch_rgat_bw_gemm_d_feature_edges_2(const RgatBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_bw_gemm_d_feature_edges(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_wgrad_d_W_2(const RgatBackwardArgs& args, cudaStream_t stream);
+cudaError_t launch_rgat_bw_gemm_d_feature_edges_2(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_sum_d_feature(const RgatBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_rgat_bw_sum_d_feature_2(const RgatBackwardArgs& args, cudaStream_t stream);
 // Runs the whole backward pass on `stream`, in order. Returns the first launch error.

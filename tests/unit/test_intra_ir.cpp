@@ -889,6 +889,24 @@ TEST_CASE("gemm-in-place: IR in, IR out; SIMT GEMMs, live inputs and returned te
   INFO(err);
   REQUIRE(back);
   CHECK(print_program(*back) == expected);
+  // A kernel that only reads the GEMM's input comes after it (RGAT's weight gradient reading d$ht): the GEMM moves
+  // after that reader and stores over its input there.
+  {
+    Program q = *parsed;
+    WeightGradInstance reader = std::get<WeightGradInstance>(q.kernels[2]);
+    reader.name = "m_w_a";
+    reader.dy = "t_a";
+    q.kernels.insert(q.kernels.begin() + 2, reader);
+    passes::gemm_in_place(q);
+    CHECK(verify_program(q) == "");
+    REQUIRE(q.kernels.size() == 4);
+    CHECK(kernel_name(q.kernels[1]) == "m_w_a");
+    CHECK(std::get<WeightGradInstance>(q.kernels[1]).dy == "t_a");
+    CHECK(kernel_name(q.kernels[2]) == "m_b");
+    CHECK(std::get<GemmInstance>(q.kernels[2]).y == "t_a");
+    CHECK(std::get<WeightGradInstance>(q.kernels[3]).dy == "t_a");
+    CHECK_FALSE(q.find("t_b"));
+  }
   for (int variant = 0; variant < 4; ++variant) {
     CAPTURE(variant);
     Program q = *parsed;
@@ -896,7 +914,8 @@ TEST_CASE("gemm-in-place: IR in, IR out; SIMT GEMMs, live inputs and returned te
     if (variant == 0) {
       b.tensor_cores = false;  // SIMT blocks split a row's columns
     } else if (variant == 1) {
-      std::get<WeightGradInstance>(q.kernels[2]).x = "t_a";  // t_a still read after the GEMM
+      // t_a still read after the GEMM, by a kernel that also reads its output: it cannot move past that reader
+      std::get<WeightGradInstance>(q.kernels[2]).x = "t_a";
       std::get<WeightGradInstance>(q.kernels[2]).x_gather = Gather::None;
     } else if (variant == 2) {
       q.saved = {"t_a"};  // returned by the op
