@@ -26,10 +26,9 @@ namespace {
 // safe. Blocks of the SIMT template split a row's columns and would overwrite what another still reads.
 constexpr int64_t kInPlaceColumns = 64;
 
-// Where kernel `at` could store over its input: -1 if nowhere; else the position after which it can run in place,
-// `at` itself or the last later reader of its input, when the kernels in between only read that input (they neither
-// read the GEMM's output nor write what it reads or writes; e.g. RGAT's weight gradient reading the same d$ht): the
-// GEMM then moves after them.
+// Where kernel `at` can store over its input: nullopt if nowhere; else `at` itself, or the last later reader of its
+// input when the kernels up to that one only read it (they neither read the GEMM's output nor write what it reads or
+// writes; e.g. RGAT's weight gradient reading the same d$ht): the GEMM then moves right after them.
 std::optional<size_t> in_place_position(const Program& p, size_t at, const std::set<std::string>& returned) {
   const auto* g = std::get_if<GemmInstance>(&p.kernels[at]);
   if (!g || !g->tensor_cores || g->accumulate || g->gather != Gather::None || g->scatter != Gather::None ||
