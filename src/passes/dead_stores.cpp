@@ -177,6 +177,14 @@ void drop_dead_stores(Program& p) {
     if (std::string e = verify_traversal(p, *t); !e.empty())
       throw std::logic_error("drop_dead_stores: the instance does not verify: " + e);
   }
+  // A traversal without a store left computes for nobody.
+  std::erase_if(p.kernels, [](const Kernel& k) {
+    const auto* t = std::get_if<TraversalInstance>(&k);
+    if (!t) return false;
+    bool stores = false;
+    intra::for_each_instr(t->body, [&](const Instr& in) { stores = stores || std::holds_alternative<Store>(in.v); });
+    return !stores;
+  });
 }
 
 }  // namespace hectorgen::passes

@@ -259,6 +259,7 @@ void forward_row_copies(Program& p) {
       default: return false;
     }
   };
+  const std::set<std::string> returned = returned_tensors(p);
   std::set<std::string> copies;
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     auto* t = std::get_if<TraversalInstance>(&p.kernels[i]);
@@ -278,12 +279,7 @@ void forward_row_copies(Program& p) {
       if (src == loaded.end()) continue;
       const TensorInfo *to = p.find(src->second), *dropped = p.find(st->tensor);
       if (!to || !dropped || (dropped->role != Role::Temp && dropped->role != Role::Field)) continue;
-      // Not returned by the op: neither saved itself nor the tensor of a saved field that aliases it.
-      auto saved = [&](const std::string& f) { return std::find(p.saved.begin(), p.saved.end(), f) != p.saved.end(); };
-      if (saved(dropped->name) || std::any_of(p.aliases.begin(), p.aliases.end(), [&](const auto& a) {
-            return a.second == dropped->name && saved(a.first);
-          }))
-        continue;
+      if (returned.count(dropped->name)) continue;  // the op hands it out (saved, or a saved field's tensor)
       if (dropped->per != to->per || dropped->row_numel() != to->row_numel() || !rows_match(t->rows, dropped->per)) continue;
       if (reads.count(dropped->name) || writes.count(to->name) || read_by_torch(p, dropped->name, i + 1)) continue;
       // The only store of `dropped` anywhere, and nothing writes the copied tensor from here on.
@@ -305,17 +301,9 @@ void forward_row_copies(Program& p) {
     }
   }
   if (copies.empty()) return;
-  // Nothing reads the copies now: drop-dead-stores removes their stores (and the loads only they used), then the
-  // tensors go.
+  // Nothing reads the copies now: drop-dead-stores removes their stores (and the loads only they used, and a
+  // traversal that only copied), then the tensors go.
   drop_dead_stores(p);
-  // A traversal left without stores (it only copied) does nothing.
-  std::erase_if(p.kernels, [](const Kernel& k) {
-    const auto* t = std::get_if<TraversalInstance>(&k);
-    if (!t) return false;
-    bool stores = false;
-    intra::for_each_instr(t->body, [&](const Instr& in) { stores = stores || std::holds_alternative<Store>(in.v); });
-    return !stores;
-  });
   std::erase_if(p.tensors, [&](const TensorInfo& t) {
     return copies.count(t.name) && std::none_of(p.kernels.begin(), p.kernels.end(), [&](const Kernel& k) {
              return kernel_writes(k).count(t.name) || kernel_reads(k).count(t.name);

@@ -151,7 +151,7 @@ void redirect_reads(intra::Kernel& k, const std::string& from, const std::string
 // Removes what the traversal instances compute for nobody: stores of fields and temporaries that are neither
 // outputs nor saved for the backward and that no later kernel reads (nor the kernel itself), then the
 // registers and indices nothing reads any more; then re-decides which loads lane 0 makes alone (only rows
-// lane 0 still overwrites) and the syncs.
+// lane 0 still overwrites) and the syncs. A traversal left without a store goes.
 void drop_dead_stores(intra::Program& p);
 
 // Canonicalises loops with the graph-semantic rule (an edge loop is a loop over the destination nodes'
