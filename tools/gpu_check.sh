@@ -304,9 +304,9 @@ log "generation and extension builds: rc=$prep_rc"
 NSPECS=$(python3 - "$GEN_ROOT" "$DTYPES" "${SPEC_ARGS[@]}" <<'PY' 2>/dev/null || echo 12
 import sys
 sys.path.insert(0, "tests/gpu")
-from gpu_check import discover, dtype_variants, parse_dtypes
+from gpu_check import parse_dtypes, selected_variants
 gen_root, dtypes, specs = sys.argv[1], sys.argv[2], sys.argv[3:]
-print(len(dtype_variants(specs, parse_dtypes(dtypes), gen_root)[0] if dtypes else discover(specs)[0]))
+print(len(selected_variants(specs, parse_dtypes(dtypes) if dtypes else None, gen_root)[0]))
 PY
 )
 if ((DTYPE_RUN)); then
@@ -354,9 +354,9 @@ else
   mapfile -t ALL_SPECS < <(python3 - "$GEN_ROOT" "$DTYPES" "${SPEC_ARGS[@]}" <<'PY'
 import sys
 sys.path.insert(0, "tests/gpu")
-from gpu_check import discover, dtype_variants, parse_dtypes
+from gpu_check import parse_dtypes, selected_variants
 gen_root, dtypes, specs = sys.argv[1], sys.argv[2], sys.argv[3:]
-variants = dtype_variants(specs, parse_dtypes(dtypes), gen_root)[0] if dtypes else discover(specs)[0]
+variants = selected_variants(specs, parse_dtypes(dtypes) if dtypes else None, gen_root)[0]
 for spec in dict.fromkeys(v.source or v.spec for v in variants):
     print(spec)
 PY

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["DtypeInfo", "DTYPES", "DEFAULT_DTYPE_SPECS", "parse_dtypes", "rewrite_spec", "spec_dtype", "variant_name"]
+__all__ = ["DtypeInfo", "DTYPES", "DEFAULT_DTYPE_SPECS", "parse_dtypes", "rewrite_spec", "variant_name"]
 
 
 @dataclass(frozen=True)
@@ -70,25 +70,6 @@ def parse_dtypes(text) -> list:
             if n not in out:
                 out.append(n)
     return out
-
-
-def spec_dtype(text: str) -> str:
-    """``options.dtype`` of a block-style YAML or a JSON spec's text; "fp32" when it names none."""
-    m = re.search(r'"options"\s*:\s*\{[^{}]*"dtype"\s*:\s*"(\w+)"', text)
-    if m:
-        return m.group(1)
-    lines = text.splitlines()
-    opt = next((i for i, ln in enumerate(lines) if re.match(r"options:\s*(#.*)?$", ln)), None)
-    if opt is None:
-        m = re.search(r"(?m)^options:\s*\{[^}]*\bdtype:\s*(\w+)", text)
-        return m.group(1) if m else "fp32"
-    for ln in lines[opt + 1:]:
-        if ln.strip() and not ln.startswith((" ", "\t")):
-            break
-        m = re.match(r"\s+dtype:\s*(\w+)", ln)
-        if m:
-            return m.group(1)
-    return "fp32"
 
 
 def variant_name(model: str, dtype: str) -> str:

@@ -96,7 +96,7 @@ REPO = HERE.parent.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from dtypes import DEFAULT_DTYPE_SPECS, DTYPES, parse_dtypes, rewrite_spec, spec_dtype, variant_name  # noqa: E402
+from dtypes import DEFAULT_DTYPE_SPECS, DTYPES, parse_dtypes, rewrite_spec, variant_name  # noqa: E402
 
 DEFAULT_SPEC_GLOBS = ("specs/*.yaml", "specs/*.yml", "specs/*.json", "tests/gpu/specs/*.yaml", "tests/specs/*.yaml")
 # Models with a hand-written reference in reference_models.py (an extra cross-check; no spec needs one).
@@ -163,6 +163,12 @@ def model_name(spec_path) -> str:
     return load_spec(spec_path).model
 
 
+def spec_dtype(spec_path) -> str:
+    """The spec's own options.dtype (fp32 when it names none)."""
+    from reference_bridge import load_spec
+    return str((load_spec(spec_path).doc.get("options") or {}).get("dtype", "fp32"))
+
+
 def discover(entries=None) -> tuple:
     """(variants, notes). ``entries``: spec paths or model names of the default list; default: all."""
     notes = []
@@ -221,6 +227,20 @@ def dtype_variants(entries, dtypes, gen_root: Path) -> tuple:
                 path.write_text(new)
             out.append(Variant(name, str(path.resolve()), v.family, v.graphs, dtype=d, base=v.name, source=v.spec))
     return out, notes
+
+
+def selected_variants(entries, dtypes, gen_root) -> tuple:
+    """(variants, notes) a run checks: with ``dtypes`` (a dtype run) the dtype variants of ``entries``
+    (dtype_variants, written under gen_root), else the specs themselves (discover), where a spec whose own
+    options.dtype is not fp32 is refused: the plain run feeds float32 values."""
+    if dtypes:
+        return dtype_variants(entries, dtypes, gen_root)
+    variants, notes = discover(entries)
+    for v in variants:
+        if (d := spec_dtype(REPO / v.spec)) != "fp32":
+            raise SetupError(f"{v.spec}: options.dtype is {d}, and the plain check runs float32 values; "
+                             f"check it with --dtypes {d} {v.spec}")
+    return variants, notes
 
 
 def _default_variants() -> dict:
@@ -2201,14 +2221,7 @@ def main(argv=None) -> int:
     try:
         if args.dtypes is not None:
             dtypes = parse_dtypes(args.dtypes)
-            variants, notes = dtype_variants(entries, dtypes, gen_dir.parent)
-        else:
-            variants, notes = discover(entries)
-            for v in variants:
-                d = spec_dtype((REPO / v.spec).read_text())
-                if d != "fp32":
-                    raise SetupError(f"{v.spec}: options.dtype is {d}, and the plain check runs float32 values; "
-                                     f"check it with --dtypes {d} {v.spec}")
+        variants, notes = selected_variants(entries, dtypes, gen_dir.parent)
     except (SetupError, ValueError) as e:
         p.error(str(e))
     if not args.child_json:
