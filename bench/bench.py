@@ -360,7 +360,10 @@ class Runner:
         """The training step's loss alone (systems.loss_of, forward and backward) on a leaf of the layer output's
         shape, per output dtype: the part of every training step that is the same for every system."""
         out = {}
-        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        dtypes = [("fp32", torch.float32), ("bf16", torch.bfloat16)]
+        if any(systems.VARIANTS[k].dtype == "fp16" for k in self.a.variants):
+            dtypes.append(("fp16", torch.float16))
+        for name, dtype in dtypes:
             leaf = torch.randn(ctx.label.numel(), systems.DIM, device=ctx.x.device).to(dtype).requires_grad_()
             out[name] = round(time_fn(_loss_step(leaf, ctx.label), 2.0, self.a.min_iters, self.a.max_iters)["ms"], 4)
             del leaf

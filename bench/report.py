@@ -141,7 +141,7 @@ def train_over_infer(recs) -> list:
         if inf and inf.get("status") == "ok" and inf.get("ms"):
             ratios.setdefault((system, model), []).append((r["ms"] / inf["ms"], ds))
             loss = (recs["datasets"].get(ds) or {}).get("loss_ms") or {}
-            loss_ms = loss.get("fp32" if r.get("dtype") in ("fp32", "tf32") else "bf16")
+            loss_ms = loss.get(r.get("dtype"), loss.get("fp32" if r.get("dtype") in ("fp32", "tf32") else "bf16"))
             if loss_ms is not None:
                 layer.setdefault((system, model), []).append((max(r["ms"] - loss_ms, 1e-6) / inf["ms"], ds))
     if not ratios:

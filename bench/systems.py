@@ -108,6 +108,9 @@ VARIANTS = {
     "bf16_auto": Variant("bf16_auto", "bf16", "bf16",
                          (("materialization: vanilla", "materialization: auto"), ("reorder: off", "reorder: auto")),
                          "materialization chosen per graph, reordering where it pays (auto)"),
+    "fp16_auto": Variant("fp16_auto", "fp16", "bf16",
+                         (("materialization: vanilla", "materialization: auto"), ("reorder: off", "reorder: auto")),
+                         "materialization chosen per graph, reordering where it pays (auto)"),
     # auto with the program chosen by timing both on the case's graph (the module's choose_by_timing, run before the
     # case like the hand-written layers' autotuning) instead of by the cost model; the same module as tf32_auto /
     # bf16_auto.
