@@ -199,16 +199,20 @@ def gc_paused():
         gc.enable()
 
 
-def timed_calls(fn, n: int) -> list:
-    """CUDA-event milliseconds of n single calls (each synchronised)."""
+def timed_calls(fn, n: int, back_to_back: int = 1) -> list:
+    """CUDA-event milliseconds of n calls, each from an idle device (synchronised after it). With back_to_back = k,
+    each sample is k calls enqueued one after the other between the two events, divided by k: the host enqueues a
+    call while the device runs the one before, as in a training loop that does not wait for each step, so a
+    host-bound call costs max(host, device) instead of its host time plus the device's (--back-to-back)."""
     ts = []
     for _ in range(n):
         e0, e1 = event(), event()
         e0.record()
-        fn()
+        for _ in range(back_to_back):
+            fn()
         e1.record()
         sync()
-        ts.append(e0.elapsed_time(e1))
+        ts.append(e0.elapsed_time(e1) / back_to_back)
     return ts
 
 
@@ -217,12 +221,13 @@ def median(xs: list) -> float:
     return xs[len(xs) // 2]
 
 
-def time_fn(fn, budget_s: float, min_iters: int, max_iters: int) -> dict:
-    """Warm-up, then CUDA-event times of single calls, as many as `iterations` allows: the median, min and max."""
+def time_fn(fn, budget_s: float, min_iters: int, max_iters: int, back_to_back: int = 1) -> dict:
+    """Warm-up, then CUDA-event times of calls (timed_calls), as many samples as `iterations` allows: the median,
+    min and max."""
     first, spent = warm_up(fn, budget_s)
-    n = iterations(first, spent, budget_s, min_iters, max_iters)
+    n = iterations(first * back_to_back, spent, budget_s, min_iters, max_iters)
     with gc_paused():
-        ts = sorted(timed_calls(fn, n))
+        ts = sorted(timed_calls(fn, n, back_to_back))
     return {"ms": median(ts), "ms_min": ts[0], "ms_max": ts[-1], "iters": n, "first_ms": first * 1e3}
 
 
@@ -365,7 +370,8 @@ class Runner:
             dtypes.append(("fp16", torch.float16))
         for name, dtype in dtypes:
             leaf = torch.randn(ctx.label.numel(), systems.DIM, device=ctx.x.device).to(dtype).requires_grad_()
-            out[name] = round(time_fn(_loss_step(leaf, ctx.label), 2.0, self.a.min_iters, self.a.max_iters)["ms"], 4)
+            out[name] = round(time_fn(_loss_step(leaf, ctx.label), 2.0, self.a.min_iters, self.a.max_iters,
+                                        self.a.back_to_back)["ms"], 4)
             del leaf
         return out
 
@@ -458,7 +464,7 @@ class Runner:
                 sync()
                 rec["setup_ms"] = (time.perf_counter() - t) * 1e3
                 with grad_mode(train):
-                    res = time_fn(fn, budget, self.a.min_iters, self.a.max_iters)
+                    res = time_fn(fn, budget, self.a.min_iters, self.a.max_iters, self.a.back_to_back)
                 rec.update(res, status="ok", peak_mib=memory("peak"), timing="sequential")
                 self.describe(rec, ctx, model, train, system)
                 self.extras(rec, ctx, model, train, system, fn, getattr(system, "last_layer", None))
@@ -510,7 +516,8 @@ class Runner:
                         first, spent = warm_up(e.fn, budget)
                     e.peak = memory("peak") - held
                     e.resident = memory("allocated") - before
-                e.plan = blocks(iterations(first, spent, budget, self.a.min_iters, self.a.max_iters), self.a.rounds)
+                e.plan = blocks(iterations(first * self.a.back_to_back, spent, budget, self.a.min_iters, self.a.max_iters),
+                                self.a.rounds)
                 rec.update(base_mib=base, first_ms=first * 1e3)
                 entries.append(e)
             except torch.OutOfMemoryError:
@@ -573,7 +580,7 @@ class Runner:
                 held = sum(x.resident for x in entries if x is not e and x.fn is not None)
                 memory("reset")
                 if n:
-                    ts = timed_calls(e.fn, n)
+                    ts = timed_calls(e.fn, n, self.a.back_to_back)
                 else:
                     e.fn()
                     sync()
@@ -691,6 +698,7 @@ def meta_record(a, bandwidth: float) -> dict:
                     timespec="seconds"), commit=commit, seed=a.seed, skew=a.skew, type_skew=a.type_skew,
                 bandwidth_gbs=round(bandwidth / 1e9, 1), case_budget_s=a.case_budget, max_iters=a.max_iters,
                 timing="sequential" if a.sequential else "interleaved", rounds=None if a.sequential else a.rounds,
+                back_to_back=a.back_to_back,
                 datasets=a.datasets, models=a.models, variants=a.variants, baselines=a.baselines, modes=a.modes)
 
 
@@ -743,6 +751,10 @@ def parse_args(argv=None):
     p.add_argument("--max-iters", type=int, default=20, help="timed calls per system and case, at most")
     p.add_argument("--rounds", type=int, default=10,
                    help="the systems of a case are timed interleaved, in this many rounds (Runner.interleaved)")
+    p.add_argument("--back-to-back", type=int, default=1, metavar="K",
+                   help="each timed sample is K calls enqueued back to back between two CUDA events, divided by K "
+                        "(default 1: single calls, each from an idle device); K > 1 measures what a loop that does "
+                        "not wait for each call gets on host-bound cases (the host's work overlaps the device's)")
     p.add_argument("--sequential", action="store_true",
                    help="time the systems of a case one after the other instead (the timing before 2026-11-27)")
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the error check of the variants")
@@ -758,6 +770,8 @@ def parse_args(argv=None):
                    help="cpu: a dry run of the harness (stand-in modules; tests/bench/test_bench.py)")
     p.add_argument("--scale", type=float, default=1.0, help="shrink the synthetic graphs (dry runs)")
     a = p.parse_args(argv)
+    if a.back_to_back < 1:
+        p.error(f"--back-to-back must be at least 1, got {a.back_to_back}")
     for k in a.variants:
         if k not in systems.VARIANTS:
             p.error(f"unknown variant {k!r} (known: {', '.join(systems.VARIANTS)})")

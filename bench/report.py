@@ -198,8 +198,10 @@ def auto_choices(recs) -> list:
 def timing(meta) -> str:
     """How the parts timed the systems of a case (bench.py: interleaved in rounds, or one after the other; files
     from before 2026-11-27 have no timing field and were sequential)."""
-    kinds = sorted({"sequential" if m.get("timing", "sequential") == "sequential" else
-                    f"interleaved over {m.get('rounds')} rounds" for m in meta})
+    kinds = sorted({("sequential" if m.get("timing", "sequential") == "sequential" else
+                     f"interleaved over {m.get('rounds')} rounds")
+                    + (f", samples of {m['back_to_back']} calls back to back" if m.get("back_to_back", 1) > 1 else "")
+                    for m in meta})
     return ", ".join(kinds)
 
 

@@ -358,6 +358,23 @@ def test_interleaved():
     expect = [x for k in range(3) for x in names[k:] + names[:k] for _ in range(plan[x][k])]
     check(calls[9:] == expect, f"{calls[9:]} != {expect}")
 
+    # --back-to-back 3: a sample is 3 calls enqueued between its two events, its time divided by 3
+    bench.DEVICE = "cpu"
+    try:
+        ran = []
+        ts = bench.timed_calls(lambda: (ran.append(1), time.sleep(0.01)), 4, back_to_back=3)
+        check(len(ts) == 4 and len(ran) == 12 and all(8 <= t < 30 for t in ts), f"{ts}, {len(ran)} calls")
+        a = bench.parse_args(["--device", "cpu", "--case-budget", "1", "--max-iters", "2", "--min-iters", "1",
+                              "--rounds", "2", "--no-check", "--back-to-back", "3"])
+        calls.clear()
+        r = bench.Runner(a, TMP / "back_to_back.jsonl")
+        r.bandwidth = 1e11
+        recs = r.interleaved(ctx, "rgcn", "infer", [Logged("a")])
+    finally:
+        bench.DEVICE = "cuda"
+    # two warm-up calls, one untimed call, then 2 samples of 3 calls each
+    check(recs[0]["status"] == "ok" and recs[0]["iters"] == 2 and len(calls) == 3 + 2 * 3, (recs, calls))
+
 
 def _case(ds, model, mode, system, kind, klass, ms, status="ok", **kw):
     return dict(type="case", dataset=ds, model=model, mode=mode, system=system, kind=kind, klass=klass,
