@@ -40,13 +40,15 @@ STORAGE = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
 class Variant:
     """One way to generate a model: the spec's options.dtype, the precision class it is compared in, and further
     edits of the spec text ((regex, replacement), each must match exactly once), e.g. a schedule; traversal:
-    options.schedule.traversal's entries, ((key, value), ...), e.g. (("edge_batch", 4),) (none: the spec's own)."""
+    options.schedule.traversal's entries, ((key, value), ...), e.g. (("edge_batch", 4),) (none: the spec's own);
+    gather_sum: options.schedule.gather_sum's, likewise."""
     key: str
     dtype: str
     klass: str
     edits: tuple = ()
     note: str = ""
     traversal: tuple = ()
+    gather_sum: tuple = ()
     # The key of the variant whose generated module this one runs (none: its own), and whether an auto module's
     # program is chosen by timing both on the case's graph (choose_by_timing, before the case) instead of by its
     # cost model.
@@ -118,6 +120,13 @@ VARIANTS = {
                                module_of="tf32_auto", timed_choice=True),
     "bf16_auto_timed": Variant("bf16_auto_timed", "bf16", "bf16", _AUTO, "auto, program chosen by timing",
                                module_of="bf16_auto", timed_choice=True),
+    # auto with the gather sums' rows variant off (schedule.gather_sum.group_rows_below: 0): every sum over a pair's
+    # edges or a node's pairs splits a row's entries over the warp's groups, as before the variant existed; beside
+    # tf32_auto / bf16_auto it measures what the rows variant gains on graphs of few entries a row (and sets B).
+    "tf32_auto_gs_split": Variant("tf32_auto_gs_split", "tf32", "fp32", _AUTO, "auto, gather sums without their rows variant",
+                                  gather_sum=(("group_rows_below", 0),)),
+    "bf16_auto_gs_split": Variant("bf16_auto_gs_split", "bf16", "bf16", _AUTO, "auto, gather sums without their rows variant",
+                                  gather_sum=(("group_rows_below", 0),)),
     # auto with the node kernels' edge loops taking 4 edges a step (schedule.traversal.edge_batch: the loads of 4
     # edges in flight together instead of one edge's after another's; the same sums): beside tf32_auto / bf16_auto
     # it measures what the batch gains before it becomes a tuning-table default.
@@ -164,25 +173,28 @@ def variant_spec_text(model: str, v: Variant) -> str:
     from dtypes import rewrite_spec
     text = rewrite_spec((REPO / "specs" / f"{model}.yaml").read_text(), model=model, rename=v.module(model),
                         dtype=v.dtype, edits=v.edits, where=f"variant {v.key}: specs/{model}.yaml")
-    return with_traversal(text, v.traversal) if v.traversal else text
+    for section, entries in (("traversal", v.traversal), ("gather_sum", v.gather_sum)):
+        text = with_schedule(text, section, entries) if entries else text
+    return text
 
 
-def traversal_line(traversal: tuple) -> str:
-    """The spec line of options.schedule.traversal with these ((key, value), ...) entries."""
-    return "    traversal: {" + ", ".join(f"{k}: {v}" for k, v in traversal) + "}\n"
+def schedule_line(section: str, entries: tuple) -> str:
+    """The spec line of options.schedule.<section> with these ((key, value), ...) entries."""
+    return f"    {section}: {{" + ", ".join(f"{k}: {v}" for k, v in entries) + "}\n"
 
 
-def with_traversal(text: str, traversal: tuple) -> str:
-    """`text` (a spec whose options block ends where `program:` begins) with options.schedule.traversal set to
-    these entries: a line under its `schedule:` if it has one (one without a traversal entry), else a schedule block."""
-    line = traversal_line(traversal)
-    if re.search(r"(?m)^    traversal:", text):
-        raise ValueError("with_traversal: the spec already has a traversal schedule")
+def with_schedule(text: str, section: str, entries: tuple) -> str:
+    """`text` (a spec whose options block ends where `program:` begins) with options.schedule.<section> (traversal,
+    gather_sum) set to these entries: a line under its `schedule:` if it has one (one without that section), else
+    a schedule block."""
+    line = schedule_line(section, entries)
+    if re.search(rf"(?m)^    {section}:", text):
+        raise ValueError(f"with_schedule: the spec already has a {section} schedule")
     if re.search(r"(?m)^  schedule:\n", text):
         return re.sub(r"(?m)^  schedule:\n", lambda m: m.group(0) + line, text, count=1)
     text, n = re.subn(r"(?m)^program:", lambda m: "  schedule:\n" + line + m.group(0), text, count=1)
     if n != 1:
-        raise ValueError("with_traversal: no 'program:' line")
+        raise ValueError("with_schedule: no 'program:' line")
     return text
 
 

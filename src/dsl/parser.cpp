@@ -507,6 +507,10 @@ class Parser {
       int g = 0;
       ok = number(g) && valid_row_lanes(g);
       if (ok) o.schedule.gather_sum_row_lanes = g;
+    } else if (k == "gather_sum_group_rows_below") {
+      int n = 0;
+      ok = number(n) && n >= 0 && valid_group_rows_below(n);
+      if (ok) o.schedule.gather_sum_group_rows_below = n;
     } else if (k == "traversal_vector") {
       int v = 0;
       ok = number(v) && valid_vector(v);

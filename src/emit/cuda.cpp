@@ -540,11 +540,14 @@ SplitLayout split_layout(int64_t numel, int vector, bool few_entries) {
   return l;
 }
 
-// The comment lines of gather_sum_split.cu.in that say how a row's entries and elements are spread over the lanes.
-std::string split_layout_text(const SplitLayout& l, int element_bytes) {
+// The comment lines of gather_sum_split.cu.in (and, with group_rows, gather_sum_rows.cu.in) that say how a row's
+// entries and elements are spread over the lanes.
+std::string split_layout_text(const SplitLayout& l, int element_bytes, bool group_rows = false) {
   const int groups = 32 / l.group_lanes;
-  std::string out = "A warp a row, ";
-  out += groups == 1 ? "its 32 lanes on each entry together"
+  std::string out = group_rows ? fmt::format("A warp {} rows, ", groups) : "A warp a row, ";
+  out += group_rows ? (l.group_lanes == 1 ? "each lane a row of its own, an entry at a time"
+                                          : fmt::format("a group of {} lanes a row, an entry at a time", l.group_lanes))
+         : groups == 1 ? "its 32 lanes on each entry together"
          : l.group_lanes == 1 ? "each lane an entry of its own"
                               : fmt::format("its lanes in {} groups of {}, a group an entry", groups, l.group_lanes);
   const int last = l.run - 1;
@@ -608,51 +611,76 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   const int G = s.row_lanes;
   const bool in_step = G != 32;
   auto shfl = [&](const std::string& lane_v, const std::string& j) { return row_shuffle(G, lane_v, j); };
-  // The entry's row of x (its own, or its edge's destination's) and its scale: lane j fetches them for entry
-  // first + j of the warp's block of 32, and each entry broadcasts them from its lane.
-  std::string fetch = "      int64_t lane_x_row = 0;\n";
-  std::string in_range = fmt::format("        lane_x_row = {};\n", s.x_gather == intra::Gather::Dst ? "dst[from_row]" : "from_row");
+  // The entry's row of x (its own, or its edge's destination's) and its scale: `lane` j fetches them for entry
+  // first + j of a block (of the warp's 32 entries; of a group's, where each group has a row of its own), and each
+  // entry broadcasts them from its lane.
+  auto fetch_code = [&](const std::string& lane) {
+    std::string fetch = "      int64_t lane_x_row = 0;\n";
+    std::string in_range = fmt::format("        lane_x_row = {};\n", s.x_gather == intra::Gather::Dst ? "dst[from_row]" : "from_row");
+    if (!s.scale.empty()) {
+      fetch += "      float lane_scale = 0.0f;\n";
+      in_range += fmt::format("        lane_scale = {};\n", load_elem(*p.find(s.scale), "scale[from_row]"));
+    }
+    return fetch + fmt::format("      if ({0} < count) {{\n        const int64_t from_row = csr_col[first + {0}];\n", lane) +
+           in_range + "      }\n";
+  };
   std::string extra;
   if (s.x_gather == intra::Gather::Dst) extra += ", const int32_t* __restrict__ dst";
-  if (!s.scale.empty()) {
-    const TensorInfo& sc = *p.find(s.scale);
-    extra += fmt::format(", const {}* __restrict__ scale", intra::cuda_type(sc.storage));
-    fetch += "      float lane_scale = 0.0f;\n";
-    in_range += fmt::format("        lane_scale = {};\n", load_elem(sc, "scale[from_row]"));
-  }
-  fetch += "      if (lane < count) {\n        const int64_t from_row = csr_col[first + lane];\n" + in_range + "      }\n";
+  if (!s.scale.empty())
+    extra += fmt::format(", const {}* __restrict__ scale", intra::cuda_type(p.find(s.scale)->storage));
   v["extra_params"] = extra;
-  v["fetch"] = fetch;
+  v["fetch"] = fetch_code("lane");
   GemmCode c;
   const std::string scaled = s.scale.empty() ? "" : "entry_scale * ";
+  intra::GridExtent rows_grid;  // the rows variant's blocks
+  // With rows of few entries, a warp's groups each take a row of their own (gather_sum_rows.cu.in, <name>_rows):
+  // the launcher picks it when the rows have fewer entries than `below` on average (auto: the warp's groups, which
+  // the split kernel would leave idle).
+  int below = 0;
   if (!in_step && s.edge_batch == 1) {
-    const SplitLayout l = split_layout(s.numel, s.vector, s.csr == intra::GatherCsr::NodePairs);
-    v["layout"] = split_layout_text(l, static_cast<int>(intra::storage_bytes(x.storage)));
-    v["run"] = std::to_string(l.run);
-    v["group_lanes"] = std::to_string(l.group_lanes);
-    v["entry_scale"] = s.scale.empty() ? "" : "        const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, j);\n";
-    v["scaled"] = scaled;
-    // Runs of one element are plain scalar accesses (no 16-bit vector word exists).
-    const std::string x_at = "x[x_row * kNumel + col]", y_at = "y[row * kNumel + col]";
-    if (l.run > 1) {
-      v["load"] = "load_run<kRun>(value, &" + x_at + ");";
-      v["store"] = "store_run<kRun>(&" + y_at + ", acc[r]);";
-      c.helpers = {"runs", std::string("runs_load_") + v["x_type"], std::string("runs_store_") + v["y_type"]};
-    } else {
-      v["load"] = "value[0] = " + load_elem(x, x_at) + ";";
-      v["store"] = store_elem(y, y_at, "acc[r][0]", false);
-    }
-    v["add_old"] = "";
-    if (s.accumulate && l.run > 1) {
-      v["add_old"] = "          float old[kRun];\n"
-                     "          load_run<kRun>(old, &" + y_at + ");\n"
-                     "#pragma unroll\n"
-                     "          for (int i = 0; i < kRun; ++i) acc[r][i] += old[i];\n";
-      c.helpers.insert(std::string("runs_load_") + v["y_type"]);
-    } else if (s.accumulate) {
-      v["add_old"] = "          acc[r][0] += " + load_elem(y, y_at) + ";\n";
-    }
-    c.kernel = render_template("cuda/gather_sum_split.cu.in", v);
+    // The split kernel and its rows variant: each a layout's runs, loads and stores.
+    auto render = [&](const SplitLayout& l, const std::string& tmpl, const std::string& fetch, const std::string& shfl_lane) {
+      Vars w = v;
+      w["layout"] = split_layout_text(l, static_cast<int>(intra::storage_bytes(x.storage)), tmpl == "cuda/gather_sum_rows.cu.in");
+      w["run"] = std::to_string(l.run);
+      w["group_lanes"] = std::to_string(l.group_lanes);
+      w["fetch"] = fetch;
+      w["entry_scale"] = s.scale.empty() ? ""
+                                         : "        const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, " +
+                                               shfl_lane + ");\n";
+      w["scaled"] = scaled;
+      // Runs of one element are plain scalar accesses (no 16-bit vector word exists).
+      const std::string x_at = "x[x_row * kNumel + col]", y_at = "y[row * kNumel + col]";
+      if (l.run > 1) {
+        w["load"] = "load_run<kRun>(value, &" + x_at + ");";
+        w["store"] = "store_run<kRun>(&" + y_at + ", acc[r]);";
+        c.helpers.insert({"runs", std::string("runs_load_") + v["x_type"], std::string("runs_store_") + v["y_type"]});
+      } else {
+        w["load"] = "value[0] = " + load_elem(x, x_at) + ";";
+        w["store"] = store_elem(y, y_at, "acc[r][0]", false);
+      }
+      w["add_old"] = "";
+      if (s.accumulate && l.run > 1) {
+        w["add_old"] = "          float old[kRun];\n"
+                       "          load_run<kRun>(old, &" + y_at + ");\n"
+                       "#pragma unroll\n"
+                       "          for (int i = 0; i < kRun; ++i) acc[r][i] += old[i];\n";
+        c.helpers.insert(std::string("runs_load_") + v["y_type"]);
+      } else if (s.accumulate) {
+        w["add_old"] = "          acc[r][0] += " + load_elem(y, y_at) + ";\n";
+      }
+      return render_template(tmpl, w);
+    };
+    c.kernel = render(split_layout(s.numel, s.vector, s.csr == intra::GatherCsr::NodePairs),
+                      "cuda/gather_sum_split.cu.in", fetch_code("lane"), "j");
+    const SplitLayout rows_layout = split_layout(s.numel, s.vector, /*few_entries=*/false);
+    const int row_groups = 32 / rows_layout.group_lanes;
+    below = row_groups == 1 ? 0 : s.group_rows_below < 0 ? row_groups : s.group_rows_below;
+    if (below > 0)
+      c.kernel += "\n" + render(rows_layout, "cuda/gather_sum_rows.cu.in", fetch_code("group_lane"),
+                                "group * kGroupLanes + j");
+    rows_grid = launch.x;
+    rows_grid.rows_per_block *= row_groups;
   } else {
     const std::string lanes = std::to_string(G);
     v["lanes"] = lanes;
@@ -730,16 +758,34 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
     c.kernel = render_template("cuda/gather_sum.cu.in", v);
   }
   const std::string rows = pairs ? "a.num_pairs" : "a.num_nodes";
+  // The CSR's entries: a pair's edges (every edge in one pair) or a node's pairs (every pair of one source).
+  const std::string entries = pairs ? "a.num_edges" : "a.num_pairs";
+  const std::string args = fmt::format(
+      "({}, a.{}, a.{}, a.{}, a.{}{})", rows, pairs ? "pair_edge_ptr" : "node_pair_ptr", pairs ? "pair_edge_eid" : "node_pair",
+      s.x, s.y, std::string(s.x_gather == intra::Gather::Dst ? ", a.dst" : "") + (s.scale.empty() ? "" : ", a." + s.scale));
+  std::string launch_code;
+  if (below > 0) {
+    launch_code = fmt::format(
+        "    if ({entries} < {below} * {rows}) {{  // fewer than {below} entries a row, on average: a row a group of lanes\n"
+        "      const unsigned blocks = {rows_blocks};\n"
+        "      {name}_rows<<<blocks, {threads}, 0, stream>>>{args};\n"
+        "    }} else {{\n"
+        "      const unsigned blocks = {blocks};\n"
+        "      {name}<<<blocks, {threads}, 0, stream>>>{args};\n"
+        "    }}\n",
+        fmt::arg("entries", entries), fmt::arg("below", below), fmt::arg("rows", rows), fmt::arg("name", s.name),
+        fmt::arg("rows_blocks", rows_grid.expr(rows, "1")), fmt::arg("blocks", launch.x.expr(rows, "1")),
+        fmt::arg("threads", launch.threads), fmt::arg("args", args));
+  } else {
+    launch_code = fmt::format("    const unsigned blocks = {};\n    {}<<<blocks, {}, 0, stream>>>{};\n",
+                              launch.x.expr(rows, "1"), s.name, launch.threads, args);
+  }
   c.launcher = fmt::format(
       "  if ({rows} > 0) {{  // {name}\n"
-      "    const unsigned blocks = {blocks};\n"
-      "    {name}<<<blocks, {threads}, 0, stream>>>({rows}, a.{ptr}, a.{col}, a.{x}, a.{y}{extra});\n"
+      "{launch}"
       "    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;\n"
       "  }}\n",
-      fmt::arg("rows", rows), fmt::arg("name", s.name), fmt::arg("blocks", launch.x.expr(rows, "1")),
-      fmt::arg("threads", launch.threads), fmt::arg("ptr", pairs ? "pair_edge_ptr" : "node_pair_ptr"),
-      fmt::arg("col", pairs ? "pair_edge_eid" : "node_pair"), fmt::arg("x", s.x), fmt::arg("y", s.y),
-      fmt::arg("extra", std::string(s.x_gather == intra::Gather::Dst ? ", a.dst" : "") + (s.scale.empty() ? "" : ", a." + s.scale)));
+      fmt::arg("rows", rows), fmt::arg("name", s.name), fmt::arg("launch", launch_code));
   return c;
 }
 
@@ -857,8 +903,9 @@ static KernelsCode phase_kernels(const Program& p, std::map<std::string, std::st
       // a runtime kernel (tensor cores): nothing emitted to share
     } else if (auto it = emitted.find(identity); it != emitted.end()) {
       kernels.resize(kernel_mark);
-      for (size_t at = body.find(name + "<<<"); at != std::string::npos; at = body.find(name + "<<<", at))
-        body.replace(at, name.size(), it->second);
+      for (const std::string& launched : {std::string("<<<"), std::string("_rows<<<")})  // the kernel, its rows variant
+        for (size_t at = body.find(name + launched); at != std::string::npos; at = body.find(name + launched, at))
+          body.replace(at, name.size(), it->second);
       body = fmt::format("  // same kernel as {}\n", it->second) + body;
     } else {
       emitted.emplace(identity, name);

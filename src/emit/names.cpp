@@ -56,7 +56,7 @@ const char* const kCudaAndMacros[] = {
 const char* const kCppEmitterNames[] = {
     // traversal kernels (emit/traversal.cpp) and launchers (emit/cuda.cpp)
     "lane", "first_row", "row_stride", "num_rows", "j", "m", "idx", "partial", "total", "warp_sum", "warp_max", "leaky_relu",
-    "row_group", "warp_row", "row_live", "group_sum", "group_max", "kRowLanes", "__reduce_max_sync",
+    "row_group", "warp_row", "first_warp_row", "row_live", "live", "group_sum", "group_max", "kRowLanes", "__reduce_max_sync",
     "run", "load_run", "store_run", "run_to_float", "run_from_float", "RunWord", "RunChunk", "run_word", "run_values",
     "run_addr", "kRun", "RunElem", "kRunBytes", "kRunPer", "uint2", "uint4",
     "__shfl_sync", "__shfl_xor_sync", "a", "args", "stream", "err", "grid", "blocks", "cudaError_t",
@@ -474,6 +474,7 @@ class CppRenamer {
     static const std::vector<std::string> derived = [] {
       std::vector<std::string> v{launcher_name("{}")};
       for (const char* what : kKernelWorkspaces) v.push_back(workspace_name("{}", what));
+      for (const char* variant : kKernelVariants) v.push_back(fmt::format("{{}}_{}", variant));
       return v;
     }();
     return n_.get(kKernel, name, derived);

@@ -65,10 +65,13 @@ class NameScope {
   std::map<std::pair<std::string, std::string>, std::string> map_;
 };
 
-// The identifiers derived from a kernel's C++ name `kernel`: its launcher, launch_<kernel>, and the workspaces its
-// launcher may use (emit::Workspace), <kernel>_<what> for each `what` of kKernelWorkspaces. They are reserved with
-// the kernel's name (with_cpp_names), so no tensor, kernel or other workspace takes one.
+// The identifiers derived from a kernel's C++ name `kernel`: its launcher, launch_<kernel>, the workspaces its
+// launcher may use (emit::Workspace), <kernel>_<what> for each `what` of kKernelWorkspaces, and the variants of the
+// kernel its launcher may pick instead, <kernel>_<variant> for each of kKernelVariants (a gather sum's kernel for
+// rows of few entries, <kernel>_rows). They are reserved with the kernel's name (with_cpp_names), so no tensor,
+// kernel or other workspace takes one.
 inline constexpr const char* kKernelWorkspaces[] = {"partial", "chunk_ptr", "tile_ptr", "w_t"};
+inline constexpr const char* kKernelVariants[] = {"rows"};
 std::string launcher_name(const std::string& kernel);
 std::string workspace_name(const std::string& kernel, const std::string& what);
 

@@ -306,6 +306,7 @@ class Lowering {
         // auto: a warp a row (with rows of 8 lanes in the traversals and gather sums alike, variant bf16_auto_rl8,
         // the H100 ran training steps up to 0.6x as fast: bench/README.md, "Vector runs").
         sum.row_lanes = m_.decl.options.schedule.gather_sum_row_lanes == 0 ? 32 : m_.decl.options.schedule.gather_sum_row_lanes;
+        sum.group_rows_below = m_.decl.options.schedule.gather_sum_group_rows_below;
         const int vector = m_.decl.options.schedule.traversal_vector;
         sum.vector = vector == 0 ? intra::kDefaultVector : vector;
         sum.name = unique(fmt::format("{}_sum_{}", prefix_, gs.field));

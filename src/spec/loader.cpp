@@ -431,9 +431,24 @@ class SchemaReader {
           else read(gv, "'launch_bounds'", intra::ScheduleKey::LaunchBounds, [&](int i) { s.launch_bounds = i; });
         });
       } else if (sk == "gather_sum") {
-        for_each_key(sv, "'schedule.gather_sum'", {"row_lanes"}, [&](const std::string&, const YAML::Node&, const YAML::Node& gv) {
-          read_auto(gv, "row_lanes", "a number of lanes (8, 16 or 32)", intra::ScheduleKey::GatherSumRowLanes,
-                    [&](int i) { s.gather_sum_row_lanes = i; });
+        for_each_key(sv, "'schedule.gather_sum'", {"row_lanes", "group_rows_below"},
+                     [&](const std::string& gk, const YAML::Node&, const YAML::Node& gv) {
+          if (gk == "row_lanes")
+            read_auto(gv, "row_lanes", "a number of lanes (8, 16 or 32)", intra::ScheduleKey::GatherSumRowLanes,
+                      [&](int i) { s.gather_sum_row_lanes = i; });
+          else  // auto is -1 here: 0 means never
+            read_auto(gv, "group_rows_below", "an average number of entries a row (0: never)",
+                      intra::ScheduleKey::GatherSumGroupRowsBelow, [&](int i) {
+                        if (gv.Scalar() == "auto") {
+                          s.gather_sum_group_rows_below = -1;
+                        } else if (i < 0) {
+                          // (not left to check_schedule: -1 is auto there)
+                          error(gv, "bad-schedule", intra::group_rows_below_problem(i));
+                          ok = false;
+                        } else {
+                          s.gather_sum_group_rows_below = i;
+                        }
+                      });
         });
       } else {
         for_each_key(sv, "'schedule.traversal'", {"threads", "edge_batch", "row_lanes", "vector", "position_indices"},

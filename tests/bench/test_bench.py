@@ -204,10 +204,14 @@ def test_variants():
             text = systems.variant_spec_text(model, v)
             check(f"\nmodel: {v.module(model)}\n" in "\n" + text, f"{model}/{key}: module not renamed")
             check(f"  dtype: {v.dtype}\n" in text, f"{model}/{key}: dtype not set")
-            line = "  schedule:\n" + systems.traversal_line(v.traversal)
-            check((line in text) == bool(v.traversal), f"{model}/{key}: traversal schedule {v.traversal} not as set")
+            for section, entries in (("traversal", v.traversal), ("gather_sum", v.gather_sum)):
+                line = systems.schedule_line(section, entries)
+                check((line in text) == bool(entries), f"{model}/{key}: {section} schedule {entries} not as set")
+                check(text.count("\n  schedule:\n") <= 1, f"{model}/{key}: two schedule blocks")
     for knob in ("edge_batch", "row_lanes"):
         check(any(knob in dict(v.traversal) for v in systems.VARIANTS.values()), f"no variant measures {knob}")
+    check(any("group_rows_below" in dict(v.gather_sum) for v in systems.VARIANTS.values()),
+          "no variant measures group_rows_below")
     bad = systems.Variant("x", "fp32", "fp32", edits=((r"no such text", "y"),))
     try:
         systems.variant_spec_text("rgcn", bad)
@@ -224,7 +228,7 @@ def test_variants():
               "an identical regeneration must keep the module (and its build)")
         ours = sorted(p.name for p in (gen / model).iterdir())
         check(ours == sorted(p.name for p in (REPO / "generated" / model).iterdir()), f"{model}: files {ours}")
-        for key in ("tf32", "bf16", "bf16_auto_eb4"):
+        for key in ("tf32", "bf16", "bf16_auto_eb4", "bf16_auto_gs_split"):
             try:
                 msg = systems.generate(model, systems.VARIANTS[key], gen, HECTORGEN)
                 check((gen / f"{model}_{key}" / f"{model}_{key}.py").is_file(), msg)

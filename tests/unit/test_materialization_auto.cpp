@@ -905,6 +905,65 @@ TEST_CASE("a gather sum a warp a row splits its entries over groups of lanes, ea
   CHECK_THAT(err.str(), Catch::Contains("error: vector=3 is not 1, 2, 4 or 8"));
 }
 
+TEST_CASE("a gather sum's rows variant: a row a group of lanes, launched where the rows have few entries on average",
+          "[intra][emit]") {
+  auto kernel = kernel_source;
+  // auto: beside the split kernel, <kernel>_rows (groups of 8 lanes, 4 rows a warp in step, no butterfly), which the
+  // launcher runs below 4 entries a row on average: a pair's edges (num_edges over num_pairs), a node's pairs
+  // (num_pairs over num_nodes).
+  const std::string hgt_path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact.yaml";
+  const Generated h = generate(hgt_path, test::replace(test::read_file(hgt_path), "dtype: fp32", "dtype: bf16"));
+  REQUIRE(h.status == 0);
+  const std::string hcu = h.file("hgt_compact_kernels.cu");
+  const std::string rows = kernel(hcu, "hgt_compact_bw_sum_d_msg_rows");
+  CHECK(hcu.find("// A warp 4 rows, a group of 8 lanes a row, an entry at a time: lane l of a group holds elements 8l .. 8l + 7") !=
+        std::string::npos);
+  size_t pos = 0;
+  for (const char* line : {"constexpr int kNumel = 64, kRun = 8, kGroupLanes = 8, kGroups = 32 / kGroupLanes;",
+                           "for (int64_t warp_row = first_warp_row; warp_row < num_rows; warp_row += row_stride) {",
+                           "const int64_t row = warp_row + group;", "const bool live = row < num_rows;",
+                           "const int todo = __reduce_max_sync(0xffffffffu, static_cast<int>(end - begin));",
+                           "if (group_lane < count) {", "const int64_t from_row = csr_col[first + group_lane];",
+                           "for (int j = 0; j < steps; ++j) {",
+                           "const int64_t x_row = __shfl_sync(0xffffffffu, lane_x_row, group * kGroupLanes + j);",
+                           "const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, group * kGroupLanes + j);",
+                           "if (j < count) {", "load_run<kRun>(value, &x[x_row * kNumel + col]);", "if (live) {",
+                           "store_run<kRun>(&y[row * kNumel + col], acc[r]);"}) {
+    const size_t next = rows.find(line, pos);
+    INFO(line);
+    REQUIRE(next != std::string::npos);
+    pos = next + 1;
+  }
+  CHECK(rows.find("__shfl_xor_sync") == std::string::npos);
+  CHECK(hcu.find("if (a.num_edges < 4 * a.num_pairs) {") != std::string::npos);
+  CHECK(hcu.find("if (a.num_pairs < 4 * a.num_nodes) {") != std::string::npos);
+  CHECK(hcu.find("hgt_compact_bw_sum_d_msg_rows<<<blocks, 256, 0, stream>>>") != std::string::npos);
+  CHECK(hcu.find("static_cast<unsigned>((a.num_pairs + 32 - 1) / 32)") != std::string::npos);  // 8 warps x 4 rows
+  // d_lin_k's sum is the same kernel as d_msg's: its launcher runs both of d_msg's kernels.
+  CHECK(hcu.find("hgt_compact_bw_sum_d_lin_k_rows") == std::string::npos);
+  // 0: never (the split kernel alone); a number: the threshold, printed on the gathersum's line and parsed back.
+  const Generated off = generate_spec("tests/gpu/specs/hgt_compact_split.yaml");
+  REQUIRE(off.status == 0);
+  CHECK(off.file("hgt_compact_split_kernels.cu").find("_rows<<<") == std::string::npos);
+  CHECK(off.file("hgt_compact_split_kernels.cu").find("bw_sum_d_msg_rows") == std::string::npos);
+  const Generated on = generate_spec("tests/gpu/specs/rgcn_compact_rows.yaml");
+  REQUIRE(on.status == 0);
+  CHECK(on.file("rgcn_compact_rows_kernels.cu").find("if (a.num_edges < 1024 * a.num_pairs) {") != std::string::npos);
+  const std::string ir = on.file("rgcn_compact_rows.intra.ir");
+  CHECK(ir.find("numel=64 deterministic group_rows_below=1024\n") != std::string::npos);
+  CHECK(std::get<intra::GatherSumInstance>(round_trip("rgcn_compact_rows.intra.ir", ir).back().kernels.back()).group_rows_below ==
+        1024);
+  SourceFile bad("rgcn_compact_rows.intra.ir",
+                 test::replace(ir, "deterministic group_rows_below=1024\n", "deterministic group_rows_below=2000\n"));
+  Diagnostics db;
+  CHECK_FALSE(intra::parse_programs(bad, db));
+  std::ostringstream err;
+  db.render(err);
+  CHECK_THAT(err.str(), Catch::Contains("error: group_rows_below=2000 is not 0 to 1024"));
+  // The inter IR carries the option (printed, parsed back by the pass tests' --run-pass).
+  CHECK(on.file("rgcn_compact_rows.inter.ir").find("option gather_sum_group_rows_below = 1024\n") != std::string::npos);
+}
+
 TEST_CASE("row_lanes in the intra IR text: checked values, and only where the kernel can hold rows in step", "[intra]") {
   intra::TraversalInstance t;
   t.name = "k";

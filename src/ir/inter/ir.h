@@ -233,6 +233,10 @@ struct Schedule {
   // Lanes that hold one row of a gather sum (the compact backward's sums over a pair's edges or a node's pairs; 32,
   // 16 or 8; 0: auto, a warp a row), tuned apart from the traversals': another template, other rows.
   int gather_sum_row_lanes = 0;
+  // The average entries a row below which a gather sum with a warp a row (row_lanes 32, edge_batch 1) lets each of
+  // the warp's groups of lanes take a row of its own (gather_sum_rows.cu.in), chosen at launch from the graph's
+  // counts; -1: auto (the warp's number of groups, 4 for rows of 64), 0: never.
+  int gather_sum_group_rows_below = -1;
 };
 // The values Schedule::traversal_edge_batch may take.
 inline constexpr bool valid_edge_batch(int b) { return b == 1 || b == 2 || b == 4 || b == 8; }
@@ -240,6 +244,8 @@ inline constexpr bool valid_edge_batch(int b) { return b == 1 || b == 2 || b == 
 inline constexpr bool valid_row_lanes(int g) { return g == 0 || g == 8 || g == 16 || g == 32; }
 // The values Schedule::traversal_vector may take (0: auto).
 inline constexpr bool valid_vector(int v) { return v == 0 || v == 1 || v == 2 || v == 4 || v == 8; }
+// The values Schedule::gather_sum_group_rows_below may take (-1: auto).
+inline constexpr bool valid_group_rows_below(int n) { return n >= -1 && n <= 1024; }
 // The values Schedule::traversal_position_indices may take.
 inline constexpr bool valid_position_indices(int v) { return v == 0 || v == 1; }
 

@@ -150,6 +150,8 @@ std::string print_module(const Module& m, const Annotator& annotate) {
     out += fmt::format("option traversal_position_indices = {}\n", o.schedule.traversal_position_indices);
   if (o.schedule.gather_sum_row_lanes != 0)
     out += fmt::format("option gather_sum_row_lanes = {}\n", o.schedule.gather_sum_row_lanes);
+  if (o.schedule.gather_sum_group_rows_below != -1)
+    out += fmt::format("option gather_sum_group_rows_below = {}\n", o.schedule.gather_sum_group_rows_below);
   if (o.schedule.launch_bounds) out += fmt::format("option launch_bounds = {}\n", *o.schedule.launch_bounds);
   out += "program:\n";
   for (const FuncDef& f : m.functions) {

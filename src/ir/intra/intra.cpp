@@ -331,13 +331,14 @@ std::string print_segsum(const SegmentSumInstance& s) {
 }
 
 std::string print_gathersum(const GatherSumInstance& s) {
-  return fmt::format("gathersum {}:  {}[row] {}= sum over {}.{}(row) {}[{}]{}\n    numel={} deterministic{}{}{}\n    from: {}\n",
+  return fmt::format("gathersum {}:  {}[row] {}= sum over {}.{}(row) {}[{}]{}\n    numel={} deterministic{}{}{}{}\n    from: {}\n",
                      s.name, s.y, s.accumulate ? "+" : "", layout::kCompactSrc, to_string(s.csr), s.x,
                      s.x_gather == Gather::Dst ? "dst[i]" : s.x_gather == Gather::Src ? "src[i]" : "i",
                      s.scale.empty() ? "" : fmt::format(" * {}[i]", s.scale), s.numel,
                      s.edge_batch != 1 ? fmt::format(" edge_batch={}", s.edge_batch) : "",
                      s.row_lanes != 32 ? fmt::format(" row_lanes={}", s.row_lanes) : "",
-                     s.vector != kDefaultVector ? fmt::format(" vector={}", s.vector) : "", s.source);
+                     s.vector != kDefaultVector ? fmt::format(" vector={}", s.vector) : "",
+                     s.group_rows_below != -1 ? fmt::format(" group_rows_below={}", s.group_rows_below) : "", s.source);
 }
 
 std::string print_torch(const TorchInstance& t) {

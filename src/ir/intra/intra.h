@@ -210,6 +210,9 @@ struct GatherSumInstance {
   // The most consecutive elements of a row one lane holds and loads as one vector (1, 2, 4 or 8; the traversals'
   // inter::Schedule::traversal_vector, kDefaultVector under auto), with a warp a row and edge_batch 1 only.
   int vector = kDefaultVector;
+  // With a warp a row and edge_batch 1: the average entries a row below which the launcher runs the variant whose
+  // groups of lanes each take a row (inter::Schedule::gather_sum_group_rows_below; -1: auto, 0: never).
+  int group_rows_below = -1;
   std::string source;
 };
 

@@ -137,6 +137,12 @@ LaunchConfig launch_config(const Program& p, const Kernel& k) {
   return c;
 }
 
+std::string group_rows_below_problem(int value) {
+  return fmt::format("'group_rows_below' (the average entries a row below which each group of a gather sum's warp "
+                     "takes a row of its own) must be auto or 0 to 1024, got {}",
+                     value);
+}
+
 std::string check_launch_limits(const LaunchConfig& c) {
   if (c.threads < 1 || c.threads > limits::kThreadsPerBlock)
     return fmt::format("{} threads per block (the limit is {})", c.threads, limits::kThreadsPerBlock);
@@ -264,6 +270,8 @@ std::vector<ScheduleProblem> check_schedule(const inter::Schedule& s) {
     out.push_back({ScheduleKey::GatherSumRowLanes,
                    fmt::format("'row_lanes' (lanes that hold one row of a gather sum) must be auto, 8, 16 or 32, got {}",
                                s.gather_sum_row_lanes)});
+  if (!inter::valid_group_rows_below(s.gather_sum_group_rows_below))
+    out.push_back({ScheduleKey::GatherSumGroupRowsBelow, group_rows_below_problem(s.gather_sum_group_rows_below)});
   if (!inter::valid_vector(s.traversal_vector))
     out.push_back({ScheduleKey::TraversalVector,
                    fmt::format("'vector' (the most consecutive elements of a row one lane holds) must be auto, 1, 2, 4 or 8, got {}",

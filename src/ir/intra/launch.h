@@ -94,11 +94,13 @@ std::string check_launch_limits(const LaunchConfig& c);
 std::string verify_launch(const Program& p, const Kernel& k);
 
 // ---- what a spec can get wrong -----------------------------------------------------------------------------
-enum class ScheduleKey { Tile, Coarsen, LaunchBounds, TraversalThreads, TraversalEdgeBatch, TraversalRowLanes, TraversalVector, TraversalPositionIndices, GatherSumRowLanes };
+enum class ScheduleKey { Tile, Coarsen, LaunchBounds, TraversalThreads, TraversalEdgeBatch, TraversalRowLanes, TraversalVector, TraversalPositionIndices, GatherSumRowLanes, GatherSumGroupRowsBelow };
 struct ScheduleProblem {
   ScheduleKey key;  // the value to point at
   std::string message;
 };
+// The message of a schedule.gather_sum.group_rows_below outside auto and 0 to 1024.
+std::string group_rows_below_problem(int value);
 inline constexpr int kGemmTiles[] = {8, 16, 32, 64};
 inline constexpr int kGemmCoarsenings[] = {1, 2, 4};
 

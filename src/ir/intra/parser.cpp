@@ -892,6 +892,12 @@ class ProgramParser {
       if (c.accept("edge_batch=")) s.edge_batch = static_cast<int>(c.integer("an edge batch"));
       s.row_lanes = parse_row_lanes(c);
       s.vector = parse_vector(c);
+      if (c.accept("group_rows_below=")) {
+        const size_t at = c.pos();
+        s.group_rows_below = static_cast<int>(c.integer("an average number of entries"));
+        if (s.group_rows_below < 0 || !inter::valid_group_rows_below(s.group_rows_below))
+          c.fail_at(at, fmt::format("group_rows_below={} is not 0 to 1024", s.group_rows_below));
+      }
       c.end();
     }
     s.source = from();
