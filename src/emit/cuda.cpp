@@ -634,8 +634,7 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   const std::string scaled = s.scale.empty() ? "" : "entry_scale * ";
   intra::GridExtent rows_grid;  // the rows variant's blocks
   // With rows of few entries, a warp's groups each take a row of their own (gather_sum_rows.cu.in, <name>_rows):
-  // the launcher picks it when the rows have fewer entries than `below` on average (auto: the warp's groups, which
-  // the split kernel would leave idle).
+  // the launcher picks it when the rows have fewer entries than `below` on average.
   int below = 0;
   if (!in_step && s.edge_batch == 1) {
     // The split kernel and its rows variant: each a layout's runs, loads and stores.
@@ -675,7 +674,9 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
                       "cuda/gather_sum_split.cu.in", fetch_code("lane"), "j");
     const SplitLayout rows_layout = split_layout(s.numel, s.vector, /*few_entries=*/false);
     const int row_groups = 32 / rows_layout.group_lanes;
-    below = row_groups == 1 ? 0 : s.group_rows_below < 0 ? row_groups : s.group_rows_below;
+    // auto: the groups the split kernel would leave idle, at most 4 (with a lane a row, rows of one scalar, a warp
+    // of 32 rows would wait on the longest of them, where the split kernel's lanes share a row's entries)
+    below = row_groups == 1 ? 0 : s.group_rows_below < 0 ? std::min(row_groups, 4) : s.group_rows_below;
     if (below > 0)
       c.kernel += "\n" + render(rows_layout, "cuda/gather_sum_rows.cu.in", fetch_code("group_lane"),
                                 "group * kGroupLanes + j");
