@@ -632,21 +632,20 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   v["fetch"] = fetch_code("lane");
   GemmCode c;
   const std::string scaled = s.scale.empty() ? "" : "entry_scale * ";
-  intra::GridExtent rows_grid;  // the rows variant's blocks
   // With rows of few entries, a warp's groups each take a row of their own (gather_sum_rows.cu.in, <name>_rows):
-  // the launcher picks it when the rows have fewer entries than `below` on average.
-  int below = 0;
+  // the launcher picks it when the rows have fewer entries than `below` on average (0: no rows variant).
+  int below = 0, row_groups = 1;
   if (!in_step && s.edge_batch == 1) {
     // The split kernel and its rows variant: each a layout's runs, loads and stores.
-    auto render = [&](const SplitLayout& l, const std::string& tmpl, const std::string& fetch, const std::string& shfl_lane) {
+    auto render = [&](const SplitLayout& l, bool group_rows) {
       Vars w = v;
-      w["layout"] = split_layout_text(l, static_cast<int>(intra::storage_bytes(x.storage)), tmpl == "cuda/gather_sum_rows.cu.in");
+      w["layout"] = split_layout_text(l, static_cast<int>(intra::storage_bytes(x.storage)), group_rows);
       w["run"] = std::to_string(l.run);
       w["group_lanes"] = std::to_string(l.group_lanes);
-      w["fetch"] = fetch;
+      w["fetch"] = fetch_code(group_rows ? "group_lane" : "lane");
       w["entry_scale"] = s.scale.empty() ? ""
-                                         : "        const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, " +
-                                               shfl_lane + ");\n";
+                                         : fmt::format("        const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, {});\n",
+                                                       group_rows ? "group * kGroupLanes + j" : "j");
       w["scaled"] = scaled;
       // Runs of one element are plain scalar accesses (no 16-bit vector word exists).
       const std::string x_at = "x[x_row * kNumel + col]", y_at = "y[row * kNumel + col]";
@@ -668,20 +667,15 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
       } else if (s.accumulate) {
         w["add_old"] = "          acc[r][0] += " + load_elem(y, y_at) + ";\n";
       }
-      return render_template(tmpl, w);
+      return render_template(group_rows ? "cuda/gather_sum_rows.cu.in" : "cuda/gather_sum_split.cu.in", w);
     };
-    c.kernel = render(split_layout(s.numel, s.vector, s.csr == intra::GatherCsr::NodePairs),
-                      "cuda/gather_sum_split.cu.in", fetch_code("lane"), "j");
+    c.kernel = render(split_layout(s.numel, s.vector, s.csr == intra::GatherCsr::NodePairs), false);
     const SplitLayout rows_layout = split_layout(s.numel, s.vector, /*few_entries=*/false);
-    const int row_groups = 32 / rows_layout.group_lanes;
+    row_groups = 32 / rows_layout.group_lanes;
     // auto: the groups the split kernel would leave idle, at most 4 (with a lane a row, rows of one scalar, a warp
     // of 32 rows would wait on the longest of them, where the split kernel's lanes share a row's entries)
     below = row_groups == 1 ? 0 : s.group_rows_below < 0 ? std::min(row_groups, 4) : s.group_rows_below;
-    if (below > 0)
-      c.kernel += "\n" + render(rows_layout, "cuda/gather_sum_rows.cu.in", fetch_code("group_lane"),
-                                "group * kGroupLanes + j");
-    rows_grid = launch.x;
-    rows_grid.rows_per_block *= row_groups;
+    if (below > 0) c.kernel += "\n" + render(rows_layout, true);
   } else {
     const std::string lanes = std::to_string(G);
     v["lanes"] = lanes;
@@ -766,6 +760,8 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
       s.x, s.y, std::string(s.x_gather == intra::Gather::Dst ? ", a.dst" : "") + (s.scale.empty() ? "" : ", a." + s.scale));
   std::string launch_code;
   if (below > 0) {
+    intra::GridExtent rows_grid = launch.x;  // a warp takes row_groups rows
+    rows_grid.rows_per_block *= row_groups;
     launch_code = fmt::format(
         "    if ({entries} < {below} * {rows}) {{  // fewer than {below} entries a row, on average: a row a group of lanes\n"
         "      const unsigned blocks = {rows_blocks};\n"
