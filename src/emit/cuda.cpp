@@ -672,9 +672,8 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
     c.kernel = render(split_layout(s.numel, s.vector, s.csr == intra::GatherCsr::NodePairs), false);
     const SplitLayout rows_layout = split_layout(s.numel, s.vector, /*few_entries=*/false);
     row_groups = 32 / rows_layout.group_lanes;
-    // auto: the groups the split kernel would leave idle, at most 4 (with a lane a row, rows of one scalar, a warp
-    // of 32 rows would wait on the longest of them, where the split kernel's lanes share a row's entries)
-    below = row_groups == 1 ? 0 : s.group_rows_below < 0 ? std::min(row_groups, 4) : s.group_rows_below;
+    // auto: never, until a GPU measurement of the rows variant sets it (kAutoGroupRowsBelow)
+    below = row_groups == 1 ? 0 : s.group_rows_below < 0 ? intra::kAutoGroupRowsBelow : s.group_rows_below;
     if (below > 0) c.kernel += "\n" + render(rows_layout, true);
   } else {
     const std::string lanes = std::to_string(G);

@@ -192,6 +192,10 @@ struct SegmentSumInstance {
 //   node_pairs  rows are the nodes, x has a row per pair: the pairs of each source node
 enum class GatherCsr { PairEdges, NodePairs };
 const char* to_string(GatherCsr c);  // pair_edges, node_pairs
+// schedule.gather_sum.group_rows_below under auto: 0 (the rows variant off) until it is measured on a GPU against
+// the split kernel alone (bench variants *_auto_gs_rows); the candidate is 4, the groups of a warp on rows of 64.
+inline constexpr int kAutoGroupRowsBelow = 0;
+
 struct GatherSumInstance {
   std::string name;
   std::string x, y;
