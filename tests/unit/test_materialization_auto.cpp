@@ -530,6 +530,17 @@ std::string kernel_source(const std::string& cu, const std::string& name) {
   return cu.substr(at, cu.find("\n}\n", at) - at);
 }
 
+// Requires each of `lines` in `text`, in this order (each found after the one before it).
+void require_in_order(const std::string& text, std::initializer_list<const char*> lines) {
+  size_t pos = 0;
+  for (const char* line : lines) {
+    const size_t next = text.find(line, pos);
+    INFO(line);
+    REQUIRE(next != std::string::npos);
+    pos = next + 1;
+  }
+}
+
 // Parses an .intra.ir text back and checks that it prints to the same text; returns the phases.
 std::vector<intra::Program> round_trip(const std::string& name, const std::string& text) {
   SourceFile f(name, text);
@@ -767,20 +778,14 @@ TEST_CASE("schedule.traversal.row_lanes: rows of 8 or 16 lanes, the warp's rows 
   // warp a row): the rows' entries in step, a step past a row's entries adding nothing, a row past the last storing
   // nothing.
   const std::string sum = kernel_source(r8cu, "rgcn_compact_rl8_bw_sum_d_lin_feature");
-  size_t pos = 0;
-  for (const char* line : {"constexpr int kNumel = 36, kSlots = (kNumel + 7) / 8;", "const int lane = threadIdx.x & 7;",
-                           "const int64_t row = row_live ? warp_row + row_group : num_rows - 1;",
-                           "const int64_t end = row_live ? csr_ptr[row + 1] : begin;",
-                           "const int todo = __reduce_max_sync(0xffffffffu, static_cast<int>(end - begin));",
-                           "for (int j0 = 0; j0 < steps; j0 += 8) {", "const int j = j0 + u;",
-                           "x_row_batch[u] = __shfl_sync(0xffffffffu, lane_x_row, j, 8);",
-                           "if (j0 + u < count && lane + 8 * c < kNumel) acc[c] += entry_scale * value[u][c];",
-                           "if (row_live && col < kNumel) y[row * kNumel + col] = acc[c];"}) {
-    const size_t next = sum.find(line, pos);
-    INFO(line);
-    REQUIRE(next != std::string::npos);
-    pos = next + 1;
-  }
+  require_in_order(sum, {"constexpr int kNumel = 36, kSlots = (kNumel + 7) / 8;", "const int lane = threadIdx.x & 7;",
+                         "const int64_t row = row_live ? warp_row + row_group : num_rows - 1;",
+                         "const int64_t end = row_live ? csr_ptr[row + 1] : begin;",
+                         "const int todo = __reduce_max_sync(0xffffffffu, static_cast<int>(end - begin));",
+                         "for (int j0 = 0; j0 < steps; j0 += 8) {", "const int j = j0 + u;",
+                         "x_row_batch[u] = __shfl_sync(0xffffffffu, lane_x_row, j, 8);",
+                         "if (j0 + u < count && lane + 8 * c < kNumel) acc[c] += entry_scale * value[u][c];",
+                         "if (row_live && col < kNumel) y[row * kNumel + col] = acc[c];"});
   const std::string r8ir = r8.file("rgcn_compact_rl8.intra.ir");
   CHECK(r8ir.find("numel=36 deterministic edge_batch=8 row_lanes=8\n") != std::string::npos);
   round_trip("rgcn_compact_rl8.intra.ir", r8ir);
@@ -846,23 +851,17 @@ TEST_CASE("a gather sum a warp a row splits its entries over groups of lanes, ea
   CHECK(hcu.find("// A warp a row, its lanes in 4 groups of 8, a group an entry: lane l of a group holds elements 8l .. 8l + 7") !=
         std::string::npos);
   const std::string msg = kernel(hcu, "hgt_compact_bw_sum_d_msg");
-  size_t pos = 0;
-  for (const char* line : {"constexpr int kNumel = 64, kRun = 8, kGroupLanes = 8, kGroups = 32 / kGroupLanes;",
-                           "const int lane = threadIdx.x & 31, group = lane / kGroupLanes, group_lane = lane % kGroupLanes;",
-                           "for (int j0 = 0; j0 < count; j0 += kGroups) {", "const int j = j0 + group;",
-                           "const int64_t x_row = __shfl_sync(0xffffffffu, lane_x_row, j);",
-                           "const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, j);", "if (j < count) {",
-                           "const int col = (group_lane + kGroupLanes * r) * kRun;",
-                           "load_run<kRun>(value, &x[x_row * kNumel + col]);",
-                           "for (int i = 0; i < kRun; ++i) acc[r][i] += entry_scale * value[i];",
-                           "for (int offset = kGroupLanes; offset < 32; offset *= 2) {",
-                           "acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], offset);", "if (group == 0) {",
-                           "store_run<kRun>(&y[row * kNumel + col], acc[r]);"}) {
-    const size_t next = msg.find(line, pos);
-    INFO(line);
-    REQUIRE(next != std::string::npos);
-    pos = next + 1;
-  }
+  require_in_order(msg, {"constexpr int kNumel = 64, kRun = 8, kGroupLanes = 8, kGroups = 32 / kGroupLanes;",
+                         "const int lane = threadIdx.x & 31, group = lane / kGroupLanes, group_lane = lane % kGroupLanes;",
+                         "for (int j0 = 0; j0 < count; j0 += kGroups) {", "const int j = j0 + group;",
+                         "const int64_t x_row = __shfl_sync(0xffffffffu, lane_x_row, j);",
+                         "const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, j);", "if (j < count) {",
+                         "const int col = (group_lane + kGroupLanes * r) * kRun;",
+                         "load_run<kRun>(value, &x[x_row * kNumel + col]);",
+                         "for (int i = 0; i < kRun; ++i) acc[r][i] += entry_scale * value[i];",
+                         "for (int offset = kGroupLanes; offset < 32; offset *= 2) {",
+                         "acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], offset);", "if (group == 0) {",
+                         "store_run<kRun>(&y[row * kNumel + col], acc[r]);"});
   // A node's pairs (a few entries a row): one group, runs of 2 spanning the warp (no butterfly).
   CHECK(kernel(hcu, "hgt_compact_bw_sum_d_v").find("constexpr int kNumel = 64, kRun = 2, kGroupLanes = 32,") != std::string::npos);
   // fp32 rows of 56: runs of 8 (two 16-byte words), 7 runs over 8 lanes (the last lane's past the end, skipped); the
@@ -918,22 +917,16 @@ TEST_CASE("a gather sum's rows variant: a row a group of lanes, launched where t
   const std::string rows = kernel(hcu, "hgt_compact_rows4_bw_sum_d_msg_rows");
   CHECK(hcu.find("// A warp 4 rows, a group of 8 lanes a row, an entry at a time: lane l of a group holds elements 8l .. 8l + 7") !=
         std::string::npos);
-  size_t pos = 0;
-  for (const char* line : {"constexpr int kNumel = 64, kRun = 8, kGroupLanes = 8, kGroups = 32 / kGroupLanes;",
-                           "for (int64_t warp_row = first_warp_row; warp_row < num_rows; warp_row += row_stride) {",
-                           "const int64_t row = warp_row + group;", "const bool live = row < num_rows;",
-                           "const int todo = __reduce_max_sync(0xffffffffu, static_cast<int>(end - begin));",
-                           "if (group_lane < count) {", "const int64_t from_row = csr_col[first + group_lane];",
-                           "for (int j = 0; j < steps; ++j) {",
-                           "const int64_t x_row = __shfl_sync(0xffffffffu, lane_x_row, group * kGroupLanes + j);",
-                           "const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, group * kGroupLanes + j);",
-                           "if (j < count) {", "load_run<kRun>(value, &x[x_row * kNumel + col]);", "if (live) {",
-                           "store_run<kRun>(&y[row * kNumel + col], acc[r]);"}) {
-    const size_t next = rows.find(line, pos);
-    INFO(line);
-    REQUIRE(next != std::string::npos);
-    pos = next + 1;
-  }
+  require_in_order(rows, {"constexpr int kNumel = 64, kRun = 8, kGroupLanes = 8, kGroups = 32 / kGroupLanes;",
+                          "for (int64_t warp_row = first_warp_row; warp_row < num_rows; warp_row += row_stride) {",
+                          "const int64_t row = warp_row + group;", "const bool live = row < num_rows;",
+                          "const int todo = __reduce_max_sync(0xffffffffu, static_cast<int>(end - begin));",
+                          "if (group_lane < count) {", "const int64_t from_row = csr_col[first + group_lane];",
+                          "for (int j = 0; j < steps; ++j) {",
+                          "const int64_t x_row = __shfl_sync(0xffffffffu, lane_x_row, group * kGroupLanes + j);",
+                          "const float entry_scale = __shfl_sync(0xffffffffu, lane_scale, group * kGroupLanes + j);",
+                          "if (j < count) {", "load_run<kRun>(value, &x[x_row * kNumel + col]);", "if (live) {",
+                          "store_run<kRun>(&y[row * kNumel + col], acc[r]);"});
   CHECK(rows.find("__shfl_xor_sync") == std::string::npos);
   CHECK(hcu.find("if (a.num_edges < 4 * a.num_pairs) {") != std::string::npos);
   CHECK(hcu.find("if (a.num_pairs < 4 * a.num_nodes) {") != std::string::npos);
