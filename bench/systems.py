@@ -120,13 +120,14 @@ VARIANTS = {
                                module_of="tf32_auto", timed_choice=True),
     "bf16_auto_timed": Variant("bf16_auto_timed", "bf16", "bf16", _AUTO, "auto, program chosen by timing",
                                module_of="bf16_auto", timed_choice=True),
-    # auto with the gather sums' rows variant below 4 entries a row (schedule.gather_sum.group_rows_below: 4; auto
-    # keeps it off until measured): beside tf32_auto / bf16_auto it measures what a warp's groups taking a row each
-    # gain on graphs of few entries a row (a pair's edges: 1.6 on wikikg2), and so sets auto's threshold.
-    "tf32_auto_gs_rows": Variant("tf32_auto_gs_rows", "tf32", "fp32", _AUTO, "auto, gather sums' rows variant below 4",
-                                 gather_sum=(("group_rows_below", 4),)),
-    "bf16_auto_gs_rows": Variant("bf16_auto_gs_rows", "bf16", "bf16", _AUTO, "auto, gather sums' rows variant below 4",
-                                 gather_sum=(("group_rows_below", 4),)),
+    # auto without the gather sums' rows variant (schedule.gather_sum.group_rows_below: 0; auto runs it below 4
+    # entries a row): beside tf32_auto / bf16_auto it measures what a warp's groups taking a row each gain on graphs
+    # of few entries a row (a pair's edges: 1.6 on wikikg2), the A/B that set auto's threshold
+    # (bench/gather_sum_rows/ab.md, run when auto was still 0 with the rows variant as the B side).
+    "tf32_auto_gs_split": Variant("tf32_auto_gs_split", "tf32", "fp32", _AUTO, "auto, gather sums' split kernel only",
+                                  gather_sum=(("group_rows_below", 0),)),
+    "bf16_auto_gs_split": Variant("bf16_auto_gs_split", "bf16", "bf16", _AUTO, "auto, gather sums' split kernel only",
+                                  gather_sum=(("group_rows_below", 0),)),
     # auto with the node kernels' edge loops taking 4 edges a step (schedule.traversal.edge_batch: the loads of 4
     # edges in flight together instead of one edge's after another's; the same sums): beside tf32_auto / bf16_auto
     # it measures what the batch gains before it becomes a tuning-table default.

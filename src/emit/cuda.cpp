@@ -672,7 +672,7 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
     c.kernel = render(split_layout(s.numel, s.vector, s.csr == intra::GatherCsr::NodePairs), false);
     const SplitLayout rows_layout = split_layout(s.numel, s.vector, /*few_entries=*/false);
     row_groups = 32 / rows_layout.group_lanes;
-    // auto: never, until a GPU measurement of the rows variant sets it (kAutoGroupRowsBelow)
+    // auto: intra::kAutoGroupRowsBelow (measured on a GPU); 0: never
     below = row_groups == 1 ? 0 : s.group_rows_below < 0 ? intra::kAutoGroupRowsBelow : s.group_rows_below;
     if (below > 0) c.kernel += "\n" + render(rows_layout, true);
   } else {

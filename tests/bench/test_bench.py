@@ -228,7 +228,7 @@ def test_variants():
               "an identical regeneration must keep the module (and its build)")
         ours = sorted(p.name for p in (gen / model).iterdir())
         check(ours == sorted(p.name for p in (REPO / "generated" / model).iterdir()), f"{model}: files {ours}")
-        for key in ("tf32", "bf16", "bf16_auto_eb4", "bf16_auto_gs_rows"):
+        for key in ("tf32", "bf16", "bf16_auto_eb4", "bf16_auto_gs_split"):
             try:
                 msg = systems.generate(model, systems.VARIANTS[key], gen, HECTORGEN)
                 check((gen / f"{model}_{key}" / f"{model}_{key}.py").is_file(), msg)

@@ -907,14 +907,15 @@ TEST_CASE("a gather sum a warp a row splits its entries over groups of lanes, ea
 TEST_CASE("a gather sum's rows variant: a row a group of lanes, launched where the rows have few entries on average",
           "[intra][emit]") {
   auto kernel = kernel_source;
-  // group_rows_below: 4: beside the split kernel, <kernel>_rows (groups of 8 lanes, 4 rows a warp in step, no
-  // butterfly), which the launcher runs below 4 entries a row on average: a pair's edges (num_edges over num_pairs),
-  // a node's pairs (num_pairs over num_nodes).
-  const std::string hgt_path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact_rows4.yaml";
+  // group_rows_below: auto (intra::kAutoGroupRowsBelow, 4): beside the split kernel, <kernel>_rows (groups of 8
+  // lanes, 4 rows a warp in step, no butterfly), which the launcher runs below 4 entries a row on average: a pair's
+  // edges (num_edges over num_pairs), a node's pairs (num_pairs over num_nodes).
+  STATIC_REQUIRE(intra::kAutoGroupRowsBelow == 4);
+  const std::string hgt_path = std::string(HECTORGEN_SOURCE_DIR) + "/tests/gpu/specs/hgt_compact.yaml";
   const Generated h = generate(hgt_path, test::replace(test::read_file(hgt_path), "dtype: fp32", "dtype: bf16"));
   REQUIRE(h.status == 0);
-  const std::string hcu = h.file("hgt_compact_rows4_kernels.cu");
-  const std::string rows = kernel(hcu, "hgt_compact_rows4_bw_sum_d_msg_rows");
+  const std::string hcu = h.file("hgt_compact_kernels.cu");
+  const std::string rows = kernel(hcu, "hgt_compact_bw_sum_d_msg_rows");
   CHECK(hcu.find("// A warp 4 rows, a group of 8 lanes a row, an entry at a time: lane l of a group holds elements 8l .. 8l + 7") !=
         std::string::npos);
   require_in_order(rows, {"constexpr int kNumel = 64, kRun = 8, kGroupLanes = 8, kGroups = 32 / kGroupLanes;",
@@ -930,17 +931,18 @@ TEST_CASE("a gather sum's rows variant: a row a group of lanes, launched where t
   CHECK(rows.find("__shfl_xor_sync") == std::string::npos);
   CHECK(hcu.find("if (a.num_edges < 4 * a.num_pairs) {") != std::string::npos);
   CHECK(hcu.find("if (a.num_pairs < 4 * a.num_nodes) {") != std::string::npos);
-  CHECK(hcu.find("hgt_compact_rows4_bw_sum_d_msg_rows<<<blocks, 256, 0, stream>>>") != std::string::npos);
+  CHECK(hcu.find("hgt_compact_bw_sum_d_msg_rows<<<blocks, 256, 0, stream>>>") != std::string::npos);
   CHECK(hcu.find("static_cast<unsigned>((a.num_pairs + 32 - 1) / 32)") != std::string::npos);  // 8 warps x 4 rows
   // d_lin_k's sum is the same kernel as d_msg's: its launcher runs both of d_msg's kernels.
-  CHECK(hcu.find("hgt_compact_rows4_bw_sum_d_lin_k_rows") == std::string::npos);
-  // auto (0 until measured on a GPU, intra::kAutoGroupRowsBelow) and 0: the split kernel alone; a number: the
-  // threshold, printed on the gathersum's line and parsed back.
-  const Generated off = generate_spec("tests/gpu/specs/hgt_compact.yaml");
+  CHECK(hcu.find("hgt_compact_bw_sum_d_lin_k_rows") == std::string::npos);
+  // auto is not printed on the gathersum's line; 0: the split kernel alone; a number: the threshold, printed on the
+  // gathersum's line and parsed back.
+  CHECK(h.file("hgt_compact.intra.ir").find("group_rows_below") == std::string::npos);
+  const Generated off = generate_spec("tests/gpu/specs/hgt_compact_split.yaml");
   REQUIRE(off.status == 0);
-  CHECK(off.file("hgt_compact_kernels.cu").find("_rows<<<") == std::string::npos);
-  CHECK(off.file("hgt_compact_kernels.cu").find("bw_sum_d_msg_rows") == std::string::npos);
-  CHECK(off.file("hgt_compact.intra.ir").find("group_rows_below") == std::string::npos);
+  CHECK(off.file("hgt_compact_split_kernels.cu").find("_rows<<<") == std::string::npos);
+  CHECK(off.file("hgt_compact_split_kernels.cu").find("bw_sum_d_msg_rows") == std::string::npos);
+  CHECK(off.file("hgt_compact_split.intra.ir").find(" deterministic group_rows_below=0\n") != std::string::npos);
   const Generated on = generate_spec("tests/gpu/specs/rgcn_compact_rows.yaml");
   REQUIRE(on.status == 0);
   CHECK(on.file("rgcn_compact_rows_kernels.cu").find("if (a.num_edges < 1024 * a.num_pairs) {") != std::string::npos);

@@ -235,7 +235,7 @@ struct Schedule {
   int gather_sum_row_lanes = 0;
   // The average entries a row below which a gather sum with a warp a row (row_lanes 32, edge_batch 1) lets each of
   // the warp's groups of lanes take a row of its own (gather_sum_rows.cu.in), chosen at launch from the graph's
-  // counts; -1: auto (intra::kAutoGroupRowsBelow: 0 until measured on a GPU), 0: never.
+  // counts; -1: auto (intra::kAutoGroupRowsBelow, 4), 0: never.
   int gather_sum_group_rows_below = -1;
 };
 // The values Schedule::traversal_edge_batch may take.

@@ -192,9 +192,10 @@ struct SegmentSumInstance {
 //   node_pairs  rows are the nodes, x has a row per pair: the pairs of each source node
 enum class GatherCsr { PairEdges, NodePairs };
 const char* to_string(GatherCsr c);  // pair_edges, node_pairs
-// schedule.gather_sum.group_rows_below under auto: 0 (the rows variant off) until it is measured on a GPU against
-// the split kernel alone (bench variants *_auto_gs_rows); the candidate is 4, the groups of a warp on rows of 64.
-inline constexpr int kAutoGroupRowsBelow = 0;
+// schedule.gather_sum.group_rows_below under auto: 4, the groups of a warp on rows of 64. Measured against the split
+// kernel alone (H200, bench/gather_sum_rows/ab.md; bench variants *_auto_gs_split rerun it): training steps 1.01-1.03x geomean
+// per model, up to 1.13x (HGT on am), nothing slower than 0.97x outside the small graphs' noise.
+inline constexpr int kAutoGroupRowsBelow = 4;
 
 struct GatherSumInstance {
   std::string name;
