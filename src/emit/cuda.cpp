@@ -310,6 +310,8 @@ GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string
   const std::vector<Workspace> all = workspaces(p);
   const std::string t = intra::cuda_type(p.find(g.x)->storage);
   const std::string out_t = intra::cuda_type(p.find(g.y)->storage);  // T, or fp32 (always for an atomic scatter)
+  const bool widen = intra::gemm_widens_weights(p, g);  // fp32 x, 16-bit weights: widened as loaded
+  const std::string w_t = intra::cuda_type(p.find(g.w)->storage);
   const char* epilogue = g.scatter != intra::Gather::None ? "kAtomic" : g.accumulate ? "kAccumulate" : "kStore";
   const std::string rows = rows_expr(g.rows, "a.");
   const auto [seg_ptr, segs] = segment_args(g.rows, g.segments);
@@ -322,7 +324,10 @@ GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string
   w.line(fmt::format("if ({} > 0) {{  // {}", rows, formula));
   {
     CodeWriter::Indent in(w);
-    const std::string dtype = g.dtype == inter::DType::FP32 ? "fp32 as 3xTF32" : inter::to_string(g.dtype);
+    const std::string dtype = g.dtype == inter::DType::FP32 ? "fp32 as 3xTF32" : widen ? "tf32" : inter::to_string(g.dtype);
+    if (widen)
+      w.line(fmt::format("// {} is fp32, {} {}: the weights are widened to fp32 as they are loaded, tf32 MMAs.", g.x, g.w,
+                         inter::to_string(p.find(g.w)->storage)));
     if (g.graph_tiles) {
       w.line(fmt::format("// Tensor cores ({}, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: {}, the", dtype,
                          tile_ptr.substr(2)));
@@ -342,11 +347,11 @@ GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string
       weights = "a." + instance_workspace(p, g.name, "w_t", all).name;
       w.line(fmt::format("// Y = X {0}^T: {0} is stored [n][k] = [{1}][{2}] per segment; the kernel reads {0}^T, [k][n].", g.w,
                          g.n, g.k));
-      w.line(fmt::format("err = hectorgen::tc::launch_transpose_segments<{}>(a.{}, {}, {}, {}, {}, stream);", t, g.w,
+      w.line(fmt::format("err = hectorgen::tc::launch_transpose_segments<{}>(a.{}, {}, {}, {}, {}, stream);", w_t, g.w,
                          weights, segs, g.n, g.k));
       w.line("if (err != cudaSuccess) return err;");
     }
-    w.line(fmt::format("hectorgen::tc::SegmentGemmArgs<{}, {}> gemm{{}};", t, out_t));
+    w.line(fmt::format("hectorgen::tc::SegmentGemmArgs<{}, {}{}> gemm{{}};", t, out_t, widen ? ", " + w_t : ""));
     w.line(fmt::format("gemm.x = a.{};", g.x));
     w.line(fmt::format("gemm.w = {};", weights));
     w.line(fmt::format("gemm.y = a.{};", g.y));
@@ -438,8 +443,9 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
   const WgradShape s = wgrad_shape(w, "a.");
   const std::string T = intra::cuda_type(p.find(w.x)->storage), dy_type = intra::cuda_type(p.find(w.dy)->storage),
                     dw_type = intra::cuda_type(p.find(w.dw)->storage);
-  if (tc && (dy_type != T || T != intra::cuda_type(intra::model_storage(w.dtype))))
+  if (tc && !intra::wgrad_tc_reads(w.dtype, p.find(w.x)->storage, p.find(w.dy)->storage))
     throw std::logic_error(fmt::format("emit: {} runs on tensor cores but stores x as {} and dy as {}", w.name, T, dy_type));
+  const bool widen = tc && dy_type != T;  // one operand fp32, the other 16-bit: fp32 tiles, tf32 MMAs
   const std::string partial = "a." + workspace_name(w.name, "partial"), chunk_ptr = "a." + workspace_name(w.name, "chunk_ptr");
   const std::string ns = tc ? "hectorgen::tc" : "hectorgen::simt";
   const std::string math = fp32_math_arg(w.dtype);
@@ -456,6 +462,9 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
                      tc ? "tensor cores" : "CUDA cores", intra::wgrad_kernel_text(w)));
   c.line(fmt::format("// then {} {} the sum of its segment's chunks in chunk order: bit-identical over runs.", w.dw,
                      w.accumulate ? "+=" : "="));
+  if (widen)
+    c.line(fmt::format("// {} is {}, {} {}: fp32 tiles, the 16-bit operand widened as it is loaded, tf32 MMAs.", w.x,
+                       inter::to_string(p.find(w.x)->storage), w.dy, inter::to_string(p.find(w.dy)->storage)));
   c.line(fmt::format("{}::WgradArgs<{}> wgrad{{}};", ns, dy_type == T ? T : T + ", " + dy_type));
   c.line(fmt::format("wgrad.x = a.{};", w.x));
   c.line(fmt::format("wgrad.dy = a.{};", w.dy));

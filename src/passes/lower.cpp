@@ -1753,14 +1753,13 @@ void assign_storage(intra::Program& p) {
 }
 
 // The kernel of each GEMM instance, once its tensors' shapes and storage types are final.
-// (A weight gradient whose operands are not both in the dtype's storage type runs on CUDA cores, which convert.)
+// (A weight gradient whose operands the tensor-core kernel cannot read as stored runs on CUDA cores, which convert.)
 void choose_gemm_kernels(intra::Program& p) {
   for (intra::Kernel& k : p.kernels) {
     if (auto* g = std::get_if<GemmInstance>(&k)) g->tensor_cores = intra::gemm_kernel_choice(p, *g).tensor_cores;
     if (auto* w = std::get_if<intra::WeightGradInstance>(&k)) {
-      const DType t = intra::model_storage(w->dtype);
       w->kernel = intra::choose_wgrad_kernel(*w);
-      if (p.find(w->x)->storage != t || p.find(w->dy)->storage != t) w->kernel = intra::WgradKernel::Simt;
+      if (!intra::wgrad_tc_reads(w->dtype, p.find(w->x)->storage, p.find(w->dy)->storage)) w->kernel = intra::WgradKernel::Simt;
     }
   }
 }

@@ -43,12 +43,15 @@ for spec in "${specs[@]}"; do
 done
 # Storage types: 16-bit variants of specs (the spec's `dtype: fp32` replaced), written next to the originals in the
 # temporary directory (banners name them <spec>.<dtype>.yaml). A few, to keep the test's time: RGAT in bf16 (edge
-# softmax, weight gradients, segment sums), HGT in fp16 (per-node-type segments), and the PyTorch fallbacks of
-# rgat_concat_outer in bf16; and RGAT with reorder on (weight-weight products over the edge types) in tf32, bf16
-# and fp16. (All five of specs/ and tests/specs/{gcn_shared,simplehgn} in both types compile too.)
+# softmax, weight gradients, segment sums), HGT in fp16 (per-node-type segments; fp32 gradients meeting fp16
+# weights and activations: the widened tensor-core GEMMs and weight gradients), compact HGT in fp16 (the same over
+# pairs), and the PyTorch fallbacks of rgat_concat_outer in bf16; and RGAT with reorder on (weight-weight products
+# over the edge types) in tf32, bf16 and fp16. (All five of specs/ and tests/specs/{gcn_shared,simplehgn} in both
+# types compile too.)
 variants=0
-for variant_of in specs/rgat.yaml:bf16 specs/hgt.yaml:fp16 tests/specs/rgat_concat_outer.yaml:bf16 \
-                  tests/specs/rgat_reorder.yaml:tf32 tests/specs/rgat_reorder.yaml:bf16 tests/specs/rgat_reorder.yaml:fp16; do
+for variant_of in specs/rgat.yaml:bf16 specs/hgt.yaml:fp16 tests/gpu/specs/hgt_compact.yaml:fp16 \
+                  tests/specs/rgat_concat_outer.yaml:bf16 tests/specs/rgat_reorder.yaml:tf32 \
+                  tests/specs/rgat_reorder.yaml:bf16 tests/specs/rgat_reorder.yaml:fp16; do
   spec="${variant_of%:*}"
   dtype="${variant_of#*:}"
   variant="${spec%.yaml}.$dtype.yaml"

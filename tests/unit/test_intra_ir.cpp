@@ -597,13 +597,26 @@ TEST_CASE("a GEMM runs on tensor cores when its dtype, shape and storage types a
   CHECK(choice([](GemmInstance& g, Program&) { g.transpose_w = true; }) == "tc");
   CHECK(choice([](GemmInstance& g, Program&) { g.accumulate = true; }) == "tc");
   CHECK(choice([](GemmInstance& g, Program&) { g.segments = Segments::None; }) == "tc");
-  // Storage types: x and w in the dtype's (tf32: fp32), y too or fp32 when it adds atomically, an fp32 scalar.
-  CHECK(choice([&](GemmInstance& g, Program&) { g.dtype = inter::DType::BF16; }) == "simt(x stored as fp32)");
+  // Storage types: x and w in the dtype's (tf32: fp32), y too or fp32 when it adds atomically, an fp32 scalar; x
+  // may be fp32 in a 16-bit model (the weights widened as loaded, tf32 MMAs), the weights may not.
+  CHECK(choice([&](GemmInstance& g, Program&) { g.dtype = inter::DType::BF16; }) == "simt(W stored as fp32)");
   auto bf16 = [&](GemmInstance& g, Program& q) {
     g.dtype = inter::DType::BF16;
     for (const char* t : {"x", "W", "t_e"}) storage(q, t, inter::DType::BF16);
   };
   CHECK(choice(bf16) == "tc");
+  CHECK_FALSE(gemm_widens_weights(*p, base));
+  {
+    Program q = *p;
+    GemmInstance g = base;
+    bf16(g, q);
+    CHECK_FALSE(gemm_widens_weights(q, g));
+    storage(q, "x", inter::DType::FP32);
+    CHECK(gemm_kernel_choice(q, g).tensor_cores);
+    CHECK(gemm_widens_weights(q, g));
+    storage(q, "t_e", inter::DType::FP32);
+    CHECK(gemm_kernel_choice(q, g).tensor_cores);
+  }
   CHECK(choice([&](GemmInstance& g, Program& q) { bf16(g, q), storage(q, "W", inter::DType::FP16); }) == "simt(W stored as fp16)");
   CHECK(choice([&](GemmInstance& g, Program& q) { bf16(g, q), storage(q, "norm", inter::DType::BF16); }) ==
         "simt(norm stored as bf16)");

@@ -242,6 +242,53 @@ TEST_CASE("the spec's dtype reaches every GEMM and weight-gradient instance, and
   }
 }
 
+TEST_CASE("fp16's fp32 gradients meet its 16-bit weights and activations on tensor cores, widened as loaded",
+          "[intra][lowering][dtype][tc]") {
+  // fp16's backward keeps its gradient temporaries in fp32 (its exponent would flush them); the input-gradient GEMMs
+  // read them with the weights widened, the weight gradients with the activations widened: tf32 MMAs, not the SIMT
+  // kernels. Every tile-reading GEMM then being on tensor cores, the graph's tile offsets are shared (tiles=graph).
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "hectorgen_test_fp16_widened";
+  std::filesystem::create_directories(dir);
+  for (const char* model : {"hgt", "rgat"}) {
+    CAPTURE(model);
+    const std::string fp32 = read_file(std::string(HECTORGEN_SOURCE_DIR) + "/specs/" + model + ".yaml");
+    const std::string path = (dir / (std::string(model) + ".yaml")).string();
+    std::ofstream(path) << replace(fp32, "dtype: fp32", "dtype: fp16");
+    const std::vector<Program> phases = pipeline_programs(path);
+    int widened_gemms = 0, widened_wgrads = 0;
+    for (const Program& p : phases) {
+      CAPTURE(p.phase);
+      CHECK(verify_program(p) == "");
+      CHECK(p.graph_tile == intra::kTcTileRows);
+      for (const Kernel& k : p.kernels) {
+        if (auto* g = std::get_if<GemmInstance>(&k)) {
+          CAPTURE(g->name);
+          CHECK(g->tensor_cores);
+          CHECK(g->graph_tiles == intra::reads_tile_offsets(*g));
+          if (intra::gemm_widens_weights(p, *g)) {
+            ++widened_gemms;
+            CHECK(p.find(g->x)->storage == inter::DType::FP32);
+            CHECK(p.find(g->w)->storage == inter::DType::FP16);
+          }
+        }
+        if (auto* w = std::get_if<WeightGradInstance>(&k)) {
+          CAPTURE(w->name);
+          // (RGAT's attention vectors, n = 1, stay on CUDA cores for their shape)
+          CHECK((w->kernel == intra::WgradKernel::TensorCore) == intra::wgrad_tc_obstacle(*w).empty());
+          if (w->kernel == intra::WgradKernel::TensorCore && p.find(w->x)->storage != p.find(w->dy)->storage)
+            ++widened_wgrads;
+        }
+      }
+    }
+    CHECK(widened_gemms > 0);
+    CHECK(widened_wgrads > 0);
+  }
+  CHECK(intra::wgrad_tc_reads(inter::DType::FP16, inter::DType::FP16, inter::DType::FP32));
+  CHECK(intra::wgrad_tc_reads(inter::DType::BF16, inter::DType::FP32, inter::DType::FP32));
+  CHECK_FALSE(intra::wgrad_tc_reads(inter::DType::BF16, inter::DType::FP16, inter::DType::FP32));
+  CHECK_FALSE(intra::wgrad_tc_reads(inter::DType::TF32, inter::DType::BF16, inter::DType::FP32));
+}
+
 TEST_CASE("the first weight gradient into a dW overwrites it, later ones add; dW is then not zeroed", "[intra][lowering][wgrad]") {
   // RGAT: d$W gets the gradients of both projections (hs and ht), two instances in that order.
   std::vector<Program> phases = lower_path(std::string(HECTORGEN_SOURCE_DIR) + "/specs/rgat.yaml");

@@ -32,10 +32,12 @@ enum class Epilogue { kStore, kAtomic, kAccumulate };
 
 // One segment GEMM over type-sorted rows. Rows seg_ptr[t]..seg_ptr[t+1] use weight t. Optional lists may be
 // null. x: [x_rows][k], w: [num_segments][k][n], y: [y_rows][n]; every row index is int32 (like the runtime).
-template <class T, class OutT>
+// WT, the weights' element type, is T's but for a widened GEMM: fp32 X (T float, tf32 MMAs) and a 16-bit model's
+// weights, widened as they are loaded (copy_16).
+template <class T, class OutT, class WT = T>
 struct SegmentGemmArgs {
   const T* x;
-  const T* w;
+  const WT* w;
   OutT* y;
   const int32_t* gather;   // G: the X row of each row, or null
   const int32_t* scatter;  // S: the Y row of each row, or null
@@ -48,10 +50,12 @@ struct SegmentGemmArgs {
 
 // Weight gradient dW[t] (=, or += when accumulate) sum over the rows of segment t of X[G[row]]^T (dY[S[row]] *
 // scale[row]). x: [..][k], dy: [..][n], dw: [num_segments][k][n] in fp32 (the gradient accumulator).
-template <class T>
+// XT and DyT are one type, or one of them fp32 and the other a 16-bit type (a 16-bit model's fp32 gradient and
+// 16-bit activation): then the kernel's tiles are fp32, the 16-bit operand widened as it is loaded, tf32 MMAs.
+template <class XT, class DyT = XT>
 struct WgradArgs {
-  const T* x;
-  const T* dy;
+  const XT* x;
+  const DyT* dy;
   float* dw;
   const int32_t* gather;   // X rows, or null
   const int32_t* scatter;  // dY rows, or null
@@ -218,12 +222,16 @@ template <class T, Epilogue kEpi>
 using DefaultOutT = std::conditional_t<kEpi == Epilogue::kAtomic, float, T>;
 
 template <class ElemT, int kDimK, int kDimN, int kWarpsRows, int kNumStages, Epilogue kEpilogue, int kMinBlocksPerSm,
-          class OutElemT = DefaultOutT<ElemT, kEpilogue>, Fp32Math kFp32Math = Fp32Math::kTf32>
+          class OutElemT = DefaultOutT<ElemT, kEpilogue>, Fp32Math kFp32Math = Fp32Math::kTf32, class WElemT = ElemT>
 struct SegmentGemm {
   using T = ElemT;
   using OutT = OutElemT;
+  using WT = WElemT;  // the weights' element type: T, or 16-bit under fp32 X (widened as loaded)
   static constexpr Fp32Math kMath = kFp32Math;
-  static_assert(std::is_same_v<OutT, T> || std::is_same_v<OutT, float>, "the output is stored as T or fp32");
+  static_assert(std::is_same_v<WT, T> || (std::is_same_v<T, float> && sizeof(WT) == 2 && kMath == Fp32Math::kTf32),
+                "only a tf32 GEMM of fp32 X widens 16-bit weights");
+  static_assert(std::is_same_v<OutT, T> || std::is_same_v<OutT, float> || std::is_same_v<OutT, WT>,
+                "the output is stored as T, fp32 or the weights' 16-bit type");
   static_assert(kEpilogue != Epilogue::kAtomic || std::is_same_v<OutT, float>, "atomics add into fp32");
   // The epilogue's staging type: the output's, except for kAccumulate, which adds the fp32 tile to the output.
   using StageT = std::conditional_t<kEpilogue == Epilogue::kAccumulate, float, OutT>;
@@ -280,7 +288,8 @@ struct NoLoads {
   __device__ void operator()(const GemmTile&) const {}
 };
 template <class Cfg, class Issued, class Staged>
-__device__ inline void segment_gemm_tile(const SegmentGemmArgs<typename Cfg::T, typename Cfg::OutT>& a, int64_t block,
+__device__ inline void segment_gemm_tile(const SegmentGemmArgs<typename Cfg::T, typename Cfg::OutT, typename Cfg::WT>& a,
+                                         int64_t block,
                                          GemmSmem<Cfg>& sm, Issued&& issued, Staged&& staged) {
   using T = typename Cfg::T;
   using StageT = typename Cfg::StageT;
@@ -321,7 +330,8 @@ __device__ inline void segment_gemm_tile(const SegmentGemmArgs<typename Cfg::T, 
   constexpr int kWChunks = kBN / kVec, kWRowsPerPass = kThreads / kWChunks, kWPasses = kBK / kWRowsPerPass;
   static_assert(kWRowsPerPass >= 1 && kBK % kWRowsPerPass == 0);
   const int wc = tid % kWChunks, wr = tid / kWChunks;
-  const T* const w_src = a.w + static_cast<int64_t>(type) * K * N + static_cast<int64_t>(wr) * N + n0 + wc * kVec;
+  const typename Cfg::WT* const w_src =
+      a.w + static_cast<int64_t>(type) * K * N + static_cast<int64_t>(wr) * N + n0 + wc * kVec;
 
   auto load_slab = [&](int slab, int stage) {
     T* const xs_s = xs + stage * Cfg::kXStage;
@@ -332,8 +342,8 @@ __device__ inline void segment_gemm_tile(const SegmentGemmArgs<typename Cfg::T, 
     }
 #pragma unroll
     for (int i = 0; i < kWPasses; ++i) {
-      cp_async_16(ws_s + WL::offset(wr + i * kWRowsPerPass, wc * kVec),
-                  w_src + static_cast<int64_t>(slab * kBK + i * kWRowsPerPass) * N, true);
+      copy_16(ws_s + WL::offset(wr + i * kWRowsPerPass, wc * kVec),
+              w_src + static_cast<int64_t>(slab * kBK + i * kWRowsPerPass) * N, true);
     }
   };
 
@@ -386,7 +396,7 @@ __device__ inline void segment_gemm_tile(const SegmentGemmArgs<typename Cfg::T, 
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    segment_gemm_kernel(const SegmentGemmArgs<typename Cfg::T, typename Cfg::OutT> a) {
+    segment_gemm_kernel(const SegmentGemmArgs<typename Cfg::T, typename Cfg::OutT, typename Cfg::WT> a) {
   using OutT = typename Cfg::OutT;
   using StageT = typename Cfg::StageT;
   using YL = typename Cfg::YLayout;
@@ -431,15 +441,18 @@ template <> constexpr int kForwardMinBlocks<float> = 6;
 // fp32's split operands need more registers than 6 blocks an SM leave (80: 40 bytes of spills; 107 uncapped);
 // 5 leave 96 (24 bytes of spills on sm_90, none on sm_80): more warps to hide the loads than 4 would keep.
 constexpr int kSplitForwardMinBlocks = 5;
-template <class T, int K, int N, Epilogue kEpi, class OutT = DefaultOutT<T, kEpi>, Fp32Math kMath = Fp32Math::kTf32>
+template <class T, int K, int N, Epilogue kEpi, class OutT = DefaultOutT<T, kEpi>, Fp32Math kMath = Fp32Math::kTf32,
+          class WT = T>
 using ForwardConfig =
     SegmentGemm<T, K, N, kForwardWarpsM, sizeof(T) == 4 ? 2 : 3, kEpi,
-                kMath == Fp32Math::kSplitTf32 ? kSplitForwardMinBlocks : kForwardMinBlocks<T>, OutT, kMath>;
+                kMath == Fp32Math::kSplitTf32 ? kSplitForwardMinBlocks : kForwardMinBlocks<T>, OutT, kMath, WT>;
 
-template <class T, int K, int N, Epilogue kEpi, class OutT = DefaultOutT<T, kEpi>, Fp32Math kMath = Fp32Math::kTf32>
-void launch_segment_gemm(const SegmentGemmArgs<T, typename ForwardConfig<T, K, N, kEpi, OutT, kMath>::OutT>& a,
+// WT is deduced from the arguments (SegmentGemmArgs' third type): T unless the GEMM widens 16-bit weights.
+template <class T, int K, int N, Epilogue kEpi, class OutT = DefaultOutT<T, kEpi>, Fp32Math kMath = Fp32Math::kTf32,
+          class WT = T>
+void launch_segment_gemm(const SegmentGemmArgs<T, typename ForwardConfig<T, K, N, kEpi, OutT, kMath, WT>::OutT, WT>& a,
                          cudaStream_t stream) {
-  using Cfg = ForwardConfig<T, K, N, kEpi, OutT, kMath>;
+  using Cfg = ForwardConfig<T, K, N, kEpi, OutT, kMath, WT>;
   if (a.num_rows == 0) return;
   const int64_t tiles = max_segment_tiles(a.num_rows, a.num_segments, Cfg::kBM);  // upper bound, no host sync
   segment_gemm_kernel<Cfg><<<static_cast<unsigned>(tiles * Cfg::kNTiles), Cfg::kThreads, 0, stream>>>(a);
@@ -540,7 +553,10 @@ void launch_csr_segment_sum(const T* e, const int32_t* dst_ptr, float* y, int64_
 
 // Each block computes one 64 x 64 tile of dW[type] over one chunk of chunk_rows rows of the segment (chunk_ptr
 // numbers the chunks of every segment, like tile_ptr) and writes it to partial[chunk]. 2 x 2 warps; the rows
-// are the reduction dimension, in slabs of 32.
+// are the reduction dimension, in slabs of 32. T is the tiles' (and MMAs') type: WgradMathT of the operands.
+template <class XT, class DyT>
+using WgradMathT = std::conditional_t<std::is_same_v<XT, DyT>, XT, float>;
+
 template <class T, int K, int N, int kStages>
 struct Wgrad {
   static constexpr int kThreads = 128;
@@ -553,10 +569,12 @@ struct Wgrad {
   static_assert(2 * kStages * kStage * sizeof(T) <= 48 * 1024, "static shared memory");
 };
 
-template <class Cfg, class T, int K, int N, int kStages, Fp32Math kMath = Fp32Math::kTf32>
+template <class Cfg, class XT, class DyT, int K, int N, int kStages, Fp32Math kMath = Fp32Math::kTf32>
 __global__ void __launch_bounds__(Cfg::kThreads)
-    wgrad_partial_kernel(const WgradArgs<T> a, const int32_t* __restrict__ chunk_ptr, int chunk_rows,
+    wgrad_partial_kernel(const WgradArgs<XT, DyT> a, const int32_t* __restrict__ chunk_ptr, int chunk_rows,
                          float* __restrict__ partial) {
+  using T = WgradMathT<XT, DyT>;
+  static_assert(std::is_same_v<T, XT> || kMath == Fp32Math::kTf32, "widened operands multiply in tf32");
   constexpr int kThreads = Cfg::kThreads, kBR = Cfg::kBR, kVec = Cfg::kVec, kStride = Cfg::kStride;
   __shared__ alignas(16) T xs[kStages][kBR][kStride];
   __shared__ alignas(16) T ds[kStages][kBR][kStride];
@@ -584,8 +602,8 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       const bool valid = row < row_end;
       const int64_t x_row = !valid ? 0 : a.gather ? static_cast<int64_t>(a.gather[row]) : row;
       const int64_t d_row = !valid ? 0 : a.scatter ? static_cast<int64_t>(a.scatter[row]) : row;
-      cp_async_16(&xs[stage][r][cc * kVec], a.x + x_row * K + k0 + cc * kVec, valid);
-      cp_async_16(&ds[stage][r][cc * kVec], a.dy + d_row * N + n0 + cc * kVec, valid);
+      copy_16(&xs[stage][r][cc * kVec], a.x + x_row * K + k0 + cc * kVec, valid);
+      copy_16(&ds[stage][r][cc * kVec], a.dy + d_row * N + n0 + cc * kVec, valid);
     }
   };
   // The per-row scalar multiplies dY in shared memory, each thread on the vectors it copied itself.
@@ -681,23 +699,25 @@ using hectorgen::wgrad_max_chunks;
 // First half of the weight gradient: partial[chunk] for every chunk (chunk_ptr from launch_segment_tile_ptr with
 // chunk_rows = wgrad_chunk_rows(num_rows, K / 64 * N / 64)); a.dw is not touched. hectorgen::launch_reduce_partials
 // (or the K x N specialised wgrad_reduce_kernel of launch_wgrad) adds the chunks of each segment in order.
-template <class T, int K, int N, Fp32Math kMath = Fp32Math::kTf32>
-cudaError_t launch_wgrad_partials(const WgradArgs<T>& a, const int32_t* chunk_ptr, int chunk_rows, float* partial,
+// DyT is deduced from the arguments: XT's, or (with one of them fp32) the other operand's type.
+template <class XT, int K, int N, Fp32Math kMath = Fp32Math::kTf32, class DyT = XT>
+cudaError_t launch_wgrad_partials(const WgradArgs<XT, DyT>& a, const int32_t* chunk_ptr, int chunk_rows, float* partial,
                                   cudaStream_t stream) {
+  using T = WgradMathT<XT, DyT>;
   constexpr int kStages = sizeof(T) == 4 ? 2 : 3;
   using Cfg = Wgrad<T, K, N, kStages>;
   if (a.num_rows <= 0) return cudaSuccess;
   const int64_t blocks = wgrad_max_chunks(a.num_rows, a.num_segments, chunk_rows) * Cfg::kKTiles * Cfg::kNTiles;
   if (blocks > kMaxGridX) return cudaErrorInvalidConfiguration;  // never a truncated grid
-  wgrad_partial_kernel<Cfg, T, K, N, kStages, kMath>
+  wgrad_partial_kernel<Cfg, XT, DyT, K, N, kStages, kMath>
       <<<static_cast<unsigned>(blocks), Cfg::kThreads, 0, stream>>>(a, chunk_ptr, chunk_rows, partial);
   return cudaGetLastError();
 }
 
-template <class T, int K, int N, Fp32Math kMath = Fp32Math::kTf32>
-void launch_wgrad(const WgradArgs<T>& a, const int32_t* chunk_ptr, int chunk_rows, float* partial, bool accumulate,
+template <class XT, int K, int N, Fp32Math kMath = Fp32Math::kTf32, class DyT = XT>
+void launch_wgrad(const WgradArgs<XT, DyT>& a, const int32_t* chunk_ptr, int chunk_rows, float* partial, bool accumulate,
                   cudaStream_t stream) {
-  launch_wgrad_partials<T, K, N, kMath>(a, chunk_ptr, chunk_rows, partial, stream);
+  launch_wgrad_partials<XT, K, N, kMath>(a, chunk_ptr, chunk_rows, partial, stream);
   const int64_t threads = static_cast<int64_t>(a.num_segments) * K * N / 4;
   wgrad_reduce_kernel<K, N>
       <<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(partial, chunk_ptr, a.dw, a.num_segments,

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace hectorgen::tc {
 
@@ -34,6 +35,27 @@ __device__ inline void cp_async_16(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// 16 bytes of a shared-memory tile of T from `src`, whose elements are S: a cp.async when S is T; else (T float, S
+// a 16-bit type: a 16-bit model's fp32 gradients meeting its 16-bit weights or activations) the 4 elements are
+// loaded through registers and widened, exactly, for tf32 MMAs. Zeros when !valid (src is not read then). The
+// widened copy is a plain shared-memory store: the kernels write a stage only once every warp is done reading it
+// (the __syncthreads that precedes each slab's loads), and read it after the next one, as for the cp.async ring.
+template <class T, class S>
+__device__ inline void copy_16(T* dst, const S* src, bool valid) {
+  if constexpr (std::is_same_v<T, S>) {
+    cp_async_16(dst, src, valid);
+  } else {
+    static_assert(std::is_same_v<T, float> && sizeof(S) == 2, "only 16-bit elements are widened, into fp32 tiles");
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (valid) {
+      const uint2 raw = *reinterpret_cast<const uint2*>(src);
+      const S* const e = reinterpret_cast<const S*>(&raw);
+      v = make_float4(to_float(e[0]), to_float(e[1]), to_float(e[2]), to_float(e[3]));
+    }
+    *reinterpret_cast<float4*>(dst) = v;
+  }
+}
 template <int kPending>
 __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));

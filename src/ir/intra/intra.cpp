@@ -198,7 +198,8 @@ GemmKernelChoice gemm_kernel_choice(const Program& p, const GemmInstance& g) {
   if (g.k % 32 != 0) return no("k % 32");
   if (g.n % 64 != 0) return no("n % 64");
   // The kernel reads x and w as T, the dtype's storage type, and writes y as T or fp32 (fp32 only when it adds
-  // atomically); the row scalar is fp32.
+  // atomically); the row scalar is fp32. A 16-bit model's fp32 x (a gradient the backward keeps in fp32) is read as
+  // it is, its 16-bit weights widened as they are loaded (tf32 MMAs, gemm_widens_weights).
   const inter::DType storage = model_storage(g.dtype);
   const inter::DType y_storage = g.scatter != Gather::None ? inter::DType::FP32 : storage;
   const std::pair<const std::string*, inter::DType> operands[] = {
@@ -207,10 +208,20 @@ GemmKernelChoice gemm_kernel_choice(const Program& p, const GemmInstance& g) {
     if (name->empty()) continue;
     const TensorInfo* t = p.find(*name);
     if (!t) continue;  // not a reason for either kernel: the verifier rejects the instance
-    const bool fp32_out = name == &g.y && t->storage == inter::DType::FP32;
-    if (t->storage != want && !fp32_out) return no(fmt::format("{} stored as {}", *name, inter::to_string(t->storage)));
+    const bool fp32_ok = (name == &g.y || name == &g.x) && t->storage == inter::DType::FP32;
+    if (t->storage != want && !fp32_ok) return no(fmt::format("{} stored as {}", *name, inter::to_string(t->storage)));
   }
   return {true, ""};
+}
+
+bool gemm_widens_weights(const Program& p, const GemmInstance& g) {
+  const TensorInfo *x = p.find(g.x), *w = p.find(g.w);
+  return x && w && x->storage == inter::DType::FP32 && w->storage != inter::DType::FP32;
+}
+
+bool wgrad_tc_reads(inter::DType model, inter::DType x, inter::DType dy) {
+  const inter::DType t = model_storage(model);
+  return (x == t || x == inter::DType::FP32) && (dy == t || dy == inter::DType::FP32);
 }
 
 bool reads_tile_offsets(const GemmInstance& g) {
@@ -591,11 +602,12 @@ class ProgramVerifier {
     const TensorInfo *x = operand(wg.name, wg.x, false, err), *dy = x ? operand(wg.name, wg.dy, false, err) : nullptr,
                      *dw = dy ? operand(wg.name, wg.dw, true, err) : nullptr;
     if (!dw) return err;
-    // The tensor-core kernel reads both operands in the dtype's storage type (its T); the CUDA-core one converts
-    // each from its own. dW and the partial sums have their own types.
+    // The tensor-core kernel reads each operand in the dtype's storage type or fp32 (wgrad_tc_reads); the CUDA-core
+    // one converts each from its own. dW and the partial sums have their own types.
     const inter::DType t = model_storage(wg.dtype);
-    if (wg.kernel == WgradKernel::TensorCore && (x->storage != t || dy->storage != t))
-      return fmt::format("{}: kernel=tc, but '{}' and '{}' are stored as {} and {}; the tensor-core kernel reads both as {}",
+    if (wg.kernel == WgradKernel::TensorCore && !wgrad_tc_reads(wg.dtype, x->storage, dy->storage))
+      return fmt::format("{}: kernel=tc, but '{}' and '{}' are stored as {} and {}; the tensor-core kernel reads each as {} "
+                         "or float",
                          wg.name, wg.x, wg.dy, cuda_type(x->storage), cuda_type(dy->storage), cuda_type(t));
     if (x->row_numel() != wg.heads * wg.k || dy->row_numel() != wg.heads * wg.n)
       return fmt::format("{}: rows of {} and {} have {} and {} elements, expected {} x {} and {} x {}", wg.name, wg.x, wg.dy,

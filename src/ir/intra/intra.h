@@ -130,7 +130,8 @@ int graph_gemm_tile(const Program& p);
 
 // Whether the tensor-core kernel (hectorgen::tc::launch_segment_gemm) can run `g`: it needs one head, k % 32 == 0,
 // n % 64 == 0, rows that are edges or nodes (not edge types), x and w stored in the dtype's storage type (tf32 and
-// fp32: fp32), y too or in fp32 (fp32 for an atomic scatter), an fp32 row scalar.
+// fp32: fp32; x may be fp32 in a 16-bit model too: gemm_widens_weights), y too or in fp32 (fp32 for an atomic
+// scatter), an fp32 row scalar.
 // `reason` names the first condition that fails (printed as `kernel=simt(tc: <reason>)`).
 struct GemmKernelChoice {
   bool tensor_cores = false;
@@ -138,6 +139,10 @@ struct GemmKernelChoice {
 };
 struct Program;
 GemmKernelChoice gemm_kernel_choice(const Program& p, const GemmInstance& g);
+// Whether `g` multiplies an fp32 x with a 16-bit model's weights (fp16's backward keeps its gradients in fp32, and an
+// atomically summed input is fp32): on tensor cores the weights are widened to fp32 as they are loaded and the MMAs
+// are tf32's (hectorgen::tc::SegmentGemmArgs' WT); widening is exact, the products tf32-rounded (~5e-4 relative).
+bool gemm_widens_weights(const Program& p, const GemmInstance& g);
 // The `kernel=` text of an instance line: tc, simt or simt(tc: <reason>).
 std::string gemm_kernel_text(const Program& p, const GemmInstance& g);
 
@@ -169,6 +174,10 @@ struct WeightGradInstance {
 // Why the tensor-core weight-gradient kernel cannot compute `w`: "heads > 1", "k % 64", "n % 64" (the first that
 // applies), or "" when it can.
 std::string wgrad_tc_obstacle(const WeightGradInstance& w);
+// Whether the tensor-core weight-gradient kernel reads `x` and `dy` as stored: each in the dtype's storage type or
+// fp32 (hectorgen::tc::WgradArgs<XT, DyT>; one fp32 and one 16-bit operand: fp32 tiles, the 16-bit one widened as it
+// is loaded, tf32 MMAs). Else the SIMT kernel, which converts any types.
+bool wgrad_tc_reads(inter::DType model, inter::DType x, inter::DType dy);
 // The kernel lowering chooses: tensor cores whenever wgrad_tc_obstacle is empty.
 WgradKernel choose_wgrad_kernel(const WeightGradInstance& w);
 // The instance line's `kernel=` value: "tc", or "simt(tc: <obstacle>)" when the instance falls back to the SIMT

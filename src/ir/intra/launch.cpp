@@ -100,9 +100,11 @@ LaunchConfig launch_config(const Program& p, const Kernel& k) {
     // reduction) whose grid grows with the graph: a block per (chunk, dW tile, head).
     const WeightGradInstance& w = *wp;
     const bool tc = w.kernel == WgradKernel::TensorCore;
-    const TensorInfo* x = p.find(w.x);
+    const TensorInfo *x = p.find(w.x), *dy = p.find(w.dy);
     c.threads = tc ? kTcWgradThreads : kSimtWgradThreads;
-    c.static_shared_bytes = wgrad_shared_bytes(tc, x && x->storage != inter::DType::BF16 && x->storage != inter::DType::FP16 ? 4 : 2);
+    // The tensor-core kernel's tiles are 16-bit when both operands are (else fp32, hectorgen::tc::WgradMathT).
+    auto bytes = [](const TensorInfo* t) { return t ? storage_bytes(t->storage) : 4; };
+    c.static_shared_bytes = wgrad_shared_bytes(tc, std::max(bytes(x), bytes(dy)));
     const int64_t per_chunk = ceil_div(w.k, kWgradTile) * ceil_div(w.n, kWgradTile) * w.heads;
     // chunk_rows >= rows / target (hectorgen::wgrad_chunk_rows): at most `target` chunks, plus one partial chunk
     // per segment. Past 2^31 - 1 blocks (hundreds of millions of segments) the runtime's launcher returns
