@@ -995,3 +995,23 @@ TEST_CASE("row_lanes in the intra IR text: checked values, and only where the ke
   CHECK(intra::print_reg_type({{40}, intra::LaneLayout::Lanes}, 16) == "[40] lanes(3)");
   CHECK(intra::print_reg_type({{40}, intra::LaneLayout::Lanes}) == "[40] lanes(2)");
 }
+
+TEST_CASE("a module whose tensor-core instances mix fp32 and 16-bit operands asks for runtime 1.7, others do not",
+          "[emit][dtype][tc]") {
+  // fp16's backward meets fp32 gradients with fp16 weights and activations (tc_gemm.cuh's widened operands, runtime
+  // 1.7); bf16 keeps both operands in bf16 and asks for what it asked for before.
+  const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/specs/hgt.yaml";
+  const std::string fp32 = test::read_file(path);
+  const Generated fp16 = generate(path, test::replace(fp32, "dtype: fp32", "dtype: fp16"));
+  REQUIRE(fp16.status == 0);
+  CHECK(fp16.file("hgt.py").find("RUNTIME_VERSION = \"1.7\"") != std::string::npos);
+  CHECK(fp16.file("CMakeLists.txt").find("find_package(hectorgen_runtime 1.7 CONFIG)") != std::string::npos);
+  const std::string cu = fp16.file("hgt_kernels.cu");
+  CHECK(cu.find("hectorgen::tc::SegmentGemmArgs<float, float, __half> gemm{};") != std::string::npos);
+  CHECK(cu.find("hectorgen::tc::WgradArgs<__half, float> wgrad{};") != std::string::npos);
+  CHECK(cu.find("the weights are widened to fp32 as they are loaded, tf32 MMAs.") != std::string::npos);
+  const Generated bf16 = generate(path, test::replace(fp32, "dtype: fp32", "dtype: bf16"));
+  REQUIRE(bf16.status == 0);
+  CHECK(bf16.file("hgt.py").find("RUNTIME_VERSION = \"1.7\"") == std::string::npos);
+  CHECK(bf16.file("hgt_kernels.cu").find("widened") == std::string::npos);
+}

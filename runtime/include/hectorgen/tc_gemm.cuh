@@ -574,7 +574,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     wgrad_partial_kernel(const WgradArgs<XT, DyT> a, const int32_t* __restrict__ chunk_ptr, int chunk_rows,
                          float* __restrict__ partial) {
   using T = WgradMathT<XT, DyT>;
-  static_assert(std::is_same_v<T, XT> || kMath == Fp32Math::kTf32, "widened operands multiply in tf32");
+  static_assert(std::is_same_v<XT, DyT> || kMath == Fp32Math::kTf32, "widened operands multiply in tf32");
   constexpr int kThreads = Cfg::kThreads, kBR = Cfg::kBR, kVec = Cfg::kVec, kStride = Cfg::kStride;
   __shared__ alignas(16) T xs[kStages][kBR][kStride];
   __shared__ alignas(16) T ds[kStages][kBR][kStride];

@@ -98,8 +98,8 @@ __all__ = [
 ]
 
 # This runtime's version, (MAJOR, MINOR, PATCH); it must equal hectorgen/runtime_version.h (a test checks).
-VERSION = (1, 6, 0)
-__version__ = "1.6.0"
+VERSION = (1, 7, 0)
+__version__ = "1.7.0"
 
 LAYOUT_KEYS: Dict[str, tuple] = {
     "etype_sorted_coo": ("perm", "sorted_src", "sorted_dst", "sorted_etype", "etype_ptr"),
