@@ -6,7 +6,7 @@
     out = layer(g, feature)
 
 Dimensions are fixed by the spec: in_dim=64, out_dim=64.
-Graphs are prepared by the hectorgen runtime 1.5 (Python package hectorgen_runtime; runtime/README.md).
+Graphs are prepared by the hectorgen runtime 1.7 (Python package hectorgen_runtime; runtime/README.md).
 """
 import importlib
 import os
@@ -20,7 +20,7 @@ MODEL = "rgcn"
 DTYPE = torch.float32
 # The hectorgen runtime version this module was generated for: it runs on any runtime with the same major version
 # and at least this minor version.
-RUNTIME_VERSION = "1.5"
+RUNTIME_VERSION = "1.7"
 try:
     import hectorgen_runtime
     from hectorgen_runtime import require_version as _require_runtime_version

@@ -15,9 +15,9 @@
 #include "hectorgen/segments.h"  // workspace sizes
 
 // The graph arrays come from the hectorgen runtime (hectorgen_runtime.prepare_graph) this code was generated for.
-static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 5,
-              "rgcn was generated for hectorgen runtime 1.5 (any 1.x with x >= "
-              "5), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
+static_assert(HECTORGEN_RUNTIME_VERSION_MAJOR == 1 && HECTORGEN_RUNTIME_VERSION_MINOR >= 7,
+              "rgcn was generated for hectorgen runtime 1.7 (any 1.x with x >= "
+              "7), but is compiled against hectorgen runtime " HECTORGEN_RUNTIME_VERSION_STRING);
 
 namespace {
 
@@ -122,11 +122,7 @@ std::vector<at::Tensor> rgcn_forward_op(
   a.W = W.data_ptr<float>();
   a.h = h.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  at::Tensor rgcn_fw_gemm_h_tile_ptr = at::empty({2}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.rgcn_fw_gemm_h_tile_ptr = rgcn_fw_gemm_h_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_rgcn_fw_gemm_h(a, stream));
-  // No kernel below uses rgcn_fw_gemm_h_tile_ptr: its memory goes back to the caching allocator.
-  rgcn_fw_gemm_h_tile_ptr.reset();
   C10_CUDA_CHECK(launch_rgcn_fw_gemm_h_2(a, stream));
   return {h};
 }
@@ -228,11 +224,7 @@ std::vector<at::Tensor> rgcn_forward_train_op(
   a.W = W.data_ptr<float>();
   a.h = h.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  at::Tensor rgcn_fwt_gemm_h_tile_ptr = at::empty({2}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.rgcn_fwt_gemm_h_tile_ptr = rgcn_fwt_gemm_h_tile_ptr.data_ptr<int32_t>();
   C10_CUDA_CHECK(launch_rgcn_fwt_gemm_h(a, stream));
-  // No kernel below uses rgcn_fwt_gemm_h_tile_ptr: its memory goes back to the caching allocator.
-  rgcn_fwt_gemm_h_tile_ptr.reset();
   at::Tensor t_h_edges = at::empty({num_edges, 64}, options);  // intermediate
   a.t_h_edges = t_h_edges.data_ptr<float>();
   C10_CUDA_CHECK(launch_rgcn_fwt_gemm_h_edges(a, stream));
@@ -361,13 +353,10 @@ std::vector<at::Tensor> rgcn_backward_op(
   // No kernel below uses rgcn_bw_wgrad_d_W_partial, rgcn_bw_wgrad_d_W_chunk_ptr: their memory goes back to the caching allocator.
   rgcn_bw_wgrad_d_W_partial.reset();
   rgcn_bw_wgrad_d_W_chunk_ptr.reset();
-  at::Tensor rgcn_bw_gemm_d_feature_tile_ptr = empty_if(grad_mask & 1, {2}, options.dtype(at::kInt));  // workspace: first 64-row tile of each segment (tensor-core kernel)
-  a.rgcn_bw_gemm_d_feature_tile_ptr = rgcn_bw_gemm_d_feature_tile_ptr.data_ptr<int32_t>();
   at::Tensor rgcn_bw_gemm_d_feature_w_t = empty_if(grad_mask & 1, {4096}, options.dtype(at::kFloat));  // workspace: W0^T, [64][64] per segment
   a.rgcn_bw_gemm_d_feature_w_t = rgcn_bw_gemm_d_feature_w_t.data_ptr<float>();
   if (grad_mask & 1) C10_CUDA_CHECK(launch_rgcn_bw_gemm_d_feature(a, stream));
-  // No kernel below uses rgcn_bw_gemm_d_feature_tile_ptr, rgcn_bw_gemm_d_feature_w_t: their memory goes back to the caching allocator.
-  rgcn_bw_gemm_d_feature_tile_ptr.reset();
+  // No kernel below uses rgcn_bw_gemm_d_feature_w_t: its memory goes back to the caching allocator.
   rgcn_bw_gemm_d_feature_w_t.reset();
   at::Tensor rgcn_bw_wgrad_d_W0_partial = empty_if(grad_mask & 2, {hectorgen::wgrad_max_chunks(num_nodes, 1, hectorgen::wgrad_chunk_rows(num_nodes, 1)) * 4096}, options.dtype(at::kFloat));  // workspace: rgcn_bw_wgrad_d_W0's fp32 partial sums, one [1, 64, 64] slice per chunk
   a.rgcn_bw_wgrad_d_W0_partial = rgcn_bw_wgrad_d_W0_partial.data_ptr<float>();

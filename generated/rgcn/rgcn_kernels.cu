@@ -155,11 +155,8 @@ __global__ void __launch_bounds__(256) rgcn_bw_sum_d_feature(
 
 cudaError_t launch_rgcn_fw_gemm_h(const RgcnForwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // h[row] = feature[row] * W0[-]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(nullptr, 1, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.rgcn_fw_gemm_h_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); one weight for every row: 64-row tiles numbered from 0.
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W0;
@@ -168,7 +165,7 @@ cudaError_t launch_rgcn_fw_gemm_h(const RgcnForwardArgs& a, cudaStream_t stream)
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = nullptr;
-    gemm.tile_ptr = a.rgcn_fw_gemm_h_tile_ptr;
+    gemm.tile_ptr = nullptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = 1;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -211,11 +208,8 @@ cudaError_t rgcn_forward(const RgcnForwardArgs& a, cudaStream_t stream) {
 
 cudaError_t launch_rgcn_fwt_gemm_h(const RgcnForwardTrainArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // h[row] = feature[row] * W0[-]
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(nullptr, 1, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.rgcn_fwt_gemm_h_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); one weight for every row: 64-row tiles numbered from 0.
+    cudaError_t err = cudaSuccess;
     hectorgen::tc::SegmentGemmArgs<float, float> gemm{};
     gemm.x = a.feature;
     gemm.w = a.W0;
@@ -224,7 +218,7 @@ cudaError_t launch_rgcn_fwt_gemm_h(const RgcnForwardTrainArgs& a, cudaStream_t s
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = nullptr;
-    gemm.tile_ptr = a.rgcn_fwt_gemm_h_tile_ptr;
+    gemm.tile_ptr = nullptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = 1;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kStore, float,
@@ -328,11 +322,8 @@ cudaError_t launch_rgcn_bw_wgrad_d_W(const RgcnBackwardArgs& a, cudaStream_t str
 
 cudaError_t launch_rgcn_bw_gemm_d_feature(const RgcnBackwardArgs& a, cudaStream_t stream) {
   if (a.num_nodes > 0) {  // d_feature[row] += d_h[row] * W0[-]^T
-    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on
-    // the GPU in this stream (no host sync):
-    cudaError_t err = hectorgen::launch_segment_tile_ptr(nullptr, 1, a.num_nodes, hectorgen::tc::kForwardTileRows,
-                                                         a.rgcn_bw_gemm_d_feature_tile_ptr, stream);
-    if (err != cudaSuccess) return err;
+    // Tensor cores (fp32 as 3xTF32, hectorgen/tc_gemm.cuh); one weight for every row: 64-row tiles numbered from 0.
+    cudaError_t err = cudaSuccess;
     // Y = X W0^T: W0 is stored [n][k] = [64][64] per segment; the kernel reads W0^T, [k][n].
     err = hectorgen::tc::launch_transpose_segments<float>(a.W0, a.rgcn_bw_gemm_d_feature_w_t, 1, 64, 64, stream);
     if (err != cudaSuccess) return err;
@@ -344,7 +335,7 @@ cudaError_t launch_rgcn_bw_gemm_d_feature(const RgcnBackwardArgs& a, cudaStream_
     gemm.scatter = nullptr;
     gemm.scale = nullptr;
     gemm.seg_ptr = nullptr;
-    gemm.tile_ptr = a.rgcn_bw_gemm_d_feature_tile_ptr;
+    gemm.tile_ptr = nullptr;
     gemm.num_rows = a.num_nodes;
     gemm.num_segments = 1;
     hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAccumulate, float,

@@ -31,7 +31,6 @@ struct RgcnForwardArgs {
   const float* W0 = nullptr;  // [64, 64]
   const float* W = nullptr;  // [num_etypes, 64, 64]
   float* h = nullptr;  // [num_nodes, 64]
-  int32_t* rgcn_fw_gemm_h_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
@@ -65,7 +64,6 @@ struct RgcnForwardTrainArgs {
   const float* W = nullptr;  // [num_etypes, 64, 64]
   float* h = nullptr;  // [num_nodes, 64]
   float* t_h_edges = nullptr;  // [num_edges, 64]
-  int32_t* rgcn_fwt_gemm_h_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
 };
 
 // One launcher per kernel instance, in execution order; each returns the launch error, if any.
@@ -106,7 +104,6 @@ struct RgcnBackwardArgs {
   float* rgcn_bw_gemm_d_feature_edges_w_t = nullptr;  // workspace: W^T, [64][64] per segment
   float* rgcn_bw_wgrad_d_W_partial = nullptr;  // workspace: rgcn_bw_wgrad_d_W's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* rgcn_bw_wgrad_d_W_chunk_ptr = nullptr;  // workspace: rgcn_bw_wgrad_d_W's first chunk of each segment
-  int32_t* rgcn_bw_gemm_d_feature_tile_ptr = nullptr;  // workspace: first 64-row tile of each segment (tensor-core kernel)
   float* rgcn_bw_gemm_d_feature_w_t = nullptr;  // workspace: W0^T, [64][64] per segment
   float* rgcn_bw_wgrad_d_W0_partial = nullptr;  // workspace: rgcn_bw_wgrad_d_W0's fp32 partial sums, one [1, 64, 64] slice per chunk
   int32_t* rgcn_bw_wgrad_d_W0_chunk_ptr = nullptr;  // workspace: rgcn_bw_wgrad_d_W0's first chunk of each segment

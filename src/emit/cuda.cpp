@@ -315,8 +315,11 @@ GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string
   const char* epilogue = g.scatter != intra::Gather::None ? "kAtomic" : g.accumulate ? "kAccumulate" : "kStore";
   const std::string rows = rows_expr(g.rows, "a.");
   const auto [seg_ptr, segs] = segment_args(g.rows, g.segments);
-  // The graph's tile offsets (graph_tiles), else a workspace the launcher fills.
+  // The graph's tile offsets (graph_tiles), none for one segment (the kernel numbers its tiles from 0), else a
+  // workspace the launcher fills.
+  const bool one_segment = g.segments == intra::Segments::None;
   const std::string tile_ptr = g.graph_tiles ? tile_ptr_expr(g.rows, g.segments, "a.")
+                               : one_segment ? "nullptr"
                                              : "a." + instance_workspace(p, g.name, "tile_ptr", all).name;
   auto list = [&](intra::Gather l) { return gather_expr(g.rows, l, "a."); };
   CodeWriter w;
@@ -332,6 +335,10 @@ GemmCode emit_tc_gemm(const Program& p, const GemmInstance& g, const std::string
       w.line(fmt::format("// Tensor cores ({}, hectorgen/tc_gemm.cuh); the first 64-row tile of each segment: {}, the", dtype,
                          tile_ptr.substr(2)));
       w.line("// graph's (prepared with gemm_tile 64).");
+      w.line("cudaError_t err = cudaSuccess;");
+    } else if (one_segment) {
+      w.line(fmt::format("// Tensor cores ({}, hectorgen/tc_gemm.cuh); one weight for every row: 64-row tiles numbered from 0.",
+                         dtype));
       w.line("cudaError_t err = cudaSuccess;");
     } else {
       w.line(fmt::format("// Tensor cores ({}, hectorgen/tc_gemm.cuh). The first 64-row tile of each segment, numbered on",
@@ -796,8 +803,8 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
 
 // The workspaces of one instance, named <kernel>_<what> (reserved with the kernel's name: emit/names.h):
 //   weight gradients and segment sums: the split-K partials and chunk offsets ("partial", "chunk_ptr");
-//   tensor-core GEMMs: the 64-row tiles of each segment, numbered per call ("tile_ptr"), and W^T when the instance
-//   computes X W^T ("w_t", W's size and storage type).
+//   tensor-core GEMMs over segments whose tile offsets are not the graph's: the 64-row tiles of each segment,
+//   numbered per call ("tile_ptr"); and W^T when the instance computes X W^T ("w_t", W's size and storage type).
 static std::vector<Workspace> kernel_workspaces(const Program& p, const intra::Kernel& k) {
   if (auto* w = std::get_if<intra::WeightGradInstance>(&k)) return wgrad_workspaces(*w);
   std::vector<Workspace> out;
@@ -814,8 +821,8 @@ static std::vector<Workspace> kernel_workspaces(const Program& p, const intra::K
     const char* segs = g->segments == intra::Segments::Etype   ? "num_etypes"
                        : g->segments == intra::Segments::Ntype ? "num_ntypes"
                                                                : nullptr;
-    if (!g->graph_tiles)
-      out.push_back({workspace_name(g->name, "tile_ptr"), "int32_t", segs ? fmt::format("{} + 1", segs) : "2",
+    if (!g->graph_tiles && segs)  // (one segment: the kernel numbers its tiles from 0)
+      out.push_back({workspace_name(g->name, "tile_ptr"), "int32_t", fmt::format("{} + 1", segs),
                      "first 64-row tile of each segment (tensor-core kernel)", g->name, "tile_ptr"});
     if (g->transpose_w)
       out.push_back({workspace_name(g->name, "w_t"), intra::cuda_type(p.find(g->w)->storage),

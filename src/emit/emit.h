@@ -19,13 +19,14 @@ struct EmitContext {
   // materialization: auto: the phases are the vanilla program's, then the compact program's (compact_forward, ...);
   // the module holds both and picks one per graph (docs/materialization.md).
   bool auto_materialization = false;
-  // Some tensor-core instance of the module mixes an fp32 and a 16-bit operand (runtime 1.7); emit_all sets it from
-  // the phases (uses_widened_operands).
-  bool widened_operands = false;
+  // The runtime minor version the module's tensor-core instances need (0: none beyond the module's other needs);
+  // emit_all sets it from the phases (tc_runtime_minor).
+  int tc_runtime_minor = 0;
 };
 
-// Whether a tensor-core GEMM or weight gradient of `phases` mixes an fp32 and a 16-bit operand (widened as loaded).
-bool uses_widened_operands(const std::vector<intra::Program>& phases);
+// The runtime minor version that the tensor-core instances of `phases` need: 7 where one mixes an fp32 and a 16-bit
+// operand (widened as loaded) or a GEMM over one segment runs without tile offsets (tile_ptr null); else 0.
+int tc_runtime_minor(const std::vector<intra::Program>& phases);
 
 // materialization: auto: the phases of one of the two programs (`compact`: those named compact_<phase>).
 std::vector<intra::Program> program_phases(const std::vector<intra::Program>& phases, bool compact);

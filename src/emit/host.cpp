@@ -100,16 +100,17 @@ constexpr int kAutoRuntimeMinor = 3;
 // in_col_inv_relation_in_degree, new in runtime 1.6.
 constexpr int kInPositionRuntimeMinor = 6;
 // Tensor-core instances of mixed operand types (intra::gemm_widens_weights, a weight gradient of an fp32 and a 16-bit
-// operand: fp16's backward) need tc_gemm.cuh's widened operands, new in runtime 1.7 (EmitContext::widened_operands).
-constexpr int kWidenedRuntimeMinor = 7;
+// operand: fp16's backward) and tensor-core GEMMs over one segment without tile offsets need tc_gemm.cuh of runtime
+// 1.7 (EmitContext::tc_runtime_minor).
+constexpr int kTcRuntimeMinor = 7;
 static_assert(kAutoRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR && kInPositionRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR &&
-                  kWidenedRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR,
+                  kTcRuntimeMinor <= HECTORGEN_RUNTIME_VERSION_MINOR,
               "generated code cannot need a runtime newer than the one it ships with");
 // `p`: the module's first phase (every phase and program of a module has the same layouts, twins included).
 int module_runtime_minor(const Program& p, const EmitContext& ctx) {
   int minor = ctx.auto_materialization ? std::max(kAutoRuntimeMinor, kRequiredRuntimeMinor) : kRequiredRuntimeMinor;
   if (p.layouts.count(intra::layout::kInColInvRelInDegree)) minor = std::max(minor, kInPositionRuntimeMinor);
-  if (ctx.widened_operands) minor = std::max(minor, kWidenedRuntimeMinor);
+  minor = std::max(minor, ctx.tc_runtime_minor);
   return minor;
 }
 // The hectorgen runtime version a module is written for, "MAJOR.MINOR": it runs on any runtime MAJOR.x with x >= MINOR.
@@ -1045,23 +1046,24 @@ std::string emit_manifest(const std::vector<Program>& ir_phases, const EmitConte
   return j.dump(2, ' ', true, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-bool uses_widened_operands(const std::vector<Program>& phases) {
+int tc_runtime_minor(const std::vector<Program>& phases) {
   for (const Program& p : phases)
     for (const intra::Kernel& k : p.kernels) {
-      if (auto* g = std::get_if<intra::GemmInstance>(&k); g && g->tensor_cores && intra::gemm_widens_weights(p, *g))
-        return true;
+      if (auto* g = std::get_if<intra::GemmInstance>(&k);
+          g && g->tensor_cores && (intra::gemm_widens_weights(p, *g) || g->segments == intra::Segments::None))
+        return kTcRuntimeMinor;
       if (auto* w = std::get_if<intra::WeightGradInstance>(&k);
           w && w->kernel == intra::WgradKernel::TensorCore && p.find(w->x)->storage != p.find(w->dy)->storage)
-        return true;
+        return kTcRuntimeMinor;
     }
-  return false;
+  return 0;
 }
 
 void emit_all(const std::vector<Program>& phases, const EmitContext& given, OutputSet& out) {
   const Program& p = phases.front();
   EmitContext ctx = given;  // the phases say whether the module holds both programs (also when read from .intra.ir)
   ctx.auto_materialization = ctx.auto_materialization || !program_phases(phases, true).empty();
-  ctx.widened_operands = ctx.widened_operands || uses_widened_operands(phases);
+  ctx.tc_runtime_minor = std::max(ctx.tc_runtime_minor, tc_runtime_minor(phases));
   out.add(p.model + "_kernels.cu", emit_kernels_cu(phases, ctx));
   out.add(p.model + "_kernels.h", emit_kernels_h(phases, ctx));
   out.add(p.model + "_host.cpp", emit_host_cpp(phases, ctx));

@@ -384,7 +384,7 @@ TEST_CASE("tf32 models run their GEMMs on the tensor-core kernel: launchers, wor
     const std::string path = spec_path(spec);
     const std::string fp32 = read_file(path);
     std::vector<Program> phases = lower_source(path, replace(fp32, "dtype: fp32", "dtype: tf32"));
-    size_t tc = 0, transposed = 0;
+    size_t tc = 0, transposed = 0, segmented = 0;
     for (const Program& p : phases) {
       CHECK(verify_program(p) == "");
       for (const Kernel& k : p.kernels)
@@ -397,6 +397,8 @@ TEST_CASE("tf32 models run their GEMMs on the tensor-core kernel: launchers, wor
           if (!g->tensor_cores) CHECK(c.reason == "rows=etypes");
           tc += g->tensor_cores;
           transposed += g->tensor_cores && g->transpose_w;
+          // (tile offsets per call over segments: lower() alone shares no graph tiles; one segment needs none)
+          segmented += g->tensor_cores && g->segments != intra::Segments::None;
         }
     }
     CHECK(tc > 0);
@@ -414,19 +416,20 @@ TEST_CASE("tf32 models run their GEMMs on the tensor-core kernel: launchers, wor
                       host = emit::emit_host_cpp(phases, ctx);
     CHECK(occurrences(cu, "#include \"hectorgen/tc_gemm.cuh\"") == 1);
     CHECK(occurrences(cu, "hectorgen::tc::launch_segment_gemm<float, ") == tc);
-    CHECK(occurrences(cu, "hectorgen::tc::kForwardTileRows") == tc);
+    CHECK(occurrences(cu, "hectorgen::tc::kForwardTileRows") == segmented);
+    CHECK(occurrences(cu, "gemm.tile_ptr = nullptr;") == tc - segmented);
     CHECK(occurrences(cu, "hectorgen::tc::launch_transpose_segments<float>(") == transposed);
     // Each tile_ptr workspace: an Args field, allocated by the host from the caching allocator, passed in.
-    CHECK(occurrences(h, "_tile_ptr = nullptr;  // workspace: ") == tc);
+    CHECK(occurrences(h, "_tile_ptr = nullptr;  // workspace: ") == segmented);
     CHECK(occurrences(h, "_w_t = nullptr;  // workspace: ") == transposed);
     auto matches = [](const std::string& text, const char* pattern) {
       const std::regex re(pattern);
       return static_cast<size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
     };
     // (in the backward, only when a gradient the caller asked for needs it: empty_if(grad_mask & bits, ...))
-    CHECK(matches(host, R"(at::Tensor \w+_gemm_\w+_tile_ptr = (at::empty\(|empty_if\(grad_mask & \d+, )\{(num_[en]types \+ 1|2)\}, options\.dtype\(at::kInt\)\);)") == tc);
+    CHECK(matches(host, R"(at::Tensor \w+_gemm_\w+_tile_ptr = (at::empty\(|empty_if\(grad_mask & \d+, )\{num_[en]types \+ 1\}, options\.dtype\(at::kInt\)\);)") == segmented);
     CHECK(matches(host, R"(at::Tensor \w+_gemm_\w+_w_t = (at::empty\(|empty_if\(grad_mask & \d+, )\{(\w+ \* 4096|4096)\}, options\.dtype\(at::kFloat\)\);)") == transposed);
-    CHECK(matches(host, R"(a\.(\w+_gemm_\w+_tile_ptr) = \1\.data_ptr<int32_t>\(\);)") == tc);
+    CHECK(matches(host, R"(a\.(\w+_gemm_\w+_tile_ptr) = \1\.data_ptr<int32_t>\(\);)") == segmented);
     CHECK(host.find("cudaMalloc") == std::string::npos);
     CHECK(cu.find("cudaDeviceSynchronize") == std::string::npos);
     CHECK(cu.find("cudaMemcpy") == std::string::npos);
@@ -468,8 +471,11 @@ TEST_CASE("tf32 models run their GEMMs on the tensor-core kernel: launchers, wor
                 "    gemm.seg_ptr = nullptr;\n") != std::string::npos);
   CHECK(cu.find("hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAccumulate>(gemm, stream);") !=
         std::string::npos);
-  CHECK(cu.find("hectorgen::launch_segment_tile_ptr(nullptr, 1, a.num_nodes, hectorgen::tc::kForwardTileRows,") !=
-        std::string::npos);
+  // one segment (W0 for every node): no tile offsets, the kernel numbers its 64-row tiles from 0
+  CHECK(cu.find("hectorgen::launch_segment_tile_ptr(nullptr, 1,") == std::string::npos);
+  CHECK(cu.find("    // Tensor cores (tf32, hectorgen/tc_gemm.cuh); one weight for every row: 64-row tiles numbered from 0.\n"
+                "    cudaError_t err = cudaSuccess;\n"
+                "    // Y = X W0^T") != std::string::npos);
   // fp32: the same launchers, the operands split into tf32 heads and tails (the math on a line of its own)
   const std::string fp32 = emit::emit_kernels_cu(lower_source(path, read_file(path)), {"spec.yaml", "test"});
   CHECK(fp32.find("    hectorgen::tc::launch_segment_gemm<float, 64, 64, hectorgen::tc::Epilogue::kAtomic, float,\n"

@@ -626,8 +626,12 @@ TEST_CASE("schedule.traversal.position_indices: 0 reads a node's edges' pairs an
     CHECK((ir.find("tensor in$norm: input edge[] from_graph=in_col_inv_relation_in_degree\n") != std::string::npos) == !ids);
     const std::string py = g.file("rgcn_compact.py");
     CHECK((py.find("\"in_col_inv_relation_in_degree\"") != std::string::npos) == !ids);
-    // The twin's layout is new in runtime 1.6: only a module that reads it asks for 1.6.
-    CHECK(py.find(ids ? "RUNTIME_VERSION = \"1.5\"" : "RUNTIME_VERSION = \"1.6\"") != std::string::npos);
+    // The twin's layout is new in runtime 1.6: only a module that reads it asks for 1.6 on its account (emitted
+    // without the tensor-core instances' needs); with them both ask for 1.7 (the self GEMM, one segment, numbers its
+    // tiles without offsets: emit::tc_runtime_minor).
+    CHECK(py.find("RUNTIME_VERSION = \"1.7\"") != std::string::npos);
+    const std::string layouts_only = emit::emit_python(round_trip("rgcn_compact.intra.ir", ir), {"rgcn_compact.yaml", "test"});
+    CHECK(layouts_only.find(ids ? "RUNTIME_VERSION = \"1.5\"" : "RUNTIME_VERSION = \"1.6\"") != std::string::npos);
     // One list of graph-derived arguments for the forward, forward_train and backward ops.
     const std::string both = "g.array(\"inv_relation_in_degree\"), g.array(\"in_col_inv_relation_in_degree\"), ";
     size_t calls = 0;
@@ -999,7 +1003,7 @@ TEST_CASE("row_lanes in the intra IR text: checked values, and only where the ke
 TEST_CASE("a module whose tensor-core instances mix fp32 and 16-bit operands asks for runtime 1.7, others do not",
           "[emit][dtype][tc]") {
   // fp16's backward meets fp32 gradients with fp16 weights and activations (tc_gemm.cuh's widened operands, runtime
-  // 1.7); bf16 keeps both operands in bf16 and asks for what it asked for before.
+  // 1.7); bf16 keeps both operands in bf16 and (HGT: no GEMM over one segment) asks for what it asked for before.
   const std::string path = std::string(HECTORGEN_SOURCE_DIR) + "/specs/hgt.yaml";
   const std::string fp32 = test::read_file(path);
   const Generated fp16 = generate(path, test::replace(fp32, "dtype: fp32", "dtype: fp16"));

@@ -43,7 +43,8 @@ struct SegmentGemmArgs {
   const int32_t* scatter;  // S: the Y row of each row, or null
   const float* scale;      // one scalar per row, or null
   const int32_t* seg_ptr;  // [num_segments + 1], or null: one segment of num_rows rows
-  const int32_t* tile_ptr; // [num_segments + 1] prefix sum of ceil(rows / tile rows) for the kernel's tile
+  const int32_t* tile_ptr; // [num_segments + 1] prefix sum of ceil(rows / tile rows) for the kernel's tile, or
+                           // null with seg_ptr null: one segment, tile t its rows t * tile rows onwards
   int64_t num_rows;
   int num_segments;
 };
@@ -304,10 +305,19 @@ __device__ inline void segment_gemm_tile(const SegmentGemmArgs<typename Cfg::T, 
 
   const int64_t tile = block / Cfg::kNTiles;
   const int n0 = static_cast<int>(block % Cfg::kNTiles) * kBN;
-  if (tile >= a.tile_ptr[a.num_segments]) return;  // the grid over-approximates the tile count
-  const int type = find_segment(a.tile_ptr, a.num_segments, tile);
+  // The tile's segment and its first tile (one segment, numbered from 0, without tile offsets); the grid may
+  // over-approximate the tile count.
+  int type = 0;
+  int64_t first_tile = 0;
+  if (a.tile_ptr) {
+    if (tile >= a.tile_ptr[a.num_segments]) return;
+    type = find_segment(a.tile_ptr, a.num_segments, tile);
+    first_tile = a.tile_ptr[type];
+  } else if (tile * kBM >= a.num_rows) {
+    return;
+  }
   const int64_t seg_begin = a.seg_ptr ? a.seg_ptr[type] : 0, seg_end = a.seg_ptr ? a.seg_ptr[type + 1] : a.num_rows;
-  const int64_t row_begin = seg_begin + (tile - a.tile_ptr[type]) * kBM;
+  const int64_t row_begin = seg_begin + (tile - first_tile) * kBM;
   const int rows = static_cast<int>(min(static_cast<int64_t>(kBM), seg_end - row_begin));
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wm = warp / Cfg::kWarpsN, wn = warp % Cfg::kWarpsN;
@@ -433,7 +443,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
 // The benchmarked configuration: 64-row tiles (2 x 2 warps), up to 3 stages for 16-bit types, 2 for tf32, and
 // the register cap of kForwardMinBlocks blocks an SM (tf32: 6, its 37 KB of shared memory allow no more). The
-// tile_ptr passed in must be built for kForwardTileRows rows per tile.
+// tile_ptr passed in must be built for kForwardTileRows rows per tile (or be null, for one segment without seg_ptr).
 constexpr int kForwardWarpsM = 2;
 constexpr int kForwardTileRows = 32 * kForwardWarpsM;
 template <class T> constexpr int kForwardMinBlocks = 9;
@@ -454,7 +464,9 @@ void launch_segment_gemm(const SegmentGemmArgs<T, typename ForwardConfig<T, K, N
                          cudaStream_t stream) {
   using Cfg = ForwardConfig<T, K, N, kEpi, OutT, kMath, WT>;
   if (a.num_rows == 0) return;
-  const int64_t tiles = max_segment_tiles(a.num_rows, a.num_segments, Cfg::kBM);  // upper bound, no host sync
+  // an upper bound without tile offsets to read back (no host sync); exact for one segment without them
+  const int64_t tiles = a.tile_ptr ? max_segment_tiles(a.num_rows, a.num_segments, Cfg::kBM)
+                                   : (a.num_rows + Cfg::kBM - 1) / Cfg::kBM;
   segment_gemm_kernel<Cfg><<<static_cast<unsigned>(tiles * Cfg::kNTiles), Cfg::kThreads, 0, stream>>>(a);
 }
 
