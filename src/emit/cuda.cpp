@@ -452,7 +452,7 @@ GemmCode emit_wgrad(const Program& p, const intra::Kernel& k) {
                     dw_type = intra::cuda_type(p.find(w.dw)->storage);
   if (tc && !intra::wgrad_tc_reads(w.dtype, p.find(w.x)->storage, p.find(w.dy)->storage))
     throw std::logic_error(fmt::format("emit: {} runs on tensor cores but stores x as {} and dy as {}", w.name, T, dy_type));
-  const bool widen = tc && dy_type != T;  // one operand fp32, the other 16-bit: fp32 tiles, tf32 MMAs
+  const bool widen = intra::wgrad_widens(p, w);  // one operand fp32, the other 16-bit: fp32 tiles, tf32 MMAs
   const std::string partial = "a." + workspace_name(w.name, "partial"), chunk_ptr = "a." + workspace_name(w.name, "chunk_ptr");
   const std::string ns = tc ? "hectorgen::tc" : "hectorgen::simt";
   const std::string math = fp32_math_arg(w.dtype);

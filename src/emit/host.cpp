@@ -1052,9 +1052,7 @@ int tc_runtime_minor(const std::vector<Program>& phases) {
       if (auto* g = std::get_if<intra::GemmInstance>(&k);
           g && g->tensor_cores && (intra::gemm_widens_weights(p, *g) || g->segments == intra::Segments::None))
         return kTcRuntimeMinor;
-      if (auto* w = std::get_if<intra::WeightGradInstance>(&k);
-          w && w->kernel == intra::WgradKernel::TensorCore && p.find(w->x)->storage != p.find(w->dy)->storage)
-        return kTcRuntimeMinor;
+      if (auto* w = std::get_if<intra::WeightGradInstance>(&k); w && intra::wgrad_widens(p, *w)) return kTcRuntimeMinor;
     }
   return 0;
 }

@@ -275,8 +275,10 @@ TEST_CASE("fp16's fp32 gradients meet its 16-bit weights and activations on tens
           CAPTURE(w->name);
           // (RGAT's attention vectors, n = 1, stay on CUDA cores for their shape)
           CHECK((w->kernel == intra::WgradKernel::TensorCore) == intra::wgrad_tc_obstacle(*w).empty());
-          if (w->kernel == intra::WgradKernel::TensorCore && p.find(w->x)->storage != p.find(w->dy)->storage)
+          if (intra::wgrad_widens(p, *w)) {
             ++widened_wgrads;
+            CHECK(p.find(w->x)->storage != p.find(w->dy)->storage);
+          }
         }
       }
     }

@@ -224,6 +224,11 @@ bool wgrad_tc_reads(inter::DType model, inter::DType x, inter::DType dy) {
   return (x == t || x == inter::DType::FP32) && (dy == t || dy == inter::DType::FP32);
 }
 
+bool wgrad_widens(const Program& p, const WeightGradInstance& w) {
+  const TensorInfo *x = p.find(w.x), *dy = p.find(w.dy);
+  return w.kernel == WgradKernel::TensorCore && x && dy && x->storage != dy->storage;
+}
+
 bool reads_tile_offsets(const GemmInstance& g) {
   return g.segments != Segments::None && g.rows != Rows::Etypes;
 }

@@ -178,6 +178,8 @@ std::string wgrad_tc_obstacle(const WeightGradInstance& w);
 // fp32 (hectorgen::tc::WgradArgs<XT, DyT>; one fp32 and one 16-bit operand: fp32 tiles, the 16-bit one widened as it
 // is loaded, tf32 MMAs). Else the SIMT kernel, which converts any types.
 bool wgrad_tc_reads(inter::DType model, inter::DType x, inter::DType dy);
+// Whether `w` runs on tensor cores with one fp32 and one 16-bit operand (the 16-bit one widened as it is loaded).
+bool wgrad_widens(const Program& p, const WeightGradInstance& w);
 // The kernel lowering chooses: tensor cores whenever wgrad_tc_obstacle is empty.
 WgradKernel choose_wgrad_kernel(const WeightGradInstance& w);
 // The instance line's `kernel=` value: "tc", or "simt(tc: <obstacle>)" when the instance falls back to the SIMT
