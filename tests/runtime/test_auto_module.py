@@ -118,7 +118,7 @@ class AutoModule(unittest.TestCase):
         self.assertIn("compact_src_etype", call["layouts"])
         self.assertEqual(call["compact_relations"], 0.6)  # the spec's options.compact_relations
         self.assertEqual(set(g.materialization_choices), {"inference", "training"})
-        self.assertEqual(self.module.RUNTIME_VERSION, "1.6")  # in_col_inv_relation_in_degree
+        self.assertEqual(self.module.RUNTIME_VERSION, "1.7")  # its self GEMM: a one-segment tensor-core GEMM (1.7)
 
     def test_compact_relations_argument_wins_over_the_spec(self):
         self.graph(compact_relations=[True, False, True])

@@ -18,6 +18,23 @@ import sys
 import threading
 import warnings
 
+def test_a_stale_jit_lock_is_removed_a_fresh_one_kept(tmp_path):
+    """torch's JIT build waits for as long as its build directory holds a `lock` file; one left by an interrupted
+    build (older than any build) is removed with a warning, a recent one (a build in progress) is left to torch."""
+    from hectorgen_runtime import _extensions
+
+    assert not _extensions.clear_stale_lock(str(tmp_path))   # no lock
+    lock = tmp_path / "lock"
+    lock.touch()
+    assert not _extensions.clear_stale_lock(str(tmp_path))
+    assert lock.exists()
+    old = lock.stat().st_mtime - _extensions.STALE_LOCK_S - 60
+    os.utime(lock, (old, old))
+    with pytest.warns(RuntimeWarning, match="removed the stale lock .*lock .31 minutes old"):
+        assert _extensions.clear_stale_lock(str(tmp_path))
+    assert not lock.exists()
+
+
 if __name__ == "__main__":
     _missing = [name for name in ("pytest", "torch") if importlib.util.find_spec(name) is None]
     if _missing:

@@ -48,6 +48,33 @@ def checked(module):
     return module
 
 
+# torch's JIT build holds a `lock` file in its build directory while it compiles, and a later build waits for as
+# long as the file exists; a build killed half-way (Ctrl-C, a test timeout) leaves it behind, and every later load
+# would hang. A lock older than this is no build's any more (the runtime's take minutes).
+STALE_LOCK_S = 30 * 60
+
+
+def clear_stale_lock(build_dir: str, max_age_s: float = STALE_LOCK_S) -> bool:
+    """Removes `build_dir`/lock when it is older than `max_age_s`, with a warning; True if it did."""
+    import time
+    import warnings
+
+    lock = os.path.join(build_dir, "lock")
+    try:
+        age = time.time() - os.path.getmtime(lock)
+    except OSError:
+        return False   # no lock
+    if age <= max_age_s:
+        return False   # a build in progress: torch waits for it
+    try:
+        os.remove(lock)
+    except FileNotFoundError:
+        return False   # its build finished meanwhile
+    warnings.warn(f"hectorgen_runtime: removed the stale lock {lock} ({age / 60:.0f} minutes old: left by a JIT build "
+                  "that was interrupted); building again", RuntimeWarning, stacklevel=3)
+    return True
+
+
 def load_compiled(prebuilt: str, *, jit_name: str, sources: Sequence[str], include_dirs: Sequence[str],
                   cflags: Sequence[str] = ("-O2",), cuda_cflags: Sequence[str] = (), ldflags: Sequence[str] = (),
                   verbose: bool = False):
@@ -67,11 +94,16 @@ def load_compiled(prebuilt: str, *, jit_name: str, sources: Sequence[str], inclu
             f"hectorgen_runtime {__version__} ({PACKAGE_DIR}) has no compiled extension ({prebuilt}) and no sources "
             "to build one: install the runtime with its extensions (runtime/README.md)"
         )
+    from torch.utils import cpp_extension
     from torch.utils.cpp_extension import load
 
     build_dir = os.environ.get("HECTORGEN_RUNTIME_BUILD_DIR")
     if build_dir:
         os.makedirs(build_dir, exist_ok=True)
+    try:
+        clear_stale_lock(build_dir or cpp_extension._get_build_directory(jit_name, verbose=False))
+    except (AttributeError, TypeError):
+        pass   # a torch without that (private) helper: its default directory is left to it
     return checked(load(name=jit_name, sources=list(sources), extra_include_paths=list(include_dirs),
                         extra_cflags=list(cflags), extra_cuda_cflags=list(cuda_cflags), extra_ldflags=list(ldflags),
                         build_directory=build_dir, verbose=verbose))

@@ -569,21 +569,25 @@ class TensorCache:
             record = self._by_engine_id.get(engine_id)
             if record is None or record.state != "storing":
                 continue
-            if state == "done":
-                self.stats["stored_" + record.tier] += 1
-                self.stats["offloaded_bytes"] += record.nbytes
-                if record.wanted:  # backward has reached it: it stays in memory, no need to read it back
-                    self.stats["kept_wanted"] += 1
-                    self._forget_engine_entry(record)
-                    record.state = "kept"
-                else:
-                    record.state, record.tensor = "stored", None
-            elif state == "failed":
-                self.stats["store_failed"] += 1
-                self._warn_once("store:" + self.engine.error(engine_id),
-                                f"hectorgen offload: {self.engine.error(engine_id)}; the tensor stays in memory")
+            self._store_ended(record, state)
+
+    def _store_ended(self, record: _Record, state: str) -> None:
+        """Takes in the end of `record`'s store ("done" or "failed"; anything else leaves it storing)."""
+        if state == "done":
+            self.stats["stored_" + record.tier] += 1
+            self.stats["offloaded_bytes"] += record.nbytes
+            if record.wanted:  # backward has reached it: it stays in memory, no need to read it back
+                self.stats["kept_wanted"] += 1
                 self._forget_engine_entry(record)
                 record.state = "kept"
+            else:
+                record.state, record.tensor = "stored", None
+        elif state == "failed":
+            self.stats["store_failed"] += 1
+            error = self.engine.error(record.engine_id)
+            self._warn_once("store:" + error, f"hectorgen offload: {error}; the tensor stays in memory")
+            self._forget_engine_entry(record)
+            record.state = "kept"
 
     def _forget_engine_entry(self, record: _Record) -> None:
         if record.engine_id is not None:
@@ -598,9 +602,12 @@ class TensorCache:
         record = handle.record
         with self._lock:
             self._reap()
+            if record.state == "storing" and not self.engine.cancel_store(record.engine_id):
+                # The store ended since _reap looked: taken in as _reap would, the tensor being wanted now.
+                record.wanted = True
+                self._store_ended(record, self.engine.store_state(record.engine_id))
             if record.state == "storing":
                 # Forwarding: the tensor is still in memory; the store is no longer needed.
-                self.engine.cancel_store(record.engine_id)
                 self._forget_engine_entry(record)
                 record.state = "kept"
                 self.stats["forwarded"] += 1
