@@ -16,19 +16,21 @@ BUILD="${1:?usage: tools/test_python.sh BUILD_DIR}"
 say() { echo "test_python: $*"; }
 
 has_torch() { "$1" -c 'import torch, numpy, pytest, yaml' > /dev/null 2>&1; }
+# Points CTest's Python tests at $1 (python3 when they are to skip).
+use_python() { cmake -S "$ROOT" -B "$BUILD" -DHECTORGEN_TEST_PYTHON="$1" > /dev/null; }
 
 # What the Python tests cannot have: an error under CI (CI=true), where they would pass by skipping; else a warning.
 missing() {
   if [[ "${CI:-}" == true ]]; then say "ERROR: $*"; exit 1; fi
   say "WARNING: $*; the Python tests that need it skip"
-  cmake -S "$ROOT" -B "$BUILD" -DHECTORGEN_TEST_PYTHON="$(command -v python3)" > /dev/null
+  use_python "$(command -v python3)"
   exit 0
 }
 
 python="${HECTORGEN_TEST_PYTHON:-}"
 if [[ "${HECTORGEN_SKIP_TORCH_TESTS:-0}" == 1 ]]; then
   say "HECTORGEN_SKIP_TORCH_TESTS=1: the Python tests that need torch skip"
-  cmake -S "$ROOT" -B "$BUILD" -DHECTORGEN_TEST_PYTHON="$(command -v python3)" > /dev/null
+  use_python "$(command -v python3)"
   exit 0
 elif [[ -n "$python" ]]; then
   say "HECTORGEN_TEST_PYTHON=$python"
@@ -47,4 +49,4 @@ else
 fi
 has_torch "$python" || missing "$python does not import torch, numpy, pytest and yaml"
 say "Python tests run with $python (torch $("$python" -c 'import torch; print(torch.__version__)'))"
-cmake -S "$ROOT" -B "$BUILD" -DHECTORGEN_TEST_PYTHON="$python" > /dev/null
+use_python "$python"

@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib
 import os
 import pathlib
+import time
+import warnings
 from typing import Sequence
 
 PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
@@ -56,9 +58,6 @@ STALE_LOCK_S = 30 * 60
 
 def clear_stale_lock(build_dir: str, max_age_s: float = STALE_LOCK_S) -> bool:
     """Removes `build_dir`/lock when it is older than `max_age_s`, with a warning; True if it did."""
-    import time
-    import warnings
-
     lock = os.path.join(build_dir, "lock")
     try:
         age = time.time() - os.path.getmtime(lock)
@@ -95,7 +94,6 @@ def load_compiled(prebuilt: str, *, jit_name: str, sources: Sequence[str], inclu
             "to build one: install the runtime with its extensions (runtime/README.md)"
         )
     from torch.utils import cpp_extension
-    from torch.utils.cpp_extension import load
 
     build_dir = os.environ.get("HECTORGEN_RUNTIME_BUILD_DIR")
     if build_dir:
@@ -104,6 +102,6 @@ def load_compiled(prebuilt: str, *, jit_name: str, sources: Sequence[str], inclu
         clear_stale_lock(build_dir or cpp_extension._get_build_directory(jit_name, verbose=False))
     except (AttributeError, TypeError):
         pass   # a torch without that (private) helper: its default directory is left to it
-    return checked(load(name=jit_name, sources=list(sources), extra_include_paths=list(include_dirs),
-                        extra_cflags=list(cflags), extra_cuda_cflags=list(cuda_cflags), extra_ldflags=list(ldflags),
-                        build_directory=build_dir, verbose=verbose))
+    return checked(cpp_extension.load(name=jit_name, sources=list(sources), extra_include_paths=list(include_dirs),
+                                      extra_cflags=list(cflags), extra_cuda_cflags=list(cuda_cflags),
+                                      extra_ldflags=list(ldflags), build_directory=build_dir, verbose=verbose))
