@@ -23,6 +23,11 @@ those runs did not record, is solved from the recorded compact bytes, and a case
 from the module's is left out (the module no longer generates what was measured). theta is not fitted here (it needs
 runs with compact_relations masks per relation). Paste the printed rows into the table and regenerate.
 
+Training steps compute the weights' gradients only (the features need none), and the backward skips the kernels
+only the feature's gradient needs; cases recorded since 2026-12-02 say so (`grads`) and their terms leave those
+kernels out. The terms of earlier training cases counted them; with --modules they are recomputed without them
+(the modules' BACKWARD_PARTS).
+
 Units of the search term: runs from before 2026-11-27 22:00 UTC ran a binary search per row and recorded log2(etypes)
 steps per search row; later modules search with the row's warp and record ceil(log2(etypes) / 5) rounds. Fit runs
 of one kind together (the recorded terms are what ran; --modules recomputes in the current modules' units).
@@ -50,44 +55,65 @@ def search_rounds(etypes: int) -> int:
     return math.ceil(math.log2(etypes) / 5 - 1e-9) if etypes > 1 else 0
 
 
-def module_cost_model(modules: Path, module: str):
-    """The COST_MODEL literal of a generated module (its .py file, read as text: no import, no torch), or None."""
+def module_literal(modules: Path, module: str, name: str):
+    """The literal `name = ...` of a generated module (its .py file, read as text: no import, no torch), or None."""
     path = modules / module / f"{module}.py"
     if not path.is_file():
         return None
-    m = re.search(r"^COST_MODEL = (\{.*?^\})$", path.read_text(), re.S | re.M)
+    text = path.read_text()
+    m = re.search(rf"^{name} = (\{{.*?^\}})$", text, re.S | re.M) or re.search(rf"^{name} = (\(.*?\))", text, re.M)
     return ast.literal_eval(m.group(1)) if m else None
 
 
+def module_cost_model(modules: Path, module: str):
+    """What the cost model of a generated module counts: its COST_MODEL, with its BACKWARD_PARTS and WEIGHTS under
+    the keys "backward_parts" and "weights" (None without them: modules before 2026-12-02), or None."""
+    model = module_literal(modules, module, "COST_MODEL")
+    if model is not None:
+        model = {**model, "backward_parts": module_literal(modules, module, "BACKWARD_PARTS"),
+                 "weights": module_literal(modules, module, "WEIGHTS")}
+    return model
+
+
 def recomputed_terms(r: dict, model: dict, training: bool) -> dict | None:
-    """(launches, bytes, gather rows, search rounds) per program of a case that recorded (launches, bytes): from the
-    module's cost
-    model, the case's counts and the pair count solved from the recorded compact bytes; None when the module's
-    vanilla terms are not the recorded ones."""
+    """(launches, bytes, gather rows, search rounds) per program of a case from the module's cost model, the case's
+    counts and the pair count solved from the recorded compact bytes; None when the module's terms are not the
+    recorded ones. A training case that did not record its gradients (runs before 2026-12-02, whose terms counted
+    every gradient's kernels) is recomputed for the benchmark's step, which asks for the weights' gradients only:
+    the backward skipped the feature's kernels then too (BACKWARD_PARTS)."""
     phases = ("forward_train", "backward") if training else ("forward",)
     counts = [1, r["N"], r["E"], 0, r["R"], r["T"]]
+    parts = model.get("backward_parts") if training else None
+    recorded_grads = r.get("grads")
 
-    def terms(program, pairs):
+    def terms(program, pairs, grads):
         counts[3] = pairs
         total = [0, 0.0, 0.0, 0.0]
-        for phase in phases:
-            launches, *per_count = model[program][phase]
-            total[0] += launches
+        skipped = [part[1:] for part in (parts or {}).get(program, ()) if grads is not None and not set(part[0]) & grads]
+        for terms_of, sign in [(model[program][phase], 1) for phase in phases] + [(x, -1) for x in skipped]:
+            # (launches, bytes, gather rows, search rows[, grouped rows]): modules before 2026-12-02 had no grouped rows
+            launches, *per_count = terms_of[:4]
+            total[0] += sign * launches
             for i, coefficients in enumerate(per_count, 1):
-                total[i] += sum(c * n for c, n in zip(coefficients, counts))
+                total[i] += sign * sum(c * n for c, n in zip(coefficients, counts))
+            for rows, entries, below, groups in (terms_of[4] if len(terms_of) > 4 else ()):
+                n = counts[rows]
+                total[2] += sign * (n / groups if counts[entries] < below * n else n)
         total[3] *= search_rounds(r["R"])
         return total
     recorded = r["cost_terms"]
-    vanilla = terms("vanilla", 0)
+    as_recorded = set(recorded_grads) if recorded_grads is not None else None
+    fitted = set(model["weights"]) if parts and model.get("weights") and recorded_grads is None else as_recorded
+    vanilla = terms("vanilla", 0, as_recorded)
     if vanilla[0] != recorded["vanilla"][0] or not math.isclose(vanilla[1], recorded["vanilla"][1], rel_tol=1e-6):
         return None
     pair_bytes = sum(model["compact"][phase][1][3] for phase in phases)
-    no_pairs = terms("compact", 0)
+    no_pairs = terms("compact", 0, as_recorded)
     pairs = round((recorded["compact"][1] - no_pairs[1]) / pair_bytes) if pair_bytes else 0
-    compact = terms("compact", pairs)
+    compact = terms("compact", pairs, as_recorded)
     if compact[0] != recorded["compact"][0] or not math.isclose(compact[1], recorded["compact"][1], rel_tol=1e-6):
         return None
-    return {"vanilla": vanilla, "compact": compact}
+    return {"vanilla": terms("vanilla", 0, fitted), "compact": terms("compact", pairs, fitted)}
 
 
 def observations(recs, modules: Path | None = None, skipped: list | None = None) -> dict:
@@ -105,7 +131,8 @@ def observations(recs, modules: Path | None = None, skipped: list | None = None)
         reordered = (d, m, mode, base + "_reorder") in recs["cases"]
         suffix = "_reorder" if reordered else ""
         terms = r["cost_terms"]
-        if modules is not None and any(t is not None and len(t) < 4 for t in terms.values()):
+        old_terms = any(t is not None and len(t) < 4 for t in terms.values())
+        if modules is not None and (old_terms or (mode == "train" and "grads" not in r)):
             model = module_cost_model(modules, f"{m}_{system[len('hectorgen_'):]}")
             terms = recomputed_terms(r, model, mode == "train") if model else None
             if terms is None:
@@ -218,7 +245,8 @@ def main(argv=None) -> int:
     p.add_argument("--table", default=str(Path(__file__).resolve().parents[1] / "templates" / "tuning" /
                                           "materialization.json"), help="the tuning table to compare with")
     p.add_argument("--modules", default=None,
-                   help="generated auto modules (bench.py --gen-dir): recompute the terms of runs without gather rows")
+                   help="generated auto modules (bench.py --gen-dir): recompute the terms of runs without gather rows "
+                        "and of training cases that did not record their gradients")
     p.add_argument("--cases", action="store_true", help="print the choice of each case, with the table and the fit")
     a = p.parse_args(argv)
     table = json.loads(Path(a.table).read_text())["architectures"]

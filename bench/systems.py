@@ -370,14 +370,19 @@ class HectorgenSystem(System):
         if getattr(mod, "MATERIALIZATION", None) != "auto":
             return {}
         hg = self.graph(ctx, model, train)
-        estimates = mod.estimated_seconds(hg, train)
+        # A training step here computes the weights' gradients only (the features need none): the module's
+        # forward() passes the same to its cost model.
+        grads = getattr(mod, "WEIGHTS", None) if train else None
+        kw = {"grads": grads} if grads is not None else {}
+        estimates = mod.estimated_seconds(hg, train, **kw)
         timed = {"timed_ms": {k: None if ms is None else round(ms, 4)
                               for k, ms in self.timed_graph(ctx, model, train)[1].items()}} if self.timed(model) else {}
-        return {"materialization": mod.materialization(hg, train), **timed,
+        return {"materialization": mod.materialization(hg, train, **kw), **timed,
                 "estimated_ms": {k: None if s is None else round(s * 1e3, 4) for k, s in estimates.items()},
                 # (launches, bytes, gather rows, search steps) per program: bench/calibrate_auto.py fits the tuning
                 # table to the fixed variants
-                "cost_terms": mod.cost_terms(hg, train), "arch": _arch(ctx.x.device)}
+                "cost_terms": mod.cost_terms(hg, train, **kw), **({"grads": list(grads)} if grads else {}),
+                "arch": _arch(ctx.x.device)}
 
     def supports(self, model):
         return model in self.modules
@@ -417,6 +422,8 @@ class HectorgenSystem(System):
             mod.materialization(hg)   # the cost model's choices exist on hg
             timed = copy.copy(hg)
             timed.materialization_choices = dict(hg.materialization_choices)
+            timed.materialization_by_grads = dict(getattr(hg, "materialization_by_grads", {}))
+            timed.materialization_fixed = set(getattr(hg, "materialization_fixed", ()))
             layer = self.make_layer(ctx, model)
             times = layer.choose_by_timing(timed, ctx.x.to(STORAGE[self.dtype]), training=train)
             ctx.cache[key] = (timed, times)

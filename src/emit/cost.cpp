@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "emit/templates.h"
+#include "ir/intra/launch.h"
 #include "ir/intra/traversal.h"
 
 namespace hectorgen::emit {
@@ -137,6 +138,7 @@ void traversal_body(const std::vector<intra::Instr>& body, CostDomain d, Counter
 PhaseCost kernel_cost(const Program& p, const intra::Kernel& k) {
   Counter c(p);
   int launches = 1;
+  std::vector<GroupedRows> grouped;
   if (auto* g = std::get_if<intra::GemmInstance>(&k)) {
     const CostDomain d = domain_of(g->rows);
     c.row(d, g->x);
@@ -164,7 +166,10 @@ PhaseCost kernel_cost(const Program& p, const intra::Kernel& k) {
     const CostDomain entries = pair_edges ? CostDomain::Edge : CostDomain::Pair;
     c.index(rows, 2);
     c.row(rows, gs->y, gs->accumulate ? 2 : 1);
-    c.gather_row(rows);
+    if (const intra::GatherSumRows variant = intra::gather_sum_rows(*gs); variant.below > 0)
+      grouped.push_back(GroupedRows{rows, entries, variant.below, variant.row_groups});
+    else
+      c.gather_row(rows);
     c.index(entries);
     c.row(entries, gs->x);
     if (gs->x_gather != intra::Gather::None) c.index(entries);
@@ -181,26 +186,62 @@ PhaseCost kernel_cost(const Program& p, const intra::Kernel& k) {
     c.whole(torch->target, 2);
     launches = 2 + static_cast<int>(read.size());
   }
-  return PhaseCost{intra::kernel_name(k), launches, c.bytes(), c.gather_rows(), c.search_rows()};
+  return PhaseCost{intra::kernel_name(k), launches, c.bytes(), c.gather_rows(), c.search_rows(), std::move(grouped)};
 }
+
+namespace {
+
+void add(PhaseCost& to, const PhaseCost& c) {
+  to.launches += c.launches;
+  for (size_t i = 0; i < kCostDomains; ++i) {
+    to.bytes[i] += c.bytes[i];
+    to.gather_rows[i] += c.gather_rows[i];
+    to.search_rows[i] += c.search_rows[i];
+  }
+  to.grouped_rows.insert(to.grouped_rows.end(), c.grouped_rows.begin(), c.grouped_rows.end());
+}
+
+// The fill of a tensor the op allocates zeroed: one launch, one write.
+PhaseCost fill_cost(const intra::TensorInfo& t) {
+  PhaseCost c{"", 1, {}};
+  c.bytes[static_cast<size_t>(domain_of(t.per))] = static_cast<double>(t.row_numel()) * intra::storage_bytes(t.storage);
+  return c;
+}
+
+}  // namespace
 
 PhaseCost phase_cost(const Program& p) {
   PhaseCost out{p.phase, 0, {}};
-  for (const intra::Kernel& k : p.kernels) {
-    PhaseCost kc = kernel_cost(p, k);
-    out.launches += kc.launches;
-    for (size_t i = 0; i < kCostDomains; ++i) {
-      out.bytes[i] += kc.bytes[i];
-      out.gather_rows[i] += kc.gather_rows[i];
-      out.search_rows[i] += kc.search_rows[i];
-    }
+  for (const intra::Kernel& k : p.kernels) add(out, kernel_cost(p, k));
+  for (const intra::TensorInfo& t : p.tensors)
+    if (t.zero_init) add(out, fill_cost(t));
+  return out;
+}
+
+std::map<uint64_t, PhaseCost> cost_by_results(const Program& p, const std::vector<std::string>& results,
+                                              const std::vector<std::set<size_t>>& fed) {
+  if (results.size() > 63) throw std::logic_error("cost: more than 63 results in one op");
+  if (fed.size() != p.kernels.size()) throw std::logic_error("cost: one set of fed results per kernel expected");
+  const uint64_t all = (uint64_t{1} << results.size()) - 1;
+  std::map<uint64_t, PhaseCost> parts;
+  // Key 0: a kernel that feeds no result, which the op never runs.
+  auto part = [&](uint64_t mask) -> PhaseCost& { return parts.try_emplace(mask, PhaseCost{p.phase, 0, {}}).first->second; };
+  // As emit_op: a tensor is filled when a result that it is, or that a kernel touching it feeds, is asked for.
+  std::map<std::string, uint64_t> tensor_mask;
+  for (size_t r = 0; r < results.size(); ++r) tensor_mask[results[r]] |= uint64_t{1} << r;
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    uint64_t mask = 0;
+    for (size_t r : fed[i]) mask |= uint64_t{1} << r;
+    add(part(mask), kernel_cost(p, p.kernels[i]));
+    for (const std::string& n : intra::kernel_reads(p.kernels[i])) tensor_mask[n] |= mask;
+    for (const std::string& n : intra::kernel_writes(p.kernels[i])) tensor_mask[n] |= mask;
   }
   for (const intra::TensorInfo& t : p.tensors)
     if (t.zero_init) {
-      out.bytes[static_cast<size_t>(domain_of(t.per))] += static_cast<double>(t.row_numel()) * intra::storage_bytes(t.storage);
-      ++out.launches;  // the fill
+      auto it = tensor_mask.find(t.name);
+      add(part(it == tensor_mask.end() ? all : it->second), fill_cost(t));
     }
-  return out;
+  return parts;
 }
 
 TuningTable parse_tuning(const std::string& json_text) {
@@ -252,6 +293,21 @@ double evaluate(const Bytes& b, const GraphCounts& g) {
   return b[0] + b[1] * g.nodes + b[2] * g.edges + b[3] * g.pairs + b[4] * g.etypes + b[5] * g.ntypes;
 }
 
+double count(CostDomain d, const GraphCounts& g) {
+  Bytes unit{};
+  unit[static_cast<size_t>(d)] = 1;
+  return evaluate(unit, g);
+}
+
+double phase_gather_rows(const PhaseCost& c, const GraphCounts& g) {
+  double rows = evaluate(c.gather_rows, g);
+  for (const GroupedRows& k : c.grouped_rows) {
+    const double n = count(k.rows, g);
+    rows += count(k.entries, g) < k.below * n ? n / k.groups : n;  // as the launcher decides (emit_gathersum)
+  }
+  return rows;
+}
+
 double search_rounds(double etypes) { return etypes > 1 ? std::ceil(std::log2(etypes) / 5 - 1e-9) : 0; }
 
 double phase_search_rounds(const PhaseCost& c, const GraphCounts& g) {
@@ -260,7 +316,7 @@ double phase_search_rounds(const PhaseCost& c, const GraphCounts& g) {
 
 double estimated_seconds(const PhaseCost& c, const GraphCounts& g, const Tuning& t) {
   return c.launches * t.launch_us * 1e-6 + evaluate(c.bytes, g) / (t.bandwidth_gbs * 1e9) +
-         evaluate(c.gather_rows, g) * t.gather_row_ns * 1e-9 + phase_search_rounds(c, g) * t.search_round_ns * 1e-9;
+         phase_gather_rows(c, g) * t.gather_row_ns * 1e-9 + phase_search_rounds(c, g) * t.search_round_ns * 1e-9;
 }
 
 double estimated_seconds(const std::vector<PhaseCost>& phases, const GraphCounts& g, const Tuning& t) {

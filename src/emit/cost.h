@@ -20,7 +20,9 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,16 @@ const char* to_string(CostDomain d);  // fixed, node, edge, pair, etype, ntype
 // Bytes moved as coefficients of (1, nodes, edges, pairs, etypes, ntypes).
 using Bytes = std::array<double, kCostDomains>;
 
+// The rows of a gather sum that has a rows variant (intra::gather_sum_rows): where its rows average fewer than
+// `below` entries, `groups` rows share a warp and their latencies overlap, so each counts 1 / groups of a gather row.
+struct GroupedRows {
+  CostDomain rows = CostDomain::Pair;     // what a row is: a pair (a pair's edges) or a node (a node's pairs)
+  CostDomain entries = CostDomain::Edge;  // what its entries are
+  int below = 0;
+  int groups = 1;
+  bool operator==(const GroupedRows&) const = default;
+};
+
 // The estimate of one phase (one op): kernel launches (ATen calls of a PyTorch fallback count as launches too)
 // and bytes moved through global memory.
 struct PhaseCost {
@@ -44,6 +56,9 @@ struct PhaseCost {
   Bytes bytes{};
   Bytes gather_rows{};  // rows of gather sums, per domain (coefficients of the same counts as bytes)
   Bytes search_rows{};  // rows that search their edge type (rounds(etypes) rounds each), per domain
+  // the rows of gather sums with a rows variant, one entry a kernel (not in gather_rows: what they cost depends on
+  // the graph's entries per row)
+  std::vector<GroupedRows> grouped_rows{};
 };
 
 // One kernel's launches and bytes: every tensor row it reads or writes, once per row of the domain it is read in
@@ -53,6 +68,12 @@ struct PhaseCost {
 PhaseCost kernel_cost(const intra::Program& p, const intra::Kernel& k);
 // The sum over the phase's kernels, plus the zeroing of the tensors the op allocates zeroed.
 PhaseCost phase_cost(const intra::Program& p);
+// A backward's cost by the gradients it computes. The op runs a kernel, and fills a zeroed tensor, only when a
+// result it feeds is asked for (emit_op's grad_mask; `fed[i]`: the results kernel i feeds, results_fed), so its
+// cost on a call is the sum of the parts whose key shares a bit with the call's mask. Key: the results a part feeds,
+// a bit mask over the op's `results` (all bits: what every gradient needs). The parts add up to phase_cost(p).
+std::map<uint64_t, PhaseCost> cost_by_results(const intra::Program& p, const std::vector<std::string>& results,
+                                              const std::vector<std::set<size_t>>& fed);
 
 // A graph's counts, as the module reads them from the prepared Graph.
 struct GraphCounts {
@@ -77,6 +98,11 @@ const TuningTable& tuning_table();
 
 // A coefficient vector (bytes or gather rows) on the graph's counts.
 double evaluate(const Bytes& coefficients, const GraphCounts& g);
+// The count of one domain on the graph (fixed: 1).
+double count(CostDomain d, const GraphCounts& g);
+// The gather rows of the phase on the graph: gather_rows, plus each grouped kernel's rows, divided by its groups
+// where the launcher runs its rows variant on this graph.
+double phase_gather_rows(const PhaseCost& c, const GraphCounts& g);
 // The rounds of a warp's search of `etypes` offsets: ceil(log2(etypes) / 5), 0 for one edge type.
 double search_rounds(double etypes);
 // The rounds of the phase's edge-type searches on the graph: search rows times search_rounds(etypes).

@@ -534,31 +534,9 @@ GemmCode emit_segsum(const Program& p, const intra::Kernel& k) {
 
 namespace {
 
-// The layout of a gather sum that splits its row's entries over groups of lanes (gather_sum_split.cu.in): runs of
-// `run` consecutive elements (the largest power of two up to the schedule's vector that divides the row), as few
-// lanes a group as hold a row in one run each (at most 32), and 32 / group_lanes groups. With `few_entries` (a
-// node's pairs: a few per row, where a row of a pair's edges has many, compaction being chosen where pairs are
-// few) a row of 32 elements or more keeps a single group, whose runs span the warp: the groups' butterfly would
-// cost more than the extra entries in flight save (H200, HGT's bw_sum_d_v on mag: 0.59 ms in 2-byte loads a lane,
-// 0.70 ms in 4 groups of 8).
-struct SplitLayout {
-  int run = 1, group_lanes = 32, runs_per_lane = 1;
-};
-
-SplitLayout split_layout(int64_t numel, int vector, bool few_entries) {
-  SplitLayout l;
-  l.run = intra::slot_vector(numel, numel, vector);
-  while (few_entries && l.run > 1 && numel / l.run < 32) l.run /= 2;
-  const int64_t runs = numel / l.run;
-  l.group_lanes = 1;
-  while (l.group_lanes < runs && l.group_lanes < 32) l.group_lanes *= 2;
-  l.runs_per_lane = static_cast<int>((runs + l.group_lanes - 1) / l.group_lanes);
-  return l;
-}
-
 // The comment lines of gather_sum_split.cu.in (and, with group_rows, gather_sum_rows.cu.in) that say how a row's
 // entries and elements are spread over the lanes.
-std::string split_layout_text(const SplitLayout& l, int element_bytes, bool group_rows = false) {
+std::string split_layout_text(const intra::SplitLayout& l, int element_bytes, bool group_rows = false) {
   const int groups = 32 / l.group_lanes;
   std::string out = group_rows ? fmt::format("A warp {} rows, ", groups) : "A warp a row, ";
   out += group_rows ? (l.group_lanes == 1 ? "each lane a row of its own, an entry at a time"
@@ -653,7 +631,7 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   int below = 0, row_groups = 1;
   if (!in_step && s.edge_batch == 1) {
     // The split kernel and its rows variant: each a layout's runs, loads and stores.
-    auto render = [&](const SplitLayout& l, bool group_rows) {
+    auto render = [&](const intra::SplitLayout& l, bool group_rows) {
       Vars w = v;
       w["layout"] = split_layout_text(l, static_cast<int>(intra::storage_bytes(x.storage)), group_rows);
       w["run"] = std::to_string(l.run);
@@ -685,12 +663,11 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
       }
       return render_template(group_rows ? "cuda/gather_sum_rows.cu.in" : "cuda/gather_sum_split.cu.in", w);
     };
-    c.kernel = render(split_layout(s.numel, s.vector, s.csr == intra::GatherCsr::NodePairs), false);
-    const SplitLayout rows_layout = split_layout(s.numel, s.vector, /*few_entries=*/false);
-    row_groups = 32 / rows_layout.group_lanes;
-    // auto: intra::kAutoGroupRowsBelow (measured on a GPU); 0: never
-    below = row_groups == 1 ? 0 : s.group_rows_below < 0 ? intra::kAutoGroupRowsBelow : s.group_rows_below;
-    if (below > 0) c.kernel += "\n" + render(rows_layout, true);
+    c.kernel = render(intra::split_layout(s.numel, s.vector, s.csr == intra::GatherCsr::NodePairs), false);
+    const intra::GatherSumRows rows_variant = intra::gather_sum_rows(s);
+    below = rows_variant.below;
+    row_groups = rows_variant.row_groups;
+    if (below > 0) c.kernel += "\n" + render(intra::split_layout(s.numel, s.vector, /*few_entries=*/false), true);
   } else {
     const std::string lanes = std::to_string(G);
     v["lanes"] = lanes;

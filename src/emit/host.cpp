@@ -573,10 +573,67 @@ std::set<std::string> union_layouts(const std::vector<Program>& phases) {
   return out;
 }
 
+std::string py_cost_tuple(const emit::Bytes& b) {
+  std::string s;
+  for (double x : b) s += (s.empty() ? "" : ", ") + py_number(x);
+  return "(" + s + ")";
+}
+
+// The grouped gather rows of a phase (emit::GroupedRows) as a Python tuple of (rows, entries, below, groups), rows
+// and entries as indices of the graph's counts.
+std::string py_grouped_rows(const std::vector<emit::GroupedRows>& grouped) {
+  std::string s;
+  for (const emit::GroupedRows& k : grouped)
+    s += fmt::format("({}, {}, {}, {}), ", static_cast<int>(k.rows), static_cast<int>(k.entries), k.below, k.groups);
+  return "(" + s + ")";
+}
+
+// One phase's (or part's) terms as COST_MODEL and BACKWARD_PARTS write them.
+std::string py_cost_terms(const emit::PhaseCost& c) {
+  return fmt::format("{}, {}, {}, {}, {}", c.launches, py_cost_tuple(c.bytes), py_cost_tuple(c.gather_rows),
+                     py_cost_tuple(c.search_rows), py_grouped_rows(c.grouped_rows));
+}
+
+// BACKWARD_PARTS: per program, the backward's kernels (and fills) that only some gradients need, with the forward()
+// arguments whose gradients they feed (cost_by_results; "" without a backward).
+std::string backward_parts(const std::vector<Program>& vanilla, const std::vector<Program>& compact,
+                           const std::map<std::string, std::string>& param) {
+  if (vanilla.size() < 3 || compact.size() < 3) return "";
+  std::string out =
+      "# The backward's kernels that only some gradients need, per program: (the forward() arguments whose gradients\n"
+      "# they feed, then their terms as in COST_MODEL, whose backward counts them all). The op skips them when none of\n"
+      "# those gradients is asked for (a layer's input features that do not require grad), and so does\n"
+      "# cost_terms(g, training=True, grads=...).\n"
+      "BACKWARD_PARTS = {\n";
+  for (const auto* program : {&vanilla, &compact}) {
+    const Program& b = (*program)[2];
+    const std::vector<std::string> results = op_results(b);
+    const uint64_t all = (uint64_t{1} << results.size()) - 1;
+    out += fmt::format("    \"{}\": (\n", program == &vanilla ? "vanilla" : "compact");
+    for (const auto& [mask, cost] : cost_by_results(b, results, results_fed(b, results))) {
+      if (mask == all) continue;
+      std::vector<std::string> args;
+      for (size_t r = 0; r < results.size(); ++r) {
+        if (!(mask >> r & 1)) continue;
+        const std::optional<std::string> of = grad_target(results[r]);
+        auto it = of ? param.find(*of) : param.end();
+        if (it == param.end()) throw std::logic_error("emit: backward result " + results[r] + " is no argument's gradient");
+        args.push_back(it->second);
+      }
+      out += fmt::format("        (({}), {}),\n", py_strings(args), py_cost_terms(cost));
+    }
+    out += "    ),\n";
+  }
+  return out + "}\n";
+}
+
 // materialization: auto: the constants after GRAPH_ARRAYS (the programs, their layouts and arrays, the cost model,
 // the tuning table).
+// `arguments`: forward()'s tensor parameters (user inputs, then weights), of which the last `num_weights` are weights;
+// `param`: a spec input's or weight's forward() parameter.
 std::string python_auto_constants(const std::vector<Program>& vanilla, const std::vector<Program>& compact,
-                                  const inter::Options& options) {
+                                  const inter::Options& options, const std::vector<std::string>& arguments,
+                                  size_t num_weights, const std::map<std::string, std::string>& param) {
   const Program& v = vanilla.front();
   const Program& c = compact.front();
   std::vector<std::string> compact_keys;
@@ -598,6 +655,9 @@ std::string python_auto_constants(const std::vector<Program>& vanilla, const std
   out += "PROGRAMS = (\"vanilla\", \"compact\")\n";
   out += "_OP_PREFIX = {\"vanilla\": \"\", \"compact\": \"compact_\"}\n";
   out += "_MODES = (\"inference\", \"training\")\n";
+  out += fmt::format("ARGUMENTS = ({})  # forward()'s tensor arguments after g: user inputs, then weights\n", py_strings(arguments));
+  out += fmt::format("WEIGHTS = ({})\n",
+                     py_strings({arguments.end() - static_cast<std::ptrdiff_t>(num_weights), arguments.end()}));
   out += "# Each program's graph layouts, graph arrays (its ops' leading arguments) and whether its ops take the pair count.\n";
   out += fmt::format("PROGRAM_LAYOUTS = {{\"vanilla\": ({}), \"compact\": ({})}}\n",
                      py_strings({v.layouts.begin(), v.layouts.end()}), py_strings({c.layouts.begin(), c.layouts.end()}));
@@ -606,25 +666,21 @@ std::string python_auto_constants(const std::vector<Program>& vanilla, const std
                      has_pairs(c) ? "True" : "False");
   out += "# The cost model (hectorgen's src/emit/cost.h), per program and phase: (kernel launches, bytes moved per\n"
          "# (1, node, edge, unique (source, edge type) pair, edge type, node type), rows of gather sums per the same, rows\n"
-         "# that search their edge type per the same (ceil(log2(edge types) / 5) rounds each)), counted from the generated\n"
+         "# that search their edge type per the same (ceil(log2(edge types) / 5) rounds each), and the gather sums whose\n"
+         "# rows share a warp where they have few entries: (rows, entries) as indices of those counts, then below and\n"
+         "# groups (a row counts 1 / groups of a gather row where entries < below * rows)), counted from the generated\n"
          "# kernels.\n";
   out += "COST_MODEL = {\n";
   for (const auto* program : {&vanilla, &compact}) {
     out += fmt::format("    \"{}\": {{\n", program == &vanilla ? "vanilla" : "compact");
     for (const Program& x : *program) {
-      const PhaseCost cost = phase_cost(x);
-      auto tuple = [](const emit::Bytes& b) {
-        std::string s;
-        for (double x : b) s += (s.empty() ? "" : ", ") + py_number(x);
-        return "(" + s + ")";
-      };
       const std::string phase = x.phase.rfind("compact_", 0) == 0 ? x.phase.substr(8) : x.phase;
-      out += fmt::format("        \"{}\": ({}, {}, {}, {}),\n", phase, cost.launches, tuple(cost.bytes), tuple(cost.gather_rows),
-                         tuple(cost.search_rows));
+      out += fmt::format("        \"{}\": ({}),\n", phase, py_cost_terms(phase_cost(x)));
     }
     out += "    },\n";
   }
   out += "}\n";
+  out += backward_parts(vanilla, compact, param);
   out += "# hectorgen's templates/tuning/materialization.json: per GPU architecture, launch_us (microseconds per kernel\n"
          "# launch), bandwidth_gbs (achieved global-memory GB/s), theta (the compact program compacts relation r iff its\n"
          "# unique (source, r) pairs / edges <= theta), gather_row_ns (nanoseconds per row of a gather sum beyond its\n"
@@ -692,7 +748,9 @@ std::string emit_python(const std::vector<Program>& all_phases, const EmitContex
   v["import_statistics"] = ctx.auto_materialization ? "import statistics\n" : "";  // time_programs' medians
   v["import_time"] = ctx.auto_materialization ? "import time\n" : "";  // time_programs on the CPU
   if (ctx.auto_materialization) {
-    v["auto_constants"] = python_auto_constants(phases, compact, p.decl.options);
+    std::vector<std::string> arguments = params(user_inputs);
+    for (const std::string& n : params(weights)) arguments.push_back(n);
+    v["auto_constants"] = python_auto_constants(phases, compact, p.decl.options, arguments, weights.size(), py.param);
     v["graph_api"] = render_template("python/auto.py.in", {{"model", p.model}});
   } else {
     v["auto_constants"] = "";
@@ -748,7 +806,8 @@ std::string emit_python(const std::vector<Program>& all_phases, const EmitContex
                            p.model, fg, contiguous);
   } else {
     v["run"] = fmt::format("    training = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)\n"
-                           "    program = materialization(g, training)  # \"vanilla\" or \"compact\", chosen per graph\n"
+                           "    grads = tuple(n for n, t in zip(ARGUMENTS, tensors) if t.requires_grad) if training else None\n"
+                           "    program = materialization(g, training, grads)  # \"vanilla\" or \"compact\", chosen per graph\n"
                            "    if training:\n"
                            "        {}\n"
                            "    else:\n"

@@ -80,7 +80,7 @@ const char* const kPythonEmitterNames[] = {
     // an untrainable module (emit/host.cpp: python_untrainable)
     "NO_BACKWARD_REASON", "_ARGUMENT_NAMES", "_refuse_grad", "names", "n", "RuntimeError", "join",
     // a materialization: auto module (emit/host.cpp: python_auto_constants, the forward's program choice)
-    "MATERIALIZATION", "training", "program"};
+    "MATERIALIZATION", "WEIGHTS", "training", "program"};
 
 // Modules a model's file (<model>.py) would shadow for the generated code, or for torch and scripts run
 // beside it: Python's standard library and the packages torch imports.

@@ -568,6 +568,52 @@ def test_calibrate_auto():
     check(got == want, f"recomputed terms {got} != {want}")
     check(skipped == [(("y", "rgat", "infer", "hectorgen_tf32_auto"), "module's terms differ")], skipped)
 
+    # A training case from before the gradients were recorded: its terms counted the kernels only the feature's
+    # gradient needs, which the benchmark's step (weights only) skipped; recomputed without them (BACKWARD_PARTS).
+    mod = TMP / "gen" / "rgcn_bf16_auto"
+    mod.mkdir(parents=True)
+    z = "(0, 0, 0, 0, 0, 0)"
+    (mod / "rgcn_bf16_auto.py").write_text(
+        "ARGUMENTS = (\"feature\", \"W\", )  # forward()'s tensor arguments\nWEIGHTS = (\"W\", )\nCOST_MODEL = {\n"
+        f"    \"vanilla\": {{\"forward_train\": (2, (0, 0, 100, 0, 0, 0), {z}, {z}),\n"
+        f"                \"backward\": (6, (0, 10, 300, 0, 0, 0), {z}, {z})}},\n"
+        f"    \"compact\": {{\"forward_train\": (3, (0, 0, 20, 50, 0, 0), {z}, {z}),\n"
+        f"                \"backward\": (7, (0, 10, 40, 100, 0, 0), (0, 1, 0, 1, 0, 0), {z})}},\n}}\n"
+        "BACKWARD_PARTS = {\n"
+        f"    \"vanilla\": (\n        ((\"feature\", ), 3, (0, 10, 200, 0, 0, 0), {z}, {z}),\n    ),\n"
+        f"    \"compact\": (\n        ((\"feature\", ), 4, (0, 10, 0, 60, 0, 0), (0, 1, 0, 0, 0, 0), {z}),\n    ),\n}}\n")
+    every = {"vanilla": [8, 10 * N + 400 * E, 0, 0], "compact": [10, 10 * N + 60 * E + 150 * P, N + P, 0]}
+    train = [dict(type="meta", part="1/1"),
+             _case("x", "rgcn", "train", "hectorgen_bf16", "hectorgen", "bf16", 1.0, dtype="bf16", **counts),
+             _case("x", "rgcn", "train", "hectorgen_bf16_compact", "hectorgen", "bf16", 2.0, dtype="bf16", **counts),
+             _case("x", "rgcn", "train", "hectorgen_bf16_auto", "hectorgen", "bf16", 2.0, dtype="bf16",
+                   materialization="vanilla", cost_terms=every, arch="sm_90", **counts)]
+    path = TMP / "calibrate_train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in train))
+    got = sorted((o[6], *o[:4]) for o in calibrate_auto.observations(report.read([path]), TMP / "gen")["sm_90"])
+    want = [("compact", 6, 60 * E + 90 * P, P, 0), ("vanilla", 5, 200 * E, 0, 0)]
+    check(got == want, f"training terms without the feature's kernels {got} != {want}")
+    # recorded with its gradients (the terms are what ran): taken as they are
+    train[-1] = dict(train[-1], grads=["W"], cost_terms={"vanilla": [5, 200 * E, 0, 0], "compact": [6, 1.0, P, 0]})
+    path.write_text("".join(json.dumps(r) + "\n" for r in train))
+    got = sorted((o[6], *o[:4]) for o in calibrate_auto.observations(report.read([path]), TMP / "gen")["sm_90"])
+    check(got == [("compact", 6, 1.0, P, 0), ("vanilla", 5, 200 * E, 0, 0)], f"recorded training terms {got}")
+    # A module whose gather sums have a rows variant (COST_MODEL's fifth term, since 2026-12-02): a pair's sum runs
+    # it below 20 edges a pair (E / P = 16.7 here: a row is 1 / 4 of a gather row), a node's below 4 pairs (skipped:
+    # only the feature's gradient needs it)
+    text = (mod / "rgcn_bf16_auto.py").read_text()
+    for plain, grouped in ((f"(0, 1, 0, 1, 0, 0), {z})", f"{z}, {z}, ((3, 2, 20, 4), (1, 3, 4, 4), ))"),
+                           (f"(0, 1, 0, 0, 0, 0), {z})", f"{z}, {z}, ((1, 3, 4, 4), ))")):
+        check(text.count(plain) == 1, f"the test module has no {plain}")
+        text = text.replace(plain, grouped)
+    (mod / "rgcn_bf16_auto.py").write_text(text)
+    train[-1] = dict(train[-1], cost_terms=every)
+    del train[-1]["grads"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in train))
+    got = sorted((o[6], *o[:4]) for o in calibrate_auto.observations(report.read([path]), TMP / "gen")["sm_90"])
+    want = [("compact", 6, 60 * E + 90 * P, P / 4, 0), ("vanilla", 5, 200 * E, 0, 0)]
+    check(got == want, f"training terms with grouped gather rows {got} != {want}")
+
 
 def test_ab():
     """bench/ab.py: per-case speed-ups of one variant over another from one run, geomeans, the missing cases."""

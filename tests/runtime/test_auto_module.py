@@ -72,6 +72,21 @@ def counts(nodes, edges, pairs, etypes=4, ntypes=1):
                                  num_ntypes=ntypes, tensors=dict)
 
 
+def _groups(m, rows):
+    """The groups of the compact backward's gather sum over rows of `rows` (1: nodes, 3: pairs), checked > 1."""
+    (groups,) = [k for r, _, below, k in m.COST_MODEL["compact"]["backward"][4] if r == rows and below == 4]
+    assert groups > 1, groups
+    return groups
+
+
+def node_groups(m):
+    return _groups(m, 1)
+
+
+def pair_groups(m):
+    return _groups(m, 3)
+
+
 @unittest.skipUnless(boundary.HAVE_TORCH, "needs torch (the graph is prepared by the runtime's PyTorch reference)")
 class AutoModule(unittest.TestCase):
     @classmethod
@@ -151,10 +166,13 @@ class AutoModule(unittest.TestCase):
             for program in m.PROGRAMS:
                 total = 0.0
                 for phase in phases:
-                    launches, per_byte, per_gather_row, per_search_row = m.COST_MODEL[program][phase]
-                    at = lambda per: sum(c * n for c, n in zip(per, (1, 1000, 50000, 2000, 4, 1)))  # noqa: E731
+                    launches, per_byte, per_gather_row, per_search_row, grouped = m.COST_MODEL[program][phase]
+                    n = (1, 1000, 50000, 2000, 4, 1)
+                    at = lambda per: sum(c * k for c, k in zip(per, n))  # noqa: E731
+                    # a gather sum with a rows variant: a row is 1 / groups of a gather row below `below` entries a row
+                    rows = at(per_gather_row) + sum(n[r] / k if n[e] < below * n[r] else n[r] for r, e, below, k in grouped)
                     total += (launches * row["launch_us"] * 1e-6 + at(per_byte) / (row["bandwidth_gbs"] * 1e9) +
-                              at(per_gather_row) * row["gather_row_ns"] * 1e-9 +
+                              rows * row["gather_row_ns"] * 1e-9 +
                               at(per_search_row) * row["search_round_ns"] * 1e-9)   # 4 relations: one round
                 expected[program] = total
             got = m.estimated_seconds(g, training)
@@ -165,10 +183,60 @@ class AutoModule(unittest.TestCase):
                 launches = sum(m.COST_MODEL[program][phase][0] for phase in phases)
                 self.assertEqual(terms[program][0], launches)
                 self.assertEqual(len(terms[program]), 4)   # launches, bytes, gather rows, search rounds
-            # RGCN's compact backward sums over each pair's edges and each node's pairs: a gather row per pair and
-            # per node; the vanilla program has none
+            # RGCN's compact backward sums over each pair's edges (25 a pair: a warp a row, a gather row per pair) and
+            # each node's pairs (2 a node: the rows variant, 1 / groups of a gather row per node); the vanilla program
+            # has none
             self.assertEqual(terms["vanilla"][2], 0)
-            self.assertEqual(terms["compact"][2], 2000 + 1000 if training else 0)
+            self.assertEqual(terms["compact"][2], 2000 + 1000 / node_groups(m) if training else 0)
+        # 1.5 edges a pair: the pairs' sum runs its rows variant too
+        few = m.cost_terms(counts(1000, 3000, 2000), True)
+        self.assertEqual(few["compact"][2], 2000 / pair_groups(m) + 1000 / node_groups(m))
+
+    def test_cost_terms_leave_out_the_gradients_not_asked_for(self):
+        m = self.module
+        g = counts(1000, 50000, 2000)
+        every = m.cost_terms(g, True)
+        self.assertEqual(every, m.cost_terms(g, True, grads=m.ARGUMENTS))
+        weights = m.cost_terms(g, True, grads=m.WEIGHTS)   # a layer whose input features do not require grad
+        for program in m.PROGRAMS:
+            skipped = [part[1:] for part in m.BACKWARD_PARTS[program] if not set(part[0]) & set(m.WEIGHTS)]
+            self.assertTrue(skipped)   # the feature's gradient has kernels of its own
+            self.assertEqual(weights[program][0], every[program][0] - sum(part[0] for part in skipped))
+            self.assertLess(weights[program][1], every[program][1])
+        # compact: a gather row per pair (the relation weight's gradient reads each pair's sum), and one per node
+        # only for the feature's gradient (the sum over each node's pairs)
+        self.assertEqual(weights["compact"][2], 2000)
+        self.assertEqual(every["compact"][2], 2000 + 1000 / node_groups(m))
+        self.assertEqual(m.cost_terms(g, False, grads=m.WEIGHTS), m.cost_terms(g, False))   # inference: no backward
+        self.assertEqual(m.cost_terms(g, True, grads="W"), m.cost_terms(g, True, grads=("W",)))
+        self.assertLess(m.cost_terms(g, True, grads="W")["compact"][0], weights["compact"][0])
+        with self.assertRaisesRegex(ValueError, r"grads names no argument of forward\(\): 'features' \(its tensor "
+                                                r"arguments: feature, W0, W\)"):
+            m.cost_terms(g, True, grads=("features",))
+
+    def test_training_program_follows_the_gradients_asked_for(self):
+        m = self.module
+        g = self.graph()
+        weights = frozenset(m.WEIGHTS)
+        # The cost model chooses for a step without the feature's gradient once per graph and set of arguments.
+        choice = m.materialization(g, True, grads=m.WEIGHTS)
+        self.assertEqual(choice, m._choose(g, True, m.WEIGHTS))
+        self.assertEqual(g.materialization_by_grads, {weights: choice})
+        self.assertEqual(m.materialization(g, True, grads=m.ARGUMENTS), g.materialization_choices["training"])
+        # forward() passes what requires grad: the weights only here, so it runs that choice ...
+        g.materialization_choices["training"] = "vanilla"
+        g.materialization_by_grads[weights] = "compact"
+        called, _ = self.run_layer(g, True)
+        self.assertEqual(called, ["compact_forward_train", "compact_backward"])
+        # ... and with the features requiring grad too, the choice for every gradient.
+        layer, feature, ops = self.layer_and_ops(True)
+        layer(g, feature.requires_grad_()).sum().backward()
+        self.assertEqual([op for op, _ in ops.calls], ["forward_train", "backward"])
+        # A program fixed by prepare_graph (or by choose_by_timing) runs whatever requires grad.
+        g = self.graph(materialization="vanilla")
+        g.materialization_by_grads = {weights: "compact"}
+        called, _ = self.run_layer(g, True)
+        self.assertEqual(called, ["forward_train", "backward"])
 
     def test_choice_follows_the_graph(self):
         m = self.module

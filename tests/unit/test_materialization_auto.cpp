@@ -10,6 +10,7 @@
 #include "emit/cost.h"
 #include "emit/emit.h"
 #include "emit/traversal.h"
+#include "ir/intra/launch.h"
 #include "helpers.h"
 #include "ir/intra/parser.h"
 
@@ -162,7 +163,9 @@ TEST_CASE("cost: each row of a gather sum is a gather row; traversals, GEMMs and
   gs.y = "hp";
   gs.csr = intra::GatherCsr::PairEdges;  // a pair's edges: one row per pair
   gs.scale = "s";
+  gs.group_rows_below = 0;  // no rows variant (below: the grouped rows)
   PhaseCost c = emit::kernel_cost(p, gs);
+  CHECK(c.grouped_rows.empty());
   CHECK(gather_rows(c, CostDomain::Pair) == 1);
   CHECK(gather_rows(c, CostDomain::Edge) == 0);
   gs.csr = intra::GatherCsr::NodePairs;  // a node's pairs: one row per node
@@ -202,6 +205,53 @@ TEST_CASE("cost: each row of a gather sum is a gather row; traversals, GEMMs and
   // a phase sums its kernels' gather rows
   p.kernels = {gs, gs, t};
   CHECK(gather_rows(emit::phase_cost(p), CostDomain::Node) == 2);
+}
+
+TEST_CASE("cost: a gather sum with a rows variant counts a row 1 / groups of a gather row where the launcher runs it",
+          "[cost]") {
+  Program p = tensors_program();
+  intra::GatherSumInstance gs;
+  gs.name = "m_bw_sum_hp";
+  gs.x = "y";
+  gs.y = "hp";
+  gs.numel = 32;
+  gs.csr = intra::GatherCsr::PairEdges;
+  const intra::GatherSumRows variant = intra::gather_sum_rows(gs);  // auto: below 4, the groups of a row of 32
+  REQUIRE(variant.below == intra::kAutoGroupRowsBelow);
+  REQUIRE(variant.row_groups > 1);
+  PhaseCost c = emit::kernel_cost(p, gs);
+  CHECK(c.gather_rows == emit::Bytes{});
+  REQUIRE(c.grouped_rows.size() == 1);
+  CHECK(c.grouped_rows[0] == emit::GroupedRows{CostDomain::Pair, CostDomain::Edge, variant.below, variant.row_groups});
+  // 3 edges a pair: below 4, the rows variant (a group a row); 5 edges a pair: the split kernel (a warp a row)
+  emit::GraphCounts few{1000, 3000, 1000, 10, 1}, many{1000, 5000, 1000, 10, 1};
+  CHECK(emit::phase_gather_rows(c, few) == Approx(1000.0 / variant.row_groups));
+  CHECK(emit::phase_gather_rows(c, many) == 1000);
+  emit::Tuning t{0, 1e9, 1, 2.0, 0};  // the gather rows' latency only
+  CHECK(emit::estimated_seconds(c, few, t) == Approx(1000.0 / variant.row_groups * 2e-9));
+  // a node's pairs: rows per node, entries per pair
+  gs.csr = intra::GatherCsr::NodePairs;
+  gs.x = "hp";
+  gs.y = "x";
+  gs.numel = 64;
+  c = emit::kernel_cost(p, gs);
+  REQUIRE(c.grouped_rows.size() == 1);
+  CHECK(c.grouped_rows[0].rows == CostDomain::Node);
+  CHECK(c.grouped_rows[0].entries == CostDomain::Pair);
+  // never (group_rows_below 0), rows in step (16 lanes) or entries in batches: no rows variant, a gather row a row
+  for (auto change : {+[](intra::GatherSumInstance& s) { s.group_rows_below = 0; },
+                      +[](intra::GatherSumInstance& s) { s.row_lanes = 16; },
+                      +[](intra::GatherSumInstance& s) { s.edge_batch = 2; }}) {
+    intra::GatherSumInstance plain = gs;
+    change(plain);
+    CHECK(intra::gather_sum_rows(plain).below == 0);
+    PhaseCost pc = emit::kernel_cost(p, plain);
+    CHECK(pc.grouped_rows.empty());
+    CHECK(gather_rows(pc, CostDomain::Node) == 1);
+  }
+  // a phase keeps each kernel's grouped rows
+  p.kernels = {gs, gs};
+  CHECK(emit::phase_cost(p).grouped_rows.size() == 2);
 }
 
 TEST_CASE("cost: a row that finds its edge type by a search of the type offsets is a search row", "[cost]") {
@@ -371,6 +421,51 @@ TEST_CASE("cost: RGAT's compact program wins on graphs with many edges per uniqu
   CHECK(emit::estimated_seconds(compact, wikikg2, h100) > emit::estimated_seconds(vanilla, wikikg2, h100));
 }
 
+TEST_CASE("cost: a backward's cost splits by the gradients its kernels feed; the parts add up to the phase",
+          "[cost][auto]") {
+  Generated g = generate_spec("tests/specs/rgcn_auto.yaml");
+  INFO(g.err);
+  REQUIRE(g.status == 0);
+  const std::vector<Program> programs = g.programs();
+  for (bool compact : {false, true}) {
+    CAPTURE(compact);
+    const std::vector<Program> phases = emit::program_phases(programs, compact);
+    REQUIRE(phases.size() == 3);
+    const Program& bw = phases[2];
+    std::vector<std::string> results;
+    for (const TensorInfo& t : bw.tensors)
+      if (t.role == intra::Role::Output) results.push_back(t.name);
+    const std::map<uint64_t, PhaseCost> parts = emit::cost_by_results(bw, results, emit::results_fed(bw, results));
+    PhaseCost sum;
+    for (const auto& [mask, c] : parts) {
+      CHECK(mask != 0);  // every kernel feeds a gradient
+      sum.launches += c.launches;
+      for (size_t i = 0; i < emit::kCostDomains; ++i) {
+        sum.bytes[i] += c.bytes[i];
+        sum.gather_rows[i] += c.gather_rows[i];
+      }
+      sum.grouped_rows.insert(sum.grouped_rows.end(), c.grouped_rows.begin(), c.grouped_rows.end());
+    }
+    const PhaseCost whole = emit::phase_cost(bw);
+    CHECK(sum.launches == whole.launches);
+    CHECK(sum.bytes == whole.bytes);
+    CHECK(sum.gather_rows == whole.gather_rows);
+    CHECK(sum.grouped_rows.size() == whole.grouped_rows.size());
+    // The feature's gradient alone needs its own kernels (the transposed GEMMs and the sum into feature rows):
+    // a layer whose features do not require grad skips them.
+    const auto d_feature = std::find(results.begin(), results.end(), "d$feature");
+    REQUIRE(d_feature != results.end());
+    const uint64_t feature_only = uint64_t{1} << (d_feature - results.begin());
+    REQUIRE(parts.count(feature_only));
+    CHECK(parts.at(feature_only).launches >= 2);
+    // ... in the compact program, the sum over each node's pairs: a gather sum over node rows (grouped: it has
+    // a rows variant for nodes of few pairs).
+    const auto& grouped = parts.at(feature_only).grouped_rows;
+    CHECK(std::count_if(grouped.begin(), grouped.end(),
+                        [](const emit::GroupedRows& k) { return k.rows == CostDomain::Node; }) == (compact ? 1 : 0));
+  }
+}
+
 TEST_CASE("materialization: auto emits the vanilla and the compact program in one module, shared kernels once",
           "[auto][emit]") {
   Generated g = generate_spec("tests/gpu/specs/rgat_auto.yaml");
@@ -396,8 +491,8 @@ TEST_CASE("materialization: auto emits the vanilla and the compact program in on
   CHECK(programs.front().layouts.count("csr_by_dst_pairs") == 0);  // the pairs of the compact node kernels' edges
   CHECK(programs.back().layouts.count("csr_by_dst_pairs") == 1);
   CHECK(py.find("RUNTIME_VERSION = \"1.5\"") != std::string::npos);  // RGAT reads no graph-derived input
-  CHECK(py.find("def materialization(g, training=False):") != std::string::npos);
-  CHECK(py.find("def estimated_seconds(g, training=False):") != std::string::npos);
+  CHECK(py.find("def materialization(g, training=False, grads=None):") != std::string::npos);
+  CHECK(py.find("def estimated_seconds(g, training=False, grads=None):") != std::string::npos);
   CHECK(py.find("compact_relations=compact_relations)") != std::string::npos);
   // Ops of both programs, each with its own Args struct.
   const std::string& host = g.file("rgat_auto_host.cpp");

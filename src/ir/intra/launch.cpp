@@ -139,6 +139,27 @@ LaunchConfig launch_config(const Program& p, const Kernel& k) {
   return c;
 }
 
+SplitLayout split_layout(int64_t numel, int vector, bool few_entries) {
+  SplitLayout l;
+  l.run = slot_vector(numel, numel, vector);
+  while (few_entries && l.run > 1 && numel / l.run < 32) l.run /= 2;
+  const int64_t runs = numel / l.run;
+  l.group_lanes = 1;
+  while (l.group_lanes < runs && l.group_lanes < 32) l.group_lanes *= 2;
+  l.runs_per_lane = static_cast<int>((runs + l.group_lanes - 1) / l.group_lanes);
+  return l;
+}
+
+GatherSumRows gather_sum_rows(const GatherSumInstance& s) {
+  GatherSumRows r;
+  if (s.row_lanes != 32 || s.edge_batch != 1) return r;  // rows in step, or entries in batches: gather_sum.cu.in
+  r.row_groups = 32 / split_layout(s.numel, s.vector, /*few_entries=*/false).group_lanes;
+  // auto: kAutoGroupRowsBelow (measured on a GPU); 0: never
+  r.below = r.row_groups == 1 ? 0 : s.group_rows_below < 0 ? kAutoGroupRowsBelow : s.group_rows_below;
+  if (r.below == 0) r.row_groups = 1;
+  return r;
+}
+
 std::string group_rows_below_problem(int value) {
   return fmt::format("'group_rows_below' (the average entries a row below which each group of a gather sum's warp "
                      "takes a row of its own) must be auto or 0 to 1024, got {}",

@@ -93,6 +93,29 @@ std::string check_launch_limits(const LaunchConfig& c);
 // the kernel's name, empty if the kernel can always be launched. Part of verify_program.
 std::string verify_launch(const Program& p, const Kernel& k);
 
+// ---- gather sums: how a row spreads over a warp ---------------------------------------------------------------
+// The layout of a gather sum that splits its row's entries over groups of lanes (gather_sum_split.cu.in): runs of
+// `run` consecutive elements (the largest power of two up to the schedule's vector that divides the row), as few
+// lanes a group as hold a row in one run each (at most 32), and 32 / group_lanes groups. With `few_entries` (a
+// node's pairs: a few per row, where a row of a pair's edges has many, compaction being chosen where pairs are
+// few) a row of 32 elements or more keeps a single group, whose runs span the warp: the groups' butterfly would
+// cost more than the extra entries in flight save (H200, HGT's bw_sum_d_v on mag: 0.59 ms in 2-byte loads a lane,
+// 0.70 ms in 4 groups of 8).
+struct SplitLayout {
+  int run = 1, group_lanes = 32, runs_per_lane = 1;
+};
+SplitLayout split_layout(int64_t numel, int vector, bool few_entries);
+
+// The rows variant of a gather sum (gather_sum_rows.cu.in, <name>_rows): each of a warp's `row_groups` groups of
+// lanes takes a row of its own. The launcher runs it when the rows average fewer than `below` entries (entries <
+// below * rows); below 0: the kernel has none (rows over fewer than 32 lanes, edge batches, one group a warp, or
+// group_rows_below 0). The CUDA emitter renders and launches it, the cost model counts its rows (emit/cost.h).
+struct GatherSumRows {
+  int below = 0;
+  int row_groups = 1;
+};
+GatherSumRows gather_sum_rows(const GatherSumInstance& s);
+
 // ---- what a spec can get wrong -----------------------------------------------------------------------------
 enum class ScheduleKey { Tile, Coarsen, LaunchBounds, TraversalThreads, TraversalEdgeBatch, TraversalRowLanes, TraversalVector, TraversalPositionIndices, GatherSumRowLanes, GatherSumGroupRowsBelow };
 struct ScheduleProblem {
