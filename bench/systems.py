@@ -89,6 +89,12 @@ VARIANTS = {
     "bf16_compact_reorder": Variant("bf16_compact_reorder", "bf16", "bf16",
                                     (("materialization: vanilla", "materialization: compact"), ("reorder: off", "reorder: on")),
                                     "compact materialization and linear operator reordering"),
+    # fp16's fixed programs (its backward keeps gradient temporaries in fp32: other bytes than bf16's), to calibrate
+    # fp16_auto's choices against
+    "fp16_reorder": Variant("fp16_reorder", "fp16", "bf16", (("reorder: off", "reorder: on"),), "linear operator reordering"),
+    "fp16_compact_reorder": Variant("fp16_compact_reorder", "fp16", "bf16",
+                                    (("materialization: vanilla", "materialization: compact"), ("reorder: off", "reorder: on")),
+                                    "compact materialization and linear operator reordering"),
     # The backward recomputing saved edge and pair GEMM results (recompute: auto, the default: where that lowers the
     # step's estimated peak, HGT's and not RGAT's) against saving them (recompute: off): the step time that memory costs.
     "tf32_saved": Variant("tf32_saved", "tf32", "fp32", (("reorder: off", "reorder: off\n  recompute: off"),),
