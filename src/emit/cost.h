@@ -11,6 +11,9 @@
 // then reads only a few scattered rows (1.6 edges per pair on wikikg2), so its time is that latency over the warps
 // the GPU keeps in flight, not its bytes: on wikikg2 (16M edges, 10M pairs) the compact program's gather sums over
 // 10M pair rows made its training step 13% slower than vanilla's (RGAT and RGCN) while its bytes were 10-25% fewer.
+// Where a gather sum's rows average fewer entries than its rows variant's threshold, the launcher runs that variant,
+// a group of lanes a row and several rows a warp, whose rows wait together: such a row counts 1 / groups of a
+// gather row (GroupedRows, decided per graph like the launcher).
 // search_rows are the rows that find their edge type by a search of the per-type offsets (a pair's type in RGAT's
 // compact traversals: warp_segment_of), the 32 lanes of the row's warp together: rounds(etypes) = ceil(log2(etypes)
 // / 5) rounds of one load each, 2 for wikikg2's 535 relations (a binary search took 9 dependent loads). The coefficients come from the lowered kernels (what each
