@@ -26,7 +26,9 @@ runs with compact_relations masks per relation). Paste the printed rows into the
 Training steps compute the weights' gradients only (the features need none), and the backward skips the kernels
 only the feature's gradient needs; cases recorded since 2026-12-02 say so (`grads`) and their terms leave those
 kernels out. The terms of earlier training cases counted them; with --modules they are recomputed without them
-(the modules' BACKWARD_PARTS).
+(the modules' BACKWARD_PARTS). Gather rows: since 2026-12-02 a gather sum whose rows average fewer entries than
+its rows variant's threshold counts 1 / groups of a gather row (COST_MODEL's fifth term); earlier runs counted every
+row whole, and --modules recomputes them the current way.
 
 Units of the search term: runs from before 2026-11-27 22:00 UTC ran a binary search per row and recorded log2(etypes)
 steps per search row; later modules search with the row's warp and record ceil(log2(etypes) / 5) rounds. Fit runs
