@@ -628,7 +628,8 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
   const std::string scaled = s.scale.empty() ? "" : "entry_scale * ";
   // With rows of few entries, a warp's groups each take a row of their own (gather_sum_rows.cu.in, <name>_rows):
   // the launcher picks it when the rows have fewer entries than `below` on average (0: no rows variant).
-  int below = 0, row_groups = 1;
+  const intra::GatherSumRows rows_variant = intra::gather_sum_rows(s);
+  const int below = rows_variant.below, row_groups = rows_variant.row_groups;
   if (!in_step && s.edge_batch == 1) {
     // The split kernel and its rows variant: each a layout's runs, loads and stores.
     auto render = [&](const intra::SplitLayout& l, bool group_rows) {
@@ -664,9 +665,6 @@ GemmCode emit_gathersum(const Program& p, const intra::Kernel& k) {
       return render_template(group_rows ? "cuda/gather_sum_rows.cu.in" : "cuda/gather_sum_split.cu.in", w);
     };
     c.kernel = render(intra::split_layout(s.numel, s.vector, s.csr == intra::GatherCsr::NodePairs), false);
-    const intra::GatherSumRows rows_variant = intra::gather_sum_rows(s);
-    below = rows_variant.below;
-    row_groups = rows_variant.row_groups;
     if (below > 0) c.kernel += "\n" + render(intra::split_layout(s.numel, s.vector, /*few_entries=*/false), true);
   } else {
     const std::string lanes = std::to_string(G);
